@@ -24,6 +24,14 @@ func newApp() *cli.Command {
 		Name:                  "ichor",
 		Usage:                 "manage Talos Linux clusters through Kubernetes custom resources",
 		EnableShellCompletion: true,
+		// Without an action, urfave/cli answers an unknown command with help and
+		// success; a typo must fail instead, and say what to run.
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Present() {
+				return fmt.Errorf("unknown command %q: run `ichor --help` for the list of commands", cmd.Args().First())
+			}
+			return cli.ShowRootCommandHelp(cmd)
+		},
 		Commands: []*cli.Command{
 			{
 				Name:  "version",

@@ -27,5 +27,7 @@ func TestUnknownCommandFails(t *testing.T) {
 	app.Writer, app.ErrWriter = &out, &errOut
 	if err := app.Run(context.Background(), []string{"ichor", "frobnicate"}); err == nil {
 		t.Fatalf("an unknown command must fail; output %q", out.String())
+	} else if !strings.Contains(err.Error(), `unknown command "frobnicate"`) || !strings.Contains(err.Error(), "ichor --help") {
+		t.Fatalf("the error must name the command and the way out, got %q", err)
 	}
 }
