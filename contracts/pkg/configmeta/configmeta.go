@@ -1,0 +1,102 @@
+// Package configmeta says what the Talos configuration types cannot: whether
+// changing a field needs a reboot, whether it only matters at install time,
+// whether it restarts the Kubernetes API server, and which Talos version
+// introduced it. It is keyed by document path, the same paths the mirror
+// package uses ("Kind:dotted.path", [] for list elements, {*} for map
+// values); the planner derives the apply mode of a change from it.
+//
+// Lookup takes the most specific entry whose path is a prefix of the field's;
+// a path no entry covers is treated as needing a reboot.
+package configmeta
+
+import (
+	"strings"
+)
+
+// Meta is what is known about changing one configuration field.
+type Meta struct {
+	// Known is false when no entry covers the path.
+	Known bool
+	// RebootRequired: the change takes effect only after a reboot.
+	RebootRequired bool
+	// InstallTimeOnly: the field is read when Talos installs (or upgrades)
+	// the machine; changing it later changes nothing until then.
+	InstallTimeOnly bool
+	// APIServerRestart: the change restarts kube-apiserver on control planes.
+	APIServerRestart bool
+	// Since is the Talos version that introduced the document kind (vX.Y),
+	// taken from the first Talos release tag that registers it.
+	Since string
+}
+
+type entry struct {
+	path string
+	meta Meta
+}
+
+// Lookup returns what is known about changing the field at path.
+func Lookup(path string) Meta {
+	best := -1
+
+	for i, e := range table {
+		if covers(e.path, path) && (best < 0 || len(e.path) > len(table[best].path)) {
+			best = i
+		}
+	}
+
+	if best < 0 {
+		return Meta{RebootRequired: true}
+	}
+
+	m := table[best].meta
+	m.Known = true
+
+	if m.Since == "" {
+		m.Since = kindSince(path)
+	}
+
+	return m
+}
+
+// covers reports whether the entry at prefix applies to path: the same path,
+// or a path below it.
+func covers(prefix, path string) bool {
+	if prefix == path {
+		return true
+	}
+
+	if !strings.HasPrefix(path, prefix) {
+		return false
+	}
+
+	switch path[len(prefix)] {
+	case '.', '[', '{':
+		return true
+	case ':':
+		return !strings.Contains(prefix, ":")
+	default:
+		return false
+	}
+}
+
+func kindSince(path string) string {
+	kind, _, _ := strings.Cut(path, ":")
+
+	for _, e := range table {
+		if e.path == kind {
+			return e.meta.Since
+		}
+	}
+
+	return ""
+}
+
+// Paths returns the paths of the table, for tests and documentation.
+func Paths() []string {
+	out := make([]string, 0, len(table))
+	for _, e := range table {
+		out = append(out, e.path)
+	}
+
+	return out
+}
