@@ -5,19 +5,32 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
+	"github.com/maeshinshin/ichor/controller/internal/certs"
+	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
+
+// The controller removes its own finalizers, which the webhooks gate with the
+// override verb (architecture, "Git, override and recovery").
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=override
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // leaderElectionID names the Lease the replicas compete for.
 const leaderElectionID = "ichor-controller.ichor.maesh.dev"
@@ -28,11 +41,28 @@ func main() {
 		probeAddr      string
 		leaderElection bool
 		showVersion    bool
+		webhookPort    int
+		webhookCertDir string
+		enableWebhooks bool
+		manageCerts    bool
+		namespace      string
+		certOpts       certs.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probe endpoint binds to.")
 	flag.BoolVar(&leaderElection, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
+	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks.")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the admission webhook server listens on.")
+	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
+		"Directory holding tls.crt and tls.key of the webhook server.")
+	flag.BoolVar(&manageCerts, "manage-webhook-certs", true,
+		"Keep the webhook serving certificate in a Secret and the caBundle of the webhook configuration up to date.")
+	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "ichor-system"), "Namespace Ichor runs in.")
+	flag.StringVar(&certOpts.SecretName, "webhook-secret", "ichor-webhook-tls", "Secret holding the webhook CA and serving certificate.")
+	flag.StringVar(&certOpts.ServiceName, "webhook-service", "ichor-webhook", "Service the API server reaches the webhooks through.")
+	flag.StringVar(&certOpts.WebhookConfiguration, "webhook-configuration", "ichor-validating-webhook",
+		"ValidatingWebhookConfiguration whose caBundle is kept.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -49,23 +79,58 @@ func main() {
 		log.Error(err, "building the scheme")
 		os.Exit(1)
 	}
+	if err := ichorv1alpha1.AddToScheme(scheme); err != nil {
+		log.Error(err, "building the scheme")
+		os.Exit(1)
+	}
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := ctrl.GetConfigOrDie()
+	if enableWebhooks && manageCerts {
+		certOpts.Namespace, certOpts.CertDir = namespace, webhookCertDir
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			log.Error(err, "creating a client")
+			os.Exit(1)
+		}
+		if err := certs.Ensure(context.Background(), direct, certOpts); err != nil {
+			log.Error(err, "preparing the webhook serving certificate")
+			os.Exit(1)
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElection,
 		LeaderElectionID:       leaderElectionID,
+		WebhookServer:          ctrlwebhook.NewServer(ctrlwebhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
 	})
 	if err != nil {
 		log.Error(err, "creating the manager")
 		os.Exit(1)
 	}
+	if enableWebhooks {
+		if err := webhook.Setup(mgr, webhook.Options{Namespace: namespace}); err != nil {
+			log.Error(err, "registering the admission webhooks")
+			os.Exit(1)
+		}
+	}
+	if enableWebhooks && manageCerts {
+		// Renew the leaf before it expires; the webhook server reloads the files.
+		if err := mgr.Add(&certRenewer{client: mgr.GetClient(), opts: certOpts}); err != nil {
+			log.Error(err, "adding the certificate renewer")
+			os.Exit(1)
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "adding the health check")
 		os.Exit(1)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	readyz := healthz.Ping
+	if enableWebhooks {
+		readyz = mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		log.Error(err, "adding the readiness check")
 		os.Exit(1)
 	}
@@ -74,5 +139,39 @@ func main() {
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "running the manager")
 		os.Exit(1)
+	}
+}
+
+func envOr(key, fallback string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return fallback
+}
+
+// certRenewer re-runs certs.Ensure every day on every replica (each serves
+// its own copy of the files), so a leaf close to expiry is renewed.
+type certRenewer struct {
+	client client.Client
+	opts   certs.Options
+}
+
+// NeedLeaderElection is false: every replica serves webhooks.
+func (r *certRenewer) NeedLeaderElection() bool { return false }
+
+// Start runs until ctx ends.
+func (r *certRenewer) Start(ctx context.Context) error {
+	log := ctrl.Log.WithName("certs")
+	t := time.NewTicker(24 * time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := certs.Ensure(ctx, r.client, r.opts); err != nil {
+				log.Error(err, "renewing the webhook serving certificate")
+			}
+		}
 	}
 }

@@ -8,13 +8,18 @@
 package testenv
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,6 +85,11 @@ type Options struct {
 	Scheme *runtime.Scheme
 	// KubeAPIServerFlags are extra flags for kube-apiserver (name -> value).
 	KubeAPIServerFlags map[string]string
+	// WebhookDirs are directories of ValidatingWebhookConfiguration and
+	// MutatingWebhookConfiguration manifests, relative to the repository root.
+	// envtest rewrites them to call a local webhook server (see Env.Webhook) with
+	// a serving certificate it generates. Empty means no webhooks.
+	WebhookDirs []string
 }
 
 // Env is a running API server.
@@ -130,6 +140,9 @@ func Start(opts Options) (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
 	}
+	for _, d := range opts.WebhookDirs {
+		env.WebhookInstallOptions.Paths = append(env.WebhookInstallOptions.Paths, filepath.Join(root, d))
+	}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	for k, v := range opts.KubeAPIServerFlags {
 		args.Set(k, v)
@@ -149,6 +162,76 @@ func Start(opts Options) (*Env, error) {
 // Stop stops kube-apiserver and etcd and removes their data.
 func (e *Env) Stop() error {
 	return e.env.Stop()
+}
+
+// WebhookServer describes where the installed webhook configurations send
+// their requests: a webhook server in the test process must listen there.
+type WebhookServer struct {
+	// Host and Port are the address to listen on.
+	Host string
+	Port int
+	// CertDir holds tls.crt and tls.key, signed by the CA the configurations trust.
+	CertDir string
+}
+
+// Webhook returns where the installed webhooks call; it is empty when
+// Options.WebhookDirs was empty.
+func (e *Env) Webhook() WebhookServer {
+	o := e.env.WebhookInstallOptions
+	return WebhookServer{Host: o.LocalServingHost, Port: o.LocalServingPort, CertDir: o.LocalServingCertDir}
+}
+
+// UserConfig returns a rest.Config that authenticates as user name in groups
+// (with a client certificate), so RBAC and admission see that user.
+func (e *Env) UserConfig(name string, groups ...string) (*rest.Config, error) {
+	user, err := e.env.ControlPlane.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return user.Config(), nil
+}
+
+// ApplyDir creates every object of the YAML manifests (*.yaml, *.yml) in dir,
+// relative to the repository root, as the cluster administrator. A
+// kustomization.yaml is skipped: the directory is read as plain manifests.
+func (e *Env) ApplyDir(ctx context.Context, dir string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(root, dir, "*.y*ml"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no manifests in %s", dir)
+	}
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			if err := e.Client.Create(ctx, obj); err != nil {
+				return fmt.Errorf("%s: creating %s %s: %w", f, obj.GetKind(), obj.GetName(), err)
+			}
+		}
+	}
+	return nil
 }
 
 // KubeconfigYAML returns an admin kubeconfig for the API server.

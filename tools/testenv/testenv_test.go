@@ -1,10 +1,13 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -90,7 +94,28 @@ func TestAPIServerIsTheBuiltBinary(t *testing.T) {
 	}
 }
 
-var placeholderGVK = schema.GroupVersionKind{Group: "ichor.maesh.dev", Version: "v1alpha1", Kind: "Placeholder"}
+var talosClusterGVK = schema.GroupVersionKind{Group: "ichor.maesh.dev", Version: "v1alpha1", Kind: "TalosCluster"}
+
+// newTalosCluster returns a minimal valid TalosCluster as an unstructured object,
+// so this package does not depend on the contracts module.
+func newTalosCluster(t *testing.T, name string) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{
+			"talosVersion":      "v1.14.1",
+			"versionContract":   "v1.14",
+			"kubernetesVersion": "1.37.2",
+			"endpoint":          map[string]any{"type": "vip", "host": "192.168.10.100"},
+			"secretsBundleRef":  map[string]any{"name": "demo-secrets"},
+			"controlPlane":      map[string]any{"count": int64(1), "schedulable": true},
+			"cni":               map[string]any{"preset": "cilium"},
+		},
+	}}
+	obj.SetGroupVersionKind(talosClusterGVK)
+	obj.SetNamespace("default")
+	obj.SetName(name)
+	return obj
+}
 
 func TestCRDFromKustomizeRoundTrips(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -100,25 +125,18 @@ func TestCRDFromKustomizeRoundTrips(t *testing.T) {
 		t.Fatalf("no CRD was installed from %s", DefaultCRDDir)
 	}
 
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(placeholderGVK)
-	obj.SetNamespace("default")
-	obj.SetName("hello")
-	if err := unstructured.SetNestedField(obj.Object, "written through the real API server", "spec", "message"); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Create(ctx, obj); err != nil {
+	if err := env.Client.Create(ctx, newTalosCluster(t, "hello")); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 
 	got := &unstructured.Unstructured{}
-	got.SetGroupVersionKind(placeholderGVK)
+	got.SetGroupVersionKind(talosClusterGVK)
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "hello"}, got); err != nil {
 		t.Fatalf("get: %v", err)
 	}
-	msg, _, _ := unstructured.NestedString(got.Object, "spec", "message")
-	if msg != "written through the real API server" {
-		t.Fatalf("spec.message: got %q", msg)
+	host, _, _ := unstructured.NestedString(got.Object, "spec", "endpoint", "host")
+	if host != "192.168.10.100" {
+		t.Fatalf("spec.endpoint.host: got %q", host)
 	}
 	if got.GetUID() == "" || got.GetCreationTimestamp().Time.IsZero() {
 		t.Fatalf("the server did not fill uid and creationTimestamp: %v", got.Object["metadata"])
@@ -131,16 +149,133 @@ func TestCRDSchemaIsEnforced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(placeholderGVK)
-	obj.SetNamespace("default")
-	obj.SetName("too-long")
-	if err := unstructured.SetNestedField(obj.Object, strings.Repeat("x", 65), "spec", "message"); err != nil {
+	obj := newTalosCluster(t, "too-many")
+	if err := unstructured.SetNestedField(obj.Object, int64(7), "spec", "controlPlane", "count"); err != nil {
 		t.Fatal(err)
 	}
 	err := env.Client.Create(ctx, obj)
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.message") {
-		t.Fatalf("want Invalid naming spec.message, got %v", err)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.controlPlane.count") {
+		t.Fatalf("want Invalid naming spec.controlPlane.count, got %v", err)
+	}
+}
+
+// TestKubectlExplainShowsFieldDocs runs the built kubectl against the server:
+// the generated CRDs carry the field docs, so `kubectl explain` shows them.
+func TestKubectlExplainShowsFieldDocs(t *testing.T) {
+	assets, err := AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := env.KubeconfigYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(assets, "kubectl"), "--kubeconfig", path, //nolint:gosec // the built kubectl from KUBEBUILDER_ASSETS
+		"explain", "talosmachine.spec").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl explain: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"KIND:       TalosMachine",
+		"approval is the person's decision",
+		"identity is the hardware identity",
+		"disks give the other disks their roles",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kubectl explain talosmachine.spec does not show %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestKustomizeBaseBuildsAndApplies builds kustomize/base with the built
+// kubectl and sends every object to the real API server as a server-side dry
+// run, then checks the shape the architecture asks for: two controller
+// replicas spread by anti-affinity, a PodDisruptionBudget, and a webhook
+// configuration that calls the controller's Service in ichor-system.
+func TestKustomizeBaseBuildsAndApplies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	assets, err := AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(assets, "kubectl"), "kustomize", //nolint:gosec // the built kubectl from KUBEBUILDER_ASSETS
+		filepath.Join(root, "kustomize", "base")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize kustomize/base: %v", err)
+	}
+	objs := map[string]*unstructured.Unstructured{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		objs[obj.GetKind()+"/"+obj.GetName()] = obj
+	}
+
+	// The namespace is created for real; everything else is a server-side dry run.
+	if err := env.Client.Create(ctx, objs["Namespace/ichor-system"]); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for key, obj := range objs {
+		if obj.GetKind() == "Namespace" || obj.GetKind() == "CustomResourceDefinition" {
+			continue // already installed by Start
+		}
+		if err := env.Client.Create(ctx, obj.DeepCopy(), client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Errorf("%s: the API server refuses it: %v", key, err)
+		}
+	}
+
+	dep := objs["Deployment/ichor-controller"]
+	if dep == nil {
+		t.Fatal("no Deployment ichor-controller")
+	}
+	// The YAML decoder reads numbers as float64.
+	if r, _, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas"); r != float64(2) {
+		t.Errorf("controller replicas: got %v, want 2", r)
+	}
+	if terms, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "affinity", "podAntiAffinity",
+		"preferredDuringSchedulingIgnoredDuringExecution"); len(terms) == 0 {
+		t.Error("the controller has no pod anti-affinity")
+	}
+	if dep.GetNamespace() != "ichor-system" {
+		t.Errorf("Deployment namespace: %q", dep.GetNamespace())
+	}
+	if objs["PodDisruptionBudget/ichor-controller"] == nil {
+		t.Error("no PodDisruptionBudget for the controller")
+	}
+	svc := objs["Service/ichor-webhook"]
+	if svc == nil {
+		t.Fatal("no webhook Service")
+	}
+	wh := objs["ValidatingWebhookConfiguration/ichor-validating-webhook"]
+	if wh == nil {
+		t.Fatal("no ValidatingWebhookConfiguration ichor-validating-webhook")
+	}
+	hooks, _, _ := unstructured.NestedSlice(wh.Object, "webhooks")
+	if len(hooks) < 7 {
+		t.Errorf("want a webhook per guarded kind, got %d", len(hooks))
+	}
+	for _, h := range hooks {
+		name, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "name")
+		ns, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "namespace")
+		if name != "ichor-webhook" || ns != "ichor-system" {
+			t.Errorf("a webhook calls %s/%s, want ichor-system/ichor-webhook", ns, name)
+		}
 	}
 }
 

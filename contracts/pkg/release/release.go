@@ -3,13 +3,6 @@
 // package, so Ichor never disagrees with Talos about which pairs it supports.
 package release
 
-import (
-	"fmt"
-
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/compatibility"
-)
-
 const (
 	// DefaultTalosVersion is the Talos release Ichor installs when a cluster names none.
 	DefaultTalosVersion = "v1.14.1"
@@ -19,18 +12,7 @@ const (
 )
 
 // CheckKubernetesSupported reports whether Kubernetes kubernetesVersion can run on
-// Talos talosVersion. The error says which pair is refused and why.
+// Talos talosVersion. The error says which pair is refused and why; it is CheckPair.
 func CheckKubernetesSupported(talosVersion, kubernetesVersion string) error {
-	talos, err := compatibility.ParseTalosVersion(&machine.VersionInfo{Tag: talosVersion})
-	if err != nil {
-		return fmt.Errorf("talos version %q is not a valid version (expected e.g. %s): %w", talosVersion, DefaultTalosVersion, err)
-	}
-	kube, err := compatibility.ParseKubernetesVersion(kubernetesVersion)
-	if err != nil {
-		return fmt.Errorf("kubernetes version %q is not a valid version (expected e.g. %s): %w", kubernetesVersion, DefaultKubernetesVersion, err)
-	}
-	if err := kube.SupportedWith(talos); err != nil {
-		return fmt.Errorf("kubernetes %s cannot run on talos %s: %w", kubernetesVersion, talosVersion, err)
-	}
-	return nil
+	return CheckPair(talosVersion, kubernetesVersion)
 }

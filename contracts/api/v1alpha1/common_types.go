@@ -1,0 +1,96 @@
+package v1alpha1
+
+// Annotations Ichor reads. Each one is a person's explicit consent to
+// something the webhooks or the controller otherwise refuse.
+const (
+	// AllowDeleteAnnotation must be "true" on a TalosCluster or TalosMachine
+	// before it can be deleted, so that a prune by the user's own tooling cannot
+	// cascade into node resets. It never lets the last control plane go.
+	AllowDeleteAnnotation = "ichor.maesh.dev/allow-delete"
+	// AdoptedAnnotation marks a TalosCluster written by `ichor adopt`. Only such a
+	// cluster may use the `unmanaged` CNI preset.
+	AdoptedAnnotation = "ichor.maesh.dev/adopted"
+	// KubeProxySwitchAnnotation must be "true" on the write that changes
+	// spec.cni.kubeProxy; `ichor cni kube-proxy` sets it for that one write.
+	KubeProxySwitchAnnotation = "ichor.maesh.dev/allow-kube-proxy-switch"
+	// HoldApplyAnnotation stops the controller from applying configuration to a
+	// machine; drift is still computed and reported (AdoptionHeld).
+	HoldApplyAnnotation = "ichor.maesh.dev/hold-apply"
+	// HoldUpgradeAnnotation on a TalosMachine makes running operations skip it
+	// until the annotation is removed.
+	HoldUpgradeAnnotation = "ichor.maesh.dev/hold-upgrade"
+	// TrustMaintenanceFingerprintAnnotation accepts a changed maintenance
+	// certificate fingerprint that an operator has checked; its value is the
+	// new fingerprint.
+	TrustMaintenanceFingerprintAnnotation = "ichor.maesh.dev/trust-maintenance-fingerprint"
+	// ResumeAnnotation on a paused TalosOperation re-runs its failed step; its
+	// value is any new token (for example a timestamp).
+	ResumeAnnotation = "ichor.maesh.dev/resume"
+	// BackupRequestedAnnotation on a TalosEtcdBackup asks for a snapshot outside
+	// the schedule; its value is any new token (for example a timestamp).
+	BackupRequestedAnnotation = "ichor.maesh.dev/backup-requested-at"
+)
+
+// Finalizers Ichor puts on its objects. Removing one by hand needs the
+// `override` verb.
+const (
+	// ClusterFinalizer guards the teardown of a TalosCluster.
+	ClusterFinalizer = "ichor.maesh.dev/cluster"
+	// MachineFinalizer guards the removal sequence of a TalosMachine (evacuate,
+	// drain, leave etcd, reset, delete the Node).
+	MachineFinalizer = "ichor.maesh.dev/machine"
+	// FinalizerPrefix is the prefix of every Ichor finalizer.
+	FinalizerPrefix = "ichor.maesh.dev/"
+)
+
+// Condition types shared by several kinds.
+const (
+	// ReadyCondition is true when the object is in its desired state.
+	ReadyCondition = "Ready"
+	// ReconcilingCondition is true while the controller works towards the desired state.
+	ReconcilingCondition = "Reconciling"
+	// StalledCondition is true when the controller cannot progress without a person.
+	StalledCondition = "Stalled"
+)
+
+// Condition reasons shared by several kinds.
+const (
+	// SucceededReason means the work is done.
+	SucceededReason = "Succeeded"
+	// ProgressingReason means the controller is working.
+	ProgressingReason = "Progressing"
+	// FailedReason means the last attempt failed; the message says why.
+	FailedReason = "Failed"
+	// PausedReason means a person paused the work.
+	PausedReason = "Paused"
+	// ClusterLockHeldReason means another disruptive operation holds the cluster lock.
+	ClusterLockHeldReason = "ClusterLockHeld"
+	// InvalidSpecReason means the spec cannot be acted on; the message says what to change.
+	InvalidSpecReason = "InvalidSpec"
+	// OverrideReason is the reason of the Warning Event left when a user's
+	// `override` verb lets a refused change through.
+	OverrideReason = "Override"
+)
+
+// SecretReference names a Secret in the namespace of the object that holds
+// the reference. Ichor references Secrets; it never embeds their data.
+type SecretReference struct {
+	// name is the name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// key is the key inside the Secret's data. Empty means the kind's default key.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// ClusterReference names a TalosCluster in the same namespace.
+type ClusterReference struct {
+	// name is the name of the TalosCluster.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}

@@ -1,0 +1,121 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// IchorInstallationName is the name of the one IchorInstallation.
+const IchorInstallationName = "ichor"
+
+// Deployment managers.
+const (
+	// ManagerIchor means `ichor upgrade ichor` (the installer Job) upgrades Ichor.
+	ManagerIchor = "ichor"
+	// ManagerHelm means Helm owns upgrades; `ichor upgrade ichor` refuses.
+	ManagerHelm = "helm"
+)
+
+// IchorInstallationSpec is Ichor's own version and runtime settings. Writing
+// spec.version needs `update` on `ichorinstallations/version`, writing
+// spec.settings needs `update` on `ichorinstallations/settings`.
+type IchorInstallationSpec struct {
+	// version is the Ichor release to run.
+	// +required
+	Version IchorVersionSpec `json:"version"`
+	// deployment is how Ichor is installed and upgraded.
+	// +optional
+	Deployment IchorDeploymentSpec `json:"deployment,omitempty"`
+	// settings are runtime settings, read live by the controller, the webhooks and ichor-ui.
+	// +optional
+	Settings IchorSettings `json:"settings,omitempty"`
+}
+
+// IchorVersionSpec is the Ichor release to run.
+type IchorVersionSpec struct {
+	// version is the Ichor release, for example v0.3.0.
+	// +required
+	// +kubebuilder:validation:Pattern=`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`
+	Version string `json:"version"`
+	// installerRepository is the repository of the installer image. Empty means the release's own.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	InstallerRepository string `json:"installerRepository,omitempty"`
+}
+
+// IchorDeploymentSpec is how Ichor is installed.
+type IchorDeploymentSpec struct {
+	// manager is ichor (the installer Job upgrades Ichor) or helm (Helm owns upgrades).
+	// +optional
+	// +kubebuilder:validation:Enum=ichor;helm
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.deployment.manager is immutable: reinstall to change how Ichor is managed"
+	Manager string `json:"manager,omitempty"`
+}
+
+// IchorSettings are Ichor's runtime settings; every field is optional.
+type IchorSettings struct {
+	// idTokenLifetime is the lifetime of the ID tokens ichor-ui issues. Empty means 5 minutes.
+	// +optional
+	IDTokenLifetime *metav1.Duration `json:"idTokenLifetime,omitempty"`
+	// refreshTokenLifetime is the lifetime of refresh tokens. Empty means 12 hours.
+	// +optional
+	RefreshTokenLifetime *metav1.Duration `json:"refreshTokenLifetime,omitempty"`
+	// defaultDriftPolicy is the drift policy of clusters that set none: Warn or AutoCorrect.
+	// +optional
+	// +kubebuilder:validation:Enum=Warn;AutoCorrect
+	DefaultDriftPolicy string `json:"defaultDriftPolicy,omitempty"`
+}
+
+// IchorInstallationStatus is the observed state of the installation.
+type IchorInstallationStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// installedVersion is the Ichor release that runs.
+	// +optional
+	InstalledVersion string `json:"installedVersion,omitempty"`
+	// operationName is the TalosOperation of type ichor upgrading Ichor, if any.
+	// +optional
+	OperationName string `json:"operationName,omitempty"`
+}
+
+// IchorInstallation is the singleton (named `ichor`) that holds Ichor's own
+// version and runtime settings.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=ii,categories=ichor
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version.version`
+// +kubebuilder:printcolumn:name="Installed",type=string,JSONPath=`.status.installedVersion`
+// +kubebuilder:printcolumn:name="Manager",type=string,JSONPath=`.spec.deployment.manager`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == 'ichor'",message="IchorInstallation is a singleton: its name must be ichor"
+type IchorInstallation struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired version and settings.
+	// +required
+	Spec IchorInstallationSpec `json:"spec"`
+	// status is the observed state.
+	// +optional
+	Status IchorInstallationStatus `json:"status,omitempty"`
+}
+
+// IchorInstallationList is a list of IchorInstallations.
+//
+// +kubebuilder:object:root=true
+type IchorInstallationList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the list's metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the installations.
+	Items []IchorInstallation `json:"items"`
+}

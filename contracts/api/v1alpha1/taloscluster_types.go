@@ -1,0 +1,493 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// TalosCluster condition types.
+const (
+	// CNIHandoverCondition is true once Cilium runs as Ichor's Helm release and
+	// the bootstrap inline manifest has been removed from the control planes.
+	CNIHandoverCondition = "CNIHandover"
+	// CNIUnsupportedCondition is true when the stored cluster names a CNI preset
+	// Ichor does not manage; the controller then changes nothing.
+	CNIUnsupportedCondition = "CNIUnsupported"
+	// CARotationAdvisedCondition is true after an adoption: the previous
+	// administrators' certificates stay valid until the CAs are rotated.
+	CARotationAdvisedCondition = "CARotationAdvised"
+	// NetworkPoliciesAppliedCondition says whether Ichor's CiliumNetworkPolicies isolate ichor-system.
+	NetworkPoliciesAppliedCondition = "NetworkPoliciesApplied"
+	// TopologyTransitioningCondition is true while the control-plane count is
+	// changing (an even number of members is allowed only then).
+	TopologyTransitioningCondition = "TopologyTransitioning"
+	// VersionsCompatibleCondition is false when the running Talos, Kubernetes
+	// and Cilium versions form a pair the compatibility table refuses.
+	VersionsCompatibleCondition = "VersionsCompatible"
+	// SecureBootCondition reports whether the nodes meet spec.security.secureBoot.
+	SecureBootCondition = "SecureBoot"
+	// KernelLockdownCondition reports whether the nodes meet spec.security.kernelLockdown.
+	KernelLockdownCondition = "KernelLockdown"
+)
+
+// TalosCluster condition reasons.
+const (
+	// CNIHandoverPendingReason means the Cilium Helm release has not yet adopted the bootstrap objects.
+	CNIHandoverPendingReason = "HandoverPending"
+	// CNIHandoverDoneReason means the hand-over finished.
+	CNIHandoverDoneReason = "HandoverDone"
+	// AdoptedReason means the cluster was adopted.
+	AdoptedReason = "Adopted"
+	// CiliumCRDMissingReason means Cilium's CRDs do not exist, so no policy was applied.
+	CiliumCRDMissingReason = "CiliumCRDMissing"
+	// UnsupportedPairReason means a version pair is refused by the compatibility table.
+	UnsupportedPairReason = "UnsupportedPair"
+)
+
+// CNI presets.
+const (
+	// CNIPresetCilium is the only managed CNI: Cilium as Ichor's own Helm release.
+	CNIPresetCilium = "cilium"
+	// CNIPresetUnmanaged keeps an adopted cluster's own CNI; only for adoption.
+	CNIPresetUnmanaged = "unmanaged"
+)
+
+// Kube-proxy modes.
+const (
+	// KubeProxyEnabled runs Talos's kube-proxy.
+	KubeProxyEnabled = "enabled"
+	// KubeProxyReplaced turns kube-proxy off and lets Cilium replace it.
+	KubeProxyReplaced = "replaced"
+)
+
+// TalosClusterSpec is the desired state of one Talos cluster.
+// +kubebuilder:validation:XValidation:rule="self.cni.preset != 'unmanaged' || !has(self.cni.cilium)",message="spec.cni.cilium is refused with the unmanaged preset: Ichor does not configure an unmanaged CNI"
+type TalosClusterSpec struct {
+	// talosVersion is the Talos release the machines run, for example v1.14.1.
+	// Changing it upgrades every machine (control planes first); a downgrade and
+	// a step the Talos upgrade path refuses are rejected.
+	// +required
+	// +kubebuilder:validation:Pattern=`^v\d+\.\d+\.\d+$`
+	TalosVersion string `json:"talosVersion"`
+
+	// versionContract is the Talos configuration contract the controller renders
+	// for, for example v1.14. It is pinned so that a machinery update cannot change
+	// what gets applied; it changes only through an operation a person starts.
+	// +required
+	// +kubebuilder:validation:Pattern=`^v\d+\.\d+$`
+	VersionContract string `json:"versionContract"`
+
+	// kubernetesVersion is the Kubernetes release, for example 1.37.2. It must be
+	// supported by talosVersion; an upgrade moves at most one minor.
+	// +required
+	// +kubebuilder:validation:Pattern=`^v?\d+\.\d+\.\d+$`
+	KubernetesVersion string `json:"kubernetesVersion"`
+
+	// schematic is the Image Factory schematic ID of the installer image. A change
+	// is an upgrade even when talosVersion does not move.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	Schematic string `json:"schematic,omitempty"`
+
+	// endpoint is where the Kubernetes API of the cluster is reached.
+	// +required
+	Endpoint ClusterEndpoint `json:"endpoint"`
+
+	// secretsBundleRef names the Secret that holds the secrets bundle (the Talos,
+	// Kubernetes and etcd CA keys). Setting or changing it needs `update` on
+	// `talosclusters/secret-references`.
+	// +required
+	SecretsBundleRef SecretReference `json:"secretsBundleRef"`
+
+	// controlPlane is the control-plane topology.
+	// +required
+	ControlPlane ControlPlaneTopology `json:"controlPlane"`
+
+	// cni is the cluster's CNI: Cilium, as Ichor's own Helm release.
+	// +required
+	CNI CNISpec `json:"cni"`
+
+	// network holds the pod and service subnets; each is fixed once set.
+	// +optional
+	Network ClusterNetwork `json:"network,omitempty"`
+
+	// drift is what the controller does when a node's configuration differs from the render.
+	// +optional
+	Drift DriftSpec `json:"drift,omitempty"`
+
+	// security holds hardening options, all off by default and rendered only when set.
+	// +optional
+	Security SecuritySpec `json:"security,omitempty"`
+
+	// discovery is where the controller looks for machines in maintenance mode.
+	// +optional
+	Discovery DiscoverySpec `json:"discovery,omitempty"`
+
+	// monitoring exposes the control-plane metrics Talos binds locally.
+	// +optional
+	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+
+	// registry holds registry mirrors, the installer image source and the Image Factory.
+	// +optional
+	Registry RegistrySpec `json:"registry,omitempty"`
+
+	// autoPatch lets a delegated ServiceAccount move talosVersion and
+	// kubernetesVersion to newer patches of the running minors. Off by default.
+	// +optional
+	AutoPatch AutoPatchSpec `json:"autoPatch,omitempty"`
+
+	// paused stops the controller from acting on the cluster; status is still reported.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// Endpoint types.
+const (
+	// EndpointTypeVIP is a Talos-managed shared virtual IP, recommended even for one node.
+	EndpointTypeVIP = "vip"
+	// EndpointTypeLoadBalancer is an external load balancer in front of the control planes.
+	EndpointTypeLoadBalancer = "loadBalancer"
+	// EndpointTypeNode is the address of one control plane: one API server.
+	EndpointTypeNode = "node"
+)
+
+// ClusterEndpoint is the control-plane endpoint. Changing it later means
+// re-issuing certificates.
+type ClusterEndpoint struct {
+	// type is how the endpoint is served: vip, loadBalancer or node.
+	// +required
+	// +kubebuilder:validation:Enum=vip;loadBalancer;node
+	Type string `json:"type"`
+	// host is the IP address or DNS name of the endpoint.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Host string `json:"host"`
+	// port is the Kubernetes API port. Empty means 6443.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+}
+
+// ControlPlaneTopology is the shape of the control plane.
+type ControlPlaneTopology struct {
+	// count is the number of control planes: 1, 3 or 5. Two is refused (etcd
+	// with two members needs both up), four has the fault tolerance of three.
+	// An even number of members exists only transiently during a change.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5
+	Count int32 `json:"count"`
+	// schedulable says whether workloads may run on the control planes. It is
+	// required and has no automatic value; false with zero workers is refused.
+	// +required
+	Schedulable *bool `json:"schedulable"`
+}
+
+// CNISpec selects and configures the CNI.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.tunnel) || (has(self.tunnel) && self.tunnel == oldSelf.tunnel)",message="spec.cni.tunnel is immutable once set: changing the tunnel protocol of a running data plane is not supported"
+// +kubebuilder:validation:XValidation:rule="self.preset != 'unmanaged' || !has(self.tunnel)",message="spec.cni.tunnel is refused with the unmanaged preset"
+// +kubebuilder:validation:XValidation:rule="self.preset == 'unmanaged' || !has(self.unmanaged)",message="spec.cni.unmanaged is only for the unmanaged preset"
+type CNISpec struct {
+	// preset is `cilium` (Ichor installs and owns Cilium) or `unmanaged` (only for
+	// an adopted cluster, which keeps its own CNI). It is immutable: moving
+	// between managed and unmanaged means a new cluster.
+	// +required
+	// +kubebuilder:validation:Enum=cilium;unmanaged
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.cni.preset is immutable: moving between managed and unmanaged means a new cluster"
+	Preset string `json:"preset"`
+	// tunnel is Cilium's tunnel protocol, vxlan or geneve; immutable once set.
+	// +optional
+	// +kubebuilder:validation:Enum=vxlan;geneve
+	Tunnel string `json:"tunnel,omitempty"`
+	// kubeProxy is `enabled` (Talos runs kube-proxy) or `replaced` (Cilium
+	// replaces it). Changing it needs the annotation
+	// ichor.maesh.dev/allow-kube-proxy-switch: "true" on the same write.
+	// +optional
+	// +kubebuilder:validation:Enum=enabled;replaced
+	KubeProxy string `json:"kubeProxy,omitempty"`
+	// cilium configures the Cilium release.
+	// +optional
+	Cilium *CiliumSpec `json:"cilium,omitempty"`
+	// unmanaged configures what the render says about an unmanaged CNI.
+	// +optional
+	Unmanaged *UnmanagedCNISpec `json:"unmanaged,omitempty"`
+}
+
+// CiliumSpec is the user's layer of Cilium's Helm values.
+type CiliumSpec struct {
+	// values is the user's layer of Helm values, between Ichor's defaults and the
+	// Ichor-owned keys (which it may not set). Changing it needs `update` on
+	// `talosclusters/cilium-values`.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	Values *runtime.RawExtension `json:"values,omitempty"`
+}
+
+// UnmanagedCNISpec configures an adopted cluster's own CNI.
+type UnmanagedCNISpec struct {
+	// talosCNI is `default` (the render says nothing about the CNI) or `none`
+	// (the render keeps cluster.network.cni.name: none).
+	// +optional
+	// +kubebuilder:validation:Enum=default;none
+	TalosCNI string `json:"talosCNI,omitempty"`
+}
+
+// ClusterNetwork holds the cluster's subnets.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.podSubnets) || (has(self.podSubnets) && self.podSubnets == oldSelf.podSubnets)",message="spec.network.podSubnets is fixed once set: it cannot change on a running cluster"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceSubnets) || (has(self.serviceSubnets) && self.serviceSubnets == oldSelf.serviceSubnets)",message="spec.network.serviceSubnets is fixed once set: it cannot change on a running cluster"
+type ClusterNetwork struct {
+	// podSubnets are the pod CIDRs (IPv4). Fixed once set.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.244.0.0/16"
+	PodSubnets []string `json:"podSubnets,omitempty"`
+	// serviceSubnets are the service CIDRs (IPv4). Fixed once set.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.96.0.0/12"
+	ServiceSubnets []string `json:"serviceSubnets,omitempty"`
+	// dnsDomain is the cluster's DNS domain. Empty means cluster.local.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	DNSDomain string `json:"dnsDomain,omitempty"`
+}
+
+// Drift policies.
+const (
+	// DriftPolicyWarn reports drift and changes nothing (the default).
+	DriftPolicyWarn = "Warn"
+	// DriftPolicyAutoCorrect re-applies differences that need no reboot.
+	DriftPolicyAutoCorrect = "AutoCorrect"
+)
+
+// DriftSpec is the cluster's drift policy.
+type DriftSpec struct {
+	// policy is Warn (report only) or AutoCorrect (re-apply non-reboot
+	// differences). Empty means the installation's default.
+	// +optional
+	// +kubebuilder:validation:Enum=Warn;AutoCorrect
+	Policy string `json:"policy,omitempty"`
+}
+
+// SecuritySpec holds hardening options for clusters Ichor creates.
+type SecuritySpec struct {
+	// secureBoot is Off, Preferred or Required. Required holds the first
+	// configuration of a node that does not boot with SecureBoot.
+	// +optional
+	// +kubebuilder:validation:Enum=Off;Preferred;Required
+	SecureBoot string `json:"secureBoot,omitempty"`
+	// kernelLockdown is the lockdown mode each node must report: none, integrity or confidentiality.
+	// +optional
+	// +kubebuilder:validation:Enum=none;integrity;confidentiality
+	KernelLockdown string `json:"kernelLockdown,omitempty"`
+	// kubeletServingCertificates makes kubelets request serving certificates,
+	// which the controller approves for each node's own names and addresses.
+	// +optional
+	KubeletServingCertificates bool `json:"kubeletServingCertificates,omitempty"`
+}
+
+// DiscoverySpec is where the controller finds machines in maintenance mode.
+type DiscoverySpec struct {
+	// subnets are CIDRs scanned for the Talos API port.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 192.168.10.0/24"
+	Subnets []string `json:"subnets,omitempty"`
+	// addresses are single machines registered by IP address.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=45
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self)",message="must be an IP address"
+	Addresses []string `json:"addresses,omitempty"`
+	// interval is how often the subnets are scanned. Empty means five minutes.
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+}
+
+// MonitoringSpec exposes control-plane metrics.
+type MonitoringSpec struct {
+	// exposeControlPlaneMetrics binds the controller-manager, scheduler and etcd
+	// metrics on the node address instead of localhost.
+	// +optional
+	ExposeControlPlaneMetrics bool `json:"exposeControlPlaneMetrics,omitempty"`
+	// scrapeCIDR restricts scraping to a CIDR with Talos's ingress firewall.
+	// +optional
+	// +kubebuilder:validation:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR"
+	ScrapeCIDR string `json:"scrapeCIDR,omitempty"`
+}
+
+// RegistrySpec holds registry settings pushed through the system layer.
+type RegistrySpec struct {
+	// mirrors are pull-through caches or private registries.
+	// +optional
+	// +listType=map
+	// +listMapKey=registry
+	// +kubebuilder:validation:MaxItems=32
+	Mirrors []RegistryMirror `json:"mirrors,omitempty"`
+	// installerImage overrides the repository of the Talos installer image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	InstallerImage string `json:"installerImage,omitempty"`
+	// imageFactoryURL is a self-hosted Image Factory. Empty means factory.talos.dev.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	ImageFactoryURL string `json:"imageFactoryURL,omitempty"`
+}
+
+// RegistryMirror is one registry mirror.
+type RegistryMirror struct {
+	// registry is the registry host being mirrored, for example docker.io.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Registry string `json:"registry"`
+	// endpoints are the mirror URLs, tried in order.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=512
+	Endpoints []string `json:"endpoints"`
+}
+
+// AutoPatchSpec configures automatic patch upgrades.
+type AutoPatchSpec struct {
+	// enabled turns automatic patch upgrades on; the writes are made as the
+	// ichor-auto-patch ServiceAccount and limited to newer patches of the running minor.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+}
+
+// TalosClusterStatus is the observed state of a Talos cluster. It holds state
+// and hashes, never rendered configuration.
+type TalosClusterStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Ready, CNIHandover, CNIUnsupported, CARotationAdvised,
+	// NetworkPoliciesApplied, TopologyTransitioning, VersionsCompatible, SecureBoot, KernelLockdown.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// talosVersion is the oldest Talos version a machine runs.
+	// +optional
+	TalosVersion string `json:"talosVersion,omitempty"`
+	// kubernetesVersion is the oldest Kubernetes version a control plane runs.
+	// +optional
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// controlPlanes counts the control-plane machines.
+	// +optional
+	ControlPlanes MachineCounts `json:"controlPlanes,omitempty"`
+	// workers counts the worker machines.
+	// +optional
+	Workers MachineCounts `json:"workers,omitempty"`
+	// pendingMachines is the number of discovered machines waiting for approval.
+	// +optional
+	PendingMachines int32 `json:"pendingMachines,omitempty"`
+	// cni is the observed CNI state.
+	// +optional
+	CNI CNIStatus `json:"cni,omitempty"`
+	// certificates are the expiry dates of the cluster's CAs and of Ichor's own client certificates.
+	// +optional
+	Certificates CertificatesStatus `json:"certificates,omitempty"`
+	// lockHolder is the identity that holds the cluster lock, if any.
+	// +optional
+	LockHolder string `json:"lockHolder,omitempty"`
+	// clusterID is the Talos cluster ID from the secrets bundle.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+}
+
+// MachineCounts counts machines of one role.
+type MachineCounts struct {
+	// approved is the number of approved machines.
+	// +optional
+	Approved int32 `json:"approved,omitempty"`
+	// ready is the number of machines whose Ready condition is true.
+	// +optional
+	Ready int32 `json:"ready,omitempty"`
+}
+
+// CNIStatus is the observed CNI.
+type CNIStatus struct {
+	// detected is the CNI that runs: cilium, flannel, calico, other or none.
+	// +optional
+	// +kubebuilder:validation:Enum=cilium;flannel;calico;other;none
+	Detected string `json:"detected,omitempty"`
+	// ciliumVersion is the version of the installed Cilium chart.
+	// +optional
+	CiliumVersion string `json:"ciliumVersion,omitempty"`
+	// valuesHash is the hash of the effective Cilium values last applied.
+	// +optional
+	ValuesHash string `json:"valuesHash,omitempty"`
+	// takenOverInlineManifest is the name of the foreign inline manifest entry taken over at adoption.
+	// +optional
+	TakenOverInlineManifest string `json:"takenOverInlineManifest,omitempty"`
+}
+
+// CertificatesStatus holds expiry dates.
+type CertificatesStatus struct {
+	// talosCAExpiry is when the Talos API CA expires.
+	// +optional
+	TalosCAExpiry *metav1.Time `json:"talosCAExpiry,omitempty"`
+	// kubernetesCAExpiry is when the Kubernetes CA expires.
+	// +optional
+	KubernetesCAExpiry *metav1.Time `json:"kubernetesCAExpiry,omitempty"`
+	// etcdCAExpiry is when the etcd CA expires.
+	// +optional
+	EtcdCAExpiry *metav1.Time `json:"etcdCAExpiry,omitempty"`
+	// clientCertificateExpiry is when Ichor's own Talos client certificate expires.
+	// +optional
+	ClientCertificateExpiry *metav1.Time `json:"clientCertificateExpiry,omitempty"`
+}
+
+// TalosCluster is one Talos cluster managed by Ichor: its versions, endpoint,
+// topology, CNI, drift policy and security options. The secrets bundle is
+// referenced, never embedded.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=tc,categories=ichor
+// +kubebuilder:printcolumn:name="Talos",type=string,JSONPath=`.spec.talosVersion`
+// +kubebuilder:printcolumn:name="Kubernetes",type=string,JSONPath=`.spec.kubernetesVersion`
+// +kubebuilder:printcolumn:name="Control planes",type=integer,JSONPath=`.spec.controlPlane.count`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint.host`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TalosCluster struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the cluster.
+	// +required
+	Spec TalosClusterSpec `json:"spec"`
+	// status is the observed state of the cluster.
+	// +optional
+	Status TalosClusterStatus `json:"status,omitempty"`
+}
+
+// TalosClusterList is a list of TalosClusters.
+//
+// +kubebuilder:object:root=true
+type TalosClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the list's metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the clusters.
+	Items []TalosCluster `json:"items"`
+}

@@ -1,0 +1,101 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TalosStorage condition types.
+const (
+	// ExtensionsPresentCondition reports whether the nodes' installer images carry
+	// the extensions the preset needs. Informational: it never gates Ready.
+	ExtensionsPresentCondition = "ExtensionsPresent"
+	// StorageConsistentCondition reports whether the storage system honours Ichor's disk registration.
+	StorageConsistentCondition = "StorageConsistent"
+)
+
+// TalosStorageSpec is a thin integration with a storage system.
+type TalosStorageSpec struct {
+	// clusterName is the TalosCluster, in the same namespace, the storage integration belongs to.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClusterName string `json:"clusterName"`
+	// preset is the disk preset: longhorn-v1, longhorn-v2, raw or filesystem.
+	// +required
+	// +kubebuilder:validation:Enum=longhorn-v1;longhorn-v2;raw;filesystem
+	Preset string `json:"preset"`
+	// nodeSelector selects the TalosMachines, by label, the storage runs on. Empty means every worker.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// diskRegistration is how disks are handed to the storage system: NodeLabels
+	// (its own node label and annotation mechanism) or None.
+	// +optional
+	// +kubebuilder:validation:Enum=NodeLabels;None
+	DiskRegistration string `json:"diskRegistration,omitempty"`
+	// evacuation is whether node operations evacuate replicas first.
+	// +optional
+	Evacuation *bool `json:"evacuation,omitempty"`
+	// evacuationTimeout is how long an evacuation may take before the operation
+	// pauses (it never proceeds to drain). Empty means 30 minutes.
+	// +optional
+	EvacuationTimeout *metav1.Duration `json:"evacuationTimeout,omitempty"`
+}
+
+// TalosStorageStatus is the observed state of a storage integration.
+type TalosStorageStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Ready, ExtensionsPresent, StorageConsistent.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// nodes is the number of machines selected.
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
+	// readyNodes is the number of selected machines prepared on the Talos side.
+	// +optional
+	ReadyNodes int32 `json:"readyNodes,omitempty"`
+	// missingExtensions are the extensions a selected node lacks.
+	// +optional
+	// +listType=atomic
+	MissingExtensions []string `json:"missingExtensions,omitempty"`
+}
+
+// TalosStorage prepares the Talos side for a storage system and coordinates
+// evacuation around node operations. The storage system's own configuration is the user's.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=ts,categories=ichor
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`
+// +kubebuilder:printcolumn:name="Preset",type=string,JSONPath=`.spec.preset`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TalosStorage struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state.
+	// +required
+	Spec TalosStorageSpec `json:"spec"`
+	// status is the observed state.
+	// +optional
+	Status TalosStorageStatus `json:"status,omitempty"`
+}
+
+// TalosStorageList is a list of TalosStorages.
+//
+// +kubebuilder:object:root=true
+type TalosStorageList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the list's metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the storage integrations.
+	Items []TalosStorage `json:"items"`
+}

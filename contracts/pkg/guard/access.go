@@ -1,0 +1,146 @@
+package guard
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+// InstallationRequirements returns the permissions a create (old nil) or update
+// of the IchorInstallation needs: the write rights over spec.version and
+// spec.settings are split between two virtual subresources.
+func InstallationRequirements(old, inst *ichorv1alpha1.IchorInstallation) []Requirement {
+	var out []Requirement
+	if old == nil || old.Spec.Version != inst.Spec.Version {
+		out = append(out, Requirement{
+			Permission: Permission{Verb: VerbUpdate, Resource: ResourceIchorInstallations, Subresource: SubresourceVersion, Name: inst.Name},
+			Field:      "spec.version",
+			Action:     "changing Ichor's version",
+		})
+	}
+	if (old == nil && !reflect.DeepEqual(inst.Spec.Settings, ichorv1alpha1.IchorSettings{})) ||
+		(old != nil && !reflect.DeepEqual(old.Spec.Settings, inst.Spec.Settings)) {
+		out = append(out, Requirement{
+			Permission: Permission{Verb: VerbUpdate, Resource: ResourceIchorInstallations, Subresource: SubresourceSettings, Name: inst.Name},
+			Field:      "spec.settings",
+			Action:     "changing Ichor's settings",
+		})
+	}
+	return out
+}
+
+// BackupRequirements returns the permissions a create (old nil) or update of a
+// TalosEtcdBackup needs: the fields that name Secrets.
+func BackupRequirements(old, b *ichorv1alpha1.TalosEtcdBackup) []Requirement {
+	perm := Permission{Verb: VerbUpdate, Resource: ResourceTalosEtcdBackups, Subresource: SubresourceSecretReferences, Namespace: b.Namespace, Name: b.Name}
+	var out []Requirement
+	if old == nil || old.Spec.S3.CredentialsRef != b.Spec.S3.CredentialsRef {
+		out = append(out, Requirement{Permission: perm, Field: "spec.s3.credentialsRef", Action: actionSecretRef})
+	}
+	if old == nil || old.Spec.EncryptionKeyRef != b.Spec.EncryptionKeyRef {
+		out = append(out, Requirement{Permission: perm, Field: "spec.encryptionKeyRef", Action: actionSecretRef})
+	}
+	return out
+}
+
+// MaxReclaimTTL is the longest a foreign credential may live.
+const MaxReclaimTTL = 60 * time.Minute
+
+// ValidateReclaim checks a MachineReclaim.
+func ValidateReclaim(r *ichorv1alpha1.MachineReclaim) []Refusal {
+	if r.Spec.TTL != nil && (r.Spec.TTL.Duration <= 0 || r.Spec.TTL.Duration > MaxReclaimTTL) {
+		return []Refusal{{
+			Field:  "spec.ttl",
+			Rule:   fmt.Sprintf("the foreign credential lives at most %s, not %s", MaxReclaimTTL, r.Spec.TTL.Duration),
+			WayOut: "set spec.ttl between 1m and 60m, or leave it empty for 15m",
+		}}
+	}
+	return nil
+}
+
+// CheckReclaimCredential refuses a reclaim whose credentialsRef does not name a
+// Secret of type ichor.maesh.dev/foreign-talosconfig: the controller reads the
+// Secret with its own rights, so the type keeps a reclaim from pointing it at
+// any other Secret. secretType is nil when the Secret does not exist.
+func CheckReclaimCredential(r *ichorv1alpha1.MachineReclaim, secretType *string) []Refusal {
+	switch {
+	case secretType == nil:
+		return []Refusal{{
+			Field:  "spec.credentialsRef",
+			Rule:   fmt.Sprintf("Secret %q does not exist in namespace %q", r.Spec.CredentialsRef.Name, r.Namespace),
+			WayOut: "create the Secret of type " + ichorv1alpha1.ForeignTalosconfigSecretType + " holding the talosconfig first",
+		}}
+	case *secretType != ichorv1alpha1.ForeignTalosconfigSecretType:
+		return []Refusal{{
+			Field:  "spec.credentialsRef",
+			Rule:   fmt.Sprintf("Secret %q is of type %q; a reclaim reads only Secrets of type %s", r.Spec.CredentialsRef.Name, *secretType, ichorv1alpha1.ForeignTalosconfigSecretType),
+			WayOut: "put the foreign talosconfig in a Secret of type " + ichorv1alpha1.ForeignTalosconfigSecretType,
+		}}
+	}
+	return nil
+}
+
+// ReclaimRequirements returns the `reclaim` requirement on create (old nil) and
+// on every write of the typed UUID.
+func ReclaimRequirements(old, r *ichorv1alpha1.MachineReclaim) []Requirement {
+	perm := Permission{Verb: VerbReclaim, Resource: ResourceMachineReclaims, Namespace: r.Namespace, Name: r.Name}
+	if old == nil {
+		return []Requirement{{Permission: perm, Field: "spec", Action: "resetting a machine of another cluster"}}
+	}
+	if old.Spec.ConfirmUUID != r.Spec.ConfirmUUID {
+		return []Requirement{{Permission: perm, Field: "spec.confirmUUID", Action: "confirming the reset of a machine of another cluster"}}
+	}
+	return nil
+}
+
+// CredentialSubresource maps a credential purpose to the talosclusters
+// subresource that gates it; reader is gated by `get` on the cluster instead.
+var CredentialSubresource = map[string]string{
+	ichorv1alpha1.PurposeTalosconfigReader:   SubresourceTalosconfigReader,
+	ichorv1alpha1.PurposeSupportBundle:       SubresourceSupportBundle,
+	ichorv1alpha1.PurposeEtcdSnapshot:        SubresourceEtcdSnapshot,
+	ichorv1alpha1.PurposePacketCapture:       SubresourcePacketCapture,
+	ichorv1alpha1.PurposeRotationCredentials: SubresourceCredentials,
+}
+
+// CredentialRequestRequirements returns the permission the requester of a
+// TalosCredentialRequest must hold.
+func CredentialRequestRequirements(r *ichorv1alpha1.TalosCredentialRequest) []Requirement {
+	if sub, ok := CredentialSubresource[r.Spec.Purpose]; ok {
+		return []Requirement{{
+			Permission: Permission{Verb: VerbDownload, Resource: ResourceTalosClusters, Subresource: sub, Namespace: r.Namespace, Name: r.Spec.ClusterName},
+			Field:      "spec.purpose",
+			Action:     fmt.Sprintf("a %s credential", r.Spec.Purpose),
+		}}
+	}
+	return []Requirement{{
+		Permission: Permission{Verb: VerbGet, Resource: ResourceTalosClusters, Namespace: r.Namespace, Name: r.Spec.ClusterName},
+		Field:      "spec.purpose",
+		Action:     "a reader credential",
+	}}
+}
+
+// MaxCredentialDuration is the longest certificate each purpose may ask for.
+var MaxCredentialDuration = map[string]time.Duration{
+	ichorv1alpha1.PurposeReader:              10 * time.Minute,
+	ichorv1alpha1.PurposeSupportBundle:       10 * time.Minute,
+	ichorv1alpha1.PurposeEtcdSnapshot:        10 * time.Minute,
+	ichorv1alpha1.PurposePacketCapture:       10 * time.Minute,
+	ichorv1alpha1.PurposeTalosconfigReader:   12 * time.Hour,
+	ichorv1alpha1.PurposeRotationCredentials: 365 * 24 * time.Hour,
+}
+
+// ValidateCredentialRequest checks the requested duration against the purpose's maximum.
+func ValidateCredentialRequest(r *ichorv1alpha1.TalosCredentialRequest) []Refusal {
+	limit, ok := MaxCredentialDuration[r.Spec.Purpose]
+	if !ok || r.Spec.Duration == nil || (r.Spec.Duration.Duration > 0 && r.Spec.Duration.Duration <= limit) {
+		return nil
+	}
+	return []Refusal{{
+		Field:  "spec.duration",
+		Rule:   fmt.Sprintf("a %s credential lasts at most %s, not %s", r.Spec.Purpose, limit, r.Spec.Duration.Duration),
+		WayOut: fmt.Sprintf("ask for %s or less, or leave spec.duration empty for the default", limit),
+	}}
+}

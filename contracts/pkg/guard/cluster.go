@@ -1,0 +1,313 @@
+package guard
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/release"
+)
+
+// ValidControlPlaneCounts are the control-plane counts a cluster may declare.
+var ValidControlPlaneCounts = []int32{1, 3, 5}
+
+// ClusterFacts is what a cluster check needs to know beyond the object itself.
+type ClusterFacts struct {
+	// ApprovedWorkers is the number of approved worker TalosMachines of the cluster.
+	ApprovedWorkers int
+}
+
+// CheckControlPlaneCount refuses a control-plane count other than 1, 3 or 5.
+func CheckControlPlaneCount(count int32) *Refusal {
+	if slices.Contains(ValidControlPlaneCounts, count) {
+		return nil
+	}
+	return &Refusal{
+		Field: "spec.controlPlane.count",
+		Rule: fmt.Sprintf("the control-plane count must be 1, 3 or 5, not %d: two etcd members need both up, "+
+			"four tolerate no more failures than three (an even count exists only transiently while machines are replaced)", count),
+		WayOut: "set spec.controlPlane.count to 1, 3 or 5",
+	}
+}
+
+// CheckSchedulable refuses unschedulable control planes on a cluster with no worker.
+func CheckSchedulable(schedulable *bool, approvedWorkers int) *Refusal {
+	if schedulable == nil || *schedulable || approvedWorkers > 0 {
+		return nil
+	}
+	return &Refusal{
+		Field:  "spec.controlPlane.schedulable",
+		Rule:   "control planes cannot be made unschedulable while the cluster has no approved worker: nothing could run workloads",
+		WayOut: "approve a worker first, or keep spec.controlPlane.schedulable: true",
+	}
+}
+
+// ValidateCluster checks a TalosCluster being created (old nil) or updated.
+func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []Refusal {
+	var out []Refusal
+	add := func(r *Refusal) {
+		if r != nil {
+			out = append(out, *r)
+		}
+	}
+	add(CheckControlPlaneCount(c.Spec.ControlPlane.Count))
+	if old == nil || boolValue(old.Spec.ControlPlane.Schedulable) != boolValue(c.Spec.ControlPlane.Schedulable) {
+		add(CheckSchedulable(c.Spec.ControlPlane.Schedulable, facts.ApprovedWorkers))
+	}
+	out = append(out, checkCNI(old, c)...)
+	out = append(out, checkVersions(old, c)...)
+	if c.Spec.CNI.Cilium != nil {
+		out = append(out, CheckCiliumValues(c.Spec.CNI.Cilium.Values)...)
+	}
+	return out
+}
+
+func boolValue(b *bool) bool { return b != nil && *b }
+
+func checkCNI(old, c *ichorv1alpha1.TalosCluster) []Refusal {
+	var out []Refusal
+	cni := c.Spec.CNI
+	if cni.Preset != ichorv1alpha1.CNIPresetCilium && cni.Preset != ichorv1alpha1.CNIPresetUnmanaged {
+		out = append(out, Refusal{
+			Field:  fieldCNIPreset,
+			Rule:   fmt.Sprintf("Cilium is the only CNI Ichor manages; preset %q is not supported", cni.Preset),
+			WayOut: "set spec.cni.preset: cilium",
+		})
+	}
+	if old == nil {
+		if cni.Preset == ichorv1alpha1.CNIPresetUnmanaged && c.Annotations[ichorv1alpha1.AdoptedAnnotation] == "" {
+			out = append(out, Refusal{
+				Field:  fieldCNIPreset,
+				Rule:   "the unmanaged preset exists only for adopted clusters",
+				WayOut: "use spec.cni.preset: cilium, or adopt the cluster with `ichor adopt --cni-unmanaged` (which sets the annotation " + ichorv1alpha1.AdoptedAnnotation + ")",
+			})
+		}
+		return out
+	}
+	ocni := old.Spec.CNI
+	if ocni.Preset != cni.Preset {
+		out = append(out, Refusal{
+			Field:  fieldCNIPreset,
+			Rule:   fmt.Sprintf("the CNI preset is immutable (%q to %q)", ocni.Preset, cni.Preset),
+			WayOut: "moving between managed and unmanaged means a new cluster; keep spec.cni.preset: " + ocni.Preset,
+		})
+	}
+	if ocni.Tunnel != "" && ocni.Tunnel != cni.Tunnel {
+		out = append(out, Refusal{
+			Field:  "spec.cni.tunnel",
+			Rule:   fmt.Sprintf("the tunnel protocol is immutable once set (%q to %q)", ocni.Tunnel, cni.Tunnel),
+			WayOut: "keep spec.cni.tunnel: " + ocni.Tunnel,
+		})
+	}
+	if ocni.KubeProxy != cni.KubeProxy && c.Annotations[ichorv1alpha1.KubeProxySwitchAnnotation] != "true" {
+		out = append(out, Refusal{
+			Field:  "spec.cni.kubeProxy",
+			Rule:   fmt.Sprintf("switching kube-proxy (%q to %q) changes two owners in a fixed order", ocni.KubeProxy, cni.KubeProxy),
+			WayOut: "use `ichor cni kube-proxy`, or set the annotation " + ichorv1alpha1.KubeProxySwitchAnnotation + `: "true" on the same write`,
+		})
+	}
+	if len(old.Spec.Network.PodSubnets) > 0 && !slices.Equal(old.Spec.Network.PodSubnets, c.Spec.Network.PodSubnets) {
+		out = append(out, Refusal{
+			Field:  "spec.network.podSubnets",
+			Rule:   "the pod subnets are fixed once set",
+			WayOut: "keep " + strings.Join(old.Spec.Network.PodSubnets, ",") + "; a new subnet means a new cluster",
+		})
+	}
+	if len(old.Spec.Network.ServiceSubnets) > 0 && !slices.Equal(old.Spec.Network.ServiceSubnets, c.Spec.Network.ServiceSubnets) {
+		out = append(out, Refusal{
+			Field:  "spec.network.serviceSubnets",
+			Rule:   "the service subnets are fixed once set",
+			WayOut: "keep " + strings.Join(old.Spec.Network.ServiceSubnets, ",") + "; a new subnet means a new cluster",
+		})
+	}
+	return out
+}
+
+func checkVersions(old, c *ichorv1alpha1.TalosCluster) []Refusal {
+	var out []Refusal
+	talos, kube := c.Spec.TalosVersion, c.Spec.KubernetesVersion
+	talosChanged := old == nil || old.Spec.TalosVersion != talos
+	kubeChanged := old == nil || old.Spec.KubernetesVersion != kube
+	if old != nil && talosChanged {
+		if err := release.TalosPath(old.Spec.TalosVersion, talos); err != nil {
+			out = append(out, Refusal{
+				Field:  "spec.talosVersion",
+				Rule:   err.Error(),
+				WayOut: "choose a newer Talos version on a supported upgrade path (`ichor upgrade talos --list`); a downgrade is never admitted",
+			})
+		}
+	}
+	if old != nil && kubeChanged {
+		if err := release.KubernetesSkew(old.Spec.KubernetesVersion, kube); err != nil {
+			out = append(out, Refusal{
+				Field:  "spec.kubernetesVersion",
+				Rule:   err.Error(),
+				WayOut: "choose a newer Kubernetes version at most one minor up (`ichor upgrade kubernetes --list`); a downgrade is never admitted",
+			})
+		}
+	}
+	if talosChanged || kubeChanged {
+		if err := release.CheckPair(talos, kube); err != nil {
+			r := Refusal{
+				Field:  "spec.kubernetesVersion",
+				Rule:   err.Error(),
+				WayOut: "choose a pair the compatibility table supports",
+			}
+			if errors.Is(err, release.ErrIncompatiblePair) {
+				r.Overridable = true
+				r.WayOut += ", or hold the `override` verb on the cluster (the override is recorded)"
+			}
+			out = append(out, r)
+		}
+	}
+	if old == nil || old.Spec.VersionContract != c.Spec.VersionContract || talosChanged {
+		if err := release.CheckContract(c.Spec.VersionContract, talos); err != nil {
+			out = append(out, Refusal{
+				Field:  "spec.versionContract",
+				Rule:   err.Error(),
+				WayOut: "set a contract no newer than spec.talosVersion's minor (for Talos " + talos + ", at most its vMAJOR.MINOR)",
+			})
+		}
+	}
+	return out
+}
+
+// ClusterRequirements returns the permissions a create (old nil) or update of
+// a TalosCluster needs beyond `create`/`update` on talosclusters.
+func ClusterRequirements(old, c *ichorv1alpha1.TalosCluster) []Requirement {
+	var out []Requirement
+	if old == nil || old.Spec.SecretsBundleRef != c.Spec.SecretsBundleRef {
+		out = append(out, Requirement{
+			Permission: Permission{Verb: VerbUpdate, Resource: ResourceTalosClusters, Subresource: SubresourceSecretReferences, Namespace: c.Namespace, Name: c.Name},
+			Field:      "spec.secretsBundleRef",
+			Action:     actionSecretRef,
+		})
+	}
+	if !reflect.DeepEqual(ciliumValues(old), ciliumValues(c)) {
+		out = append(out, Requirement{
+			Permission: Permission{Verb: VerbUpdate, Resource: ResourceTalosClusters, Subresource: SubresourceCiliumValues, Namespace: c.Namespace, Name: c.Name},
+			Field:      fieldCiliumValues,
+			Action:     "changing Cilium's values (the chart can run privileged pods on every node)",
+		})
+	}
+	return out
+}
+
+func ciliumValues(c *ichorv1alpha1.TalosCluster) map[string]any {
+	if c == nil || c.Spec.CNI.Cilium == nil || c.Spec.CNI.Cilium.Values == nil || len(c.Spec.CNI.Cilium.Values.Raw) == 0 {
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(c.Spec.CNI.Cilium.Values.Raw, &m); err != nil {
+		return map[string]any{"<unparseable>": string(c.Spec.CNI.Cilium.Values.Raw)}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// IchorOwnedCiliumKeys are the Cilium values Ichor sets itself; the user's layer may not set them.
+var IchorOwnedCiliumKeys = []string{
+	"kubeProxyReplacement",
+	"tunnelProtocol",
+	"routingMode",
+	"k8sServiceHost",
+	"k8sServicePort",
+	"ipam.mode",
+	"cgroup.autoMount.enabled",
+	"cgroup.hostRoot",
+	"securityContext.capabilities.ciliumAgent",
+	"securityContext.capabilities.cleanCiliumState",
+}
+
+// CheckCiliumValues refuses a user layer of Cilium values that sets an
+// Ichor-owned key (including any *.secretsNamespace.name, pinned to cilium-secrets).
+func CheckCiliumValues(values *runtime.RawExtension) []Refusal {
+	if values == nil || len(values.Raw) == 0 {
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(values.Raw, &m); err != nil {
+		return []Refusal{{
+			Field:  fieldCiliumValues,
+			Rule:   "the values are not a JSON/YAML object: " + err.Error(),
+			WayOut: "write the values as a map of Helm values",
+		}}
+	}
+	var owned []string
+	walkLeaves("", m, func(path string) {
+		if slices.Contains(IchorOwnedCiliumKeys, path) || strings.HasSuffix(path, "secretsNamespace.name") {
+			owned = append(owned, path)
+		}
+	})
+	// Keys that are maps in the owned list (e.g. a whole "cgroup" map) are caught through their leaves.
+	if len(owned) == 0 {
+		return nil
+	}
+	slices.Sort(owned)
+	return []Refusal{{
+		Field:  fieldCiliumValues,
+		Rule:   "the user layer may not set Ichor-owned keys: " + joinQuoted(owned),
+		WayOut: "remove these keys; Ichor sets them (use spec.cni.kubeProxy and spec.cni.tunnel for the choices it offers)",
+	}}
+}
+
+func walkLeaves(prefix string, m map[string]any, fn func(string)) {
+	for k, v := range m {
+		p := k
+		if prefix != "" {
+			p = prefix + "." + k
+		}
+		if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+			walkLeaves(p, sub, fn)
+			continue
+		}
+		fn(p)
+	}
+}
+
+// ValidateClusterDelete refuses deleting a TalosCluster without the allow-delete annotation.
+func ValidateClusterDelete(c *ichorv1alpha1.TalosCluster) []Refusal {
+	if r := checkAllowDelete("TalosCluster", c.Annotations); r != nil {
+		return []Refusal{*r}
+	}
+	return nil
+}
+
+func checkAllowDelete(kind string, annotations map[string]string) *Refusal {
+	if annotations[ichorv1alpha1.AllowDeleteAnnotation] == "true" {
+		return nil
+	}
+	return &Refusal{
+		Field:  "metadata.annotations[" + ichorv1alpha1.AllowDeleteAnnotation + "]",
+		Rule:   "a " + kind + " is protected against deletion, so that a prune by other tooling cannot cascade into node resets",
+		WayOut: "set the annotation " + ichorv1alpha1.AllowDeleteAnnotation + `: "true" first, then delete`,
+	}
+}
+
+// FinalizerRequirements returns the override requirement for removing an
+// Ichor finalizer (one with the ichor.maesh.dev/ prefix) from an object of the
+// cluster clusterName in namespace.
+func FinalizerRequirements(namespace, clusterName string, old, updated []string) []Requirement {
+	var removed []string
+	for _, f := range old {
+		if strings.HasPrefix(f, ichorv1alpha1.FinalizerPrefix) && !slices.Contains(updated, f) {
+			removed = append(removed, f)
+		}
+	}
+	if len(removed) == 0 {
+		return nil
+	}
+	return []Requirement{{
+		Permission: OverrideOn(namespace, clusterName),
+		Field:      "metadata.finalizers",
+		Action:     "removing the Ichor finalizer " + joinQuoted(removed) + " (it orphans whatever the removal sequence left half-done)",
+	}}
+}

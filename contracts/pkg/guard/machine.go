@@ -1,0 +1,185 @@
+package guard
+
+import (
+	"fmt"
+	"reflect"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+// MachineFacts is what a machine check needs to know beyond the object itself.
+type MachineFacts struct {
+	// Cluster is the machine's TalosCluster; nil when it does not exist.
+	Cluster *ichorv1alpha1.TalosCluster
+	// OtherApprovedControlPlanes is the number of approved control planes of the
+	// cluster, this machine excluded.
+	OtherApprovedControlPlanes int
+	// OtherApprovedWorkers is the number of approved workers of the cluster, this machine excluded.
+	OtherApprovedWorkers int
+}
+
+// IsApprovedControlPlane reports whether m is an approved control plane.
+func IsApprovedControlPlane(m *ichorv1alpha1.TalosMachine) bool {
+	return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved && m.Spec.Role == ichorv1alpha1.RoleControlPlane
+}
+
+// IsApprovedWorker reports whether m is an approved worker.
+func IsApprovedWorker(m *ichorv1alpha1.TalosMachine) bool {
+	return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved && m.Spec.Role == ichorv1alpha1.RoleWorker
+}
+
+// CheckControlPlaneApproval refuses an approval that would leave more approved
+// control planes than the cluster's count plus one (the one being replaced).
+func CheckControlPlaneApproval(count int32, otherApproved int) *Refusal {
+	limit := int(count) + 1
+	if otherApproved+1 <= limit {
+		return nil
+	}
+	return &Refusal{
+		Field: "spec.approval.state",
+		Rule: fmt.Sprintf("approving this control plane would make %d approved control planes; the cluster declares %d "+
+			"(at most %d while one is being replaced)", otherApproved+1, count, limit),
+		WayOut: "approve it as a worker, remove a control plane first, or raise spec.controlPlane.count on the TalosCluster (1, 3 or 5)",
+	}
+}
+
+// ValidateMachine checks a TalosMachine being created (old nil) or updated.
+func ValidateMachine(old, m *ichorv1alpha1.TalosMachine, facts MachineFacts) []Refusal {
+	var out []Refusal
+	becomesApproved := m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved &&
+		(old == nil || old.Spec.Approval.State != ichorv1alpha1.ApprovalApproved || old.Spec.Role != m.Spec.Role)
+	if becomesApproved {
+		if facts.Cluster == nil {
+			out = append(out, Refusal{
+				Field:  "spec.clusterName",
+				Rule:   fmt.Sprintf("TalosCluster %q does not exist in namespace %q, so the machine cannot be approved", m.Spec.ClusterName, m.Namespace),
+				WayOut: "create the TalosCluster first, or correct spec.clusterName",
+			})
+		} else if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+			if r := CheckControlPlaneApproval(facts.Cluster.Spec.ControlPlane.Count, facts.OtherApprovedControlPlanes); r != nil {
+				out = append(out, *r)
+			}
+		}
+	}
+	if old != nil && old.Status.Installed {
+		out = append(out, checkInstalledDisks(old, m)...)
+	}
+	return out
+}
+
+// ReinstallDiskRoles are the disk roles whose change needs a reset and reinstall.
+var ReinstallDiskRoles = []string{ichorv1alpha1.DiskRoleSystem, ichorv1alpha1.DiskRoleEphemeral}
+
+func checkInstalledDisks(old, m *ichorv1alpha1.TalosMachine) []Refusal {
+	var out []Refusal
+	if !reflect.DeepEqual(old.Spec.Install, m.Spec.Install) {
+		out = append(out, Refusal{
+			Field:  "spec.install",
+			Rule:   "the install disk is fixed once the machine is installed: Talos ignores volume changes after provisioning",
+			WayOut: "remove the machine (annotation " + ichorv1alpha1.AllowDeleteAnnotation + `: "true", then delete), and approve it again with the new disk`,
+		})
+	}
+	if !reflect.DeepEqual(reinstallRoles(old.Spec.Disks), reinstallRoles(m.Spec.Disks)) {
+		out = append(out, Refusal{
+			Field:  "spec.disks",
+			Rule:   "disks with the role system or ephemeral are fixed once the machine is installed: changing them is a reset and reinstall",
+			WayOut: "remove the machine and approve it again with the new roles; adding a storage or userVolume role to an unused disk needs no reinstall",
+		})
+	}
+	return out
+}
+
+// reinstallRoles returns the disk entries whose role needs a reinstall, keyed by role and disk.
+func reinstallRoles(disks []ichorv1alpha1.DiskRole) []ichorv1alpha1.DiskRole {
+	var out []ichorv1alpha1.DiskRole
+	for _, d := range disks {
+		if d.Role == ichorv1alpha1.DiskRoleSystem || d.Role == ichorv1alpha1.DiskRoleEphemeral {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// MachineRequirements returns the permissions a create (old nil) or update of
+// a TalosMachine needs beyond `create`/`update` on talosmachines.
+func MachineRequirements(old, m *ichorv1alpha1.TalosMachine) []Requirement {
+	if old == nil && m.Spec.Approval.State == ichorv1alpha1.ApprovalPending {
+		return nil
+	}
+	if old != nil && reflect.DeepEqual(old.Spec.Approval, m.Spec.Approval) {
+		return nil
+	}
+	return []Requirement{{
+		Permission: Permission{Verb: VerbApprove, Resource: ResourceTalosMachines, Subresource: SubresourceApproval, Namespace: m.Namespace, Name: m.Name},
+		Field:      "spec.approval",
+		Action:     "approving or rejecting a machine",
+	}}
+}
+
+// CheckApprovalRecord makes the approval record who decided: when a create or
+// an update decides a machine (approved or rejected), spec.approval.decidedBy
+// must be the requesting user and decidedAt must be set.
+func CheckApprovalRecord(old, m *ichorv1alpha1.TalosMachine, username string) *Refusal {
+	a := m.Spec.Approval
+	if a.State == ichorv1alpha1.ApprovalPending {
+		return nil
+	}
+	if old != nil && reflect.DeepEqual(old.Spec.Approval, a) {
+		return nil
+	}
+	if a.DecidedBy == username && a.DecidedAt != nil {
+		return nil
+	}
+	return &Refusal{
+		Field: "spec.approval.decidedBy",
+		Rule: fmt.Sprintf("an approval records who decided and when: decidedBy is %q and decidedAt is %s, but the request comes from %q",
+			a.DecidedBy, timeOrUnset(a.DecidedAt), username),
+		WayOut: fmt.Sprintf("set spec.approval.decidedBy: %q and spec.approval.decidedAt to now (`ichor machine approve` and the UI do)", username),
+	}
+}
+
+func timeOrUnset(t *metav1.Time) string {
+	if t == nil {
+		return "unset"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05Z")
+}
+
+// ValidateMachineDelete checks the deletion of a TalosMachine: the allow-delete
+// annotation, never the last control plane (the annotation does not change
+// that), never below the declared count, and the last-worker guard.
+func ValidateMachineDelete(m *ichorv1alpha1.TalosMachine, facts MachineFacts) []Refusal {
+	var out []Refusal
+	if r := checkAllowDelete("TalosMachine", m.Annotations); r != nil {
+		out = append(out, *r)
+	}
+	cluster := facts.Cluster
+	teardown := cluster == nil || cluster.DeletionTimestamp != nil
+	switch {
+	case teardown:
+		// The whole cluster goes; its machines go with it.
+	case IsApprovedControlPlane(m) && facts.OtherApprovedControlPlanes == 0:
+		out = append(out, Refusal{
+			Field:  fieldRole,
+			Rule:   fmt.Sprintf("%s is the last control plane of cluster %q; removing it destroys etcd and the cluster, and the allow-delete annotation does not change that", m.Name, cluster.Name),
+			WayOut: "to tear the whole cluster down, delete the TalosCluster (with its allow-delete annotation); to replace this machine, approve a new control plane first",
+		})
+	case IsApprovedControlPlane(m) && facts.OtherApprovedControlPlanes < int(cluster.Spec.ControlPlane.Count):
+		out = append(out, Refusal{
+			Field: fieldRole,
+			Rule: fmt.Sprintf("removing %s would leave %d control planes, fewer than the %d cluster %q declares (etcd quorum)",
+				m.Name, facts.OtherApprovedControlPlanes, cluster.Spec.ControlPlane.Count, cluster.Name),
+			WayOut: "approve a replacement first (add, then remove), or lower spec.controlPlane.count on the TalosCluster",
+		})
+	case IsApprovedWorker(m) && facts.OtherApprovedWorkers == 0 && !boolValue(cluster.Spec.ControlPlane.Schedulable):
+		out = append(out, Refusal{
+			Field:       fieldRole,
+			Rule:        fmt.Sprintf("%s is the last worker and the control planes of cluster %q are unschedulable: nothing could run workloads", m.Name, cluster.Name),
+			WayOut:      "set spec.controlPlane.schedulable: true on the TalosCluster first, or hold the `override` verb on the cluster",
+			Overridable: true,
+		})
+	}
+	return out
+}

@@ -1,0 +1,127 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+)
+
+// +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-talosoperation,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=talosoperations,verbs=create,versions=v1alpha1,name=vtalosoperation.ichor.maesh.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-talosetcdbackup,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=talosetcdbackups,verbs=create;update,versions=v1alpha1,name=vtalosetcdbackup.ichor.maesh.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-ichorinstallation,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=ichorinstallations,verbs=create;update,versions=v1alpha1,name=vichorinstallation.ichor.maesh.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-machinereclaim,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=machinereclaims,verbs=create;update,versions=v1alpha1,name=vmachinereclaim.ichor.maesh.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-taloscredentialrequest,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=taloscredentialrequests,verbs=create,versions=v1alpha1,name=vtaloscredentialrequest.ichor.maesh.dev,admissionReviewVersions=v1
+
+// operationValidator checks new TalosOperations: targets and the verbs of the
+// destructive operations. The spec is immutable (CEL), so only create is checked.
+type operationValidator struct{ *checker }
+
+func (v *operationValidator) ValidateCreate(ctx context.Context, op *ichorv1alpha1.TalosOperation) (admission.Warnings, error) {
+	c, err := v.getCluster(ctx, op.Namespace, op.Spec.ClusterName)
+	if err != nil {
+		return nil, err
+	}
+	s := subject{kind: "TalosOperation", resource: guard.ResourceTalosOperations, namespace: op.Namespace, name: op.Name, cluster: op.Spec.ClusterName}
+	return v.decide(ctx, s, guard.ValidateOperation(op, guard.OperationFacts{Cluster: c}), guard.OperationRequirements(op))
+}
+
+func (v *operationValidator) ValidateUpdate(context.Context, *ichorv1alpha1.TalosOperation, *ichorv1alpha1.TalosOperation) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (v *operationValidator) ValidateDelete(context.Context, *ichorv1alpha1.TalosOperation) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// backupValidator checks the Secret-naming fields of TalosEtcdBackups.
+type backupValidator struct{ *checker }
+
+func (v *backupValidator) subject(b *ichorv1alpha1.TalosEtcdBackup) subject {
+	return subject{kind: "TalosEtcdBackup", resource: guard.ResourceTalosEtcdBackups, namespace: b.Namespace, name: b.Name, cluster: b.Spec.ClusterName}
+}
+
+func (v *backupValidator) ValidateCreate(ctx context.Context, b *ichorv1alpha1.TalosEtcdBackup) (admission.Warnings, error) {
+	return v.decide(ctx, v.subject(b), nil, guard.BackupRequirements(nil, b))
+}
+
+func (v *backupValidator) ValidateUpdate(ctx context.Context, old, b *ichorv1alpha1.TalosEtcdBackup) (admission.Warnings, error) {
+	return v.decide(ctx, v.subject(b), nil, guard.BackupRequirements(old, b))
+}
+
+func (v *backupValidator) ValidateDelete(context.Context, *ichorv1alpha1.TalosEtcdBackup) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// installationValidator splits the write rights over the IchorInstallation's
+// version and settings.
+type installationValidator struct{ *checker }
+
+func (v *installationValidator) subject(i *ichorv1alpha1.IchorInstallation) subject {
+	return subject{kind: "IchorInstallation", resource: guard.ResourceIchorInstallations, name: i.Name}
+}
+
+func (v *installationValidator) ValidateCreate(ctx context.Context, i *ichorv1alpha1.IchorInstallation) (admission.Warnings, error) {
+	return v.decide(ctx, v.subject(i), nil, guard.InstallationRequirements(nil, i))
+}
+
+func (v *installationValidator) ValidateUpdate(ctx context.Context, old, i *ichorv1alpha1.IchorInstallation) (admission.Warnings, error) {
+	return v.decide(ctx, v.subject(i), nil, guard.InstallationRequirements(old, i))
+}
+
+func (v *installationValidator) ValidateDelete(context.Context, *ichorv1alpha1.IchorInstallation) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// reclaimValidator checks the reclaim verb on create and on the typed UUID, and the credential's TTL.
+type reclaimValidator struct{ *checker }
+
+func (v *reclaimValidator) subject(r *ichorv1alpha1.MachineReclaim) subject {
+	return subject{kind: "MachineReclaim", resource: guard.ResourceMachineReclaims, namespace: r.Namespace, name: r.Name}
+}
+
+func (v *reclaimValidator) ValidateCreate(ctx context.Context, r *ichorv1alpha1.MachineReclaim) (admission.Warnings, error) {
+	secret := &corev1.Secret{}
+	var secretType *string
+	err := v.reader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: r.Spec.CredentialsRef.Name}, secret)
+	switch {
+	case err == nil:
+		t := string(secret.Type)
+		secretType = &t
+	case !apierrors.IsNotFound(err):
+		return nil, apierrors.NewInternalError(fmt.Errorf("reading Secret %s/%s: %w", r.Namespace, r.Spec.CredentialsRef.Name, err))
+	}
+	refusals := append(guard.ValidateReclaim(r), guard.CheckReclaimCredential(r, secretType)...)
+	return v.decide(ctx, v.subject(r), refusals, guard.ReclaimRequirements(nil, r))
+}
+
+func (v *reclaimValidator) ValidateUpdate(ctx context.Context, old, r *ichorv1alpha1.MachineReclaim) (admission.Warnings, error) {
+	return v.decide(ctx, v.subject(r), guard.ValidateReclaim(r), guard.ReclaimRequirements(old, r))
+}
+
+func (v *reclaimValidator) ValidateDelete(context.Context, *ichorv1alpha1.MachineReclaim) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// credentialRequestValidator checks that the requester may download the
+// credential's purpose and asks for no longer than it allows.
+type credentialRequestValidator struct{ *checker }
+
+func (v *credentialRequestValidator) ValidateCreate(ctx context.Context, r *ichorv1alpha1.TalosCredentialRequest) (admission.Warnings, error) {
+	s := subject{kind: "TalosCredentialRequest", resource: guard.ResourceTalosCredentialRequests, namespace: r.Namespace, name: r.Name, cluster: r.Spec.ClusterName}
+	return v.decide(ctx, s, guard.ValidateCredentialRequest(r), guard.CredentialRequestRequirements(r))
+}
+
+func (v *credentialRequestValidator) ValidateUpdate(context.Context, *ichorv1alpha1.TalosCredentialRequest, *ichorv1alpha1.TalosCredentialRequest) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (v *credentialRequestValidator) ValidateDelete(context.Context, *ichorv1alpha1.TalosCredentialRequest) (admission.Warnings, error) {
+	return nil, nil
+}

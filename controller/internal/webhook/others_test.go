@@ -1,0 +1,206 @@
+package webhook
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+func newOperation(ns, name, typ string, mutate ...func(*ichorv1alpha1.TalosOperation)) *ichorv1alpha1.TalosOperation {
+	o := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: "c", Type: typ},
+	}
+	for _, f := range mutate {
+		f(o)
+	}
+	return o
+}
+
+func nodeAction(action string) func(*ichorv1alpha1.TalosOperation) {
+	return func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.Node = &ichorv1alpha1.NodeAction{MachineName: "m", Action: action}
+	}
+}
+
+// Rule: resetting a node needs the override verb (and its own verb).
+func TestNodeResetNeedsOverride(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	err := operator.Create(ctx, newOperation(ns, "reset", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReset)))
+	refused(t, err, "Forbidden", "spec.node.action", "`reset-node` on `talosoperations`", "`override` on `talosclusters`")
+	must(t, operator.Create(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReboot))))
+	must(t, admin.Create(ctx, newOperation(ns, "reset", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReset))))
+}
+
+// Rule: restoring etcd needs override, and the cluster's name typed.
+func TestEtcdRestoreNeedsOverrideAndTheTypedName(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	restore := func(confirm string) func(*ichorv1alpha1.TalosOperation) {
+		return func(o *ichorv1alpha1.TalosOperation) {
+			o.Spec.EtcdRestore = &ichorv1alpha1.EtcdRestore{BackupName: "b", Snapshot: "2026-11-29T12:00:00Z.db.age", ConfirmClusterName: confirm}
+		}
+	}
+	err := operator.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore("c")))
+	refused(t, err, "Forbidden", "`restore-etcd` on `talosoperations`", "`override` on `talosclusters`")
+	err = admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore("prod")))
+	refused(t, err, "Invalid", "spec.etcdRestore.confirmClusterName", "typed as consent", "confirmClusterName: c")
+	must(t, admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore("c"))))
+}
+
+// Rule: the destructive operation starts need their own verbs (admin only).
+func TestDestructiveOperationsNeedTheirVerbs(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	for _, tc := range []struct {
+		name, typ, verb string
+		mutate          func(*ichorv1alpha1.TalosOperation)
+	}{
+		{"shutdown", ichorv1alpha1.OperationShutdown, "`shutdown` on `talosoperations`", func(*ichorv1alpha1.TalosOperation) {}},
+		{"ca", ichorv1alpha1.OperationCARotation, "`rotate-ca` on `talosoperations`", func(*ichorv1alpha1.TalosOperation) {}},
+		{"keys", ichorv1alpha1.OperationKeyRotation, "`rotate-keys` on `talosoperations`", func(o *ichorv1alpha1.TalosOperation) {
+			o.Spec.KeyRotation = &ichorv1alpha1.KeyRotation{ServiceAccount: true}
+		}},
+		{"node-off", ichorv1alpha1.OperationNode, "`shutdown-node` on `talosoperations`", nodeAction(ichorv1alpha1.NodeActionShutdown)},
+	} {
+		err := operator.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate))
+		refused(t, err, "Forbidden", tc.verb, `user "otto"`)
+		must(t, admin.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate)))
+	}
+	// The neighbour: a config rollout is an operator's.
+	must(t, operator.Create(ctx, newOperation(ns, "config", ichorv1alpha1.OperationConfig)))
+}
+
+// Rule: upgrade targets of operations follow the same version rules.
+func TestOperationTargetsAreChecked(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	err := operator.Create(ctx, newOperation(ns, "down", ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.0"}
+	}))
+	refused(t, err, "Invalid", "spec.talos.version", "downgrade")
+	err = operator.Create(ctx, newOperation(ns, "k-skip", ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.39.0"}
+	}))
+	refused(t, err, "Invalid", "spec.kubernetes.version", "skips a minor")
+	must(t, operator.Create(ctx, newOperation(ns, "k-patch", ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.3"}
+	})))
+}
+
+// Rule: the IchorInstallation's write rights are split over /version and /settings.
+func TestInstallationVersionAndSettingsAreSplit(t *testing.T) {
+	ctx := context.Background()
+	inst := &ichorv1alpha1.IchorInstallation{
+		ObjectMeta: metav1.ObjectMeta{Name: ichorv1alpha1.IchorInstallationName},
+		Spec:       ichorv1alpha1.IchorInstallationSpec{Version: ichorv1alpha1.IchorVersionSpec{Version: "v0.1.0"}},
+	}
+	// A singleton: any other name is refused by the CRD.
+	other := inst.DeepCopy()
+	other.Name = "second"
+	refused(t, admin.Create(ctx, other), "Invalid", "IchorInstallation is a singleton")
+	must(t, admin.Create(ctx, inst))
+
+	settingsEditor := grantUser(t, "sally",
+		rbacv1.PolicyRule{APIGroups: []string{ichorv1alpha1.Group}, Resources: []string{"ichorinstallations"}, Verbs: []string{"get", "update"}},
+		rbacv1.PolicyRule{APIGroups: []string{ichorv1alpha1.Group}, Resources: []string{"ichorinstallations/settings"}, Verbs: []string{"update"}},
+	)
+	must(t, update(t, settingsEditor, inst, func(i *ichorv1alpha1.IchorInstallation) {
+		i.Spec.Settings.IDTokenLifetime = &metav1.Duration{Duration: 10 * time.Minute}
+	}))
+	err := update(t, settingsEditor, inst, func(i *ichorv1alpha1.IchorInstallation) { i.Spec.Version.Version = "v0.2.0" })
+	refused(t, err, "Forbidden", "spec.version", "`update` on `ichorinstallations/version`", `user "sally"`)
+	must(t, update(t, admin, inst, func(i *ichorv1alpha1.IchorInstallation) { i.Spec.Version.Version = "v0.2.0" }))
+	err = update(t, operator, inst, func(i *ichorv1alpha1.IchorInstallation) {
+		i.Spec.Settings.DefaultDriftPolicy = ichorv1alpha1.DriftPolicyAutoCorrect
+	})
+	refused(t, err, "Forbidden") // an operator may not write the installation at all (RBAC)
+}
+
+// Rule: a reclaim needs the verb reclaim, on create and on the typed UUID.
+func TestReclaimNeedsTheReclaimVerb(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	newReclaim := func(name string) *ichorv1alpha1.MachineReclaim {
+		return &ichorv1alpha1.MachineReclaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: ichorv1alpha1.MachineReclaimSpec{
+				Address:        "192.168.10.50",
+				CredentialsRef: ichorv1alpha1.SecretReference{Name: name + "-talosconfig"},
+			},
+		}
+	}
+	for _, name := range []string{"r1", "r2"} {
+		must(t, root.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-talosconfig"},
+			Type:       ichorv1alpha1.ForeignTalosconfigSecretType,
+			StringData: map[string]string{"talosconfig": "context: foreign\n"},
+		}))
+	}
+	// A user who may write MachineReclaims but lacks the verb reclaim.
+	writer := grantUser(t, "wes", rbacv1.PolicyRule{APIGroups: []string{ichorv1alpha1.Group}, Resources: []string{"machinereclaims"}, Verbs: []string{"create", "get", "update"}})
+	refused(t, writer.Create(ctx, newReclaim("r1")), "Forbidden", "`reclaim` on `machinereclaims`", `user "wes"`)
+
+	// ichor-machine-reclaimer, unbound by default, holds it.
+	reclaimer, err := userClient("rita", nil)
+	must(t, err)
+	must(t, root.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-rita"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-machine-reclaimer"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "rita"}},
+	}))
+	awaitAllowed(t, "rita", ichorv1alpha1.Group, "machinereclaims", "reclaim")
+	r := newReclaim("r1")
+	must(t, reclaimer.Create(ctx, r))
+	err = update(t, writer, r, func(r *ichorv1alpha1.MachineReclaim) { r.Spec.ConfirmUUID = "4c4c4544-0042-3510-8052-b4c04f384833" })
+	refused(t, err, "Forbidden", "spec.confirmUUID", "`reclaim` on `machinereclaims`")
+	must(t, update(t, reclaimer, r, func(r *ichorv1alpha1.MachineReclaim) { r.Spec.ConfirmUUID = "4c4c4544-0042-3510-8052-b4c04f384833" }))
+
+	// The credential must be a foreign-talosconfig Secret, so a reclaim cannot
+	// point the controller at another Secret (the secrets bundle, say).
+	must(t, root.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bundle"}, Type: corev1.SecretTypeOpaque}))
+	wrong := newReclaim("r3")
+	wrong.Spec.CredentialsRef.Name = "bundle"
+	refused(t, reclaimer.Create(ctx, wrong), "Invalid", "spec.credentialsRef", `type "Opaque"`, ichorv1alpha1.ForeignTalosconfigSecretType)
+	missing := newReclaim("r4")
+	refused(t, reclaimer.Create(ctx, missing), "Invalid", "spec.credentialsRef", "does not exist")
+
+	long := newReclaim("r2")
+	long.Spec.TTL = &metav1.Duration{Duration: 2 * time.Hour}
+	refused(t, admin.Create(ctx, long), "Invalid", "spec.ttl", "at most 1h0m0s")
+}
+
+// Rule: credential requests need download on the purpose's subresource, as the requester.
+func TestCredentialRequestsNeedDownload(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	req := func(name, purpose string) *ichorv1alpha1.TalosCredentialRequest {
+		return &ichorv1alpha1.TalosCredentialRequest{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: ichorv1alpha1.TalosCredentialRequestSpec{
+				ClusterName: "c", Purpose: purpose, OperationName: "rotate",
+				PublicKey: "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n",
+			},
+		}
+	}
+	refused(t, operator.Create(ctx, req("bundle", ichorv1alpha1.PurposeSupportBundle)), "Forbidden",
+		"`download` on `talosclusters/support-bundle`", `user "otto"`)
+	must(t, operator.Create(ctx, req("reader", ichorv1alpha1.PurposeTalosconfigReader)))
+	must(t, admin.Create(ctx, req("bundle", ichorv1alpha1.PurposeSupportBundle)))
+	// The CA rotation's new admin credentials are granted to nobody by default.
+	refused(t, admin.Create(ctx, req("creds", ichorv1alpha1.PurposeRotationCredentials)), "Forbidden",
+		"`download` on `talosclusters/credentials`", `user "ada"`)
+	must(t, root.Create(ctx, req("creds", ichorv1alpha1.PurposeRotationCredentials)))
+}
