@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -19,14 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	mirror "github.com/maeshinshin/ichor/contracts/api/v1alpha1/config"
 	"github.com/maeshinshin/ichor/contracts/pkg/configpatch"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
-var holderGVR = schema.GroupVersionResource{Group: "mirrorgen.test.ichor.maesh.dev", Version: "v1", Resource: "patchholders"}
+var patchGVR = schema.GroupVersionResource{Group: "ichor.maesh.dev", Version: "v1alpha1", Resource: "talosconfigpatches"}
 
 // fillMirror writes a value into every field of a mirror type (one element
 // per list and map), so every property of the schema is exercised.
@@ -139,29 +137,28 @@ func nested(path string, value any) map[string]any {
 	return v.(map[string]any) //nolint:forcetypeassert // the loop ends with an object
 }
 
+// holder is a cluster-layer TalosConfigPatch carrying docs.
 func holder(name string, docs ...any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": holderGVR.GroupVersion().String(),
-		"kind":       "PatchHolder",
+		"apiVersion": patchGVR.GroupVersion().String(),
+		"kind":       "TalosConfigPatch",
 		"metadata":   map[string]any{"name": name, "namespace": "default"},
-		"spec":       map[string]any{"documents": docs},
+		"spec":       map[string]any{"clusterName": "c", "layer": "cluster", "documents": docs},
 	}}
 }
 
-// TestPatchDocumentCRD builds the CRD of a resource holding
-// config.PatchDocument with controller-gen, installs it in a real API
-// server, and checks that a typed document of every allowed kind is stored
-// unchanged under strict field validation, that secret fields are refused
-// (strict) or pruned (otherwise), and that the CRD stays small.
+// TestPatchDocumentCRD installs Ichor's generated TalosConfigPatch CRD (from
+// kustomize/base/crd) in a real API server, and checks that a typed document
+// of every allowed kind is stored unchanged under strict field validation,
+// that secret fields are refused (strict) or pruned (otherwise), and that the
+// CRD stays small enough for client-side apply.
 func TestPatchDocumentCRD(t *testing.T) {
-	crdDir := t.TempDir()
-
-	cmd := exec.CommandContext(t.Context(), "go", "tool", "controller-gen", "crd", "paths=./testdata/patchcrd", "output:crd:dir="+crdDir) //nolint:gosec // a temporary directory of the test
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("controller-gen: %v\n%s", err, out)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
 
-	raw, err := os.ReadFile(filepath.Join(crdDir, "mirrorgen.test.ichor.maesh.dev_patchholders.yaml"))
+	raw, err := os.ReadFile(filepath.Join(root, testenv.DefaultCRDDir, "ichor.maesh.dev_talosconfigpatches.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +173,7 @@ func TestPatchDocumentCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Logf("CRD of 1 × []PatchDocument (%d kinds): %d bytes YAML, %d bytes JSON", len(configpatch.Allowed), len(raw), len(compact))
+	t.Logf("TalosConfigPatch CRD (%d document kinds): %d bytes YAML, %d bytes JSON", len(configpatch.Allowed), len(raw), len(compact))
 
 	// kubectl's client-side apply keeps the whole object in an annotation
 	// limited to 256 KiB; the API server's request limit is far above that.
@@ -184,14 +181,7 @@ func TestPatchDocumentCRD(t *testing.T) {
 		t.Errorf("the CRD is %d bytes of JSON, over the 256 KiB an annotation (client-side apply) can hold", len(compact))
 	}
 
-	assets, err := testenv.AssetsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true}
-
-	cfg, err := env.Start()
+	env, err := testenv.Start(testenv.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +192,9 @@ func TestPatchDocumentCRD(t *testing.T) {
 		}
 	})
 
-	res := dynamic.NewForConfigOrDie(cfg).Resource(holderGVR).Namespace("default")
+	cfg := env.Config
+
+	res := dynamic.NewForConfigOrDie(cfg).Resource(patchGVR).Namespace("default")
 	strict := metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}
 	lax := metav1.CreateOptions{FieldValidation: metav1.FieldValidationIgnore}
 
