@@ -29,7 +29,7 @@ import (
 // The controller removes its own finalizers, which the webhooks gate with the
 // override verb (architecture, "Git, override and recovery").
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=override
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ichor-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // leaderElectionID names the Lease the replicas compete for.
