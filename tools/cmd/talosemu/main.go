@@ -1,0 +1,112 @@
+// Command talosemu runs emulated Talos machines that speak Talos's own API, each on its own
+// loopback address, with a control API for faults. See tools/talosemu/README.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/maeshinshin/ichor/tools/talosemu"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "talosemu:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("talosemu", flag.ContinueOnError)
+	specPath := fs.String("spec", "", "YAML spec of the machines (see README.md); overrides --machines/--subnet/--controlplanes")
+	machines := fs.Int("machines", 0, "number of default machines to emulate")
+	controlPlanes := fs.Int("controlplanes", 0, "how many of the --machines carry the controlplane role hint (the rest: worker)")
+	subnet := fs.String("subnet", "127.0.10.0/24", "loopback subnet the machine addresses are taken from")
+	stateDir := fs.String("state-dir", ".talosemu", "directory with one state directory per machine")
+	controlAddr := fs.String("control", "127.0.0.1:50100", "listen address of the control API (loopback only)")
+	install := fs.Duration("install-duration", 0, "length of the installing stage (default 2s)")
+	reboot := fs.Duration("reboot-duration", 0, "length of a reboot (default 1s)")
+	boot := fs.Duration("boot-duration", 0, "length of the booting stage (default 500ms)")
+	apply := fs.Duration("apply-duration", 0, "how long ApplyConfiguration takes (default 0)")
+	verbose := fs.Bool("v", false, "log machine events to stderr")
+
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	var (
+		spec *talosemu.Spec
+		err  error
+	)
+
+	switch {
+	case *specPath != "":
+		spec, err = talosemu.LoadSpec(*specPath)
+	case *machines > 0:
+		spec, err = talosemu.GenerateSpec(*machines, *controlPlanes, *subnet)
+	default:
+		return errors.New("give --machines N or --spec FILE")
+	}
+
+	if err != nil {
+		return err
+	}
+
+	if *controlAddr != "" && spec.ControlAddress == "" {
+		spec.ControlAddress = *controlAddr
+	}
+
+	override := func(d *talosemu.Duration, v time.Duration) {
+		if v > 0 {
+			*d = talosemu.Duration(v)
+		}
+	}
+
+	override(&spec.Durations.Install, *install)
+	override(&spec.Durations.Reboot, *reboot)
+	override(&spec.Durations.Boot, *boot)
+	override(&spec.Durations.Apply, *apply)
+
+	opts := talosemu.Options{}
+	if *verbose {
+		opts.Logger = log.New(os.Stderr, "talosemu: ", log.LstdFlags)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	start := time.Now()
+
+	w, err := talosemu.Start(ctx, spec, *stateDir, opts)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+
+	fmt.Printf("talosemu: %d machines started in %s; control API %s\n", len(w.Machines()), time.Since(start).Round(time.Millisecond), w.ControlURL())
+
+	enc := json.NewEncoder(os.Stdout)
+
+	for _, m := range w.Machines() {
+		i := m.Info()
+
+		if err := enc.Encode(map[string]string{
+			"name": i.Name, "endpoint": i.Endpoint, "uuid": i.UUID, "fingerprint": i.MaintenanceFingerprint,
+		}); err != nil {
+			return err
+		}
+	}
+
+	<-ctx.Done()
+	fmt.Println("talosemu: stopping")
+
+	return nil
+}
