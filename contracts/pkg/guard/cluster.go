@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
@@ -213,64 +214,31 @@ func ciliumValues(c *ichorv1alpha1.TalosCluster) map[string]any {
 	return m
 }
 
-// IchorOwnedCiliumKeys are the Cilium values Ichor sets itself; the user's layer may not set them.
-var IchorOwnedCiliumKeys = []string{
-	"kubeProxyReplacement",
-	"tunnelProtocol",
-	"routingMode",
-	"k8sServiceHost",
-	"k8sServicePort",
-	"ipam.mode",
-	"cgroup.autoMount.enabled",
-	"cgroup.hostRoot",
-	"securityContext.capabilities.ciliumAgent",
-	"securityContext.capabilities.cleanCiliumState",
-}
-
-// CheckCiliumValues refuses a user layer of Cilium values that sets an
-// Ichor-owned key (including any *.secretsNamespace.name, pinned to cilium-secrets).
+// CheckCiliumValues refuses a user layer of Cilium values that is not a map
+// or that sets an Ichor-owned key (including any *.secretsNamespace.name,
+// pinned to cilium-secrets). The rule is ciliumvalues.Validate, the one
+// check the webhook, the UI backend and the controller share.
 func CheckCiliumValues(values *runtime.RawExtension) []Refusal {
-	if values == nil || len(values.Raw) == 0 {
+	if values == nil {
 		return nil
 	}
-	var m map[string]any
-	if err := json.Unmarshal(values.Raw, &m); err != nil {
+	err := ciliumvalues.ValidateRaw(values.Raw)
+	if err == nil {
+		return nil
+	}
+	var owned *ciliumvalues.OwnedKeyError
+	if errors.As(err, &owned) {
 		return []Refusal{{
 			Field:  fieldCiliumValues,
-			Rule:   "the values are not a JSON/YAML object: " + err.Error(),
-			WayOut: "write the values as a map of Helm values",
+			Rule:   "the user layer may not set Ichor-owned keys: " + joinQuoted(owned.Keys),
+			WayOut: "remove these keys; Ichor sets them (use spec.cni.kubeProxy and spec.cni.tunnel for the choices it offers)",
 		}}
 	}
-	var owned []string
-	walkLeaves("", m, func(path string) {
-		if slices.Contains(IchorOwnedCiliumKeys, path) || strings.HasSuffix(path, "secretsNamespace.name") {
-			owned = append(owned, path)
-		}
-	})
-	// Keys that are maps in the owned list (e.g. a whole "cgroup" map) are caught through their leaves.
-	if len(owned) == 0 {
-		return nil
-	}
-	slices.Sort(owned)
 	return []Refusal{{
 		Field:  fieldCiliumValues,
-		Rule:   "the user layer may not set Ichor-owned keys: " + joinQuoted(owned),
-		WayOut: "remove these keys; Ichor sets them (use spec.cni.kubeProxy and spec.cni.tunnel for the choices it offers)",
+		Rule:   err.Error(),
+		WayOut: "write the values as a map of Helm values",
 	}}
-}
-
-func walkLeaves(prefix string, m map[string]any, fn func(string)) {
-	for k, v := range m {
-		p := k
-		if prefix != "" {
-			p = prefix + "." + k
-		}
-		if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
-			walkLeaves(p, sub, fn)
-			continue
-		}
-		fn(p)
-	}
 }
 
 // ValidateClusterDelete refuses deleting a TalosCluster without the allow-delete annotation.

@@ -144,6 +144,13 @@ func TestValidateCluster(t *testing.T) {
 		{name: "cilium values setting an owned key", new: cluster(func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.Cilium = &ichorv1alpha1.CiliumSpec{Values: &runtime.RawExtension{Raw: []byte(`{"hubble":{"enabled":true},"kubeProxyReplacement":true,"clustermesh":{"secretsNamespace":{"name":"x"}}}`)}}
 		}), want: map[string][]string{"spec.cni.cilium.values": {`"kubeProxyReplacement"`, `"clustermesh.secretsNamespace.name"`}}},
+		// The rules are ciliumvalues.Validate's: a parent of owned keys replaced by null is refused too.
+		{name: "cilium values replacing a parent of owned keys", new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.CNI.Cilium = &ichorv1alpha1.CiliumSpec{Values: &runtime.RawExtension{Raw: []byte(`{"cgroup":null,"ipam":{"mode":"cluster-pool"}}`)}}
+		}), want: map[string][]string{"spec.cni.cilium.values": {`"cgroup", "ipam.mode"`, "remove these keys"}}},
+		{name: "cilium values that are not a map", new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.CNI.Cilium = &ichorv1alpha1.CiliumSpec{Values: &runtime.RawExtension{Raw: []byte(`["kubeProxyReplacement"]`)}}
+		}), want: map[string][]string{"spec.cni.cilium.values": {"must be a map", "map of Helm values"}}},
 		{name: "cilium values of the user's own", new: cluster(func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.Cilium = &ichorv1alpha1.CiliumSpec{Values: &runtime.RawExtension{Raw: []byte(`{"hubble":{"enabled":true}}`)}}
 		})},

@@ -123,3 +123,37 @@ func parse(what, v string) (semver.Version, error) {
 	}
 	return p, nil
 }
+
+// ciliumTested is, per Cilium minor, the Kubernetes minors Cilium's own
+// documentation lists as e2e-tested ("Kubernetes Version" in
+// Documentation/network/kubernetes/requirements.rst of github.com/cilium/cilium
+// at v1.19.3 and v1.20.2). Older Kubernetes versions "do not have Cilium
+// support"; newer ones depend on Kubernetes' backward compatibility.
+var ciliumTested = map[string][2]uint64{
+	"1.19": {31, 34},
+	"1.20": {33, 36},
+}
+
+// CheckCiliumPair reports whether Cilium ciliumVersion can run on Kubernetes
+// kubernetesVersion: a Kubernetes minor older than the oldest Cilium tests is
+// refused (wrapping ErrIncompatiblePair), one newer than the newest it tests
+// is accepted with untested true, so that callers can say so.
+func CheckCiliumPair(ciliumVersion, kubernetesVersion string) (untested bool, err error) {
+	c, err := parse("cilium", ciliumVersion)
+	if err != nil {
+		return false, err
+	}
+	k, err := parse("kubernetes", kubernetesVersion)
+	if err != nil {
+		return false, err
+	}
+	tested, ok := ciliumTested[fmt.Sprintf("%d.%d", c.Major, c.Minor)]
+	if !ok {
+		return false, fmt.Errorf("%w: cilium %s is not a version this Ichor knows", ErrIncompatiblePair, ciliumVersion)
+	}
+	if k.Major != 1 || k.Minor < tested[0] {
+		return false, fmt.Errorf("%w: cilium %s supports kubernetes 1.%d to 1.%d, not %s",
+			ErrIncompatiblePair, ciliumVersion, tested[0], tested[1], kubernetesVersion)
+	}
+	return k.Minor > tested[1], nil
+}

@@ -86,3 +86,41 @@ func TestCheckContract(t *testing.T) {
 		t.Errorf("bad contract: %v", err)
 	}
 }
+
+func TestCheckCiliumPair(t *testing.T) {
+	tests := []struct {
+		cilium, kube string
+		untested     bool
+		want         error
+	}{
+		{"v1.20.2", "1.36.4", false, nil},
+		{"v1.20.2", "1.33.0", false, nil},
+		{"v1.20.2", "1.37.2", true, nil}, // newer than tested: accepted, flagged
+		{"v1.20.2", "1.32.9", false, ErrIncompatiblePair},
+		{"v1.19.3", "1.31.0", false, nil},
+		{"v1.19.3", "1.35.0", true, nil},
+		{"v1.19.3", "1.30.5", false, ErrIncompatiblePair},
+		{"v1.18.8", "1.33.0", false, ErrIncompatiblePair}, // not a version Ichor knows
+		{"v1.20.2", "2.0.0", false, ErrIncompatiblePair},
+		{"latest", "1.37.2", false, ErrInvalidVersion},
+		{"v1.20.2", "x", false, ErrInvalidVersion},
+	}
+	for _, tt := range tests {
+		untested, err := CheckCiliumPair(tt.cilium, tt.kube)
+		if (tt.want == nil) != (err == nil) || !errors.Is(err, tt.want) || untested != tt.untested {
+			t.Errorf("CheckCiliumPair(%s, %s) = %v, %v; want %v, %v", tt.cilium, tt.kube, untested, err, tt.untested, tt.want)
+		}
+	}
+}
+
+func TestCiliumVersionsHoldTheDefault(t *testing.T) {
+	vs := CiliumVersions()
+	if len(vs) == 0 || vs[len(vs)-1] != DefaultCiliumVersion {
+		t.Fatalf("CiliumVersions() = %v: the default %s must be the newest", vs, DefaultCiliumVersion)
+	}
+	for _, v := range vs {
+		if _, err := CheckCiliumPair(v, DefaultKubernetesVersion); err != nil {
+			t.Errorf("embedded cilium %s refuses the default kubernetes %s: %v", v, DefaultKubernetesVersion, err)
+		}
+	}
+}
