@@ -36,7 +36,7 @@ func newMaintenanceCert(address string) (certPEM, keyPEM []byte, err error) {
 	now := time.Now()
 	tmpl := &stdx509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "maintenance-service", Organization: []string{"talos"}},
+		Subject:               pkix.Name{CommonName: "maintenance-service", Organization: []string{nameTalos}},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.AddDate(10, 0, 0),
 		KeyUsage:              stdx509.KeyUsageDigitalSignature,
@@ -156,7 +156,7 @@ func issueServerCert(ca *x509.PEMEncodedCertificateAndKey, address, hostname str
 		KeyUsage:     stdx509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth},
 		IPAddresses:  []net.IP{net.ParseIP(address), net.ParseIP("127.0.0.1"), net.IPv6loopback},
-		DNSNames:     []string{hostname, "localhost"},
+		DNSNames:     []string{hostname, hostLocalhost},
 	}
 
 	der, err := stdx509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)

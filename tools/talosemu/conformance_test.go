@@ -376,9 +376,9 @@ var checks = []check{
 		run: func(t *testing.T, tg *target) {
 			cl := maintenanceClient(t, tg.endpoint)
 
-			// the emulator registers no etcd resources; real Talos registers every type
-			_, err := cl.COSI.Get(t.Context(), resource.NewMetadata("etcd", "EtcdMembers.etcd.talos.dev", "local", resource.VersionUndefined))
-			wantWrapped(t, err, codes.PermissionDenied, `resource type "EtcdMembers.etcd.talos.dev" is not supported`)
+			// the emulator does not register KubeletSpecs; real Talos registers every type
+			_, err := cl.COSI.Get(t.Context(), resource.NewMetadata("k8s", "KubeletSpecs.kubernetes.talos.dev", "kubelet", resource.VersionUndefined))
+			wantWrapped(t, err, codes.PermissionDenied, `resource type "KubeletSpecs.kubernetes.talos.dev" is not supported`)
 		},
 	},
 	{

@@ -68,7 +68,7 @@ func (s *apiServer) GenerateClientConfiguration(ctx context.Context, in *machine
 		return nil, err
 	}
 
-	name := "talos"
+	name := nameTalos
 	if kc := cfg.K8sClusterConfig(); kc != nil && kc.ClusterName() != "" {
 		name = kc.ClusterName()
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"os"
 	"strings"
@@ -66,7 +67,7 @@ func startWorld(t testing.TB, spec *talosemu.Spec, dir string) *talosemu.World {
 		dir = t.TempDir()
 	}
 
-	w, err := talosemu.Start(t.Context(), spec, dir)
+	w, err := talosemu.Start(t.Context(), spec, dir, testOptions())
 	if err != nil {
 		t.Fatalf("starting emulator: %v", err)
 	}
@@ -74,6 +75,17 @@ func startWorld(t testing.TB, spec *talosemu.Spec, dir string) *talosemu.World {
 	t.Cleanup(w.Close)
 
 	return w
+}
+
+// testOptions logs machine events to stderr when TALOSEMU_TEST_LOG is set.
+func testOptions() talosemu.Options {
+	var opt talosemu.Options
+
+	if os.Getenv("TALOSEMU_TEST_LOG") != "" {
+		opt.Logger = log.New(os.Stderr, "talosemu: ", log.Lmicroseconds)
+	}
+
+	return opt
 }
 
 // cluster holds secrets and generated configs shared by the tests (generating a bundle takes

@@ -59,6 +59,16 @@ type Machine struct {
 
 	applyMu sync.Mutex
 
+	// etcd member and Kubernetes control plane (etcd.go, kube.go, svc.go)
+	etcdStartMu sync.Mutex
+	etcdMu      sync.Mutex
+	etcd        *etcdRunning
+	etcdLeft    bool
+	svcMu       sync.Mutex
+	svcCancel   context.CancelFunc
+	svcWG       sync.WaitGroup
+	kube        *kubeControlPlane
+
 	rpcMu     sync.Mutex
 	rpcCounts map[string]int
 }
@@ -439,6 +449,10 @@ func (m *Machine) setStage(stage runtime.MachineStage, ready bool) {
 	}
 
 	_ = setStage(context.Background(), m.st, stage, ready, unmet)
+
+	if stage == runtime.MachineStageRunning && ready {
+		m.startServices()
+	}
 }
 
 // Stage returns the current machine stage.
@@ -456,6 +470,11 @@ func (m *Machine) boot(ctx context.Context) error {
 
 	m.p.Powered = true
 	m.p.Boots++
+
+	m.etcdMu.Lock()
+	m.etcdLeft = false
+	m.etcdMu.Unlock()
+
 	m.p.BootID = newBootID()
 
 	if pend := m.p.Pending; pend != nil {
@@ -564,6 +583,7 @@ func (m *Machine) bootSeq(ctx context.Context) {
 // goDown shows the shutdown stage for half of the reboot duration, then stops answering.
 func (m *Machine) goDown(ctx context.Context, stage runtime.MachineStage) bool {
 	m.setStage(stage, false)
+	m.stopServices()
 
 	if !sleepCtx(ctx, m.durations().Reboot.D()/2) {
 		return false
@@ -631,6 +651,7 @@ func (m *Machine) PowerOff() error {
 	m.mu.Unlock()
 
 	stop()
+	m.stopServices()
 
 	return err
 }
@@ -767,6 +788,7 @@ func (m *Machine) close() {
 
 	stop()
 	m.seqWG.Wait()
+	m.stopServices()
 }
 
 func newBootID() string {

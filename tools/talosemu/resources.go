@@ -18,6 +18,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	etcdres "github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -39,6 +40,7 @@ var resourceTypes = []meta.ResourceDefinitionProvider{
 	&network.LinkStatus{}, &network.HostnameStatus{}, &network.NodeAddress{},
 	&config.MachineConfig{}, &config.MachineType{},
 	&k8s.Nodename{},
+	&etcdres.Member{},
 	&cluster.Identity{},
 }
 
@@ -53,6 +55,7 @@ var namespaces = []struct {
 	{config.NamespaceName, "Talos node configuration."},
 	{k8s.NamespaceName, "Kubernetes all node types resources."},
 	{cluster.NamespaceName, "Cluster configuration and discovery resources."},
+	{etcdres.NamespaceName, "etcd resources."},
 }
 
 // newMachineState builds the COSI state of one machine with its namespaces and resource

@@ -66,8 +66,8 @@ func (s *apiServer) Version(context.Context, *emptypb.Empty) (*machine.VersionRe
 			Sha:       seed(version)[:8],
 			Built:     "",
 			GoVersion: runtime.Version(),
-			Os:        "linux",
-			Arch:      "amd64",
+			Os:        osLinux,
+			Arch:      archAMD64,
 		},
 		Platform: &machine.PlatformInfo{Name: platformMetal, Mode: platformMetal},
 		Features: features,
@@ -274,7 +274,7 @@ func (s *apiServer) Reset(_ context.Context, in *machine.ResetRequest) (*machine
 	}
 
 	wipeAll := len(in.GetSystemPartitionsToWipe()) == 0 && in.Mode != machine.ResetRequest_USER_DISKS
-	wipeState := false
+	wipeState, wipeEphemeral := false, false
 
 	if len(in.GetSystemPartitionsToWipe()) > 0 {
 		if in.Mode == machine.ResetRequest_USER_DISKS {
@@ -289,11 +289,15 @@ func (s *apiServer) Reset(_ context.Context, in *machine.ResetRequest) (*machine
 			if p.GetWipe() && p.GetLabel() == constants.StatePartitionLabel {
 				wipeState = true
 			}
+
+			if p.GetWipe() && p.GetLabel() == constants.EphemeralPartitionLabel {
+				wipeEphemeral = true
+			}
 		}
 	}
 
 	if in.Mode == machine.ResetRequest_USER_DISKS {
-		wipeAll, wipeState = false, false
+		wipeAll, wipeState, wipeEphemeral = false, false, false
 	}
 
 	wipe := func() {
@@ -309,16 +313,39 @@ func (s *apiServer) Reset(_ context.Context, in *machine.ResetRequest) (*machine
 			err = m.wipeStateLocked()
 		}
 
+		if err == nil && (wipeAll || wipeEphemeral) {
+			err = m.wipeEphemeral()
+		}
+
 		if err != nil {
 			m.world.logf("machine %s: reset: %v", m.Name(), err)
 		}
 	}
 
+	next := m.powerOffSeq(talosruntime.MachineStageResetting, wipe)
 	if in.GetReboot() {
-		m.sequence(m.rebootSeq(talosruntime.MachineStageResetting, wipe))
-	} else {
-		m.sequence(m.powerOffSeq(talosruntime.MachineStageResetting, wipe))
+		next = m.rebootSeq(talosruntime.MachineStageResetting, wipe)
 	}
+
+	graceful := in.GetGraceful()
+
+	m.sequence(func(ctx context.Context) {
+		// a graceful reset cordons and drains the node, then leaves etcd before wiping
+		// (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go Reset:
+		// CordonAndDrainNode, LeaveEtcd)
+		if graceful {
+			m.setStage(talosruntime.MachineStageResetting, false)
+			m.cordonAndDrain(ctx)
+
+			if m.runningEtcd() != nil {
+				if err := m.leaveEtcd(ctx); err != nil {
+					m.world.logf("machine %s: reset: leaving etcd: %v", m.Name(), err)
+				}
+			}
+		}
+
+		next(ctx)
+	})
 
 	return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: uuid.New().String()}}}, nil
 }
@@ -341,7 +368,15 @@ func (s *apiServer) Upgrade(_ context.Context, in *machine.UpgradeRequest) (*mac
 		return nil, fmt.Errorf("error validating installer image %q: %w", in.GetImage(), err)
 	}
 
-	m.sequence(m.rebootSeq(talosruntime.MachineStageUpgrading, func() { m.stageUpgrade(pend) }))
+	upgrade := m.rebootSeq(talosruntime.MachineStageUpgrading, func() { m.stageUpgrade(pend) })
+
+	m.sequence(func(ctx context.Context) {
+		// Talos cordons and drains the node before upgrading
+		// (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go Upgrade)
+		m.setStage(talosruntime.MachineStageUpgrading, false)
+		m.cordonAndDrain(ctx)
+		upgrade(ctx)
+	})
 
 	return &machine.UpgradeResponse{Messages: []*machine.Upgrade{{
 		Ack:     "Upgrade request received",

@@ -438,7 +438,7 @@ func (spec *Spec) resolve() ([]hwSpec, error) {
 
 		hw.ProductName = m.Identity.ProductName
 		if hw.ProductName == "" {
-			hw.ProductName = "talosemu"
+			hw.ProductName = nameTalosemu
 		}
 
 		disks, err := resolveDisks(hw.Name, m.Disks)

@@ -10,6 +10,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -27,6 +28,11 @@ type World struct {
 	dur Durations
 	cas map[string]*x509.PEMEncodedCertificateAndKey
 
+	kubernetes      bool
+	kubeAssets      string
+	singleAPIServer bool
+	apiRestartDelay time.Duration
+
 	control     *http.Server
 	controlAddr string
 	logger      *log.Logger
@@ -38,6 +44,19 @@ type Options struct {
 	Logger *log.Logger
 	// NoControlAPI skips the control API listener.
 	NoControlAPI bool
+	// Kubernetes runs a real Kubernetes control plane (kube-apiserver, controller-manager,
+	// scheduler) on bootstrapped control planes and the kubelet simulation on every
+	// configured machine. Off by default: etcd members run either way.
+	Kubernetes bool
+	// KubeAssets is the directory with kube-apiserver, kube-controller-manager and
+	// kube-scheduler; empty means $KUBEBUILDER_ASSETS.
+	KubeAssets string
+	// SingleAPIServer runs one control plane (apiserver, controller-manager, scheduler) per
+	// cluster, on its first control plane in spec order, instead of one per control plane.
+	SingleAPIServer bool
+	// APIServerRestartDelay is how long the API server stays away when a change of its
+	// settings restarts it (15–45 s on real hardware; default 0).
+	APIServerRestartDelay time.Duration
 }
 
 // Start creates (or reopens) every machine of spec under dir, one subdirectory per machine,
@@ -64,10 +83,24 @@ func Start(ctx context.Context, spec *Spec, dir string, opts ...Options) (*World
 	}
 
 	w := &World{
-		byName: make(map[string]*Machine, len(hws)),
-		dur:    spec.Durations.withDefaults(),
-		cas:    map[string]*x509.PEMEncodedCertificateAndKey{},
-		logger: opt.Logger,
+		byName:          make(map[string]*Machine, len(hws)),
+		dur:             spec.Durations.withDefaults(),
+		cas:             map[string]*x509.PEMEncodedCertificateAndKey{},
+		logger:          opt.Logger,
+		kubernetes:      opt.Kubernetes,
+		kubeAssets:      opt.KubeAssets,
+		singleAPIServer: opt.SingleAPIServer,
+		apiRestartDelay: opt.APIServerRestartDelay,
+	}
+
+	if w.kubeAssets == "" {
+		w.kubeAssets = os.Getenv("KUBEBUILDER_ASSETS")
+	}
+
+	if w.kubernetes {
+		if err := checkKubeAssets(w.kubeAssets); err != nil {
+			return nil, err
+		}
 	}
 
 	// fail early and clearly on a port clash, before anything starts

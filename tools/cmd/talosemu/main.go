@@ -37,6 +37,10 @@ func run(args []string) error {
 	boot := fs.Duration("boot-duration", 0, "length of the booting stage (default 500ms)")
 	apply := fs.Duration("apply-duration", 0, "how long ApplyConfiguration takes (default 0)")
 	verbose := fs.Bool("v", false, "log machine events to stderr")
+	kube := fs.Bool("kubernetes", false, "run a real Kubernetes control plane on bootstrapped control planes and simulated kubelets (needs the binaries of `go tool task assets`)")
+	kubeAssets := fs.String("kube-assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, kube-controller-manager and kube-scheduler (default $KUBEBUILDER_ASSETS)")
+	apiRestart := fs.Duration("apiserver-restart-delay", 0, "with --kubernetes: how long the API server stays away when a change of its settings restarts it (15-45s on real hardware)")
+	singleAPIServer := fs.Bool("single-apiserver", false, "with --kubernetes: one control plane (apiserver, controller-manager, scheduler) per cluster instead of one per control plane, for large tests")
 
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,7 +79,7 @@ func run(args []string) error {
 	override(&spec.Durations.Boot, *boot)
 	override(&spec.Durations.Apply, *apply)
 
-	opts := talosemu.Options{}
+	opts := talosemu.Options{Kubernetes: *kube, KubeAssets: *kubeAssets, SingleAPIServer: *singleAPIServer, APIServerRestartDelay: *apiRestart}
 	if *verbose {
 		opts.Logger = log.New(os.Stderr, "talosemu: ", log.LstdFlags)
 	}

@@ -16,6 +16,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{[]string{"--spec", "/nonexistent/spec.yaml"}, "reading spec"},
 		{[]string{"--machines", "1", "--subnet", "127.77.252.0/24", "--state-dir", t.TempDir(), "--control", "0.0.0.0:0"}, "must be on loopback"},
 		{[]string{"--machines", "1", "--subnet", "127.77.252.0/24", "--state-dir", ""}, "a state directory is required"},
+		{[]string{"--machines", "1", "--subnet", "127.77.252.0/24", "--state-dir", t.TempDir(), "--kubernetes", "--kube-assets", t.TempDir()}, "run `go tool task assets`"},
 	}
 
 	for _, c := range cases {

@@ -1,0 +1,265 @@
+package talosemu_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// etcdChecks are the part-2 checks: the etcd RPCs act on a real member, Kubeconfig renders
+// Talos's archive. They bootstrap or reset the node, so they run on the emulator only.
+var etcdChecks = []check{
+	{
+		name: "etcd/controlplane-only-on-worker", needs: emulatorOnly, worker: true,
+		cite: "t:internal/app/internal/machinehelper/machinehelper.go (CheckControlplane) for Bootstrap, etcd RPCs and Kubeconfig",
+		run: func(t *testing.T, tg *target) {
+			admin := tg.admin(t)
+			ctx := t.Context()
+
+			_, err := admin.MachineClient.Bootstrap(ctx, &machineapi.BootstrapRequest{})
+			wantCode(t, err, codes.Unimplemented, "")
+
+			_, err = admin.MachineClient.EtcdMemberList(ctx, &machineapi.EtcdMemberListRequest{})
+			wantCode(t, err, codes.Unimplemented, "")
+
+			_, err = admin.MachineClient.EtcdStatus(ctx, &emptypb.Empty{})
+			wantCode(t, err, codes.Unimplemented, "")
+
+			_, err = admin.Kubeconfig(ctx)
+			wantCode(t, err, codes.Unimplemented, "")
+		},
+	},
+	{
+		name: "etcd/Bootstrap-and-member-RPCs", needs: emulatorOnly,
+		cite: "t:…/v1alpha1_server.go Bootstrap (AlreadyExists when the data directory is not empty); t:…/v1alpha1_etcd.go EtcdMemberList, EtcdStatus, EtcdRemoveMemberByID (NotFound), EtcdForfeitLeadership, EtcdAlarmList/Disarm, EtcdDefragment",
+		run: func(t *testing.T, tg *target) {
+			admin := tg.admin(t)
+			ctx := t.Context()
+
+			_, err := admin.MachineClient.EtcdStatus(ctx, &emptypb.Empty{})
+			wantCode(t, err, codes.Unavailable, "etcd service is not running")
+
+			if _, err := admin.MachineClient.Bootstrap(ctx, &machineapi.BootstrapRequest{}); err != nil {
+				t.Fatalf("Bootstrap: %v", err)
+			}
+
+			_, err = admin.MachineClient.Bootstrap(ctx, &machineapi.BootstrapRequest{})
+			wantCode(t, err, codes.AlreadyExists, "etcd data directory is not empty")
+
+			v, err := memberList(ctx, admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if len(v.names) != 1 || v.names[0] != hostnameOf(t, admin) || v.learners != 0 {
+				t.Fatalf("members %+v, want the node's hostname as the only voting member", v)
+			}
+
+			st, err := admin.MachineClient.EtcdStatus(ctx, &emptypb.Empty{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			ms := st.GetMessages()[0].GetMemberStatus()
+			if ms.GetMemberId() != v.ids[0] || ms.GetLeader() != ms.GetMemberId() || ms.GetIsLearner() || ms.GetDbSize() == 0 {
+				t.Fatalf("EtcdStatus %+v", ms)
+			}
+
+			_, err = admin.MachineClient.EtcdRemoveMemberByID(ctx, &machineapi.EtcdRemoveMemberByIDRequest{MemberId: v.ids[0] + 1})
+			wantCode(t, err, codes.NotFound, "member not found")
+
+			// the only member has nobody to hand the leadership to
+			fr, err := admin.MachineClient.EtcdForfeitLeadership(ctx, &machineapi.EtcdForfeitLeadershipRequest{})
+			if err != nil || fr.GetMessages()[0].GetMember() != "" {
+				t.Fatalf("EtcdForfeitLeadership on a single member: %v %v", fr, err)
+			}
+
+			// no alarms on a healthy member; defragmentation of the real backend works
+			al, err := admin.MachineClient.EtcdAlarmList(ctx, &emptypb.Empty{})
+			if err != nil || len(al.GetMessages()[0].GetMemberAlarms()) != 0 {
+				t.Fatalf("EtcdAlarmList: %v %v", al, err)
+			}
+
+			if _, err := admin.MachineClient.EtcdDefragment(ctx, &emptypb.Empty{}); err != nil {
+				t.Fatalf("EtcdDefragment: %v", err)
+			}
+
+			if _, err := admin.MachineClient.EtcdAlarmDisarm(ctx, &emptypb.Empty{}); err != nil {
+				t.Fatalf("EtcdAlarmDisarm: %v", err)
+			}
+
+			// readers may list members but not remove them
+			reader := tg.cluster.clientWithRoles(t, tg.endpoint, "os:reader")
+
+			if _, err := memberList(ctx, reader); err != nil {
+				t.Fatalf("EtcdMemberList as os:reader: %v", err)
+			}
+
+			_, err = reader.MachineClient.EtcdRemoveMemberByID(ctx, &machineapi.EtcdRemoveMemberByIDRequest{MemberId: v.ids[0]})
+			wantCode(t, err, codes.PermissionDenied, "not authorized")
+		},
+	},
+	{
+		name: "etcd/Snapshot-Recover", needs: emulatorOnly,
+		cite: "t:…/v1alpha1_etcd.go EtcdSnapshot, EtcdRecover; t:internal/app/machined/pkg/system/services/etcd.go (recover from snapshot on Bootstrap{recover_etcd})",
+		run: func(t *testing.T, tg *target) {
+			admin := tg.admin(t)
+			ctx := t.Context()
+
+			if _, err := admin.MachineClient.Bootstrap(ctx, &machineapi.BootstrapRequest{}); err != nil {
+				t.Fatalf("Bootstrap: %v", err)
+			}
+
+			ec := etcdClientFor(t, tg.cluster.bundle, tg.endpoint)
+
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := ec.Put(pctx, "/emu/before", "snapshot")
+
+			cancel()
+
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			snap := snapshot(t, admin)
+
+			// bbolt's meta page magic 0xED0CDAED at offset 32 (page header 16 + root 16)
+			if len(snap) < 4096 || !bytes.Contains(snap[:4096], []byte{0xed, 0xda, 0x0c, 0xed}) {
+				t.Fatalf("snapshot (%d bytes) is not a bbolt database", len(snap))
+			}
+
+			// wiping EPHEMERAL removes the etcd data; the member is gone after the reboot
+			boots := tg.machine.Info().Boots
+
+			if _, err := admin.MachineClient.Reset(ctx, &machineapi.ResetRequest{
+				Reboot: true, SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+
+			eventually(t, 20*time.Second, "reboot after the reset", func() (bool, string) {
+				return tg.machine.Info().Boots > boots, tg.machine.Stage().String()
+			})
+			waitStage(t, tg.cluster.adminFactory(tg.endpoint), runtime.MachineStageRunning)
+
+			admin = tg.admin(t)
+
+			_, err = admin.MachineClient.EtcdStatus(ctx, &emptypb.Empty{})
+			wantCode(t, err, codes.Unavailable, "")
+
+			if err := recoverUpload(ctx, admin, snap); err != nil {
+				t.Fatalf("EtcdRecover: %v", err)
+			}
+
+			if _, err := admin.MachineClient.Bootstrap(ctx, &machineapi.BootstrapRequest{RecoverEtcd: true}); err != nil {
+				t.Fatalf("Bootstrap{recover_etcd}: %v", err)
+			}
+
+			ec = etcdClientFor(t, tg.cluster.bundle, tg.endpoint)
+
+			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+
+			resp, err := ec.Get(gctx, "/emu/before")
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "snapshot" {
+				t.Fatalf("restored keyspace: %v", resp.Kvs)
+			}
+		},
+	},
+	{
+		name: "kubernetes/Kubeconfig-archive", needs: emulatorOnly,
+		cite: "t:…/v1alpha1_server.go Kubeconfig (a .tar.gz with one file `kubeconfig`; m:client/client.go Kubeconfig unpacks it)",
+		run: func(t *testing.T, tg *target) {
+			admin := tg.admin(t)
+
+			stream, err := admin.MachineClient.Kubeconfig(t.Context(), &emptypb.Empty{})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var archive []byte
+
+			for {
+				msg, err := stream.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+
+				if err != nil {
+					t.Fatal(err)
+				}
+
+				archive = append(archive, msg.GetBytes()...)
+			}
+
+			gz, err := gzip.NewReader(bytes.NewReader(archive))
+			if err != nil {
+				t.Fatalf("not gzip: %v", err)
+			}
+
+			tr := tar.NewReader(gz)
+
+			var names []string
+
+			var kc []byte
+
+			for {
+				h, err := tr.Next()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+
+				if err != nil {
+					t.Fatal(err)
+				}
+
+				names = append(names, h.Name)
+
+				if kc, err = io.ReadAll(tr); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			if len(names) != 1 || names[0] != "kubeconfig" {
+				t.Fatalf("archive holds %v, want [kubeconfig]", names)
+			}
+
+			cfg, err := clientcmd.Load(kc)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			cur := cfg.Contexts[cfg.CurrentContext]
+			if cur == nil || cfg.CurrentContext != "admin@emu" || cfg.Clusters[cur.Cluster].Server != "https://127.0.0.1:6443" {
+				t.Fatalf("kubeconfig contexts %v current %q", cfg.Contexts, cfg.CurrentContext)
+			}
+
+			// machinery's helper unpacks the same archive
+			b, err := admin.Kubeconfig(t.Context())
+			if err != nil {
+				t.Fatalf("client.Kubeconfig: %v", err)
+			}
+
+			if cfg2, err := clientcmd.Load(b); err != nil || cfg2.CurrentContext != cfg.CurrentContext {
+				t.Fatalf("client.Kubeconfig result does not load: %v", err)
+			}
+		},
+	},
+}
+
+func init() { checks = append(checks, etcdChecks...) }

@@ -1,0 +1,530 @@
+package talosemu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+)
+
+// Kubelet simulation: lease heartbeat 5 s (kube-controller-manager runs with a 20 s node
+// monitor grace period, so a powered-off machine's Node turns NotReady within ~20 s).
+const (
+	leaseRenew    = 5 * time.Second
+	nodeStatusGap = 10 * time.Second
+	podSyncGap    = time.Second
+)
+
+// nodeName is the Kubernetes node name Talos derives from the hostname
+// (t:internal/app/machined/pkg/controllers/k8s/nodename.go: lower-cased hostname).
+func (m *Machine) nodeName() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return strings.ToLower(m.hostnameLocked())
+}
+
+// kubeletService registers this machine's Node and keeps it Ready while the machine runs,
+// and runs the pods the scheduler binds to it (minimal kubelet: no containers; pods become
+// Running and Ready, deletions complete at once).
+func (m *Machine) kubeletService(ctx context.Context) {
+	if !m.world.kubernetes {
+		return
+	}
+
+	var (
+		c       *kubernetes.Clientset
+		err     error
+		lastErr string
+	)
+
+	for ctx.Err() == nil {
+		c, err = m.adminClient()
+		if err == nil {
+			err = m.registerNode(ctx, c)
+		}
+
+		if err == nil {
+			break
+		}
+
+		if msg := err.Error(); msg != lastErr {
+			m.world.logf("machine %s: kubelet: %v", m.Name(), err)
+			lastErr = msg
+		}
+
+		sleepCtx(ctx, 2*time.Second)
+	}
+
+	if ctx.Err() != nil {
+		return
+	}
+
+	name := m.nodeName()
+	lastStatus := time.Time{}
+
+	for ctx.Err() == nil {
+		m.renewLease(ctx, c, name)
+
+		if time.Since(lastStatus) >= nodeStatusGap {
+			if err := m.updateNodeStatus(ctx, c, name); err == nil {
+				lastStatus = time.Now()
+			}
+		}
+
+		m.syncPods(ctx, c, name)
+		sleepCtx(ctx, podSyncGap)
+	}
+}
+
+func (m *Machine) nodeLabelsAndTaints() (map[string]string, []corev1.Taint) {
+	cfg := m.activeConfig()
+	name := m.nodeName()
+
+	labels := map[string]string{
+		corev1.LabelHostname:   name,
+		corev1.LabelOSStable:   osLinux,
+		corev1.LabelArchStable: archAMD64,
+	}
+
+	var taints []corev1.Taint
+
+	if cfg != nil && cfg.Machine() != nil && cfg.Machine().Type().IsControlPlane() {
+		// t:internal/app/machined/pkg/controllers/k8s/node_label_spec.go, node_taint_spec.go
+		labels[constants.LabelNodeRoleControlPlane] = ""
+
+		schedule := false
+		if raw := cfg.RawV1Alpha1(); raw != nil && raw.ClusterConfig != nil {
+			schedule = raw.ClusterConfig.ScheduleOnControlPlanes()
+		}
+
+		if !schedule {
+			taints = append(taints, corev1.Taint{Key: constants.LabelNodeRoleControlPlane, Effect: corev1.TaintEffectNoSchedule})
+		}
+	}
+
+	if cfg != nil && cfg.K8sNodeConfig() != nil {
+		for k, v := range cfg.K8sNodeConfig().Labels() {
+			labels[k] = v
+		}
+
+		for k, v := range cfg.K8sNodeConfig().Taints() {
+			val, eff, ok := strings.Cut(v, ":")
+			if !ok {
+				val, eff = "", v
+			}
+
+			t := corev1.Taint{Key: k, Value: val, Effect: corev1.TaintEffect(eff)}
+
+			// the generated control plane config carries the role taint itself
+			dup := false
+
+			for _, have := range taints {
+				if have.Key == t.Key && have.Effect == t.Effect {
+					dup = true
+				}
+			}
+
+			if !dup {
+				taints = append(taints, t)
+			}
+		}
+	}
+
+	return labels, taints
+}
+
+func (m *Machine) registerNode(ctx context.Context, c *kubernetes.Clientset) error {
+	name := m.nodeName()
+	labels, taints := m.nodeLabelsAndTaints()
+
+	node, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.NodeSpec{Taints: taints}}
+
+		node, err = c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	}
+
+	if err != nil {
+		return err
+	}
+
+	// after a reboot Talos uncordons the node it cordoned itself
+	// (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer_tasks.go UncordonNode)
+	changed := false
+
+	if node.Annotations[constants.AnnotationCordonedKey] == constants.AnnotationCordonedValue {
+		delete(node.Annotations, constants.AnnotationCordonedKey)
+
+		node.Spec.Unschedulable = false
+		changed = true
+	}
+
+	for k, v := range labels {
+		if cur, ok := node.Labels[k]; !ok || cur != v {
+			if node.Labels == nil {
+				node.Labels = map[string]string{}
+			}
+
+			node.Labels[k] = v
+			changed = true
+		}
+	}
+
+	if changed {
+		if _, err := c.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+
+	return m.updateNodeStatus(ctx, c, name)
+}
+
+func (m *Machine) updateNodeStatus(ctx context.Context, c *kubernetes.Clientset, name string) error {
+	node, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+
+	now := metav1.Now()
+	version := "v0.0.0"
+
+	if v, err := c.Discovery().ServerVersion(); err == nil {
+		version = v.GitVersion
+	}
+
+	m.mu.Lock()
+	talosVersion, _ := m.runningVersionLocked()
+	bootID := m.p.BootID
+	uuid := m.p.Hardware.UUID
+	m.mu.Unlock()
+
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse("4"),
+		corev1.ResourceMemory:           resource.MustParse("8Gi"),
+		corev1.ResourcePods:             resource.MustParse("110"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+	}
+
+	node.Status.Capacity, node.Status.Allocatable = capacity, capacity
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: m.IP()}, {Type: corev1.NodeHostName, Address: name}}
+	node.Status.NodeInfo = corev1.NodeSystemInfo{
+		MachineID: uuid, SystemUUID: uuid, BootID: bootID,
+		KernelVersion: constants.DefaultKernelVersion, OSImage: "Talos (" + talosVersion + ")",
+		ContainerRuntimeVersion: "containerd://" + constants.DefaultContainerdVersion,
+		KubeletVersion:          version, OperatingSystem: osLinux, Architecture: archAMD64,
+	}
+	node.Status.DaemonEndpoints.KubeletEndpoint.Port = 10250
+
+	ready := corev1.NodeCondition{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		Message: "kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
+	}
+
+	conds := []corev1.NodeCondition{ready}
+
+	for t, reason := range map[corev1.NodeConditionType]string{
+		corev1.NodeMemoryPressure: "KubeletHasSufficientMemory",
+		corev1.NodeDiskPressure:   "KubeletHasNoDiskPressure",
+		corev1.NodePIDPressure:    "KubeletHasSufficientPID",
+	} {
+		conds = append(conds, corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: reason, LastHeartbeatTime: now, LastTransitionTime: now})
+	}
+
+	for _, old := range node.Status.Conditions {
+		for i := range conds {
+			if conds[i].Type == old.Type && conds[i].Status == old.Status {
+				conds[i].LastTransitionTime = old.LastTransitionTime
+			}
+		}
+	}
+
+	node.Status.Conditions = conds
+
+	_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+
+	return err
+}
+
+func (m *Machine) renewLease(ctx context.Context, c *kubernetes.Clientset, name string) {
+	leases := c.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NowMicro()
+	dur := int32(40)
+
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, _ = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: &dur, RenewTime: &now},
+		}, metav1.CreateOptions{})
+
+		return
+	}
+
+	if err != nil {
+		return
+	}
+
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &name, &dur, &now
+	_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
+}
+
+// syncPods runs the pods bound to this node: they start at once and are Ready; a pod being
+// deleted is removed at once (the containers "stopped").
+func (m *Machine) syncPods(ctx context.Context, c *kubernetes.Clientset, name string) {
+	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return
+	}
+
+	for i := range pods.Items {
+		p := &pods.Items[i]
+
+		if p.DeletionTimestamp != nil {
+			zero := int64(0)
+			uid := p.UID
+			_ = c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+
+			continue
+		}
+
+		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+
+		now := metav1.Now()
+		podIP := m.IP()
+
+		if !p.Spec.HostNetwork {
+			podIP = fakePodIP(m.IP(), p.UID)
+		}
+
+		p.Status.Phase = corev1.PodRunning
+		p.Status.HostIP, p.Status.PodIP = m.IP(), podIP
+		p.Status.HostIPs = []corev1.HostIP{{IP: m.IP()}}
+		p.Status.PodIPs = []corev1.PodIP{{IP: podIP}}
+		p.Status.StartTime = &now
+		p.Status.Conditions = []corev1.PodCondition{
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+		p.Status.ContainerStatuses = nil
+
+		started := true
+
+		for _, ct := range p.Spec.Containers {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+				Name: ct.Name, Image: ct.Image, ImageID: ct.Image, Ready: true, Started: &started,
+				ContainerID: "containerd://" + seed(string(p.UID), ct.Name)[:32],
+				State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+			})
+		}
+
+		_, _ = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	}
+}
+
+// fakePodIP derives a stable pod address in 10.244.0.0/16 from the node and pod.
+func fakePodIP(node string, uid types.UID) string {
+	h := seed(node, string(uid))
+	ip := net.IPv4(10, 244, h[0]%250+1, h[1]%250+1)
+
+	return ip.String()
+}
+
+// cordonAndDrain cordons the node and evicts its pods (not DaemonSet pods, not mirror pods),
+// waiting until they are gone, as Talos does before an upgrade and a graceful reset
+// (t:pkg/kubernetes/kubernetes.go CordonAndDrain, Cordon marks the node with
+// talos.dev/cordoned so that the next boot uncordons it).
+func (m *Machine) cordonAndDrain(ctx context.Context) {
+	if !m.world.kubernetes {
+		return
+	}
+
+	c, err := m.adminClient()
+	if err != nil {
+		return
+	}
+
+	name := m.nodeName()
+
+	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+
+	node, err := c.CoreV1().Nodes().Get(dctx, name, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+
+	if !node.Spec.Unschedulable {
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+
+		node.Annotations[constants.AnnotationCordonedKey] = constants.AnnotationCordonedValue
+		node.Spec.Unschedulable = true
+
+		if _, err := c.CoreV1().Nodes().Update(dctx, node, metav1.UpdateOptions{}); err != nil {
+			m.world.logf("machine %s: cordon: %v", m.Name(), err)
+
+			return
+		}
+	}
+
+	for dctx.Err() == nil {
+		pods, err := c.CoreV1().Pods("").List(dctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+		if err != nil {
+			sleepCtx(dctx, time.Second)
+
+			continue
+		}
+
+		left := 0
+
+		for i := range pods.Items {
+			p := &pods.Items[i]
+
+			if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+				continue
+			}
+
+			if owner := metav1.GetControllerOf(p); owner != nil && owner.Kind == "DaemonSet" {
+				continue
+			}
+
+			left++
+
+			if p.DeletionTimestamp == nil {
+				err := c.PolicyV1().Evictions(p.Namespace).Evict(dctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+				if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsTooManyRequests(err) {
+					m.world.logf("machine %s: evicting %s/%s: %v", m.Name(), p.Namespace, p.Name, err)
+				}
+			}
+		}
+
+		if left == 0 {
+			return
+		}
+
+		sleepCtx(dctx, time.Second)
+	}
+}
+
+// applyInlineManifests server-side applies the inline manifests; kubeService runs it after the
+// control plane is up and whenever the Kubernetes version (the apiserver image tag) changes
+// (t:internal/app/machined/pkg/controllers/k8s/manifest_apply.go).
+func (m *Machine) applyInlineManifests(ctx context.Context) error {
+	cfg := m.activeConfig()
+	if cfg == nil {
+		return nil
+	}
+
+	manifests := cfg.K8sInlineManifestConfigs()
+	if len(manifests) == 0 {
+		return nil
+	}
+
+	c, err := m.adminClient()
+	if err != nil {
+		return err
+	}
+
+	rc, err := m.adminRESTConfig()
+	if err != nil {
+		return err
+	}
+
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Discovery()))
+
+	for _, man := range manifests {
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(man.Contents())), 4096)
+
+		for {
+			var obj unstructured.Unstructured
+			if err := dec.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+
+				return fmt.Errorf("manifest %s: %w", man.Name(), err)
+			}
+
+			if len(obj.Object) == 0 {
+				continue
+			}
+
+			gvk := obj.GroupVersionKind()
+
+			mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				mapper.Reset()
+
+				return fmt.Errorf("manifest %s: %s: %w", man.Name(), gvk, err)
+			}
+
+			ri := dyn.Resource(mapping.Resource)
+
+			var target dynamic.ResourceInterface = ri
+			if mapping.Scope.Name() == "namespace" {
+				ns := obj.GetNamespace()
+				if ns == "" {
+					ns = metav1.NamespaceDefault
+				}
+
+				target = ri.Namespace(ns)
+			}
+
+			if _, err := target.Apply(ctx, obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: nameTalos, Force: true}); err != nil {
+				return fmt.Errorf("manifest %s: applying %s %s: %w", man.Name(), gvk.Kind, obj.GetName(), err)
+			}
+		}
+	}
+
+	return nil
+}
+
+// Kubeconfig streams the admin kubeconfig as a .tar.gz holding one file `kubeconfig`
+// (t:…/v1alpha1_server.go Kubeconfig; m:client Kubeconfig unpacks it).
+func (s *apiServer) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer[common.Data]) error {
+	if err := checkControlPlane(srv.Context(), s.m.st, "kubeconfig"); err != nil {
+		return err
+	}
+
+	b, err := adminKubeconfigTarGz(s.m.activeConfig())
+	if err != nil {
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+
+	return srv.Send(&common.Data{Bytes: b})
+}
