@@ -338,10 +338,10 @@ func (m *Machine) localEtcdClient(ctx context.Context) (*clientv3.Client, *etcdR
 
 // clusterEtcdClient talks to every control plane of the world with the same etcd CA that
 // runs a member (Talos's NewClientFromControlPlaneIPs).
-func (m *Machine) clusterEtcdClient(ctx context.Context) (*clientv3.Client, *etcdRunning, error) {
+func (m *Machine) clusterEtcdClient(ctx context.Context) (*clientv3.Client, error) {
 	r := m.runningEtcd()
 	if r == nil {
-		return nil, nil, errEtcdNotRunning
+		return nil, errEtcdNotRunning
 	}
 
 	eps := []string{m.etcdClientURL()}
@@ -350,9 +350,7 @@ func (m *Machine) clusterEtcdClient(ctx context.Context) (*clientv3.Client, *etc
 		eps = append(eps, p.etcdClientURL())
 	}
 
-	c, err := etcdClient(ctx, r.tlsConf, eps)
-
-	return c, r, err
+	return etcdClient(ctx, r.tlsConf, eps)
 }
 
 // etcdPeers are the other machines of the world whose running config carries the same etcd
@@ -522,7 +520,24 @@ func (m *Machine) joinEtcd(ctx context.Context) error {
 // leaveEtcd removes this member from the cluster, stops it and wipes its data, as a graceful
 // reset does before wiping (t:internal/pkg/etcd/etcd.go LeaveCluster).
 func (m *Machine) leaveEtcd(ctx context.Context) error {
-	c, r, err := m.clusterEtcdClient(ctx)
+	r := m.runningEtcd()
+	if r == nil {
+		return errEtcdNotRunning
+	}
+
+	// Ask the other members: a member that removes itself stops its server as
+	// soon as the change applies, so an answer through its own endpoint can be
+	// "server stopped" although the removal was committed.
+	var eps []string
+	for _, p := range m.etcdPeers() {
+		eps = append(eps, p.etcdClientURL())
+	}
+
+	if len(eps) == 0 {
+		eps = []string{m.etcdClientURL()}
+	}
+
+	c, err := etcdClient(ctx, r.tlsConf, eps)
 	if err != nil {
 		return err
 	}
@@ -543,7 +558,9 @@ func (m *Machine) leaveEtcd(ctx context.Context) error {
 			break
 		}
 
-		transient := errors.Is(err, rpctypes.ErrUnhealthy) || errors.Is(err, rpctypes.ErrNoLeader)
+		// A retry after "server stopped" finds the member gone (ErrMemberNotFound).
+		transient := errors.Is(err, rpctypes.ErrUnhealthy) || errors.Is(err, rpctypes.ErrNoLeader) ||
+			errors.Is(err, rpctypes.ErrStopped)
 		if time.Now().After(deadline) || !transient {
 			return fmt.Errorf("removing member: %w", err)
 		}

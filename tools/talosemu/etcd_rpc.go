@@ -102,7 +102,7 @@ func (s *apiServer) EtcdMemberList(ctx context.Context, in *machine.EtcdMemberLi
 	if in.GetQueryLocal() {
 		c, _, err = s.m.localEtcdClient(ctx)
 	} else {
-		c, _, err = s.m.clusterEtcdClient(ctx)
+		c, err = s.m.clusterEtcdClient(ctx)
 	}
 
 	if err != nil {
@@ -138,7 +138,7 @@ func (s *apiServer) EtcdRemoveMemberByID(ctx context.Context, in *machine.EtcdRe
 		return nil, err
 	}
 
-	c, _, err := s.m.clusterEtcdClient(ctx)
+	c, err := s.m.clusterEtcdClient(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create etcd client: %w", err)
 	}
