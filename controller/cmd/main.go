@@ -23,6 +23,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/controller/internal/certs"
+	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
 
@@ -114,6 +115,10 @@ func main() {
 			log.Error(err, "registering the admission webhooks")
 			os.Exit(1)
 		}
+	}
+	if err := (&talosmachine.Reconciler{}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the TalosMachine reconciler")
+		os.Exit(1)
 	}
 	if enableWebhooks && manageCerts {
 		// Renew the leaf before it expires; the webhook server reloads the files.

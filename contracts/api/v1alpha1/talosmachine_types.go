@@ -38,6 +38,26 @@ const (
 	ReinstalledReason = "Reinstalled"
 	// AcceptedNoEffectReason means Talos accepted a volume change it will not apply.
 	AcceptedNoEffectReason = "AcceptedNoEffect"
+	// InSyncReason means the node runs the rendered configuration.
+	InSyncReason = "InSync"
+	// AppliedReason means the rendered configuration was applied to the node.
+	AppliedReason = "Applied"
+	// StagedReason means the rendered configuration was staged for the next install or upgrade.
+	StagedReason = "Staged"
+	// DriftDetectedReason means the node's configuration changed behind Ichor's back.
+	DriftDetectedReason = "DriftDetected"
+	// DriftCorrectedReason means drift was re-applied under the AutoCorrect policy.
+	DriftCorrectedReason = "DriftCorrected"
+	// WaitingForRolloutReason means a change waits for a config operation.
+	WaitingForRolloutReason = "WaitingForRollout"
+	// NotConfiguredReason means the machine is not provisioned yet, so nothing is applied.
+	NotConfiguredReason = "NotConfigured"
+	// RenderFailedReason means the configuration could not be rendered.
+	RenderFailedReason = "RenderFailed"
+	// NodeUnreachableReason means the node's Talos API did not answer.
+	NodeUnreachableReason = "NodeUnreachable"
+	// ApplyFailedReason means the node refused the configuration.
+	ApplyFailedReason = "ApplyFailed"
 )
 
 // Machine roles.
@@ -323,6 +343,10 @@ type TalosMachineStatus struct {
 	// appliedConfigHash is the hash of the configuration last applied.
 	// +optional
 	AppliedConfigHash string `json:"appliedConfigHash,omitempty"`
+	// renderVersion is the renderer's version (render.Version) of the last
+	// applied configuration: a new one is a desired-state change, not drift.
+	// +optional
+	RenderVersion int32 `json:"renderVersion,omitempty"`
 	// driftPaths are the configuration paths that differ from the render.
 	// +optional
 	// +listType=atomic

@@ -1,0 +1,169 @@
+package talosmachine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/render"
+)
+
+// driftMachine is the machine the drift test changes behind Ichor's back.
+const driftMachine = "w-2"
+
+// changeBehindIchor patches the node's running configuration directly with
+// an admin client, as a person with talosctl would.
+func changeBehindIchor(t *testing.T, name, patch string) {
+	t.Helper()
+
+	ctx := context.Background()
+	n := adminNode(t, name)
+
+	active, _, err := n.Config(ctx)
+	must(t, err)
+
+	p, err := configpatcher.LoadPatch([]byte(patch))
+	must(t, err)
+
+	out, err := configpatcher.Apply(configpatcher.WithBytes(active), []configpatcher.Patch{p})
+	must(t, err)
+
+	b, err := out.Bytes()
+	must(t, err)
+
+	_, err = n.c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: b, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
+	must(t, err)
+}
+
+func setDriftPolicy(t *testing.T, policy string) {
+	t.Helper()
+
+	ctx := context.Background()
+	c := &ichorv1alpha1.TalosCluster{}
+	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, c))
+	c.Spec.Drift.Policy = policy
+	must(t, k8s.Update(ctx, c))
+}
+
+// awaitDrift waits until the machine reports drift naming path.
+func awaitDrift(t *testing.T, path string) *ichorv1alpha1.TalosMachine {
+	t.Helper()
+
+	const name = driftMachine
+
+	var m *ichorv1alpha1.TalosMachine
+
+	eventually(t, name+" reports drift at "+path, func() error {
+		m = getMachine(t, name)
+		c := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.DriftedCondition)
+
+		if c == nil || c.Status != "True" {
+			return fmt.Errorf("Drifted %+v", c)
+		}
+
+		if !strings.Contains(strings.Join(m.Status.DriftPaths, " "), path) || !strings.Contains(c.Message, path) {
+			return fmt.Errorf("paths %v, message %q", m.Status.DriftPaths, c.Message)
+		}
+
+		if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ReadyCondition) {
+			return errors.New("still Ready")
+		}
+
+		return nil
+	})
+
+	return m
+}
+
+// TestTalosMachineReconciler_Drift: a change made on the node behind Ichor's
+// back is reported with its paths; under Warn it stays; under AutoCorrect a
+// no-reboot difference is re-applied, a reboot-requiring one only reported.
+func TestTalosMachineReconciler_Drift(t *testing.T) {
+	const name = driftMachine
+
+	rendered := inSync(t, name).Status.RenderedConfigHash
+
+	t.Cleanup(func() { setDriftPolicy(t, "") })
+
+	// Warn (the default): reported, left alone.
+	changeBehindIchor(t, name, "apiVersion: v1alpha1\nkind: SysctlConfig\nparams:\n  net.ipv4.tcp_keepalive_time: \"600\"\n")
+
+	path := sysctlPath("net.ipv4.tcp_keepalive_time")
+	m := awaitDrift(t, path)
+
+	if m.Status.AppliedConfigHash != rendered || m.Status.RenderedConfigHash != rendered {
+		t.Errorf("drift changed the hashes: rendered %s applied %s, want %s", m.Status.RenderedConfigHash, m.Status.AppliedConfigHash, rendered)
+	}
+
+	awaitEvent(t, name, ichorv1alpha1.DriftDetectedReason, path)
+
+	applies := applyCalls(t, name)
+	pollsPass(t)
+
+	if after := applyCalls(t, name); after != applies {
+		t.Errorf("under Warn the node was sent a configuration: %d ApplyConfiguration calls, then %d", applies, after)
+	}
+
+	awaitNodeValue(t, name, path, "600")
+	awaitDrift(t, path)
+
+	// AutoCorrect: the no-reboot difference is re-applied.
+	setDriftPolicy(t, ichorv1alpha1.DriftPolicyAutoCorrect)
+	awaitNodeValue(t, name, path, nil)
+	awaitEvent(t, name, ichorv1alpha1.DriftCorrectedReason, path)
+
+	m = inSync(t, name)
+	if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.DriftedCondition) || len(m.Status.DriftPaths) > 0 {
+		t.Errorf("corrected drift still reported: %v", m.Status.DriftPaths)
+	}
+
+	// A reboot-requiring difference (machine.env of the legacy document) is
+	// reported, never applied by the machine reconciler.
+	changeBehindIchor(t, name, "machine:\n  env:\n    ICHOR_DRIFT: \"1\"\n")
+
+	envPath := "machine.env.ICHOR_DRIFT"
+	awaitDrift(t, envPath)
+
+	applies = applyCalls(t, name)
+	pollsPass(t)
+
+	if after := applyCalls(t, name); after != applies {
+		t.Errorf("a reboot-requiring drift was applied under AutoCorrect: %d ApplyConfiguration calls, then %d", applies, after)
+	}
+
+	awaitDrift(t, envPath)
+
+	// Put the node back the way provisioning left it; the machine is in sync again.
+	_, err := adminNode(t, name).c.ApplyConfiguration(context.Background(),
+		&machine.ApplyConfigurationRequest{Data: currentRender(t, name), Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
+	must(t, err)
+
+	if m := inSync(t, name); m.Status.RenderedConfigHash != rendered {
+		t.Errorf("rendered hash %s, want %s", m.Status.RenderedConfigHash, rendered)
+	}
+}
+
+// currentRender renders a machine from what the API holds now.
+func currentRender(t *testing.T, name string) []byte {
+	t.Helper()
+
+	ctx := context.Background()
+	c := &ichorv1alpha1.TalosCluster{}
+	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, c))
+
+	var patches ichorv1alpha1.TalosConfigPatchList
+	must(t, k8s.List(ctx, &patches, client.InNamespace(ns)))
+
+	res, err := render.Render(render.Input{Cluster: c, Machine: getMachine(t, name), Bundle: theBun, Patches: patches.Items})
+	must(t, err)
+
+	return res.Bytes
+}

@@ -1,0 +1,345 @@
+package talosmachine
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
+)
+
+// The package's tests share one API server, one controller manager and one
+// small emulated world: a control plane and two workers, configured in
+// TestMain the way provisioning (issue 8) would configure them.
+var (
+	env    *testenv.Env
+	scheme = runtime.NewScheme()
+	k8s    client.Client
+	world  *talosemu.World
+	theBun *secrets.Bundle
+)
+
+const (
+	ns          = "default"
+	clusterName = "prod"
+	// driftInterval is short so drift shows within the tests' deadlines.
+	driftInterval = 300 * time.Millisecond
+)
+
+// machineNames are the world's machines: the control plane first (workers get
+// their API certificate from it).
+var machineNames = []string{"cp-1", "w-1", "w-2"}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+
+	if err := ichorv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+
+	// ICHOR_TEST_LOG=1 shows the controller's logs.
+	if os.Getenv("ICHOR_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	}
+
+	var err error
+
+	env, err = testenv.Start(testenv.Options{Scheme: scheme})
+	if err != nil {
+		// A missing API server is a failure, never a skip.
+		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test API server: %v\n", err)
+
+		return 1
+	}
+
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping the test API server: %v\n", err)
+		}
+	}()
+
+	k8s = env.Client
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	dir, err := os.MkdirTemp("", "talosmachine-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+
+		return 1
+	}
+
+	defer func() { _ = os.RemoveAll(dir) }()
+
+	if err := setup(ctx, dir); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+
+		return 1
+	}
+
+	defer world.Close()
+
+	return m.Run()
+}
+
+func setup(ctx context.Context, dir string) error {
+	spec := &talosemu.Spec{Subnet: "127.0.77.0/24"}
+	for i, n := range machineNames {
+		role := talosemu.RoleHintWorker
+		if i == 0 {
+			role = talosemu.RoleHintControlPlane
+		}
+
+		spec.Machines = append(spec.Machines, talosemu.MachineSpec{Name: n, Role: role})
+	}
+
+	spec.Durations = talosemu.Durations{
+		Install: talosemu.Duration(100 * time.Millisecond),
+		Reboot:  talosemu.Duration(100 * time.Millisecond),
+		Boot:    talosemu.Duration(50 * time.Millisecond),
+	}
+
+	var err error
+
+	if world, err = talosemu.Start(ctx, spec, dir); err != nil {
+		return fmt.Errorf("starting the emulated world: %w", err)
+	}
+
+	if theBun, err = bundle.Generate(secrets.NewClock(), "v1.14"); err != nil {
+		return err
+	}
+
+	c := testCluster()
+
+	sec, err := bundle.Secret(ns, c.Spec.SecretsBundleRef, theBun)
+	if err != nil {
+		return err
+	}
+
+	if err := k8s.Create(ctx, sec); err != nil {
+		return err
+	}
+
+	if err := k8s.Create(ctx, c); err != nil {
+		return err
+	}
+
+	for _, n := range machineNames {
+		em, err := world.Machine(n)
+		if err != nil {
+			return err
+		}
+
+		tm := testMachine(n, em.IP())
+		if err := configure(ctx, c, tm, em); err != nil {
+			return fmt.Errorf("configuring %s: %w", n, err)
+		}
+
+		if err := k8s.Create(ctx, tm); err != nil {
+			return err
+		}
+
+		// What provisioning (issue 8) records once the machine runs its configuration.
+		tm.Status.Stage = ichorv1alpha1.StageRunning
+		tm.Status.Installed = true
+		apimeta.SetStatusCondition(&tm.Status.Conditions, metav1.Condition{
+			Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: "Provisioned", Message: "test setup",
+		})
+
+		if err := k8s.Status().Update(ctx, tm); err != nil {
+			return err
+		}
+	}
+
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return err
+	}
+
+	r := &Reconciler{DriftInterval: driftInterval}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
+		}
+	}()
+
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		return errors.New("the manager's cache did not sync")
+	}
+
+	return nil
+}
+
+func testCluster() *ichorv1alpha1.TalosCluster {
+	return &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: clusterName},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion:      "v1.14.1",
+			VersionContract:   "v1.14",
+			KubernetesVersion: "1.37.2",
+			Endpoint:          ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeVIP, Host: "10.0.0.10"},
+			SecretsBundleRef:  ichorv1alpha1.SecretReference{Name: clusterName + "-secrets"},
+			ControlPlane:      ichorv1alpha1.ControlPlaneTopology{Count: 1, Schedulable: new(false)},
+			CNI:               ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: ichorv1alpha1.KubeProxyReplaced},
+		},
+	}
+}
+
+func testMachine(name, ip string) *ichorv1alpha1.TalosMachine {
+	role := ichorv1alpha1.RoleWorker
+	if name == "cp-1" {
+		role = ichorv1alpha1.RoleControlPlane
+	}
+
+	now := metav1.Now()
+
+	return &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"pool": name}},
+		Spec: ichorv1alpha1.TalosMachineSpec{
+			ClusterName: clusterName,
+			Identity:    ichorv1alpha1.MachineIdentity{Serial: "SER-" + name},
+			Address:     ip,
+			Approval:    ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now},
+			Role:        role,
+			Hostname:    name,
+			Install:     ichorv1alpha1.MachineInstall{Disk: &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}},
+		},
+	}
+}
+
+// configure sends a maintenance machine its rendered configuration, as
+// provisioning does, and waits until it runs it.
+func configure(ctx context.Context, c *ichorv1alpha1.TalosCluster, tm *ichorv1alpha1.TalosMachine, em *talosemu.Machine) error {
+	res, err := render.Render(render.Input{Cluster: c, Machine: tm, Bundle: theBun})
+	if err != nil {
+		return err
+	}
+
+	mc, err := talosclient.New(ctx,
+		talosclient.WithEndpoints(net.JoinHostPort(em.IP(), strconv.Itoa(50000))),
+		talosclient.WithTLSConfig(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // maintenance mode, as provisioning's first contact
+	if err != nil {
+		return err
+	}
+	defer func() { _ = mc.Close() }()
+
+	if _, err := mc.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: res.Bytes, Mode: machine.ApplyConfigurationRequest_AUTO}); err != nil {
+		return err
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+	for em.Stage() != talosruntime.MachineStageRunning {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("machine %s did not reach running (stage %s)", em.Name(), em.Stage())
+		}
+
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	return nil
+}
+
+// adminNode connects to an emulated machine as Ichor does.
+func adminNode(t testing.TB, name string) *Node {
+	t.Helper()
+
+	em, err := world.Machine(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := (&Dialer{}).Dial(context.Background(), em.IP(), theBun)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(n.Close)
+
+	return n
+}
+
+// eventually polls cond until it returns nil or the deadline passes.
+// waitTimeout bounds every wait of the tests.
+const waitTimeout = 20 * time.Second
+
+func eventually(t testing.TB, what string, cond func() error) {
+	t.Helper()
+
+	deadline := time.Now().Add(waitTimeout)
+
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
+		}
+
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func getMachine(t testing.TB, name string) *ichorv1alpha1.TalosMachine {
+	t.Helper()
+
+	m := &ichorv1alpha1.TalosMachine{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m); err != nil {
+		t.Fatal(err)
+	}
+
+	return m
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var _ = corev1.EventTypeNormal

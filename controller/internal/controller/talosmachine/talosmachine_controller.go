@@ -1,0 +1,287 @@
+// Package talosmachine holds the TalosMachine reconciler: it renders each
+// configured machine's configuration, compares it with the node's over COSI,
+// applies the changes that need no reboot, reports the ones that wait for a
+// config operation, and reports (or, under AutoCorrect, corrects) drift
+// (architecture, "Configuration reconcile").
+package talosmachine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/render"
+)
+
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters;talosconfigpatches,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// ControllerName names the controller, its Events and its field manager.
+const ControllerName = "talosmachine"
+
+// DefaultDriftInterval is how often a configured machine's node is read for drift.
+const DefaultDriftInterval = 5 * time.Minute
+
+// clusterIndex indexes TalosMachines and TalosConfigPatches by spec.clusterName.
+const clusterIndex = "spec.clusterName"
+
+// Reconciler reconciles TalosMachines.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads the bundle Secret uncached: the controller may get a
+	// Secret, not list or watch every Secret of the cluster.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// DriftInterval is the drift polling period (jittered by up to 20%);
+	// zero means DefaultDriftInterval.
+	DriftInterval time.Duration
+	// Nodes connects to Talos nodes; nil means a Dialer.
+	Nodes *Dialer
+}
+
+// SetupWithManager registers the reconciler. Only spec, label and
+// provisioning changes of a machine wake it, never its own status writes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder(ControllerName)
+	}
+
+	if r.Nodes == nil {
+		r.Nodes = &Dialer{}
+	}
+
+	ctx := context.Background()
+	for _, obj := range []client.Object{&ichorv1alpha1.TalosMachine{}, &ichorv1alpha1.TalosConfigPatch{}} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, clusterIndex, indexCluster); err != nil {
+			return err
+		}
+	}
+
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&ichorv1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, provisioningChanged{}))).
+		Watches(&ichorv1alpha1.TalosConfigPatch{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&ichorv1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+func indexCluster(o client.Object) []string {
+	switch v := o.(type) {
+	case *ichorv1alpha1.TalosMachine:
+		return []string{v.Spec.ClusterName}
+	case *ichorv1alpha1.TalosConfigPatch:
+		return []string{v.Spec.ClusterName}
+	default:
+		return nil
+	}
+}
+
+// machinesOfCluster maps a cluster or a patch to the machines of its cluster.
+func (r *Reconciler) machinesOfCluster(ctx context.Context, o client.Object) []reconcile.Request {
+	name := o.GetName()
+	if p, ok := o.(*ichorv1alpha1.TalosConfigPatch); ok {
+		name = p.Spec.ClusterName
+	}
+
+	var list ichorv1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{clusterIndex: name}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the machines of a cluster", "cluster", name)
+
+		return nil
+	}
+
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+
+	return out
+}
+
+// provisioningChanged passes a status update that changes whether the machine
+// is configured (Provisioned, stage, address), which the provisioning
+// reconciler writes.
+type provisioningChanged struct {
+	predicate.Funcs
+}
+
+func (provisioningChanged) Update(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*ichorv1alpha1.TalosMachine)
+	n, ok2 := e.ObjectNew.(*ichorv1alpha1.TalosMachine)
+
+	if !ok1 || !ok2 {
+		return false
+	}
+
+	return configured(o) != configured(n) || o.Status.Stage != n.Status.Stage
+}
+
+// configured is true for an approved machine with an address that has been
+// provisioned: only then does it run a configuration the reconciler owns.
+func configured(m *ichorv1alpha1.TalosMachine) bool {
+	return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved && m.Spec.Address != "" &&
+		apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ProvisionedCondition)
+}
+
+// scope is what the phases share.
+type scope struct {
+	machine *ichorv1alpha1.TalosMachine
+	cluster *ichorv1alpha1.TalosCluster
+	result  *render.Result
+	node    *Node
+	// active and persistent are the node's running and stored configurations.
+	active, persistent []byte
+}
+
+type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
+
+// Reconcile is get → deferred status patch with owned conditions → phases.
+// The machine reconciler keeps no finalizer: it leaves nothing outside the API to clean up.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	m := &ichorv1alpha1.TalosMachine{}
+	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	if !m.DeletionTimestamp.IsZero() || !configured(m) {
+		ctrl.LoggerFrom(ctx).V(1).Info("not configured: nothing to apply")
+
+		return ctrl.Result{}, nil
+	}
+
+	before := m.DeepCopy()
+	s := &scope{machine: m}
+	start := time.Now()
+
+	defer func() {
+		ctrl.LoggerFrom(ctx).V(1).Info("reconciled", "duration", time.Since(start).String(), "error", retErr)
+
+		if s.node != nil {
+			s.node.Close()
+		}
+
+		if err := r.patchStatus(ctx, before, m, retErr); err != nil {
+			retErr = errors.Join(retErr, err)
+		}
+	}()
+
+	phases := []phase{r.reconcileRender, r.reconcileNode}
+	for _, p := range phases {
+		pr, err := p(ctx, s)
+		if err != nil || pr.RequeueAfter > 0 {
+			return pr, err
+		}
+	}
+
+	return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+}
+
+// driftInterval is the polling period with up to 20% jitter, so machines do not poll in step.
+func (r *Reconciler) driftInterval() time.Duration {
+	d := r.DriftInterval
+	if d <= 0 {
+		d = DefaultDriftInterval
+	}
+
+	return d + time.Duration(rand.Int64N(int64(d)/5+1)) //nolint:gosec // jitter, not a secret
+}
+
+// reconcileRender loads the cluster, its bundle and the patches and renders.
+func (r *Reconciler) reconcileRender(ctx context.Context, s *scope) (ctrl.Result, error) {
+	m := s.machine
+	c := &ichorv1alpha1.TalosCluster{}
+
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			markStalled(m, fmt.Sprintf("TalosCluster %q not found", m.Spec.ClusterName))
+
+			return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+		}
+
+		return ctrl.Result{}, err
+	}
+
+	s.cluster = c
+
+	sec := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.SecretsBundleRef.Name}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			markStalled(m, fmt.Sprintf("secrets bundle Secret %q not found", c.Spec.SecretsBundleRef.Name))
+
+			return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+		}
+
+		return ctrl.Result{}, err
+	}
+
+	b, err := bundle.LoadForCluster(sec, c)
+	if err != nil {
+		// bundle's errors name the Secret and key, never its content.
+		markStalled(m, err.Error())
+
+		return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+	}
+
+	var patches ichorv1alpha1.TalosConfigPatchList
+	if err := r.Client.List(ctx, &patches, client.InNamespace(m.Namespace), client.MatchingFields{clusterIndex: c.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	res, err := render.Render(render.Input{Cluster: c, Machine: m, Bundle: b, Patches: patches.Items})
+	if err != nil {
+		markStalled(m, err.Error())
+
+		return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+	}
+
+	s.result = res
+	m.Status.RenderedConfigHash = res.Hash
+
+	node, err := r.Nodes.Dial(ctx, m.Spec.Address, b)
+	if err != nil {
+		markUnreachable(m, err)
+
+		return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+	}
+
+	s.node = node
+
+	if s.active, s.persistent, err = node.Config(ctx); err != nil {
+		markUnreachable(m, err)
+
+		return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+	}
+
+	return ctrl.Result{}, nil
+}

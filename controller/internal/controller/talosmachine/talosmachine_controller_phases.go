@@ -1,0 +1,187 @@
+package talosmachine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/plan"
+	"github.com/maeshinshin/ichor/contracts/pkg/render"
+)
+
+// maxEventPaths caps the paths an Event names; status holds them all (up to its limit).
+const maxEventPaths = 10
+
+// maxStatusPaths is the CRD's limit on driftPaths and rebootRequiredPaths.
+const maxStatusPaths = 256
+
+// reconcileNode compares the render with the node and acts:
+//
+//   - the node runs the render (or has it staged): in sync;
+//   - the render changed since the last apply (its hash or render.Version):
+//     a desired-state change, applied now when the plan allows it, else
+//     reported as waiting for a config operation;
+//   - the render did not change but the node differs: drift, reported, and
+//     re-applied under AutoCorrect when no reboot is needed.
+func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) (ctrl.Result, error) {
+	m, role := s.machine, s.machine.Spec.Role
+
+	p, err := plan.FromBytes(s.result.Bytes, s.active, role)
+	if err != nil {
+		markUnreachable(m, fmt.Errorf("read the node's configuration: %w", err))
+
+		return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+	}
+
+	// A STAGED apply leaves the running configuration alone until the next
+	// install or upgrade; the stored (persistent) one is what a reboot runs.
+	stored := p
+	if s.persistent != nil {
+		if stored, err = plan.FromBytes(s.result.Bytes, s.persistent, role); err != nil {
+			markUnreachable(m, fmt.Errorf("read the node's stored configuration: %w", err))
+
+			return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+		}
+	}
+
+	switch {
+	case p.Action == plan.ActionNone && stored.Action == plan.ActionNone:
+		markInSync(m, s.result.Hash, false)
+
+		return ctrl.Result{}, nil
+	case stored.Action == plan.ActionNone:
+		markInSync(m, s.result.Hash, true)
+
+		return ctrl.Result{}, nil
+	case p.Action == plan.ActionNone:
+		// The node runs the render but stores something else (a staged
+		// configuration no longer wanted): re-applying the render changes
+		// nothing that runs and replaces what is stored.
+		p = plan.Plan{Changes: stored.Changes, Class: plan.NoReboot, Action: plan.ActionApply, Mode: machine.ApplyConfigurationRequest_NO_REBOOT}
+	}
+
+	desiredChange := m.Status.AppliedConfigHash != s.result.Hash || m.Status.RenderVersion != render.Version
+	if desiredChange {
+		return r.converge(ctx, s, p)
+	}
+
+	return r.drift(ctx, s, p)
+}
+
+// converge applies a desired-state change, or reports that it waits for a rollout.
+func (r *Reconciler) converge(ctx context.Context, s *scope, p plan.Plan) (ctrl.Result, error) {
+	m := s.machine
+	setDrift(m, nil)
+
+	if p.Action == plan.ActionWaitForRollout {
+		if markWaiting(m, p) {
+			r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ichorv1alpha1.WaitingForRolloutReason, "Plan",
+				"%s change waits for a config operation: %s", p.Class, eventPaths(p.Paths(p.Class)))
+		}
+
+		return ctrl.Result{}, nil
+	}
+
+	clearWaiting(m)
+
+	if err := r.apply(ctx, s, p.Mode); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	reason := ichorv1alpha1.AppliedReason
+	if p.Mode == machine.ApplyConfigurationRequest_STAGED {
+		reason = ichorv1alpha1.StagedReason
+	}
+
+	markInSync(m, s.result.Hash, p.Mode == machine.ApplyConfigurationRequest_STAGED)
+	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, reason, "Apply",
+		"applied the rendered configuration in mode %s: %s", p.Mode, eventPaths(p.AllPaths()))
+
+	return ctrl.Result{}, nil
+}
+
+// drift reports a node that differs from an unchanged render, and corrects it
+// under AutoCorrect when no reboot (or kube-apiserver restart on a control
+// plane) is needed.
+func (r *Reconciler) drift(ctx context.Context, s *scope, p plan.Plan) (ctrl.Result, error) {
+	m := s.machine
+	paths := p.AllPaths()
+	first := !conditionTrue(m, ichorv1alpha1.DriftedCondition) || !equalStrings(m.Status.DriftPaths, capPaths(paths))
+
+	if s.cluster.Spec.Drift.Policy == ichorv1alpha1.DriftPolicyAutoCorrect && p.Action == plan.ActionApply {
+		if err := r.apply(ctx, s, p.Mode); err != nil {
+			setDrift(m, paths)
+
+			return ctrl.Result{}, err
+		}
+
+		markInSync(m, s.result.Hash, false)
+		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ichorv1alpha1.DriftCorrectedReason, "Apply",
+			"re-applied the rendered configuration in mode %s: %s", p.Mode, eventPaths(paths))
+
+		return ctrl.Result{}, nil
+	}
+
+	setDrift(m, paths)
+
+	if first {
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ichorv1alpha1.DriftDetectedReason, "Compare",
+			"the node's configuration differs from the render (%s): %s", p.Class, eventPaths(paths))
+	}
+
+	return ctrl.Result{}, nil
+}
+
+// apply makes the dry run, surfaces its warnings and applies.
+func (r *Reconciler) apply(ctx context.Context, s *scope, mode machine.ApplyConfigurationRequest_Mode) error {
+	m := s.machine
+
+	warnings, err := s.node.Apply(ctx, s.result.Bytes, mode)
+	if len(warnings) > 0 {
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "ApplyWarnings", "DryRun",
+			"the node warns about the configuration: %s", strings.Join(warnings, "; "))
+	}
+
+	if err != nil {
+		markApplyFailed(m, err)
+
+		return fmt.Errorf("machine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+
+	return nil
+}
+
+func eventPaths(paths []string) string {
+	if len(paths) > maxEventPaths {
+		return strings.Join(paths[:maxEventPaths], ", ") + fmt.Sprintf(" and %d more", len(paths)-maxEventPaths)
+	}
+
+	return strings.Join(paths, ", ")
+}
+
+func capPaths(paths []string) []string {
+	if len(paths) > maxStatusPaths {
+		return paths[:maxStatusPaths]
+	}
+
+	return paths
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+
+	return true
+}
