@@ -19,16 +19,27 @@ import (
 	"github.com/siderolabs/crypto/x509"
 )
 
-// newMaintenanceCert creates a self-signed server certificate for the maintenance API.
-// Talos serves maintenance mode with a certificate no client can verify; talosctl pins its
-// SPKI fingerprint instead (m:client/options.go WithMaintenanceMode).
-func newMaintenanceCert(address string) (certPEM, keyPEM []byte, err error) {
+// newKeyAndSerial makes the P-256 key and the random 127-bit serial number of
+// a new leaf certificate.
+func newKeyAndSerial() (*ecdsa.PrivateKey, *big.Int, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, err
+	}
+
+	return key, serial, nil
+}
+
+// newMaintenanceCert creates a self-signed server certificate for the maintenance API.
+// Talos serves maintenance mode with a certificate no client can verify; talosctl pins its
+// SPKI fingerprint instead (m:client/options.go WithMaintenanceMode).
+func newMaintenanceCert(address string) (certPEM, keyPEM []byte, err error) {
+	key, serial, err := newKeyAndSerial()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -137,12 +148,7 @@ func issueServerCert(ca *x509.PEMEncodedCertificateAndKey, address, hostname str
 		return tls.Certificate{}, errors.New("OS CA key cannot sign")
 	}
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	key, serial, err := newKeyAndSerial()
 	if err != nil {
 		return tls.Certificate{}, err
 	}

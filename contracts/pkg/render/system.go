@@ -356,6 +356,22 @@ func installDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, v
 	return []doc{legacy(doc{keyMachine: doc{"install": install}})}, nil
 }
 
+// volumeProvisioning is the provisioning block of a volume document placed on
+// disk d: a disk selector, and the size cap when d has one.
+func volumeProvisioning(d ichorv1alpha1.DiskRole) (doc, error) {
+	sel, err := DiskSelectorExpression(d.Disk)
+	if err != nil {
+		return nil, err
+	}
+
+	prov := diskMatch(sel)
+	if d.MaxSize != "" {
+		prov["maxSize"] = d.MaxSize
+	}
+
+	return prov, nil
+}
+
 // volumeDocs turns disk roles into volume documents: ephemeral gives the
 // EPHEMERAL VolumeConfig on that disk, userVolume a UserVolumeConfig named
 // after volumeName. The system disk is the install target (not a volume
@@ -376,14 +392,9 @@ func volumeDocs(m *ichorv1alpha1.TalosMachine) ([]doc, error) {
 
 			ephemeral = true
 
-			sel, err := DiskSelectorExpression(d.Disk)
+			prov, err := volumeProvisioning(d)
 			if err != nil {
 				return nil, fmt.Errorf("machine %s: disks[%d]: %w", m.Name, i, err)
-			}
-
-			prov := diskMatch(sel)
-			if d.MaxSize != "" {
-				prov["maxSize"] = d.MaxSize
 			}
 
 			out = append(out, multidoc("VolumeConfig", doc{keyName: constants.EphemeralPartitionLabel, keyProvisioning: prov}))
@@ -392,14 +403,9 @@ func volumeDocs(m *ichorv1alpha1.TalosMachine) ([]doc, error) {
 				return nil, fmt.Errorf("machine %s: disks[%d]: role userVolume needs a volumeName", m.Name, i)
 			}
 
-			sel, err := DiskSelectorExpression(d.Disk)
+			prov, err := volumeProvisioning(d)
 			if err != nil {
 				return nil, fmt.Errorf("machine %s: disks[%d]: %w", m.Name, i, err)
-			}
-
-			prov := diskMatch(sel)
-			if d.MaxSize != "" {
-				prov["maxSize"] = d.MaxSize
 			}
 
 			out = append(out, multidoc("UserVolumeConfig", doc{keyName: d.VolumeName, keyProvisioning: prov}))
