@@ -29,6 +29,17 @@ const (
 	// BackupRequestedAnnotation on a TalosEtcdBackup asks for a snapshot outside
 	// the schedule; its value is any new token (for example a timestamp).
 	BackupRequestedAnnotation = "ichor.maesh.dev/backup-requested-at"
+	// RemoveRebootAnnotation "true" on a TalosMachine being removed reboots the
+	// node after its reset (`ichor node remove --reboot`), so it comes back in
+	// maintenance mode at once; without it the reset powers the node off.
+	RemoveRebootAnnotation = "ichor.maesh.dev/remove-reboot"
+)
+
+// Labels Ichor sets.
+const (
+	// ClusterLabel on a TalosMachine names its TalosCluster, so that
+	// `kubectl get tm -l ichor.maesh.dev/cluster=NAME` lists one cluster's machines.
+	ClusterLabel = "ichor.maesh.dev/cluster"
 )
 
 // Finalizers Ichor puts on its objects. Removing one by hand needs the

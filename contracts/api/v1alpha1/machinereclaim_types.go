@@ -91,6 +91,10 @@ type ReclaimInspection struct {
 	// serial is the node's serial number.
 	// +optional
 	Serial string `json:"serial,omitempty"`
+	// hostname is the node's hostname.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Hostname string `json:"hostname,omitempty"`
 	// controlPlane is true when the node is a control plane of its cluster.
 	// +optional
 	ControlPlane bool `json:"controlPlane,omitempty"`
@@ -105,6 +109,12 @@ type ReclaimInspection struct {
 	// +optional
 	// +listType=atomic
 	EncryptedDisks []string `json:"encryptedDisks,omitempty"`
+	// refusals are the reasons the reset is refused ("field: rule; way out");
+	// empty when it may go ahead once the UUID is typed.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Refusals []string `json:"refusals,omitempty"`
 }
 
 // ReclaimAudit records the people involved.

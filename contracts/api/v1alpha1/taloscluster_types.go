@@ -397,6 +397,10 @@ type TalosClusterStatus struct {
 	// pendingMachines is the number of discovered machines waiting for approval.
 	// +optional
 	PendingMachines int32 `json:"pendingMachines,omitempty"`
+	// discovery is what the last discovery found at each address: the response
+	// of an add by address and the nodes a subnet scan found.
+	// +optional
+	Discovery DiscoveryStatus `json:"discovery,omitempty"`
 	// cni is the observed CNI state.
 	// +optional
 	CNI CNIStatus `json:"cni,omitempty"`
@@ -409,6 +413,62 @@ type TalosClusterStatus struct {
 	// clusterID is the Talos cluster ID from the secrets bundle.
 	// +optional
 	ClusterID string `json:"clusterID,omitempty"`
+}
+
+// Discovery results of one address.
+const (
+	// DiscoveryResultPending means the node is a pending TalosMachine waiting for a person.
+	DiscoveryResultPending = "Pending"
+	// DiscoveryResultKnown means the node is an existing TalosMachine that discovery leaves alone.
+	DiscoveryResultKnown = "Known"
+	// DiscoveryResultAlreadyConfigured means the node runs a configured Talos
+	// (its API wants a client certificate); nothing was created. Joining it needs a reclaim.
+	DiscoveryResultAlreadyConfigured = "AlreadyConfigured"
+	// DiscoveryResultUnreachable means nothing answered on the Talos API port, or the node did not answer the reads.
+	DiscoveryResultUnreachable = "Unreachable"
+	// DiscoveryResultConflict means the node is a pending TalosMachine whose
+	// identity is weak or repeated (its IdentityConflict condition says which).
+	DiscoveryResultConflict = "Conflict"
+)
+
+// DiscoveryStatus is what discovery found.
+type DiscoveryStatus struct {
+	// lastScanTime is when the subnets were last scanned.
+	// +optional
+	LastScanTime *metav1.Time `json:"lastScanTime,omitempty"`
+	// message reports a problem with the discovery settings, such as a subnet too large to scan.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// addresses are the results of the registered addresses, then of the
+	// addresses a scan found a Talos API on, sorted by address within each group.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=512
+	Addresses []DiscoveryResult `json:"addresses,omitempty"`
+}
+
+// DiscoveryResult is what discovery found at one address.
+type DiscoveryResult struct {
+	// address is the probed IP address.
+	// +required
+	// +kubebuilder:validation:MaxLength=45
+	Address string `json:"address"`
+	// result is Pending, Known, AlreadyConfigured, Unreachable or Conflict.
+	// +required
+	// +kubebuilder:validation:Enum=Pending;Known;AlreadyConfigured;Unreachable;Conflict
+	Result string `json:"result"`
+	// machine is the TalosMachine the node is, as namespace/name when it is in another namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Machine string `json:"machine,omitempty"`
+	// message explains the result: the conflict, or why the node did not answer.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// probedAt is when the address was probed.
+	// +required
+	ProbedAt metav1.Time `json:"probedAt"`
 }
 
 // MachineCounts counts machines of one role.

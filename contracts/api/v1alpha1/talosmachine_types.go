@@ -58,6 +58,43 @@ const (
 	NodeUnreachableReason = "NodeUnreachable"
 	// ApplyFailedReason means the node refused the configuration.
 	ApplyFailedReason = "ApplyFailed"
+	// ProvisioningReason means the configuration is being sent to a maintenance node.
+	ProvisioningReason = "Provisioning"
+	// InstallingReason means the node stored its configuration and is installing, rebooting or booting.
+	InstallingReason = "Installing"
+	// JoiningReason means the node runs and is joining etcd or Kubernetes.
+	JoiningReason = "Joining"
+	// JoinedReason means the node runs, is an etcd member (control planes) and its Node is Ready.
+	JoinedReason = "Joined"
+	// RemovingReason means the removal sequence runs.
+	RemovingReason = "Removing"
+	// DrainPausedReason means the drain timed out; the removal waits and retries.
+	DrainPausedReason = "DrainPaused"
+	// RemovalRefusedReason means removing the machine would break etcd quorum, drop below the
+	// declared control-plane count or remove the last control plane.
+	RemovalRefusedReason = "RemovalRefused"
+	// RemovedWithoutWipeReason means the node did not answer and was removed without a reset.
+	RemovedWithoutWipeReason = "RemovedWithoutWipe"
+	// RecoverClusterReason means no control plane survives, so nothing is sent to a wiped one.
+	RecoverClusterReason = "RecoverClusterNeeded"
+	// HeldReason means the hold-apply annotation stops provisioning.
+	HeldReason = "Held"
+)
+
+// Removal phases, recorded in status before each step that is not idempotent.
+const (
+	// RemovalEvacuating runs the storage evacuation hook.
+	RemovalEvacuating = "Evacuating"
+	// RemovalDraining cordons and drains the Node.
+	RemovalDraining = "Draining"
+	// RemovalLeavingEtcd checks quorum and, for a node that cannot leave by itself, removes its member.
+	RemovalLeavingEtcd = "LeavingEtcd"
+	// RemovalResetting means a graceful reset was requested (status.resetRequestedAt).
+	RemovalResetting = "Resetting"
+	// RemovalDeletingNode deletes the Kubernetes Node.
+	RemovalDeletingNode = "DeletingNode"
+	// RemovalDone means the sequence finished; the finalizer goes next.
+	RemovalDone = "Done"
 )
 
 // Machine roles.
@@ -86,6 +123,8 @@ const (
 	StageInstalling = "installing"
 	// StageRebooting is a node rebooting.
 	StageRebooting = "rebooting"
+	// StageBooting is a node booting.
+	StageBooting = "booting"
 	// StageRunning is a configured, running node.
 	StageRunning = "running"
 	// StageResetting is a node being reset.
@@ -317,7 +356,7 @@ type TalosMachineStatus struct {
 	// stage is what Talos's MachineStatus reports: maintenance, installing,
 	// rebooting, running, resetting, or unreachable.
 	// +optional
-	// +kubebuilder:validation:Enum=maintenance;installing;rebooting;running;resetting;unreachable
+	// +kubebuilder:validation:Enum=maintenance;installing;rebooting;booting;running;resetting;unreachable
 	Stage string `json:"stage,omitempty"`
 	// installed is true once the machine has installed Talos; disk roles that
 	// need a reinstall are immutable from then on.
@@ -360,6 +399,16 @@ type TalosMachineStatus struct {
 	// resetRequestedAt records that a reset was sent, so a resumed reconcile does not send a second one.
 	// +optional
 	ResetRequestedAt *metav1.Time `json:"resetRequestedAt,omitempty"`
+	// configSentAt records when the configuration was sent to the node in
+	// maintenance mode (first provisioning or a re-provisioning).
+	// +optional
+	ConfigSentAt *metav1.Time `json:"configSentAt,omitempty"`
+	// reinstalls counts the times a wiped node was sent its configuration again.
+	// +optional
+	Reinstalls int32 `json:"reinstalls,omitempty"`
+	// removal is the progress of the removal sequence.
+	// +optional
+	Removal *MachineRemoval `json:"removal,omitempty"`
 	// hardware is what discovery read from the node.
 	// +optional
 	Hardware MachineHardware `json:"hardware,omitempty"`
@@ -369,6 +418,26 @@ type TalosMachineStatus struct {
 	// kernelLockdown is the lockdown mode the node reports.
 	// +optional
 	KernelLockdown string `json:"kernelLockdown,omitempty"`
+}
+
+// MachineRemoval is the progress of a machine's removal.
+type MachineRemoval struct {
+	// phase is the step the removal is at: Evacuating, Draining, LeavingEtcd,
+	// Resetting, DeletingNode or Done.
+	// +required
+	// +kubebuilder:validation:Enum=Evacuating;Draining;LeavingEtcd;Resetting;DeletingNode;Done
+	Phase string `json:"phase"`
+	// startedAt is when the removal started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// wiped is false when the node was removed without a reset (forceRemove,
+	// or the node did not answer); true once a reset was requested.
+	// +optional
+	Wiped *bool `json:"wiped,omitempty"`
+	// message says what the removal waits for, when it waits.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // MachineHardware is the hardware discovery read.

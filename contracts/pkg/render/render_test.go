@@ -635,3 +635,92 @@ func TestInstallerImage(t *testing.T) {
 		}
 	}
 }
+
+// valuesOf returns the values of one kind as "path=value" strings, for
+// documents whose paths carry their names.
+func valuesOf(v render.Values, kind string) map[string]any {
+	out := map[string]any{}
+
+	for p, x := range v {
+		if p.Kind == kind {
+			out[p.String()] = x
+		}
+	}
+
+	return out
+}
+
+func TestPrimaryNetwork(t *testing.T) {
+	t.Parallel()
+
+	const mac = "0a:00:00:00:00:01"
+
+	vlan := int32(42)
+
+	for _, tc := range []struct {
+		name     string
+		contract string
+		net      ichorv1alpha1.MachineNetwork
+		kinds    []string
+		absent   []string
+		contains []string
+	}{
+		{name: "dhcp", contract: "v1.14", net: ichorv1alpha1.MachineNetwork{MACAddress: mac, DHCP: new(true)},
+			kinds: []string{"LinkAliasConfig", "DHCPv4Config"}, absent: []string{"LinkConfig", "VLANConfig"},
+			contains: []string{`mac(link.permanent_addr) == "` + mac + `"`, render.PrimaryLinkAlias}},
+		{name: "static", contract: "v1.14", net: ichorv1alpha1.MachineNetwork{MACAddress: mac, Addresses: []string{"192.168.10.5/24"}, Gateway: "192.168.10.1", Nameservers: []string{"192.168.10.2"}},
+			kinds: []string{"LinkAliasConfig", "LinkConfig", "ResolverConfig"}, absent: []string{"DHCPv4Config"},
+			contains: []string{"192.168.10.5/24", "192.168.10.1", "192.168.10.2"}},
+		{name: "vlan dhcp", contract: "v1.14", net: ichorv1alpha1.MachineNetwork{MACAddress: mac, DHCP: new(true), VLAN: &vlan},
+			kinds: []string{"LinkAliasConfig", "VLANConfig", "DHCPv4Config"}, contains: []string{"net0.42"}},
+		{name: "vlan static", contract: "v1.14", net: ichorv1alpha1.MachineNetwork{MACAddress: mac, Addresses: []string{"10.1.0.5/16"}, VLAN: &vlan},
+			kinds: []string{"LinkAliasConfig", "VLANConfig"}, absent: []string{"LinkConfig", "DHCPv4Config"}, contains: []string{"10.1.0.5/16"}},
+		{name: "legacy static", contract: "v1.10", net: ichorv1alpha1.MachineNetwork{MACAddress: mac, Addresses: []string{"192.168.10.5/24"}, Gateway: "192.168.10.1"},
+			kinds: []string{"v1alpha1"}, absent: []string{"LinkAliasConfig"}, contains: []string{mac, "192.168.10.5/24", "192.168.10.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			in := input(t)
+			in.Cluster.Spec.VersionContract = tc.contract
+			in.Machine.Spec.Disks = nil
+			in.Machine.Spec.Network = tc.net
+			in.Machine.Spec.Install.Disk = &ichorv1alpha1.DiskSelector{WWID: "naa.1"}
+
+			r := renderOK(t, in)
+			v := values(t, r)
+
+			var all strings.Builder
+
+			for _, k := range tc.kinds {
+				// A document may hold only its name, which is no value.
+				if !hasKind(v, k) && !strings.Contains(string(r.Bytes), "kind: "+k+"\n") {
+					t.Errorf("no %s rendered", k)
+				}
+
+				fmt.Fprintf(&all, "%v\n", valuesOf(v, k))
+			}
+
+			for _, k := range tc.absent {
+				if hasKind(v, k) {
+					t.Errorf("%s rendered: %v", k, valuesOf(v, k))
+				}
+			}
+
+			for _, s := range tc.contains {
+				if !strings.Contains(all.String(), s) {
+					t.Errorf("%q not in the rendered network documents:\n%s", s, all.String())
+				}
+			}
+
+			if _, err := r.Validate(); err != nil {
+				t.Errorf("machinery refuses the render: %v", err)
+			}
+		})
+	}
+
+	// Without a MAC nothing is rendered.
+	if v := values(t, renderOK(t, input(t))); hasKind(v, "LinkAliasConfig") {
+		t.Error("a link alias rendered without spec.network.macAddress")
+	}
+}

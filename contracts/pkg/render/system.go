@@ -28,7 +28,13 @@ const (
 	PatchControlPlaneTaints = "ichor-controlplane-taints"
 	PatchHostname           = "ichor-hostname"
 	PatchNodeLabels         = "ichor-node-labels"
+	PatchNetwork            = "ichor-network"
 )
+
+// PrimaryLinkAlias is the alias of the primary NIC: a LinkAliasConfig selects
+// it by its permanent MAC, so a kernel name that changes across boots does not
+// move the configuration (architecture, "Nodes").
+const PrimaryLinkAlias = "net0"
 
 type doc = map[string]any
 
@@ -173,6 +179,10 @@ func SystemPatches(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine,
 	}
 
 	if err := add(PatchVolumes, vols...); err != nil {
+		return nil, err
+	}
+
+	if err := add(PatchNetwork, networkDocs(m, vc)...); err != nil {
 		return nil, err
 	}
 
@@ -354,6 +364,111 @@ func installDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, v
 	}
 
 	return []doc{legacy(doc{keyMachine: doc{"install": install}})}, nil
+}
+
+// networkDocs configure the primary NIC chosen at approval. Under a contract
+// with multi-document network configuration: a LinkAliasConfig whose CEL
+// selector matches the permanent MAC (machinery config/types/network
+// link_alias.go), then DHCPv4Config or a LinkConfig with the static addresses
+// and default route on the alias (or on a VLANConfig over it), and a
+// ResolverConfig for the nameservers. Before: machine.network.interfaces with
+// a deviceSelector on the permanent address. Nothing is rendered without a MAC.
+func networkDocs(m *ichorv1alpha1.TalosMachine, vc *coreconfig.VersionContract) []doc {
+	n := m.Spec.Network
+	if n.MACAddress == "" {
+		return nil
+	}
+
+	dhcp := n.DHCP != nil && *n.DHCP
+
+	var routes []any
+	if n.Gateway != "" {
+		routes = append(routes, doc{"gateway": n.Gateway})
+	}
+
+	addresses := make([]any, 0, len(n.Addresses))
+	nameservers := make([]any, 0, len(n.Nameservers))
+
+	if vc.MultidocNetworkConfigSupported() {
+		out := []doc{multidoc("LinkAliasConfig", doc{
+			keyName:    PrimaryLinkAlias,
+			"selector": doc{"match": "mac(link.permanent_addr) == " + strconv.Quote(n.MACAddress)},
+		})}
+
+		link := PrimaryLinkAlias
+		if n.VLAN != nil {
+			link = fmt.Sprintf("%s.%d", PrimaryLinkAlias, *n.VLAN)
+			out = append(out, multidoc("VLANConfig", doc{keyName: link, "vlanID": *n.VLAN, "parent": PrimaryLinkAlias, "up": true}))
+		}
+
+		if dhcp {
+			out = append(out, multidoc("DHCPv4Config", doc{keyName: link}))
+		} else if len(n.Addresses) > 0 {
+			for _, a := range n.Addresses {
+				addresses = append(addresses, doc{"address": a})
+			}
+
+			lc := doc{keyName: link, "up": true, "addresses": addresses}
+			if len(routes) > 0 {
+				lc["routes"] = routes
+			}
+
+			if n.VLAN != nil {
+				// The VLAN document carries its own addresses and routes.
+				for k, v := range lc {
+					if k != keyName {
+						out[len(out)-1][k] = v
+					}
+				}
+			} else {
+				out = append(out, multidoc("LinkConfig", lc))
+			}
+		}
+
+		if len(n.Nameservers) > 0 {
+			for _, ns := range n.Nameservers {
+				nameservers = append(nameservers, doc{"address": ns})
+			}
+
+			out = append(out, multidoc("ResolverConfig", doc{"nameservers": nameservers}))
+		}
+
+		return out
+	}
+
+	iface := doc{"deviceSelector": doc{"permanentAddr": n.MACAddress}}
+	target := iface
+
+	if n.VLAN != nil {
+		target = doc{"vlanId": *n.VLAN}
+		iface["vlans"] = []any{target}
+	}
+
+	if dhcp {
+		target["dhcp"] = true
+	} else if len(n.Addresses) > 0 {
+		for _, a := range n.Addresses {
+			addresses = append(addresses, a)
+		}
+
+		target["addresses"] = addresses
+
+		if n.Gateway != "" {
+			target["routes"] = []any{doc{"network": "0.0.0.0/0", "gateway": n.Gateway}}
+		}
+	}
+
+	network := doc{"interfaces": []any{iface}}
+
+	if len(n.Nameservers) > 0 {
+		for _, ns := range n.Nameservers {
+			nameservers = append(nameservers, ns)
+		}
+
+		network["nameservers"] = nameservers
+	}
+
+	return []doc{legacy(doc{keyMachine: doc{"network": network}})}
 }
 
 // volumeProvisioning is the provisioning block of a volume document placed on

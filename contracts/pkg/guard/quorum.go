@@ -1,0 +1,138 @@
+package guard
+
+import (
+	"fmt"
+)
+
+// EtcdMember is one etcd member as the guard sees it.
+type EtcdMember struct {
+	// ID is the etcd member ID.
+	ID uint64
+	// Name is the member's name (the node's hostname on Talos).
+	Name string
+	// Learner is true for a learner, which does not vote.
+	Learner bool
+	// Healthy is true when the member answers and follows a leader.
+	Healthy bool
+}
+
+// QuorumSize is the number of voting members that must agree: n/2+1.
+func QuorumSize(voters int) int {
+	return voters/2 + 1
+}
+
+// fieldEtcdMember is the field the etcd refusals name: the role that makes the
+// machine an etcd member.
+const fieldEtcdMember = "spec.role"
+
+// wayOutReplace is how a person keeps quorum while replacing a control plane.
+const wayOutReplace = "add a replacement control plane first and remove this one once it has joined " +
+	"(3→4→3, never 3→2: four members tolerate one failure, two tolerate none)"
+
+// CheckEtcdMemberRemoval decides whether the member with id target may be
+// removed from members.
+//
+// declaredCount is TalosCluster.spec.controlPlane.count (0 = no declared floor,
+// as for the reclaim of a foreign cluster). Learners do not vote: removing one
+// never breaks quorum and is never "the last"; an unknown target is a no-op
+// (Talos reports an already-removed member as not found, which counts as
+// success), so both return nil.
+//
+// The refusals, in order:
+//   - the last voting member: the cluster's data goes with it;
+//   - fewer voters than declaredCount after the removal;
+//   - a quorum break: the removal is a configuration change that the current
+//     voters' healthy majority must commit, and afterwards the remaining
+//     voters' healthy members must still be a majority of the remaining voters.
+//
+// force overrides the first two (the person has said they mean to shrink or
+// end the cluster: `ichor machine reclaim --force`, a cluster teardown) but
+// never the quorum refusal: a change no majority can commit hangs etcd, and a
+// remaining cluster without a healthy majority is down, whatever the intent.
+// A caller that must override a quorum break too (the reclaim of a foreign
+// cluster, where `force` overrides it by design) does not ask this check.
+//
+// Talos's own member removal does none of this: it needs only a leader now
+// (EtcdRemoveMemberByID in
+// t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go,
+// release-1.14: clientv3.WithRequireLeader, then RemoveMemberByMemberID).
+func CheckEtcdMemberRemoval(members []EtcdMember, target uint64, declaredCount int32, force bool) *Refusal {
+	var (
+		self            *EtcdMember
+		voters, healthy int
+	)
+
+	for i := range members {
+		m := &members[i]
+		if m.ID == target {
+			self = m
+		}
+
+		if m.Learner {
+			continue
+		}
+
+		voters++
+
+		if m.Healthy {
+			healthy++
+		}
+	}
+
+	if self == nil || self.Learner {
+		return nil
+	}
+
+	name := memberName(self)
+	remaining := voters - 1
+	remainingHealthy := healthy
+	if self.Healthy {
+		remainingHealthy--
+	}
+
+	if !force && remaining == 0 {
+		return &Refusal{
+			Field: fieldEtcdMember,
+			Rule: fmt.Sprintf("%s is the last voting etcd member; removing it destroys etcd and the cluster's state "+
+				"(Kubernetes objects, Talos's cluster membership)", name),
+			WayOut: "add another control plane first and remove this one once it has joined; to end the cluster on purpose, force the removal",
+		}
+	}
+
+	if !force && declaredCount > 0 && remaining < int(declaredCount) {
+		return &Refusal{
+			Field: fieldEtcdMember,
+			Rule: fmt.Sprintf("removing %s would leave %d voting etcd members, fewer than the %d control planes the cluster declares",
+				name, remaining, declaredCount),
+			WayOut: wayOutReplace + ", or lower spec.controlPlane.count on the TalosCluster (1, 3 or 5)",
+		}
+	}
+
+	if healthy < QuorumSize(voters) {
+		return &Refusal{
+			Field: fieldEtcdMember,
+			Rule: fmt.Sprintf("etcd has %d healthy of %d voting members and needs %d to commit the removal of %s: "+
+				"the change would hang and the cluster is already without quorum", healthy, voters, QuorumSize(voters), name),
+			WayOut: "bring the unhealthy members back first (power them on, check their network), or recover the cluster from a snapshot (`ichor restore --recover-cluster`)",
+		}
+	}
+
+	if remaining > 0 && remainingHealthy < QuorumSize(remaining) {
+		return &Refusal{
+			Field: fieldEtcdMember,
+			Rule: fmt.Sprintf("removing %s would leave %d healthy of %d voting etcd members, fewer than the %d a quorum needs: the cluster would stop",
+				name, remainingHealthy, remaining, QuorumSize(remaining)),
+			WayOut: "bring the unhealthy members back first, or " + wayOutReplace,
+		}
+	}
+
+	return nil
+}
+
+func memberName(m *EtcdMember) string {
+	if m.Name != "" {
+		return fmt.Sprintf("etcd member %q (%x)", m.Name, m.ID)
+	}
+
+	return fmt.Sprintf("etcd member %x", m.ID)
+}

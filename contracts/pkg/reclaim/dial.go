@@ -1,0 +1,96 @@
+package reclaim
+
+import (
+	"context"
+	"crypto/tls"
+	stdx509 "crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+)
+
+// TalosconfigKey is the key of the foreign-talosconfig Secret that holds the talosconfig.
+const TalosconfigKey = "talosconfig"
+
+// Dial connects to the Talos API at address (port zero: Talos's apid port)
+// with the credentials of talosconfig's current context. The talosconfig's
+// endpoints and nodes are ignored: address is the only place it is used.
+//
+// Errors never quote the talosconfig, not even its context name: a parse
+// error of the YAML or of a field is reported by the field's name only.
+func Dial(ctx context.Context, address string, port int, talosconfig []byte) (*talosclient.Client, error) {
+	cfg, err := clientconfig.FromBytes(talosconfig)
+	if err != nil {
+		return nil, errors.New("the talosconfig is not valid YAML; give the file `talosctl config` writes")
+	}
+
+	if cfg.Context == "" {
+		return nil, errors.New("the talosconfig names no current context; set `context:` to one of its contexts")
+	}
+
+	c, ok := cfg.Contexts[cfg.Context]
+	if !ok || c == nil {
+		return nil, errors.New("the talosconfig's current context is not among its contexts; set `context:` to one of them")
+	}
+
+	decode := func(field, v string) ([]byte, error) {
+		if v == "" {
+			return nil, fmt.Errorf("the talosconfig's current context has no %s; an os:admin talosconfig has ca, crt and key", field)
+		}
+
+		b, err := base64.StdEncoding.DecodeString(v)
+		if err != nil {
+			return nil, fmt.Errorf("the talosconfig's current context: %s is not base64", field)
+		}
+
+		return b, nil
+	}
+
+	ca, err := decode("ca", c.CA)
+	if err != nil {
+		return nil, err
+	}
+
+	crt, err := decode("crt", c.Crt)
+	if err != nil {
+		return nil, err
+	}
+
+	key, err := decode("key", c.Key)
+	if err != nil {
+		return nil, err
+	}
+
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		return nil, errors.New("the talosconfig's current context: crt and key are not a certificate and its key")
+	}
+
+	roots := stdx509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		return nil, errors.New("the talosconfig's current context: ca holds no PEM certificate")
+	}
+
+	if port == 0 {
+		port = constants.ApidPort
+	}
+
+	cl, err := talosclient.New(ctx,
+		talosclient.WithEndpoints(net.JoinHostPort(address, strconv.Itoa(port))),
+		talosclient.WithTLSConfig(&tls.Config{
+			Certificates: []tls.Certificate{pair},
+			RootCAs:      roots,
+			MinVersion:   tls.VersionTLS12,
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", address, err)
+	}
+
+	return cl, nil
+}

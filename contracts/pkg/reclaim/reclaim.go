@@ -1,0 +1,43 @@
+// Package reclaim is "Reset and add": it inspects a machine that another
+// cluster configured, over a connection made with that cluster's own
+// (foreign) talosconfig, decides whether resetting it is allowed, checks the
+// typed consent, and builds the one reset request Ichor sends. The CLI
+// (`ichor machine reclaim ADDRESS --talosconfig FILE`) and the MachineReclaim
+// controller run the same code, so a refusal reads the same in both.
+//
+// Nothing from the talosconfig (CA, client certificate, key) is kept in an
+// Inspection or written into an error.
+package reclaim
+
+import (
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+)
+
+// ResetRequest is the one builder of the reset Ichor sends, for reclaim and
+// for node removal: it wipes STATE and EPHEMERAL and leaves the installed
+// system (boot and EFI partitions) and every user disk in place, so the
+// machine boots back into maintenance mode with the same identity.
+//
+// The partitions are always named: with the default mode and an empty
+// system_partitions_to_wipe, Talos wipes the whole system disk, boot and EFI
+// included, and the machine no longer boots the installed system
+// (t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go, Reset:
+// `in.Mode != machine.ResetRequest_USER_DISKS && len(in.GetSystemPartitionsToWipe()) == 0`
+// sets opts.systemDiskPaths from block.GetSystemDiskPaths; release-1.14 and main).
+// Each entry needs Wipe: true, or Talos skips the partition (same function,
+// `if resetPartitionSpec.Wipe`).
+//
+// graceful runs Talos's own sequence first (cordon, drain, leave etcd);
+// reboot brings the machine back at once, otherwise it powers off.
+func ResetRequest(graceful, reboot bool) *machine.ResetRequest {
+	return &machine.ResetRequest{
+		Graceful: graceful,
+		Reboot:   reboot,
+		Mode:     machine.ResetRequest_ALL,
+		SystemPartitionsToWipe: []*machine.ResetPartitionSpec{
+			{Label: constants.StatePartitionLabel, Wipe: true},
+			{Label: constants.EphemeralPartitionLabel, Wipe: true},
+		},
+	}
+}
