@@ -23,6 +23,9 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/controller/internal/certs"
+	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
+	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
+	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
@@ -118,6 +121,22 @@ func main() {
 	}
 	if err := (&talosmachine.Reconciler{}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "registering the TalosMachine reconciler")
+		os.Exit(1)
+	}
+	if err := (&lifecycle.Reconciler{}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the machine lifecycle reconciler")
+		os.Exit(1)
+	}
+	if err := (&discovery.Reconciler{}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the discovery reconciler")
+		os.Exit(1)
+	}
+	if err := (&machinereclaim.Reconciler{}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the MachineReclaim reconciler")
+		os.Exit(1)
+	}
+	if err := (&machinereclaim.Sweeper{}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the foreign talosconfig sweeper")
 		os.Exit(1)
 	}
 	if enableWebhooks && manageCerts {

@@ -39,7 +39,7 @@ func changeBehindIchor(t *testing.T, name, patch string) {
 	b, err := out.Bytes()
 	must(t, err)
 
-	_, err = n.c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: b, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
+	_, err = n.Client().ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: b, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
 	must(t, err)
 }
 
@@ -142,7 +142,7 @@ func TestTalosMachineReconciler_Drift(t *testing.T) {
 	awaitDrift(t, envPath)
 
 	// Put the node back the way provisioning left it; the machine is in sync again.
-	_, err := adminNode(t, name).c.ApplyConfiguration(context.Background(),
+	_, err := adminNode(t, name).Client().ApplyConfiguration(context.Background(),
 		&machine.ApplyConfigurationRequest{Data: currentRender(t, name), Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
 	must(t, err)
 

@@ -29,6 +29,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -282,7 +283,7 @@ func configure(ctx context.Context, c *ichorv1alpha1.TalosCluster, tm *ichorv1al
 }
 
 // adminNode connects to an emulated machine as Ichor does.
-func adminNode(t testing.TB, name string) *Node {
+func adminNode(t testing.TB, name string) *talosnode.Node {
 	t.Helper()
 
 	em, err := world.Machine(name)
@@ -290,7 +291,7 @@ func adminNode(t testing.TB, name string) *Node {
 		t.Fatal(err)
 	}
 
-	n, err := (&Dialer{}).Dial(context.Background(), em.IP(), theBun)
+	n, err := (&talosnode.Dialer{}).Dial(context.Background(), em.IP(), theBun)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,14 +8,10 @@ package talosmachine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -26,8 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
@@ -43,7 +40,7 @@ const ControllerName = "talosmachine"
 const DefaultDriftInterval = 5 * time.Minute
 
 // clusterIndex indexes TalosMachines and TalosConfigPatches by spec.clusterName.
-const clusterIndex = "spec.clusterName"
+const clusterIndex = machinestate.ClusterIndex
 
 // Reconciler reconciles TalosMachines.
 type Reconciler struct {
@@ -56,7 +53,7 @@ type Reconciler struct {
 	// zero means DefaultDriftInterval.
 	DriftInterval time.Duration
 	// Nodes connects to Talos nodes; nil means a Dialer.
-	Nodes *Dialer
+	Nodes *talosnode.Dialer
 }
 
 // SetupWithManager registers the reconciler. Only spec, label and
@@ -75,14 +72,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 
 	if r.Nodes == nil {
-		r.Nodes = &Dialer{}
+		r.Nodes = &talosnode.Dialer{}
 	}
 
-	ctx := context.Background()
-	for _, obj := range []client.Object{&ichorv1alpha1.TalosMachine{}, &ichorv1alpha1.TalosConfigPatch{}} {
-		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, clusterIndex, indexCluster); err != nil {
-			return err
-		}
+	if err := IndexFields(mgr); err != nil {
+		return err
 	}
 
 	return ctrl.NewControllerManagedBy(mgr).
@@ -96,15 +90,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-func indexCluster(o client.Object) []string {
-	switch v := o.(type) {
-	case *ichorv1alpha1.TalosMachine:
-		return []string{v.Spec.ClusterName}
-	case *ichorv1alpha1.TalosConfigPatch:
-		return []string{v.Spec.ClusterName}
-	default:
-		return nil
+// IndexFields registers the cluster index of machines and patches, once per manager.
+func IndexFields(mgr ctrl.Manager) error {
+	ctx := context.Background()
+	for _, obj := range []client.Object{&ichorv1alpha1.TalosMachine{}, &ichorv1alpha1.TalosConfigPatch{}} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, clusterIndex, machinestate.IndexCluster); err != nil {
+			return err
+		}
 	}
+
+	return nil
 }
 
 // machinesOfCluster maps a cluster or a patch to the machines of its cluster.
@@ -159,7 +154,7 @@ type scope struct {
 	machine *ichorv1alpha1.TalosMachine
 	cluster *ichorv1alpha1.TalosCluster
 	result  *render.Result
-	node    *Node
+	node    *talosnode.Node
 	// active and persistent are the node's running and stored configurations.
 	active, persistent []byte
 }
@@ -217,14 +212,15 @@ func (r *Reconciler) driftInterval() time.Duration {
 	return d + time.Duration(rand.Int64N(int64(d)/5+1)) //nolint:gosec // jitter, not a secret
 }
 
-// reconcileRender loads the cluster, its bundle and the patches and renders.
+// reconcileRender loads the cluster, its bundle and the patches, renders,
+// and reads the node's configuration.
 func (r *Reconciler) reconcileRender(ctx context.Context, s *scope) (ctrl.Result, error) {
 	m := s.machine
-	c := &ichorv1alpha1.TalosCluster{}
 
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c); err != nil {
-		if apierrors.IsNotFound(err) {
-			markStalled(m, fmt.Sprintf("TalosCluster %q not found", m.Spec.ClusterName))
+	st, err := machinestate.Load(ctx, r.Client, r.APIReader, m)
+	if err != nil {
+		if machinestate.IsStalled(err) {
+			markStalled(m, err.Error())
 
 			return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
 		}
@@ -232,43 +228,10 @@ func (r *Reconciler) reconcileRender(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 
-	s.cluster = c
+	s.cluster, s.result = st.Cluster, st.Result
+	m.Status.RenderedConfigHash = st.Result.Hash
 
-	sec := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.SecretsBundleRef.Name}, sec); err != nil {
-		if apierrors.IsNotFound(err) {
-			markStalled(m, fmt.Sprintf("secrets bundle Secret %q not found", c.Spec.SecretsBundleRef.Name))
-
-			return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
-		}
-
-		return ctrl.Result{}, err
-	}
-
-	b, err := bundle.LoadForCluster(sec, c)
-	if err != nil {
-		// bundle's errors name the Secret and key, never its content.
-		markStalled(m, err.Error())
-
-		return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
-	}
-
-	var patches ichorv1alpha1.TalosConfigPatchList
-	if err := r.Client.List(ctx, &patches, client.InNamespace(m.Namespace), client.MatchingFields{clusterIndex: c.Name}); err != nil {
-		return ctrl.Result{}, err
-	}
-
-	res, err := render.Render(render.Input{Cluster: c, Machine: m, Bundle: b, Patches: patches.Items})
-	if err != nil {
-		markStalled(m, err.Error())
-
-		return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
-	}
-
-	s.result = res
-	m.Status.RenderedConfigHash = res.Hash
-
-	node, err := r.Nodes.Dial(ctx, m.Spec.Address, b)
+	node, err := r.Nodes.Dial(ctx, m.Spec.Address, st.Bundle)
 	if err != nil {
 		markUnreachable(m, err)
 

@@ -1,0 +1,237 @@
+// Package discovery holds the discovery reconciler: for each TalosCluster it
+// scans spec.discovery.subnets every interval and probes
+// spec.discovery.addresses, and turns every node found in maintenance mode
+// into a pending TalosMachine (architecture, "Nodes"). It never registers a
+// weak or repeated identity silently: such a machine is pending with
+// IdentityConflict true for a person to resolve. A configured node is
+// reported AlreadyConfigured and nothing is created.
+package discovery
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;patch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// ControllerName names the controller, its Events and its field manager.
+const ControllerName = "discovery"
+
+// Defaults of the Reconciler's zero fields.
+const (
+	// DefaultInterval is the scan period when spec.discovery.interval is empty.
+	DefaultInterval = 5 * time.Minute
+	// DefaultRecheckInterval is how often the address of a removed machine is probed again.
+	DefaultRecheckInterval = 15 * time.Second
+	// DefaultRecheckWindow is how long the address of a removed machine is
+	// probed again: long enough for a reset and a reboot into maintenance.
+	DefaultRecheckWindow = 15 * time.Minute
+	// maxResults caps status.discovery.addresses (the CRD's MaxItems).
+	maxResults = 512
+)
+
+// Event reasons (on the TalosCluster).
+const (
+	// MachineDiscoveredReason: a pending TalosMachine was created for a node.
+	MachineDiscoveredReason = "MachineDiscovered"
+	// DiscoveryConfigInvalidReason: a subnet or address of spec.discovery cannot be used.
+	DiscoveryConfigInvalidReason = "DiscoveryConfigInvalid"
+	// uniqueIdentityReason is IdentityConflict=False's reason on a pending machine.
+	uniqueIdentityReason = "UniqueIdentity"
+)
+
+// Reconciler reconciles the discovery of one TalosCluster.
+type Reconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Port is the Talos API port probed; zero means 50000.
+	Port int
+	// Concurrency bounds the probes in flight; zero means probe.DefaultConcurrency.
+	Concurrency int
+	// ProbeTimeout bounds one address's probe; zero means probe.DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// DefaultInterval replaces DefaultInterval (tests); zero means DefaultInterval.
+	DefaultInterval time.Duration
+	// RecheckInterval and RecheckWindow: how often and how long the address of
+	// a removed TalosMachine is probed again; zero means the defaults.
+	RecheckInterval, RecheckWindow time.Duration
+
+	mu       sync.Mutex
+	clusters map[types.NamespacedName]*clusterState
+}
+
+// clusterState is what the reconciler remembers of one cluster between reconciles.
+type clusterState struct {
+	// scannedGeneration and lastScan say when and for which spec the last full scan ran.
+	scannedGeneration int64
+	lastScan          time.Time
+	// removed maps the address of a removed machine to when its rechecks stop.
+	removed map[netip.Addr]time.Time
+}
+
+// SetupWithManager registers the reconciler: a cluster's spec changes wake it
+// (an added address is probed at once), and so does the deletion of one of
+// its TalosMachines (whose address is probed again until the node returns).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder(ControllerName)
+	}
+
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&ichorv1alpha1.TalosMachine{}, handler.Funcs{DeleteFunc: r.machineDeleted}).
+		Complete(r)
+}
+
+// machineDeleted remembers the removed machine's address for rechecks and wakes its cluster.
+func (r *Reconciler) machineDeleted(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	m, ok := e.Object.(*ichorv1alpha1.TalosMachine)
+	if !ok || m.Spec.ClusterName == "" {
+		return
+	}
+
+	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
+
+	if a, err := netip.ParseAddr(m.Spec.Address); err == nil {
+		r.mu.Lock()
+		st := r.stateLocked(key)
+		st.removed[a] = time.Now().Add(r.recheckWindow())
+		r.mu.Unlock()
+	}
+
+	q.Add(reconcile.Request{NamespacedName: key})
+}
+
+func (r *Reconciler) stateLocked(key types.NamespacedName) *clusterState {
+	if r.clusters == nil {
+		r.clusters = map[types.NamespacedName]*clusterState{}
+	}
+
+	st := r.clusters[key]
+	if st == nil {
+		st = &clusterState{removed: map[netip.Addr]time.Time{}}
+		r.clusters[key] = st
+	}
+
+	return st
+}
+
+func (r *Reconciler) recheckWindow() time.Duration {
+	if r.RecheckWindow > 0 {
+		return r.RecheckWindow
+	}
+
+	return DefaultRecheckWindow
+}
+
+func (r *Reconciler) recheckInterval() time.Duration {
+	if r.RecheckInterval > 0 {
+		return r.RecheckInterval
+	}
+
+	return DefaultRecheckInterval
+}
+
+func (r *Reconciler) interval(c *ichorv1alpha1.TalosCluster) time.Duration {
+	if i := c.Spec.Discovery.Interval; i != nil && i.Duration > 0 {
+		return i.Duration
+	}
+
+	if r.DefaultInterval > 0 {
+		return r.DefaultInterval
+	}
+
+	return DefaultInterval
+}
+
+// Reconcile scans when a scan is due (first sight, a spec change, the
+// interval passed) and otherwise only rechecks the addresses of removed
+// machines; then it writes status.discovery and status.pendingMachines.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c := &ichorv1alpha1.TalosCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.mu.Lock()
+			delete(r.clusters, req.NamespacedName)
+			r.mu.Unlock()
+		}
+
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	if !c.DeletionTimestamp.IsZero() || c.Spec.Paused {
+		return ctrl.Result{}, nil
+	}
+
+	now := time.Now()
+	interval := r.interval(c)
+
+	r.mu.Lock()
+	st := r.stateLocked(req.NamespacedName)
+	full := st.lastScan.IsZero() || st.scannedGeneration != c.Generation || now.Sub(st.lastScan) >= interval
+
+	var removed []netip.Addr
+
+	for a, until := range st.removed {
+		if now.After(until) {
+			delete(st.removed, a)
+		} else {
+			removed = append(removed, a)
+		}
+	}
+	r.mu.Unlock()
+
+	slices.SortFunc(removed, func(a, b netip.Addr) int { return a.Compare(b) })
+
+	run := &scan{r: r, cluster: c, before: c.DeepCopy(), now: now}
+	if err := run.do(ctx, full, removed); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	r.mu.Lock()
+	if full {
+		st.lastScan, st.scannedGeneration = now, c.Generation
+	}
+
+	for _, a := range run.returned {
+		delete(st.removed, a)
+	}
+
+	next := time.Until(st.lastScan.Add(interval))
+	if len(st.removed) > 0 {
+		next = min(next, r.recheckInterval())
+	}
+	r.mu.Unlock()
+
+	return ctrl.Result{RequeueAfter: max(next, time.Second)}, nil
+}
+
+// eventf records an Event on the cluster.
+func (s *scan) eventf(eventType, reason, note string, args ...any) {
+	s.r.Recorder.Eventf(s.cluster, nil, eventType, reason, "Discover", note, args...)
+}

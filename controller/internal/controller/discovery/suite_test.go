@@ -1,0 +1,314 @@
+package discovery
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
+)
+
+// The package's tests share one API server, one controller manager and one
+// emulated world in 127.77.16.0/24; each test uses its own cluster and its own
+// machines (an identity is unique across every cluster).
+var (
+	env    *testenv.Env
+	scheme = runtime.NewScheme()
+	k8s    client.Client
+	world  *talosemu.World
+)
+
+const (
+	ns = "default"
+	// scanSubnet holds the scan test's three machines (127.77.16.1-3).
+	scanSubnet = "127.77.16.0/28"
+	// nobody is an address where nothing listens.
+	nobody = "127.77.16.99"
+)
+
+// worldSpec: machines of the scan subnet, then one machine per other test.
+func worldSpec() *talosemu.Spec {
+	none := ""
+	dup := "5e1f0000-0000-4000-8000-00000000d0b1"
+
+	return &talosemu.Spec{
+		Subnet: "127.77.16.0/24",
+		Durations: talosemu.Durations{
+			Install: talosemu.Duration(100 * time.Millisecond),
+			Reboot:  talosemu.Duration(100 * time.Millisecond),
+			Boot:    talosemu.Duration(50 * time.Millisecond),
+		},
+		Machines: []talosemu.MachineSpec{
+			{Name: "scan-1", Address: "127.77.16.1", Identity: talosemu.Identity{Serial: "S-1", Manufacturer: "Acme", ProductName: "Box"}},
+			{Name: "scan-2", Address: "127.77.16.2"},
+			{Name: "scan-3", Address: "127.77.16.3"},
+			{Name: "weak", Address: "127.77.16.17", Identity: talosemu.Identity{UUID: &none, Serial: "WEAK-1", Manufacturer: "NoName"}},
+			{Name: "dup", Address: "127.77.16.18", Identity: talosemu.Identity{UUID: &dup, Serial: "DUP-1"}},
+			{Name: "configured", Address: "127.77.16.21", Role: talosemu.RoleHintControlPlane},
+			{Name: "added", Address: "127.77.16.22"},
+			{Name: "returner", Address: "127.77.16.23"},
+			{Name: "approved", Address: "127.77.16.24"},
+		},
+	}
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+
+	if err := ichorv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+
+	// ICHOR_TEST_LOG=1 shows the controller's logs.
+	if os.Getenv("ICHOR_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	}
+
+	var err error
+
+	env, err = testenv.Start(testenv.Options{Scheme: scheme})
+	if err != nil {
+		// A missing API server is a failure, never a skip.
+		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test API server: %v\n", err)
+
+		return 1
+	}
+
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping the test API server: %v\n", err)
+		}
+	}()
+
+	k8s = env.Client
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	dir, err := os.MkdirTemp("", "discovery-controller-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+
+		return 1
+	}
+
+	defer func() { _ = os.RemoveAll(dir) }()
+
+	if world, err = talosemu.Start(ctx, worldSpec(), dir); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: starting the emulated world: %v\n", err)
+
+		return 1
+	}
+
+	defer world.Close()
+
+	if err := configure(ctx, emMachine("configured")); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: configuring a machine: %v\n", err)
+
+		return 1
+	}
+
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+
+		return 1
+	}
+
+	// Scans repeat only on spec changes within the tests; rechecks are quick.
+	r := &Reconciler{DefaultInterval: time.Hour, RecheckInterval: 200 * time.Millisecond, ProbeTimeout: 2 * time.Second}
+	if err := r.SetupWithManager(mgr); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+
+		return 1
+	}
+
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
+		}
+	}()
+
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		fmt.Fprintln(os.Stderr, "FAIL: the manager's cache did not sync")
+
+		return 1
+	}
+
+	return m.Run()
+}
+
+func emMachine(name string) *talosemu.Machine {
+	m, err := world.Machine(name)
+	if err != nil {
+		panic(err)
+	}
+
+	return m
+}
+
+func testCluster(name string, d ichorv1alpha1.DiscoverySpec) *ichorv1alpha1.TalosCluster {
+	return &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion:      "v1.14.1",
+			VersionContract:   "v1.14",
+			KubernetesVersion: "1.37.2",
+			Endpoint:          ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeVIP, Host: "10.0.0.10"},
+			SecretsBundleRef:  ichorv1alpha1.SecretReference{Name: name + "-secrets"},
+			ControlPlane:      ichorv1alpha1.ControlPlaneTopology{Count: 1, Schedulable: new(false)},
+			CNI:               ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: ichorv1alpha1.KubeProxyReplaced},
+			Discovery:         d,
+		},
+	}
+}
+
+// configure sends a maintenance machine a configuration of a foreign cluster,
+// as another tool would have, and waits until it runs it.
+func configure(ctx context.Context, em *talosemu.Machine) error {
+	bun, err := bundle.Generate(secrets.NewClock(), "v1.14")
+	if err != nil {
+		return err
+	}
+
+	c := testCluster("foreign", ichorv1alpha1.DiscoverySpec{})
+	c.Spec.Endpoint = ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeNode, Host: em.IP()}
+	c.Spec.ControlPlane.Schedulable = new(true)
+	now := metav1.Now()
+	tm := &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: em.Name()},
+		Spec: ichorv1alpha1.TalosMachineSpec{
+			ClusterName: "foreign", Address: em.IP(), Role: ichorv1alpha1.RoleControlPlane, Hostname: em.Name(),
+			Approval: ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now},
+			Install:  ichorv1alpha1.MachineInstall{Disk: &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}},
+		},
+	}
+
+	res, err := render.Render(render.Input{Cluster: c, Machine: tm, Bundle: bun})
+	if err != nil {
+		return err
+	}
+
+	mc, err := talosclient.New(ctx, talosclient.WithEndpoints(em.Address()),
+		talosclient.WithTLSConfig(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // maintenance mode
+	if err != nil {
+		return err
+	}
+
+	defer func() { _ = mc.Close() }()
+
+	if _, err := mc.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: res.Bytes, Mode: machine.ApplyConfigurationRequest_AUTO}); err != nil {
+		return err
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+	for em.Stage() != talosruntime.MachineStageRunning {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("machine %s did not reach running (stage %s)", em.Name(), em.Stage())
+		}
+
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	return nil
+}
+
+// waitTimeout bounds every wait of the tests.
+const waitTimeout = 30 * time.Second
+
+// eventually polls cond until it returns nil or the deadline passes.
+func eventually(t testing.TB, what string, cond func() error) {
+	t.Helper()
+
+	deadline := time.Now().Add(waitTimeout)
+
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
+		}
+
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// machinesOf lists the TalosMachines labelled with the cluster.
+func machinesOf(t testing.TB, cluster string) []ichorv1alpha1.TalosMachine {
+	t.Helper()
+
+	var list ichorv1alpha1.TalosMachineList
+	must(t, k8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{ichorv1alpha1.ClusterLabel: cluster}))
+
+	return list.Items
+}
+
+// resultFor waits for the cluster's discovery result of address and returns it.
+func resultFor(t testing.TB, cluster, address string) ichorv1alpha1.DiscoveryResult {
+	t.Helper()
+
+	var out ichorv1alpha1.DiscoveryResult
+
+	eventually(t, fmt.Sprintf("a discovery result for %s on %s", address, cluster), func() error {
+		c := &ichorv1alpha1.TalosCluster{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster}, c); err != nil {
+			return err
+		}
+
+		for _, e := range c.Status.Discovery.Addresses {
+			if e.Address == address {
+				out = e
+
+				return nil
+			}
+		}
+
+		return errors.New("no result yet")
+	})
+
+	return out
+}

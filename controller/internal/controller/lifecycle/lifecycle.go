@@ -1,0 +1,319 @@
+// Package lifecycle holds the machine lifecycle reconciler: it provisions an
+// approved machine (pinned maintenance fingerprint, insecure apply, following
+// MachineStatus to running, join, Ready), provisions a wiped machine again,
+// and removes a machine through its finalizer (evacuate, drain, etcd, reset,
+// Node) (architecture, "Nodes"). Configuration changes of a provisioned
+// machine belong to the talosmachine reconciler.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+)
+
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters;talosconfigpatches,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ichor-system,resources=leases,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// ControllerName names the controller, its Events and its field manager.
+const ControllerName = "machine-lifecycle"
+
+// Defaults of the Reconciler's intervals.
+const (
+	DefaultPollInterval    = 3 * time.Second
+	DefaultMonitorInterval = 30 * time.Second
+	DefaultDrainTimeout    = 5 * time.Minute
+	// DefaultResetGrace is how long a requested reset may take to start
+	// before the machine says so (it is never sent twice).
+	DefaultResetGrace = 3 * time.Minute
+	// lockWait is how often a machine waiting for the cluster lock looks again.
+	lockWait = 5 * time.Second
+	// pausedWait is how often a paused or refused removal looks again.
+	pausedWait = 15 * time.Second
+)
+
+// StorageHook evacuates a machine's storage before its removal. The storage
+// issue fills it in; until then it is a no-op.
+type StorageHook interface {
+	Evacuate(ctx context.Context, m *ichorv1alpha1.TalosMachine) (done bool, msg string, err error)
+}
+
+type noStorage struct{}
+
+func (noStorage) Evacuate(context.Context, *ichorv1alpha1.TalosMachine) (bool, string, error) {
+	return true, "", nil
+}
+
+// Reconciler provisions and removes TalosMachines.
+type Reconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Nodes dials configured nodes; nil means a Dialer on Talos's port.
+	Nodes *talosnode.Dialer
+	// MaintenancePort is the port of maintenance nodes; zero means Talos's apid port.
+	MaintenancePort int
+	// Locker takes the cluster lock for control-plane joins and removals.
+	Locker *lock.Locker
+	// Storage evacuates storage before removal; nil is a no-op.
+	Storage StorageHook
+	// Workload reaches a cluster's Kubernetes API; nil means through a
+	// control plane's admin kubeconfig.
+	Workload WorkloadFunc
+
+	PollInterval    time.Duration
+	MonitorInterval time.Duration
+	DrainTimeout    time.Duration
+	ResetGrace      time.Duration
+}
+
+// SetupWithManager registers the reconciler.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.defaults(mgr)
+
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		// Spec, annotation (trust, hold, reboot) and deletion changes wake it;
+		// status writes do not: the reconciler polls at its own intervals.
+		For(&ichorv1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Complete(r)
+}
+
+func (r *Reconciler) defaults(mgr ctrl.Manager) {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder(ControllerName)
+	}
+
+	r.fill()
+}
+
+func (r *Reconciler) fill() {
+	if r.Nodes == nil {
+		r.Nodes = &talosnode.Dialer{}
+	}
+
+	if r.Locker == nil {
+		r.Locker = &lock.Locker{Client: r.Client, Check: lock.ClientChecker(r.APIReader)}
+	}
+
+	if r.Storage == nil {
+		r.Storage = noStorage{}
+	}
+
+	if r.Workload == nil {
+		r.Workload = r.workloadFromControlPlane
+	}
+
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+
+	def(&r.PollInterval, DefaultPollInterval)
+	def(&r.MonitorInterval, DefaultMonitorInterval)
+	def(&r.DrainTimeout, DefaultDrainTimeout)
+	def(&r.ResetGrace, DefaultResetGrace)
+}
+
+// scope is what one reconcile of one machine shares.
+type scope struct {
+	machine *ichorv1alpha1.TalosMachine
+	before  *ichorv1alpha1.TalosMachine
+	state   *machinestate.State
+}
+
+// Reconcile dispatches: removal when deleting, provisioning while not
+// provisioned, monitoring (re-provisioning) once provisioned. Each call does
+// at most one step that is not idempotent and writes status before returning,
+// so a controller killed between two steps resumes at the recorded one.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.fill()
+
+	m := &ichorv1alpha1.TalosMachine{}
+	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	s := &scope{machine: m, before: m.DeepCopy()}
+
+	if !m.DeletionTimestamp.IsZero() {
+		if !controllerutil.ContainsFinalizer(m, ichorv1alpha1.MachineFinalizer) {
+			return ctrl.Result{}, nil
+		}
+
+		return r.finish(ctx, s, r.remove)
+	}
+
+	if m.Spec.Approval.State != ichorv1alpha1.ApprovalApproved {
+		return ctrl.Result{}, nil
+	}
+
+	if !controllerutil.ContainsFinalizer(m, ichorv1alpha1.MachineFinalizer) {
+		// The finalizer goes on before anything is sent to the node: from
+		// then on a deletion runs the removal sequence.
+		patch := client.MergeFrom(m.DeepCopy())
+		controllerutil.AddFinalizer(m, ichorv1alpha1.MachineFinalizer)
+
+		if err := r.Client.Patch(ctx, m, patch); err != nil {
+			return ctrl.Result{}, err
+		}
+
+		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // one step per reconcile
+	}
+
+	if provisioned(m) {
+		return r.finish(ctx, s, r.monitor)
+	}
+
+	return r.finish(ctx, s, r.provision)
+}
+
+// finish runs step and writes the status it changed (with an optimistic
+// lock: a concurrent writer makes this reconcile run again on what is current).
+func (r *Reconciler) finish(ctx context.Context, s *scope, step func(context.Context, *scope) (ctrl.Result, error)) (ctrl.Result, error) {
+	res, err := step(ctx, s)
+
+	if perr := r.writeStatus(ctx, s); perr != nil {
+		if apierrors.IsNotFound(perr) {
+			return ctrl.Result{}, err
+		}
+
+		return ctrl.Result{}, errors.Join(err, perr)
+	}
+
+	return res, err
+}
+
+func (r *Reconciler) writeStatus(ctx context.Context, s *scope) error {
+	if equality.Semantic.DeepEqual(s.before.Status, s.machine.Status) {
+		return nil
+	}
+
+	if err := r.Client.Status().Patch(ctx, s.machine, client.MergeFromWithOptions(s.before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+
+	s.before = s.machine.DeepCopy()
+
+	return nil
+}
+
+// load reads the cluster and bundle and renders, once per reconcile.
+func (r *Reconciler) load(ctx context.Context, s *scope) error {
+	if s.state != nil {
+		return nil
+	}
+
+	st, err := machinestate.Load(ctx, r.Client, r.APIReader, s.machine)
+	if err != nil {
+		return err
+	}
+
+	s.state = st
+
+	return nil
+}
+
+func (r *Reconciler) cluster(ctx context.Context, m *ichorv1alpha1.TalosMachine) (*ichorv1alpha1.TalosCluster, error) {
+	c := &ichorv1alpha1.TalosCluster{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c); err != nil {
+		return nil, err
+	}
+
+	return c, nil
+}
+
+func provisioned(m *ichorv1alpha1.TalosMachine) bool {
+	return apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ProvisionedCondition)
+}
+
+func setCond(m *ichorv1alpha1.TalosMachine, t string, st metav1.ConditionStatus, reason, msg string) {
+	apimeta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{
+		Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: m.Generation,
+	})
+}
+
+func notReady(m *ichorv1alpha1.TalosMachine, reason, msg string) {
+	setCond(m, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, reason, msg)
+}
+
+func (r *Reconciler) lockKey(m *ichorv1alpha1.TalosMachine) types.NamespacedName {
+	return types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
+}
+
+// takeLock takes (or renews) the cluster lock for m's join or removal. It
+// reports false, with Ready saying who holds it, when another holder has it.
+func (r *Reconciler) takeLock(ctx context.Context, m *ichorv1alpha1.TalosMachine, what string) (bool, error) {
+	res, err := r.Locker.Acquire(ctx, r.lockKey(m), lock.MachineIdentity(m.Namespace, m.Name))
+	if err != nil {
+		if errors.Is(err, lock.ErrConflict) {
+			return false, nil
+		}
+
+		return false, fmt.Errorf("take the cluster lock: %w", err)
+	}
+
+	if !res.Acquired && m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+		if took, err := r.takeOverTransition(ctx, m, res.Holder); err != nil || took {
+			return false, err // the next reconcile acquires it
+		}
+	}
+
+	if !res.Acquired {
+		notReady(m, ichorv1alpha1.ClusterLockHeldReason, fmt.Sprintf("%s waits for the cluster lock, held by %s", what, res.Holder))
+
+		return false, nil
+	}
+
+	return true, nil
+}
+
+func (r *Reconciler) releaseLock(ctx context.Context, m *ichorv1alpha1.TalosMachine) error {
+	if _, err := r.Locker.Release(ctx, r.lockKey(m), lock.MachineIdentity(m.Namespace, m.Name)); err != nil {
+		return fmt.Errorf("release the cluster lock: %w", err)
+	}
+
+	return nil
+}
+
+func (r *Reconciler) eventf(m *ichorv1alpha1.TalosMachine, typ, reason, action, format string, args ...any) {
+	r.Recorder.Eventf(m, nil, typ, reason, action, format, args...)
+}
+
+func warnf(r *Reconciler, m *ichorv1alpha1.TalosMachine, reason, action, format string, args ...any) {
+	r.eventf(m, corev1.EventTypeWarning, reason, action, format, args...)
+}

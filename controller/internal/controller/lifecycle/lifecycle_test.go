@@ -1,0 +1,476 @@
+package lifecycle_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
+)
+
+// TestLifecycle is the life of a cluster's machines, in order: the first
+// control plane, a worker whose maintenance certificate changed, two more
+// control planes, a removal refused below the declared count and then for
+// quorum and then allowed, a wiped worker re-installed, a worker removed and
+// back in maintenance, a forced removal, and a control-plane removal with the
+// controller killed between every step.
+func TestLifecycle(t *testing.T) {
+	steps := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"FirstControlPlane", firstControlPlane},
+		{"ChangedFingerprintRefused", changedFingerprint},
+		{"MoreControlPlanesJoinEtcd", moreControlPlanes},
+		{"RemovalBelowDeclaredCountRefused", belowCountRefused},
+		{"QuorumBreakRefused", quorumRefused},
+		{"WipedWorkerReinstalled", wipedWorkerReinstalled},
+		{"WorkerRemovedAndBackInMaintenance", workerRemoved},
+		{"ForcedRemovalWithoutWipe", forcedRemoval},
+		{"ChaosOneResetPerRemoval", chaosRemoval},
+	}
+
+	for _, s := range steps {
+		if !t.Run(s.name, s.run) {
+			t.Fatalf("%s failed; the later steps build on it", s.name)
+		}
+	}
+}
+
+func firstControlPlane(t *testing.T) {
+	approve(t, "cp-1", ichorv1alpha1.RoleControlPlane)
+
+	// The RPC returning means "stored"; the machine follows the stages and
+	// waits for the etcd bootstrap (ichor init's step).
+	eventually(t, "cp-1 runs and waits for the bootstrap", func() error {
+		m := getMachine(t, "cp-1")
+		if c := cond(m, ichorv1alpha1.ReadyCondition); c == nil || c.Reason != ichorv1alpha1.JoiningReason || m.Status.Stage != ichorv1alpha1.StageRunning {
+			return fmt.Errorf("stage %q, Ready %v", m.Status.Stage, c)
+		}
+
+		return nil
+	})
+
+	m := getMachine(t, "cp-1")
+	if m.Status.ConfigSentAt == nil || m.Status.MaintenanceFingerprint != emu(t, "cp-1").MaintenanceFingerprint() {
+		t.Fatalf("configSentAt %v, fingerprint %q", m.Status.ConfigSentAt, m.Status.MaintenanceFingerprint)
+	}
+
+	if h := lockHolder(t); !strings.Contains(h, "cp-1") {
+		t.Errorf("a joining control plane holds the cluster lock; holder %q", h)
+	}
+
+	_, err := cp1(t).Client().MachineClient.Bootstrap(context.Background(), &machine.BootstrapRequest{})
+	must(t, err)
+
+	m = waitProvisioned(t, "cp-1")
+	if !m.Status.Installed || m.Status.NodeName != "cp-1" || cond(m, ichorv1alpha1.ReadyCondition).Status != metav1.ConditionTrue {
+		t.Errorf("installed %t, node %q, Ready %v", m.Status.Installed, m.Status.NodeName, cond(m, ichorv1alpha1.ReadyCondition))
+	}
+
+	if n := rpcs(t, "cp-1", "ApplyConfiguration"); n != 1 {
+		t.Errorf("cp-1 got %d ApplyConfiguration calls before it was provisioned, want 1", n)
+	}
+
+	if h := lockHolder(t); h != "" {
+		t.Errorf("the cluster lock is still held by %q after the join", h)
+	}
+
+	if !slices.Contains(getMachine(t, "cp-1").Finalizers, ichorv1alpha1.MachineFinalizer) {
+		t.Error("an approved machine has no removal finalizer")
+	}
+}
+
+func changedFingerprint(t *testing.T) {
+	fp, err := emu(t, "w-1").ReplaceMaintenanceCert()
+	must(t, err)
+
+	approve(t, "w-1", ichorv1alpha1.RoleWorker)
+
+	eventually(t, "w-1 refused for its fingerprint", func() error {
+		c := cond(getMachine(t, "w-1"), ichorv1alpha1.FingerprintTrustedCondition)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ichorv1alpha1.FingerprintChangedReason || !strings.Contains(c.Message, fp) {
+			return fmt.Errorf("FingerprintTrusted %v", c)
+		}
+
+		return nil
+	})
+
+	time.Sleep(2 * time.Second) // several reconciles
+	if n := rpcs(t, "w-1", "ApplyConfiguration"); n != 0 {
+		t.Fatalf("the configuration was sent to a node with another maintenance certificate (%d calls)", n)
+	}
+
+	if !slices.ContainsFunc(events(t, "w-1"), func(e string) bool { return strings.HasPrefix(e, ichorv1alpha1.FingerprintChangedReason) }) {
+		t.Error("no FingerprintChanged Event")
+	}
+
+	// A person verified the new fingerprint.
+	m := getMachine(t, "w-1")
+	m.Annotations = map[string]string{ichorv1alpha1.TrustMaintenanceFingerprintAnnotation: fp}
+	must(t, k8s.Update(context.Background(), m))
+
+	m = waitProvisioned(t, "w-1")
+	if m.Status.MaintenanceFingerprint != fp {
+		t.Errorf("the accepted fingerprint is not recorded: %q", m.Status.MaintenanceFingerprint)
+	}
+}
+
+func moreControlPlanes(t *testing.T) {
+	approve(t, "cp-2", ichorv1alpha1.RoleControlPlane)
+	approve(t, "cp-3", ichorv1alpha1.RoleControlPlane)
+	waitProvisioned(t, "cp-2")
+	waitProvisioned(t, "cp-3")
+
+	members, err := cp1(t).EtcdMembers(context.Background())
+	must(t, err)
+
+	voters := 0
+
+	for _, m := range members {
+		if !m.Learner {
+			voters++
+		}
+	}
+
+	if voters != 3 {
+		t.Errorf("etcd has %d voters, want 3: %+v", voters, members)
+	}
+
+	eventually(t, "three control planes are not a transition", func() error { return transitioning(t, false) })
+
+	if h := lockHolder(t); h != "" {
+		t.Errorf("the cluster lock is held by %q with an odd number of control planes", h)
+	}
+}
+
+// transitioning checks the cluster's TopologyTransitioning condition.
+func transitioning(t *testing.T, want bool) error {
+	t.Helper()
+
+	c := &ichorv1alpha1.TalosCluster{}
+	must(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: clusterName}, c))
+
+	got := apimeta.IsStatusConditionTrue(c.Status.Conditions, ichorv1alpha1.TopologyTransitioningCondition)
+	if got != want || apimeta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.TopologyTransitioningCondition) == nil {
+		return fmt.Errorf("TopologyTransitioning %v", apimeta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.TopologyTransitioningCondition))
+	}
+
+	return nil
+}
+
+func belowCountRefused(t *testing.T) {
+	remove(t, "cp-3", nil, false)
+
+	eventually(t, "removal of cp-3 refused below the declared count", func() error {
+		return refused(t, "cp-3", "fewer")
+	})
+
+	if n := rpcs(t, "cp-3", "Reset"); n != 0 {
+		t.Fatalf("a refused removal reset the node (%d calls)", n)
+	}
+}
+
+// quorumRefused: with cp-2 down, removing the healthy cp-3 would leave
+// {cp-1, cp-2} with one healthy member of two: refused. cp-2 back, it goes on.
+func quorumRefused(t *testing.T) {
+	must(t, emu(t, "cp-2").PowerOff())
+
+	// The person lowers the declared count: the count no longer refuses.
+	c := &ichorv1alpha1.TalosCluster{}
+	must(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: clusterName}, c))
+	c.Spec.ControlPlane.Count = 1
+	must(t, k8s.Update(context.Background(), c))
+
+	eventually(t, "removal of cp-3 refused for quorum", func() error { return refused(t, "cp-3", "quorum") })
+
+	if n := rpcs(t, "cp-3", "Reset"); n != 0 {
+		t.Fatalf("a removal refused for quorum reset the node (%d calls)", n)
+	}
+
+	must(t, emu(t, "cp-2").PowerOn())
+	waitGone(t, "cp-3")
+
+	if n := rpcs(t, "cp-3", "Reset"); n != 1 {
+		t.Errorf("cp-3 got %d Reset calls, want 1", n)
+	}
+
+	members, err := cp1(t).EtcdMembers(context.Background())
+	must(t, err)
+
+	if len(members) != 2 {
+		t.Errorf("etcd still has %d members after cp-3's removal: %+v", len(members), members)
+	}
+
+	eventually(t, "two control planes show as transitioning", func() error { return transitioning(t, true) })
+}
+
+func refused(t *testing.T, name, why string) error {
+	t.Helper()
+
+	m := getMachine(t, name)
+
+	c := cond(m, ichorv1alpha1.ReadyCondition)
+	if c == nil || c.Reason != ichorv1alpha1.RemovalRefusedReason || !strings.Contains(c.Message, why) {
+		return fmt.Errorf("Ready %v, removal %+v", c, m.Status.Removal)
+	}
+
+	return nil
+}
+
+func wipedWorkerReinstalled(t *testing.T) {
+	em := emu(t, "w-1")
+	must(t, em.WipeSystemDisk())
+	must(t, em.PowerOff())
+	must(t, em.PowerOn())
+
+	eventually(t, "w-1 re-installed", func() error {
+		m := getMachine(t, "w-1")
+		c := cond(m, ichorv1alpha1.ProvisionedCondition)
+		if m.Status.Reinstalls != 1 || c == nil || c.Status != metav1.ConditionTrue || c.Reason != ichorv1alpha1.ReinstalledReason {
+			return fmt.Errorf("reinstalls %d, Provisioned %v, Ready %v", m.Status.Reinstalls, c, cond(m, ichorv1alpha1.ReadyCondition))
+		}
+
+		return nil
+	})
+
+	if !slices.ContainsFunc(events(t, "w-1"), func(e string) bool { return strings.HasPrefix(e, ichorv1alpha1.ReinstalledReason) }) {
+		t.Error("no Reinstalled Warning Event")
+	}
+}
+
+func workerRemoved(t *testing.T) {
+	before := rpcs(t, "w-1", "Reset")
+
+	remove(t, "w-1", map[string]string{ichorv1alpha1.RemoveRebootAnnotation: "true"}, false)
+	waitGone(t, "w-1")
+
+	if n := rpcs(t, "w-1", "Reset") - before; n != 1 {
+		t.Errorf("w-1 got %d Reset calls, want exactly 1", n)
+	}
+
+	eventually(t, "w-1 back in maintenance", func() error {
+		if s := emu(t, "w-1").Stage(); s != talosruntime.MachineStageMaintenance {
+			return fmt.Errorf("stage %s", s)
+		}
+
+		return nil
+	})
+
+	k := workload(t)
+	if _, err := k.CoreV1().Nodes().Get(context.Background(), "w-1", metav1.GetOptions{}); err == nil {
+		t.Error("the Node of the removed worker still exists")
+	}
+}
+
+// forcedRemoval removes a running control plane with forceRemove: no drain,
+// no reset, its member removed through cp-1, and an Event saying it was not wiped.
+func forcedRemoval(t *testing.T) {
+	remove(t, "cp-2", nil, true)
+
+	waitGone(t, "cp-2")
+
+	if n := rpcs(t, "cp-2", "Reset"); n != 0 {
+		t.Errorf("a forced removal sent %d resets", n)
+	}
+
+	if !slices.ContainsFunc(events(t, "cp-2"), func(e string) bool { return strings.HasPrefix(e, ichorv1alpha1.RemovedWithoutWipeReason) }) {
+		t.Error("no RemovedWithoutWipe Event")
+	}
+
+	members, err := cp1(t).EtcdMembers(context.Background())
+	must(t, err)
+
+	if len(members) != 1 {
+		t.Errorf("etcd has %d members after cp-2's forced removal: %+v", len(members), members)
+	}
+
+	must(t, emu(t, "cp-2").PowerOff()) // dead hardware, as forceRemove says
+}
+
+// chaosRemoval stops the controller, then removes cp-3 (provisioned again)
+// with a new manager for every reconcile: each one is a controller that
+// starts, does one step and is killed. The emulator counts the Resets.
+func chaosRemoval(t *testing.T) {
+	// cp-3 came back in maintenance after its removal: a person approves it again.
+	recreate(t, "cp-3")
+	approve(t, "cp-3", ichorv1alpha1.RoleControlPlane)
+	waitProvisioned(t, "cp-3")
+
+	stopMgr()
+
+	before := rpcs(t, "cp-3", "Reset")
+
+	remove(t, "cp-3", nil, false)
+
+	var phases []string
+
+	deadline := time.Now().Add(waitTimeout)
+
+	for step := 0; ; step++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("removal not finished after %d restarts; phases %v", step, phases)
+		}
+
+		gone := reconcileOnceInFreshController(t, "cp-3")
+		if gone {
+			break
+		}
+
+		m := &ichorv1alpha1.TalosMachine{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "cp-3"}, m); err != nil {
+			must(t, client.IgnoreNotFound(err))
+
+			break
+		}
+
+		if m.Status.Removal != nil && (len(phases) == 0 || phases[len(phases)-1] != m.Status.Removal.Phase) {
+			phases = append(phases, m.Status.Removal.Phase)
+		}
+	}
+
+	want := []string{ichorv1alpha1.RemovalEvacuating, ichorv1alpha1.RemovalDraining, ichorv1alpha1.RemovalLeavingEtcd,
+		ichorv1alpha1.RemovalResetting, ichorv1alpha1.RemovalDeletingNode, ichorv1alpha1.RemovalDone}
+	if !slices.Equal(phases, want) {
+		t.Errorf("phases %v, want %v", phases, want)
+	}
+
+	if n := rpcs(t, "cp-3", "Reset") - before; n != 1 {
+		t.Errorf("cp-3 got %d Reset calls across the restarts, want exactly 1", n)
+	}
+}
+
+// reconcileOnceInFreshController starts a manager (a controller process),
+// runs one reconcile of the machine and stops it. It reports whether the
+// machine is gone.
+func reconcileOnceInFreshController(t *testing.T, name string) bool {
+	t.Helper()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	must(t, err)
+	must(t, talosmachine.IndexFields(mgr))
+
+	r := newLifecycle()
+	r.Client, r.APIReader = mgr.GetClient(), mgr.GetAPIReader()
+	r.Recorder = mgr.GetEventRecorder("chaos")
+
+	go func() { _ = mgr.Start(ctx) }()
+
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	if err := mgr.GetClient().Get(ctx, key, &ichorv1alpha1.TalosMachine{}); err != nil {
+		return client.IgnoreNotFound(err) == nil
+	}
+
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Logf("reconcile: %v", err)
+	}
+
+	time.Sleep(100 * time.Millisecond)
+
+	return false
+}
+
+// remove marks and deletes a machine the way `ichor node remove [--force]` does: one update, then the delete.
+func remove(t *testing.T, name string, annotations map[string]string, force bool) {
+	t.Helper()
+
+	m := getMachine(t, name)
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+
+	m.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = "true"
+	for k, v := range annotations {
+		m.Annotations[k] = v
+	}
+
+	m.Spec.ForceRemove = force
+
+	must(t, k8s.Update(context.Background(), m))
+	must(t, k8s.Delete(context.Background(), m))
+}
+
+func waitGone(t *testing.T, name string) {
+	t.Helper()
+
+	eventually(t, name+" removed", func() error {
+		m := &ichorv1alpha1.TalosMachine{}
+
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m)
+		if err == nil {
+			return fmt.Errorf("still there: removal %+v, Ready %v", m.Status.Removal, cond(m, ichorv1alpha1.ReadyCondition))
+		}
+
+		return client.IgnoreNotFound(err)
+	})
+}
+
+// recreate creates the pending machine discovery would create for a node back in maintenance.
+func recreate(t *testing.T, name string) {
+	t.Helper()
+
+	em := emu(t, name)
+	_ = em.PowerOn() // a reset without reboot powered it off; an error means it runs
+
+	eventually(t, name+" in maintenance", func() error {
+		if s := em.Stage(); s != talosruntime.MachineStageMaintenance {
+			return fmt.Errorf("stage %s", s)
+		}
+
+		return nil
+	})
+
+	tm := pendingMachine(name, em)
+	must(t, k8s.Create(context.Background(), tm))
+	tm.Status.MaintenanceFingerprint = em.MaintenanceFingerprint()
+	must(t, k8s.Status().Update(context.Background(), tm))
+}
+
+func lockHolder(t *testing.T) string {
+	t.Helper()
+
+	h, err := (&lock.Locker{Client: k8s}).Holder(context.Background(), types.NamespacedName{Namespace: ns, Name: clusterName})
+	must(t, err)
+
+	return h
+}
+
+func workload(t *testing.T) kubernetes.Interface {
+	t.Helper()
+
+	kc, err := cp1(t).Kubeconfig(context.Background())
+	must(t, err)
+
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	must(t, err)
+
+	k, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+
+	return k
+}

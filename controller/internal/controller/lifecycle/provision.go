@@ -1,0 +1,394 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+)
+
+// provision sends the configuration to an approved machine in maintenance
+// mode, then follows it to running and joined.
+func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, error) {
+	m := s.machine
+
+	if m.Spec.Address == "" {
+		notReady(m, ichorv1alpha1.ProvisioningReason, "spec.address is empty: set the address the machine answers on in maintenance mode")
+
+		return ctrl.Result{}, nil
+	}
+
+	if res, err, done := r.loadOrStall(ctx, s); done {
+		return res, err
+	}
+
+	if m.Status.ConfigSentAt == nil {
+		if _, held := m.Annotations[ichorv1alpha1.HoldApplyAnnotation]; held {
+			notReady(m, ichorv1alpha1.HeldReason, "the annotation "+ichorv1alpha1.HoldApplyAnnotation+" stops provisioning; remove it to send the configuration")
+
+			return ctrl.Result{}, nil
+		}
+
+		return r.sendConfig(ctx, s)
+	}
+
+	return r.follow(ctx, s)
+}
+
+// loadOrStall loads the desired state; a state a person must fix is reported
+// on Ready and retried at the monitor interval.
+func (r *Reconciler) loadOrStall(ctx context.Context, s *scope) (ctrl.Result, error, bool) {
+	err := r.load(ctx, s)
+	if err == nil {
+		return ctrl.Result{}, nil, false
+	}
+
+	if machinestate.IsStalled(err) {
+		notReady(s.machine, ichorv1alpha1.RenderFailedReason, err.Error())
+
+		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil, true
+	}
+
+	return ctrl.Result{}, err, true
+}
+
+// pin is the maintenance fingerprint the node must present: the one a person
+// accepted with the trust annotation, else the one recorded at discovery
+// (empty: the first probe records it).
+func pin(m *ichorv1alpha1.TalosMachine) string {
+	if t := m.Annotations[ichorv1alpha1.TrustMaintenanceFingerprintAnnotation]; t != "" {
+		return t
+	}
+
+	return m.Status.MaintenanceFingerprint
+}
+
+// maintenance dials the node in maintenance mode with the fingerprint pinned
+// and checks its stage, fingerprint and identity. It returns nil (with Ready
+// or FingerprintTrusted saying why) when nothing may be sent.
+func (r *Reconciler) maintenance(ctx context.Context, s *scope) (*talosnode.Maintenance, error) {
+	m := s.machine
+	want := pin(m)
+
+	mn, err := talosnode.DialMaintenance(ctx, m.Spec.Address, r.MaintenancePort, want)
+	if err != nil {
+		return nil, err
+	}
+
+	stage, err := mn.Stage(ctx)
+	if err != nil {
+		seen := mn.Fingerprint()
+		mn.Close()
+
+		if want != "" && seen != "" && seen != want {
+			r.fingerprintChanged(m, want, seen)
+
+			return nil, nil
+		}
+
+		return nil, err
+	}
+
+	if stage != ichorv1alpha1.StageMaintenance {
+		mn.Close()
+		notReady(m, ichorv1alpha1.ProvisioningReason, fmt.Sprintf("the node at %s is in stage %s, not maintenance: nothing was sent", m.Spec.Address, stage))
+
+		return nil, nil
+	}
+
+	uuid, err := mn.UUID(ctx)
+	if err != nil {
+		mn.Close()
+
+		return nil, err
+	}
+
+	if m.Spec.Identity.UUID != "" && uuid != m.Spec.Identity.UUID {
+		mn.Close()
+		setCond(m, ichorv1alpha1.IdentityConflictCondition, metav1.ConditionTrue, ichorv1alpha1.DuplicateIdentityReason,
+			fmt.Sprintf("the node at %s reports SMBIOS UUID %q, not the approved %q: another machine answers on this address", m.Spec.Address, uuid, m.Spec.Identity.UUID))
+		notReady(m, ichorv1alpha1.ProvisioningReason, "the node at the address is not the approved machine: nothing was sent")
+
+		return nil, nil
+	}
+
+	if m.Status.MaintenanceFingerprint != mn.Fingerprint() {
+		m.Status.MaintenanceFingerprint = mn.Fingerprint()
+	}
+
+	setCond(m, ichorv1alpha1.FingerprintTrustedCondition, metav1.ConditionTrue, "Pinned", "the node presents the pinned maintenance certificate")
+
+	return mn, nil
+}
+
+func (r *Reconciler) fingerprintChanged(m *ichorv1alpha1.TalosMachine, want, seen string) {
+	msg := fmt.Sprintf("the node at %s presents maintenance certificate %s, not the pinned %s: nothing was sent. "+
+		"If you verified the new certificate on the node's console, annotate the machine %s=%s", m.Spec.Address, seen, want,
+		ichorv1alpha1.TrustMaintenanceFingerprintAnnotation, seen)
+
+	was := findCond(m, ichorv1alpha1.FingerprintTrustedCondition)
+	setCond(m, ichorv1alpha1.FingerprintTrustedCondition, metav1.ConditionFalse, ichorv1alpha1.FingerprintChangedReason, msg)
+	notReady(m, ichorv1alpha1.FingerprintChangedReason, msg)
+
+	if was == nil || was.Message != msg {
+		warnf(r, m, ichorv1alpha1.FingerprintChangedReason, "Provision", "%s", msg)
+	}
+}
+
+func findCond(m *ichorv1alpha1.TalosMachine, t string) *metav1.Condition {
+	for i := range m.Status.Conditions {
+		if m.Status.Conditions[i].Type == t {
+			return &m.Status.Conditions[i]
+		}
+	}
+
+	return nil
+}
+
+// sendConfig sends the first configuration (it carries the CA keys of a
+// control plane) after the fingerprint and identity checks, under the cluster
+// lock for a control plane.
+func (r *Reconciler) sendConfig(ctx context.Context, s *scope) (ctrl.Result, error) {
+	m := s.machine
+
+	if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+		ok, err := r.takeLock(ctx, m, "control plane "+m.Name+" joining")
+		if err != nil || !ok {
+			return ctrl.Result{RequeueAfter: lockWait}, err
+		}
+	}
+
+	mn, err := r.maintenance(ctx, s)
+	if err != nil {
+		// Not in maintenance: a node that already runs this render (sent by a
+		// controller that stopped before recording it) is followed, not sent to again.
+		if r.runsOurConfig(ctx, s) {
+			r.markSent(m, s.state.Result)
+
+			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+		}
+
+		m.Status.Stage = ichorv1alpha1.StageUnreachable
+		notReady(m, ichorv1alpha1.NodeUnreachableReason, fmt.Sprintf("the node at %s does not answer in maintenance mode: %v", m.Spec.Address, err))
+
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+
+	if mn == nil {
+		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
+	}
+	defer mn.Close()
+
+	if err := mn.Apply(ctx, s.state.Result.Bytes); err != nil {
+		notReady(m, ichorv1alpha1.ApplyFailedReason, err.Error())
+		warnf(r, m, ichorv1alpha1.ApplyFailedReason, "Provision", "the node refused the configuration: %v", err)
+
+		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
+	}
+
+	r.markSent(m, s.state.Result)
+	r.eventf(m, corev1.EventTypeNormal, "ConfigSent", "Provision",
+		"sent the rendered configuration to %s in maintenance mode (maintenance certificate %s); following the install", m.Spec.Address, m.Status.MaintenanceFingerprint)
+
+	return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+}
+
+func (r *Reconciler) markSent(m *ichorv1alpha1.TalosMachine, res *render.Result) {
+	now := metav1.Now()
+	m.Status.ConfigSentAt = &now
+	m.Status.Stage = ichorv1alpha1.StageInstalling
+	m.Status.RenderedConfigHash = res.Hash
+	m.Status.AppliedConfigHash = res.Hash
+	m.Status.RenderVersion = render.Version
+	m.Status.ResetRequestedAt = nil
+	setCond(m, ichorv1alpha1.ProvisionedCondition, metav1.ConditionFalse, ichorv1alpha1.InstallingReason, "the node stored its configuration; following its install")
+	notReady(m, ichorv1alpha1.InstallingReason, reinstallNote(m)+"the node stored its configuration; following its install")
+}
+
+func reinstallNote(m *ichorv1alpha1.TalosMachine) string {
+	if c := findCond(m, ichorv1alpha1.ProvisionedCondition); c != nil && c.Reason == ichorv1alpha1.ReinstalledReason {
+		return "re-installing the node (its disk was wiped or replaced): "
+	}
+
+	if m.Status.Reinstalls > 0 && m.Status.ConfigSentAt != nil && !provisioned(m) {
+		return "re-installing the node (its disk was wiped or replaced): "
+	}
+
+	return ""
+}
+
+// runsOurConfig reports whether the node answers the cluster's API (so it
+// has this cluster's configuration).
+func (r *Reconciler) runsOurConfig(ctx context.Context, s *scope) bool {
+	n, err := r.Nodes.Dial(ctx, s.machine.Spec.Address, s.state.Bundle)
+	if err != nil {
+		return false
+	}
+	defer n.Close()
+
+	_, _, err = n.Stage(ctx)
+
+	return err == nil
+}
+
+// follow watches the stage move to running, then waits for the join: an
+// etcd voting member (control planes) and a Ready Node.
+func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) {
+	m := s.machine
+	note := reinstallNote(m)
+
+	n, err := r.Nodes.Dial(ctx, m.Spec.Address, s.state.Bundle)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer n.Close()
+
+	stage, _, err := n.Stage(ctx)
+	if err != nil {
+		// The node reboots after the install: down for a while is expected.
+		if m.Status.Stage == ichorv1alpha1.StageInstalling || m.Status.Stage == "" {
+			m.Status.Stage = ichorv1alpha1.StageRebooting
+		}
+
+		notReady(m, ichorv1alpha1.InstallingReason, note+"the node does not answer yet (it reboots after the install)")
+
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+
+	m.Status.Stage = stage
+
+	if stage != ichorv1alpha1.StageRunning {
+		notReady(m, ichorv1alpha1.InstallingReason, note+"the node is "+stage)
+
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+
+	if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+		members, err := n.EtcdMembers(ctx)
+
+		var self *talosnode.EtcdMember
+		if err == nil {
+			self = memberAt(members, m.Spec.Address)
+		}
+
+		if self == nil || self.Learner {
+			notReady(m, ichorv1alpha1.JoiningReason, note+"the node runs; waiting for its etcd member to join as a voter "+
+				"(the first control plane waits for the etcd bootstrap of `ichor init`)")
+
+			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+		}
+	}
+
+	k, err := r.Workload(ctx, s.state.Cluster, s.state.Bundle)
+	if err != nil {
+		notReady(m, ichorv1alpha1.JoiningReason, note+"the node runs; the cluster's Kubernetes API does not answer yet: "+err.Error())
+
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, workloadTimeout)
+	defer cancel()
+
+	node, err := nodeByAddress(wctx, k, m.Spec.Address)
+	if err != nil || node == nil || !nodeReady(node) {
+		notReady(m, ichorv1alpha1.JoiningReason, note+"the node runs; waiting for its Kubernetes Node to be Ready")
+
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+
+	m.Status.NodeName = node.Name
+	m.Status.Installed = true
+
+	reason, msg := ichorv1alpha1.JoinedReason, "the node installed Talos and joined the cluster"
+	if note != "" {
+		reason, msg = ichorv1alpha1.ReinstalledReason, fmt.Sprintf("re-installed the node at %s: its disk was wiped or replaced", time.Now().UTC().Format(time.RFC3339))
+	}
+
+	setCond(m, ichorv1alpha1.ProvisionedCondition, metav1.ConditionTrue, reason, msg)
+	setCond(m, ichorv1alpha1.ReadyCondition, metav1.ConditionTrue, reason, msg)
+
+	if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+		// The join is recorded before the count is read (other machines see it).
+		if err := r.writeStatus(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+
+		even, err := r.topology(ctx, m)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+
+		if !even {
+			if err := r.releaseLock(ctx, m); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+
+	r.eventf(m, corev1.EventTypeNormal, reason, "Provision", "%s; Node %s is Ready", msg, node.Name)
+
+	return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
+}
+
+// memberAt finds the etcd member whose peer URL is on address.
+func memberAt(members []talosnode.EtcdMember, address string) *talosnode.EtcdMember {
+	want := net.ParseIP(address)
+
+	for i := range members {
+		for _, p := range members[i].PeerURLs {
+			u, err := url.Parse(p)
+			if err != nil {
+				continue
+			}
+
+			if ip := net.ParseIP(u.Hostname()); ip != nil && ip.Equal(want) {
+				return &members[i]
+			}
+		}
+	}
+
+	return nil
+}
+
+// guardMembers turns the member list into the guard's view, with each
+// member's health read from its own control plane.
+func (r *Reconciler) guardMembers(ctx context.Context, b *secrets.Bundle, members []talosnode.EtcdMember) []guard.EtcdMember {
+	out := make([]guard.EtcdMember, 0, len(members))
+
+	for _, mem := range members {
+		healthy := false
+
+		if addr := peerHost(mem); addr != "" {
+			if n, err := r.Nodes.Dial(ctx, addr, b); err == nil {
+				healthy = n.EtcdHealthy(ctx)
+				n.Close()
+			}
+		}
+
+		out = append(out, guard.EtcdMember{ID: mem.ID, Name: mem.Hostname, Learner: mem.Learner, Healthy: healthy})
+	}
+
+	return out
+}
+
+func peerHost(mem talosnode.EtcdMember) string {
+	for _, p := range mem.PeerURLs {
+		if u, err := url.Parse(p); err == nil && u.Hostname() != "" {
+			return u.Hostname()
+		}
+	}
+
+	return ""
+}

@@ -1,0 +1,438 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/drain"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+)
+
+var listAll = metav1.ListOptions{}
+
+// remove runs one step of the removal sequence: evacuate → drain → etcd →
+// reset → delete the Node → drop the finalizer. The phase is written to
+// status before the next step runs, and "reset requested" before the Reset
+// call, so a controller killed at any point resumes without a second Reset
+// (architecture, "Nodes": Reset is fire-and-forget).
+func (r *Reconciler) remove(ctx context.Context, s *scope) (ctrl.Result, error) {
+	m := s.machine
+
+	if m.Status.Removal == nil {
+		if m.Status.ConfigSentAt == nil && !provisioned(m) {
+			// Nothing was ever sent to the node: nothing to undo.
+			return ctrl.Result{}, r.dropFinalizer(ctx, s, "nothing had been sent to the node")
+		}
+
+		now := metav1.Now()
+		m.Status.Removal = &ichorv1alpha1.MachineRemoval{Phase: ichorv1alpha1.RemovalEvacuating, StartedAt: &now}
+		notReady(m, ichorv1alpha1.RemovingReason, "removal started")
+		r.eventf(m, corev1.EventTypeNormal, ichorv1alpha1.RemovingReason, "Remove", "removal of %s started", m.Name)
+
+		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // one step per reconcile
+	}
+
+	if res, err, done := r.loadOrStall(ctx, s); done {
+		m.Status.Removal.Message = "the removal waits: " + readyMessage(m) + "; or set spec.forceRemove to remove the machine without drain and reset"
+
+		return res, err
+	}
+
+	var (
+		next string
+		res  ctrl.Result
+		err  error
+	)
+
+	switch m.Status.Removal.Phase {
+	case ichorv1alpha1.RemovalEvacuating:
+		next, res, err = r.evacuate(ctx, s)
+	case ichorv1alpha1.RemovalDraining:
+		next, res, err = r.drain(ctx, s)
+	case ichorv1alpha1.RemovalLeavingEtcd:
+		next, res, err = r.leaveEtcd(ctx, s)
+	case ichorv1alpha1.RemovalResetting:
+		next, res, err = r.reset(ctx, s)
+	case ichorv1alpha1.RemovalDeletingNode:
+		next, res, err = r.deleteNode(ctx, s)
+	case ichorv1alpha1.RemovalDone:
+		return ctrl.Result{}, r.done(ctx, s)
+	}
+
+	if next != "" {
+		m.Status.Removal.Phase = next
+		m.Status.Removal.Message = ""
+		notReady(m, ichorv1alpha1.RemovingReason, "removal: "+next)
+
+		return ctrl.Result{Requeue: true}, err //nolint:staticcheck // one step per reconcile
+	}
+
+	return res, err
+}
+
+func readyMessage(m *ichorv1alpha1.TalosMachine) string {
+	if c := findCond(m, ichorv1alpha1.ReadyCondition); c != nil {
+		return c.Message
+	}
+
+	return ""
+}
+
+// pause records why the removal waits, on Ready and in status.removal.
+func (r *Reconciler) pause(m *ichorv1alpha1.TalosMachine, reason, msg string) (string, ctrl.Result, error) {
+	if c := findCond(m, ichorv1alpha1.ReadyCondition); c == nil || c.Message != msg {
+		warnf(r, m, reason, "Remove", "%s", msg)
+	}
+
+	notReady(m, reason, msg)
+	m.Status.Removal.Message = msg
+
+	return "", ctrl.Result{RequeueAfter: pausedWait}, nil
+}
+
+// reachable reports whether the node answers with the cluster's credentials.
+func (r *Reconciler) reachable(ctx context.Context, s *scope) (*talosnode.Node, bool) {
+	n, err := r.Nodes.Dial(ctx, s.machine.Spec.Address, s.state.Bundle)
+	if err != nil {
+		return nil, false
+	}
+
+	stage, _, err := n.Stage(ctx)
+	if err != nil {
+		n.Close()
+
+		return nil, false
+	}
+
+	s.machine.Status.Stage = stage
+
+	return n, true
+}
+
+func (r *Reconciler) evacuate(ctx context.Context, s *scope) (string, ctrl.Result, error) {
+	done, msg, err := r.Storage.Evacuate(ctx, s.machine)
+	if err != nil {
+		return "", ctrl.Result{}, err
+	}
+
+	if !done {
+		return r.pause(s.machine, ichorv1alpha1.RemovingReason, "waiting for the storage evacuation: "+msg)
+	}
+
+	return ichorv1alpha1.RemovalDraining, ctrl.Result{}, nil
+}
+
+// drain cordons and drains the Node with kubectl's own drain helper (it
+// encodes the DaemonSet, mirror-pod, local-storage and PodDisruptionBudget
+// rules). A timeout pauses the removal; it never escalates.
+func (r *Reconciler) drain(ctx context.Context, s *scope) (string, ctrl.Result, error) {
+	m := s.machine
+
+	if m.Spec.ForceRemove {
+		return ichorv1alpha1.RemovalLeavingEtcd, ctrl.Result{}, nil
+	}
+
+	k, err := r.Workload(ctx, s.state.Cluster, s.state.Bundle)
+	if err != nil {
+		return r.pause(m, ichorv1alpha1.DrainPausedReason, "cannot reach the cluster's Kubernetes API to drain the node: "+err.Error()+
+			"; the removal waits (set spec.forceRemove to skip drain and reset)")
+	}
+
+	node, err := nodeByAddress(ctx, k, m.Spec.Address)
+	if err != nil {
+		return r.pause(m, ichorv1alpha1.DrainPausedReason, err.Error())
+	}
+
+	if node == nil {
+		return ichorv1alpha1.RemovalLeavingEtcd, ctrl.Result{}, nil
+	}
+
+	n, live := r.reachable(ctx, s)
+	if live {
+		n.Close()
+	}
+
+	if err := drainNode(ctx, k, node, r.DrainTimeout, !live); err != nil {
+		return r.pause(m, ichorv1alpha1.DrainPausedReason, fmt.Sprintf("draining Node %s did not finish: %v; the removal waits and tries again "+
+			"(check PodDisruptionBudgets and pods without a controller, or set spec.forceRemove)", node.Name, err))
+	}
+
+	r.eventf(m, corev1.EventTypeNormal, "Drained", "Remove", "cordoned and drained Node %s", node.Name)
+
+	return ichorv1alpha1.RemovalLeavingEtcd, ctrl.Result{}, nil
+}
+
+func drainNode(ctx context.Context, k kubernetes.Interface, node *corev1.Node, timeout time.Duration, nodeDown bool) error {
+	var out, errOut bytes.Buffer
+
+	h := &drain.Helper{
+		Ctx:                 ctx,
+		Client:              k,
+		Force:               false,
+		GracePeriodSeconds:  -1,
+		IgnoreAllDaemonSets: true,
+		DeleteEmptyDirData:  true,
+		Timeout:             timeout,
+		Out:                 &out,
+		ErrOut:              &errOut,
+	}
+
+	if nodeDown {
+		// No kubelet confirms deletions on a node that is down: do not wait for them.
+		h.SkipWaitForDeleteTimeoutSeconds = 1
+	}
+
+	if err := drain.RunCordonOrUncordon(h, node, true); err != nil {
+		return fmt.Errorf("cordon: %w", err)
+	}
+
+	return drain.RunNodeDrain(h, node.Name)
+}
+
+// leaveEtcd checks, for a control plane, that removing its member keeps
+// quorum and the declared count (guard.CheckEtcdMemberRemoval, with the
+// members' live health). A node that answers leaves etcd itself in its
+// graceful reset: removing its member first would make that reset fail with
+// "member not found" (Talos's LeaveEtcd task). A node that does not answer,
+// or a forced removal, is removed through a surviving control plane.
+func (r *Reconciler) leaveEtcd(ctx context.Context, s *scope) (string, ctrl.Result, error) {
+	m := s.machine
+
+	if m.Spec.Role != ichorv1alpha1.RoleControlPlane {
+		return ichorv1alpha1.RemovalResetting, ctrl.Result{}, nil
+	}
+
+	ok, err := r.takeLock(ctx, m, "removal of control plane "+m.Name)
+	if err != nil || !ok {
+		m.Status.Removal.Message = readyMessage(m)
+
+		return "", ctrl.Result{RequeueAfter: lockWait}, err
+	}
+
+	sv, err := r.survivor(ctx, m, s.state.Bundle)
+	if err != nil {
+		return "", ctrl.Result{}, err
+	}
+
+	if sv == nil {
+		return r.pause(m, ichorv1alpha1.RemovalRefusedReason, "no other control plane's etcd answers, so removing "+m.Name+
+			" cannot be shown to keep etcd quorum; bring another control plane back first")
+	}
+	defer sv.Close()
+
+	members, err := sv.EtcdMembers(ctx)
+	if err != nil {
+		return r.pause(m, ichorv1alpha1.RemovalRefusedReason, "cannot list the etcd members (etcd may have lost quorum): "+err.Error())
+	}
+
+	target := memberAt(members, m.Spec.Address)
+	if target == nil {
+		return ichorv1alpha1.RemovalResetting, ctrl.Result{}, nil
+	}
+
+	if ref := guard.CheckEtcdMemberRemoval(r.guardMembers(ctx, s.state.Bundle, members), target.ID, s.state.Cluster.Spec.ControlPlane.Count, false); ref != nil {
+		return r.pause(m, ichorv1alpha1.RemovalRefusedReason, ref.Rule+"; "+ref.WayOut)
+	}
+
+	n, live := r.reachable(ctx, s)
+	if live {
+		n.Close()
+	}
+
+	if live && !m.Spec.ForceRemove {
+		return ichorv1alpha1.RemovalResetting, ctrl.Result{}, nil
+	}
+
+	if err := sv.RemoveEtcdMember(ctx, target.ID); err != nil {
+		return "", ctrl.Result{}, err
+	}
+
+	r.eventf(m, corev1.EventTypeNormal, "EtcdMemberRemoved", "Remove", "removed etcd member %s (%x) through another control plane", target.Hostname, target.ID)
+
+	return ichorv1alpha1.RemovalResetting, ctrl.Result{}, nil
+}
+
+// reset sends one graceful reset naming STATE and EPHEMERAL
+// (reclaim.ResetRequest), after recording that it did, then waits for the
+// node to leave its configuration.
+func (r *Reconciler) reset(ctx context.Context, s *scope) (string, ctrl.Result, error) {
+	m := s.machine
+
+	if m.Status.ResetRequestedAt != nil {
+		return r.awaitReset(ctx, s)
+	}
+
+	n, live := r.reachable(ctx, s)
+	if m.Spec.ForceRemove || !live {
+		if live {
+			n.Close()
+		}
+
+		m.Status.Removal.Wiped = new(false)
+		why := "spec.forceRemove is set"
+
+		if !live {
+			why = "the node does not answer"
+		}
+
+		warnf(r, m, ichorv1alpha1.RemovedWithoutWipeReason, "Remove",
+			"%s: %s was removed without a reset; STATE and EPHEMERAL were NOT wiped and it still holds the cluster's configuration", why, m.Name)
+
+		return ichorv1alpha1.RemovalDeletingNode, ctrl.Result{}, nil
+	}
+	defer n.Close()
+
+	now := metav1.Now()
+	m.Status.ResetRequestedAt = &now
+	m.Status.Removal.Wiped = new(true)
+
+	// Written before the call, with the optimistic lock: a stale read, or a
+	// second controller, fails here instead of sending a second Reset.
+	if err := r.writeStatus(ctx, s); err != nil {
+		return "", ctrl.Result{}, fmt.Errorf("record the reset request: %w", err)
+	}
+
+	reboot := m.Annotations[ichorv1alpha1.RemoveRebootAnnotation] == "true"
+
+	if err := n.Reset(ctx, reclaim.ResetRequest(true, reboot)); err != nil {
+		if definite(err) {
+			// The node refused before doing anything: a later reconcile may ask again.
+			m.Status.ResetRequestedAt = nil
+
+			return r.pause(m, ichorv1alpha1.RemovingReason, "the node refused the reset: "+err.Error())
+		}
+
+		m.Status.Removal.Message = "the reset was requested; the node did not confirm it: " + err.Error()
+	}
+
+	r.eventf(m, corev1.EventTypeNormal, "ResetRequested", "Remove",
+		"requested a graceful reset of %s wiping STATE and EPHEMERAL (reboot: %t)", m.Name, reboot)
+
+	return "", ctrl.Result{RequeueAfter: r.PollInterval}, nil
+}
+
+// definite reports whether a Reset error means the node did not start one.
+func definite(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitReset waits for a requested reset to take the node out of its
+// configuration (it answers only in maintenance mode, or not at all once it
+// powered off). It never sends the reset again.
+func (r *Reconciler) awaitReset(ctx context.Context, s *scope) (string, ctrl.Result, error) {
+	m := s.machine
+
+	n, live := r.reachable(ctx, s)
+	if live {
+		n.Close()
+
+		if m.Status.Stage == ichorv1alpha1.StageRunning && time.Since(m.Status.ResetRequestedAt.Time) > r.ResetGrace {
+			m.Status.Removal.Message = fmt.Sprintf("the reset requested at %s has not started: the node still runs its configuration. "+
+				"It is not sent twice; check the node, or set spec.forceRemove", m.Status.ResetRequestedAt.UTC().Format(time.RFC3339))
+		}
+
+		return "", ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+
+	if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+		// Talos's graceful reset left etcd; make sure, through a survivor.
+		if sv, err := r.survivor(ctx, m, s.state.Bundle); err == nil && sv != nil {
+			members, lerr := sv.EtcdMembers(ctx)
+			if lerr == nil {
+				if t := memberAt(members, m.Spec.Address); t != nil {
+					if err := sv.RemoveEtcdMember(ctx, t.ID); err != nil {
+						sv.Close()
+
+						return "", ctrl.Result{}, err
+					}
+				}
+			}
+
+			sv.Close()
+		}
+	}
+
+	m.Status.Stage = ichorv1alpha1.StageResetting
+
+	return ichorv1alpha1.RemovalDeletingNode, ctrl.Result{}, nil
+}
+
+func (r *Reconciler) deleteNode(ctx context.Context, s *scope) (string, ctrl.Result, error) {
+	m := s.machine
+
+	k, err := r.Workload(ctx, s.state.Cluster, s.state.Bundle)
+	if err != nil {
+		return r.pause(m, ichorv1alpha1.RemovingReason, "cannot reach the cluster's Kubernetes API to delete the Node: "+err.Error())
+	}
+
+	node, err := nodeByAddress(ctx, k, m.Spec.Address)
+	if err != nil {
+		return r.pause(m, ichorv1alpha1.RemovingReason, err.Error())
+	}
+
+	if node != nil {
+		if err := k.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return r.pause(m, ichorv1alpha1.RemovingReason, "deleting Node "+node.Name+": "+err.Error())
+		}
+	}
+
+	return ichorv1alpha1.RemovalDone, ctrl.Result{}, nil
+}
+
+func (r *Reconciler) done(ctx context.Context, s *scope) error {
+	m := s.machine
+
+	if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+		if err := r.releaseLock(ctx, m); err != nil {
+			return err
+		}
+
+		if _, err := r.topology(ctx, m); err != nil {
+			return err
+		}
+	}
+
+	how := "drained, left etcd, reset (STATE and EPHEMERAL wiped) and its Node deleted"
+	if m.Status.Removal.Wiped == nil || !*m.Status.Removal.Wiped {
+		how = "removed WITHOUT a reset: its disks were not wiped"
+	}
+
+	return r.dropFinalizer(ctx, s, how)
+}
+
+func (r *Reconciler) dropFinalizer(ctx context.Context, s *scope, how string) error {
+	m := s.machine
+	patch := client.MergeFrom(m.DeepCopy())
+	controllerutil.RemoveFinalizer(m, ichorv1alpha1.MachineFinalizer)
+
+	if err := r.Client.Patch(ctx, m, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+
+	// The object is gone (or going): nothing more to write.
+	s.before = m.DeepCopy()
+	s.machine.Status = s.before.Status
+	r.eventf(m, corev1.EventTypeNormal, "Removed", "Remove", "%s: %s", m.Name, how)
+
+	return nil
+}

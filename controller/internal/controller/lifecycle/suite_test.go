@@ -1,0 +1,381 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
+	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
+)
+
+// The package's tests share one API server (Ichor's), one emulated world with
+// a real etcd per control plane and one Kubernetes control plane on cp-1
+// (the workload cluster), and a controller manager that the chaos test stops.
+var (
+	env     *testenv.Env
+	scheme  = runtime.NewScheme()
+	k8s     client.Client
+	world   *talosemu.World
+	theBun  *secrets.Bundle
+	stopMgr context.CancelFunc
+)
+
+const (
+	ns          = "default"
+	clusterName = "lab"
+	// waitTimeout bounds every wait: installs, etcd joins and the workload
+	// API server's start on a shared 2-core machine.
+	waitTimeout = 150 * time.Second
+)
+
+var machineNames = []string{"cp-1", "cp-2", "cp-3", "w-1"}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+
+	if err := ichorv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+
+	if os.Getenv("ICHOR_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	}
+
+	var err error
+
+	env, err = testenv.Start(testenv.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test API server: %v\n", err)
+
+		return 1
+	}
+
+	defer func() { _ = env.Stop() }()
+
+	k8s = env.Client
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	dir, err := os.MkdirTemp("", "lifecycle-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+
+		return 1
+	}
+
+	defer func() { _ = os.RemoveAll(dir) }()
+
+	if err := setup(ctx, dir); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+
+		return 1
+	}
+
+	defer world.Close()
+
+	return m.Run()
+}
+
+func setup(ctx context.Context, dir string) error {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		return err
+	}
+
+	spec := &talosemu.Spec{Subnet: "127.0.81.0/24"}
+	for _, n := range machineNames {
+		role := talosemu.RoleHintWorker
+		if strings.HasPrefix(n, "cp-") {
+			role = talosemu.RoleHintControlPlane
+		}
+
+		spec.Machines = append(spec.Machines, talosemu.MachineSpec{Name: n, Role: role})
+	}
+
+	spec.Durations = talosemu.Durations{
+		Install: talosemu.Duration(200 * time.Millisecond),
+		Reboot:  talosemu.Duration(200 * time.Millisecond),
+		Boot:    talosemu.Duration(100 * time.Millisecond),
+	}
+
+	if world, err = talosemu.Start(ctx, spec, dir, talosemu.Options{Kubernetes: true, KubeAssets: assets, SingleAPIServer: true}); err != nil {
+		return fmt.Errorf("starting the emulated world: %w", err)
+	}
+
+	if theBun, err = bundle.Generate(secrets.NewClock(), "v1.14"); err != nil {
+		return err
+	}
+
+	cp1, err := world.Machine("cp-1")
+	if err != nil {
+		return err
+	}
+
+	c := testCluster(cp1.IP())
+
+	sec, err := bundle.Secret(ns, c.Spec.SecretsBundleRef, theBun)
+	if err != nil {
+		return err
+	}
+
+	if err := k8s.Create(ctx, sec); err != nil {
+		return err
+	}
+
+	// The cluster lock's Leases live in ichor-system, which the install manifest creates.
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lock.DefaultNamespace}}); err != nil {
+		return err
+	}
+
+	if err := k8s.Create(ctx, c); err != nil {
+		return err
+	}
+
+	// Discovery's part: one pending machine per node, with the fingerprint seen.
+	for _, n := range machineNames {
+		em, err := world.Machine(n)
+		if err != nil {
+			return err
+		}
+
+		tm := pendingMachine(n, em)
+		if err := k8s.Create(ctx, tm); err != nil {
+			return err
+		}
+
+		tm.Status.Stage = ichorv1alpha1.StageMaintenance
+		tm.Status.MaintenanceFingerprint = em.MaintenanceFingerprint()
+
+		if err := k8s.Status().Update(ctx, tm); err != nil {
+			return err
+		}
+	}
+
+	mctx, mcancel := context.WithCancel(ctx)
+	stopMgr = mcancel
+
+	return startManager(mctx)
+}
+
+// startManager runs the lifecycle and configuration reconcilers as
+// cmd/main.go does, with short intervals.
+func startManager(ctx context.Context) error {
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return err
+	}
+
+	if err := (&talosmachine.Reconciler{DriftInterval: time.Second}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+
+	if err := newLifecycle().SetupWithManager(mgr); err != nil {
+		return err
+	}
+
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
+		}
+	}()
+
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		return errors.New("the manager's cache did not sync")
+	}
+
+	return nil
+}
+
+func newLifecycle() *lifecycle.Reconciler {
+	return &lifecycle.Reconciler{
+		PollInterval:    300 * time.Millisecond,
+		MonitorInterval: time.Second,
+		DrainTimeout:    30 * time.Second,
+	}
+}
+
+func testCluster(endpoint string) *ichorv1alpha1.TalosCluster {
+	return &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: clusterName},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion:      "v1.14.1",
+			VersionContract:   "v1.14",
+			KubernetesVersion: "1.37.2",
+			Endpoint:          ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeNode, Host: endpoint},
+			SecretsBundleRef:  ichorv1alpha1.SecretReference{Name: clusterName + "-secrets"},
+			ControlPlane:      ichorv1alpha1.ControlPlaneTopology{Count: 3, Schedulable: new(true)},
+			CNI:               ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: ichorv1alpha1.KubeProxyReplaced},
+		},
+	}
+}
+
+func pendingMachine(name string, em *talosemu.Machine) *ichorv1alpha1.TalosMachine {
+	return &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{ichorv1alpha1.ClusterLabel: clusterName}},
+		Spec: ichorv1alpha1.TalosMachineSpec{
+			ClusterName: clusterName,
+			Identity:    ichorv1alpha1.MachineIdentity{UUID: em.UUID(), Serial: "SER-" + name},
+			Address:     em.IP(),
+			Approval:    ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalPending},
+		},
+	}
+}
+
+// approve approves a machine as a person does (the webhook is not part of
+// this package's world; its checks are tested with the webhooks).
+func approve(t *testing.T, name, role string) {
+	t.Helper()
+
+	m := getMachine(t, name)
+	now := metav1.Now()
+	m.Spec.Approval = ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now}
+	m.Spec.Role = role
+	m.Spec.Hostname = name
+	m.Spec.Install.Disk = &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}
+	must(t, k8s.Update(context.Background(), m))
+}
+
+func emu(t testing.TB, name string) *talosemu.Machine {
+	t.Helper()
+
+	em, err := world.Machine(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return em
+}
+
+// cp1 connects to the first control plane as Ichor does.
+func cp1(t testing.TB) *talosnode.Node {
+	t.Helper()
+
+	n, err := (&talosnode.Dialer{}).Dial(context.Background(), emu(t, "cp-1").IP(), theBun)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(n.Close)
+
+	return n
+}
+
+func rpcs(t testing.TB, name, method string) int {
+	t.Helper()
+
+	return emu(t, name).RPCCounts()["/machine.MachineService/"+method]
+}
+
+func eventually(t testing.TB, what string, cond func() error) {
+	t.Helper()
+
+	deadline := time.Now().Add(waitTimeout)
+
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
+		}
+
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func getMachine(t testing.TB, name string) *ichorv1alpha1.TalosMachine {
+	t.Helper()
+
+	m := &ichorv1alpha1.TalosMachine{}
+	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m))
+
+	return m
+}
+
+func cond(m *ichorv1alpha1.TalosMachine, typ string) *metav1.Condition {
+	return apimeta.FindStatusCondition(m.Status.Conditions, typ)
+}
+
+// waitProvisioned waits for Provisioned=True and returns the machine.
+func waitProvisioned(t *testing.T, name string) *ichorv1alpha1.TalosMachine {
+	t.Helper()
+
+	var m *ichorv1alpha1.TalosMachine
+
+	eventually(t, name+" provisioned", func() error {
+		m = getMachine(t, name)
+		if c := cond(m, ichorv1alpha1.ProvisionedCondition); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("stage %q, Ready %v", m.Status.Stage, cond(m, ichorv1alpha1.ReadyCondition))
+		}
+
+		return nil
+	})
+
+	return m
+}
+
+// events lists the Events about a machine as "reason: note".
+func events(t testing.TB, name string) []string {
+	t.Helper()
+
+	var list eventsv1.EventList
+
+	must(t, k8s.List(context.Background(), &list, client.InNamespace(ns)))
+
+	var out []string
+
+	for _, e := range list.Items {
+		if e.Regarding.Name == name {
+			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+
+	return out
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,107 @@
+// Package machinestate loads what a machine's desired state is made of: its
+// TalosCluster, the cluster's secrets bundle and the cluster's patches, and
+// renders the machine's configuration. The machine reconcilers share it.
+package machinestate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/render"
+)
+
+// ClusterIndex indexes TalosMachines and TalosConfigPatches by spec.clusterName.
+const ClusterIndex = "spec.clusterName"
+
+// State is a machine's cluster, bundle and render.
+type State struct {
+	Cluster *ichorv1alpha1.TalosCluster
+	Bundle  *secrets.Bundle
+	Result  *render.Result
+}
+
+// StalledError is a state a person has to fix (a missing cluster or bundle, a
+// render error); retrying changes nothing until they do. Its message names
+// objects and keys, never secret content.
+type StalledError struct{ msg string }
+
+func (e *StalledError) Error() string { return e.msg }
+
+// IsStalled reports whether err is a StalledError.
+func IsStalled(err error) bool {
+	var s *StalledError
+
+	return errors.As(err, &s)
+}
+
+// Load reads the cluster (through c), the bundle Secret (through apiReader:
+// the controller may get a Secret, not list or watch them all) and the
+// cluster's patches (through c, indexed by ClusterIndex), and renders.
+func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *ichorv1alpha1.TalosMachine) (*State, error) {
+	cl := &ichorv1alpha1.TalosCluster{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, cl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &StalledError{fmt.Sprintf("TalosCluster %q not found", m.Spec.ClusterName)}
+		}
+
+		return nil, err
+	}
+
+	b, err := LoadBundle(ctx, apiReader, cl)
+	if err != nil {
+		return nil, err
+	}
+
+	var patches ichorv1alpha1.TalosConfigPatchList
+	if err := c.List(ctx, &patches, client.InNamespace(m.Namespace), client.MatchingFields{ClusterIndex: cl.Name}); err != nil {
+		return nil, err
+	}
+
+	res, err := render.Render(render.Input{Cluster: cl, Machine: m, Bundle: b, Patches: patches.Items})
+	if err != nil {
+		return nil, &StalledError{err.Error()}
+	}
+
+	return &State{Cluster: cl, Bundle: b, Result: res}, nil
+}
+
+// LoadBundle reads and parses the cluster's secrets bundle.
+func LoadBundle(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.TalosCluster) (*secrets.Bundle, error) {
+	sec := &corev1.Secret{}
+	if err := apiReader.Get(ctx, types.NamespacedName{Namespace: cl.Namespace, Name: cl.Spec.SecretsBundleRef.Name}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &StalledError{fmt.Sprintf("secrets bundle Secret %q not found", cl.Spec.SecretsBundleRef.Name)}
+		}
+
+		return nil, err
+	}
+
+	b, err := bundle.LoadForCluster(sec, cl)
+	if err != nil {
+		// bundle's errors name the Secret and key, never its content.
+		return nil, &StalledError{err.Error()}
+	}
+
+	return b, nil
+}
+
+// IndexCluster is the ClusterIndex function.
+func IndexCluster(o client.Object) []string {
+	switch v := o.(type) {
+	case *ichorv1alpha1.TalosMachine:
+		return []string{v.Spec.ClusterName}
+	case *ichorv1alpha1.TalosConfigPatch:
+		return []string{v.Spec.ClusterName}
+	default:
+		return nil
+	}
+}

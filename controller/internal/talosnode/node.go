@@ -1,0 +1,218 @@
+// Package talosnode connects the controller to Talos nodes: configured nodes
+// with an admin client certificate issued from the cluster's bundle, and
+// nodes in maintenance mode over the unauthenticated connection with the
+// maintenance certificate's fingerprint pinned.
+package talosnode
+
+import (
+	"context"
+	"crypto/tls"
+	stdx509 "crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// clientCertTTL is the lifetime of the admin client certificate made for one reconcile.
+const clientCertTTL = 10 * time.Minute
+
+// Dialer connects to configured Talos nodes with an admin client certificate
+// issued from the cluster's bundle. Port zero means Talos's apid port.
+type Dialer struct {
+	Port int
+}
+
+// Node is a connection to one node's Talos API.
+type Node struct {
+	c *talosclient.Client
+}
+
+// Dial connects to the node at address with the bundle's OS CA.
+func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*Node, error) {
+	if b.Certs == nil || b.Certs.OS == nil {
+		return nil, errors.New("the secrets bundle has no OS CA")
+	}
+
+	pem, err := b.GenerateTalosAPIClientCertificateWithTTL(role.MakeSet(role.Admin), clientCertTTL)
+	if err != nil {
+		return nil, fmt.Errorf("issue a Talos API client certificate: %w", err)
+	}
+
+	cert, err := tls.X509KeyPair(pem.Crt, pem.Key)
+	if err != nil {
+		return nil, fmt.Errorf("load the Talos API client certificate: %w", err)
+	}
+
+	roots := stdx509.NewCertPool()
+	if !roots.AppendCertsFromPEM(b.Certs.OS.Crt) {
+		return nil, errors.New("the secrets bundle's OS CA does not parse")
+	}
+
+	port := d.Port
+	if port == 0 {
+		port = constants.ApidPort
+	}
+
+	c, err := talosclient.New(ctx,
+		talosclient.WithEndpoints(net.JoinHostPort(address, strconv.Itoa(port))),
+		talosclient.WithTLSConfig(&tls.Config{
+			Certificates: []tls.Certificate{cert},
+			RootCAs:      roots,
+			MinVersion:   tls.VersionTLS13,
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", address, err)
+	}
+
+	return &Node{c: c}, nil
+}
+
+// Client is the machinery client of the connection.
+func (n *Node) Client() *talosclient.Client { return n.c }
+
+// Close closes the connection.
+func (n *Node) Close() {
+	_ = n.c.Close()
+}
+
+// Config reads the node's active and persistent configurations over COSI
+// (MachineConfig v1alpha1 and persistent). The persistent one is ahead of the
+// active one after a STAGED apply; it is nil when the node has none.
+func (n *Node) Config(ctx context.Context) (active, persistent []byte, err error) {
+	read := func(id string) ([]byte, error) {
+		mc, err := safe.StateGetByID[*config.MachineConfig](ctx, n.c.COSI, id)
+		if err != nil {
+			if state.IsNotFoundError(err) {
+				return nil, nil
+			}
+
+			return nil, fmt.Errorf("read MachineConfig %s: %w", id, err)
+		}
+
+		return mc.Provider().EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	}
+
+	if active, err = read(config.ActiveID); err != nil {
+		return nil, nil, err
+	}
+
+	if active == nil {
+		return nil, nil, errors.New("the node has no active configuration")
+	}
+
+	if persistent, err = read(config.PersistentID); err != nil {
+		return nil, nil, err
+	}
+
+	return active, persistent, nil
+}
+
+// Apply applies cfg in mode, a dry run first; it returns the dry run's
+// warnings. The dry run's mode details (a configuration diff, which may hold
+// secrets) are never returned.
+func (n *Node) Apply(ctx context.Context, cfg []byte, mode machine.ApplyConfigurationRequest_Mode) ([]string, error) {
+	dry, err := n.c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: cfg, Mode: mode, DryRun: true})
+	if err != nil {
+		return nil, fmt.Errorf("dry run: %w", err)
+	}
+
+	var warnings []string
+	for _, m := range dry.GetMessages() {
+		warnings = append(warnings, m.GetWarnings()...)
+	}
+
+	if _, err := n.c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: cfg, Mode: mode}); err != nil {
+		return warnings, fmt.Errorf("apply: %w", err)
+	}
+
+	return warnings, nil
+}
+
+// Stage reads MachineStatus: the node's stage in Ichor's words, and whether
+// Talos reports the machine ready at that stage.
+func (n *Node) Stage(ctx context.Context) (stage string, ready bool, err error) {
+	ms, err := safe.StateGetByID[*runtime.MachineStatus](ctx, n.c.COSI, runtime.MachineStatusID)
+	if err != nil {
+		return "", false, fmt.Errorf("read MachineStatus: %w", err)
+	}
+
+	return StageName(ms.TypedSpec().Stage), ms.TypedSpec().Status.Ready, nil
+}
+
+// EtcdMember is one member as the node's etcd lists it.
+type EtcdMember struct {
+	ID       uint64
+	Hostname string
+	PeerURLs []string
+	Learner  bool
+}
+
+// EtcdMembers lists the etcd members through this control plane.
+func (n *Node) EtcdMembers(ctx context.Context) ([]EtcdMember, error) {
+	resp, err := n.c.EtcdMemberList(ctx, &machine.EtcdMemberListRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list etcd members: %w", err)
+	}
+
+	var out []EtcdMember
+
+	for _, msg := range resp.GetMessages() {
+		for _, m := range msg.GetMembers() {
+			out = append(out, EtcdMember{ID: m.GetId(), Hostname: m.GetHostname(), PeerURLs: m.GetPeerUrls(), Learner: m.GetIsLearner()})
+		}
+	}
+
+	return out, nil
+}
+
+// EtcdHealthy reports whether this node's etcd member answers a status call.
+func (n *Node) EtcdHealthy(ctx context.Context) bool {
+	_, err := n.c.EtcdStatus(ctx)
+
+	return err == nil
+}
+
+// RemoveEtcdMember removes a member by ID; an unknown member counts as
+// removed (Talos answers NotFound, t:internal/app/machined/pkg/system/services/etcd.go).
+func (n *Node) RemoveEtcdMember(ctx context.Context, id uint64) error {
+	err := n.c.EtcdRemoveMemberByID(ctx, &machine.EtcdRemoveMemberByIDRequest{MemberId: id})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("remove etcd member %x: %w", id, err)
+	}
+
+	return nil
+}
+
+// Reset sends req. Talos answers at once and runs the reset afterwards.
+func (n *Node) Reset(ctx context.Context, req *machine.ResetRequest) error {
+	if err := n.c.ResetGeneric(ctx, req); err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+
+	return nil
+}
+
+// Kubeconfig fetches the admin kubeconfig from a control plane.
+func (n *Node) Kubeconfig(ctx context.Context) ([]byte, error) {
+	b, err := n.c.Kubeconfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fetch the kubeconfig: %w", err)
+	}
+
+	return b, nil
+}
