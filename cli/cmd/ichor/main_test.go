@@ -13,7 +13,7 @@ func TestVersionCommand(t *testing.T) {
 	var out bytes.Buffer
 	app := newApp()
 	app.Writer = &out
-	if err := app.Run(context.Background(), []string{"ichor", "version"}); err != nil {
+	if err := app.Run(context.Background(), []string{"ichor", "version", "--client"}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), version.Get().Version) {

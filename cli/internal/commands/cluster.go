@@ -1,0 +1,267 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/maeshinshin/ichor/cli/internal/output"
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+func clusterCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "cluster",
+		Usage:  "inspect clusters and where they discover machines",
+		Action: unknownSubcommand,
+		Commands: []*cli.Command{
+			{
+				Name:      "get",
+				Usage:     "list the clusters of the namespace, or show one",
+				ArgsUsage: "[CLUSTER]",
+				Action:    clusterGet,
+			},
+			{
+				Name:   "discovery",
+				Usage:  "where the controller looks for machines in maintenance mode",
+				Action: unknownSubcommand,
+				Commands: []*cli.Command{
+					{
+						Name:      "add",
+						Usage:     "register machines by IP address, or a subnet to scan for the Talos API",
+						ArgsUsage: "ADDRESS|CIDR...",
+						Flags: []cli.Flag{
+							&cli.StringFlag{Name: flagCluster, Usage: "TalosCluster `NAME` (default: the only one in the namespace)"},
+						},
+						Action: discoveryAdd,
+					},
+				},
+			},
+		},
+	}
+}
+
+func (r *run) listClusters(ctx context.Context) ([]ichorv1alpha1.TalosCluster, error) {
+	list := &ichorv1alpha1.TalosClusterList{}
+	if err := r.c().List(ctx, list, client.InNamespace(r.ns())); err != nil {
+		return nil, r.conn.Explain(err, "listing TalosClusters in namespace "+r.ns())
+	}
+	return list.Items, nil
+}
+
+func clusterNames(cs []ichorv1alpha1.TalosCluster) string {
+	names := make([]string, 0, len(cs))
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// getCluster reads the named cluster, or with an empty name the only one in
+// the namespace; the errors list what exists.
+func (r *run) getCluster(ctx context.Context, name string) (*ichorv1alpha1.TalosCluster, error) {
+	if name != "" {
+		c := &ichorv1alpha1.TalosCluster{}
+		err := r.c().Get(ctx, client.ObjectKey{Namespace: r.ns(), Name: name}, c)
+		if err == nil {
+			return c, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, r.conn.Explain(err, "reading TalosCluster "+name)
+		}
+	}
+	all, err := r.listClusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(all) == 0:
+		return nil, fmt.Errorf("namespace %s has no TalosCluster; is the namespace right (-n NAMESPACE)?", r.ns())
+	case name != "":
+		return nil, fmt.Errorf("TalosCluster %q not found in namespace %s; the clusters there are: %s", name, r.ns(), clusterNames(all))
+	case len(all) > 1:
+		return nil, fmt.Errorf("namespace %s has %d TalosClusters (%s): name one with --cluster", r.ns(), len(all), clusterNames(all))
+	}
+	return &all[0], nil
+}
+
+func clusterGet(ctx context.Context, cmd *cli.Command) error {
+	if cmd.Args().Len() > 1 {
+		return requireOneArg(cmd, "at most one CLUSTER")
+	}
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+	if name := cmd.Args().First(); name != "" {
+		c, err := r.getCluster(ctx, name)
+		if err != nil {
+			return err
+		}
+		if r.format != output.Table {
+			c.ManagedFields = nil
+			c.APIVersion, c.Kind = ichorv1alpha1.GroupVersion.String(), "TalosCluster"
+			return output.Object(r.out, r.format, c)
+		}
+		return r.printCluster(c, time.Now())
+	}
+	all, err := r.listClusters(ctx)
+	if err != nil {
+		return err
+	}
+	if r.format != output.Table {
+		for i := range all {
+			all[i].ManagedFields = nil
+		}
+		return output.Object(r.out, r.format, &ichorv1alpha1.TalosClusterList{
+			TypeMeta: metav1.TypeMeta{APIVersion: ichorv1alpha1.GroupVersion.String(), Kind: "TalosClusterList"}, Items: all})
+	}
+	if len(all) == 0 {
+		r.printf("No clusters in namespace %s.\n", r.ns())
+		return nil
+	}
+	t := &output.Rows{Header: []string{colName, "TALOS", "KUBERNETES", "CONTROL PLANES", "WORKERS", "PENDING", "ENDPOINT", "READY", "AGE"}}
+	now := time.Now()
+	for i := range all {
+		c := &all[i]
+		t.Add(c.Name, c.Spec.TalosVersion, c.Spec.KubernetesVersion,
+			fmt.Sprintf("%d/%d", c.Status.ControlPlanes.Ready, c.Spec.ControlPlane.Count),
+			fmt.Sprintf("%d/%d", c.Status.Workers.Ready, c.Status.Workers.Approved),
+			itoa(int(c.Status.PendingMachines)), c.Spec.Endpoint.Host, condStatus(c.Status.Conditions, ichorv1alpha1.ReadyCondition),
+			output.Age(c.CreationTimestamp.Time, now))
+	}
+	return t.Write(r.out)
+}
+
+func condStatus(conds []metav1.Condition, t string) string {
+	if c := meta.FindStatusCondition(conds, t); c != nil {
+		return string(c.Status)
+	}
+	return ""
+}
+
+func (r *run) printCluster(c *ichorv1alpha1.TalosCluster, now time.Time) error {
+	b := &output.Block{}
+	b.Add("Name", c.Name)
+	b.Add("Namespace", c.Namespace)
+	b.Add("Talos", c.Spec.TalosVersion+runningSuffix(c.Status.TalosVersion))
+	b.Add("Kubernetes", c.Spec.KubernetesVersion+runningSuffix(c.Status.KubernetesVersion))
+	b.Add("Config contract", c.Spec.VersionContract)
+	port := c.Spec.Endpoint.Port
+	if port == 0 {
+		port = 6443
+	}
+	b.Add("Endpoint", fmt.Sprintf("%s %s", c.Spec.Endpoint.Type, net.JoinHostPort(c.Spec.Endpoint.Host, itoa(int(port)))))
+	sched := "no"
+	if c.Spec.ControlPlane.Schedulable != nil && *c.Spec.ControlPlane.Schedulable {
+		sched = "yes"
+	}
+	b.Add("Control planes", fmt.Sprintf("%d ready of %d declared (schedulable: %s)", c.Status.ControlPlanes.Ready, c.Spec.ControlPlane.Count, sched))
+	b.Add("Workers", fmt.Sprintf("%d ready of %d approved", c.Status.Workers.Ready, c.Status.Workers.Approved))
+	b.Add("Pending machines", itoa(int(c.Status.PendingMachines)))
+	b.Add("CNI", c.Spec.CNI.Preset)
+	b.Add("Discovery subnets", strings.Join(c.Spec.Discovery.Subnets, ", "))
+	b.Add("Discovery addresses", strings.Join(c.Spec.Discovery.Addresses, ", "))
+	b.Add("Secrets bundle", "Secret "+c.Spec.SecretsBundleRef.Name)
+	b.Add("Lock holder", c.Status.LockHolder)
+	b.Add("Paused", fmt.Sprint(c.Spec.Paused))
+	b.Add("Age", output.Age(c.CreationTimestamp.Time, now))
+	if err := b.Write(r.out); err != nil {
+		return err
+	}
+	if len(c.Status.Conditions) > 0 {
+		r.printf("\nConditions:\n")
+		t := &output.Rows{Header: []string{"TYPE", "STATUS", "REASON", "MESSAGE"}}
+		for _, cd := range c.Status.Conditions {
+			t.Add(cd.Type, string(cd.Status), cd.Reason, cd.Message)
+		}
+		return t.Write(r.out)
+	}
+	return nil
+}
+
+func runningSuffix(observed string) string {
+	if observed == "" {
+		return ""
+	}
+	return " (running " + observed + ")"
+}
+
+func discoveryAdd(ctx context.Context, cmd *cli.Command) error {
+	if !cmd.Args().Present() {
+		return requireOneArg(cmd, "one or more ADDRESS or CIDR arguments")
+	}
+	var addrs, subnets []string
+	for _, a := range cmd.Args().Slice() {
+		if ip := net.ParseIP(a); ip != nil {
+			addrs = append(addrs, ip.String())
+			continue
+		}
+		if _, n, err := net.ParseCIDR(a); err == nil {
+			if n.String() != a {
+				return fmt.Errorf("%q is not a subnet address: did you mean %s?", a, n.String())
+			}
+			subnets = append(subnets, a)
+			continue
+		}
+		return fmt.Errorf("%q is neither an IP address (192.168.10.5) nor a subnet (192.168.10.0/24)", a)
+	}
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+	if err := r.checkWritable(ctx); err != nil {
+		return err
+	}
+	var added []string
+	var name string
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := r.getCluster(ctx, cmd.String(flagCluster))
+		if err != nil {
+			return err
+		}
+		name = c.Name
+		added = added[:0]
+		for _, a := range addrs {
+			if !slices.Contains(c.Spec.Discovery.Addresses, a) {
+				c.Spec.Discovery.Addresses = append(c.Spec.Discovery.Addresses, a)
+				added = append(added, a)
+			}
+		}
+		for _, s := range subnets {
+			if !slices.Contains(c.Spec.Discovery.Subnets, s) {
+				c.Spec.Discovery.Subnets = append(c.Spec.Discovery.Subnets, s)
+				added = append(added, s)
+			}
+		}
+		if len(added) == 0 {
+			return nil
+		}
+		if err := r.c().Update(ctx, c); err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return r.conn.Explain(err, "adding discovery targets to TalosCluster "+c.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(added) == 0 {
+		r.printf("cluster %s already discovers %s; nothing changed\n", name, strings.Join(cmd.Args().Slice(), ", "))
+		return nil
+	}
+	r.printf("cluster %s now discovers %s; new machines appear as pending in `ichor machine list --watch`\n", name, strings.Join(added, ", "))
+	return nil
+}
