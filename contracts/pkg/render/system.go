@@ -44,6 +44,9 @@ const (
 	keyCluster = "cluster"
 )
 
+// keyNetwork is the network section of the v1alpha1 document.
+const keyNetwork = "network"
+
 // Keys of the volume and install documents.
 const (
 	keyDiskSelector = "diskSelector"
@@ -209,7 +212,7 @@ func cniDocs(c *ichorv1alpha1.TalosCluster, vc *coreconfig.VersionContract) ([]d
 		return []doc{multidoc("KubeFlannelCNIConfig", doc{"$patch": "delete"})}, nil
 	}
 
-	return []doc{legacy(doc{keyCluster: doc{"network": doc{"cni": doc{keyName: "none"}}}})}, nil
+	return []doc{legacy(doc{keyCluster: doc{keyNetwork: doc{"cni": doc{keyName: "none"}}}})}, nil
 }
 
 // kubeProxyDocs follows spec.cni.kubeProxy. KubeProxyConfig is a
@@ -468,7 +471,7 @@ func networkDocs(m *ichorv1alpha1.TalosMachine, vc *coreconfig.VersionContract) 
 		network["nameservers"] = nameservers
 	}
 
-	return []doc{legacy(doc{keyMachine: doc{"network": network}})}
+	return []doc{legacy(doc{keyMachine: doc{keyNetwork: network}})}
 }
 
 // volumeProvisioning is the provisioning block of a volume document placed on

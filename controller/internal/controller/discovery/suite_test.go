@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"testing"
 	"time"
@@ -16,11 +15,7 @@ import (
 	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
@@ -34,7 +29,7 @@ import (
 // machines (an identity is unique across every cluster).
 var (
 	env    *testenv.Env
-	scheme = runtime.NewScheme()
+	scheme *runtime.Scheme
 	k8s    client.Client
 	world  *talosemu.World
 )
@@ -74,101 +69,33 @@ func worldSpec() *talosemu.Spec {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(testenv.Main(m, testenv.SuiteOptions{}, setup))
 }
 
-func run(m *testing.M) int {
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-
-	if err := ichorv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-
-	// ICHOR_TEST_LOG=1 shows the controller's logs.
-	if os.Getenv("ICHOR_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
-	} else {
-		ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	}
+func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
+	env, scheme, k8s = s.Env, s.Scheme, s.Env.Client
 
 	var err error
-
-	env, err = testenv.Start(testenv.Options{Scheme: scheme})
-	if err != nil {
-		// A missing API server is a failure, never a skip.
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test API server: %v\n", err)
-
-		return 1
+	if world, err = talosemu.Start(ctx, worldSpec(), s.Dir); err != nil {
+		return nil, fmt.Errorf("starting the emulated world: %w", err)
 	}
-
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping the test API server: %v\n", err)
-		}
-	}()
-
-	k8s = env.Client
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	dir, err := os.MkdirTemp("", "discovery-controller-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-
-		return 1
-	}
-
-	defer func() { _ = os.RemoveAll(dir) }()
-
-	if world, err = talosemu.Start(ctx, worldSpec(), dir); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: starting the emulated world: %v\n", err)
-
-		return 1
-	}
-
-	defer world.Close()
 
 	if err := configure(ctx, emMachine("configured")); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: configuring a machine: %v\n", err)
-
-		return 1
+		return world.Close, fmt.Errorf("configuring a machine: %w", err)
 	}
 
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
+	mgr, err := s.NewManager()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-
-		return 1
+		return world.Close, err
 	}
 
 	// Scans repeat only on spec changes within the tests; rechecks are quick.
 	r := &Reconciler{DefaultInterval: time.Hour, RecheckInterval: 200 * time.Millisecond, ProbeTimeout: 2 * time.Second}
 	if err := r.SetupWithManager(mgr); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-
-		return 1
+		return world.Close, err
 	}
 
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
-		}
-	}()
-
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		fmt.Fprintln(os.Stderr, "FAIL: the manager's cache did not sync")
-
-		return 1
-	}
-
-	return m.Run()
+	return world.Close, testenv.StartManager(ctx, mgr)
 }
 
 func emMachine(name string) *talosemu.Machine {

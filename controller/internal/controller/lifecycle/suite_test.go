@@ -2,9 +2,7 @@ package lifecycle_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -16,11 +14,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
@@ -37,7 +31,7 @@ import (
 // (the workload cluster), and a controller manager that the chaos test stops.
 var (
 	env     *testenv.Env
-	scheme  = runtime.NewScheme()
+	scheme  *runtime.Scheme
 	k8s     client.Client
 	world   *talosemu.World
 	theBun  *secrets.Bundle
@@ -55,58 +49,16 @@ const (
 var machineNames = []string{"cp-1", "cp-2", "cp-3", "w-1"}
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
+	os.Exit(testenv.Main(m, testenv.SuiteOptions{}, func(ctx context.Context, s *testenv.Suite) (func(), error) {
+		env, scheme, k8s = s.Env, s.Scheme, s.Env.Client
 
-func run(m *testing.M) int {
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
+		err := setup(ctx, s.Dir)
+		if world != nil {
+			return world.Close, err
+		}
 
-	if err := ichorv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-
-	if os.Getenv("ICHOR_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
-	} else {
-		ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	}
-
-	var err error
-
-	env, err = testenv.Start(testenv.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test API server: %v\n", err)
-
-		return 1
-	}
-
-	defer func() { _ = env.Stop() }()
-
-	k8s = env.Client
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	dir, err := os.MkdirTemp("", "lifecycle-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-
-		return 1
-	}
-
-	defer func() { _ = os.RemoveAll(dir) }()
-
-	if err := setup(ctx, dir); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-
-		return 1
-	}
-
-	defer world.Close()
-
-	return m.Run()
+		return nil, err
+	}))
 }
 
 func setup(ctx context.Context, dir string) error {
@@ -193,11 +145,7 @@ func setup(ctx context.Context, dir string) error {
 // startManager runs the lifecycle and configuration reconcilers as
 // cmd/main.go does, with short intervals.
 func startManager(ctx context.Context) error {
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
+	mgr, err := suite().NewManager()
 	if err != nil {
 		return err
 	}
@@ -210,18 +158,10 @@ func startManager(ctx context.Context) error {
 		return err
 	}
 
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
-		}
-	}()
-
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		return errors.New("the manager's cache did not sync")
-	}
-
-	return nil
+	return testenv.StartManager(ctx, mgr)
 }
+
+func suite() *testenv.Suite { return &testenv.Suite{Env: env, Scheme: scheme} }
 
 func newLifecycle() *lifecycle.Reconciler {
 	return &lifecycle.Reconciler{

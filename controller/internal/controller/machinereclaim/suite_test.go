@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -22,11 +21,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
@@ -42,7 +37,7 @@ import (
 // (ichor-1), whose TalosCluster and bundle are in the API server.
 var (
 	env     *testenv.Env
-	scheme  = runtime.NewScheme()
+	scheme  *runtime.Scheme
 	k8s     client.Client
 	world   *talosemu.World
 	foreign *secrets.Bundle
@@ -80,62 +75,20 @@ func (b *syncBuffer) String() string {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-
-	if err := ichorv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-
 	// Everything the controller logs is kept, and checked for the credential.
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(&logs)))
+	os.Exit(testenv.Main(m, testenv.SuiteOptions{LogTo: &logs}, func(ctx context.Context, s *testenv.Suite) (func(), error) {
+		env, scheme, k8s = s.Env, s.Scheme, s.Env.Client
 
-	var err error
-
-	env, err = testenv.Start(testenv.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test API server: %v\n", err)
-
-		return 1
-	}
-
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping the test API server: %v\n", err)
+		err := setup(ctx, s)
+		if world != nil {
+			return world.Close, err
 		}
-	}()
 
-	k8s = env.Client
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	dir, err := os.MkdirTemp("", "machinereclaim-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-
-		return 1
-	}
-
-	defer func() { _ = os.RemoveAll(dir) }()
-
-	if err := setup(ctx, dir); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-
-		return 1
-	}
-
-	defer world.Close()
-
-	return m.Run()
+		return nil, err
+	}))
 }
 
-func setup(ctx context.Context, dir string) error {
+func setup(ctx context.Context, s *testenv.Suite) error {
 	spec := &talosemu.Spec{
 		Subnet: "127.0.91.0/24",
 		Machines: []talosemu.MachineSpec{
@@ -154,7 +107,7 @@ func setup(ctx context.Context, dir string) error {
 
 	var err error
 
-	if world, err = talosemu.Start(ctx, spec, dir); err != nil {
+	if world, err = talosemu.Start(ctx, spec, s.Dir); err != nil {
 		return fmt.Errorf("starting the emulated world: %w", err)
 	}
 
@@ -204,11 +157,7 @@ func setup(ctx context.Context, dir string) error {
 		return fmt.Errorf("configuring ichor-1: %w", err)
 	}
 
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
+	mgr, err := s.NewManager()
 	if err != nil {
 		return err
 	}
@@ -218,17 +167,7 @@ func setup(ctx context.Context, dir string) error {
 		return err
 	}
 
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
-		}
-	}()
-
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		return errors.New("the manager's cache did not sync")
-	}
-
-	return nil
+	return testenv.StartManager(ctx, mgr)
 }
 
 // encryptedVolume is a user volume on the worker's second disk, encrypted:

@@ -3,9 +3,7 @@ package talosmachine
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strconv"
@@ -20,11 +18,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
@@ -39,7 +33,7 @@ import (
 // TestMain the way provisioning (issue 8) would configure them.
 var (
 	env    *testenv.Env
-	scheme = runtime.NewScheme()
+	scheme *runtime.Scheme
 	k8s    client.Client
 	world  *talosemu.World
 	theBun *secrets.Bundle
@@ -57,67 +51,19 @@ const (
 var machineNames = []string{"cp-1", "w-1", "w-2"}
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
+	os.Exit(testenv.Main(m, testenv.SuiteOptions{}, func(ctx context.Context, s *testenv.Suite) (func(), error) {
+		env, scheme, k8s = s.Env, s.Scheme, s.Env.Client
 
-func run(m *testing.M) int {
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-
-	if err := ichorv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-
-	// ICHOR_TEST_LOG=1 shows the controller's logs.
-	if os.Getenv("ICHOR_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
-	} else {
-		ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	}
-
-	var err error
-
-	env, err = testenv.Start(testenv.Options{Scheme: scheme})
-	if err != nil {
-		// A missing API server is a failure, never a skip.
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test API server: %v\n", err)
-
-		return 1
-	}
-
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping the test API server: %v\n", err)
+		err := setup(ctx, s)
+		if world != nil {
+			return world.Close, err
 		}
-	}()
 
-	k8s = env.Client
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	dir, err := os.MkdirTemp("", "talosmachine-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-
-		return 1
-	}
-
-	defer func() { _ = os.RemoveAll(dir) }()
-
-	if err := setup(ctx, dir); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-
-		return 1
-	}
-
-	defer world.Close()
-
-	return m.Run()
+		return nil, err
+	}))
 }
 
-func setup(ctx context.Context, dir string) error {
+func setup(ctx context.Context, s *testenv.Suite) error {
 	spec := &talosemu.Spec{Subnet: "127.0.77.0/24"}
 	for i, n := range machineNames {
 		role := talosemu.RoleHintWorker
@@ -136,7 +82,7 @@ func setup(ctx context.Context, dir string) error {
 
 	var err error
 
-	if world, err = talosemu.Start(ctx, spec, dir); err != nil {
+	if world, err = talosemu.Start(ctx, spec, s.Dir); err != nil {
 		return fmt.Errorf("starting the emulated world: %w", err)
 	}
 
@@ -186,11 +132,7 @@ func setup(ctx context.Context, dir string) error {
 		}
 	}
 
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
+	mgr, err := s.NewManager()
 	if err != nil {
 		return err
 	}
@@ -200,17 +142,7 @@ func setup(ctx context.Context, dir string) error {
 		return err
 	}
 
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "manager: %v\n", err)
-		}
-	}()
-
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		return errors.New("the manager's cache did not sync")
-	}
-
-	return nil
+	return testenv.StartManager(ctx, mgr)
 }
 
 func testCluster() *ichorv1alpha1.TalosCluster {
