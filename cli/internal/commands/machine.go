@@ -71,6 +71,7 @@ func machineCommand() *cli.Command {
 				ShellComplete: completeMachines,
 				Action:        machineReject,
 			},
+			reclaimCommand(),
 		},
 	}
 }

@@ -36,7 +36,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
 )
@@ -406,37 +405,9 @@ func (r *Reconciler) credential(ctx context.Context, mr *ichorv1alpha1.MachineRe
 
 // facts lists the managed clusters' IDs and Talos API CA certificates.
 func (r *Reconciler) facts(ctx context.Context, force bool) (reclaim.Facts, error) {
-	facts := reclaim.Facts{Force: force}
+	managed, err := reclaim.ManagedClusters(ctx, r.Client, r.APIReader)
 
-	var clusters ichorv1alpha1.TalosClusterList
-	if err := r.Client.List(ctx, &clusters); err != nil {
-		return facts, err
-	}
-
-	for i := range clusters.Items {
-		c := &clusters.Items[i]
-		s := &corev1.Secret{}
-
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Spec.SecretsBundleRef.Name}, s); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-
-			return facts, err
-		}
-
-		b, err := bundle.LoadForCluster(s, c)
-		if err != nil || b.Certs == nil || b.Certs.OS == nil || b.Cluster == nil {
-			// A cluster whose bundle does not load cannot have configured a machine from it.
-			continue
-		}
-
-		facts.Managed = append(facts.Managed, reclaim.ManagedCluster{
-			Namespace: c.Namespace, Name: c.Name, ClusterID: b.Cluster.ID, OSCACert: b.Certs.OS.Crt,
-		})
-	}
-
-	return facts, nil
+	return reclaim.Facts{Force: force, Managed: managed}, err
 }
 
 func inspectionStatus(in *reclaim.Inspection, refusals []guard.Refusal) ichorv1alpha1.ReclaimInspection {
