@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/base64"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
@@ -100,24 +96,7 @@ func configureForeign(t *testing.T, em *talosemu.Machine, b *secrets.Bundle) {
 	res, err := render.Render(render.Input{Cluster: c, Machine: m, Bundle: b})
 	must(t, err)
 
-	mc, err := talosclient.New(context.Background(),
-		talosclient.WithEndpoints(net.JoinHostPort(em.IP(), "50000")),
-		talosclient.WithTLSConfig(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // maintenance mode, the foreign tooling's first contact
-	must(t, err)
-
-	defer func() { _ = mc.Close() }()
-
-	_, err = mc.ApplyConfiguration(context.Background(), &machine.ApplyConfigurationRequest{Data: res.Bytes, Mode: machine.ApplyConfigurationRequest_AUTO})
-	must(t, err)
-
-	deadline := time.Now().Add(30 * time.Second)
-	for em.Stage() != runtime.MachineStageRunning {
-		if time.Now().After(deadline) {
-			t.Fatalf("the foreign machine did not reach running (stage %s)", em.Stage())
-		}
-
-		time.Sleep(20 * time.Millisecond)
-	}
+	must(t, em.ApplyInMaintenance(context.Background(), res.Bytes, 30*time.Second))
 }
 
 // writeTalosconfig writes the foreign cluster's os:admin talosconfig; its

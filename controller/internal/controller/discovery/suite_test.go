@@ -2,17 +2,13 @@ package discovery
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -149,28 +145,7 @@ func configure(ctx context.Context, em *talosemu.Machine) error {
 		return err
 	}
 
-	mc, err := talosclient.New(ctx, talosclient.WithEndpoints(em.Address()),
-		talosclient.WithTLSConfig(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // maintenance mode
-	if err != nil {
-		return err
-	}
-
-	defer func() { _ = mc.Close() }()
-
-	if _, err := mc.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: res.Bytes, Mode: machine.ApplyConfigurationRequest_AUTO}); err != nil {
-		return err
-	}
-
-	deadline := time.Now().Add(30 * time.Second)
-	for em.Stage() != talosruntime.MachineStageRunning {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("machine %s did not reach running (stage %s)", em.Name(), em.Stage())
-		}
-
-		time.Sleep(20 * time.Millisecond)
-	}
-
-	return nil
+	return em.ApplyInMaintenance(ctx, res.Bytes, 30*time.Second)
 }
 
 // waitTimeout bounds every wait of the tests.

@@ -3,21 +3,16 @@ package machinereclaim
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -232,26 +227,9 @@ func configure(ctx context.Context, c *ichorv1alpha1.TalosCluster, b *secrets.Bu
 		return err
 	}
 
-	mc, err := talosclient.New(ctx,
-		talosclient.WithEndpoints(net.JoinHostPort(em.IP(), strconv.Itoa(50000))),
-		talosclient.WithTLSConfig(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // maintenance mode, as a first contact
-	if err != nil {
-		return err
-	}
-	defer func() { _ = mc.Close() }()
-
 	data := append(append([]byte{}, res.Bytes...), extra...)
-	if _, err := mc.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_AUTO}); err != nil {
-		return err
-	}
 
-	return waitFor(30*time.Second, func() error {
-		if st := em.Stage(); st != talosruntime.MachineStageRunning {
-			return fmt.Errorf("machine %s is %s, not running", name, st)
-		}
-
-		return nil
-	})
+	return em.ApplyInMaintenance(ctx, data, 30*time.Second)
 }
 
 // bootstrap starts etcd on a foreign control plane and waits until it lists its member.

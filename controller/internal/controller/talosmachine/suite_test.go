@@ -2,18 +2,12 @@ package talosmachine
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -190,28 +184,7 @@ func configure(ctx context.Context, c *ichorv1alpha1.TalosCluster, tm *ichorv1al
 		return err
 	}
 
-	mc, err := talosclient.New(ctx,
-		talosclient.WithEndpoints(net.JoinHostPort(em.IP(), strconv.Itoa(50000))),
-		talosclient.WithTLSConfig(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // maintenance mode, as provisioning's first contact
-	if err != nil {
-		return err
-	}
-	defer func() { _ = mc.Close() }()
-
-	if _, err := mc.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: res.Bytes, Mode: machine.ApplyConfigurationRequest_AUTO}); err != nil {
-		return err
-	}
-
-	deadline := time.Now().Add(30 * time.Second)
-	for em.Stage() != talosruntime.MachineStageRunning {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("machine %s did not reach running (stage %s)", em.Name(), em.Stage())
-		}
-
-		time.Sleep(20 * time.Millisecond)
-	}
-
-	return nil
+	return em.ApplyInMaintenance(ctx, res.Bytes, 30*time.Second)
 }
 
 // adminNode connects to an emulated machine as Ichor does.

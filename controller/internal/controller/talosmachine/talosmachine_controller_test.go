@@ -253,10 +253,17 @@ func TestTalosMachineReconciler_InstallOnlyStaged(t *testing.T) {
 		})
 		awaitEvent(t, n, ichorv1alpha1.StagedReason, "mode STAGED")
 
-		m := inSync(t, n)
-		if c := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.ReadyCondition); c.Reason != ichorv1alpha1.StagedReason {
-			t.Errorf("%s: Ready reason %q, want %q", n, c.Reason, ichorv1alpha1.StagedReason)
-		}
+		// The Event goes out before the reconcile's status write lands.
+		var m *ichorv1alpha1.TalosMachine
+
+		eventually(t, n+" Ready with reason Staged", func() error {
+			m = inSync(t, n)
+			if c := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.ReadyCondition); c.Reason != ichorv1alpha1.StagedReason {
+				return fmt.Errorf("Ready reason %q", c.Reason)
+			}
+
+			return nil
+		})
 
 		if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.DriftedCondition) {
 			t.Errorf("%s: a staged change reported as drift: %v", n, m.Status.DriftPaths)
