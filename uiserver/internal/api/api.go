@@ -1,0 +1,161 @@
+// Package api implements the UI API (contracts/proto/ichor/v1): reads from the
+// backend's cache after an access review made as the signed-in user, writes
+// as the signed-in user through impersonation, after the dangerous-operation
+// checks of contracts/pkg/guard.
+package api
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+	"github.com/maeshinshin/ichor/uiserver/internal/kube"
+)
+
+// Resources the API reads.
+const (
+	resMachines = "talosmachines"
+	resClusters = "talosclusters"
+	resPatches  = "talosconfigpatches"
+)
+
+// Server implements the UI API's services.
+type Server struct {
+	ichorv1.UnimplementedClusterServiceServer
+	ichorv1.UnimplementedMachineServiceServer
+
+	// Clients reach the API server.
+	Clients *kube.Clients
+	// ClusterName is the TalosCluster ichor-ui serves.
+	ClusterName string
+	// Stopping is closed when the server begins to shut down: streams end
+	// with UNAVAILABLE so that clients reconnect (to another replica) and resume.
+	Stopping <-chan struct{}
+
+	converted sync.Map // namespace/name -> convertedMachine
+	bundles   syntheticBundles
+
+	handlerMu    sync.Mutex
+	handlerAdded atomic.Bool
+	gen          atomic.Uint64 // changes of the cached machines seen
+	snap         atomic.Pointer[snapshot]
+}
+
+// watchGenerations registers, once, the event handler that counts the
+// changes of the cached TalosMachines.
+func (s *Server) watchGenerations(ctx context.Context) error {
+	if s.handlerAdded.Load() {
+		return nil
+	}
+	s.handlerMu.Lock()
+	defer s.handlerMu.Unlock()
+	if s.handlerAdded.Load() {
+		return nil
+	}
+	inf, err := s.Clients.Cache.GetInformer(ctx, &ichorv1alpha1.TalosMachine{})
+	if err != nil {
+		return err
+	}
+	bump := func() { s.gen.Add(1) }
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { bump() },
+		UpdateFunc: func(any, any) { bump() },
+		DeleteFunc: func(any) { bump() },
+	}); err != nil {
+		return err
+	}
+	// Changes before the handler was added are in the next snapshot.
+	bump()
+	s.handlerAdded.Store(true)
+	return nil
+}
+
+type convertedMachine struct {
+	rv  string
+	msg *ichorv1.Machine
+}
+
+// machineProto converts m once per resourceVersion; the messages are shared
+// read-only between responses.
+func (s *Server) machineProto(m *ichorv1alpha1.TalosMachine) *ichorv1.Machine {
+	key := m.Namespace + "/" + m.Name
+	if v, ok := s.converted.Load(key); ok {
+		if c := v.(convertedMachine); c.rv == m.ResourceVersion && c.rv != "" {
+			return c.msg
+		}
+	}
+	msg := machineToProto(m)
+	s.converted.Store(key, convertedMachine{rv: m.ResourceVersion, msg: msg})
+	return msg
+}
+
+// GetCluster implements ClusterService.
+func (s *Server) GetCluster(ctx context.Context, _ *ichorv1.GetClusterRequest) (*ichorv1.GetClusterResponse, error) {
+	if err := s.Clients.Authorize(ctx, "get", resClusters); err != nil {
+		return nil, apiError(ctx, err, "reading the cluster")
+	}
+	c := &ichorv1alpha1.TalosCluster{}
+	if err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: s.ClusterName}, c); err != nil {
+		return nil, apiError(ctx, err, "reading TalosCluster "+s.ClusterName)
+	}
+	out := &ichorv1.Cluster{
+		Name: c.Name, Namespace: c.Namespace,
+		TalosVersion: c.Spec.TalosVersion, KubernetesVersion: c.Spec.KubernetesVersion,
+		VersionContract: c.Spec.VersionContract, ControlPlaneCount: c.Spec.ControlPlane.Count,
+		Ready: "Unknown", Conditions: conditions(c.Status.Conditions), ResourceVersion: c.ResourceVersion,
+	}
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == ichorv1alpha1.ReadyCondition {
+			out.Ready, out.ReadyMessage = string(cond.Status), cond.Message
+		}
+	}
+	if s.Clients.Authorize(ctx, "list", resMachines) == nil {
+		machines, err := s.clusterMachines(ctx)
+		if err != nil {
+			return nil, apiError(ctx, err, "listing TalosMachines")
+		}
+		for _, m := range machines {
+			switch m.Spec.Approval.State {
+			case ichorv1alpha1.ApprovalPending:
+				out.MachinesPending++
+			case ichorv1alpha1.ApprovalApproved:
+				out.MachinesApproved++
+			}
+		}
+	}
+	return &ichorv1.GetClusterResponse{Cluster: out}, nil
+}
+
+// WhoAmI implements ClusterService.
+func (s *Server) WhoAmI(ctx context.Context, _ *ichorv1.WhoAmIRequest) (*ichorv1.WhoAmIResponse, error) {
+	id, ok := identity.From(ctx)
+	if !ok {
+		return nil, status.Error(codes.Unauthenticated, "sign in first")
+	}
+	return &ichorv1.WhoAmIResponse{Username: id.Username, Groups: id.Groups}, nil
+}
+
+// clusterMachines returns the cached machines of the cluster (shared, read-only).
+func (s *Server) clusterMachines(ctx context.Context) ([]*ichorv1alpha1.TalosMachine, error) {
+	list := &ichorv1alpha1.TalosMachineList{}
+	if err := s.Clients.Cache.List(ctx, list, client.InNamespace(s.Clients.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := make([]*ichorv1alpha1.TalosMachine, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].Spec.ClusterName == s.ClusterName {
+			out = append(out, &list.Items[i])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

@@ -1,0 +1,492 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+)
+
+const annotationTrue = "true"
+
+// ListMachines implements MachineService.
+func (s *Server) ListMachines(ctx context.Context, req *ichorv1.ListMachinesRequest) (*ichorv1.ListMachinesResponse, error) {
+	switch req.GetApprovalState() {
+	case "", ichorv1alpha1.ApprovalPending, ichorv1alpha1.ApprovalApproved, ichorv1alpha1.ApprovalRejected:
+	default:
+		return nil, invalid("approval_state %q: use pending, approved, rejected or leave it empty", req.GetApprovalState())
+	}
+	if err := s.Clients.Authorize(ctx, "list", resMachines); err != nil {
+		return nil, apiError(ctx, err, "listing machines")
+	}
+	snap, err := s.machineSnapshot(ctx)
+	if err != nil {
+		return nil, apiError(ctx, err, "listing machines")
+	}
+	st := req.GetApprovalState()
+	if st == "" {
+		return snap.all, nil
+	}
+	out := &ichorv1.ListMachinesResponse{ResumeToken: snap.all.GetResumeToken()}
+	for _, m := range snap.all.GetMachines() {
+		if m.GetApproval().GetState() == st {
+			out.Machines = append(out.Machines, m)
+		}
+	}
+	return out, nil
+}
+
+// snapshot is the converted list of the cluster's machines at one generation
+// of the cache; it is shared read-only between responses.
+type snapshot struct {
+	gen uint64
+	all *ichorv1.ListMachinesResponse
+}
+
+// machineSnapshot returns the converted list, rebuilt only when the cache
+// has changed since (an event handler counts the changes).
+func (s *Server) machineSnapshot(ctx context.Context) (*snapshot, error) {
+	if err := s.watchGenerations(ctx); err != nil {
+		return nil, err
+	}
+	gen := s.gen.Load()
+	if cur := s.snap.Load(); cur != nil && cur.gen == gen {
+		return cur, nil
+	}
+	token := s.Clients.LastSyncResourceVersion(ctx, &ichorv1alpha1.TalosMachine{})
+	machines, err := s.clusterMachines(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all := &ichorv1.ListMachinesResponse{Machines: make([]*ichorv1.Machine, 0, len(machines)), ResumeToken: token}
+	for _, m := range machines {
+		all.Machines = append(all.Machines, s.machineProto(m))
+	}
+	snap := &snapshot{gen: gen, all: all}
+	s.snap.Store(snap)
+	return snap, nil
+}
+
+// GetMachine implements MachineService.
+func (s *Server) GetMachine(ctx context.Context, req *ichorv1.GetMachineRequest) (*ichorv1.GetMachineResponse, error) {
+	if req.GetName() == "" {
+		return nil, invalid("name is required")
+	}
+	if err := s.Clients.Authorize(ctx, "get", resMachines); err != nil {
+		return nil, apiError(ctx, err, "reading machine "+req.GetName())
+	}
+	m, err := s.cachedMachine(ctx, req.GetName())
+	if err != nil {
+		return nil, apiError(ctx, err, "reading machine "+req.GetName())
+	}
+	return &ichorv1.GetMachineResponse{Machine: s.machineProto(m)}, nil
+}
+
+func (s *Server) cachedMachine(ctx context.Context, name string) (*ichorv1alpha1.TalosMachine, error) {
+	m := &ichorv1alpha1.TalosMachine{}
+	if err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: name}, m); err != nil {
+		return nil, err
+	}
+	if m.Spec.ClusterName != s.ClusterName {
+		return nil, status.Errorf(codes.NotFound, "machine %s belongs to cluster %q, not %q", name, m.Spec.ClusterName, s.ClusterName)
+	}
+	return m, nil
+}
+
+// WatchMachines implements MachineService. The watch is made as the signed-in
+// user, so the API server authorizes it and resume tokens are its resourceVersions.
+func (s *Server) WatchMachines(req *ichorv1.WatchMachinesRequest, stream ichorv1.MachineService_WatchMachinesServer) error {
+	ctx := stream.Context()
+	rv := req.GetResumeToken()
+	if rv == "" {
+		list := &ichorv1alpha1.TalosMachineList{}
+		if err := s.Clients.User.List(ctx, list, client.InNamespace(s.Clients.Namespace)); err != nil {
+			return apiError(ctx, err, "listing machines")
+		}
+		for i := range list.Items {
+			if list.Items[i].Spec.ClusterName != s.ClusterName {
+				continue
+			}
+			if err := stream.Send(&ichorv1.WatchMachinesResponse{
+				Type: ichorv1.WatchMachinesResponse_EVENT_TYPE_ADDED, Machine: machineToProto(&list.Items[i]), ResumeToken: list.ResourceVersion,
+			}); err != nil {
+				return err
+			}
+		}
+		rv = list.ResourceVersion
+		if err := stream.Send(&ichorv1.WatchMachinesResponse{Type: ichorv1.WatchMachinesResponse_EVENT_TYPE_SYNCED, ResumeToken: rv}); err != nil {
+			return err
+		}
+	}
+	for {
+		next, err := s.watchOnce(ctx, stream, rv)
+		if err != nil {
+			return err
+		}
+		rv = next
+	}
+}
+
+// watchOnce follows one API server watch until it ends; it returns the
+// resourceVersion to continue from.
+func (s *Server) watchOnce(ctx context.Context, stream ichorv1.MachineService_WatchMachinesServer, rv string) (string, error) {
+	w, err := s.Clients.User.Watch(ctx, &ichorv1alpha1.TalosMachineList{}, client.InNamespace(s.Clients.Namespace),
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+	if err != nil {
+		return rv, apiError(ctx, err, "watching machines")
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-s.Stopping:
+			return rv, status.Error(codes.Unavailable, "ichor-ui is shutting down; reconnect and resume with the last resume_token")
+		case <-ctx.Done():
+			return rv, status.FromContextError(ctx.Err()).Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return rv, nil
+			}
+			var typ ichorv1.WatchMachinesResponse_EventType
+			switch ev.Type {
+			case watch.Added:
+				typ = ichorv1.WatchMachinesResponse_EVENT_TYPE_ADDED
+			case watch.Modified:
+				typ = ichorv1.WatchMachinesResponse_EVENT_TYPE_MODIFIED
+			case watch.Deleted:
+				typ = ichorv1.WatchMachinesResponse_EVENT_TYPE_DELETED
+			case watch.Bookmark:
+				if m, ok := ev.Object.(*ichorv1alpha1.TalosMachine); ok {
+					rv = m.ResourceVersion
+				}
+				continue
+			case watch.Error:
+				return rv, apiError(ctx, apierrors.FromObject(ev.Object), "watching machines")
+			default:
+				continue
+			}
+			m, ok := ev.Object.(*ichorv1alpha1.TalosMachine)
+			if !ok {
+				continue
+			}
+			rv = m.ResourceVersion
+			if m.Spec.ClusterName != s.ClusterName {
+				continue
+			}
+			if err := stream.Send(&ichorv1.WatchMachinesResponse{Type: typ, Machine: machineToProto(m), ResumeToken: rv}); err != nil {
+				return rv, err
+			}
+		}
+	}
+}
+
+// machineFacts gathers what the guard's machine checks need, as the webhook does.
+func (s *Server) machineFacts(ctx context.Context, m *ichorv1alpha1.TalosMachine) (guard.MachineFacts, error) {
+	var facts guard.MachineFacts
+	c := &ichorv1alpha1.TalosCluster{}
+	err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c)
+	switch {
+	case err == nil:
+		facts.Cluster = c
+	case apierrors.IsNotFound(err):
+	default:
+		return facts, err
+	}
+	list := &ichorv1alpha1.TalosMachineList{}
+	if err := s.Clients.Cache.List(ctx, list, client.InNamespace(m.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return facts, err
+	}
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.Name == m.Name || o.Spec.ClusterName != m.Spec.ClusterName || o.DeletionTimestamp != nil {
+			continue
+		}
+		if guard.IsApprovedControlPlane(o) {
+			facts.OtherApprovedControlPlanes++
+		}
+		if guard.IsApprovedWorker(o) {
+			facts.OtherApprovedWorkers++
+		}
+	}
+	return facts, nil
+}
+
+// userMachine reads a machine fresh, as the signed-in user.
+func (s *Server) userMachine(ctx context.Context, name string) (*ichorv1alpha1.TalosMachine, error) {
+	m := &ichorv1alpha1.TalosMachine{}
+	if err := s.Clients.User.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: name}, m); err != nil {
+		return nil, err
+	}
+	if m.Spec.ClusterName != s.ClusterName {
+		return nil, status.Errorf(codes.NotFound, "machine %s belongs to cluster %q, not %q", name, m.Spec.ClusterName, s.ClusterName)
+	}
+	return m, nil
+}
+
+// decide writes an approval decision as the signed-in user, after the guard's
+// checks; a conflict is retried on a fresh read.
+func (s *Server) decide(ctx context.Context, name, state string, mutate func(m *ichorv1alpha1.TalosMachine) error) (*ichorv1alpha1.TalosMachine, error) {
+	id, ok := identity.From(ctx)
+	if !ok {
+		return nil, status.Error(codes.Unauthenticated, "sign in first")
+	}
+	what := "approving machine " + name
+	if state == ichorv1alpha1.ApprovalRejected {
+		what = "rejecting machine " + name
+	}
+	var out *ichorv1alpha1.TalosMachine
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		old, err := s.userMachine(ctx, name)
+		if err != nil {
+			return err
+		}
+		if old.DeletionTimestamp != nil {
+			return status.Errorf(codes.FailedPrecondition, "%s: the machine is being removed; wait until it reappears as pending", what)
+		}
+		m := old.DeepCopy()
+		if err := mutate(m); err != nil {
+			return err
+		}
+		m.Spec.Approval = ichorv1alpha1.MachineApproval{State: state, DecidedBy: id.Username, DecidedAt: &metav1.Time{Time: time.Now().UTC().Truncate(time.Second)}}
+		facts, err := s.machineFacts(ctx, m)
+		if err != nil {
+			return err
+		}
+		refusals := guard.ValidateMachine(old, m, facts)
+		if rf := guard.CheckApprovalRecord(old, m, id.Username); rf != nil {
+			refusals = append(refusals, *rf)
+		}
+		if len(refusals) > 0 {
+			return refused(codes.FailedPrecondition, what, refusals)
+		}
+		if err := s.Clients.User.Update(ctx, m); err != nil {
+			return err
+		}
+		out = m
+		return nil
+	})
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	return out, nil
+}
+
+// ApproveMachine implements MachineService.
+func (s *Server) ApproveMachine(ctx context.Context, req *ichorv1.ApproveMachineRequest) (*ichorv1.ApproveMachineResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, invalid("name is required")
+	}
+	role := req.GetRole()
+	if role != ichorv1alpha1.RoleControlPlane && role != ichorv1alpha1.RoleWorker {
+		return nil, invalid("role is required: controlplane or worker (got %q)", role)
+	}
+	m, err := s.decide(ctx, name, ichorv1alpha1.ApprovalApproved, func(m *ichorv1alpha1.TalosMachine) error {
+		if m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved {
+			return status.Errorf(codes.FailedPrecondition, "machine %s is already approved (by %s); to change its role, remove it and approve it again",
+				name, orUnknown(m.Spec.Approval.DecidedBy))
+		}
+		install, err := chooseInstallDisk(diskSelectorFromProto(req.GetInstallDisk()), req.GetConfirmWipe(), m.Status.Hardware.Disks)
+		if err != nil {
+			return err
+		}
+		m.Spec.Role = role
+		if h := req.GetHostname(); h != "" {
+			m.Spec.Hostname = h
+		}
+		if len(req.GetLabels()) > 0 {
+			m.Spec.Labels = req.GetLabels()
+		}
+		m.Spec.Install.Disk = install
+		m.Spec.Install.ConfirmWipe = req.GetConfirmWipe()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.ApproveMachineResponse{Machine: machineToProto(m)}, nil
+}
+
+// RejectMachine implements MachineService.
+func (s *Server) RejectMachine(ctx context.Context, req *ichorv1.RejectMachineRequest) (*ichorv1.RejectMachineResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, invalid("name is required")
+	}
+	m, err := s.decide(ctx, name, ichorv1alpha1.ApprovalRejected, func(m *ichorv1alpha1.TalosMachine) error {
+		switch m.Spec.Approval.State {
+		case ichorv1alpha1.ApprovalRejected:
+			return status.Errorf(codes.FailedPrecondition, "machine %s is already rejected (by %s)", name, orUnknown(m.Spec.Approval.DecidedBy))
+		case ichorv1alpha1.ApprovalApproved:
+			return status.Errorf(codes.FailedPrecondition, "machine %s is approved; to take it out of the cluster, remove it", name)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.RejectMachineResponse{Machine: machineToProto(m)}, nil
+}
+
+// RemoveMachine implements MachineService: the guard's deletion checks, then
+// one update that records the consent and options, then the delete, both as
+// the signed-in user; a refused delete takes the consent back.
+func (s *Server) RemoveMachine(ctx context.Context, req *ichorv1.RemoveMachineRequest) (*ichorv1.RemoveMachineResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, invalid("name is required")
+	}
+	what := "removing machine " + name
+	m, err := s.userMachine(ctx, name)
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	if m.DeletionTimestamp != nil {
+		return &ichorv1.RemoveMachineResponse{Machine: machineToProto(m)}, nil
+	}
+	facts, err := s.machineFacts(ctx, m)
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	probe := m.DeepCopy()
+	if probe.Annotations == nil {
+		probe.Annotations = map[string]string{}
+	}
+	probe.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = annotationTrue
+	if refusals := guard.ValidateMachineDelete(probe, facts); len(refusals) > 0 {
+		return nil, refused(codes.FailedPrecondition, what, refusals)
+	}
+	var marked *ichorv1alpha1.TalosMachine
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := s.userMachine(ctx, name)
+		if err != nil {
+			return err
+		}
+		if cur.UID != m.UID {
+			return status.Errorf(codes.Aborted, "machine %s was replaced meanwhile; reload and try again", name)
+		}
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = annotationTrue
+		if req.GetReboot() {
+			cur.Annotations[ichorv1alpha1.RemoveRebootAnnotation] = annotationTrue
+		}
+		if req.GetForce() {
+			cur.Spec.ForceRemove = true
+		}
+		if err := s.Clients.User.Update(ctx, cur); err != nil {
+			return err
+		}
+		marked = cur
+		return nil
+	})
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	uid := marked.UID
+	if err := s.Clients.User.Delete(ctx, marked, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		if undo := s.undoMark(ctx, name, m); undo != nil {
+			return nil, apiError(ctx, fmt.Errorf("%w (and taking the %s annotation back failed: %w; remove it by hand)",
+				err, ichorv1alpha1.AllowDeleteAnnotation, undo), what)
+		}
+		return nil, apiError(ctx, err, what)
+	}
+	return &ichorv1.RemoveMachineResponse{Machine: machineToProto(marked)}, nil
+}
+
+func (s *Server) undoMark(ctx context.Context, name string, before *ichorv1alpha1.TalosMachine) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := s.userMachine(ctx, name)
+		if err != nil {
+			return err
+		}
+		for _, a := range []string{ichorv1alpha1.AllowDeleteAnnotation, ichorv1alpha1.RemoveRebootAnnotation} {
+			if v, ok := before.Annotations[a]; ok {
+				cur.Annotations[a] = v
+			} else {
+				delete(cur.Annotations, a)
+			}
+		}
+		cur.Spec.ForceRemove = before.Spec.ForceRemove
+		return s.Clients.User.Update(ctx, cur)
+	})
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// chooseInstallDisk returns the system disk: the one given (which must be a
+// discovered disk when discovery read any), or else the only discovered disk.
+func chooseInstallDisk(given *ichorv1alpha1.DiskSelector, confirmWipe bool, disks []ichorv1alpha1.DiscoveredDisk) (*ichorv1alpha1.DiskSelector, error) {
+	var chosen *ichorv1alpha1.DiscoveredDisk
+	switch {
+	case given != nil:
+		for i := range disks {
+			if matches(*given, disks[i]) {
+				chosen = &disks[i]
+			}
+		}
+		if chosen == nil && len(disks) > 0 {
+			return nil, invalid("install_disk matches none of the %d disks discovery read; pick one of the machine's disks", len(disks))
+		}
+	case len(disks) == 1:
+		chosen = &disks[0]
+		sel := stableSelector(*chosen)
+		given = &sel
+	case len(disks) == 0:
+		return nil, invalid("discovery read no disks on this machine, so the install disk cannot be chosen: set install_disk")
+	default:
+		return nil, invalid("the machine has %d disks, so the install disk is not guessed: set install_disk", len(disks))
+	}
+	if chosen != nil && chosen.HasPartitions && !confirmWipe {
+		return nil, invalid("install disk %s holds partitions or filesystems, which the install wipes: set confirm_wipe if that is intended, or choose another disk", chosen.DevicePath)
+	}
+	return given, nil
+}
+
+func matches(s ichorv1alpha1.DiskSelector, d ichorv1alpha1.DiscoveredDisk) bool {
+	switch {
+	case s.WWID != "":
+		return s.WWID == d.WWID
+	case s.Serial != "":
+		return s.Serial == d.Serial
+	case s.ByID != "":
+		return s.ByID == d.ByID
+	case s.BusPath != "":
+		return s.BusPath == d.BusPath
+	case s.DevicePath != "":
+		return s.DevicePath == d.DevicePath
+	}
+	return false
+}
+
+// stableSelector keys a disk on its most stable attribute.
+func stableSelector(d ichorv1alpha1.DiscoveredDisk) ichorv1alpha1.DiskSelector {
+	switch {
+	case d.WWID != "":
+		return ichorv1alpha1.DiskSelector{WWID: d.WWID}
+	case d.Serial != "":
+		return ichorv1alpha1.DiskSelector{Serial: d.Serial}
+	case d.ByID != "":
+		return ichorv1alpha1.DiskSelector{ByID: d.ByID}
+	case d.BusPath != "":
+		return ichorv1alpha1.DiskSelector{BusPath: d.BusPath}
+	}
+	return ichorv1alpha1.DiskSelector{DevicePath: d.DevicePath}
+}

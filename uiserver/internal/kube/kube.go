@@ -1,0 +1,247 @@
+// Package kube holds ichor-ui's two ways to the API server: a read cache
+// under the backend's own identity (list and watch of Ichor's objects, no
+// Secret) guarded by an access review made as the signed-in user, and a
+// client that acts as the signed-in user through Kubernetes impersonation for
+// every write. A request without a signed-in user is never sent: the client
+// fails closed rather than fall back to the backend's identity.
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+)
+
+// ErrNoIdentity is returned for a request made without a signed-in user.
+var ErrNoIdentity = errors.New("no signed-in user: ichor-ui sends no request to the API server under its own identity on a user's behalf")
+
+// impersonator sets the impersonation headers of the identity the request's
+// context carries (client-go's impersonating round tripper, the same as
+// rest.ImpersonationConfig), after checking the policy.
+type impersonator struct {
+	policy identity.Policy
+	next   http.RoundTripper
+}
+
+func (t *impersonator) RoundTrip(req *http.Request) (*http.Response, error) {
+	id, ok := identity.From(req.Context())
+	if !ok {
+		return nil, ErrNoIdentity
+	}
+	if err := t.policy.Check(id); err != nil {
+		return nil, err
+	}
+	imp := rest.ImpersonationConfig{UserName: id.Username, Groups: id.Groups}
+	return transport.NewImpersonatingRoundTripper(transport.ImpersonationConfig{
+		UserName: imp.UserName,
+		Groups:   imp.Groups,
+	}, t.next).RoundTrip(req)
+}
+
+// UserConfig returns a copy of cfg whose requests impersonate the identity of
+// their context. cfg must not impersonate already.
+func UserConfig(cfg *rest.Config, policy identity.Policy) (*rest.Config, error) {
+	if cfg.Impersonate.UserName != "" || len(cfg.Impersonate.Groups) > 0 {
+		return nil, errors.New("the backend's own configuration impersonates already; give ichor-ui its ServiceAccount's credentials")
+	}
+	out := rest.CopyConfig(cfg)
+	prev := out.WrapTransport
+	out.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		if prev != nil {
+			rt = prev(rt)
+		}
+		return &impersonator{policy: policy, next: rt}
+	}
+	return out, nil
+}
+
+// Options configure New.
+type Options struct {
+	// Config is the backend's own identity (its ServiceAccount).
+	Config *rest.Config
+	// Scheme holds Ichor's types and client-go's.
+	Scheme *runtime.Scheme
+	// Namespace is the namespace of the cluster ichor-ui serves.
+	Namespace string
+	// Policy says whom the backend may impersonate.
+	Policy identity.Policy
+	// ReviewTTL is how long an access review's answer is reused; zero means 5 s.
+	ReviewTTL time.Duration
+}
+
+// Clients are the backend's reads and the user's writes.
+type Clients struct {
+	// Cache reads Ichor's objects of the namespace under the backend's identity.
+	Cache cache.Cache
+	// User acts as the identity of the request's context.
+	User client.WithWatch
+	// Namespace is the namespace of the cluster.
+	Namespace string
+
+	reviews *reviewCache
+}
+
+// New builds the clients; start Cache before use.
+func New(o Options) (*Clients, error) {
+	httpClient, err := rest.HTTPClientFor(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(o.Config, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cache.New(o.Config, cache.Options{
+		HTTPClient:        httpClient,
+		Scheme:            o.Scheme,
+		Mapper:            mapper,
+		DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			// The UI needs no managed fields; dropping them halves the cache.
+			&ichorv1alpha1.TalosMachine{}: {Transform: cache.TransformStripManagedFields()},
+			&ichorv1alpha1.TalosCluster{}: {Transform: cache.TransformStripManagedFields()},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ucfg, err := UserConfig(o.Config, o.Policy)
+	if err != nil {
+		return nil, err
+	}
+	uhttp, err := rest.HTTPClientFor(ucfg)
+	if err != nil {
+		return nil, err
+	}
+	user, err := client.NewWithWatch(ucfg, client.Options{HTTPClient: uhttp, Scheme: o.Scheme, Mapper: mapper})
+	if err != nil {
+		return nil, err
+	}
+	ttl := o.ReviewTTL
+	if ttl == 0 {
+		ttl = 5 * time.Second
+	}
+	return &Clients{Cache: c, User: user, Namespace: o.Namespace, reviews: &reviewCache{ttl: ttl, entries: map[string]reviewEntry{}}}, nil
+}
+
+// Forbidden is a read the signed-in user may not make.
+type Forbidden struct {
+	// Username is who asked.
+	Username string
+	// Verb and Resource are what they asked for.
+	Verb, Resource string
+	// Namespace is where.
+	Namespace string
+	// Reason is the authorizer's reason, if any.
+	Reason string
+}
+
+func (f *Forbidden) Error() string {
+	msg := fmt.Sprintf("user %q may not %s %s in namespace %q", f.Username, f.Verb, f.Resource, f.Namespace)
+	if f.Reason != "" {
+		msg += ": " + f.Reason
+	}
+	return msg + "; ask an administrator for a role that grants it (ichor-viewer reads everything in Ichor's group)"
+}
+
+// Authorize checks, as the signed-in user, that they may verb resource in the
+// namespace (a SelfSubjectAccessReview sent with impersonation, so the
+// backend needs no right to review others). Answers are reused for ReviewTTL.
+func (c *Clients) Authorize(ctx context.Context, verb, resource string) error {
+	id, ok := identity.From(ctx)
+	if !ok {
+		return ErrNoIdentity
+	}
+	key := reviewKey(id, verb, resource, c.Namespace)
+	if e, ok := c.reviews.get(key); ok {
+		if e.allowed {
+			return nil
+		}
+		return &Forbidden{Username: id.Username, Verb: verb, Resource: resource, Namespace: c.Namespace, Reason: e.reason}
+	}
+	r := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: c.Namespace, Verb: verb, Group: ichorv1alpha1.GroupVersion.Group, Resource: resource,
+		},
+	}}
+	if err := c.User.Create(ctx, r); err != nil {
+		return fmt.Errorf("checking whether %s may %s %s: %w", id.Username, verb, resource, err)
+	}
+	c.reviews.put(key, reviewEntry{allowed: r.Status.Allowed, reason: r.Status.Reason})
+	if !r.Status.Allowed {
+		return &Forbidden{Username: id.Username, Verb: verb, Resource: resource, Namespace: c.Namespace, Reason: r.Status.Reason}
+	}
+	return nil
+}
+
+func reviewKey(id identity.Identity, verb, resource, ns string) string {
+	g := append([]string(nil), id.Groups...)
+	sort.Strings(g)
+	return strings.Join([]string{id.Username, strings.Join(g, ","), verb, resource, ns}, "\x00")
+}
+
+type reviewEntry struct {
+	allowed bool
+	reason  string
+	at      time.Time
+}
+
+// reviewCache keeps access review answers for a short time; it is bounded
+// by dropping everything when it grows past maxReviews.
+type reviewCache struct {
+	ttl     time.Duration
+	mu      sync.Mutex
+	entries map[string]reviewEntry
+}
+
+const maxReviews = 4096
+
+func (c *reviewCache) get(k string) (reviewEntry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[k]
+	if !ok || time.Since(e.at) > c.ttl {
+		return reviewEntry{}, false
+	}
+	return e, true
+}
+
+func (c *reviewCache) put(k string, e reviewEntry) {
+	e.at = time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= maxReviews {
+		clear(c.entries)
+	}
+	c.entries[k] = e
+}
+
+// LastSyncResourceVersion returns the resourceVersion the cache's informer
+// for obj last synced at: a watch from it sees every later change. Empty when
+// the informer does not tell.
+func (c *Clients) LastSyncResourceVersion(ctx context.Context, obj client.Object) string {
+	inf, err := c.Cache.GetInformer(ctx, obj)
+	if err != nil {
+		return ""
+	}
+	if v, ok := inf.(interface{ LastSyncResourceVersion() string }); ok {
+		return v.LastSyncResourceVersion()
+	}
+	return ""
+}

@@ -1,0 +1,282 @@
+// Package server assembles ichor-ui: the gRPC services and their grpc-gateway
+// REST mapping, mounted in-process on a chi router beside the embedded SPA,
+// health, metrics and the sign-in endpoints, served over HTTPS only.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"path"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+	"github.com/maeshinshin/ichor/uiserver/internal/auth"
+	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+)
+
+// Options configure New.
+type Options struct {
+	// Addr is the HTTPS listen address, :8443 in a cluster.
+	Addr string
+	// TLS serves the certificate.
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// Services implement the UI API.
+	Services interface {
+		ichorv1.ClusterServiceServer
+		ichorv1.MachineServiceServer
+	}
+	// Authenticator checks bearer tokens.
+	Authenticator auth.Authenticator
+	// Ready reports whether the backend can serve (its cache synced).
+	Ready func() bool
+	// Frontend is the built SPA; nil serves none.
+	Frontend fs.FS
+	// Mount adds routes (the OIDC issuer) to the router.
+	Mount func(r chi.Router)
+	// Log receives the access log and errors; it never gets a header value.
+	Log *slog.Logger
+	// Registry receives the metrics; nil makes one.
+	Registry *prometheus.Registry
+	// ShutdownTimeout bounds the graceful termination; zero means 25 s.
+	ShutdownTimeout time.Duration
+}
+
+// Server is ichor-ui's HTTPS server.
+type Server struct {
+	opts     Options
+	grpc     *grpc.Server
+	handler  http.Handler
+	stopping chan struct{}
+	stopped  atomic.Bool
+	inproc   *bufconn.Listener
+	gwConn   *grpc.ClientConn
+	metrics  *metrics
+	verified tokenCache
+}
+
+// Stopping is closed when the server starts to shut down; give it to the
+// services so that their streams end and clients reconnect.
+func (s *Server) Stopping() <-chan struct{} { return s.stopping }
+
+// New builds the server; Run serves it.
+func New(opts Options) (*Server, error) {
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if opts.ShutdownTimeout == 0 {
+		opts.ShutdownTimeout = 25 * time.Second
+	}
+	s := &Server{opts: opts, stopping: make(chan struct{}), metrics: newMetrics(opts.Registry)}
+	s.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.unaryAuth),
+		grpc.ChainStreamInterceptor(s.streamAuth),
+	)
+	ichorv1.RegisterClusterServiceServer(s.grpc, opts.Services)
+	ichorv1.RegisterMachineServiceServer(s.grpc, opts.Services)
+
+	// grpc-gateway calls the same gRPC server in-process, through an
+	// in-memory connection, so REST and gRPC share the interceptors.
+	s.inproc = bufconn.Listen(1 << 20)
+	go func() { _ = s.grpc.Serve(s.inproc) }()
+	conn, err := grpc.NewClient("passthrough:///ichor-ui-inprocess",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.inproc.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	s.gwConn = conn
+	gw := runtime.NewServeMux(
+		// Only the bearer token crosses from HTTP to gRPC: no cookie, no other header.
+		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
+			if strings.EqualFold(key, "Authorization") {
+				return "authorization", true
+			}
+			return "", false
+		}),
+		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+		}),
+	)
+	ctx := context.Background()
+	if err := ichorv1.RegisterClusterServiceHandler(ctx, gw, conn); err != nil {
+		return nil, err
+	}
+	if err := ichorv1.RegisterMachineServiceHandler(ctx, gw, conn); err != nil {
+		return nil, err
+	}
+
+	r := chi.NewRouter()
+	r.Use(s.accessLog, s.grpcDispatch)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	r.Get("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.stopped.Load() || (opts.Ready != nil && !opts.Ready()) {
+			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	r.Handle("/metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	r.Mount("/api", gw)
+	if opts.Mount != nil {
+		opts.Mount(r)
+	}
+	if opts.Frontend != nil {
+		r.NotFound(spa(opts.Frontend))
+	}
+	s.handler = r
+	return s, nil
+}
+
+// Handler returns the router (for tests that serve it themselves).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// grpcDispatch sends gRPC requests (HTTP/2, application/grpc) to the gRPC server.
+func (s *Server) grpcDispatch(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			s.grpc.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate resolves the bearer token of the call's metadata.
+func (s *Server) authenticate(ctx context.Context) (context.Context, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var token string
+	for _, v := range md.Get("authorization") {
+		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
+			token = strings.TrimSpace(t)
+		}
+	}
+	if token == "" {
+		return nil, status.Error(codes.Unauthenticated, "sign in first: the request carries no bearer token")
+	}
+	id, ok := s.verified.get(token)
+	if !ok {
+		var err error
+		id, err = s.opts.Authenticator.Authenticate(ctx, token)
+		if err != nil {
+			// The error names what was wrong with the token, never the token.
+			return nil, status.Errorf(codes.Unauthenticated, "sign in again: %v", err)
+		}
+		s.verified.put(token, id)
+	}
+	if setUser := userSetter(ctx); setUser != nil {
+		setUser(id.Username)
+	}
+	return identity.With(ctx, id), nil
+}
+
+func (s *Server) unaryAuth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, err := s.authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+type wrappedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (w *wrappedStream) Context() context.Context { return w.ctx }
+
+func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, err := s.authenticate(ss.Context())
+	if err != nil {
+		return err
+	}
+	return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+}
+
+// Run listens on Addr and serves until ctx ends, then terminates gracefully:
+// /readyz fails, streams end with UNAVAILABLE (clients reconnect and resume),
+// HTTP/2 connections get GOAWAY, and in-flight calls finish.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.opts.Addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln (see Run).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: s.opts.GetCertificate,
+			NextProtos:     []string{"h2", "http/1.1"},
+		},
+		ErrorLog: slog.NewLogLogger(s.opts.Log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.stopped.Store(true)
+	close(s.stopping)
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	s.grpc.GracefulStop()
+	_ = s.gwConn.Close()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// spa serves the embedded single-page application: a file when it exists,
+// else index.html (client-side routes).
+func spa(files fs.FS) http.HandlerFunc {
+	fileServer := http.FileServerFS(files)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			http.Error(w, "not found", http.StatusNotFound)
+			return
+		}
+		p := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
+		if p == "" {
+			p = "index.html"
+		}
+		if _, err := fs.Stat(files, p); err != nil {
+			r = r.Clone(r.Context())
+			r.URL.Path = "/"
+		}
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("X-Frame-Options", "DENY")
+		fileServer.ServeHTTP(w, r)
+	}
+}

@@ -1,0 +1,177 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
+	"github.com/maeshinshin/ichor/uiserver/internal/api"
+	"github.com/maeshinshin/ichor/uiserver/internal/auth"
+	"github.com/maeshinshin/ichor/uiserver/internal/certs"
+	"github.com/maeshinshin/ichor/uiserver/internal/frontend"
+	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+	"github.com/maeshinshin/ichor/uiserver/internal/kube"
+	"github.com/maeshinshin/ichor/uiserver/internal/server"
+)
+
+const (
+	testNS      = "ichor-system"
+	testCluster = "prod"
+	// backendUser is ichor-ui's ServiceAccount: it may read Ichor's objects
+	// and impersonate, and nothing else.
+	backendUser = "system:serviceaccount:ichor-system:ichor-ui"
+)
+
+var (
+	suite   *testenv.Suite
+	admin   client.Client
+	tokens  *auth.Tokens
+	baseURL string
+	pool    *x509.CertPool
+	logBuf  = &syncBuffer{}
+)
+
+// syncBuffer is the access log, kept for the secret checks.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, testenv.SuiteOptions{}, setup))
+}
+
+func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
+	suite = s
+	admin = s.Env.Client
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}); err != nil {
+		return nil, err
+	}
+	// The built-in user roles (and the controller's, which no test uses).
+	if err := s.Env.ApplyDir(ctx, "kustomize/base/rbac"); err != nil {
+		return nil, err
+	}
+	if err := grantBackend(ctx); err != nil {
+		return nil, err
+	}
+	if err := admin.Create(ctx, testClusterObject()); err != nil {
+		return nil, err
+	}
+
+	backendCfg, err := s.Env.UserConfig(backendUser, "system:serviceaccounts", "system:serviceaccounts:ichor-system", "system:authenticated")
+	if err != nil {
+		return nil, err
+	}
+	policy := identity.Policy{}
+	clients, err := kube.New(kube.Options{Config: backendCfg, Scheme: s.Scheme, Namespace: testNS, Policy: policy})
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = clients.Cache.Start(ctx) }()
+	if !clients.Cache.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("the cache did not sync")
+	}
+	key, err := auth.NewKey()
+	if err != nil {
+		return nil, err
+	}
+	tokens = &auth.Tokens{Issuer: "https://ichor-ui.test", Key: key, Policy: policy}
+	cert, leaf, err := certs.SelfSigned([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(leaf)
+
+	svc := &api.Server{Clients: clients, ClusterName: testCluster}
+	srv, err := server.New(server.Options{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
+		Services:       svc, Authenticator: tokens, Frontend: frontend.FS(),
+		Ready: func() bool { return true },
+		Log:   slog.New(slog.NewJSONHandler(io.MultiWriter(logBuf, logSink()), nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	svc.Stopping = srv.Stopping()
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	baseURL = "https://" + ln.Addr().String()
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(sctx, ln) }()
+	return func() { cancel(); <-done }, nil
+}
+
+func logSink() io.Writer {
+	if os.Getenv(testenv.LogEnv) != "" {
+		return os.Stderr
+	}
+	return io.Discard
+}
+
+// grantBackend gives ichor-ui's identity what its ServiceAccount gets: read
+// Ichor's objects, impersonate users and the ichor: groups. No write.
+func grantBackend(ctx context.Context) error {
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "ichor-ui-test"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{ichorv1alpha1.GroupVersion.Group}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"users"}, Verbs: []string{"impersonate"}},
+			{APIGroups: []string{""}, Resources: []string{"groups"}, Verbs: []string{"impersonate"}, ResourceNames: identity.BuiltinGroups},
+		},
+	}
+	if err := admin.Create(ctx, role); err != nil {
+		return err
+	}
+	return admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "ichor-ui-test"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: backendUser}},
+	})
+}
+
+func testClusterObject() *ichorv1alpha1.TalosCluster {
+	return &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: testCluster, Namespace: testNS},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion: "v1.14.1", VersionContract: "v1.14", KubernetesVersion: "1.37.2",
+			Endpoint:         ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeVIP, Host: "10.5.0.10"},
+			SecretsBundleRef: ichorv1alpha1.SecretReference{Name: "prod-secrets"},
+			ControlPlane:     ichorv1alpha1.ControlPlaneTopology{Count: 1, Schedulable: ptr.To(false)},
+			CNI:              ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, Tunnel: "vxlan", KubeProxy: ichorv1alpha1.KubeProxyEnabled},
+			Network:          ichorv1alpha1.ClusterNetwork{PodSubnets: []string{"10.244.0.0/16"}, ServiceSubnets: []string{"10.96.0.0/12"}},
+		},
+	}
+}
