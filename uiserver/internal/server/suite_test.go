@@ -15,7 +15,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -76,11 +75,9 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}); err != nil {
 		return nil, err
 	}
-	// The built-in user roles (and the controller's, which no test uses).
+	// The built-in user roles and ichor-ui's own (ui.yaml), as installed;
+	// the controller's are there too, and no test uses them.
 	if err := s.Env.ApplyDir(ctx, "kustomize/base/rbac"); err != nil {
-		return nil, err
-	}
-	if err := grantBackend(ctx); err != nil {
 		return nil, err
 	}
 	if err := admin.Create(ctx, testClusterObject()); err != nil {
@@ -139,27 +136,6 @@ func logSink() io.Writer {
 		return os.Stderr
 	}
 	return io.Discard
-}
-
-// grantBackend gives ichor-ui's identity what its ServiceAccount gets: read
-// Ichor's objects, impersonate users and the ichor: groups. No write.
-func grantBackend(ctx context.Context) error {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "ichor-ui-test"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{ichorv1alpha1.GroupVersion.Group}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"users"}, Verbs: []string{"impersonate"}},
-			{APIGroups: []string{""}, Resources: []string{"groups"}, Verbs: []string{"impersonate"}, ResourceNames: identity.BuiltinGroups},
-		},
-	}
-	if err := admin.Create(ctx, role); err != nil {
-		return err
-	}
-	return admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "ichor-ui-test"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: backendUser}},
-	})
 }
 
 func testClusterObject() *ichorv1alpha1.TalosCluster {
