@@ -71,6 +71,7 @@ func New() *cli.Command {
 		},
 		Commands: []*cli.Command{
 			versionCommand(),
+			initCommand(),
 			clusterCommand(),
 			machineCommand(),
 			nodeCommand(),

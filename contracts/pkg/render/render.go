@@ -62,6 +62,9 @@ type Input struct {
 	// Patches are the candidate TalosConfigPatches, typically every patch in
 	// the namespace; Render keeps those of the cluster that target the machine.
 	Patches []ichorv1alpha1.TalosConfigPatch
+	// InlineManifests are bootstrap manifests for a control plane, in the
+	// system layer (`ichor init` passes Cilium; the controller passes none).
+	InlineManifests []InlineManifest
 }
 
 // Origin says where a value came from.
@@ -238,6 +241,20 @@ func Render(in Input) (*Result, error) {
 	system, err := SystemPatches(in.Cluster, in.Machine, vc)
 	if err != nil {
 		return nil, err
+	}
+
+	inline, err := inlineManifestDocs(in, vc)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: %w", in.Machine.Name, err)
+	}
+
+	if len(inline) > 0 {
+		s, err := yamlStep(LayerSystem, PatchInlineManifests, inline...)
+		if err != nil {
+			return nil, err
+		}
+
+		system = append(system, s)
 	}
 
 	values, err := MachineValues(in.Machine, vc)

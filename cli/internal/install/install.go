@@ -1,0 +1,80 @@
+// Package install holds Ichor's install manifest, built from kustomize/base by
+// the chart generator (`go tool task generate`) and embedded in the CLI, so
+// `ichor init` installs Ichor with no network access to a registry of
+// manifests.
+package install
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+//go:embed install.yaml
+var manifest []byte
+
+// Namespace is the namespace Ichor runs in.
+const Namespace = "ichor-system"
+
+// Manifest returns the install manifest, multi-document YAML.
+func Manifest() []byte { return bytes.Clone(manifest) }
+
+// Objects parses the install manifest, in its order (the Namespace and the
+// CRDs first, as kustomize orders them).
+func Objects() ([]*unstructured.Unstructured, error) {
+	return Parse(manifest)
+}
+
+// CRDs returns the Namespace and the CustomResourceDefinitions of the
+// manifest: what `ichor init --install=none` applies, because init writes the
+// custom resources itself.
+func CRDs() ([]*unstructured.Unstructured, error) {
+	all, err := Objects()
+	if err != nil {
+		return nil, err
+	}
+
+	var out []*unstructured.Unstructured
+
+	for _, o := range all {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Namespace" {
+			out = append(out, o)
+		}
+	}
+
+	return out, nil
+}
+
+// Parse reads multi-document YAML into objects; empty documents are skipped.
+func Parse(data []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+
+	var out []*unstructured.Unstructured
+
+	for i := 0; ; i++ {
+		obj := map[string]any{}
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+
+			return nil, fmt.Errorf("document %d of the manifest: %w", i+1, err)
+		}
+
+		if len(obj) == 0 {
+			continue
+		}
+
+		u := &unstructured.Unstructured{Object: obj}
+		if u.GetKind() == "" || u.GetAPIVersion() == "" {
+			return nil, fmt.Errorf("document %d of the manifest has no kind or apiVersion", i+1)
+		}
+
+		out = append(out, u)
+	}
+}

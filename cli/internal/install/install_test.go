@@ -1,0 +1,46 @@
+package install_test
+
+import (
+	"testing"
+
+	"github.com/maeshinshin/ichor/cli/internal/install"
+)
+
+func TestManifestHoldsIchor(t *testing.T) {
+	objs, err := install.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+
+		if o.GetKind() == "Deployment" && o.GetNamespace() != install.Namespace {
+			t.Errorf("Deployment %s is in namespace %q, want %s", o.GetName(), o.GetNamespace(), install.Namespace)
+		}
+	}
+
+	if kinds["Namespace"] != 1 || kinds["CustomResourceDefinition"] < 10 || kinds["Deployment"] != 1 || kinds["ValidatingWebhookConfiguration"] != 1 {
+		t.Fatalf("the install manifest holds %v; want the namespace, the CRDs, the controller and its webhook configuration", kinds)
+	}
+
+	crds, err := install.CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if crds[0].GetKind() != "Namespace" || len(crds) != kinds["CustomResourceDefinition"]+1 {
+		t.Fatalf("CRDs() gives %d objects starting with %s", len(crds), crds[0].GetKind())
+	}
+}
+
+func TestParseRefusesGarbage(t *testing.T) {
+	if _, err := install.Parse([]byte("kind: ConfigMap\n")); err == nil {
+		t.Fatal("a document without apiVersion parsed")
+	}
+
+	if _, err := install.Parse([]byte("a: [\n")); err == nil {
+		t.Fatal("malformed YAML parsed")
+	}
+}

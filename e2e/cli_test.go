@@ -1,0 +1,595 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The scenario of issue 9 through the CLI, as a person runs it: ichor init
+// against the first of five emulated machines, ichor-controller as a process,
+// discovery of the others, approval of two control planes and two workers,
+// removal of a worker, which comes back as pending. Every binary is built
+// from this tree and run as a subprocess.
+
+const (
+	assetsEnv  = "KUBEBUILDER_ASSETS"
+	passphrase = "e2e-passphrase-not-a-secret-of-the-bundle" //nolint:gosec // the test's own store passphrase
+	cluster    = "e2e"
+	// subnet is the loopback subnet of this package's emulated machines.
+	subnet = "127.0.87.0/24"
+)
+
+var (
+	worldOnce sync.Once
+	theWorld  *world
+	worldErr  error
+	// cleanups run in TestMain after every test.
+	cleanups []func()
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+
+	os.Exit(code)
+}
+
+// world is the emulated machines, the binaries and what the CLI printed.
+type world struct {
+	dir        string
+	bin        string
+	kubeconfig string
+	env        []string
+	machines   []emuMachine
+	ctrlLog    string
+
+	mu      sync.Mutex
+	outputs bytes.Buffer // every CLI invocation's stdout and stderr
+}
+
+type emuMachine struct {
+	Name     string `json:"name"`
+	Endpoint string `json:"endpoint"`
+}
+
+func (m emuMachine) ip() string { return strings.Split(m.Endpoint, ":")[0] }
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.work above the working directory")
+		}
+
+		dir = parent
+	}
+}
+
+// startWorld builds ichor, ichor-controller and talosemu, and starts five
+// emulated machines (3 control planes, 2 workers) with Kubernetes on the first.
+func startWorld() (*world, error) {
+	assets := os.Getenv(assetsEnv)
+	if assets == "" {
+		return nil, fmt.Errorf("%s is not set: run the e2e tests through `go tool task test`, or export %s=$(go tool task assets:dir)", assetsEnv, assetsEnv)
+	}
+
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+
+	dir, err := os.MkdirTemp("", "ichor-e2e-")
+	if err != nil {
+		return nil, err
+	}
+
+	cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
+
+	w := &world{dir: dir, bin: filepath.Join(dir, "bin"), kubeconfig: filepath.Join(dir, "kubeconfig"), ctrlLog: filepath.Join(dir, "controller.log")}
+	w.env = append(os.Environ(), "ICHOR_HOME="+filepath.Join(dir, "home"), "ICHOR_PASSPHRASE="+passphrase, "KUBECONFIG="+w.kubeconfig)
+
+	for _, b := range []struct{ module, pkg, out string }{
+		{"cli", "./cmd/ichor", "ichor"},
+		{"controller", "./cmd", "ichor-controller"},
+		{"tools", "./cmd/talosemu", "talosemu"},
+	} {
+		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", filepath.Join(w.bin, b.out), b.pkg) //nolint:gosec // our own packages
+		cmd.Dir = filepath.Join(root, b.module)
+
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building %s: %w\n%s", b.out, err, out)
+		}
+	}
+
+	emu := exec.CommandContext(context.Background(), filepath.Join(w.bin, "talosemu"), "--machines", "5", "--controlplanes", "3", "--subnet", subnet, //nolint:gosec // our own binary
+		"--kubernetes", "--single-apiserver", "--kube-assets", assets, "--state-dir", filepath.Join(dir, "machines"), "--control", "127.0.0.1:0")
+	emu.Stderr, _ = os.Create(filepath.Join(dir, "talosemu.log"))
+
+	stdout, err := emu.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+
+	if err := emu.Start(); err != nil {
+		return nil, fmt.Errorf("starting talosemu: %w", err)
+	}
+
+	cleanups = append(cleanups, func() { stopProcess(emu) })
+
+	sc := bufio.NewScanner(stdout)
+	for len(w.machines) < 5 && sc.Scan() {
+		var m emuMachine
+		if err := json.Unmarshal(sc.Bytes(), &m); err == nil && m.Endpoint != "" {
+			w.machines = append(w.machines, m)
+		}
+	}
+
+	if len(w.machines) < 5 {
+		return nil, fmt.Errorf("talosemu printed %d machines, want 5; its log: %s", len(w.machines), filepath.Join(dir, "talosemu.log"))
+	}
+
+	go func() { _, _ = bufio.NewReader(stdout).WriteTo(discard{}) }()
+
+	return w, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// stopProcess interrupts p and kills it if it has not stopped within 30 s.
+func stopProcess(c *exec.Cmd) {
+	if c.Process == nil {
+		return
+	}
+
+	_ = c.Process.Signal(syscall.SIGINT)
+
+	done := make(chan struct{})
+
+	go func() { _ = c.Wait(); close(done) }()
+
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = c.Process.Kill()
+		<-done
+	}
+}
+
+// ichor runs the CLI and records what it printed.
+func (w *world) ichor(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(w.bin, "ichor"), args...) //nolint:gosec // our own binary
+	cmd.Env = w.env
+
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+
+	w.mu.Lock()
+	fmt.Fprintf(&w.outputs, "$ ichor %s\n%s", strings.Join(args, " "), out.String())
+	w.mu.Unlock()
+
+	if err != nil {
+		return out.String(), fmt.Errorf("ichor %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+
+	return out.String(), nil
+}
+
+func (w *world) mustIchor(t *testing.T, ctx context.Context, args ...string) string {
+	t.Helper()
+
+	out, err := w.ichor(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return out
+}
+
+// startController starts ichor-controller against the emulated cluster with
+// webhooks off (a local process cannot serve the cluster's webhooks).
+func (w *world) startController() error {
+	logf, err := os.Create(w.ctrlLog)
+	if err != nil {
+		return err
+	}
+
+	c := exec.CommandContext(context.Background(), filepath.Join(w.bin, "ichor-controller"), //nolint:gosec // our own binary
+		"--enable-webhooks=false", "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0")
+	c.Env, c.Stdout, c.Stderr = w.env, logf, logf
+
+	if err := c.Start(); err != nil {
+		return err
+	}
+
+	cleanups = append(cleanups, func() { stopProcess(c); _ = logf.Close() })
+
+	return nil
+}
+
+// machine is the part of a TalosMachine the test reads from `-o json`.
+type machine struct {
+	Metadata struct {
+		Name              string  `json:"name"`
+		DeletionTimestamp *string `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Spec struct {
+		Role     string `json:"role"`
+		Address  string `json:"address"`
+		Approval struct {
+			State string `json:"state"`
+		} `json:"approval"`
+	} `json:"spec"`
+	Status struct {
+		Conditions []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+			Reason string `json:"reason"`
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+func (m machine) ready() bool {
+	for _, c := range m.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True"
+		}
+	}
+
+	return false
+}
+
+func (w *world) list(ctx context.Context) ([]machine, error) {
+	out, err := w.ichor(ctx, "machine", "list", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+
+	var l struct {
+		Items []machine `json:"items"`
+	}
+
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		return nil, fmt.Errorf("`ichor machine list -o json` printed no machine list: %w\n%s", err, out)
+	}
+
+	return l.Items, nil
+}
+
+// eventually polls cond until it holds or timeout passes; the failure names
+// what was last seen.
+func eventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+
+	deadline := time.Now().Add(timeout)
+	last := ""
+
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+
+		last = seen
+
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("%s: not reached within %s; last seen:\n%s", what, timeout, last)
+		}
+
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func describe(ms []machine) string {
+	var b strings.Builder
+	for _, m := range ms {
+		reason := ""
+
+		for _, c := range m.Status.Conditions {
+			if c.Type == "Ready" {
+				reason = c.Status + "/" + c.Reason
+			}
+		}
+
+		fmt.Fprintf(&b, "  %s %s %s %s %s\n", m.Metadata.Name, m.Spec.Address, m.Spec.Role, m.Spec.Approval.State, reason)
+	}
+
+	return b.String()
+}
+
+// scenario runs the whole flow once for the package's tests.
+func scenario(t *testing.T) *world {
+	t.Helper()
+
+	worldOnce.Do(func() { theWorld, worldErr = runScenario() })
+
+	if worldErr != nil {
+		t.Fatal(worldErr)
+	}
+
+	return theWorld
+}
+
+var scenarioDurations = map[string]time.Duration{}
+
+func runScenario() (w *world, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	start := time.Now()
+
+	w, err = startWorld()
+	if err != nil {
+		return nil, err
+	}
+
+	scenarioDurations["build+start"] = time.Since(start)
+	first := w.machines[0].ip()
+
+	// init runs while the test waits for the CRDs, then starts the controller
+	// whose take-over init waits for.
+	initStart := time.Now()
+	initErr := make(chan error, 1)
+
+	go func() {
+		_, err := w.ichor(ctx, "init", "--cluster", cluster, "--preset", "standard", "--node", first,
+			"--install", "none", "--write-kubeconfig", w.kubeconfig, "--timeout", "3m")
+		initErr <- err
+	}()
+
+	for {
+		if _, err := os.Stat(w.kubeconfig); err == nil {
+			if _, err := w.ichor(ctx, "cluster", "get"); err == nil {
+				break
+			}
+		}
+
+		select {
+		case err := <-initErr:
+			return nil, fmt.Errorf("init ended before the cluster's resources existed: %w", err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+
+	if err := w.startController(); err != nil {
+		return nil, err
+	}
+
+	if err := <-initErr; err != nil {
+		return nil, err
+	}
+
+	scenarioDurations["init"] = time.Since(initStart)
+
+	return w, nil
+}
+
+func TestInitDiscoverApproveRemove(t *testing.T) {
+	start := time.Now()
+	w := scenario(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+
+	first := w.machines[0].ip()
+
+	ms, err := w.list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(ms) != 1 || ms[0].Spec.Address != first || ms[0].Spec.Role != "controlplane" || !ms[0].ready() {
+		t.Fatalf("after init, want one Ready control plane at %s; got:\n%s", first, describe(ms))
+	}
+
+	others := make([]string, 0, 4)
+	for _, m := range w.machines[1:] {
+		others = append(others, m.ip())
+	}
+
+	w.mustIchor(t, ctx, append([]string{"cluster", "discovery", "add"}, others...)...)
+
+	byAddr := map[string]machine{}
+
+	eventually(t, ctx, 2*time.Minute, "4 pending machines", func() (bool, string) {
+		ms, err := w.list(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		clear(byAddr)
+
+		for _, m := range ms {
+			if m.Spec.Approval.State == "pending" {
+				byAddr[m.Spec.Address] = m
+			}
+		}
+
+		return len(byAddr) == 4, describe(ms)
+	})
+
+	// The spec's role hints: machines 2 and 3 are control planes, 4 and 5 workers.
+	for i, addr := range others {
+		role := "controlplane"
+		if i >= 2 {
+			role = "worker"
+		}
+
+		w.mustIchor(t, ctx, "machine", "approve", byAddr[addr].Metadata.Name, "--role", role)
+	}
+
+	approveStart := time.Now()
+
+	eventually(t, ctx, 4*time.Minute, "5 Ready machines", func() (bool, string) {
+		ms, err := w.list(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		ready := 0
+		for _, m := range ms {
+			if m.ready() && m.Spec.Approval.State == "approved" {
+				ready++
+			}
+		}
+
+		return ready == 5 && len(ms) == 5, describe(ms)
+	})
+
+	scenarioDurations["approve→Ready"] = time.Since(approveStart)
+
+	worker := byAddr[others[3]].Metadata.Name
+	out := w.mustIchor(t, ctx, "node", "remove", worker, "--reboot", "--yes", "--wait", "--timeout", "3m")
+
+	if !strings.Contains(out, "removed") {
+		t.Fatalf("`ichor node remove --wait` did not say the machine was removed:\n%s", out)
+	}
+
+	eventually(t, ctx, 3*time.Minute, "the removed worker back as pending", func() (bool, string) {
+		ms, err := w.list(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		for _, m := range ms {
+			if m.Spec.Address == others[3] && m.Spec.Approval.State == "pending" && m.Metadata.DeletionTimestamp == nil {
+				return true, ""
+			}
+		}
+
+		return false, describe(ms)
+	})
+
+	t.Logf("durations: %v; test %s", scenarioDurations, time.Since(start).Round(time.Second))
+}
+
+// TestNoBundleSecretInOutputOrLog checks every CLI output of the scenario and
+// the controller's log for every secret of the bundle, of the admin
+// kubeconfig and talosconfig, and for the passphrase.
+func TestNoBundleSecretInOutputOrLog(t *testing.T) {
+	w := scenario(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// The output lines of the commands that show things, plus what the scenario printed.
+	w.mustIchor(t, ctx, "cluster", "get", cluster, "-o", "yaml")
+	w.mustIchor(t, ctx, "machine", "list", "-o", "yaml")
+	w.mustIchor(t, ctx, "secrets", "status", "--cluster", cluster)
+
+	ms, err := w.list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, m := range ms {
+		w.mustIchor(t, ctx, "machine", "get", m.Metadata.Name)
+
+		if m.Spec.Approval.State == "approved" {
+			w.mustIchor(t, ctx, "config", "effective", m.Metadata.Name)
+		}
+	}
+
+	secretValues := make([]string, 0, 64)
+
+	for _, f := range []string{"secrets.yaml", "kubeconfig", "talosconfig"} {
+		path := filepath.Join(w.dir, "export-"+f)
+		_ = os.Remove(path)
+		w.mustIchor(t, ctx, "secrets", "export", f, "--cluster", cluster, "--out", path)
+
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		secretValues = append(secretValues, secretsIn(string(data))...)
+	}
+
+	if len(secretValues) < 10 {
+		t.Fatalf("found only %d secret values in the bundle, kubeconfig and talosconfig: the extraction is broken", len(secretValues))
+	}
+
+	secretValues = append(secretValues, passphrase)
+
+	ctrlLog, err := os.ReadFile(w.ctrlLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	w.mu.Lock()
+	outputs := w.outputs.String()
+	w.mu.Unlock()
+
+	if !strings.Contains(outputs, "ichor init") || len(ctrlLog) == 0 {
+		t.Fatal("the recorded outputs or the controller log are empty: nothing was checked")
+	}
+
+	for _, s := range secretValues {
+		for name, text := range map[string]string{"the CLI's output": outputs, "the controller's log": string(ctrlLog)} {
+			if strings.Contains(text, s) {
+				t.Errorf("%s holds a secret value (%d characters, starting %q)", name, len(s), s[:6])
+			}
+		}
+	}
+}
+
+var secretLine = regexp.MustCompile(`(?m)^\s*-?\s*(key|secret|token|bootstraptoken|secretboxencryptionsecret|aescbcencryptionsecret|client-key-data):\s*(\S+)\s*$`)
+
+// secretsIn extracts the secret values of a bundle, kubeconfig or
+// talosconfig YAML: each base64 value, and for a key a distinctive line of
+// the PEM it encodes.
+func secretsIn(doc string) []string {
+	var out []string
+
+	for _, m := range secretLine.FindAllStringSubmatch(doc, -1) {
+		v := strings.Trim(m[2], `"'`)
+		if len(v) < 16 {
+			continue
+		}
+
+		out = append(out, v)
+
+		if pem, err := base64.StdEncoding.DecodeString(v); err == nil {
+			for _, line := range strings.Split(string(pem), "\n") {
+				if len(line) >= 40 && !strings.HasPrefix(line, "-----") {
+					out = append(out, line)
+
+					break
+				}
+			}
+		}
+	}
+
+	return slices.Compact(out)
+}
