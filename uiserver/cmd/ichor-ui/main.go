@@ -21,9 +21,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
@@ -32,8 +34,10 @@ import (
 	"github.com/maeshinshin/ichor/uiserver/internal/certs"
 	"github.com/maeshinshin/ichor/uiserver/internal/frontend"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+	oidcissuer "github.com/maeshinshin/ichor/uiserver/internal/issuer"
 	"github.com/maeshinshin/ichor/uiserver/internal/kube"
 	"github.com/maeshinshin/ichor/uiserver/internal/server"
+	ichorusers "github.com/maeshinshin/ichor/uiserver/internal/users"
 )
 
 type listFlag []string
@@ -58,8 +62,11 @@ func run() error {
 		keyFile     = flag.String("tls-key-file", "", "PEM private key of --tls-cert-file.")
 		issuer      = flag.String("issuer", "https://localhost:8443", "External URL of ichor-ui: the issuer of its tokens.")
 		signingKey  = flag.String("signing-key-file", "", "PEM ECDSA P-256 key that signs tokens (shared by the replicas). Empty makes one in memory (one replica only).")
+		users       = flag.Bool("ichor-users", false, "Sign in Ichor's own users (IchorUsers): serve the OIDC issuer at --issuer (ichorUI.users.enabled).")
+		redirects   listFlag
 		extraGroups listFlag
 	)
+	flag.Var(&redirects, "redirect-uri", "A redirect URI of the console's OIDC client beyond <issuer>/auth/callback (repeatable).")
 	flag.Var(&extraGroups, "impersonate-group", "A group beyond ichor:viewer, ichor:operator and ichor:admin that may be impersonated (repeatable; never system:).")
 	flag.Parse()
 	if *showVersion {
@@ -107,6 +114,24 @@ func run() error {
 		return err
 	}
 	tokens := &auth.Tokens{Issuer: *issuer, Key: key, Policy: policy}
+	var mount func(chi.Router)
+	if *users {
+		// The sign-in reads IchorUsers and the one Secret of password hashes
+		// directly: the backend may get that Secret, not list or watch Secrets.
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		iss, err := oidcissuer.New(oidcissuer.Options{
+			Tokens: tokens, Users: &ichorusers.Store{Reader: direct, Namespace: *namespace},
+			Clients: []oidcissuer.Client{{ID: "ichor-ui", RedirectURIs: append([]string{strings.TrimSuffix(*issuer, "/") + "/auth/callback"}, redirects...)}},
+			Log:     log,
+		})
+		if err != nil {
+			return err
+		}
+		mount = iss.Mount
+	}
 
 	getCert, err := tlsSource(ctx, *certFile, *keyFile, log)
 	if err != nil {
@@ -120,7 +145,7 @@ func run() error {
 			defer cancel()
 			return clients.Cache.WaitForCacheSync(sctx)
 		},
-		Frontend: frontend.FS(), Log: log,
+		Frontend: frontend.FS(), Log: log, Mount: mount,
 	})
 	if err != nil {
 		return err

@@ -134,6 +134,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 // SHA-256 (the token itself is not kept), so that a REST call verifies its
 // token once and many calls of one session verify it rarely.
 type tokenCache struct {
+	ttl     time.Duration
 	mu      sync.Mutex
 	entries map[[32]byte]tokenEntry
 }
@@ -144,8 +145,8 @@ type tokenEntry struct {
 }
 
 const (
-	tokenCacheTTL = 5 * time.Second
-	tokenCacheMax = 4096
+	defaultTokenCacheTTL = 5 * time.Second
+	tokenCacheMax        = 4096
 )
 
 func (c *tokenCache) get(token string) (identity.Identity, bool) {
@@ -166,5 +167,5 @@ func (c *tokenCache) put(token string, id identity.Identity) {
 	if c.entries == nil || len(c.entries) >= tokenCacheMax {
 		c.entries = map[[32]byte]tokenEntry{}
 	}
-	c.entries[k] = tokenEntry{id: id, until: time.Now().Add(tokenCacheTTL)}
+	c.entries[k] = tokenEntry{id: id, until: time.Now().Add(c.ttl)}
 }

@@ -59,6 +59,10 @@ type Options struct {
 	Registry *prometheus.Registry
 	// ShutdownTimeout bounds the graceful termination; zero means 25 s.
 	ShutdownTimeout time.Duration
+	// TokenCacheTTL is how long a verified access token is trusted without
+	// verifying it again, and so how long a revoked session's access token
+	// may still pass; zero means 5 s.
+	TokenCacheTTL time.Duration
 }
 
 // Server is ichor-ui's HTTPS server.
@@ -87,7 +91,11 @@ func New(opts Options) (*Server, error) {
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = 25 * time.Second
 	}
+	if opts.TokenCacheTTL == 0 {
+		opts.TokenCacheTTL = defaultTokenCacheTTL
+	}
 	s := &Server{opts: opts, stopping: make(chan struct{}), metrics: newMetrics(opts.Registry)}
+	s.verified.ttl = opts.TokenCacheTTL
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.unaryAuth),
 		grpc.ChainStreamInterceptor(s.streamAuth),

@@ -26,8 +26,10 @@ import (
 	"github.com/maeshinshin/ichor/uiserver/internal/certs"
 	"github.com/maeshinshin/ichor/uiserver/internal/frontend"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+	"github.com/maeshinshin/ichor/uiserver/internal/issuer"
 	"github.com/maeshinshin/ichor/uiserver/internal/kube"
 	"github.com/maeshinshin/ichor/uiserver/internal/server"
+	"github.com/maeshinshin/ichor/uiserver/internal/users"
 )
 
 const (
@@ -102,6 +104,19 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		return nil, err
 	}
 	tokens = &auth.Tokens{Issuer: "https://ichor-ui.test", Key: key, Policy: policy}
+	// The sign-in reads IchorUsers and the credentials Secret directly (no
+	// cache: the backend may get that one Secret, not list Secrets).
+	direct, err := client.New(backendCfg, client.Options{Scheme: s.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	oidcIssuer, err := issuer.New(issuer.Options{
+		Tokens: tokens, Users: &users.Store{Reader: direct, Namespace: testNS},
+		Clients: []issuer.Client{{ID: oidcClientID, RedirectURIs: []string{oidcRedirect}}},
+	})
+	if err != nil {
+		return nil, err
+	}
 	cert, leaf, err := certs.SelfSigned([]string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		return nil, err
@@ -114,7 +129,8 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
 		Services:       svc, Authenticator: tokens, Frontend: frontend.FS(),
 		Ready: func() bool { return true },
-		Log:   slog.New(slog.NewJSONHandler(io.MultiWriter(logBuf, logSink()), nil)),
+		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,
+		Log: slog.New(slog.NewJSONHandler(io.MultiWriter(logBuf, logSink()), nil)),
 	})
 	if err != nil {
 		return nil, err
