@@ -38,63 +38,11 @@ func parseDiskSelector(s string) (ichorv1alpha1.DiskSelector, error) {
 	return sel, nil
 }
 
-// formatSelector is the command-line form of a selector.
-func formatSelector(sel ichorv1alpha1.DiskSelector) string {
-	switch {
-	case sel.WWID != "":
-		return "wwid=" + sel.WWID
-	case sel.Serial != "":
-		return "serial=" + sel.Serial
-	case sel.ByID != "":
-		return "byid=" + sel.ByID
-	case sel.BusPath != "":
-		return "buspath=" + sel.BusPath
-	case sel.DevicePath != "":
-		return "dev=" + sel.DevicePath
-	}
-	return ""
-}
-
-// stableSelector keys a discovered disk on the most stable attribute it has:
-// WWID, then serial, then by-id path, then bus path, and the device path as a
-// last resort (stable reports false then). See architecture "Nodes": Talos
-// fills WWID and serial from sysfs, so a virtio disk often has neither.
-func stableSelector(d ichorv1alpha1.DiscoveredDisk) (sel ichorv1alpha1.DiskSelector, stable bool) {
-	switch {
-	case d.WWID != "":
-		return ichorv1alpha1.DiskSelector{WWID: d.WWID}, true
-	case d.Serial != "":
-		return ichorv1alpha1.DiskSelector{Serial: d.Serial}, true
-	case d.ByID != "":
-		return ichorv1alpha1.DiskSelector{ByID: d.ByID}, true
-	case d.BusPath != "":
-		return ichorv1alpha1.DiskSelector{BusPath: d.BusPath}, true
-	}
-	return ichorv1alpha1.DiskSelector{DevicePath: d.DevicePath}, false
-}
-
-// matches reports whether a selector selects a discovered disk.
-func matches(sel ichorv1alpha1.DiskSelector, d ichorv1alpha1.DiscoveredDisk) bool {
-	switch {
-	case sel.WWID != "":
-		return sel.WWID == d.WWID
-	case sel.Serial != "":
-		return sel.Serial == d.Serial
-	case sel.ByID != "":
-		return sel.ByID == d.ByID
-	case sel.BusPath != "":
-		return sel.BusPath == d.BusPath
-	case sel.DevicePath != "":
-		return sel.DevicePath == d.DevicePath
-	}
-	return false
-}
-
 func describeDisks(disks []ichorv1alpha1.DiscoveredDisk) string {
 	parts := make([]string, 0, len(disks))
 	for _, d := range disks {
-		sel, _ := stableSelector(d)
-		parts = append(parts, fmt.Sprintf("%s (%s)", d.DevicePath, formatSelector(sel)))
+		sel, _ := d.StableSelector()
+		parts = append(parts, fmt.Sprintf("%s (%s)", d.DevicePath, sel.String()))
 	}
 	if len(parts) == 0 {
 		return "none"
@@ -109,11 +57,11 @@ func findDisk(sel ichorv1alpha1.DiskSelector, disks []ichorv1alpha1.DiscoveredDi
 		return nil, nil
 	}
 	for i := range disks {
-		if matches(sel, disks[i]) {
+		if sel.Matches(disks[i]) {
 			return &disks[i], nil
 		}
 	}
-	return nil, fmt.Errorf("no disk discovered on the machine matches %s; the disks are: %s", formatSelector(sel), describeDisks(disks))
+	return nil, fmt.Errorf("no disk discovered on the machine matches %s; the disks are: %s", sel.String(), describeDisks(disks))
 }
 
 // parseDiskRole reads ROLE=SELECTOR[,volume=NAME][,maxSize=SIZE][,confirmWipe].

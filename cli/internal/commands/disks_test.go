@@ -19,9 +19,9 @@ func TestStableSelectorFallback(t *testing.T) {
 		{ichorv1alpha1.DiscoveredDisk{DevicePath: "/dev/vda", BusPath: "/pci/1"}, "buspath=/pci/1", true},
 		{ichorv1alpha1.DiscoveredDisk{DevicePath: "/dev/vda"}, "dev=/dev/vda", false},
 	} {
-		sel, stable := stableSelector(tc.disk)
-		if formatSelector(sel) != tc.want || stable != tc.stable {
-			t.Errorf("%+v: got %s stable=%v, want %s stable=%v", tc.disk, formatSelector(sel), stable, tc.want, tc.stable)
+		sel, stable := tc.disk.StableSelector()
+		if sel.String() != tc.want || stable != tc.stable {
+			t.Errorf("%+v: got %s stable=%v, want %s stable=%v", tc.disk, sel.String(), stable, tc.want, tc.stable)
 		}
 		back, err := parseDiskSelector(tc.want)
 		if err != nil || back != sel {

@@ -299,7 +299,7 @@ func (r *run) printMachine(m *ichorv1alpha1.TalosMachine, now time.Time) error {
 	b.Add("Labels", formatMap(m.Spec.Labels))
 	install := ""
 	if m.Spec.Install.Disk != nil {
-		install = formatSelector(*m.Spec.Install.Disk)
+		install = m.Spec.Install.Disk.String()
 	}
 	b.Add("Install disk", install)
 	b.Add("UUID", m.Spec.Identity.UUID)
@@ -317,8 +317,8 @@ func (r *run) printMachine(m *ichorv1alpha1.TalosMachine, now time.Time) error {
 		r.printf("\nDisks:\n")
 		t := &output.Rows{Header: []string{"DEVICE", "SIZE", "KEY", "PARTITIONS", "ROLE"}}
 		for _, d := range m.Status.Hardware.Disks {
-			sel, stable := stableSelector(d)
-			key := formatSelector(sel)
+			sel, stable := d.StableSelector()
+			key := sel.String()
 			if !stable {
 				key += " (nothing stable to key on)"
 			}
@@ -356,11 +356,11 @@ func (r *run) printMachine(m *ichorv1alpha1.TalosMachine, now time.Time) error {
 }
 
 func diskRoleOf(m *ichorv1alpha1.TalosMachine, d ichorv1alpha1.DiscoveredDisk) string {
-	if m.Spec.Install.Disk != nil && matches(*m.Spec.Install.Disk, d) {
+	if m.Spec.Install.Disk != nil && m.Spec.Install.Disk.Matches(d) {
 		return ichorv1alpha1.DiskRoleSystem
 	}
 	for _, dr := range m.Spec.Disks {
-		if matches(dr.Disk, d) {
+		if dr.Disk.Matches(d) {
 			if dr.VolumeName != "" {
 				return dr.Role + " " + dr.VolumeName
 			}
@@ -528,7 +528,7 @@ func machineApprove(ctx context.Context, cmd *cli.Command) error {
 		}
 		for _, dr := range diskRoles {
 			if _, err := findDisk(dr.Disk, disks); err != nil {
-				return fmt.Errorf("--disk %s: %w", formatSelector(dr.Disk), err)
+				return fmt.Errorf("--disk %s: %w", dr.Disk.String(), err)
 			}
 		}
 		install, note, err := chooseInstallDisk(installSel, disks, diskRoles)
@@ -587,12 +587,12 @@ func chooseInstallDisk(given *ichorv1alpha1.DiskSelector, disks []ichorv1alpha1.
 			return nil, "", fmt.Errorf("--install-disk: %w", err)
 		}
 		if d != nil {
-			if sel, stable := stableSelector(*d); !stable {
+			if sel, stable := d.StableSelector(); !stable {
 				return given, fmt.Sprintf("install disk %s: nothing stable to key on (no WWID, serial, by-id or bus path); the device name may change across boots", d.DevicePath), nil
-			} else if formatSelector(sel) != formatSelector(*given) {
-				return given, fmt.Sprintf("install disk %s by %s (a more stable key exists: %s)", d.DevicePath, formatSelector(*given), formatSelector(sel)), nil
+			} else if sel.String() != given.String() {
+				return given, fmt.Sprintf("install disk %s by %s (a more stable key exists: %s)", d.DevicePath, given.String(), sel.String()), nil
 			}
-			return given, fmt.Sprintf("install disk %s by %s", d.DevicePath, formatSelector(*given)), nil
+			return given, fmt.Sprintf("install disk %s by %s", d.DevicePath, given.String()), nil
 		}
 		return given, "", nil
 	}
@@ -600,7 +600,7 @@ func chooseInstallDisk(given *ichorv1alpha1.DiskSelector, disks []ichorv1alpha1.
 	for _, d := range disks {
 		taken := false
 		for _, dr := range roles {
-			if matches(dr.Disk, d) {
+			if dr.Disk.Matches(d) {
 				taken = true
 			}
 		}
@@ -620,11 +620,11 @@ func chooseInstallDisk(given *ichorv1alpha1.DiskSelector, disks []ichorv1alpha1.
 			len(candidates), describeDisks(candidates))
 	}
 	d := candidates[0]
-	sel, stable := stableSelector(d)
+	sel, stable := d.StableSelector()
 	if !stable {
 		return &sel, fmt.Sprintf("install disk %s: nothing stable to key on (no WWID, serial, by-id or bus path); keyed on the device path, which may change across boots", d.DevicePath), nil
 	}
-	return &sel, fmt.Sprintf("install disk %s by %s", d.DevicePath, formatSelector(sel)), nil
+	return &sel, fmt.Sprintf("install disk %s by %s", d.DevicePath, sel.String()), nil
 }
 
 // checkWipes refuses disks that hold partitions or filesystems unless the
@@ -642,7 +642,7 @@ func checkWipes(install *ichorv1alpha1.DiskSelector, confirmInstall bool, roles 
 		}
 		if d, _ := findDisk(dr.Disk, disks); d != nil && d.HasPartitions {
 			return fmt.Errorf("--disk %s=%s: %s holds partitions or filesystems, and Talos does not provision a volume over them: add ,confirmWipe to use it anyway",
-				dr.Role, formatSelector(dr.Disk), d.DevicePath)
+				dr.Role, dr.Disk.String(), d.DevicePath)
 		}
 	}
 	return nil

@@ -389,7 +389,7 @@ func (s *state) installDisk() (*ichorv1alpha1.DiskSelector, bool, error) {
 		s.p.Notef("The node has %d disks (%s); installing to %s. Pass --install-disk to choose another.", len(sorted), diskList(sorted), pick.DevicePath)
 	}
 
-	sel := stableSelector(pick)
+	sel, _ := pick.StableSelector()
 
 	return &sel, pick.HasPartitions, nil
 }
@@ -401,21 +401,6 @@ func diskList(ds []ichorv1alpha1.DiscoveredDisk) string {
 	}
 
 	return strings.Join(out, ", ")
-}
-
-func stableSelector(d ichorv1alpha1.DiscoveredDisk) ichorv1alpha1.DiskSelector {
-	switch {
-	case d.WWID != "":
-		return ichorv1alpha1.DiskSelector{WWID: d.WWID}
-	case d.Serial != "":
-		return ichorv1alpha1.DiskSelector{Serial: d.Serial}
-	case d.ByID != "":
-		return ichorv1alpha1.DiskSelector{ByID: d.ByID}
-	case d.BusPath != "":
-		return ichorv1alpha1.DiskSelector{BusPath: d.BusPath}
-	}
-
-	return ichorv1alpha1.DiskSelector{DevicePath: d.DevicePath}
 }
 
 func selects(sel ichorv1alpha1.DiskSelector, d ichorv1alpha1.DiscoveredDisk) bool {
@@ -482,7 +467,7 @@ func (s *state) objects() error {
 
 	if parted && !s.o.ConfirmWipe {
 		return fmt.Errorf("the install disk (%s) holds partitions, which the install wipes: pass --confirm-wipe if that is intended, "+
-			"or choose another disk with --install-disk", formatSelector(*disk))
+			"or choose another disk with --install-disk", disk.String())
 	}
 
 	s.machine.Spec.Install = ichorv1alpha1.MachineInstall{Disk: disk, ConfirmWipe: parted}
@@ -496,21 +481,6 @@ func (s *state) kubernetesVersion() string {
 	}
 
 	return release.DefaultKubernetesVersion
-}
-
-func formatSelector(sel ichorv1alpha1.DiskSelector) string {
-	switch {
-	case sel.WWID != "":
-		return "wwid=" + sel.WWID
-	case sel.Serial != "":
-		return "serial=" + sel.Serial
-	case sel.ByID != "":
-		return "byid=" + sel.ByID
-	case sel.BusPath != "":
-		return "buspath=" + sel.BusPath
-	}
-
-	return "dev=" + sel.DevicePath
 }
 
 // configure renders the first control plane's configuration with Cilium as

@@ -438,7 +438,7 @@ func chooseInstallDisk(given *ichorv1alpha1.DiskSelector, confirmWipe bool, disk
 	switch {
 	case given != nil:
 		for i := range disks {
-			if matches(*given, disks[i]) {
+			if given.Matches(disks[i]) {
 				chosen = &disks[i]
 			}
 		}
@@ -447,7 +447,7 @@ func chooseInstallDisk(given *ichorv1alpha1.DiskSelector, confirmWipe bool, disk
 		}
 	case len(disks) == 1:
 		chosen = &disks[0]
-		sel := stableSelector(*chosen)
+		sel, _ := chosen.StableSelector()
 		given = &sel
 	case len(disks) == 0:
 		return nil, invalid("discovery read no disks on this machine, so the install disk cannot be chosen: set install_disk")
@@ -458,35 +458,4 @@ func chooseInstallDisk(given *ichorv1alpha1.DiskSelector, confirmWipe bool, disk
 		return nil, invalid("install disk %s holds partitions or filesystems, which the install wipes: set confirm_wipe if that is intended, or choose another disk", chosen.DevicePath)
 	}
 	return given, nil
-}
-
-func matches(s ichorv1alpha1.DiskSelector, d ichorv1alpha1.DiscoveredDisk) bool {
-	switch {
-	case s.WWID != "":
-		return s.WWID == d.WWID
-	case s.Serial != "":
-		return s.Serial == d.Serial
-	case s.ByID != "":
-		return s.ByID == d.ByID
-	case s.BusPath != "":
-		return s.BusPath == d.BusPath
-	case s.DevicePath != "":
-		return s.DevicePath == d.DevicePath
-	}
-	return false
-}
-
-// stableSelector keys a disk on its most stable attribute.
-func stableSelector(d ichorv1alpha1.DiscoveredDisk) ichorv1alpha1.DiskSelector {
-	switch {
-	case d.WWID != "":
-		return ichorv1alpha1.DiskSelector{WWID: d.WWID}
-	case d.Serial != "":
-		return ichorv1alpha1.DiskSelector{Serial: d.Serial}
-	case d.ByID != "":
-		return ichorv1alpha1.DiskSelector{ByID: d.ByID}
-	case d.BusPath != "":
-		return ichorv1alpha1.DiskSelector{BusPath: d.BusPath}
-	}
-	return ichorv1alpha1.DiskSelector{DevicePath: d.DevicePath}
 }
