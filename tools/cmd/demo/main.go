@@ -265,15 +265,25 @@ func (d *demo) startController(ctx context.Context, initDone <-chan error) (*con
 	return c, nil
 }
 
-// served reports whether the kubeconfig exists and the API server serves the
-// TalosCluster CRD (through the kubectl of the test binaries).
+// ichorCRDs are the CRDs the controller watches; it exits at start when one
+// is not served yet.
+var ichorCRDs = []string{
+	"crd/ichorinstallations.ichor.maesh.dev", "crd/ichorusers.ichor.maesh.dev", "crd/machinereclaims.ichor.maesh.dev",
+	"crd/talosclusters.ichor.maesh.dev", "crd/talosconfigpatches.ichor.maesh.dev", "crd/taloscredentialrequests.ichor.maesh.dev",
+	"crd/talosetcdbackups.ichor.maesh.dev", "crd/talosmachines.ichor.maesh.dev", "crd/talosoperations.ichor.maesh.dev",
+	"crd/talosstorages.ichor.maesh.dev",
+}
+
+// served reports whether the kubeconfig exists and the API server serves
+// every Ichor CRD, established (through the kubectl of the test binaries).
 func served(ctx context.Context, d *demo) bool {
 	if _, err := os.Stat(d.kubeconfig); err != nil {
 		return false
 	}
 
 	kubectl := filepath.Join(os.Getenv(testenv.AssetsEnv), "kubectl")
-	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", d.kubeconfig, "get", "crd", "talosclusters.ichor.maesh.dev", "-o", "name") //nolint:gosec // the test binaries
+	args := append([]string{"--kubeconfig", d.kubeconfig, "wait", "--for=condition=Established", "--timeout=2s"}, ichorCRDs...)
+	cmd := exec.CommandContext(ctx, kubectl, args...) //nolint:gosec // the test binaries
 	cmd.Env = d.env
 
 	return cmd.Run() == nil
