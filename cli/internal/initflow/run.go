@@ -356,7 +356,7 @@ func (s *state) installDisk() (*ichorv1alpha1.DiskSelector, bool, error) {
 	disks := s.node.Hardware.Disks
 	if s.o.InstallDisk != nil {
 		for _, d := range disks {
-			if selects(*s.o.InstallDisk, d) {
+			if s.o.InstallDisk.Matches(d) {
 				return s.o.InstallDisk, d.HasPartitions, nil
 			}
 		}
@@ -401,23 +401,6 @@ func diskList(ds []ichorv1alpha1.DiscoveredDisk) string {
 	}
 
 	return strings.Join(out, ", ")
-}
-
-func selects(sel ichorv1alpha1.DiskSelector, d ichorv1alpha1.DiscoveredDisk) bool {
-	switch {
-	case sel.WWID != "":
-		return strings.EqualFold(sel.WWID, d.WWID)
-	case sel.Serial != "":
-		return sel.Serial == d.Serial
-	case sel.ByID != "":
-		return sel.ByID == d.ByID
-	case sel.BusPath != "":
-		return sel.BusPath == d.BusPath
-	case sel.DevicePath != "":
-		return sel.DevicePath == d.DevicePath
-	}
-
-	return false
 }
 
 // objects builds the TalosCluster and the first TalosMachine init renders for and writes.

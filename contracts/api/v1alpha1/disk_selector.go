@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "strings"
+
 // StableSelector keys a discovered disk on the most stable attribute it has:
 // WWID, then serial, then the by-id path, then the bus path, and the device
 // path as a last resort, when stable is false ("nothing stable to key on" is
@@ -22,11 +24,12 @@ func (d DiscoveredDisk) StableSelector() (sel DiskSelector, stable bool) {
 }
 
 // Matches reports whether the selector selects the discovered disk, by the
-// one attribute the selector names.
+// one attribute the selector names. A WWID is compared without regard to
+// case (a hex identifier a person may type in either case).
 func (s DiskSelector) Matches(d DiscoveredDisk) bool {
 	switch {
 	case s.WWID != "":
-		return s.WWID == d.WWID
+		return strings.EqualFold(s.WWID, d.WWID)
 	case s.Serial != "":
 		return s.Serial == d.Serial
 	case s.ByID != "":

@@ -29,6 +29,10 @@ func TestStableSelectorFallback(t *testing.T) {
 		}
 	}
 
+	if !(DiskSelector{WWID: "NAA.1"}).Matches(full) {
+		t.Error("a WWID typed in upper case does not match")
+	}
+
 	if (DiskSelector{WWID: "naa.2"}).Matches(full) || (DiskSelector{}).Matches(full) {
 		t.Error("a selector matches a disk it does not name")
 	}
