@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -396,20 +397,23 @@ func reconcileOnceInFreshController(t *testing.T, name string) bool {
 func remove(t *testing.T, name string, annotations map[string]string, force bool) {
 	t.Helper()
 
-	m := getMachine(t, name)
-	if m.Annotations == nil {
-		m.Annotations = map[string]string{}
-	}
+	// The controllers write the machine too: a conflict is retried on a fresh read.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m := getMachine(t, name)
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
 
-	m.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = "true"
-	for k, v := range annotations {
-		m.Annotations[k] = v
-	}
+		m.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = "true"
+		for k, v := range annotations {
+			m.Annotations[k] = v
+		}
 
-	m.Spec.ForceRemove = force
+		m.Spec.ForceRemove = force
 
-	must(t, k8s.Update(context.Background(), m))
-	must(t, k8s.Delete(context.Background(), m))
+		return k8s.Update(context.Background(), m)
+	}))
+	must(t, k8s.Delete(context.Background(), getMachine(t, name)))
 }
 
 func waitGone(t *testing.T, name string) {
