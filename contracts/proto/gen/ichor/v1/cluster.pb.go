@@ -23,6 +23,271 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AddDiscoveryRequest names addresses and subnets; at least one of either.
+type AddDiscoveryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// IP addresses of single machines.
+	Addresses []string `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// CIDRs to scan for the Talos API port.
+	Subnets       []string `protobuf:"bytes,2,rep,name=subnets,proto3" json:"subnets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddDiscoveryRequest) Reset() {
+	*x = AddDiscoveryRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddDiscoveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddDiscoveryRequest) ProtoMessage() {}
+
+func (x *AddDiscoveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddDiscoveryRequest.ProtoReflect.Descriptor instead.
+func (*AddDiscoveryRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AddDiscoveryRequest) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *AddDiscoveryRequest) GetSubnets() []string {
+	if x != nil {
+		return x.Subnets
+	}
+	return nil
+}
+
+// AddDiscoveryResponse is the cluster after the change.
+type AddDiscoveryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster.
+	Cluster       *Cluster `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddDiscoveryResponse) Reset() {
+	*x = AddDiscoveryResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddDiscoveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddDiscoveryResponse) ProtoMessage() {}
+
+func (x *AddDiscoveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddDiscoveryResponse.ProtoReflect.Descriptor instead.
+func (*AddDiscoveryResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AddDiscoveryResponse) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// Discovery is where discovery looks and what it found.
+type Discovery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The registered addresses (spec.discovery.addresses).
+	Addresses []string `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// The scanned subnets (spec.discovery.subnets).
+	Subnets []string `protobuf:"bytes,2,rep,name=subnets,proto3" json:"subnets,omitempty"`
+	// When the subnets were last scanned.
+	LastScanTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_scan_time,json=lastScanTime,proto3" json:"last_scan_time,omitempty"`
+	// A problem with the discovery settings.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// What was found at each address.
+	Results       []*DiscoveryResult `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Discovery) Reset() {
+	*x = Discovery{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Discovery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Discovery) ProtoMessage() {}
+
+func (x *Discovery) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Discovery.ProtoReflect.Descriptor instead.
+func (*Discovery) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Discovery) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *Discovery) GetSubnets() []string {
+	if x != nil {
+		return x.Subnets
+	}
+	return nil
+}
+
+func (x *Discovery) GetLastScanTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastScanTime
+	}
+	return nil
+}
+
+func (x *Discovery) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Discovery) GetResults() []*DiscoveryResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// DiscoveryResult is what discovery found at one address.
+type DiscoveryResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The probed address.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// Pending, Known, AlreadyConfigured, Unreachable or Conflict.
+	Result string `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// The TalosMachine the node is.
+	Machine string `protobuf:"bytes,3,opt,name=machine,proto3" json:"machine,omitempty"`
+	// Why, for a conflict or an unreachable node.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// When the address was probed.
+	ProbedAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=probed_at,json=probedAt,proto3" json:"probed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoveryResult) Reset() {
+	*x = DiscoveryResult{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoveryResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoveryResult) ProtoMessage() {}
+
+func (x *DiscoveryResult) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoveryResult.ProtoReflect.Descriptor instead.
+func (*DiscoveryResult) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DiscoveryResult) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *DiscoveryResult) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *DiscoveryResult) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *DiscoveryResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *DiscoveryResult) GetProbedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ProbedAt
+	}
+	return nil
+}
+
 // GetClusterRequest has no fields: ichor-ui serves one cluster.
 type GetClusterRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -32,7 +297,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +309,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +322,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 // GetClusterResponse carries the cluster.
@@ -71,7 +336,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -83,7 +348,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -96,7 +361,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetClusterResponse) GetCluster() *Cluster {
@@ -133,13 +398,19 @@ type Cluster struct {
 	MachinesApproved int32 `protobuf:"varint,11,opt,name=machines_approved,json=machinesApproved,proto3" json:"machines_approved,omitempty"`
 	// The resourceVersion the summary was read at.
 	ResourceVersion string `protobuf:"bytes,12,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Where discovery looks and what it found.
+	Discovery *Discovery `protobuf:"bytes,13,opt,name=discovery,proto3" json:"discovery,omitempty"`
+	// The Ichor version serving the API.
+	IchorVersion string `protobuf:"bytes,14,opt,name=ichor_version,json=ichorVersion,proto3" json:"ichor_version,omitempty"`
+	// The cluster's API endpoint.
+	Endpoint      string `protobuf:"bytes,15,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -151,7 +422,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -164,7 +435,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Cluster) GetName() string {
@@ -251,6 +522,27 @@ func (x *Cluster) GetResourceVersion() string {
 	return ""
 }
 
+func (x *Cluster) GetDiscovery() *Discovery {
+	if x != nil {
+		return x.Discovery
+	}
+	return nil
+}
+
+func (x *Cluster) GetIchorVersion() string {
+	if x != nil {
+		return x.IchorVersion
+	}
+	return ""
+}
+
+func (x *Cluster) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
 // Condition mirrors a Kubernetes status condition.
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -270,7 +562,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +574,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +587,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Condition) GetType() string {
@@ -342,7 +634,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +646,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +659,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 // WhoAmIResponse is the signed-in user.
@@ -383,7 +675,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +687,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +700,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WhoAmIResponse) GetUsername() string {
@@ -429,10 +721,27 @@ var File_ichor_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x13\n" +
+	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"M\n" +
+	"\x13AddDiscoveryRequest\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x18\n" +
+	"\asubnets\x18\x02 \x03(\tR\asubnets\"C\n" +
+	"\x14AddDiscoveryResponse\x12+\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xd4\x01\n" +
+	"\tDiscovery\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x18\n" +
+	"\asubnets\x18\x02 \x03(\tR\asubnets\x12@\n" +
+	"\x0elast_scan_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\flastScanTime\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x123\n" +
+	"\aresults\x18\x05 \x03(\v2\x19.ichor.v1.DiscoveryResultR\aresults\"\xb0\x01\n" +
+	"\x0fDiscoveryResult\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\tR\x06result\x12\x18\n" +
+	"\amachine\x18\x03 \x01(\tR\amachine\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x127\n" +
+	"\tprobed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bprobedAt\"\x13\n" +
 	"\x11GetClusterRequest\"A\n" +
 	"\x12GetClusterResponse\x12+\n" +
-	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xdd\x03\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xd1\x04\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12#\n" +
@@ -448,7 +757,10 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\x10machines_pending\x18\n" +
 	" \x01(\x05R\x0fmachinesPending\x12+\n" +
 	"\x11machines_approved\x18\v \x01(\x05R\x10machinesApproved\x12)\n" +
-	"\x10resource_version\x18\f \x01(\tR\x0fresourceVersion\"\xb7\x01\n" +
+	"\x10resource_version\x18\f \x01(\tR\x0fresourceVersion\x121\n" +
+	"\tdiscovery\x18\r \x01(\v2\x13.ichor.v1.DiscoveryR\tdiscovery\x12#\n" +
+	"\richor_version\x18\x0e \x01(\tR\fichorVersion\x12\x1a\n" +
+	"\bendpoint\x18\x0f \x01(\tR\bendpoint\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -458,11 +770,12 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\rWhoAmIRequest\"D\n" +
 	"\x0eWhoAmIResponse\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x16\n" +
-	"\x06groups\x18\x02 \x03(\tR\x06groups2\xc7\x01\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups2\xc0\x02\n" +
 	"\x0eClusterService\x12`\n" +
 	"\n" +
 	"GetCluster\x12\x1b.ichor.v1.GetClusterRequest\x1a\x1c.ichor.v1.GetClusterResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/cluster\x12S\n" +
-	"\x06WhoAmI\x12\x17.ichor.v1.WhoAmIRequest\x1a\x18.ichor.v1.WhoAmIResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/whoamiBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\x06WhoAmI\x12\x17.ichor.v1.WhoAmIRequest\x1a\x18.ichor.v1.WhoAmIResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/whoami\x12w\n" +
+	"\fAddDiscovery\x12\x1d.ichor.v1.AddDiscoveryRequest\x1a\x1e.ichor.v1.AddDiscoveryResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/api/v1/cluster/discovery:addBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_cluster_proto_rawDescOnce sync.Once
@@ -476,29 +789,40 @@ func file_ichor_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_cluster_proto_rawDescData
 }
 
-var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_ichor_v1_cluster_proto_goTypes = []any{
-	(*GetClusterRequest)(nil),     // 0: ichor.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),    // 1: ichor.v1.GetClusterResponse
-	(*Cluster)(nil),               // 2: ichor.v1.Cluster
-	(*Condition)(nil),             // 3: ichor.v1.Condition
-	(*WhoAmIRequest)(nil),         // 4: ichor.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),        // 5: ichor.v1.WhoAmIResponse
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*AddDiscoveryRequest)(nil),   // 0: ichor.v1.AddDiscoveryRequest
+	(*AddDiscoveryResponse)(nil),  // 1: ichor.v1.AddDiscoveryResponse
+	(*Discovery)(nil),             // 2: ichor.v1.Discovery
+	(*DiscoveryResult)(nil),       // 3: ichor.v1.DiscoveryResult
+	(*GetClusterRequest)(nil),     // 4: ichor.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),    // 5: ichor.v1.GetClusterResponse
+	(*Cluster)(nil),               // 6: ichor.v1.Cluster
+	(*Condition)(nil),             // 7: ichor.v1.Condition
+	(*WhoAmIRequest)(nil),         // 8: ichor.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),        // 9: ichor.v1.WhoAmIResponse
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_ichor_v1_cluster_proto_depIdxs = []int32{
-	2, // 0: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	3, // 1: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
-	6, // 2: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	0, // 3: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
-	4, // 4: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
-	1, // 5: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
-	5, // 6: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	6,  // 0: ichor.v1.AddDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	10, // 1: ichor.v1.Discovery.last_scan_time:type_name -> google.protobuf.Timestamp
+	3,  // 2: ichor.v1.Discovery.results:type_name -> ichor.v1.DiscoveryResult
+	10, // 3: ichor.v1.DiscoveryResult.probed_at:type_name -> google.protobuf.Timestamp
+	6,  // 4: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	7,  // 5: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
+	2,  // 6: ichor.v1.Cluster.discovery:type_name -> ichor.v1.Discovery
+	10, // 7: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	4,  // 8: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
+	8,  // 9: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
+	0,  // 10: ichor.v1.ClusterService.AddDiscovery:input_type -> ichor.v1.AddDiscoveryRequest
+	5,  // 11: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
+	9,  // 12: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
+	1,  // 13: ichor.v1.ClusterService.AddDiscovery:output_type -> ichor.v1.AddDiscoveryResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_cluster_proto_init() }
@@ -512,7 +836,7 @@ func file_ichor_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_cluster_proto_rawDesc), len(file_ichor_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

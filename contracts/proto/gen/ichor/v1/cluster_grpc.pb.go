@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_GetCluster_FullMethodName = "/ichor.v1.ClusterService/GetCluster"
-	ClusterService_WhoAmI_FullMethodName     = "/ichor.v1.ClusterService/WhoAmI"
+	ClusterService_GetCluster_FullMethodName   = "/ichor.v1.ClusterService/GetCluster"
+	ClusterService_WhoAmI_FullMethodName       = "/ichor.v1.ClusterService/WhoAmI"
+	ClusterService_AddDiscovery_FullMethodName = "/ichor.v1.ClusterService/AddDiscovery"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -34,6 +35,11 @@ type ClusterServiceClient interface {
 	GetCluster(ctx context.Context, in *GetClusterRequest, opts ...grpc.CallOption) (*GetClusterResponse, error)
 	// WhoAmI returns the signed-in user as ichor-ui impersonates them.
 	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error)
+	// AddDiscovery registers machines by address and subnets to scan: it adds
+	// them to the TalosCluster's spec.discovery as the signed-in user. Values
+	// already there are kept; the response is the cluster after the change.
+	// The results appear in Cluster.discovery as the controller probes.
+	AddDiscovery(ctx context.Context, in *AddDiscoveryRequest, opts ...grpc.CallOption) (*AddDiscoveryResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -64,6 +70,16 @@ func (c *clusterServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, op
 	return out, nil
 }
 
+func (c *clusterServiceClient) AddDiscovery(ctx context.Context, in *AddDiscoveryRequest, opts ...grpc.CallOption) (*AddDiscoveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddDiscoveryResponse)
+	err := c.cc.Invoke(ctx, ClusterService_AddDiscovery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -75,6 +91,11 @@ type ClusterServiceServer interface {
 	GetCluster(context.Context, *GetClusterRequest) (*GetClusterResponse, error)
 	// WhoAmI returns the signed-in user as ichor-ui impersonates them.
 	WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error)
+	// AddDiscovery registers machines by address and subnets to scan: it adds
+	// them to the TalosCluster's spec.discovery as the signed-in user. Values
+	// already there are kept; the response is the cluster after the change.
+	// The results appear in Cluster.discovery as the controller probes.
+	AddDiscovery(context.Context, *AddDiscoveryRequest) (*AddDiscoveryResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -90,6 +111,9 @@ func (UnimplementedClusterServiceServer) GetCluster(context.Context, *GetCluster
 }
 func (UnimplementedClusterServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
+}
+func (UnimplementedClusterServiceServer) AddDiscovery(context.Context, *AddDiscoveryRequest) (*AddDiscoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddDiscovery not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -148,6 +172,24 @@ func _ClusterService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_AddDiscovery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddDiscoveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).AddDiscovery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_AddDiscovery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).AddDiscovery(ctx, req.(*AddDiscoveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -162,6 +204,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WhoAmI",
 			Handler:    _ClusterService_WhoAmI_Handler,
+		},
+		{
+			MethodName: "AddDiscovery",
+			Handler:    _ClusterService_AddDiscovery_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -132,7 +132,13 @@ type Machine struct {
 	// The paths of an applied change that waits for a reboot.
 	RebootRequiredPaths []string `protobuf:"bytes,22,rep,name=reboot_required_paths,json=rebootRequiredPaths,proto3" json:"reboot_required_paths,omitempty"`
 	// When the TalosMachine was created.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The roles of the disks (spec.disks).
+	Disks []*DiskRole `protobuf:"bytes,24,rep,name=disks,proto3" json:"disks,omitempty"`
+	// The primary NIC's configuration (spec.network).
+	Network *MachineNetwork `protobuf:"bytes,25,opt,name=network,proto3" json:"network,omitempty"`
+	// The install disk (spec.install.disk).
+	InstallDisk   *DiskSelector `protobuf:"bytes,26,opt,name=install_disk,json=installDisk,proto3" json:"install_disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +330,27 @@ func (x *Machine) GetRebootRequiredPaths() []string {
 func (x *Machine) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Machine) GetDisks() []*DiskRole {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+func (x *Machine) GetNetwork() *MachineNetwork {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+func (x *Machine) GetInstallDisk() *DiskSelector {
+	if x != nil {
+		return x.InstallDisk
 	}
 	return nil
 }
@@ -1156,7 +1183,11 @@ type ApproveMachineRequest struct {
 	// The install disk; empty picks the only discovered disk.
 	InstallDisk *DiskSelector `protobuf:"bytes,5,opt,name=install_disk,json=installDisk,proto3" json:"install_disk,omitempty"`
 	// Confirms wiping an install disk that holds partitions or filesystems.
-	ConfirmWipe   bool `protobuf:"varint,6,opt,name=confirm_wipe,json=confirmWipe,proto3" json:"confirm_wipe,omitempty"`
+	ConfirmWipe bool `protobuf:"varint,6,opt,name=confirm_wipe,json=confirmWipe,proto3" json:"confirm_wipe,omitempty"`
+	// The roles of the other disks (ephemeral, userVolume, ...).
+	Disks []*DiskRole `protobuf:"bytes,7,rep,name=disks,proto3" json:"disks,omitempty"`
+	// The primary NIC and how it gets its address; unset lets Talos use DHCP on every link.
+	Network       *MachineNetwork `protobuf:"bytes,8,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1233,6 +1264,193 @@ func (x *ApproveMachineRequest) GetConfirmWipe() bool {
 	return false
 }
 
+func (x *ApproveMachineRequest) GetDisks() []*DiskRole {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+func (x *ApproveMachineRequest) GetNetwork() *MachineNetwork {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// DiskRole gives a disk a role (TalosMachine spec.disks).
+type DiskRole struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The disk.
+	Disk *DiskSelector `protobuf:"bytes,1,opt,name=disk,proto3" json:"disk,omitempty"`
+	// system, ephemeral, storage, userVolume or unused.
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// The volume name of a userVolume.
+	VolumeName string `protobuf:"bytes,3,opt,name=volume_name,json=volumeName,proto3" json:"volume_name,omitempty"`
+	// The largest size of the volume, 100GiB or 80%; empty for the whole disk.
+	MaxSize string `protobuf:"bytes,4,opt,name=max_size,json=maxSize,proto3" json:"max_size,omitempty"`
+	// Confirms wiping a disk that holds partitions or filesystems.
+	ConfirmWipe   bool `protobuf:"varint,5,opt,name=confirm_wipe,json=confirmWipe,proto3" json:"confirm_wipe,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskRole) Reset() {
+	*x = DiskRole{}
+	mi := &file_ichor_v1_machine_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskRole) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskRole) ProtoMessage() {}
+
+func (x *DiskRole) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_machine_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskRole.ProtoReflect.Descriptor instead.
+func (*DiskRole) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DiskRole) GetDisk() *DiskSelector {
+	if x != nil {
+		return x.Disk
+	}
+	return nil
+}
+
+func (x *DiskRole) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *DiskRole) GetVolumeName() string {
+	if x != nil {
+		return x.VolumeName
+	}
+	return ""
+}
+
+func (x *DiskRole) GetMaxSize() string {
+	if x != nil {
+		return x.MaxSize
+	}
+	return ""
+}
+
+func (x *DiskRole) GetConfirmWipe() bool {
+	if x != nil {
+		return x.ConfirmWipe
+	}
+	return false
+}
+
+// MachineNetwork is the primary NIC's configuration (TalosMachine spec.network).
+type MachineNetwork struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The permanent MAC address of the primary NIC.
+	MacAddress string `protobuf:"bytes,1,opt,name=mac_address,json=macAddress,proto3" json:"mac_address,omitempty"`
+	// Take the address from DHCP (static addresses are then not allowed).
+	Dhcp bool `protobuf:"varint,2,opt,name=dhcp,proto3" json:"dhcp,omitempty"`
+	// Static addresses in CIDR form.
+	Addresses []string `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// The default gateway of a static configuration.
+	Gateway string `protobuf:"bytes,4,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// DNS servers.
+	Nameservers []string `protobuf:"bytes,5,rep,name=nameservers,proto3" json:"nameservers,omitempty"`
+	// A VLAN ID on the primary NIC; 0 for none.
+	Vlan          int32 `protobuf:"varint,6,opt,name=vlan,proto3" json:"vlan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MachineNetwork) Reset() {
+	*x = MachineNetwork{}
+	mi := &file_ichor_v1_machine_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachineNetwork) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachineNetwork) ProtoMessage() {}
+
+func (x *MachineNetwork) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_machine_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachineNetwork.ProtoReflect.Descriptor instead.
+func (*MachineNetwork) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *MachineNetwork) GetMacAddress() string {
+	if x != nil {
+		return x.MacAddress
+	}
+	return ""
+}
+
+func (x *MachineNetwork) GetDhcp() bool {
+	if x != nil {
+		return x.Dhcp
+	}
+	return false
+}
+
+func (x *MachineNetwork) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *MachineNetwork) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *MachineNetwork) GetNameservers() []string {
+	if x != nil {
+		return x.Nameservers
+	}
+	return nil
+}
+
+func (x *MachineNetwork) GetVlan() int32 {
+	if x != nil {
+		return x.Vlan
+	}
+	return 0
+}
+
 // ApproveMachineResponse is the approved machine.
 type ApproveMachineResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1244,7 +1462,7 @@ type ApproveMachineResponse struct {
 
 func (x *ApproveMachineResponse) Reset() {
 	*x = ApproveMachineResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[15]
+	mi := &file_ichor_v1_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1474,7 @@ func (x *ApproveMachineResponse) String() string {
 func (*ApproveMachineResponse) ProtoMessage() {}
 
 func (x *ApproveMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[15]
+	mi := &file_ichor_v1_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1487,7 @@ func (x *ApproveMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveMachineResponse.ProtoReflect.Descriptor instead.
 func (*ApproveMachineResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApproveMachineResponse) GetMachine() *Machine {
@@ -1290,7 +1508,7 @@ type RejectMachineRequest struct {
 
 func (x *RejectMachineRequest) Reset() {
 	*x = RejectMachineRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[16]
+	mi := &file_ichor_v1_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1520,7 @@ func (x *RejectMachineRequest) String() string {
 func (*RejectMachineRequest) ProtoMessage() {}
 
 func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[16]
+	mi := &file_ichor_v1_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1533,7 @@ func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectMachineRequest.ProtoReflect.Descriptor instead.
 func (*RejectMachineRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{16}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RejectMachineRequest) GetName() string {
@@ -1336,7 +1554,7 @@ type RejectMachineResponse struct {
 
 func (x *RejectMachineResponse) Reset() {
 	*x = RejectMachineResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[17]
+	mi := &file_ichor_v1_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1566,7 @@ func (x *RejectMachineResponse) String() string {
 func (*RejectMachineResponse) ProtoMessage() {}
 
 func (x *RejectMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[17]
+	mi := &file_ichor_v1_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1579,7 @@ func (x *RejectMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectMachineResponse.ProtoReflect.Descriptor instead.
 func (*RejectMachineResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{17}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RejectMachineResponse) GetMachine() *Machine {
@@ -1386,7 +1604,7 @@ type RemoveMachineRequest struct {
 
 func (x *RemoveMachineRequest) Reset() {
 	*x = RemoveMachineRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[18]
+	mi := &file_ichor_v1_machine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1616,7 @@ func (x *RemoveMachineRequest) String() string {
 func (*RemoveMachineRequest) ProtoMessage() {}
 
 func (x *RemoveMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[18]
+	mi := &file_ichor_v1_machine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1629,7 @@ func (x *RemoveMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMachineRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMachineRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{18}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoveMachineRequest) GetName() string {
@@ -1446,7 +1664,7 @@ type RemoveMachineResponse struct {
 
 func (x *RemoveMachineResponse) Reset() {
 	*x = RemoveMachineResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[19]
+	mi := &file_ichor_v1_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1676,7 @@ func (x *RemoveMachineResponse) String() string {
 func (*RemoveMachineResponse) ProtoMessage() {}
 
 func (x *RemoveMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[19]
+	mi := &file_ichor_v1_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1689,7 @@ func (x *RemoveMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMachineResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMachineResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{19}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveMachineResponse) GetMachine() *Machine {
@@ -1492,7 +1710,7 @@ type GetEffectiveConfigRequest struct {
 
 func (x *GetEffectiveConfigRequest) Reset() {
 	*x = GetEffectiveConfigRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[20]
+	mi := &file_ichor_v1_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1722,7 @@ func (x *GetEffectiveConfigRequest) String() string {
 func (*GetEffectiveConfigRequest) ProtoMessage() {}
 
 func (x *GetEffectiveConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[20]
+	mi := &file_ichor_v1_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1735,7 @@ func (x *GetEffectiveConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEffectiveConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetEffectiveConfigRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{20}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetEffectiveConfigRequest) GetName() string {
@@ -1540,7 +1758,7 @@ type GetEffectiveConfigResponse struct {
 
 func (x *GetEffectiveConfigResponse) Reset() {
 	*x = GetEffectiveConfigResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[21]
+	mi := &file_ichor_v1_machine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1770,7 @@ func (x *GetEffectiveConfigResponse) String() string {
 func (*GetEffectiveConfigResponse) ProtoMessage() {}
 
 func (x *GetEffectiveConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[21]
+	mi := &file_ichor_v1_machine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1783,7 @@ func (x *GetEffectiveConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEffectiveConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetEffectiveConfigResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{21}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetEffectiveConfigResponse) GetEntries() []*ConfigEntry {
@@ -1605,7 +1823,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[22]
+	mi := &file_ichor_v1_machine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1835,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[22]
+	mi := &file_ichor_v1_machine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1848,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{22}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConfigEntry) GetKind() string {
@@ -1697,7 +1915,7 @@ type ConfigStep struct {
 
 func (x *ConfigStep) Reset() {
 	*x = ConfigStep{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[23]
+	mi := &file_ichor_v1_machine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1927,7 @@ func (x *ConfigStep) String() string {
 func (*ConfigStep) ProtoMessage() {}
 
 func (x *ConfigStep) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[23]
+	mi := &file_ichor_v1_machine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1940,7 @@ func (x *ConfigStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigStep.ProtoReflect.Descriptor instead.
 func (*ConfigStep) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{23}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ConfigStep) GetLayer() string {
@@ -1750,7 +1968,7 @@ var File_ichor_v1_machine_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x16ichor/v1/machine.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ichor/v1/cluster.proto\"\xc0\a\n" +
+	"\x16ichor/v1/machine.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ichor/v1/cluster.proto\"\xd9\b\n" +
 	"\aMachine\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12!\n" +
@@ -1779,7 +1997,10 @@ const file_ichor_v1_machine_proto_rawDesc = "" +
 	"driftPaths\x122\n" +
 	"\x15reboot_required_paths\x18\x16 \x03(\tR\x13rebootRequiredPaths\x129\n" +
 	"\n" +
-	"created_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x1a9\n" +
+	"created_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12(\n" +
+	"\x05disks\x18\x18 \x03(\v2\x12.ichor.v1.DiskRoleR\x05disks\x122\n" +
+	"\anetwork\x18\x19 \x01(\v2\x18.ichor.v1.MachineNetworkR\anetwork\x129\n" +
+	"\finstall_disk\x18\x1a \x01(\v2\x16.ichor.v1.DiskSelectorR\vinstallDisk\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"b\n" +
@@ -1844,17 +2065,34 @@ const file_ichor_v1_machine_proto_rawDesc = "" +
 	"\x10EVENT_TYPE_ADDED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_MODIFIED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_DELETED\x10\x03\x12\x15\n" +
-	"\x11EVENT_TYPE_SYNCED\x10\x04\"\xc3\x02\n" +
+	"\x11EVENT_TYPE_SYNCED\x10\x04\"\xa1\x03\n" +
 	"\x15ApproveMachineRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x17\n" +
 	"\x04role\x18\x02 \x01(\tB\x03\xe0A\x02R\x04role\x12\x1a\n" +
 	"\bhostname\x18\x03 \x01(\tR\bhostname\x12C\n" +
 	"\x06labels\x18\x04 \x03(\v2+.ichor.v1.ApproveMachineRequest.LabelsEntryR\x06labels\x129\n" +
 	"\finstall_disk\x18\x05 \x01(\v2\x16.ichor.v1.DiskSelectorR\vinstallDisk\x12!\n" +
-	"\fconfirm_wipe\x18\x06 \x01(\bR\vconfirmWipe\x1a9\n" +
+	"\fconfirm_wipe\x18\x06 \x01(\bR\vconfirmWipe\x12(\n" +
+	"\x05disks\x18\a \x03(\v2\x12.ichor.v1.DiskRoleR\x05disks\x122\n" +
+	"\anetwork\x18\b \x01(\v2\x18.ichor.v1.MachineNetworkR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x01\n" +
+	"\bDiskRole\x12*\n" +
+	"\x04disk\x18\x01 \x01(\v2\x16.ichor.v1.DiskSelectorR\x04disk\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1f\n" +
+	"\vvolume_name\x18\x03 \x01(\tR\n" +
+	"volumeName\x12\x19\n" +
+	"\bmax_size\x18\x04 \x01(\tR\amaxSize\x12!\n" +
+	"\fconfirm_wipe\x18\x05 \x01(\bR\vconfirmWipe\"\xb3\x01\n" +
+	"\x0eMachineNetwork\x12\x1f\n" +
+	"\vmac_address\x18\x01 \x01(\tR\n" +
+	"macAddress\x12\x12\n" +
+	"\x04dhcp\x18\x02 \x01(\bR\x04dhcp\x12\x1c\n" +
+	"\taddresses\x18\x03 \x03(\tR\taddresses\x12\x18\n" +
+	"\agateway\x18\x04 \x01(\tR\agateway\x12 \n" +
+	"\vnameservers\x18\x05 \x03(\tR\vnameservers\x12\x12\n" +
+	"\x04vlan\x18\x06 \x01(\x05R\x04vlan\"E\n" +
 	"\x16ApproveMachineResponse\x12+\n" +
 	"\amachine\x18\x01 \x01(\v2\x11.ichor.v1.MachineR\amachine\"/\n" +
 	"\x14RejectMachineRequest\x12\x17\n" +
@@ -1909,7 +2147,7 @@ func file_ichor_v1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_ichor_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ichor_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_ichor_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_ichor_v1_machine_proto_goTypes = []any{
 	(WatchMachinesResponse_EventType)(0), // 0: ichor.v1.WatchMachinesResponse.EventType
 	(*Machine)(nil),                      // 1: ichor.v1.Machine
@@ -1927,62 +2165,70 @@ var file_ichor_v1_machine_proto_goTypes = []any{
 	(*WatchMachinesRequest)(nil),         // 13: ichor.v1.WatchMachinesRequest
 	(*WatchMachinesResponse)(nil),        // 14: ichor.v1.WatchMachinesResponse
 	(*ApproveMachineRequest)(nil),        // 15: ichor.v1.ApproveMachineRequest
-	(*ApproveMachineResponse)(nil),       // 16: ichor.v1.ApproveMachineResponse
-	(*RejectMachineRequest)(nil),         // 17: ichor.v1.RejectMachineRequest
-	(*RejectMachineResponse)(nil),        // 18: ichor.v1.RejectMachineResponse
-	(*RemoveMachineRequest)(nil),         // 19: ichor.v1.RemoveMachineRequest
-	(*RemoveMachineResponse)(nil),        // 20: ichor.v1.RemoveMachineResponse
-	(*GetEffectiveConfigRequest)(nil),    // 21: ichor.v1.GetEffectiveConfigRequest
-	(*GetEffectiveConfigResponse)(nil),   // 22: ichor.v1.GetEffectiveConfigResponse
-	(*ConfigEntry)(nil),                  // 23: ichor.v1.ConfigEntry
-	(*ConfigStep)(nil),                   // 24: ichor.v1.ConfigStep
-	nil,                                  // 25: ichor.v1.Machine.LabelsEntry
-	nil,                                  // 26: ichor.v1.ApproveMachineRequest.LabelsEntry
-	(*Condition)(nil),                    // 27: ichor.v1.Condition
-	(*timestamppb.Timestamp)(nil),        // 28: google.protobuf.Timestamp
+	(*DiskRole)(nil),                     // 16: ichor.v1.DiskRole
+	(*MachineNetwork)(nil),               // 17: ichor.v1.MachineNetwork
+	(*ApproveMachineResponse)(nil),       // 18: ichor.v1.ApproveMachineResponse
+	(*RejectMachineRequest)(nil),         // 19: ichor.v1.RejectMachineRequest
+	(*RejectMachineResponse)(nil),        // 20: ichor.v1.RejectMachineResponse
+	(*RemoveMachineRequest)(nil),         // 21: ichor.v1.RemoveMachineRequest
+	(*RemoveMachineResponse)(nil),        // 22: ichor.v1.RemoveMachineResponse
+	(*GetEffectiveConfigRequest)(nil),    // 23: ichor.v1.GetEffectiveConfigRequest
+	(*GetEffectiveConfigResponse)(nil),   // 24: ichor.v1.GetEffectiveConfigResponse
+	(*ConfigEntry)(nil),                  // 25: ichor.v1.ConfigEntry
+	(*ConfigStep)(nil),                   // 26: ichor.v1.ConfigStep
+	nil,                                  // 27: ichor.v1.Machine.LabelsEntry
+	nil,                                  // 28: ichor.v1.ApproveMachineRequest.LabelsEntry
+	(*Condition)(nil),                    // 29: ichor.v1.Condition
+	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
 }
 var file_ichor_v1_machine_proto_depIdxs = []int32{
 	2,  // 0: ichor.v1.Machine.identity:type_name -> ichor.v1.MachineIdentity
 	3,  // 1: ichor.v1.Machine.approval:type_name -> ichor.v1.MachineApproval
-	25, // 2: ichor.v1.Machine.labels:type_name -> ichor.v1.Machine.LabelsEntry
-	27, // 3: ichor.v1.Machine.conditions:type_name -> ichor.v1.Condition
+	27, // 2: ichor.v1.Machine.labels:type_name -> ichor.v1.Machine.LabelsEntry
+	29, // 3: ichor.v1.Machine.conditions:type_name -> ichor.v1.Condition
 	4,  // 4: ichor.v1.Machine.hardware:type_name -> ichor.v1.MachineHardware
 	7,  // 5: ichor.v1.Machine.removal:type_name -> ichor.v1.MachineRemoval
-	28, // 6: ichor.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	28, // 7: ichor.v1.MachineApproval.decided_at:type_name -> google.protobuf.Timestamp
-	5,  // 8: ichor.v1.MachineHardware.disks:type_name -> ichor.v1.DiscoveredDisk
-	6,  // 9: ichor.v1.MachineHardware.links:type_name -> ichor.v1.DiscoveredLink
-	28, // 10: ichor.v1.MachineRemoval.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 11: ichor.v1.ListMachinesResponse.machines:type_name -> ichor.v1.Machine
-	1,  // 12: ichor.v1.GetMachineResponse.machine:type_name -> ichor.v1.Machine
-	0,  // 13: ichor.v1.WatchMachinesResponse.type:type_name -> ichor.v1.WatchMachinesResponse.EventType
-	1,  // 14: ichor.v1.WatchMachinesResponse.machine:type_name -> ichor.v1.Machine
-	26, // 15: ichor.v1.ApproveMachineRequest.labels:type_name -> ichor.v1.ApproveMachineRequest.LabelsEntry
-	8,  // 16: ichor.v1.ApproveMachineRequest.install_disk:type_name -> ichor.v1.DiskSelector
-	1,  // 17: ichor.v1.ApproveMachineResponse.machine:type_name -> ichor.v1.Machine
-	1,  // 18: ichor.v1.RejectMachineResponse.machine:type_name -> ichor.v1.Machine
-	1,  // 19: ichor.v1.RemoveMachineResponse.machine:type_name -> ichor.v1.Machine
-	23, // 20: ichor.v1.GetEffectiveConfigResponse.entries:type_name -> ichor.v1.ConfigEntry
-	24, // 21: ichor.v1.GetEffectiveConfigResponse.steps:type_name -> ichor.v1.ConfigStep
-	9,  // 22: ichor.v1.MachineService.ListMachines:input_type -> ichor.v1.ListMachinesRequest
-	11, // 23: ichor.v1.MachineService.GetMachine:input_type -> ichor.v1.GetMachineRequest
-	13, // 24: ichor.v1.MachineService.WatchMachines:input_type -> ichor.v1.WatchMachinesRequest
-	15, // 25: ichor.v1.MachineService.ApproveMachine:input_type -> ichor.v1.ApproveMachineRequest
-	17, // 26: ichor.v1.MachineService.RejectMachine:input_type -> ichor.v1.RejectMachineRequest
-	19, // 27: ichor.v1.MachineService.RemoveMachine:input_type -> ichor.v1.RemoveMachineRequest
-	21, // 28: ichor.v1.MachineService.GetEffectiveConfig:input_type -> ichor.v1.GetEffectiveConfigRequest
-	10, // 29: ichor.v1.MachineService.ListMachines:output_type -> ichor.v1.ListMachinesResponse
-	12, // 30: ichor.v1.MachineService.GetMachine:output_type -> ichor.v1.GetMachineResponse
-	14, // 31: ichor.v1.MachineService.WatchMachines:output_type -> ichor.v1.WatchMachinesResponse
-	16, // 32: ichor.v1.MachineService.ApproveMachine:output_type -> ichor.v1.ApproveMachineResponse
-	18, // 33: ichor.v1.MachineService.RejectMachine:output_type -> ichor.v1.RejectMachineResponse
-	20, // 34: ichor.v1.MachineService.RemoveMachine:output_type -> ichor.v1.RemoveMachineResponse
-	22, // 35: ichor.v1.MachineService.GetEffectiveConfig:output_type -> ichor.v1.GetEffectiveConfigResponse
-	29, // [29:36] is the sub-list for method output_type
-	22, // [22:29] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	30, // 6: ichor.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	16, // 7: ichor.v1.Machine.disks:type_name -> ichor.v1.DiskRole
+	17, // 8: ichor.v1.Machine.network:type_name -> ichor.v1.MachineNetwork
+	8,  // 9: ichor.v1.Machine.install_disk:type_name -> ichor.v1.DiskSelector
+	30, // 10: ichor.v1.MachineApproval.decided_at:type_name -> google.protobuf.Timestamp
+	5,  // 11: ichor.v1.MachineHardware.disks:type_name -> ichor.v1.DiscoveredDisk
+	6,  // 12: ichor.v1.MachineHardware.links:type_name -> ichor.v1.DiscoveredLink
+	30, // 13: ichor.v1.MachineRemoval.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: ichor.v1.ListMachinesResponse.machines:type_name -> ichor.v1.Machine
+	1,  // 15: ichor.v1.GetMachineResponse.machine:type_name -> ichor.v1.Machine
+	0,  // 16: ichor.v1.WatchMachinesResponse.type:type_name -> ichor.v1.WatchMachinesResponse.EventType
+	1,  // 17: ichor.v1.WatchMachinesResponse.machine:type_name -> ichor.v1.Machine
+	28, // 18: ichor.v1.ApproveMachineRequest.labels:type_name -> ichor.v1.ApproveMachineRequest.LabelsEntry
+	8,  // 19: ichor.v1.ApproveMachineRequest.install_disk:type_name -> ichor.v1.DiskSelector
+	16, // 20: ichor.v1.ApproveMachineRequest.disks:type_name -> ichor.v1.DiskRole
+	17, // 21: ichor.v1.ApproveMachineRequest.network:type_name -> ichor.v1.MachineNetwork
+	8,  // 22: ichor.v1.DiskRole.disk:type_name -> ichor.v1.DiskSelector
+	1,  // 23: ichor.v1.ApproveMachineResponse.machine:type_name -> ichor.v1.Machine
+	1,  // 24: ichor.v1.RejectMachineResponse.machine:type_name -> ichor.v1.Machine
+	1,  // 25: ichor.v1.RemoveMachineResponse.machine:type_name -> ichor.v1.Machine
+	25, // 26: ichor.v1.GetEffectiveConfigResponse.entries:type_name -> ichor.v1.ConfigEntry
+	26, // 27: ichor.v1.GetEffectiveConfigResponse.steps:type_name -> ichor.v1.ConfigStep
+	9,  // 28: ichor.v1.MachineService.ListMachines:input_type -> ichor.v1.ListMachinesRequest
+	11, // 29: ichor.v1.MachineService.GetMachine:input_type -> ichor.v1.GetMachineRequest
+	13, // 30: ichor.v1.MachineService.WatchMachines:input_type -> ichor.v1.WatchMachinesRequest
+	15, // 31: ichor.v1.MachineService.ApproveMachine:input_type -> ichor.v1.ApproveMachineRequest
+	19, // 32: ichor.v1.MachineService.RejectMachine:input_type -> ichor.v1.RejectMachineRequest
+	21, // 33: ichor.v1.MachineService.RemoveMachine:input_type -> ichor.v1.RemoveMachineRequest
+	23, // 34: ichor.v1.MachineService.GetEffectiveConfig:input_type -> ichor.v1.GetEffectiveConfigRequest
+	10, // 35: ichor.v1.MachineService.ListMachines:output_type -> ichor.v1.ListMachinesResponse
+	12, // 36: ichor.v1.MachineService.GetMachine:output_type -> ichor.v1.GetMachineResponse
+	14, // 37: ichor.v1.MachineService.WatchMachines:output_type -> ichor.v1.WatchMachinesResponse
+	18, // 38: ichor.v1.MachineService.ApproveMachine:output_type -> ichor.v1.ApproveMachineResponse
+	20, // 39: ichor.v1.MachineService.RejectMachine:output_type -> ichor.v1.RejectMachineResponse
+	22, // 40: ichor.v1.MachineService.RemoveMachine:output_type -> ichor.v1.RemoveMachineResponse
+	24, // 41: ichor.v1.MachineService.GetEffectiveConfig:output_type -> ichor.v1.GetEffectiveConfigResponse
+	35, // [35:42] is the sub-list for method output_type
+	28, // [28:35] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_machine_proto_init() }
@@ -1997,7 +2243,7 @@ func file_ichor_v1_machine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_machine_proto_rawDesc), len(file_ichor_v1_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
