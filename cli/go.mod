@@ -3,6 +3,7 @@ module github.com/maeshinshin/ichor/cli
 go 1.26.8
 
 require (
+	github.com/alexedwards/argon2id v1.0.0
 	github.com/cosi-project/runtime v1.16.3
 	github.com/maeshinshin/ichor/contracts v0.0.0
 	github.com/siderolabs/crypto v0.6.5

@@ -3,6 +3,7 @@ module github.com/maeshinshin/ichor/contracts
 go 1.26.8
 
 require (
+	github.com/alexedwards/argon2id v1.0.0
 	github.com/blang/semver/v4 v4.0.0
 	github.com/cosi-project/runtime v1.16.3
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0

@@ -41,6 +41,10 @@ const (
 	argMachine = "MACHINE"
 	// colName heads the first column of the tables.
 	colName = "NAME"
+	// colAge heads the age column of the tables.
+	colAge = "AGE"
+	// flagRole is the role flag of approve, config and user create.
+	flagRole = "role"
 	// annotationTrue is the value of a consent annotation.
 	annotationTrue = "true"
 )
@@ -77,6 +81,7 @@ func New() *cli.Command {
 			nodeCommand(),
 			configCommand(),
 			secretsCommand(),
+			userCommand(),
 		},
 	}
 	// Repeatable flags are repeated (--label a=1 --label b=2): a comma is part

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"time"
 
@@ -130,7 +129,7 @@ func clusterGet(ctx context.Context, cmd *cli.Command) error {
 		r.printf("No clusters in namespace %s.\n", r.ns())
 		return nil
 	}
-	t := &output.Rows{Header: []string{colName, "TALOS", "KUBERNETES", "CONTROL PLANES", "WORKERS", "PENDING", "ENDPOINT", "READY", "AGE"}}
+	t := &output.Rows{Header: []string{colName, "TALOS", "KUBERNETES", "CONTROL PLANES", "WORKERS", "PENDING", "ENDPOINT", "READY", colAge}}
 	now := time.Now()
 	for i := range all {
 		c := &all[i]
@@ -203,18 +202,15 @@ func discoveryAdd(ctx context.Context, cmd *cli.Command) error {
 	}
 	var addrs, subnets []string
 	for _, a := range cmd.Args().Slice() {
-		if ip := net.ParseIP(a); ip != nil {
-			addrs = append(addrs, ip.String())
-			continue
+		addr, subnet, err := ichorv1alpha1.ParseDiscoveryTarget(a)
+		if err != nil {
+			return err
 		}
-		if _, n, err := net.ParseCIDR(a); err == nil {
-			if n.String() != a {
-				return fmt.Errorf("%q is not a subnet address: did you mean %s?", a, n.String())
-			}
-			subnets = append(subnets, a)
-			continue
+		if addr != "" {
+			addrs = append(addrs, addr)
+		} else {
+			subnets = append(subnets, subnet)
 		}
-		return fmt.Errorf("%q is neither an IP address (192.168.10.5) nor a subnet (192.168.10.0/24)", a)
 	}
 	r, err := connected(cmd)
 	if err != nil {
@@ -231,19 +227,7 @@ func discoveryAdd(ctx context.Context, cmd *cli.Command) error {
 			return err
 		}
 		name = c.Name
-		added = added[:0]
-		for _, a := range addrs {
-			if !slices.Contains(c.Spec.Discovery.Addresses, a) {
-				c.Spec.Discovery.Addresses = append(c.Spec.Discovery.Addresses, a)
-				added = append(added, a)
-			}
-		}
-		for _, s := range subnets {
-			if !slices.Contains(c.Spec.Discovery.Subnets, s) {
-				c.Spec.Discovery.Subnets = append(c.Spec.Discovery.Subnets, s)
-				added = append(added, s)
-			}
-		}
+		added = c.Spec.Discovery.Add(addrs, subnets)
 		if len(added) == 0 {
 			return nil
 		}

@@ -25,7 +25,7 @@ import (
 )
 
 func configCommand() *cli.Command {
-	roleFlag := &cli.StringFlag{Name: "role", Usage: "render a pending machine as `ROLE` (controlplane or worker) for a preview; nothing is written"}
+	roleFlag := &cli.StringFlag{Name: flagRole, Usage: "render a pending machine as `ROLE` (controlplane or worker) for a preview; nothing is written"}
 	return &cli.Command{
 		Name:   "config",
 		Usage:  "show a machine's effective configuration and what a patch would change",
@@ -65,7 +65,7 @@ func (r *run) renderInputs(ctx context.Context, cmd *cli.Command, name string) (
 	if err != nil {
 		return render.Input{}, err
 	}
-	if role := cmd.String("role"); role != "" {
+	if role := cmd.String(flagRole); role != "" {
 		if role != ichorv1alpha1.RoleControlPlane && role != ichorv1alpha1.RoleWorker {
 			return render.Input{}, fmt.Errorf("--role %q: use controlplane or worker", role)
 		}

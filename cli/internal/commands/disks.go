@@ -2,13 +2,13 @@ package commands
 
 import (
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/approval"
 )
 
 // selectorSyntax is how a disk selector is written on the command line.
@@ -38,30 +38,12 @@ func parseDiskSelector(s string) (ichorv1alpha1.DiskSelector, error) {
 	return sel, nil
 }
 
-func describeDisks(disks []ichorv1alpha1.DiscoveredDisk) string {
-	parts := make([]string, 0, len(disks))
-	for _, d := range disks {
-		sel, _ := d.StableSelector()
-		parts = append(parts, fmt.Sprintf("%s (%s)", d.DevicePath, sel.String()))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
-// findDisk resolves a selector against the discovered disks; with no
-// discovered disks, the selector is taken as given.
-func findDisk(sel ichorv1alpha1.DiskSelector, disks []ichorv1alpha1.DiscoveredDisk) (*ichorv1alpha1.DiscoveredDisk, error) {
-	if len(disks) == 0 {
-		return nil, nil
-	}
-	for i := range disks {
-		if sel.Matches(disks[i]) {
-			return &disks[i], nil
-		}
-	}
-	return nil, fmt.Errorf("no disk discovered on the machine matches %s; the disks are: %s", sel.String(), describeDisks(disks))
+// diskFields name the approve command's disk flags in the shared messages.
+var diskFields = approval.Fields{
+	InstallDisk:     "pass --install-disk " + selectorSyntax,
+	ConfirmWipe:     "--confirm-wipe",
+	DiskRole:        func(dr ichorv1alpha1.DiskRole) string { return "--disk " + dr.Role + "=" + dr.Disk.String() },
+	RoleConfirmWipe: "add ,confirmWipe",
 }
 
 // parseDiskRole reads ROLE=SELECTOR[,volume=NAME][,maxSize=SIZE][,confirmWipe].
@@ -132,64 +114,8 @@ func parseLabels(in []string) (map[string]string, error) {
 
 // parseNetwork builds spec.network from the approval flags.
 func parseNetwork(nic string, dhcp bool, addresses []string, gateway string, nameservers []string, vlan int, links []ichorv1alpha1.DiscoveredLink) (ichorv1alpha1.MachineNetwork, error) {
-	var n ichorv1alpha1.MachineNetwork
-	if nic != "" {
-		hw, err := net.ParseMAC(nic)
-		if err != nil || len(hw) != 6 {
-			return n, fmt.Errorf("--nic %q is not a MAC address such as 52:54:00:12:34:56", nic)
-		}
-		n.MACAddress = hw.String()
-		if len(links) > 0 {
-			known := false
-			var macs []string
-			for _, l := range links {
-				if l.PermanentMAC != "" {
-					macs = append(macs, l.PermanentMAC+" ("+l.Name+")")
-				}
-				if strings.EqualFold(l.PermanentMAC, n.MACAddress) {
-					known = true
-				}
-			}
-			if !known {
-				return n, fmt.Errorf("--nic %s is not a permanent MAC discovery read on the machine; the links are: %s", n.MACAddress, strings.Join(macs, ", "))
-			}
-		}
-	}
-	if dhcp && len(addresses) > 0 {
-		return n, fmt.Errorf("--dhcp and --address exclude each other: use DHCP or static addresses")
-	}
-	if dhcp {
-		n.DHCP = new(true)
-	}
-	for _, a := range addresses {
-		if _, _, err := net.ParseCIDR(a); err != nil {
-			return n, fmt.Errorf("--address %q is not an address in CIDR form such as 192.168.10.5/24", a)
-		}
-		n.Addresses = append(n.Addresses, a)
-	}
-	if gateway != "" {
-		if len(n.Addresses) == 0 {
-			return n, fmt.Errorf("--gateway needs a static --address")
-		}
-		if net.ParseIP(gateway) == nil {
-			return n, fmt.Errorf("--gateway %q is not an IP address", gateway)
-		}
-		n.Gateway = gateway
-	}
-	for _, ns := range nameservers {
-		if net.ParseIP(ns) == nil {
-			return n, fmt.Errorf("--nameserver %q is not an IP address", ns)
-		}
-		n.Nameservers = append(n.Nameservers, ns)
-	}
-	if vlan != 0 {
-		if vlan < 1 || vlan > 4094 {
-			return n, fmt.Errorf("--vlan %d is not a VLAN ID (1-4094)", vlan)
-		}
-		v := int32(vlan)
-		n.VLAN = &v
-	}
-	return n, nil
+	return approval.Network(approval.NetworkInput{NIC: nic, DHCP: dhcp, Addresses: addresses, Gateway: gateway, Nameservers: nameservers, VLAN: vlan}, links,
+		approval.NetworkFields{NIC: "--nic", DHCP: "--dhcp", Address: "--address", Gateway: "--gateway", Nameserver: "--nameserver", VLAN: "--vlan"})
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -2,7 +2,6 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/approval"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
@@ -49,7 +49,7 @@ func machineCommand() *cli.Command {
 				ArgsUsage:     argMachine,
 				ShellComplete: completeMachines,
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "role", Usage: "`ROLE`: controlplane or worker (required)"},
+					&cli.StringFlag{Name: flagRole, Usage: "`ROLE`: controlplane or worker (required)"},
 					&cli.StringSliceFlag{Name: "label", Usage: "node label `KEY=VALUE` (repeatable)"},
 					&cli.StringFlag{Name: "hostname", Usage: "node `HOSTNAME` (default: Talos's)"},
 					&cli.StringFlag{Name: "install-disk", Usage: "system disk `SELECTOR`: " + selectorSyntax + " (default: the only discovered disk, keyed on its most stable attribute)"},
@@ -92,7 +92,7 @@ func completeMachines(ctx context.Context, cmd *cli.Command) {
 }
 
 func machineTable() *output.Rows {
-	return &output.Rows{Header: []string{colName, "CLUSTER", "ROLE", "APPROVAL", "STAGE", "ADDRESS", "READY", "AGE"}}
+	return &output.Rows{Header: []string{colName, "CLUSTER", "ROLE", "APPROVAL", "STAGE", "ADDRESS", "READY", colAge}}
 }
 
 func machineRow(m *ichorv1alpha1.TalosMachine, now time.Time) []string {
@@ -484,7 +484,7 @@ func machineApprove(ctx context.Context, cmd *cli.Command) error {
 	if err := requireOneArg(cmd, "one MACHINE"); err != nil {
 		return err
 	}
-	role := cmd.String("role")
+	role := cmd.String(flagRole)
 	if role != ichorv1alpha1.RoleControlPlane && role != ichorv1alpha1.RoleWorker {
 		return fmt.Errorf("--role is required: controlplane or worker (got %q)", role)
 	}
@@ -527,15 +527,15 @@ func machineApprove(ctx context.Context, cmd *cli.Command) error {
 			return err
 		}
 		for _, dr := range diskRoles {
-			if _, err := findDisk(dr.Disk, disks); err != nil {
+			if _, err := approval.Find(dr.Disk, disks); err != nil {
 				return fmt.Errorf("--disk %s: %w", dr.Disk.String(), err)
 			}
 		}
-		install, note, err := chooseInstallDisk(installSel, disks, diskRoles)
+		install, note, err := approval.ChooseInstallDisk(installSel, disks, diskRoles, diskFields)
 		if err != nil {
 			return err
 		}
-		if err := checkWipes(install, cmd.Bool("confirm-wipe"), diskRoles, disks); err != nil {
+		if err := approval.CheckWipes(install, cmd.Bool("confirm-wipe"), diskRoles, disks, diskFields); err != nil {
 			return err
 		}
 		if note != "" {
@@ -576,76 +576,6 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
-}
-
-// chooseInstallDisk returns the system disk: the one given, or else the only
-// discovered disk without another role, keyed on its most stable attribute.
-func chooseInstallDisk(given *ichorv1alpha1.DiskSelector, disks []ichorv1alpha1.DiscoveredDisk, roles []ichorv1alpha1.DiskRole) (*ichorv1alpha1.DiskSelector, string, error) {
-	if given != nil {
-		d, err := findDisk(*given, disks)
-		if err != nil {
-			return nil, "", fmt.Errorf("--install-disk: %w", err)
-		}
-		if d != nil {
-			if sel, stable := d.StableSelector(); !stable {
-				return given, fmt.Sprintf("install disk %s: nothing stable to key on (no WWID, serial, by-id or bus path); the device name may change across boots", d.DevicePath), nil
-			} else if sel.String() != given.String() {
-				return given, fmt.Sprintf("install disk %s by %s (a more stable key exists: %s)", d.DevicePath, given.String(), sel.String()), nil
-			}
-			return given, fmt.Sprintf("install disk %s by %s", d.DevicePath, given.String()), nil
-		}
-		return given, "", nil
-	}
-	var candidates []ichorv1alpha1.DiscoveredDisk
-	for _, d := range disks {
-		taken := false
-		for _, dr := range roles {
-			if dr.Disk.Matches(d) {
-				taken = true
-			}
-		}
-		if !taken {
-			candidates = append(candidates, d)
-		}
-	}
-	switch len(candidates) {
-	case 0:
-		if len(disks) == 0 {
-			return nil, "", errors.New("discovery read no disks on this machine, so the install disk cannot be chosen: pass --install-disk " + selectorSyntax)
-		}
-		return nil, "", errors.New("every discovered disk has another role: pass --install-disk " + selectorSyntax)
-	case 1:
-	default:
-		return nil, "", fmt.Errorf("the machine has %d disks, so the install disk is not guessed: pass --install-disk with one of: %s",
-			len(candidates), describeDisks(candidates))
-	}
-	d := candidates[0]
-	sel, stable := d.StableSelector()
-	if !stable {
-		return &sel, fmt.Sprintf("install disk %s: nothing stable to key on (no WWID, serial, by-id or bus path); keyed on the device path, which may change across boots", d.DevicePath), nil
-	}
-	return &sel, fmt.Sprintf("install disk %s by %s", d.DevicePath, sel.String()), nil
-}
-
-// checkWipes refuses disks that hold partitions or filesystems unless the
-// person confirmed: the install wipes the system disk (machine.install.wipe
-// defaults to true), and Talos will not provision a volume over existing data.
-func checkWipes(install *ichorv1alpha1.DiskSelector, confirmInstall bool, roles []ichorv1alpha1.DiskRole, disks []ichorv1alpha1.DiscoveredDisk) error {
-	if install != nil && !confirmInstall {
-		if d, _ := findDisk(*install, disks); d != nil && d.HasPartitions {
-			return fmt.Errorf("install disk %s holds partitions or filesystems, which the install wipes: pass --confirm-wipe if that is intended, or choose another --install-disk", d.DevicePath)
-		}
-	}
-	for _, dr := range roles {
-		if dr.ConfirmWipe {
-			continue
-		}
-		if d, _ := findDisk(dr.Disk, disks); d != nil && d.HasPartitions {
-			return fmt.Errorf("--disk %s=%s: %s holds partitions or filesystems, and Talos does not provision a volume over them: add ,confirmWipe to use it anyway",
-				dr.Role, dr.Disk.String(), d.DevicePath)
-		}
-	}
-	return nil
 }
 
 func machineReject(ctx context.Context, cmd *cli.Command) error {

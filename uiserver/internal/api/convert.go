@@ -79,6 +79,18 @@ func machineToProto(m *ichorv1alpha1.TalosMachine) *ichorv1.Machine {
 		}
 		out.Hardware = h
 	}
+	for _, d := range m.Spec.Disks {
+		out.Disks = append(out.Disks, &ichorv1.DiskRole{Disk: diskSelectorToProto(&d.Disk), Role: d.Role, VolumeName: d.VolumeName,
+			MaxSize: d.MaxSize, ConfirmWipe: d.ConfirmWipe})
+	}
+	if n := m.Spec.Network; n.MACAddress != "" || n.DHCP != nil || len(n.Addresses) > 0 || n.VLAN != nil || len(n.Nameservers) > 0 {
+		out.Network = &ichorv1.MachineNetwork{MacAddress: n.MACAddress, Dhcp: n.DHCP != nil && *n.DHCP,
+			Addresses: append([]string(nil), n.Addresses...), Gateway: n.Gateway, Nameservers: append([]string(nil), n.Nameservers...)}
+		if n.VLAN != nil {
+			out.Network.Vlan = *n.VLAN
+		}
+	}
+	out.InstallDisk = diskSelectorToProto(m.Spec.Install.Disk)
 	if r := m.Status.Removal; r != nil {
 		out.Removal = &ichorv1.MachineRemoval{Phase: r.Phase, StartedAt: ts(r.StartedAt), Message: r.Message}
 	}
@@ -94,4 +106,11 @@ func diskSelectorFromProto(s *ichorv1.DiskSelector) *ichorv1alpha1.DiskSelector 
 		return nil
 	}
 	return out
+}
+
+func diskSelectorToProto(s *ichorv1alpha1.DiskSelector) *ichorv1.DiskSelector {
+	if s == nil || *s == (ichorv1alpha1.DiskSelector{}) {
+		return nil
+	}
+	return &ichorv1.DiskSelector{Wwid: s.WWID, Serial: s.Serial, ById: s.ByID, BusPath: s.BusPath, DevicePath: s.DevicePath}
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/approval"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
@@ -297,10 +298,28 @@ func (s *Server) ApproveMachine(ctx context.Context, req *ichorv1.ApproveMachine
 			return status.Errorf(codes.FailedPrecondition, "machine %s is already approved (by %s); to change its role, remove it and approve it again",
 				name, orUnknown(m.Spec.Approval.DecidedBy))
 		}
-		install, err := chooseInstallDisk(diskSelectorFromProto(req.GetInstallDisk()), req.GetConfirmWipe(), m.Status.Hardware.Disks)
+		disks := m.Status.Hardware.Disks
+		roles, err := diskRolesFromProto(req.GetDisks(), disks)
 		if err != nil {
 			return err
 		}
+		install, _, err := approval.ChooseInstallDisk(diskSelectorFromProto(req.GetInstallDisk()), disks, roles, approveFields)
+		if err != nil {
+			return invalid("%s", err.Error())
+		}
+		if err := approval.CheckWipes(install, req.GetConfirmWipe(), roles, disks, approveFields); err != nil {
+			return invalid("%s", err.Error())
+		}
+		var network ichorv1alpha1.MachineNetwork
+		if n := req.GetNetwork(); n != nil {
+			network, err = approval.Network(approval.NetworkInput{NIC: n.GetMacAddress(), DHCP: n.GetDhcp(), Addresses: n.GetAddresses(),
+				Gateway: n.GetGateway(), Nameservers: n.GetNameservers(), VLAN: int(n.GetVlan())}, m.Status.Hardware.Links, networkFields)
+			if err != nil {
+				return invalid("%s", err.Error())
+			}
+		}
+		m.Spec.Disks = roles
+		m.Spec.Network = network
 		m.Spec.Role = role
 		if h := req.GetHostname(); h != "" {
 			m.Spec.Hostname = h
@@ -433,29 +452,45 @@ func orUnknown(s string) string {
 
 // chooseInstallDisk returns the system disk: the one given (which must be a
 // discovered disk when discovery read any), or else the only discovered disk.
-func chooseInstallDisk(given *ichorv1alpha1.DiskSelector, confirmWipe bool, disks []ichorv1alpha1.DiscoveredDisk) (*ichorv1alpha1.DiskSelector, error) {
-	var chosen *ichorv1alpha1.DiscoveredDisk
-	switch {
-	case given != nil:
-		for i := range disks {
-			if given.Matches(disks[i]) {
-				chosen = &disks[i]
+// approveFields and networkFields name ApproveMachineRequest's fields in the
+// shared approval messages.
+var (
+	approveFields = approval.Fields{
+		InstallDisk:     "set install_disk",
+		ConfirmWipe:     "confirm_wipe",
+		DiskRole:        func(dr ichorv1alpha1.DiskRole) string { return "disk role " + dr.Role + " on " + dr.Disk.String() },
+		RoleConfirmWipe: "set its confirm_wipe",
+	}
+	networkFields = approval.NetworkFields{
+		NIC: "network.mac_address", DHCP: "network.dhcp", Address: "network.addresses", Gateway: "network.gateway",
+		Nameserver: "network.nameservers", VLAN: "network.vlan",
+	}
+)
+
+// diskRolesFromProto checks the requested disk roles against the discovered disks.
+func diskRolesFromProto(in []*ichorv1.DiskRole, disks []ichorv1alpha1.DiscoveredDisk) ([]ichorv1alpha1.DiskRole, error) {
+	var out []ichorv1alpha1.DiskRole
+	for i, d := range in {
+		sel := diskSelectorFromProto(d.GetDisk())
+		if sel == nil {
+			return nil, invalid("disks[%d].disk is required: name the disk by wwid, serial, by_id, bus_path or device_path", i)
+		}
+		switch d.GetRole() {
+		case ichorv1alpha1.DiskRoleEphemeral:
+		case ichorv1alpha1.DiskRoleUserVolume:
+			if d.GetVolumeName() == "" {
+				return nil, invalid("disks[%d]: a userVolume needs volume_name", i)
 			}
+		case ichorv1alpha1.DiskRoleSystem:
+			return nil, invalid("disks[%d]: the system disk is set with install_disk", i)
+		default:
+			return nil, invalid("disks[%d].role %q: use ephemeral or userVolume", i, d.GetRole())
 		}
-		if chosen == nil && len(disks) > 0 {
-			return nil, invalid("install_disk matches none of the %d disks discovery read; pick one of the machine's disks", len(disks))
+		if _, err := approval.Find(*sel, disks); err != nil {
+			return nil, invalid("disks[%d]: %s", i, err.Error())
 		}
-	case len(disks) == 1:
-		chosen = &disks[0]
-		sel, _ := chosen.StableSelector()
-		given = &sel
-	case len(disks) == 0:
-		return nil, invalid("discovery read no disks on this machine, so the install disk cannot be chosen: set install_disk")
-	default:
-		return nil, invalid("the machine has %d disks, so the install disk is not guessed: set install_disk", len(disks))
+		out = append(out, ichorv1alpha1.DiskRole{Disk: *sel, Role: d.GetRole(), VolumeName: d.GetVolumeName(),
+			MaxSize: d.GetMaxSize(), ConfirmWipe: d.GetConfirmWipe()})
 	}
-	if chosen != nil && chosen.HasPartitions && !confirmWipe {
-		return nil, invalid("install disk %s holds partitions or filesystems, which the install wipes: set confirm_wipe if that is intended, or choose another disk", chosen.DevicePath)
-	}
-	return given, nil
+	return out, nil
 }

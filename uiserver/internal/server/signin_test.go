@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -21,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/uiserver/internal/users"
+	"github.com/maeshinshin/ichor/contracts/pkg/userpass"
 )
 
 const (
@@ -40,7 +41,7 @@ func newUser(t *testing.T, name, password string, roles ...string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := users.SetPassword(ctx, admin, testNS, name, password); err != nil {
+	if err := userpass.Set(ctx, admin, testNS, name, password); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -491,7 +492,7 @@ func TestSignInLeavesNoSecretInTheLog(t *testing.T) {
 	do(t, c, http.MethodPost, baseURL+"/oidc/revoke", url.Values{"token": {next.RefreshToken}, "client_id": {oidcClientID}})
 
 	secret := &corev1.Secret{}
-	if err := admin.Get(context.Background(), keyOf(users.CredentialsSecret), secret); err != nil {
+	if err := admin.Get(context.Background(), keyOf(userpass.CredentialsSecret), secret); err != nil {
 		t.Fatal(err)
 	}
 	hash := string(secret.Data["logan"])
@@ -517,7 +518,7 @@ func TestSignInLeavesNoSecretInTheLog(t *testing.T) {
 // password, then sign in with it; bad input is refused clearly.
 func TestSignInPasswordHelper(t *testing.T) {
 	ctx := context.Background()
-	pw, err := users.CreateWithPassword(ctx, admin, testNS, "demo-admin", "Demo admin", ichorv1alpha1.UserRoleAdmin)
+	pw, err := userpass.Create(ctx, admin, testNS, ichorv1alpha1.IchorUserSpec{DisplayName: "Demo admin", Roles: []string{ichorv1alpha1.UserRoleAdmin}}, "demo-admin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +526,7 @@ func TestSignInPasswordHelper(t *testing.T) {
 		t.Fatalf("generated password has %d characters, want at least 20", len(pw))
 	}
 	secret := &corev1.Secret{}
-	if err := admin.Get(ctx, keyOf(users.CredentialsSecret), secret); err != nil {
+	if err := admin.Get(ctx, keyOf(userpass.CredentialsSecret), secret); err != nil {
 		t.Fatal(err)
 	}
 	if h := string(secret.Data["demo-admin"]); !strings.HasPrefix(h, "$argon2id$") || strings.Contains(h, pw) {
@@ -535,12 +536,20 @@ func TestSignInPasswordHelper(t *testing.T) {
 	if err != nil || claims.Username != "ichor:demo-admin" || len(claims.Groups) != 1 || claims.Groups[0] != "ichor:admin" {
 		t.Fatalf("signed in as %v (%v)", claims, err)
 	}
-	if err := users.SetPassword(ctx, admin, testNS, "no-such-user", "long-enough-password"); err == nil || !strings.Contains(err.Error(), "create the user") {
+	if err := userpass.Set(ctx, admin, testNS, "no-such-user", "long-enough-password"); err == nil || !strings.Contains(err.Error(), "create the user") {
 		t.Errorf("setting the password of a missing user: %v", err)
 	}
-	if err := users.SetPassword(ctx, admin, testNS, "demo-admin", "short"); err == nil || strings.Contains(err.Error(), "short\"") || !strings.Contains(err.Error(), "12 characters") {
+	if err := userpass.Set(ctx, admin, testNS, "demo-admin", "short"); err == nil || strings.Contains(err.Error(), "short\"") || !strings.Contains(err.Error(), "12 characters") {
 		t.Errorf("a short password: %v", err)
 	}
 	// The old password still works: the refused change wrote nothing.
 	signIn(t, "demo-admin", pw)
+	// Creating the user again is refused and changes nothing.
+	if _, err := userpass.Create(ctx, admin, testNS, ichorv1alpha1.IchorUserSpec{DisplayName: "Other", Roles: []string{ichorv1alpha1.UserRoleViewer}}, "demo-admin"); !errors.Is(err, userpass.ErrUserExists) {
+		t.Errorf("creating an existing user: %v, want ErrUserExists", err)
+	}
+	signIn(t, "demo-admin", pw)
+	if _, err := userpass.Create(ctx, admin, testNS, ichorv1alpha1.IchorUserSpec{DisplayName: "Bad"}, "Not_A_Name"); err == nil || !strings.Contains(err.Error(), "not a valid IchorUser name") {
+		t.Errorf("a bad user name: %v", err)
+	}
 }

@@ -1,0 +1,199 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/maeshinshin/ichor/cli/internal/output"
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/userpass"
+)
+
+// userCommand manages Ichor's own users of the web console (IchorUser CRs
+// and their password hashes). Writing a password needs write access to the
+// Secret ichor-user-credentials: a cluster administrator's kubeconfig.
+func userCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "user",
+		Usage:  "manage Ichor's own users of the web console (ichorUI.users.enabled)",
+		Action: unknownSubcommand,
+		Commands: []*cli.Command{
+			{
+				Name:      "create",
+				Usage:     "create a user with a generated password, shown once",
+				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.StringSliceFlag{Name: flagRole, Usage: "`ROLE`: viewer, operator or admin (repeatable; required)"},
+					&cli.StringFlag{Name: "display-name", Usage: "the `NAME` the console shows (default: NAME)"},
+					&cli.StringFlag{Name: "email", Usage: "e-mail `ADDRESS`"},
+				},
+				Action: userCreate,
+			},
+			{
+				Name:      "set-password",
+				Usage:     "set a user's password: generated and shown once, or read from a file (- for standard input)",
+				ArgsUsage: "NAME",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "password-file", Usage: "read the password from `FILE` (- for standard input); at least 12 characters", TakesFile: true},
+				},
+				Action: userSetPassword,
+			},
+			{
+				Name:   "list",
+				Usage:  "list the users",
+				Action: userList,
+			},
+		},
+	}
+}
+
+var userRoles = []string{ichorv1alpha1.UserRoleViewer, ichorv1alpha1.UserRoleOperator, ichorv1alpha1.UserRoleAdmin}
+
+// userPassword is what `user create` and `user set-password` print with -o json|yaml.
+type userPassword struct {
+	Name     string `json:"name"`
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+func userCreate(ctx context.Context, cmd *cli.Command) error {
+	if err := requireOneArg(cmd, "one user NAME"); err != nil {
+		return err
+	}
+	name := cmd.Args().First()
+	if err := userpass.ValidateName(name); err != nil {
+		return err
+	}
+	roles := cmd.StringSlice(flagRole)
+	if len(roles) == 0 {
+		return fmt.Errorf("--role is required: give one or more of %s", strings.Join(userRoles, ", "))
+	}
+	for _, role := range roles {
+		if !slices.Contains(userRoles, role) {
+			return fmt.Errorf("--role %q is not a role: use %s", role, strings.Join(userRoles, ", "))
+		}
+	}
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+	if err := r.checkWritable(ctx); err != nil {
+		return err
+	}
+	display := cmd.String("display-name")
+	if display == "" {
+		display = name
+	}
+	spec := ichorv1alpha1.IchorUserSpec{DisplayName: display, Email: cmd.String("email"), Roles: roles}
+	pw, err := userpass.Create(ctx, r.c(), r.ns(), spec, name)
+	if errors.Is(err, userpass.ErrUserExists) {
+		return fmt.Errorf("user %s exists already in namespace %s; nothing was changed (a new password: `ichor user set-password %s`)", name, r.ns(), name)
+	}
+	if err != nil {
+		return r.conn.Explain(err, "creating user "+name)
+	}
+	return r.printPassword(name, pw, "created")
+}
+
+func userSetPassword(ctx context.Context, cmd *cli.Command) error {
+	if err := requireOneArg(cmd, "one user NAME"); err != nil {
+		return err
+	}
+	name := cmd.Args().First()
+	if err := userpass.ValidateName(name); err != nil {
+		return err
+	}
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+	pw, given, err := r.readPassword(cmd.String("password-file"))
+	if err != nil {
+		return err
+	}
+	if err := r.checkWritable(ctx); err != nil {
+		return err
+	}
+	if err := userpass.Set(ctx, r.c(), r.ns(), name, pw); err != nil {
+		return r.conn.Explain(err, "setting the password of user "+name)
+	}
+	if given {
+		r.printf("The password of user %s is set.\n", name)
+		return nil
+	}
+	return r.printPassword(name, pw, "has a new password")
+}
+
+// readPassword reads the password from file ("-" is standard input), or
+// generates one when file is empty (given is then false).
+func (r *run) readPassword(file string) (pw string, given bool, err error) {
+	var b []byte
+	switch file {
+	case "":
+		pw, err = userpass.Generate()
+		return pw, false, err
+	case "-":
+		b, err = io.ReadAll(io.LimitReader(r.in, 4096))
+	default:
+		b, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("--password-file: %w", err)
+	}
+	pw = strings.TrimRight(string(b), "\r\n")
+	if len(pw) < userpass.MinLength {
+		return "", false, fmt.Errorf("--password-file: the password is shorter than %d characters; nothing was changed", userpass.MinLength)
+	}
+	return pw, true, nil
+}
+
+func (r *run) printPassword(name, pw, what string) error {
+	if r.format != output.Table {
+		return output.Object(r.out, r.format, userPassword{Name: name, Username: "ichor:" + name, Password: pw})
+	}
+	r.printf("User %s %s. Its password, shown only now:\n\n  %s\n\nSign in to the web console as %q with it.\n", name, what, pw, name)
+	return nil
+}
+
+func userList(ctx context.Context, cmd *cli.Command) error {
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+	list := &ichorv1alpha1.IchorUserList{}
+	if err := r.c().List(ctx, list, client.InNamespace(r.ns())); err != nil {
+		return r.conn.Explain(err, "listing IchorUsers in namespace "+r.ns())
+	}
+	if r.format != output.Table {
+		for i := range list.Items {
+			list.Items[i].ManagedFields = nil
+		}
+		list.TypeMeta = metav1.TypeMeta{APIVersion: ichorv1alpha1.GroupVersion.String(), Kind: "IchorUserList"}
+		return output.Object(r.out, r.format, list)
+	}
+	if len(list.Items) == 0 {
+		r.printf("No users in namespace %s: `ichor user create NAME --role admin` creates one.\n", r.ns())
+		return nil
+	}
+	t := &output.Rows{Header: []string{colName, "DISPLAY NAME", "ROLES", "DISABLED", "LAST SIGN-IN", colAge}}
+	now := time.Now()
+	for i := range list.Items {
+		u := &list.Items[i]
+		last := ""
+		if u.Status.LastSignIn != nil {
+			last = output.Age(u.Status.LastSignIn.Time, now) + " ago"
+		}
+		t.Add(u.Name, u.Spec.DisplayName, strings.Join(u.Spec.Roles, ","), fmt.Sprint(u.Spec.Disabled), last, output.Age(u.CreationTimestamp.Time, now))
+	}
+	return t.Write(r.out)
+}
