@@ -82,6 +82,7 @@ func New() *cli.Command {
 			configCommand(),
 			secretsCommand(),
 			userCommand(),
+			uiCommand(),
 		},
 	}
 	// Repeatable flags are repeated (--label a=1 --label b=2): a comma is part

@@ -12,12 +12,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -32,16 +36,20 @@ import (
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
-const clusterName = "demo"
+const (
+	clusterName    = "demo"
+	flagKubeconfig = "--kubeconfig"
+)
 
 func main() {
 	stateDir := flag.String("state-dir", ".demo", "Directory for the demo's machines, secrets store, kubeconfig and logs.")
 	subnet := flag.String("subnet", "127.0.10.0/24", "Loopback subnet of the emulated Talos machines.")
 	binDir := flag.String("bin-dir", "", "Directory with the ichor and ichor-controller binaries (default: this program's directory).")
 	fresh := flag.Bool("fresh", false, "Delete the state directory first and start a new cluster.")
+	uiListen := flag.String("ui-listen", "127.0.0.1:8443", "Address ichor-ui listens on (HTTPS).")
 	flag.Parse()
 
-	if err := run(*stateDir, *subnet, *binDir, *fresh); err != nil {
+	if err := run(*stateDir, *subnet, *binDir, *uiListen, *fresh); err != nil {
 		fmt.Fprintln(os.Stderr, "ichor-demo:", err)
 		os.Exit(1)
 	}
@@ -52,9 +60,10 @@ type demo struct {
 	env        []string
 	kubeconfig string
 	passFile   string
+	uiURL      string
 }
 
-func run(stateDir, subnet, binDir string, fresh bool) error {
+func run(stateDir, subnet, binDir, uiListen string, fresh bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -62,6 +71,8 @@ func run(stateDir, subnet, binDir string, fresh bool) error {
 	if err != nil {
 		return err
 	}
+
+	d.uiURL = "https://" + uiListen
 
 	fmt.Printf("ichor-demo %s: starting 5 emulated Talos machines (3 control planes, 2 workers) with Kubernetes...\n", version.Get().Version)
 
@@ -108,16 +119,30 @@ func run(stateDir, subnet, binDir string, fresh bool) error {
 		others = append(others, m.IP())
 	}
 
-	if err := d.ichor(ctx, os.Stdout, append([]string{"--kubeconfig", d.kubeconfig, "cluster", "discovery", "add", "--cluster", clusterName}, others...)...); err != nil {
+	if err := d.ichor(ctx, os.Stdout, append([]string{flagKubeconfig, d.kubeconfig, "cluster", "discovery", "add", "--cluster", clusterName}, others...)...); err != nil {
 		return err
 	}
 
-	d.next(world, machines)
+	ui, err := d.startUI(ctx, uiListen)
+	if err != nil {
+		return err
+	}
+
+	defer ui.stop()
+
+	users, err := d.users(ctx)
+	if err != nil {
+		return err
+	}
+
+	d.next(world, machines, users)
 
 	select {
 	case <-ctx.Done():
 	case err := <-ctrl.exited:
 		return fmt.Errorf("ichor-controller stopped: %w; its log is %s", err, ctrl.log)
+	case err := <-ui.exited:
+		return fmt.Errorf("ichor-ui stopped: %w; its log is %s", err, ui.log)
 	}
 
 	return nil
@@ -148,7 +173,7 @@ func prepare(stateDir, binDir string, fresh bool) (*demo, error) {
 		binDir = filepath.Dir(exe)
 	}
 
-	for _, b := range []string{"ichor", "ichor-controller"} {
+	for _, b := range []string{"ichor", "ichor-controller", "ichor-ui"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			return nil, fmt.Errorf("%s is missing in %s: run `go tool task build` (or `go tool task demo`, which builds it)", b, binDir)
 		}
@@ -175,6 +200,7 @@ func (d *demo) initArgs(first string) []string {
 		// The controller runs here as a local process, so only the CRDs go in.
 		"--install", "none",
 		"--write-kubeconfig", d.kubeconfig, "--passphrase-file", d.passFile, "--timeout", "5m",
+		"--ui-url", d.uiURL,
 	}
 }
 
@@ -184,21 +210,52 @@ func (d *demo) ichor(ctx context.Context, out io.Writer, args ...string) error {
 	cmd.Env, cmd.Stdout, cmd.Stderr = d.env, out, os.Stderr
 
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("ichor %s: %w", args[0], err)
+		return fmt.Errorf("ichor %s: %w", strings.Join(args, " "), err)
 	}
 
 	return nil
 }
 
-type controller struct {
+// process is a program the demo started and stops.
+type process struct {
+	name   string
 	cmd    *exec.Cmd
 	log    string
 	exited chan error
 }
 
+// start runs one of the demo's binaries against the emulated cluster, its
+// output in <state>/<name>.log. It is not bound to ctx: Ctrl-C stops it
+// with SIGTERM (stop), so that it can let go of its work.
+func (d *demo) start(ctx context.Context, name string, args ...string) (*process, error) {
+	p := &process{name: name, log: filepath.Join(d.state, name+".log"), exited: make(chan error, 1)}
+
+	logf, err := os.Create(p.log)
+	if err != nil {
+		return nil, err
+	}
+
+	p.cmd = exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(d.bin, name), args...) //nolint:gosec // our own binary
+	p.cmd.Env = append(slices.Clone(d.env), "KUBECONFIG="+d.kubeconfig)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+
+	if err := p.cmd.Start(); err != nil {
+		_ = logf.Close()
+
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+
+	go func() {
+		p.exited <- p.cmd.Wait()
+		_ = logf.Close()
+	}()
+
+	return p, nil
+}
+
 // startController starts ichor-controller once init has written the
 // kubeconfig and the API server serves Ichor's CRDs, then waits for init.
-func (d *demo) startController(ctx context.Context, initDone <-chan error) (*controller, error) {
+func (d *demo) startController(ctx context.Context, initDone <-chan error) (*process, error) {
 	var initErr error
 
 	initFinished := false
@@ -217,35 +274,17 @@ func (d *demo) startController(ctx context.Context, initDone <-chan error) (*con
 		}
 	}
 
-	c := &controller{log: filepath.Join(d.state, "controller.log"), exited: make(chan error, 1)}
-
-	logf, err := os.Create(c.log)
+	// Webhooks off: the API server cannot reach a local process's webhook
+	// server through the ichor-webhook Service, and the CRDs alone are
+	// installed, so nothing calls one.
+	c, err := d.start(ctx, "ichor-controller",
+		"--enable-webhooks=false", "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0")
 	if err != nil {
 		return nil, err
 	}
 
-	// Webhooks off: the API server cannot reach a local process's webhook
-	// server through the ichor-webhook Service, and the CRDs alone are
-	// installed, so nothing calls one.
-	// Not bound to ctx: Ctrl-C stops it with SIGTERM, so it can let go of its work.
-	c.cmd = exec.CommandContext(context.WithoutCancel(ctx), filepath.Join(d.bin, "ichor-controller"), //nolint:gosec // our own binary
-		"--enable-webhooks=false", "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0")
-	c.cmd.Env = append(slices.Clone(d.env), "KUBECONFIG="+d.kubeconfig)
-	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-
-	if err := c.cmd.Start(); err != nil {
-		_ = logf.Close()
-
-		return nil, fmt.Errorf("starting ichor-controller: %w", err)
-	}
-
 	fmt.Printf("ichor-demo: ichor-controller runs as process %d (webhooks off: a local process cannot serve the cluster's admission webhooks); log: %s\n",
 		c.cmd.Process.Pid, c.log)
-
-	go func() {
-		c.exited <- c.cmd.Wait()
-		_ = logf.Close()
-	}()
 
 	if !initFinished {
 		select {
@@ -265,6 +304,116 @@ func (d *demo) startController(ctx context.Context, initDone <-chan error) (*con
 	return c, nil
 }
 
+// startUI starts ichor-ui with Ichor's own users on, serving the cluster on
+// listen with a self-signed certificate, and waits until it is ready.
+func (d *demo) startUI(ctx context.Context, listen string) (*process, error) {
+	ui, err := d.start(ctx, "ichor-ui", "--cluster", clusterName, "--namespace", "ichor-system", "--listen", listen,
+		"--issuer", d.uiURL, "--ichor-users")
+	if err != nil {
+		return nil, err
+	}
+
+	// The demo's ichor-ui serves a self-signed certificate made at start:
+	// the readiness probe cannot verify it, and checks nothing else.
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.uiURL+"/readyz", nil)
+		if err != nil {
+			ui.stop()
+
+			return nil, err
+		}
+
+		if resp, err := hc.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+
+		select {
+		case <-ctx.Done():
+			ui.stop()
+
+			return nil, ctx.Err()
+		case err := <-ui.exited:
+			return nil, fmt.Errorf("ichor-ui stopped at start (%w); its log is %s", err, ui.log)
+		case <-time.After(500 * time.Millisecond):
+		}
+
+		if time.Now().After(deadline) {
+			ui.stop()
+
+			return nil, fmt.Errorf("ichor-ui did not become ready at %s within 2 minutes; its log is %s", d.uiURL, ui.log)
+		}
+	}
+
+	fmt.Printf("ichor-demo: ichor-ui runs as process %d at %s; log: %s\n", ui.cmd.Process.Pid, d.uiURL, ui.log)
+
+	return ui, nil
+}
+
+// demoUser is one of the demo's web console users and its password.
+type demoUser struct {
+	Name     string `json:"name"`
+	Password string `json:"password"`
+	role     string
+}
+
+// users creates the demo's users admin and viewer with generated passwords
+// (`ichor user create`); on a second run they exist, and get new ones
+// (`ichor user set-password`), since nothing keeps the old ones.
+func (d *demo) users(ctx context.Context) ([]demoUser, error) {
+	out := make([]demoUser, 0, 2)
+
+	var list bytes.Buffer
+	if err := d.ichor(ctx, &list, flagKubeconfig, d.kubeconfig, "-o", "json", "user", "list"); err != nil {
+		return nil, err
+	}
+
+	var existing struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(list.Bytes(), &existing); err != nil {
+		return nil, fmt.Errorf("reading `ichor user list`: %w", err)
+	}
+
+	exists := map[string]bool{}
+	for _, i := range existing.Items {
+		exists[i.Metadata.Name] = true
+	}
+
+	for _, u := range []demoUser{{Name: "admin", role: "admin"}, {Name: "viewer", role: "viewer"}} {
+		args := []string{flagKubeconfig, d.kubeconfig, "-o", "json", "user", "create", u.Name, "--role", u.role}
+		if exists[u.Name] {
+			args = []string{flagKubeconfig, d.kubeconfig, "-o", "json", "user", "set-password", u.Name}
+		}
+
+		var buf bytes.Buffer
+		if err := d.ichor(ctx, &buf, args...); err != nil {
+			return nil, err
+		}
+
+		if err := json.Unmarshal(buf.Bytes(), &u); err != nil {
+			return nil, fmt.Errorf("reading the password of demo user %s: %w", u.Name, err)
+		}
+
+		if u.Password == "" {
+			return nil, fmt.Errorf("`ichor user` printed no password for demo user %s", u.Name)
+		}
+
+		out = append(out, u)
+	}
+
+	return out, nil
+}
+
 // ichorCRDs are the CRDs the controller watches; it exits at start when one
 // is not served yet.
 var ichorCRDs = []string{
@@ -282,37 +431,37 @@ func served(ctx context.Context, d *demo) bool {
 	}
 
 	kubectl := filepath.Join(os.Getenv(testenv.AssetsEnv), "kubectl")
-	args := append([]string{"--kubeconfig", d.kubeconfig, "wait", "--for=condition=Established", "--timeout=2s"}, ichorCRDs...)
+	args := append([]string{flagKubeconfig, d.kubeconfig, "wait", "--for=condition=Established", "--timeout=2s"}, ichorCRDs...)
 	cmd := exec.CommandContext(ctx, kubectl, args...) //nolint:gosec // the test binaries
 	cmd.Env = d.env
 
 	return cmd.Run() == nil
 }
 
-func (c *controller) stop() {
-	if c == nil || c.cmd.Process == nil {
+func (p *process) stop() {
+	if p == nil || p.cmd.Process == nil {
 		return
 	}
 
-	fmt.Println("ichor-demo: stopping ichor-controller")
+	fmt.Printf("ichor-demo: stopping %s\n", p.name)
 
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 
 	var err error
 
 	select {
-	case err = <-c.exited:
+	case err = <-p.exited:
 	case <-time.After(15 * time.Second):
-		_ = c.cmd.Process.Kill()
-		err = <-c.exited
+		_ = p.cmd.Process.Kill()
+		err = <-p.exited
 	}
 
 	if err != nil {
-		fmt.Println("ichor-demo: ichor-controller:", err)
+		fmt.Printf("ichor-demo: %s: %v\n", p.name, err)
 	}
 }
 
-func (d *demo) next(world *talosemu.World, machines []*talosemu.Machine) {
+func (d *demo) next(world *talosemu.World, machines []*talosemu.Machine, users []demoUser) {
 	rel := func(p string) string {
 		if wd, err := os.Getwd(); err == nil {
 			if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
@@ -339,7 +488,11 @@ ichor-controller manages it, and the other machines wait in maintenance mode.
 
 	fmt.Printf(`
   control API:     %s (power-off, wipe-disk, ...; tools/talosemu/README.md)
-  controller log:  %s
+  logs:            %s, ichor-ui.log beside it
+  web console:     %s (self-signed certificate: accept it in the browser)
+  console users:   %s
+
+  The passwords are shown only now; `+"`ichor user set-password NAME`"+` sets new ones.
 
 In another terminal:
 
@@ -349,8 +502,19 @@ In another terminal:
   ichor machine approve MACHINE --role worker          # the others
   ichor machine list --watch                           # until all are Ready
   ichor node remove MACHINE --reboot                   # a removed machine comes back as pending
+  ichor ui                                             # the web console's address
 
 Press Ctrl-C to stop everything; `+"`go tool task demo`"+` again resumes this cluster,
 `+"`go tool task demo -- --fresh`"+` starts a new one.
-`, world.ControlURL(), rel(filepath.Join(d.state, "controller.log")), d.kubeconfig, filepath.Join(d.state, "home"), d.bin)
+`, world.ControlURL(), rel(filepath.Join(d.state, "ichor-controller.log")), d.uiURL, describeUsers(users),
+		d.kubeconfig, filepath.Join(d.state, "home"), d.bin)
+}
+
+func describeUsers(users []demoUser) string {
+	parts := make([]string, 0, len(users))
+	for _, u := range users {
+		parts = append(parts, fmt.Sprintf("%s (%s) password %s", u.Name, u.role, u.Password))
+	}
+
+	return strings.Join(parts, ";  ")
 }

@@ -1,0 +1,227 @@
+package commands
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/urfave/cli/v3"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/maeshinshin/ichor/cli/internal/initflow"
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+// uiService is the Service in front of ichor-ui in the install namespace.
+const uiService = "ichor-ui"
+
+func uiCommand() *cli.Command {
+	return &cli.Command{
+		Name: "ui",
+		Usage: "open the web console: print its address, or port-forward to ichor-ui when it has none " +
+			"(re-established when the pod goes away; Ctrl-C stops it)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "url", Usage: "ichor-ui's `URL`, when known (default: the address `ichor init --ui-url` recorded)"},
+			&cli.StringFlag{Name: "install-namespace", Value: "ichor-system", Usage: "`NAMESPACE` Ichor is installed in"},
+			&cli.StringFlag{Name: "address", Value: "127.0.0.1", Usage: "local `ADDRESS` of the port-forward"},
+			&cli.IntFlag{Name: "port", Value: 8443, Usage: "local `PORT` of the port-forward (0 picks a free one)"},
+		},
+		Action: uiRun,
+	}
+}
+
+func uiRun(ctx context.Context, cmd *cli.Command) error {
+	if cmd.Args().Present() {
+		return fmt.Errorf("`%s` takes no arguments; run `%s --help`", cmd.FullName(), cmd.FullName())
+	}
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+	u := cmd.String("url")
+	if u == "" {
+		if u, err = r.recordedUIURL(ctx); err != nil {
+			return err
+		}
+	}
+	if u != "" {
+		return r.checkUI(ctx, u)
+	}
+	return r.forwardUI(ctx, cmd.String("install-namespace"), cmd.String("address"), cmd.Int("port"))
+}
+
+// recordedUIURL is the address `ichor init --ui-url` recorded on the
+// IchorInstallation; "" when there is none.
+func (r *run) recordedUIURL(ctx context.Context) (string, error) {
+	inst := &ichorv1alpha1.IchorInstallation{}
+	err := r.c().Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, inst)
+	switch {
+	case err == nil:
+		return inst.Annotations[initflow.UIURLAnnotation], nil
+	case apierrors.IsNotFound(err):
+		return "", nil
+	default:
+		return "", r.conn.Explain(err, "reading the IchorInstallation")
+	}
+}
+
+// checkUI asks ichor-ui at u whether it is ready and prints the address. The
+// probe checks reachability only: it does not verify the certificate, which
+// the browser does.
+func (r *run) checkUI(ctx context.Context, u string) error {
+	parsed, err := url.Parse(u)
+	if err != nil || parsed.Scheme != "https" || parsed.Host == "" {
+		return fmt.Errorf("ichor-ui's address %q is not an https URL such as https://ichor.example.com", u)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a reachability probe; see above
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, parsed.JoinPath("/readyz").String(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("ichor-ui at %s does not answer (%w); is it running, and is the address right (--url)?", u, rootCauseOf(err))
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("ichor-ui at %s answers but is not ready (%s); try again in a moment", u, resp.Status)
+	}
+	r.printf("The web console is at %s\n", u)
+	return nil
+}
+
+func rootCauseOf(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}
+
+// forwardUI forwards address:port to a ready ichor-ui pod behind the Service,
+// and to another one whenever the pod goes away, until ctx ends.
+func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error {
+	cs, err := kubernetes.NewForConfig(r.conn.Config)
+	if err != nil {
+		return err
+	}
+	svc, err := cs.CoreV1().Services(ns).Get(ctx, uiService, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("no Service %s in namespace %s, and no address recorded: is ichor-ui installed (ichorUI.enabled)? "+
+				"Pass its address with --url, or the install namespace with --install-namespace", uiService, ns)
+		}
+		return r.conn.Explain(err, "reading Service "+ns+"/"+uiService)
+	}
+	if len(svc.Spec.Selector) == 0 || len(svc.Spec.Ports) == 0 {
+		return fmt.Errorf("service %s/%s has no selector or no port: ichor-ui's Service is not as installed; reinstall it", ns, uiService)
+	}
+	target := svc.Spec.Ports[0].TargetPort.IntValue()
+	if target == 0 {
+		target = int(svc.Spec.Ports[0].Port)
+	}
+	// Listen first, so that the port is known (and stays the same) across re-forwards.
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(address, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("local port %s:%d: %w; pick another with --port", address, port, err)
+	}
+	local := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+
+	printed := false
+	for {
+		pod, err := readyPod(ctx, cs, ns, svc.Spec.Selector)
+		if err != nil {
+			return r.conn.Explain(err, "listing ichor-ui pods in "+ns)
+		}
+		if pod == "" {
+			r.warnf("no ready ichor-ui pod in %s yet; waiting", ns)
+		} else {
+			ready := make(chan struct{})
+			done := make(chan error, 1)
+			stop := make(chan struct{})
+			go func() { done <- r.portForward(cs, ns, pod, address, local, target, stop, ready) }()
+			select {
+			case <-ready:
+				if !printed {
+					r.printf("The web console is at https://%s (forwarded to ichor-ui; Ctrl-C stops)\n", net.JoinHostPort(address, strconv.Itoa(local)))
+					printed = true
+				}
+				select {
+				case err = <-done:
+				case <-ctx.Done():
+					close(stop)
+					<-done
+					return nil
+				}
+			case err = <-done:
+			case <-ctx.Done():
+				close(stop)
+				<-done
+				return nil
+			}
+			r.warnf("the forward to pod %s ended (%v); forwarding to another ichor-ui pod", pod, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// readyPod returns the name of a running, ready pod matching selector, the
+// newest first; "" when there is none.
+func readyPod(ctx context.Context, cs kubernetes.Interface, ns string, selector map[string]string) (string, error) {
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(selector).String()})
+	if err != nil {
+		return "", err
+	}
+	items := slices.Clone(pods.Items)
+	slices.SortFunc(items, func(a, b corev1.Pod) int { return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) })
+	for _, p := range items {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return p.Name, nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// portForward forwards address:local to the pod's port until stop closes or
+// the connection to the pod ends.
+func (r *run) portForward(cs *kubernetes.Clientset, ns, pod, address string, local, target int, stop, ready chan struct{}) error {
+	transport, upgrader, err := spdy.RoundTripperFor(r.conn.Config)
+	if err != nil {
+		return err
+	}
+	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
+	fw, err := portforward.NewOnAddresses(dialer, []string{address}, []string{fmt.Sprintf("%d:%d", local, target)}, stop, ready, io.Discard, r.errOut)
+	if err != nil {
+		return err
+	}
+	return fw.ForwardPorts()
+}
