@@ -23,6 +23,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/controller/internal/certs"
+	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
@@ -137,6 +138,10 @@ func main() {
 	}
 	if err := (&machinereclaim.Sweeper{}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "registering the foreign talosconfig sweeper")
+		os.Exit(1)
+	}
+	if err := (&credentialrequest.Reconciler{}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the TalosCredentialRequest reconciler")
 		os.Exit(1)
 	}
 	if enableWebhooks && manageCerts {

@@ -36,6 +36,10 @@ func (m *Machine) setActive(cfg talosconfig.Provider) error {
 		return err
 	}
 
+	if err := m.setNetworkStatus(ctx); err != nil {
+		return err
+	}
+
 	return setHostname(ctx, m.st, hostname)
 }
 

@@ -71,6 +71,10 @@ type Machine struct {
 
 	rpcMu     sync.Mutex
 	rpcCounts map[string]int
+
+	// bootedAt is when the current boot started: the service logs and the
+	// kernel log are anchored to it (nodeinfo.go).
+	bootedAt time.Time
 }
 
 // Name returns the machine's name.
@@ -476,6 +480,7 @@ func (m *Machine) boot(ctx context.Context) error {
 	m.etcdMu.Unlock()
 
 	m.p.BootID = newBootID()
+	m.bootedAt = time.Now().UTC()
 
 	if pend := m.p.Pending; pend != nil {
 		m.p.Pending = nil
@@ -534,6 +539,10 @@ func (m *Machine) boot(ctx context.Context) error {
 	}
 
 	if err := setIdentity(bg, m.st, seed(m.p.Hardware.Name, "node-id")[:32]); err != nil {
+		return err
+	}
+
+	if err := m.setNetworkStatus(bg); err != nil {
 		return err
 	}
 

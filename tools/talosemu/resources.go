@@ -37,7 +37,7 @@ var resourceTypes = []meta.ResourceDefinitionProvider{
 	&runtime.ImageFactorySchematic{}, &runtime.ExtensionStatus{},
 	&hardware.SystemInformation{}, &hardware.Processor{}, &hardware.MemoryModule{},
 	&block.Disk{}, &block.SystemDisk{},
-	&network.LinkStatus{}, &network.HostnameStatus{}, &network.NodeAddress{},
+	&network.LinkStatus{}, &network.AddressStatus{}, &network.HostnameStatus{}, &network.NodeAddress{},
 	&config.MachineConfig{}, &config.MachineType{},
 	&k8s.Nodename{},
 	&etcdres.Member{},

@@ -6,11 +6,9 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/google/uuid"
-	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/api/storage"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
@@ -382,123 +380,6 @@ func (s *apiServer) Upgrade(_ context.Context, in *machine.UpgradeRequest) (*mac
 		Ack:     "Upgrade request received",
 		ActorId: uuid.New().String(),
 	}}}, nil
-}
-
-// Logs streams plausible service log lines; follow keeps the stream open with a new line every
-// second until the client goes away.
-func (s *apiServer) Logs(in *machine.LogsRequest, srv grpc.ServerStreamingServer[common.Data]) error {
-	id := in.GetId()
-	if id == "" {
-		return status.Error(codes.InvalidArgument, "log id is required")
-	}
-
-	lines := serviceLogLines(s.m, id)
-
-	// tail_lines >= 0 keeps the last N lines, a negative value all of them
-	// (t:…/v1alpha1_server.go Logs, WithTailLines only when TailLines >= 0)
-	if n := int(in.GetTailLines()); n >= 0 && n < len(lines) {
-		lines = lines[len(lines)-n:]
-	}
-
-	for _, l := range lines {
-		if err := srv.Send(&common.Data{Bytes: []byte(l + "\n")}); err != nil {
-			return err
-		}
-	}
-
-	if !in.GetFollow() {
-		return nil
-	}
-
-	return follow(srv.Context(), func(i int) error {
-		return srv.Send(&common.Data{Bytes: []byte(fmt.Sprintf("%s [talos] %s: heartbeat %d\n", time.Now().UTC().Format(time.RFC3339Nano), id, i))})
-	})
-}
-
-// Dmesg streams kernel messages in Talos's format "facility: priority: [time]: message"
-// (talos-api.md §1, Dmesg).
-func (s *apiServer) Dmesg(in *machine.DmesgRequest, srv grpc.ServerStreamingServer[common.Data]) error {
-	for _, l := range kernelLines(s.m) {
-		if err := srv.Send(&common.Data{Bytes: []byte(l + "\n")}); err != nil {
-			return err
-		}
-	}
-
-	if !in.GetFollow() {
-		return nil
-	}
-
-	return follow(srv.Context(), func(i int) error {
-		return srv.Send(&common.Data{Bytes: []byte(fmt.Sprintf("kern:    info: [%s]: talosemu: tick %d\n", time.Now().UTC().Format(time.RFC3339Nano), i))})
-	})
-}
-
-func follow(ctx context.Context, send func(i int) error) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-
-	for i := 1; ; i++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if err := send(i); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-func kernelLines(m *Machine) []string {
-	m.mu.Lock()
-	version, _ := m.runningVersionLocked()
-	hw := m.p.Hardware
-	m.mu.Unlock()
-
-	ts := time.Now().UTC().Add(-time.Minute)
-	stamp := func(i int) string { return ts.Add(time.Duration(i) * 10 * time.Millisecond).Format(time.RFC3339Nano) }
-
-	lines := []string{
-		fmt.Sprintf("kern:  notice: [%s]: Linux version %s (talosemu) #1 SMP", stamp(0), constants.DefaultKernelVersion),
-		fmt.Sprintf("kern:    info: [%s]: DMI: %s %s, BIOS talosemu-1", stamp(1), hw.Manufacturer, hw.ProductName),
-	}
-
-	for i, d := range hw.Disks {
-		lines = append(lines, fmt.Sprintf("kern:    info: [%s]: %s: %d 512-byte logical blocks", stamp(2+i), d.Name, d.Size/512))
-	}
-
-	for i, l := range hw.Links {
-		lines = append(lines, fmt.Sprintf("kern:    info: [%s]: virtio_net %s: renamed from eth%d, permanent address %s", stamp(10+i), l.Name, i, l.MAC))
-	}
-
-	return append(lines, fmt.Sprintf("user:    warning: [%s]: [talos] talosemu booted Talos %s", stamp(20), version))
-}
-
-func serviceLogLines(m *Machine, id string) []string {
-	m.mu.Lock()
-	version, _ := m.runningVersionLocked()
-	maintenance := m.inMaintenanceLocked()
-	m.mu.Unlock()
-
-	ts := time.Now().UTC().Add(-time.Minute)
-	stamp := func(i int) string { return ts.Add(time.Duration(i) * time.Second).Format(time.RFC3339Nano) }
-
-	lines := []string{
-		fmt.Sprintf("%s [talos] %s service starting", stamp(0), id),
-		fmt.Sprintf("%s [talos] talos version %s", stamp(1), version),
-	}
-
-	if maintenance {
-		lines = append(lines, fmt.Sprintf("%s [talos] entering maintenance service", stamp(2)))
-	} else {
-		lines = append(lines, fmt.Sprintf("%s [talos] service[%s](Running): Health check successful", stamp(2), id))
-	}
-
-	for i := 3; i < 12; i++ {
-		lines = append(lines, fmt.Sprintf("%s [talos] %s: ready", stamp(i), id))
-	}
-
-	return lines
 }
 
 // storageServer implements StorageService/Disks from the block.Disk resources, as

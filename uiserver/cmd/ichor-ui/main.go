@@ -36,6 +36,7 @@ import (
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 	oidcissuer "github.com/maeshinshin/ichor/uiserver/internal/issuer"
 	"github.com/maeshinshin/ichor/uiserver/internal/kube"
+	"github.com/maeshinshin/ichor/uiserver/internal/nodes"
 	"github.com/maeshinshin/ichor/uiserver/internal/server"
 	ichorusers "github.com/maeshinshin/ichor/uiserver/internal/users"
 )
@@ -138,8 +139,15 @@ func run() error {
 		return err
 	}
 	svc := &api.Server{Clients: clients, ClusterName: *cluster}
+	// Its own node reads: TalosCredentialRequests under ichor-ui's own identity.
+	own, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	nodeSvc := &nodes.Service{Clients: clients, ClusterName: *cluster,
+		Credentials: &nodes.Credentials{Client: own, Namespace: *namespace, ClusterName: *cluster}}
 	srv, err := server.New(server.Options{
-		Addr: *addr, GetCertificate: getCert, Services: svc, Authenticator: tokens,
+		Addr: *addr, GetCertificate: getCert, Services: svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens,
 		Ready: func() bool {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 			defer cancel()
@@ -151,6 +159,7 @@ func run() error {
 		return err
 	}
 	svc.Stopping = srv.Stopping()
+	nodeSvc.Stopping = srv.Stopping()
 	log.Info("ichor-ui serving", "address", *addr, "cluster", *cluster, "namespace", *namespace, "version", version.Get())
 	return srv.Run(ctx)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -79,6 +80,23 @@ func TestAddDiscovery(t *testing.T) {
 func TestApproveWithNetworkAndDiskRoles(t *testing.T) {
 	ctx := context.Background()
 	m := createMachine(t, "net-m1", ichorv1alpha1.ApprovalPending, "")
+	// Other tests count the approved workers: take this one away afterwards.
+	t.Cleanup(func() {
+		if err := admin.Delete(context.Background(), m); err != nil {
+			t.Error(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := machines(t, adminTok(t)).GetMachine(context.Background(), &ichorv1.GetMachineRequest{Name: m.Name})
+			if status.Code(err) == codes.NotFound {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the backend still sees %s: %v", m.Name, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	m.Status.Hardware.Disks = append(m.Status.Hardware.Disks,
 		ichorv1alpha1.DiscoveredDisk{DevicePath: "/dev/sdb", Serial: "DATA-1", SizeBytes: 500 << 30, HasPartitions: true})
 	m.Status.Hardware.Links = []ichorv1alpha1.DiscoveredLink{{Name: "enp1s0", PermanentMAC: "52:54:00:aa:bb:01"}, {Name: "enp2s0", PermanentMAC: "52:54:00:aa:bb:02"}}

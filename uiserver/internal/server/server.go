@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
@@ -45,6 +47,11 @@ type Options struct {
 		ichorv1.ClusterServiceServer
 		ichorv1.MachineServiceServer
 	}
+	// Encodings, when set, serves the shared list of machines from encodings
+	// made once per change (gRPC and REST).
+	Encodings Encodings
+	// Nodes implements NodeService; nil serves none.
+	Nodes ichorv1.NodeServiceServer
 	// Authenticator checks bearer tokens.
 	Authenticator auth.Authenticator
 	// Ready reports whether the backend can serve (its cache synced).
@@ -67,15 +74,17 @@ type Options struct {
 
 // Server is ichor-ui's HTTPS server.
 type Server struct {
-	opts     Options
-	grpc     *grpc.Server
-	handler  http.Handler
-	stopping chan struct{}
-	stopped  atomic.Bool
-	inproc   *bufconn.Listener
-	gwConn   *grpc.ClientConn
-	metrics  *metrics
-	verified tokenCache
+	opts      Options
+	grpc      *grpc.Server
+	handler   http.Handler
+	stopping  chan struct{}
+	stopped   atomic.Bool
+	inproc    *bufconn.Listener
+	gwConn    *grpc.ClientConn
+	gw        *runtime.ServeMux
+	marshaler runtime.Marshaler
+	metrics   *metrics
+	verified  tokenCache
 }
 
 // Stopping is closed when the server starts to shut down; give it to the
@@ -96,12 +105,19 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, stopping: make(chan struct{}), metrics: newMetrics(opts.Registry)}
 	s.verified.ttl = opts.TokenCacheTTL
-	s.grpc = grpc.NewServer(
+	grpcOpts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.unaryAuth),
 		grpc.ChainStreamInterceptor(s.streamAuth),
-	)
+	}
+	if opts.Encodings != nil {
+		grpcOpts = append(grpcOpts, grpc.ForceServerCodecV2(cachingCodec{base: encoding.GetCodecV2(grpcproto.Name), cache: opts.Encodings}))
+	}
+	s.grpc = grpc.NewServer(grpcOpts...)
 	ichorv1.RegisterClusterServiceServer(s.grpc, opts.Services)
 	ichorv1.RegisterMachineServiceServer(s.grpc, opts.Services)
+	if opts.Nodes != nil {
+		ichorv1.RegisterNodeServiceServer(s.grpc, opts.Nodes)
+	}
 
 	// grpc-gateway calls the same gRPC server in-process, through an
 	// in-memory connection, so REST and gRPC share the interceptors.
@@ -114,6 +130,10 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.gwConn = conn
+	s.marshaler = &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+	}
 	gw := runtime.NewServeMux(
 		// Only the bearer token crosses from HTTP to gRPC: no cookie, no other header.
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
@@ -123,17 +143,20 @@ func New(opts Options) (*Server, error) {
 			return "", false
 		}),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
-		}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, s.marshaler),
 	)
+	s.gw = gw
 	ctx := context.Background()
 	if err := ichorv1.RegisterClusterServiceHandler(ctx, gw, conn); err != nil {
 		return nil, err
 	}
 	if err := ichorv1.RegisterMachineServiceHandler(ctx, gw, conn); err != nil {
 		return nil, err
+	}
+	if opts.Nodes != nil {
+		if err := ichorv1.RegisterNodeServiceHandler(ctx, gw, conn); err != nil {
+			return nil, err
+		}
 	}
 
 	r := chi.NewRouter()
@@ -147,6 +170,9 @@ func New(opts Options) (*Server, error) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	r.Handle("/metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	if opts.Encodings != nil {
+		r.Get("/api/v1/machines", s.listMachinesREST)
+	}
 	r.Mount("/api", gw)
 	if opts.Mount != nil {
 		opts.Mount(r)

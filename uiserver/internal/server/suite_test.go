@@ -110,6 +110,12 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := setupNodes(ctx, s, clients, direct); err != nil {
+		if world != nil {
+			world.Close()
+		}
+		return nil, err
+	}
 	oidcIssuer, err := issuer.New(issuer.Options{
 		Tokens: tokens, Users: &users.Store{Reader: direct, Namespace: testNS},
 		Clients: []issuer.Client{{ID: oidcClientID, RedirectURIs: []string{oidcRedirect}}},
@@ -127,7 +133,7 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	svc := &api.Server{Clients: clients, ClusterName: testCluster}
 	srv, err := server.New(server.Options{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
-		Services:       svc, Authenticator: tokens, Frontend: frontend.FS(),
+		Services:       svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens, Frontend: frontend.FS(),
 		Ready: func() bool { return true },
 		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,
 		Log: slog.New(slog.NewJSONHandler(io.MultiWriter(logBuf, logSink()), nil)),
@@ -136,6 +142,7 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		return nil, err
 	}
 	svc.Stopping = srv.Stopping()
+	nodeSvc.Stopping = srv.Stopping()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -144,7 +151,7 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(sctx, ln) }()
-	return func() { cancel(); <-done }, nil
+	return func() { cancel(); <-done; world.Close() }, nil
 }
 
 func logSink() io.Writer {
