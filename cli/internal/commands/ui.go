@@ -169,14 +169,12 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 				case err = <-done:
 				case <-ctx.Done():
 					close(stop)
-					<-done
-					return nil
+					return r.endForward(done)
 				}
 			case err = <-done:
 			case <-ctx.Done():
 				close(stop)
-				<-done
-				return nil
+				return r.endForward(done)
 			}
 			r.warnf("the forward to pod %s ended (%v); forwarding to another ichor-ui pod", pod, err)
 		}
@@ -186,6 +184,14 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// endForward waits for a stopped port-forward to end; Ctrl-C is a normal end.
+func (r *run) endForward(done <-chan error) error {
+	if err := <-done; err != nil {
+		r.warnf("the port-forward ended: %v", err)
+	}
+	return nil
 }
 
 // readyPod returns the name of a running, ready pod matching selector, the

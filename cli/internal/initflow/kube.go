@@ -89,7 +89,7 @@ func (k *kubeSteps) connect(ctx context.Context) error {
 
 func (k *kubeSteps) installTitle() string {
 	if k.s.o.Install == InstallNone {
-		return "Ichor's namespace and CRDs (--install=none: the controller runs elsewhere)"
+		return "Ichor's namespace, CRDs and user roles (--install=none: the controller runs elsewhere)"
 	}
 
 	return "Ichor's install manifest"

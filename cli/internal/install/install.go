@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -30,9 +31,14 @@ func Objects() ([]*unstructured.Unstructured, error) {
 	return Parse(manifest)
 }
 
-// CRDs returns the Namespace and the CustomResourceDefinitions of the
-// manifest: what `ichor init --install=none` applies, because init writes the
-// custom resources itself.
+// UserRoles are the built-in ClusterRoles of Ichor's users and the bindings
+// to the ichor: groups (kustomize/base/rbac/user-roles.yaml).
+var UserRoles = []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer"}
+
+// CRDs returns the Namespace, the CustomResourceDefinitions and the users'
+// roles and bindings of the manifest: what `ichor init --install=none`
+// applies, because init writes the custom resources itself and the users of
+// a controller running elsewhere still need their roles.
 func CRDs() ([]*unstructured.Unstructured, error) {
 	all, err := Objects()
 	if err != nil {
@@ -42,8 +48,13 @@ func CRDs() ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 
 	for _, o := range all {
-		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Namespace" {
+		switch o.GetKind() {
+		case "CustomResourceDefinition", "Namespace":
 			out = append(out, o)
+		case "ClusterRole", "ClusterRoleBinding":
+			if slices.Contains(UserRoles, o.GetName()) {
+				out = append(out, o)
+			}
 		}
 	}
 

@@ -30,8 +30,15 @@ func TestManifestHoldsIchor(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if crds[0].GetKind() != "Namespace" || len(crds) != kinds["CustomResourceDefinition"]+1 {
+	// The namespace, the CRDs, the users' 4 roles and 3 bindings.
+	if crds[0].GetKind() != "Namespace" || len(crds) != kinds["CustomResourceDefinition"]+1+4+3 {
 		t.Fatalf("CRDs() gives %d objects starting with %s", len(crds), crds[0].GetKind())
+	}
+
+	for _, o := range crds {
+		if o.GetKind() == "ClusterRoleBinding" && o.GetName() == "ichor-controller" || o.GetKind() == "Deployment" {
+			t.Fatalf("CRDs() holds %s %s, which runs only with the controller in the cluster", o.GetKind(), o.GetName())
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
-// Package frontend embeds the web console (webapp/, built by `go tool task
-// generate` into dist/). A placeholder dist/index.html is committed so that the
-// Go build never needs Node.
+// Package frontend embeds the web console: webapp/, built by `go tool task
+// generate` (generate:webapp) into dist/. The build is committed, and
+// reproducible byte for byte, so that the Go build never needs Node and
+// `go tool task verify` sees any drift.
 package frontend
 
 import (

@@ -1,0 +1,271 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The web console in Debian's chromium against the world the CLI scenario
+// leaves (four Ready machines, the removed worker back as pending): an admin
+// signs in, sees the five machines, approves the pending one and watches it
+// become Ready, removes a worker with the typed confirmation and signs out;
+// a viewer sees no Approve or Remove button, and the backend refuses the
+// approval the viewer forges with their own token. Each screen is saved as a
+// screenshot under $ICHOR_ARTIFACTS (default e2e/artifacts).
+
+// stateCell is the JavaScript for the text of a machine's State cell on the Nodes screen.
+func stateCell(name string) string {
+	return fmt.Sprintf(`document.querySelector('tr[data-machine=%s] [data-col=state]')?.textContent`, jsString(name))
+}
+
+func TestBrowserConsole(t *testing.T) {
+	start := time.Now()
+	w := approvedWorld(t)
+	ui := startedUI(t, w)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+
+	admin := w.createUser(t, ctx, "e2e-admin", "admin")
+	viewer := w.createUser(t, ctx, "e2e-viewer", "viewer")
+
+	ms, err := w.list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var pending machine
+
+	var workers []machine
+
+	for _, m := range ms {
+		switch {
+		case m.Spec.Approval.State == "pending":
+			pending = m
+		case m.Spec.Role == "worker" && m.ready():
+			workers = append(workers, m)
+		}
+	}
+
+	if len(ms) != 5 || pending.Metadata.Name == "" || len(workers) != 1 {
+		t.Fatalf("the CLI scenario should leave 4 Ready machines (one a worker) and 1 pending; got:\n%s", describe(ms))
+	}
+
+	browser := newBrowser(t)
+	tab := browser
+
+	// Each step starts from the one before: stop at the first failure.
+	step := func(name string, f func(t *testing.T)) {
+		t.Helper()
+
+		if !t.Run(name, f) {
+			t.FailNow()
+		}
+	}
+
+	step("sign in and overview", func(t *testing.T) {
+		signIn(t, tab, ui, admin, "01-sign-in")
+		waitJS(t, tab, 30*time.Second, "the cluster's name in the top bar", `document.querySelector("[data-testid=cluster-name]")?.textContent === "e2e"`)
+		waitJS(t, tab, 30*time.Second, "the node tiles", `document.querySelector("[data-testid=tile-nodes]")?.textContent === "4 / 4" && document.querySelector("[data-testid=tile-pending]")?.textContent === "1"`)
+		waitJS(t, tab, 30*time.Second, "the versions in the top bar", `document.querySelector("dl[aria-label=Versions]")?.textContent.includes("Kubernetes")`)
+		screenshot(t, tab, "02-overview")
+		noOverflow(t, tab, "overview at 1280 px")
+		// The theme toggle: automatic, dark, light, automatic again.
+		run(t, tab, "switch to the dark theme", chromedp.Click(chromedp.CSS(`[data-testid=theme]`)))
+		waitJS(t, tab, 5*time.Second, "the dark theme", `document.documentElement.classList.contains("dark")`)
+		time.Sleep(500 * time.Millisecond) // the colour transitions
+		screenshot(t, tab, "02-overview-dark")
+		run(t, tab, "switch to the light theme", chromedp.Click(chromedp.CSS(`[data-testid=theme]`)))
+		waitJS(t, tab, 5*time.Second, "the light theme", `!document.documentElement.classList.contains("dark")`)
+		run(t, tab, "back to automatic", chromedp.Click(chromedp.CSS(`[data-testid=theme]`)))
+	})
+
+	step("nodes list shows the five machines", func(t *testing.T) {
+		navigate(t, tab, "/nodes")
+		waitJS(t, tab, 30*time.Second, "five machines on Nodes", `document.querySelectorAll("tr[data-machine]").length === 5`)
+		waitJS(t, tab, 10*time.Second, "the pending machine marked so", stateCell(pending.Metadata.Name)+` === "Pending approval"`)
+		for _, m := range ms {
+			if m.Spec.Approval.State == "approved" {
+				waitJS(t, tab, 10*time.Second, m.Metadata.Name+" Ready", stateCell(m.Metadata.Name)+` === "Ready"`)
+			}
+		}
+		screenshot(t, tab, "03-nodes")
+		noOverflow(t, tab, "nodes at 1280 px")
+	})
+
+	step("approve the pending machine and watch it become Ready", func(t *testing.T) {
+		name := pending.Metadata.Name
+		navigate(t, tab, "/add-node")
+		waitJS(t, tab, 30*time.Second, "the pending machine on Add node", fmt.Sprintf(`document.querySelector('[data-pending=%s]')`, jsString(name)))
+		waitJS(t, tab, 10*time.Second, "its disks", fmt.Sprintf(`document.querySelector('[data-pending=%s] table[aria-label=Disks] tbody tr')`, jsString(name)))
+		screenshot(t, tab, "04-add-node")
+		noOverflow(t, tab, "add node at 1280 px")
+		run(t, tab, "open the approval form", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="approve-%s"]`, name))))
+		waitJS(t, tab, 10*time.Second, "the approval form", fmt.Sprintf(`document.querySelector('[data-testid="approve-submit-%s"]')`, name))
+		// Pick the first disk if the machine has several, and confirm a wipe if it asks.
+		if _, err := eval[bool](tab, fmt.Sprintf(`(() => {
+			const s = document.getElementById(%s);
+			if (s && !s.value && s.options.length > 1) { s.value = s.options[1].value; s.dispatchEvent(new Event("change", {bubbles: true})); }
+			return true; })()`, jsString("approve-"+name+"-install"))); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if _, err := eval[bool](tab, fmt.Sprintf(`(() => { const c = document.getElementById(%s); if (c && !c.checked) c.click(); return true; })()`, jsString("approve-"+name+"-wipe"))); err != nil {
+			t.Fatal(err)
+		}
+		screenshot(t, tab, "05-approve-form")
+		run(t, tab, "submit the approval", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="approve-submit-%s"]`, name))))
+		waitJS(t, tab, 30*time.Second, "the machine leaves the pending list (approved)",
+			fmt.Sprintf(`!document.querySelector('[data-pending=%s]') || document.querySelector('[data-pending=%s] [role=alert]')`, jsString(name), jsString(name)))
+		if msg, _ := eval[string](tab, fmt.Sprintf(`document.querySelector('[data-pending=%s] [role=alert]')?.innerText ?? ""`, jsString(name))); msg != "" {
+			t.Fatalf("the console refused the approval: %s", msg)
+		}
+		navigate(t, tab, "/nodes")
+		waitJS(t, tab, 5*time.Minute, name+" Ready on Nodes (live, through the watch)", stateCell(name)+` === "Ready"`)
+		screenshot(t, tab, "06-nodes-all-ready")
+		workers = append(workers, pending)
+	})
+
+	worker := workers[0].Metadata.Name
+	workerAddr := workers[0].Spec.Address
+
+	step("node page tabs", func(t *testing.T) {
+		for i, tb := range []struct{ path, shot string }{
+			{"", "summary"}, {"/storage", "storage-network"}, {"/talos", "talos"}, {"/kubernetes", "kubernetes-etcd"}, {"/config", "configuration"},
+		} {
+			navigate(t, tab, "/nodes/"+worker+tb.path)
+			waitJS(t, tab, 30*time.Second, "the "+tb.shot+" tab", `document.querySelector("#tab-panel") && document.querySelector("[role=tab][aria-selected=true]")`)
+			// Let its reads answer (or fail visibly).
+			waitJS(t, tab, 30*time.Second, "the "+tb.shot+" tab's content", `document.querySelector("#tab-panel section")`)
+			waitJS(t, tab, time.Minute, "the "+tb.shot+" tab's reads", `!document.querySelector("#tab-panel [data-loading]")`)
+			screenshot(t, tab, fmt.Sprintf("07-node-%d-%s", i+1, tb.shot))
+			noOverflow(t, tab, "node "+tb.shot+" at 1280 px")
+		}
+		waitJS(t, tab, 30*time.Second, "the effective configuration with masked secrets or values",
+			`document.querySelector("table[aria-label='Effective configuration values'] tbody tr") || document.querySelector("#tab-panel [role=alert]")`)
+	})
+
+	step("remove a worker with the typed confirmation", func(t *testing.T) {
+		navigate(t, tab, "/nodes/"+worker)
+		waitJS(t, tab, 30*time.Second, "the Remove button", `document.querySelector("[data-testid=remove-node]")`)
+		run(t, tab, "open the remove dialog", chromedp.Click(chromedp.CSS(`[data-testid=remove-node]`)))
+		waitJS(t, tab, 10*time.Second, "the dialog", `document.querySelector("dialog[open] #remove-confirm")`)
+		waitJS(t, tab, 5*time.Second, "Remove disabled before the name is typed", `document.querySelector("[data-testid=remove-confirm-button]").disabled`)
+		run(t, tab, "type part of the name", chromedp.SendKeys(chromedp.ID("remove-confirm"), worker[:len(worker)-1]))
+		waitJS(t, tab, 5*time.Second, "Remove still disabled for a wrong name", `document.querySelector("[data-testid=remove-confirm-button]").disabled`)
+		run(t, tab, "type the rest", chromedp.SendKeys(chromedp.ID("remove-confirm"), worker[len(worker)-1:]))
+		waitJS(t, tab, 5*time.Second, "Remove enabled for the exact name", `!document.querySelector("[data-testid=remove-confirm-button]").disabled`)
+		screenshot(t, tab, "08-remove-dialog")
+		run(t, tab, "confirm", chromedp.Click(chromedp.CSS(`[data-testid=remove-confirm-button]`)))
+		waitJS(t, tab, 30*time.Second, "the dialog closes without an error", `!document.querySelector("dialog[open]")`)
+		navigate(t, tab, "/nodes")
+		eventually(t, ctx, 4*time.Minute, "the removed worker back as pending", func() (bool, string) {
+			ms, err := w.list(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, m := range ms {
+				if m.Spec.Address == workerAddr && m.Spec.Approval.State == "pending" && m.Metadata.DeletionTimestamp == nil {
+					pending = m
+					return true, ""
+				}
+			}
+			return false, describe(ms)
+		})
+		waitJS(t, tab, time.Minute, "the console shows it pending", stateCell(pending.Metadata.Name)+` === "Pending approval"`)
+		screenshot(t, tab, "09-nodes-after-remove")
+	})
+
+	step("narrow screen", func(t *testing.T) {
+		run(t, tab, "a 390 px viewport", chromedp.EmulateViewport(390, 844))
+		for _, s := range []struct{ path, shot string }{{"/", "overview"}, {"/nodes", "nodes"}, {"/add-node", "add-node"}, {"/nodes/" + worker, "node"}} {
+			navigate(t, tab, s.path)
+			time.Sleep(700 * time.Millisecond)
+			screenshot(t, tab, "10-390px-"+s.shot)
+			noOverflow(t, tab, s.shot+" at 390 px")
+		}
+		run(t, tab, "back to 1280 px", chromedp.EmulateViewport(1280, 900))
+	})
+
+	step("sign out revokes the session", func(t *testing.T) {
+		navigate(t, tab, "/")
+		rt, err := eval[string](tab, `sessionStorage.getItem("ichor.refresh") ?? ""`)
+		if err != nil || rt == "" {
+			t.Fatalf("no refresh token in the tab's sessionStorage (%v)", err)
+		}
+		run(t, tab, "sign out", chromedp.Click(chromedp.CSS(`[data-testid=sign-out]`)))
+		waitJS(t, tab, 30*time.Second, "the sign-in page after signing out", `document.querySelector("#sign-in")`)
+		if left, _ := eval[string](tab, `sessionStorage.getItem("ichor.refresh") ?? ""`); left != "" {
+			t.Error("the refresh token stayed in sessionStorage after signing out")
+		}
+		form := url.Values{"client_id": {"ichor-ui"}, "grant_type": {"refresh_token"}, "refresh_token": {rt}}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ui.url+"/oidc/token", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := ui.client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("the refresh token still works after signing out: %d", resp.StatusCode)
+		}
+	})
+
+	step("a viewer sees no Approve or Remove and the backend refuses a forged approval", func(t *testing.T) {
+		vt := newTab(t, browser)
+		signIn(t, vt, ui, viewer, "")
+		name := pending.Metadata.Name
+		navigate(t, vt, "/add-node")
+		waitJS(t, vt, 30*time.Second, "the pending machine on Add node", fmt.Sprintf(`document.querySelector('[data-pending=%s]')`, jsString(name)))
+		if n, _ := eval[int](vt, `document.querySelectorAll('[data-testid^="approve-"]').length`); n != 0 {
+			t.Errorf("a viewer sees %d Approve buttons", n)
+		}
+		if n, _ := eval[int](vt, `document.querySelectorAll('#disc-addresses').length`); n != 0 {
+			t.Error("a viewer sees the register form")
+		}
+		screenshot(t, vt, "11-viewer-add-node")
+		navigate(t, vt, "/nodes/"+workers[len(workers)-1].Metadata.Name)
+		waitJS(t, vt, 30*time.Second, "the node page", `document.querySelector("#tab-panel")`)
+		if n, _ := eval[int](vt, `document.querySelectorAll('[data-testid=remove-node]').length`); n != 0 {
+			t.Error("a viewer sees the Remove button")
+		}
+		// The viewer's own token, taken the way the console takes it (the
+		// rotated refresh token is put back), on a hand-made approval.
+		got, err := eval[string](vt, fmt.Sprintf(`(async () => {
+			const rt = sessionStorage.getItem("ichor.refresh");
+			const r = await fetch("/oidc/token", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"},
+				body: new URLSearchParams({client_id: "ichor-ui", grant_type: "refresh_token", refresh_token: rt}).toString()});
+			const tok = await r.json();
+			if (!r.ok) return "refresh " + r.status + " " + JSON.stringify(tok);
+			sessionStorage.setItem("ichor.refresh", tok.refresh_token);
+			const a = await fetch(%s, {method: "POST", headers: {Authorization: "Bearer " + tok.access_token, "Content-Type": "application/json"},
+				body: JSON.stringify({role: "worker"})});
+			return a.status + " " + await a.text();
+		})()`, jsString("/api/v1/machines/"+url.PathEscape(name)+":approve")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(got, "403 ") {
+			t.Fatalf("a viewer's forged approval answered %q, want 403", got)
+		}
+		t.Logf("the forged approval: %s", got)
+		ms, err := w.list(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Metadata.Name == name && m.Spec.Approval.State != "pending" {
+				t.Fatalf("the viewer's refused approval changed %s to %s", name, m.Spec.Approval.State)
+			}
+		}
+	})
+
+	t.Logf("browser test: %s (with the CLI scenario when it ran first)", time.Since(start).Round(time.Second))
+}

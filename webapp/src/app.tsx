@@ -1,0 +1,160 @@
+import { useEffect, useMemo, useState } from "preact/hooks";
+import { Session, SignInError, startSignIn } from "./api/auth";
+import { createClient, fetchTransport } from "./api/transport";
+import type { Cluster, Machine, WhoAmIResponse } from "./api/generated";
+import { ConsoleContext, type Console } from "./context";
+import { match, navigate, usePath } from "./lib/router";
+import { canWrite } from "./lib/status";
+import { sorted } from "./lib/watch";
+import { watchMachines } from "./lib/watch";
+import { Shell } from "./screens/shell";
+import { SignIn } from "./screens/signin";
+import { Overview } from "./screens/overview";
+import { Nodes } from "./screens/nodes";
+import { AddNode } from "./screens/addnode";
+import { NodePage } from "./screens/node";
+import { Alert } from "./components/ui/alert";
+
+type Phase = { kind: "starting" } | { kind: "signedOut"; reason?: string } | { kind: "ready" };
+
+export function App() {
+  const session = useMemo(() => new Session(), []);
+  const [phase, setPhase] = useState<Phase>({ kind: "starting" });
+  const path = usePath();
+  const route = match(path);
+
+  useEffect(() => {
+    session.onSignedOut = (reason) => setPhase({ kind: "signedOut", reason });
+    (async () => {
+      try {
+        if (match(location.pathname).screen === "callback") {
+          const to = await session.completeSignIn(new URLSearchParams(location.search));
+          navigate(to, true);
+          setPhase({ kind: "ready" });
+          return;
+        }
+        if (Session.hasRefresh()) {
+          await session.renew();
+          setPhase({ kind: "ready" });
+          return;
+        }
+        setPhase({ kind: "signedOut" });
+      } catch (e) {
+        if (match(location.pathname).screen === "callback") navigate("/", true);
+        setPhase({ kind: "signedOut", reason: e instanceof SignInError ? e.message : String(e) });
+      }
+    })();
+  }, [session]);
+
+  if (phase.kind === "starting") {
+    return (
+      <p class="p-6 text-sm text-muted-foreground" role="status">
+        Loading…
+      </p>
+    );
+  }
+  if (phase.kind === "signedOut") {
+    return <SignIn reason={phase.reason} onSignIn={() => startSignIn(route.screen === "callback" ? "/" : location.pathname + location.search)} />;
+  }
+  return (
+    <Signed
+      session={session}
+      route={route}
+      onSignOut={async () => {
+        await session.signOut();
+        navigate("/", true);
+        setPhase({ kind: "signedOut", reason: "You signed out." });
+      }}
+    />
+  );
+}
+
+function Signed({ session, route, onSignOut }: { session: Session; route: ReturnType<typeof match>; onSignOut: () => void }) {
+  const client = useMemo(() => createClient(fetchTransport(session)), [session]);
+  const [me, setMe] = useState<WhoAmIResponse | null>(null);
+  const [cluster, setCluster] = useState<Cluster | null>(null);
+  const [clusterError, setClusterError] = useState<unknown>(null);
+  const [tick, setTick] = useState(0);
+  const [machines, setMachines] = useState<Machine[]>([]);
+  const [synced, setSynced] = useState(false);
+  const [live, setLive] = useState(false);
+  const [watchError, setWatchError] = useState<unknown>(null);
+
+  useEffect(() => {
+    client.whoAmI().then(setMe, () => setMe(null));
+  }, [client]);
+
+  useEffect(() => {
+    let stop = false;
+    const load = () =>
+      client.getCluster().then(
+        (r) => {
+          if (!stop) {
+            setCluster(r.cluster ?? null);
+            setClusterError(null);
+          }
+        },
+        (e) => !stop && setClusterError(e),
+      );
+    load();
+    const t = setInterval(load, 5000);
+    return () => {
+      stop = true;
+      clearInterval(t);
+    };
+  }, [client, tick]);
+
+  useEffect(() => {
+    const ac = new AbortController();
+    watchMachines(client, ac.signal, (set, isLive, err) => {
+      setMachines(sorted(set));
+      setSynced(set.synced);
+      setLive(isLive);
+      setWatchError(err ?? null);
+    });
+    return () => ac.abort();
+  }, [client]);
+
+  const value: Console = {
+    client,
+    me,
+    cluster,
+    clusterError,
+    refreshCluster: () => setTick((t) => t + 1),
+    machines,
+    synced,
+    live,
+    watchError,
+    canWrite: canWrite(me?.groups),
+  };
+
+  let screen;
+  switch (route.screen) {
+    case "overview":
+    case "callback":
+      screen = <Overview />;
+      break;
+    case "nodes":
+      screen = <Nodes />;
+      break;
+    case "add":
+      screen = <AddNode />;
+      break;
+    case "node":
+      screen = <NodePage name={route.name} tab={route.tab} />;
+      break;
+    default:
+      screen = (
+        <Alert tone="warn" title="No such page">
+          Nothing lives at {route.path}. <a href="/" class="underline">Go to the overview</a>.
+        </Alert>
+      );
+  }
+  return (
+    <ConsoleContext.Provider value={value}>
+      <Shell route={route} onSignOut={onSignOut}>
+        {screen}
+      </Shell>
+    </ConsoleContext.Provider>
+  );
+}

@@ -1,0 +1,25 @@
+import { createContext } from "preact";
+import { useContext } from "preact/hooks";
+import type { Client, Cluster, Machine, WhoAmIResponse } from "./api/generated";
+
+/** Console is what every screen reads: the API client, the user, the cluster and the live machines. */
+export interface Console {
+  client: Client;
+  me: WhoAmIResponse | null;
+  cluster: Cluster | null;
+  clusterError: unknown;
+  refreshCluster: () => void;
+  machines: Machine[];
+  synced: boolean;
+  live: boolean;
+  watchError: unknown;
+  canWrite: boolean;
+}
+
+export const ConsoleContext = createContext<Console | null>(null);
+
+export function useConsole(): Console {
+  const c = useContext(ConsoleContext);
+  if (!c) throw new Error("useConsole outside the console");
+  return c;
+}

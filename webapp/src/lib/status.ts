@@ -1,0 +1,94 @@
+import type { Condition, Machine } from "../api/generated";
+import type { Tone } from "../components/ui/badge";
+
+export function condition(conds: Condition[] | undefined, type: string): Condition | undefined {
+  return conds?.find((c) => c.type === type);
+}
+
+/** readyOf is the Ready condition's status of a machine: True, False or Unknown. */
+export function readyOf(m: Machine): string {
+  return condition(m.conditions, "Ready")?.status ?? "Unknown";
+}
+
+/** stateOf is one word for the machine's state, and its tone. */
+export function stateOf(m: Machine): { text: string; tone: Tone; detail?: string } {
+  const ready = condition(m.conditions, "Ready");
+  if (m.deleting || m.removal?.phase) return { text: `Removing${m.removal?.phase ? ` (${m.removal.phase})` : ""}`, tone: "warn", detail: m.removal?.message };
+  const approval = m.approval?.state ?? "pending";
+  if (approval === "pending") return { text: "Pending approval", tone: "warn" };
+  if (approval === "rejected") return { text: "Rejected", tone: "neutral" };
+  if (ready?.status === "True") return { text: "Ready", tone: "ok", detail: ready.message };
+  if (ready?.status === "False") return { text: ready.reason || "Not ready", tone: "bad", detail: ready.message };
+  return { text: ready?.reason || "Provisioning", tone: "neutral", detail: ready?.message };
+}
+
+/** Attention is one entry of the needs-attention list. */
+export interface Attention {
+  key: string;
+  subject: string;
+  href?: string;
+  text: string;
+  tone: Tone;
+}
+
+/** Conditions that are bad when True (the rest of the named ones are bad when False). */
+const badWhenTrue = new Set(["Stalled", "CNIUnsupported", "CARotationAdvised", "Drifted", "RebootRequired", "APIServerRestartRequired", "IdentityConflict", "AdoptionHeld", "Stale"]);
+const badWhenFalse = new Set(["VersionsCompatible", "NetworkPoliciesApplied", "Provisioned", "FingerprintTrusted", "DiskRolesEffective", "Valid"]);
+
+/** problems are the conditions that say something is wrong, Ready first. */
+export function problems(conds: Condition[] | undefined): { c: Condition; tone: Tone }[] {
+  const out: { c: Condition; tone: Tone }[] = [];
+  for (const c of conds ?? []) {
+    const t = c.type ?? "";
+    if (t === "Ready" && c.status !== "True") out.unshift({ c, tone: c.status === "False" ? "bad" : "neutral" });
+    else if (badWhenTrue.has(t) && c.status === "True") out.push({ c, tone: "warn" });
+    else if (badWhenFalse.has(t) && c.status === "False") out.push({ c, tone: "bad" });
+  }
+  return out;
+}
+
+function conditionText(c: Condition): string {
+  return `${c.type} ${c.status}${c.reason ? ` (${c.reason})` : ""}${c.message ? ` — ${c.message}` : ""}`;
+}
+
+/** needsAttention lists what a person should look at, from the cluster's and machines' conditions. */
+export function needsAttention(clusterConds: Condition[] | undefined, machines: Machine[]): Attention[] {
+  const out: Attention[] = [];
+  for (const { c, tone } of problems(clusterConds)) {
+    out.push({ key: `cluster-${c.type}`, subject: "Cluster", text: conditionText(c), tone });
+  }
+  for (const m of machines) {
+    const href = `/nodes/${encodeURIComponent(m.name ?? "")}`;
+    if (m.approval?.state === "pending") {
+      out.push({ key: `${m.name}-pending`, subject: m.name ?? "", href: "/add-node", text: `waits for approval (${m.address ?? "no address"})`, tone: "warn" });
+      continue;
+    }
+    if (m.approval?.state !== "approved") continue;
+    if (m.removal?.phase || m.deleting) {
+      out.push({ key: `${m.name}-removal`, subject: m.name ?? "", href, text: `being removed${m.removal?.phase ? `: ${m.removal.phase}` : ""}${m.removal?.message ? ` — ${m.removal.message}` : ""}`, tone: "warn" });
+      continue;
+    }
+    for (const { c, tone } of problems(m.conditions)) {
+      if (c.type === "Drifted" || c.type === "RebootRequired") continue; // told below with their paths
+      out.push({ key: `${m.name}-${c.type}`, subject: m.name ?? "", href, text: conditionText(c), tone });
+    }
+    if (m.driftPaths?.length) out.push({ key: `${m.name}-drift`, subject: m.name ?? "", href, text: `drifted from its configuration at ${m.driftPaths.join(", ")}`, tone: "warn" });
+    if (m.rebootRequiredPaths?.length) out.push({ key: `${m.name}-reboot`, subject: m.name ?? "", href, text: `a configuration change waits for a reboot (${m.rebootRequiredPaths.join(", ")})`, tone: "warn" });
+  }
+  return out;
+}
+
+/** canWrite reports whether the user holds more than ichor:viewer (the backend still checks). */
+export function canWrite(groups: string[] | undefined): boolean {
+  return (groups ?? []).some((g) => g === "ichor:admin" || g === "ichor:operator" || (g !== "ichor:viewer" && !g.startsWith("system:")));
+}
+
+export function timeAgo(ts: string | undefined): string {
+  if (!ts) return "—";
+  const s = Math.round((Date.now() - Date.parse(ts)) / 1000);
+  if (Number.isNaN(s)) return ts;
+  if (s < 60) return `${Math.max(s, 0)}s ago`;
+  if (s < 3600) return `${Math.round(s / 60)}m ago`;
+  if (s < 86400) return `${Math.round(s / 3600)}h ago`;
+  return `${Math.round(s / 86400)}d ago`;
+}

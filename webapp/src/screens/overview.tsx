@@ -1,0 +1,110 @@
+import { useConsole } from "../context";
+import { needsAttention, readyOf } from "../lib/status";
+import { Card, CardContent, CardDescription, CardHeader, CardTitle } from "../components/ui/card";
+import { Badge } from "../components/ui/badge";
+import { LinkButton } from "../components/ui/button";
+import { ErrorAlert } from "../components/errors";
+
+function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
+  const body = (
+    <Card class="h-full">
+      <CardHeader>
+        <CardDescription>{title}</CardDescription>
+        <CardTitle>
+          <span class="text-3xl font-semibold" data-testid={testid}>
+            {value}
+          </span>
+        </CardTitle>
+      </CardHeader>
+      {detail && <CardContent class="text-sm text-muted-foreground">{detail}</CardContent>}
+    </Card>
+  );
+  return href ? (
+    <a href={href} class="block rounded-lg">
+      {body}
+    </a>
+  ) : (
+    body
+  );
+}
+
+export function Overview() {
+  const { cluster, clusterError, machines, synced, canWrite } = useConsole();
+  const approved = machines.filter((m) => m.approval?.state === "approved");
+  const ready = approved.filter((m) => readyOf(m) === "True");
+  const pending = machines.filter((m) => m.approval?.state === "pending");
+  const cps = approved.filter((m) => m.role === "controlplane").length;
+  const attention = needsAttention(cluster?.conditions, machines);
+  return (
+    <>
+      <div class="flex flex-wrap items-center justify-between gap-2">
+        <h1 class="text-xl font-semibold">Overview</h1>
+        {canWrite && (
+          <LinkButton href="/add-node" variant="default">
+            Add node
+          </LinkButton>
+        )}
+      </div>
+      <ErrorAlert error={clusterError} what="Reading the cluster" />
+      <div class="grid grid-cols-1 gap-4 sm:grid-cols-2 lg:grid-cols-4">
+        <Tile title="Nodes ready" testid="tile-nodes" value={synced ? `${ready.length} / ${approved.length}` : "…"} detail={`${cps} control plane${cps === 1 ? "" : "s"}, ${approved.length - cps} worker${approved.length - cps === 1 ? "" : "s"}`} href="/nodes" />
+        <Tile title="Waiting for approval" testid="tile-pending" value={synced ? pending.length : "…"} detail={pending.length ? "Review them on Add node" : "No machine waits"} href="/add-node" />
+        <Tile title="Versions" testid="tile-versions" value={cluster?.talosVersion || "—"} detail={`Kubernetes ${cluster?.kubernetesVersion || "—"} · contract ${cluster?.versionContract || "—"}`} />
+        <Tile title="Running operation" testid="tile-operation" value="None" detail="Operations arrive with their own screen" />
+      </div>
+      <Card aria-labelledby="attention-title">
+        <CardHeader>
+          <CardTitle>
+            <span id="attention-title">Needs attention</span>
+          </CardTitle>
+        </CardHeader>
+        <CardContent>
+          {attention.length === 0 ? (
+            <p class="text-sm text-muted-foreground" data-testid="attention-empty">
+              Nothing needs attention.
+            </p>
+          ) : (
+            <ul class="divide-y" data-testid="attention">
+              {attention.map((a) => (
+                <li key={a.key} class="flex flex-wrap items-start gap-2 py-2 text-sm">
+                  <Badge tone={a.tone}>{a.subject}</Badge>
+                  {a.href ? (
+                    <a href={a.href} class="min-w-0 flex-1 break-words hover:underline">
+                      {a.text}
+                    </a>
+                  ) : (
+                    <span class="min-w-0 flex-1 break-words">{a.text}</span>
+                  )}
+                </li>
+              ))}
+            </ul>
+          )}
+        </CardContent>
+      </Card>
+      {cluster && (
+        <Card>
+          <details>
+            <summary class="cursor-pointer p-4 text-sm font-semibold">Cluster details</summary>
+            <dl class="grid grid-cols-1 gap-x-6 gap-y-2 p-4 pt-0 text-sm sm:grid-cols-2">
+              <Detail k="Name" v={cluster.name} />
+              <Detail k="Namespace" v={cluster.namespace} />
+              <Detail k="Endpoint" v={cluster.endpoint} />
+              <Detail k="Control planes declared" v={String(cluster.controlPlaneCount ?? 0)} />
+              <Detail k="Ready" v={`${cluster.ready ?? "Unknown"}${cluster.readyMessage ? ` — ${cluster.readyMessage}` : ""}`} />
+              <Detail k="Version contract" v={cluster.versionContract} />
+            </dl>
+          </details>
+        </Card>
+      )}
+    </>
+  );
+}
+
+export function Detail({ k, v, mono }: { k: string; v?: string; mono?: boolean }) {
+  return (
+    <div class="flex min-w-0 flex-col">
+      <dt class="text-xs text-muted-foreground">{k}</dt>
+      <dd class={mono ? "break-all font-mono text-xs" : "break-words"}>{v || "—"}</dd>
+    </div>
+  );
+}
