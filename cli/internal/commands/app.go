@@ -43,6 +43,8 @@ const (
 	colName = "NAME"
 	// colAge heads the age column of the tables.
 	colAge = "AGE"
+	// flagNode is init's first node.
+	flagNode = "node"
 	// flagRole is the role flag of approve, config and user create.
 	flagRole = "role"
 	// annotationTrue is the value of a consent annotation.

@@ -1,7 +1,9 @@
 package commands
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -25,11 +27,11 @@ func initCommand() *cli.Command {
 			"it continues from what exists and never generates a second bundle.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagCluster, Value: "ichor", Usage: "cluster `NAME` (the TalosCluster and ~/.ichor/clusters/NAME)"},
-			&cli.StringFlag{Name: "preset", Required: true, Usage: "topology `PRESET`: " + strings.Join(initflow.Presets, ", ") +
+			&cli.StringFlag{Name: "preset", Usage: "topology `PRESET` (required without the form): " + strings.Join(initflow.Presets, ", ") +
 				" (single: 1 schedulable control plane; compact-ha: 3 schedulable; standard: 3 + workers; large: 5 + workers)"},
 			&cli.StringFlag{Name: "cni-tunnel", Value: "vxlan", Usage: "Cilium's tunnel `PROTOCOL`: vxlan or geneve (immutable)"},
 			&cli.StringFlag{Name: "ui-url", Usage: "https `URL` browsers reach ichor-ui at (for Ichor's own users)"},
-			&cli.StringFlag{Name: "node", Usage: "`ADDRESS` of the first control plane, booted in maintenance mode (required)"},
+			&cli.StringFlag{Name: flagNode, Usage: "`ADDRESS` of the first control plane, booted in maintenance mode (required)"},
 			&cli.IntFlag{Name: "talos-port", Usage: "Talos API `PORT` of the node (default 50000)"},
 			&cli.StringFlag{Name: "node-fingerprint", Usage: "pin the node's maintenance certificate `FINGERPRINT` (its console shows it; default: trust the first one seen)"},
 			&cli.StringFlag{Name: "install-disk", Usage: "system disk `SELECTOR`: " + selectorSyntax + " (default: the node's disk, keyed on its most stable attribute)"},
@@ -45,6 +47,7 @@ func initCommand() *cli.Command {
 			&cli.StringFlag{Name: "write-kubeconfig", Usage: "also write the admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
 			&cli.StringFlag{Name: "passphrase-file", Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
 			&cli.BoolFlag{Name: "generate-passphrase", Usage: "generate the passphrase of a new secrets store and show it once"},
+			&cli.BoolFlag{Name: "interactive", Usage: "ask for the settings the flags leave out (the default on a terminal when --preset or --node is missing)"},
 		},
 		Action: initAction,
 	}
@@ -66,7 +69,7 @@ func initAction(ctx context.Context, cmd *cli.Command) error {
 		Preset:            cmd.String("preset"),
 		Tunnel:            cmd.String("cni-tunnel"),
 		UIURL:             cmd.String("ui-url"),
-		Node:              cmd.String("node"),
+		Node:              cmd.String(flagNode),
 		TalosPort:         cmd.Int("talos-port"),
 		Fingerprint:       cmd.String("node-fingerprint"),
 		ConfirmWipe:       cmd.Bool("confirm-wipe"),
@@ -88,6 +91,16 @@ func initAction(ctx context.Context, cmd *cli.Command) error {
 		}
 
 		o.InstallDisk = &sel
+	}
+
+	stdinTTY := term.IsTerminal(int(os.Stdin.Fd()))
+	if cmd.Bool("interactive") || (stdinTTY && !cmd.IsSet("interactive") && (o.Preset == "" || o.Node == "")) {
+		f := &form{in: bufio.NewReader(r.in), out: r.errOut, given: cmd.IsSet}
+		if err := f.fill(&o); err != nil {
+			return err
+		}
+	} else if o.Preset == "" {
+		return fmt.Errorf("--preset is missing: give one of %s (or run init on a terminal, or with --interactive, to be asked)", strings.Join(initflow.Presets, ", "))
 	}
 
 	// Everything is checked before the store is touched.
