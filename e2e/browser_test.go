@@ -43,7 +43,7 @@ func TestBrowserConsole(t *testing.T) {
 
 	var pending machine
 
-	var workers []machine
+	var workers, controlPlanes []machine
 
 	for _, m := range ms {
 		switch {
@@ -51,6 +51,8 @@ func TestBrowserConsole(t *testing.T) {
 			pending = m
 		case m.Spec.Role == "worker" && m.ready():
 			workers = append(workers, m)
+		case m.Spec.Role == "controlplane" && m.ready():
+			controlPlanes = append(controlPlanes, m)
 		}
 	}
 
@@ -150,6 +152,22 @@ func TestBrowserConsole(t *testing.T) {
 		}
 		waitJS(t, tab, 30*time.Second, "the effective configuration with masked secrets or values",
 			`document.querySelector("table[aria-label='Effective configuration values'] tbody tr") || document.querySelector("#tab-panel [role=alert]")`)
+
+		// The node reads are real: ichor-ui read them with the os:reader
+		// certificate the controller signed for it.
+		navigate(t, tab, "/nodes/"+worker+"/talos")
+		waitJS(t, tab, time.Minute, "the worker's kubelet among its Talos services",
+			`[...document.querySelectorAll("table[aria-label='Talos services'] tbody tr td:first-child")].some(td => td.textContent === "kubelet")`)
+		waitJS(t, tab, time.Minute, "lines in the log stream",
+			`(() => { const p = document.querySelector("pre[aria-label$=' log']"); return p && p.textContent !== "No lines yet." && p.textContent.includes("\n"); })()`)
+		screenshot(t, tab, "07-node-talos-services-and-log")
+		if len(controlPlanes) == 0 {
+			t.Fatal("no Ready control plane to read etcd members from")
+		}
+		navigate(t, tab, "/nodes/"+controlPlanes[0].Metadata.Name+"/kubernetes")
+		waitJS(t, tab, time.Minute, "the etcd members of a control plane",
+			`document.querySelectorAll("table[aria-label='etcd members'] tbody tr").length >= 1`)
+		screenshot(t, tab, "07-node-etcd-members")
 	})
 
 	step("remove a worker with the typed confirmation", func(t *testing.T) {
