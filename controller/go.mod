@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/cosi-project/runtime v1.16.3
+	github.com/go-logr/logr v1.4.4
 	github.com/maeshinshin/ichor/contracts v0.0.0
 	github.com/maeshinshin/ichor/tools v0.0.0
 	github.com/siderolabs/crypto v0.6.5
@@ -46,7 +47,6 @@ require (
 	github.com/gertd/go-pluralize v0.2.1 // indirect
 	github.com/ghodss/yaml v1.0.0 // indirect
 	github.com/go-errors/errors v1.4.2 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-logr/zapr v1.3.0 // indirect
 	github.com/go-openapi/jsonpointer v1.0.2 // indirect

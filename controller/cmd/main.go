@@ -27,6 +27,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
+	"github.com/maeshinshin/ichor/controller/internal/controller/servingca"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
@@ -68,6 +69,8 @@ func main() {
 	flag.StringVar(&certOpts.ServiceName, "webhook-service", "ichor-webhook", "Service the API server reaches the webhooks through.")
 	flag.StringVar(&certOpts.WebhookConfiguration, "webhook-configuration", "ichor-validating-webhook",
 		"ValidatingWebhookConfiguration whose caBundle is kept.")
+	flag.StringVar(&certOpts.MutatingWebhookConfiguration, "mutating-webhook-configuration", "ichor-mutating-webhook",
+		"MutatingWebhookConfiguration whose caBundle is kept.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -90,13 +93,16 @@ func main() {
 	}
 
 	cfg := ctrl.GetConfigOrDie()
+	// The certificate code reads webhook configurations and Secrets directly:
+	// the controller may not list or watch those, so a cached client would wait
+	// for a cache that never syncs.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		log.Error(err, "creating a client")
+		os.Exit(1)
+	}
 	if enableWebhooks && manageCerts {
 		certOpts.Namespace, certOpts.CertDir = namespace, webhookCertDir
-		direct, err := client.New(cfg, client.Options{Scheme: scheme})
-		if err != nil {
-			log.Error(err, "creating a client")
-			os.Exit(1)
-		}
 		if err := certs.Ensure(context.Background(), direct, certOpts); err != nil {
 			log.Error(err, "preparing the webhook serving certificate")
 			os.Exit(1)
@@ -144,9 +150,14 @@ func main() {
 		log.Error(err, "registering the TalosCredentialRequest reconciler")
 		os.Exit(1)
 	}
+	// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.
+	if err := (&servingca.Keeper{Namespace: namespace}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the serving CA keeper")
+		os.Exit(1)
+	}
 	if enableWebhooks && manageCerts {
 		// Renew the leaf before it expires; the webhook server reloads the files.
-		if err := mgr.Add(&certRenewer{client: mgr.GetClient(), opts: certOpts}); err != nil {
+		if err := mgr.Add(&certRenewer{client: direct, opts: certOpts}); err != nil {
 			log.Error(err, "adding the certificate renewer")
 			os.Exit(1)
 		}

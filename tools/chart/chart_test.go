@@ -137,3 +137,127 @@ func TestValuesChangeTheRender(t *testing.T) {
 		}
 	}
 }
+
+// uiContainer returns the ichor-ui container and pod spec of a render.
+func uiContainer(t *testing.T, objs map[string]map[string]any) (map[string]any, map[string]any) {
+	t.Helper()
+	dep := objs["Deployment/ichor-ui"]
+	if dep == nil {
+		t.Fatalf("no ichor-ui Deployment among %d objects", len(objs))
+	}
+	pod := dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	return pod["containers"].([]any)[0].(map[string]any), pod
+}
+
+func strs(v any) []string {
+	out := make([]string, 0, len(v.([]any)))
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+func TestUIRendersWithDefaults(t *testing.T) {
+	rendered, err := Render(filepath.Join(repoRoot, chartDir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := manifests(t, rendered)
+	c, pod := uiContainer(t, objs)
+	if r := objs["Deployment/ichor-ui"]["spec"].(map[string]any)["replicas"]; r != float64(2) {
+		t.Errorf("ichor-ui replicas: %v", r)
+	}
+	if c["image"] != "ghcr.io/maeshinshin/ichor-ui:v0.0.0-dev" || c["imagePullPolicy"] != "IfNotPresent" {
+		t.Errorf("image: %v %v", c["image"], c["imagePullPolicy"])
+	}
+	args := strings.Join(strs(c["args"]), " ")
+	for _, want := range []string{"--listen=:8443", "--issuer-listen=:8444", "--serving-cert-file=/etc/ichor-ui/serving/tls.crt"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+	for _, unwanted := range []string{"--ichor-users", "--tls-cert-file", "--oidc-issuer-url", "--issuer="} {
+		if strings.Contains(args, unwanted) {
+			t.Errorf("default args %q hold %s", args, unwanted)
+		}
+	}
+	if n := len(pod["volumes"].([]any)); n != 1 {
+		t.Errorf("want only the ichor-ui-tls volume by default, got %d", n)
+	}
+	if objs["PodDisruptionBudget/ichor-ui"] == nil {
+		t.Error("two ichor-ui replicas need a PodDisruptionBudget")
+	}
+	svc := objs["Service/ichor-ui"]
+	if svc == nil {
+		t.Fatal("no Service ichor-ui")
+	}
+	ports := svc["spec"].(map[string]any)["ports"].([]any)
+	if len(ports) != 2 || ports[0].(map[string]any)["port"] != float64(8443) || ports[1].(map[string]any)["port"] != float64(8444) {
+		t.Errorf("Service ports: %v, want 8443 (first) and 8444", ports)
+	}
+}
+
+func TestUIValuesChangeTheRender(t *testing.T) {
+	rendered, err := Render(filepath.Join(repoRoot, chartDir), map[string]any{"ichorUI": map[string]any{
+		"replicas": 1,
+		"image":    map[string]any{"repository": "registry.example/ui", "tag": "v9.9.9", "pullPolicy": "Always"},
+		"tls":      map[string]any{"secretName": "my-cert"},
+		"oidc":     map[string]any{"issuerURL": "https://idp.example.com", "clientID": "ichor"},
+		"users":    map[string]any{"enabled": true, "externalURL": "https://ichor.example.com"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := manifests(t, rendered)
+	c, pod := uiContainer(t, objs)
+	if r := objs["Deployment/ichor-ui"]["spec"].(map[string]any)["replicas"]; r != float64(1) {
+		t.Errorf("replicas: %v", r)
+	}
+	if objs["PodDisruptionBudget/ichor-ui"] != nil {
+		t.Error("one ichor-ui replica must have no PodDisruptionBudget")
+	}
+	if c["image"] != "registry.example/ui:v9.9.9" || c["imagePullPolicy"] != "Always" {
+		t.Errorf("image: %v %v", c["image"], c["imagePullPolicy"])
+	}
+	args := strings.Join(strs(c["args"]), " ")
+	for _, want := range []string{"--issuer=https://ichor.example.com", "--ichor-users", "--oidc-issuer-url=https://idp.example.com",
+		"--oidc-client-id=ichor", "--tls-cert-file=/etc/ichor-ui/tls/tls.crt", "--tls-key-file=/etc/ichor-ui/tls/tls.key"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+	found := false
+	for _, v := range pod["volumes"].([]any) {
+		if s, ok := v.(map[string]any)["secret"].(map[string]any); ok && s["secretName"] == "my-cert" {
+			found = true
+		}
+	}
+	mounted := false
+	for _, m := range c["volumeMounts"].([]any) {
+		if m.(map[string]any)["mountPath"] == "/etc/ichor-ui/tls" {
+			mounted = true
+		}
+	}
+	if !found || !mounted {
+		t.Errorf("the operator's Secret is not mounted: volume %v, mount %v", found, mounted)
+	}
+}
+
+func TestUIUsersNeedAnExternalURL(t *testing.T) {
+	for name, ui := range map[string]map[string]any{
+		"users": {"users": map[string]any{"enabled": true}},
+		"oidc":  {"oidc": map[string]any{"issuerURL": "https://idp.example.com", "clientID": "ichor"}},
+	} {
+		_, err := Render(filepath.Join(repoRoot, chartDir), map[string]any{"ichorUI": ui})
+		if err == nil || !strings.Contains(err.Error(), "ichorUI.users.externalURL") {
+			t.Errorf("%s without externalURL: %v, want an error naming ichorUI.users.externalURL", name, err)
+		}
+	}
+	_, err := Render(filepath.Join(repoRoot, chartDir), map[string]any{"ichorUI": map[string]any{
+		"users": map[string]any{"externalURL": "https://ichor.example.com"},
+		"oidc":  map[string]any{"issuerURL": "https://idp.example.com"},
+	}})
+	if err == nil || !strings.Contains(err.Error(), "ichorUI.oidc.clientID") {
+		t.Errorf("an external provider without clientID: %v, want an error naming ichorUI.oidc.clientID", err)
+	}
+}

@@ -198,6 +198,24 @@ func template(obj object) (string, error) {
 		// No PDB with one replica, or a drain never finishes (architecture, "Deployment").
 		wrapIf = "{{- if gt (int .Values.controller.replicas) 1 }}\n"
 	}
+	if kind == "Deployment" && name == "ichor-ui" {
+		spec := fields["spec"].(map[string]any)
+		spec["replicas"] = placeholder + "UI_REPLICAS"
+		podSpec := spec["template"].(map[string]any)["spec"].(map[string]any)
+		for _, c := range podSpec["containers"].([]any) {
+			c := c.(map[string]any)
+			if c["name"] == "ui" {
+				c["image"] = placeholder + "UI_IMAGE"
+				c["imagePullPolicy"] = placeholder + "UI_PULL_POLICY"
+				c["args"] = append(c["args"].([]any), placeholder+"UI_ARGS")
+				c["volumeMounts"] = append(c["volumeMounts"].([]any), placeholder+"UI_TLS_MOUNT")
+			}
+		}
+		podSpec["volumes"] = append(podSpec["volumes"].([]any), placeholder+"UI_TLS_VOLUME")
+	}
+	if kind == "PodDisruptionBudget" && name == "ichor-ui" {
+		wrapIf = "{{- if gt (int .Values.ichorUI.replicas) 1 }}\n"
+	}
 	raw, err := yaml.Marshal(fields)
 	if err != nil {
 		return "", err
@@ -207,6 +225,12 @@ func template(obj object) (string, error) {
 	text = strings.ReplaceAll(text, placeholder+"REPLICAS", "{{ .Values.controller.replicas }}")
 	text = strings.ReplaceAll(text, placeholder+"IMAGE", `"{{ .Values.controller.image.repository }}:{{ .Values.controller.image.tag | default .Chart.AppVersion }}"`)
 	text = strings.ReplaceAll(text, placeholder+"PULL_POLICY", "{{ .Values.controller.image.pullPolicy }}")
+	text = strings.ReplaceAll(text, placeholder+"UI_REPLICAS", "{{ .Values.ichorUI.replicas }}")
+	text = strings.ReplaceAll(text, placeholder+"UI_IMAGE", `"{{ .Values.ichorUI.image.repository }}:{{ .Values.ichorUI.image.tag | default .Chart.AppVersion }}"`)
+	text = strings.ReplaceAll(text, placeholder+"UI_PULL_POLICY", "{{ .Values.ichorUI.image.pullPolicy }}")
+	text = replaceItem(text, placeholder+"UI_ARGS", uiArgs)
+	text = replaceItem(text, placeholder+"UI_TLS_MOUNT", uiTLSMount)
+	text = replaceItem(text, placeholder+"UI_TLS_VOLUME", uiTLSVolume)
 	if strings.Contains(text, placeholder) {
 		return "", fmt.Errorf("%s %s: a placeholder was left in the template", kind, name)
 	}
@@ -214,6 +238,59 @@ func template(obj object) (string, error) {
 		text = wrapIf + text + "{{- end }}\n"
 	}
 	return text, nil
+}
+
+// ichor-ui's flags from the values (architecture, "Deployment"): Ichor's own
+// users and the external provider both need the https URL browsers reach
+// ichor-ui at, which is the issuer of its tokens.
+const uiArgs = `{{- if or .Values.ichorUI.users.enabled .Values.ichorUI.oidc.issuerURL }}
+- {{ printf "--issuer=%s" (required "ichorUI.users.externalURL: give the https URL browsers reach ichor-ui at (needed by ichorUI.users.enabled and ichorUI.oidc.issuerURL)" .Values.ichorUI.users.externalURL) | quote }}
+{{- end }}
+{{- if .Values.ichorUI.users.enabled }}
+- --ichor-users
+{{- end }}
+{{- with .Values.ichorUI.oidc.issuerURL }}
+- {{ printf "--oidc-issuer-url=%s" . | quote }}
+- {{ printf "--oidc-client-id=%s" (required "ichorUI.oidc.clientID: give ichor-ui's client ID at the provider" $.Values.ichorUI.oidc.clientID) | quote }}
+{{- end }}
+{{- if .Values.ichorUI.tls.secretName }}
+- --tls-cert-file=/etc/ichor-ui/tls/tls.crt
+- --tls-key-file=/etc/ichor-ui/tls/tls.key
+{{- end }}`
+
+const uiTLSMount = `{{- if .Values.ichorUI.tls.secretName }}
+- mountPath: /etc/ichor-ui/tls
+  name: operator-cert
+  readOnly: true
+{{- end }}`
+
+const uiTLSVolume = `{{- if .Values.ichorUI.tls.secretName }}
+- name: operator-cert
+  secret:
+    secretName: {{ .Values.ichorUI.tls.secretName | quote }}
+{{- end }}`
+
+// replaceItem replaces the YAML list item "- <marker>" with block, indented
+// as the item was; block's own lines are list items or template actions.
+func replaceItem(text, marker, block string) string {
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		trimmed := strings.TrimLeft(l, " ")
+		if trimmed != "- "+marker {
+			continue
+		}
+		indent := l[:len(l)-len(trimmed)]
+		var out []string
+		for _, b := range strings.Split(block, "\n") {
+			if strings.HasPrefix(b, "{{-") {
+				out = append(out, b)
+			} else {
+				out = append(out, indent+b)
+			}
+		}
+		lines[i] = strings.Join(out, "\n")
+	}
+	return strings.Join(lines, "\n")
 }
 
 // Write replaces the generated files of the chart with files.

@@ -270,7 +270,15 @@ func TestKustomizeBaseBuildsAndApplies(t *testing.T) {
 	if len(hooks) < 7 {
 		t.Errorf("want a webhook per guarded kind, got %d", len(hooks))
 	}
-	for _, h := range hooks {
+	mwh := objs["MutatingWebhookConfiguration/ichor-mutating-webhook"]
+	if mwh == nil {
+		t.Fatal("no MutatingWebhookConfiguration ichor-mutating-webhook")
+	}
+	mhooks, _, _ := unstructured.NestedSlice(mwh.Object, "webhooks")
+	if len(mhooks) < 2 {
+		t.Errorf("want the requester stamp on TalosCredentialRequests and MachineReclaims, got %d mutating webhooks", len(mhooks))
+	}
+	for _, h := range append(hooks, mhooks...) {
 		name, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "name")
 		ns, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "namespace")
 		if name != "ichor-webhook" || ns != "ichor-system" {

@@ -21,8 +21,21 @@ func TestManifestHoldsIchor(t *testing.T) {
 		}
 	}
 
-	if kinds["Namespace"] != 1 || kinds["CustomResourceDefinition"] < 10 || kinds["Deployment"] != 1 || kinds["ValidatingWebhookConfiguration"] != 1 {
-		t.Fatalf("the install manifest holds %v; want the namespace, the CRDs, the controller and its webhook configuration", kinds)
+	if kinds["Namespace"] != 1 || kinds["CustomResourceDefinition"] < 10 || kinds["Deployment"] != 2 || kinds["ValidatingWebhookConfiguration"] != 1 {
+		t.Fatalf("the install manifest holds %v; want the namespace, the CRDs, the controller, ichor-ui and the webhook configuration", kinds)
+	}
+
+	// ichor-ui: its Deployment mounts the Secret the controller keeps, and its
+	// Service serves the console first (ichor ui forwards to the first port)
+	// and the issuer's keys on 8444.
+	byName := map[string]bool{}
+	for _, o := range objs {
+		byName[o.GetKind()+"/"+o.GetName()] = true
+	}
+	for _, want := range []string{"Deployment/ichor-ui", "Service/ichor-ui", "PodDisruptionBudget/ichor-ui", "ServiceAccount/ichor-ui"} {
+		if !byName[want] {
+			t.Errorf("the install manifest has no %s", want)
+		}
 	}
 
 	crds, err := install.CRDs()
@@ -36,7 +49,8 @@ func TestManifestHoldsIchor(t *testing.T) {
 	}
 
 	for _, o := range crds {
-		if o.GetKind() == "ClusterRoleBinding" && o.GetName() == "ichor-controller" || o.GetKind() == "Deployment" {
+		if o.GetKind() == "ClusterRoleBinding" && o.GetName() == "ichor-controller" || o.GetKind() == "Deployment" ||
+			o.GetKind() == "Service" || o.GetKind() == "PodDisruptionBudget" || o.GetName() == "ichor-ui" {
 			t.Fatalf("CRDs() holds %s %s, which runs only with the controller in the cluster", o.GetKind(), o.GetName())
 		}
 	}

@@ -2,7 +2,8 @@
 // webhooks without any other component: a self-signed CA and a leaf for the
 // webhook Service live in one Secret in Ichor's namespace, the leaf is written
 // to the webhook server's certificate directory, and the CA is patched into the
-// ValidatingWebhookConfiguration's caBundle. Both replicas run it at start; the
+// caBundle of the ValidatingWebhookConfiguration and the
+// MutatingWebhookConfiguration. Both replicas run it at start; the
 // first to create the Secret wins and the other reads it. A leaf that is close
 // to expiry is renewed from the same CA, so the caBundle does not change.
 package certs
@@ -32,7 +33,7 @@ import (
 
 // The controller reads and writes its own serving Secret, and patches the caBundle.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update,namespace=ichor-system
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;update;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update;patch
 
 // Secret keys.
 const (
@@ -62,6 +63,9 @@ type Options struct {
 	ServiceName string
 	// WebhookConfiguration is the ValidatingWebhookConfiguration whose caBundle is set.
 	WebhookConfiguration string
+	// MutatingWebhookConfiguration is the MutatingWebhookConfiguration whose
+	// caBundle is set; empty means none.
+	MutatingWebhookConfiguration string
 	// CertDir is where tls.crt and tls.key are written for the webhook server.
 	CertDir string
 	// Now is the clock; nil means time.Now.
@@ -69,7 +73,7 @@ type Options struct {
 }
 
 // Ensure makes sure the Secret holds a valid CA and leaf, writes the leaf to
-// CertDir and sets the caBundle. It is safe to run from several replicas.
+// CertDir and sets the caBundles. It is safe to run from several replicas.
 func Ensure(ctx context.Context, c client.Client, opts Options) error {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -86,7 +90,26 @@ func Ensure(ctx context.Context, c client.Client, opts Options) error {
 			return err
 		}
 	}
-	return patchCABundle(ctx, c, opts.WebhookConfiguration, secret.Data[CACertKey])
+	ca := secret.Data[CACertKey]
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	err = patchCABundle(ctx, c, "ValidatingWebhookConfiguration", opts.WebhookConfiguration, validating, func() []*admissionregistrationv1.WebhookClientConfig {
+		out := make([]*admissionregistrationv1.WebhookClientConfig, 0, len(validating.Webhooks))
+		for i := range validating.Webhooks {
+			out = append(out, &validating.Webhooks[i].ClientConfig)
+		}
+		return out
+	}, ca)
+	if err != nil || opts.MutatingWebhookConfiguration == "" {
+		return err
+	}
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	return patchCABundle(ctx, c, "MutatingWebhookConfiguration", opts.MutatingWebhookConfiguration, mutating, func() []*admissionregistrationv1.WebhookClientConfig {
+		out := make([]*admissionregistrationv1.WebhookClientConfig, 0, len(mutating.Webhooks))
+		for i := range mutating.Webhooks {
+			out = append(out, &mutating.Webhooks[i].ClientConfig)
+		}
+		return out
+	}, ca)
 }
 
 func ensureSecret(ctx context.Context, c client.Client, opts Options) (*corev1.Secret, error) {
@@ -260,16 +283,19 @@ func parsePair(certPEM, keyPEM []byte) (*x509.Certificate, *ecdsa.PrivateKey, er
 	return cert, key, nil
 }
 
-func patchCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+// patchCABundle reads the webhook configuration (kind) name into cfg and sets the
+// caBundle of every client configuration clientConfigs returns (pointers
+// into cfg) to ca.
+func patchCABundle(ctx context.Context, c client.Client, kind, name string, cfg client.Object,
+	clientConfigs func() []*admissionregistrationv1.WebhookClientConfig, ca []byte) error {
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
-		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", name, err)
+		return fmt.Errorf("reading %s %s: %w", kind, name, err)
 	}
-	patch := client.MergeFrom(cfg.DeepCopy())
+	patch := client.MergeFrom(cfg.DeepCopyObject().(client.Object))
 	changed := false
-	for i := range cfg.Webhooks {
-		if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, ca) {
-			cfg.Webhooks[i].ClientConfig.CABundle = ca
+	for _, cc := range clientConfigs() {
+		if !bytes.Equal(cc.CABundle, ca) {
+			cc.CABundle = ca
 			changed = true
 		}
 	}
@@ -277,7 +303,7 @@ func patchCABundle(ctx context.Context, c client.Client, name string, ca []byte)
 		return nil
 	}
 	if err := c.Patch(ctx, cfg, patch); err != nil {
-		return fmt.Errorf("setting the caBundle of %s: %w", name, err)
+		return fmt.Errorf("setting the caBundle of %s %s: %w", kind, name, err)
 	}
 	return nil
 }

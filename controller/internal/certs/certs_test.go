@@ -62,9 +62,19 @@ func setup(t *testing.T, name string) Options {
 	if err := env.Client.Create(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, h := range cfg.Webhooks {
+		mutating.Webhooks = append(mutating.Webhooks, admissionregistrationv1.MutatingWebhook{
+			Name: h.Name, ClientConfig: h.ClientConfig, SideEffects: h.SideEffects,
+			AdmissionReviewVersions: h.AdmissionReviewVersions, Rules: h.Rules,
+		})
+	}
+	if err := env.Client.Create(ctx, mutating); err != nil {
+		t.Fatal(err)
+	}
 	return Options{ //nolint:gosec // a Secret name, not a credential
 		Namespace: ns.Name, SecretName: "ichor-webhook-tls", ServiceName: "ichor-webhook",
-		WebhookConfiguration: name, CertDir: t.TempDir(),
+		WebhookConfiguration: name, MutatingWebhookConfiguration: name, CertDir: t.TempDir(),
 	}
 }
 
@@ -77,14 +87,24 @@ func readSecret(t *testing.T, opts Options) *corev1.Secret {
 	return s
 }
 
+// caBundles returns the caBundle of every webhook of the Validating- and the
+// MutatingWebhookConfiguration name, in that order.
 func caBundles(t *testing.T, name string) [][]byte {
 	t.Helper()
+	ctx := context.Background()
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, cfg); err != nil {
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
 		t.Fatal(err)
 	}
-	out := make([][]byte, 0, len(cfg.Webhooks))
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, mutating); err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]byte, 0, len(cfg.Webhooks)+len(mutating.Webhooks))
 	for _, w := range cfg.Webhooks {
+		out = append(out, w.ClientConfig.CABundle)
+	}
+	for _, w := range mutating.Webhooks {
 		out = append(out, w.ClientConfig.CABundle)
 	}
 	return out
@@ -127,9 +147,13 @@ func TestEnsureIssuesWritesAndPatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := readSecret(t, opts)
-	for _, b := range caBundles(t, opts.WebhookConfiguration) {
+	bundles := caBundles(t, opts.WebhookConfiguration)
+	if len(bundles) != 4 {
+		t.Fatalf("want the caBundles of two validating and two mutating webhooks, got %d", len(bundles))
+	}
+	for i, b := range bundles {
 		if !bytes.Equal(b, s.Data[CACertKey]) {
-			t.Fatal("every webhook's caBundle must be the Secret's CA")
+			t.Fatalf("webhook %d: every webhook's caBundle, validating and mutating, must be the Secret's CA", i)
 		}
 	}
 	verifyServing(t, opts, s.Data[CACertKey])
@@ -162,6 +186,7 @@ func TestEnsureRenewsTheLeafFromTheSameCA(t *testing.T) {
 		t.Fatal("renewing the leaf must keep the CA, so the caBundle does not change")
 	}
 	leaf := verifyServing(t, opts, caBundles(t, opts.WebhookConfiguration)[0])
+	verifyServing(t, opts, caBundles(t, opts.WebhookConfiguration)[3])
 	if !leaf.NotAfter.After(time.Now().Add(700 * 24 * time.Hour)) {
 		t.Fatalf("the renewed leaf should run a year from the (shifted) clock, got %s", leaf.NotAfter)
 	}

@@ -17,7 +17,7 @@ import (
 // +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-talosetcdbackup,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=talosetcdbackups,verbs=create;update,versions=v1alpha1,name=vtalosetcdbackup.ichor.maesh.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-ichorinstallation,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=ichorinstallations,verbs=create;update,versions=v1alpha1,name=vichorinstallation.ichor.maesh.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-machinereclaim,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=machinereclaims,verbs=create;update,versions=v1alpha1,name=vmachinereclaim.ichor.maesh.dev,admissionReviewVersions=v1
-// +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-taloscredentialrequest,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=taloscredentialrequests,verbs=create,versions=v1alpha1,name=vtaloscredentialrequest.ichor.maesh.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-taloscredentialrequest,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=taloscredentialrequests,verbs=create;update,versions=v1alpha1,name=vtaloscredentialrequest.ichor.maesh.dev,admissionReviewVersions=v1
 
 // operationValidator checks new TalosOperations: targets and the verbs of the
 // destructive operations. The spec is immutable (CEL), so only create is checked.
@@ -79,7 +79,9 @@ func (v *installationValidator) ValidateDelete(context.Context, *ichorv1alpha1.I
 	return nil, nil
 }
 
-// reclaimValidator checks the reclaim verb on create and on the typed UUID, and the credential's TTL.
+// reclaimValidator checks the reclaim verb on create and on the typed UUID,
+// the credential's TTL, and keeps the requester and confirmer annotations as
+// the mutating webhook stamped them.
 type reclaimValidator struct{ *checker }
 
 func (v *reclaimValidator) subject(r *ichorv1alpha1.MachineReclaim) subject {
@@ -97,12 +99,24 @@ func (v *reclaimValidator) ValidateCreate(ctx context.Context, r *ichorv1alpha1.
 	case !apierrors.IsNotFound(err):
 		return nil, apierrors.NewInternalError(fmt.Errorf("reading Secret %s/%s: %w", r.Namespace, r.Spec.CredentialsRef.Name, err))
 	}
+	user, err := requester(ctx)
+	if err != nil {
+		return nil, err
+	}
 	refusals := append(guard.ValidateReclaim(r), guard.CheckReclaimCredential(r, secretType)...)
+	refusals = append(refusals, requesterOnCreate(r, user)...)
+	refusals = append(refusals, confirmerOnWrite(user, r)...)
 	return v.decide(ctx, v.subject(r), refusals, guard.ReclaimRequirements(nil, r))
 }
 
 func (v *reclaimValidator) ValidateUpdate(ctx context.Context, old, r *ichorv1alpha1.MachineReclaim) (admission.Warnings, error) {
-	return v.decide(ctx, v.subject(r), guard.ValidateReclaim(r), guard.ReclaimRequirements(old, r))
+	user, err := requester(ctx)
+	if err != nil {
+		return nil, err
+	}
+	refusals := append(guard.ValidateReclaim(r), keptAnnotation(old, r, ichorv1alpha1.RequestedByAnnotation)...)
+	refusals = append(refusals, confirmerRefusals(user, old, r)...)
+	return v.decide(ctx, v.subject(r), refusals, guard.ReclaimRequirements(old, r))
 }
 
 func (v *reclaimValidator) ValidateDelete(context.Context, *ichorv1alpha1.MachineReclaim) (admission.Warnings, error) {
@@ -110,15 +124,28 @@ func (v *reclaimValidator) ValidateDelete(context.Context, *ichorv1alpha1.Machin
 }
 
 // credentialRequestValidator checks that the requester may download the
-// credential's purpose and asks for no longer than it allows.
+// credential's purpose and asks for no longer than it allows, and keeps the
+// requester annotation as the mutating webhook stamped it.
 type credentialRequestValidator struct{ *checker }
 
-func (v *credentialRequestValidator) ValidateCreate(ctx context.Context, r *ichorv1alpha1.TalosCredentialRequest) (admission.Warnings, error) {
-	s := subject{kind: "TalosCredentialRequest", resource: guard.ResourceTalosCredentialRequests, namespace: r.Namespace, name: r.Name, cluster: r.Spec.ClusterName}
-	return v.decide(ctx, s, guard.ValidateCredentialRequest(r), guard.CredentialRequestRequirements(r))
+func (v *credentialRequestValidator) subject(r *ichorv1alpha1.TalosCredentialRequest) subject {
+	return subject{kind: "TalosCredentialRequest", resource: guard.ResourceTalosCredentialRequests, namespace: r.Namespace, name: r.Name, cluster: r.Spec.ClusterName}
 }
 
-func (v *credentialRequestValidator) ValidateUpdate(context.Context, *ichorv1alpha1.TalosCredentialRequest, *ichorv1alpha1.TalosCredentialRequest) (admission.Warnings, error) {
+func (v *credentialRequestValidator) ValidateCreate(ctx context.Context, r *ichorv1alpha1.TalosCredentialRequest) (admission.Warnings, error) {
+	user, err := requester(ctx)
+	if err != nil {
+		return nil, err
+	}
+	refusals := append(guard.ValidateCredentialRequest(r), requesterOnCreate(r, user)...)
+	return v.decide(ctx, v.subject(r), refusals, guard.CredentialRequestRequirements(r))
+}
+
+// ValidateUpdate refuses a change of the requester annotation; the spec is immutable (CEL).
+func (v *credentialRequestValidator) ValidateUpdate(_ context.Context, old, r *ichorv1alpha1.TalosCredentialRequest) (admission.Warnings, error) {
+	if refusals := keptAnnotation(old, r, ichorv1alpha1.RequestedByAnnotation); len(refusals) > 0 {
+		return nil, invalid(v.subject(r), refusals)
+	}
 	return nil, nil
 }
 

@@ -32,8 +32,8 @@ import (
 )
 
 // The suite runs a real kube-apiserver and etcd with Ichor's CRDs, the
-// generated ValidatingWebhookConfiguration (pointed by envtest at this
-// process) and the RBAC of kustomize/base/rbac, and serves the webhooks from
+// generated Validating- and MutatingWebhookConfiguration (pointed by envtest
+// at this process) and the RBAC of kustomize/base/rbac, and serves the webhooks from
 // a controller-runtime manager as cmd/main.go does. Users are real: each has a
 // client certificate, and RBAC and the webhooks' SubjectAccessReviews see them.
 var (

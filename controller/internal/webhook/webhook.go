@@ -5,6 +5,10 @@
 // user), and turns refusals into API errors that name the field, the rule and
 // the way out.
 //
+// Two mutating webhooks record who asked: they stamp the requesting user on
+// TalosCredentialRequests and MachineReclaims (requester.go), and the
+// validating webhooks keep that stamp unchanged.
+//
 // The webhooks are registered in one place, Setup, from cmd/main.go.
 package webhook
 
@@ -58,10 +62,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &ichorv1alpha1.IchorInstallation{}).WithValidator(&installationValidator{k}).Complete(); err != nil {
 		return err
 	}
-	if err := ctrl.NewWebhookManagedBy(mgr, &ichorv1alpha1.MachineReclaim{}).WithValidator(&reclaimValidator{k}).Complete(); err != nil {
+	if err := ctrl.NewWebhookManagedBy(mgr, &ichorv1alpha1.MachineReclaim{}).
+		WithDefaulter(&reclaimStamper{decoder: admission.NewDecoder(mgr.GetScheme())}).
+		WithValidator(&reclaimValidator{k}).Complete(); err != nil {
 		return err
 	}
-	return ctrl.NewWebhookManagedBy(mgr, &ichorv1alpha1.TalosCredentialRequest{}).WithValidator(&credentialRequestValidator{k}).Complete()
+	return ctrl.NewWebhookManagedBy(mgr, &ichorv1alpha1.TalosCredentialRequest{}).
+		WithDefaulter(credentialRequestStamper{}).
+		WithValidator(&credentialRequestValidator{k}).Complete()
 }
 
 // checker gathers facts and checks permissions for the validators.

@@ -158,6 +158,10 @@ type denial struct{ reason, msg string }
 func (d *denial) Error() string { return d.msg }
 
 func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (ctrl.Result, error) {
+	// Who asked is what the mutating webhook stamped at admission, the only
+	// place the requester is known; without the webhooks nobody is named.
+	tcr.Status.RequestedBy = tcr.Annotations[ichorv1alpha1.RequestedByAnnotation]
+
 	cert, err := r.sign(ctx, tcr)
 
 	var d *denial

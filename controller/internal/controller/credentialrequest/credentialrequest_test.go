@@ -389,3 +389,43 @@ func TestAnsweredRequestsAreDeletedAfterTheirRetention(t *testing.T) {
 		t.Fatalf("deleted before expiresAt+retention (%s)", tcr.Status.ExpiresAt.Add(retention))
 	}
 }
+
+// TestRequesterIsCopiedFromTheWebhookStamp: status.requestedBy is the user the
+// mutating webhook stamped (this package runs without webhooks, so the test
+// stamps it), on an issued and on a denied request, and the certificate names
+// that user; an unstamped request names nobody rather than guess.
+func TestRequesterIsCopiedFromTheWebhookStamp(t *testing.T) {
+	_, pub := newKey(t)
+	create := func(name, cluster, requester string) {
+		tcr := &ichorv1alpha1.TalosCredentialRequest{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       ichorv1alpha1.TalosCredentialRequestSpec{ClusterName: cluster, Purpose: ichorv1alpha1.PurposeTalosconfigReader, PublicKey: pub},
+		}
+		if requester != "" {
+			metav1.SetMetaDataAnnotation(&tcr.ObjectMeta, ichorv1alpha1.RequestedByAnnotation, requester)
+		}
+
+		if err := k8s.Create(context.Background(), tcr); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	create("by-otto", clusterName, "otto")
+	create("by-otto-denied", "nope", "otto")
+	create("by-nobody", clusterName, "")
+
+	tcr := waitAnswered(t, "by-otto")
+	if cert := issuedCert(t, tcr); tcr.Status.RequestedBy != "otto" || cert.Subject.CommonName != "otto" {
+		t.Fatalf("status.requestedBy %q, certificate CN %q; want otto for both", tcr.Status.RequestedBy, cert.Subject.CommonName)
+	}
+
+	denied := waitAnswered(t, "by-otto-denied")
+	if !apimeta.IsStatusConditionTrue(denied.Status.Conditions, ichorv1alpha1.DeniedCondition) || denied.Status.RequestedBy != "otto" {
+		t.Fatalf("a denied request: conditions %+v, status.requestedBy %q; want Denied, requested by otto", denied.Status.Conditions, denied.Status.RequestedBy)
+	}
+
+	nobody := waitAnswered(t, "by-nobody")
+	if cert := issuedCert(t, nobody); nobody.Status.RequestedBy != "" || cert.Subject.CommonName != "ichor:talosconfig-reader:default/by-nobody" {
+		t.Fatalf("an unstamped request: status.requestedBy %q, certificate CN %q; want empty and the request's name", nobody.Status.RequestedBy, cert.Subject.CommonName)
+	}
+}

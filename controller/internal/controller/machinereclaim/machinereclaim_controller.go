@@ -143,6 +143,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.resetting(ctx, mr)
 	}
 
+	// Who asked is what the mutating webhook stamped at admission, the only
+	// place the requester is known; without the webhooks nobody is named. The
+	// next status write records it.
+	mr.Status.Audit.RequestedBy = mr.Annotations[ichorv1alpha1.RequestedByAnnotation]
+
 	// A reset that was recorded is never sent again, whatever the phase says.
 	if mr.Status.ResetRequestedAt != nil {
 		return r.resetting(ctx, mr)
@@ -242,6 +247,8 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, mr *ichorv1alpha1
 	mr.Status.Phase = ichorv1alpha1.ReclaimResetting
 	mr.Status.ResetRequestedAt = &now
 	mr.Status.Audit.ConfirmedAt = &now
+	// The user whose write set the UUID just checked, as the webhook stamped it.
+	mr.Status.Audit.ConfirmedBy = mr.Annotations[ichorv1alpha1.ConfirmedByAnnotation]
 	r.setReady(mr, ReasonResetRequested, "the reset of STATE and EPHEMERAL was requested; waiting for the machine to answer in maintenance mode")
 
 	if err := r.Client.Status().Update(ctx, mr); err != nil {

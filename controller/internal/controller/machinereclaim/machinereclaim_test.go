@@ -93,9 +93,22 @@ func readyMessage(mr *ichorv1alpha1.MachineReclaim) string {
 func setConfirm(t *testing.T, name, uuid string) {
 	t.Helper()
 
+	setConfirmAs(t, name, uuid, "")
+}
+
+// setConfirmAs types the UUID and, when user is not empty, stamps the
+// confirmer annotation as the mutating webhook does on that write (this
+// package runs without webhooks).
+func setConfirmAs(t *testing.T, name, uuid, user string) {
+	t.Helper()
+
 	eventually(t, "typing the UUID", func() error {
 		mr := getReclaim(t, name)
 		mr.Spec.ConfirmUUID = uuid
+
+		if user != "" {
+			metav1.SetMetaDataAnnotation(&mr.ObjectMeta, ichorv1alpha1.ConfirmedByAnnotation, user)
+		}
 
 		return k8s.Update(context.Background(), mr)
 	})
@@ -194,14 +207,21 @@ func TestInspectForeignControlPlane(t *testing.T) {
 
 // TestReclaimHappyPath: inspect, wait, refuse a wrong UUID, reset once on the
 // right one, Done, the credential deleted, the machine in maintenance mode
-// with its installation in place.
+// with its installation in place, and the audit names the users the webhook
+// stamped: the creator, and the writer of the UUID that was reset.
 func TestReclaimHappyPath(t *testing.T) {
 	em, err := world.Machine("fw-1")
 	must(t, err)
 	em.ResetRPCCounts()
 
-	mr := newReclaim(t, "happy", "fw-1")
+	mr := newReclaim(t, "happy", "fw-1", func(mr *ichorv1alpha1.MachineReclaim) {
+		metav1.SetMetaDataAnnotation(&mr.ObjectMeta, ichorv1alpha1.RequestedByAnnotation, "ada")
+	})
 	mr = waitPhase(t, mr.Name, ichorv1alpha1.ReclaimAwaitingConfirmation)
+
+	if mr.Status.Audit.RequestedBy != "ada" || mr.Status.Audit.RequestedAt == nil || mr.Status.Audit.ConfirmedBy != "" {
+		t.Fatalf("audit before the confirmation %+v, want requested by ada and confirmed by nobody", mr.Status.Audit)
+	}
 
 	in := mr.Status.Inspection
 	if in.UUID != strings.ToLower(em.UUID()) || in.Hostname != "fw-1" || in.ClusterName != "theirs" || in.ControlPlane || len(in.Refusals) != 0 {
@@ -216,8 +236,12 @@ func TestReclaimHappyPath(t *testing.T) {
 		t.Fatalf("the Ready message does not show the UUID to type: %q", readyMessage(mr))
 	}
 
-	setConfirm(t, mr.Name, "00000000-0000-0000-0000-000000000000")
+	setConfirmAs(t, mr.Name, "00000000-0000-0000-0000-000000000000", "wes")
 	mr = waitPhase(t, mr.Name, ichorv1alpha1.ReclaimAwaitingConfirmation)
+
+	if mr.Status.Audit.ConfirmedBy != "" {
+		t.Fatalf("a wrong UUID confirmed nothing, but the audit names %q", mr.Status.Audit.ConfirmedBy)
+	}
 
 	if !strings.Contains(readyMessage(mr), "is not the machine's UUID") || mr.Status.ResetRequestedAt != nil {
 		t.Fatalf("a wrong UUID: ready %q, resetRequestedAt %v", readyMessage(mr), mr.Status.ResetRequestedAt)
@@ -227,11 +251,15 @@ func TestReclaimHappyPath(t *testing.T) {
 		t.Fatalf("a wrong UUID sent %d resets", n)
 	}
 
-	setConfirm(t, mr.Name, strings.ToUpper(in.UUID))
+	setConfirmAs(t, mr.Name, strings.ToUpper(in.UUID), "rita")
 	mr = waitPhase(t, mr.Name, ichorv1alpha1.ReclaimDone)
 
 	if mr.Status.ResetRequestedAt == nil || mr.Status.Audit.ConfirmedAt == nil {
 		t.Fatalf("the reset is not recorded: %+v", mr.Status)
+	}
+
+	if a := mr.Status.Audit; a.RequestedBy != "ada" || a.ConfirmedBy != "rita" {
+		t.Fatalf("audit %+v, want requested by ada and confirmed by rita", a)
 	}
 
 	secretGone(t, mr.Spec.CredentialsRef.Name)
@@ -358,6 +386,11 @@ func TestReclaimExpires(t *testing.T) {
 	mr = waitPhase(t, mr.Name, ichorv1alpha1.ReclaimExpired)
 	if !strings.Contains(readyMessage(mr), "TTL") {
 		t.Fatalf("ready %q", readyMessage(mr))
+	}
+
+	// Created without the webhooks' stamp: the audit names nobody rather than guess.
+	if a := mr.Status.Audit; a.RequestedBy != "" || a.ConfirmedBy != "" {
+		t.Fatalf("audit %+v of an unstamped reclaim, want no users", a)
 	}
 
 	secretGone(t, mr.Spec.CredentialsRef.Name)
