@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,7 +31,6 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/uiserver/internal/api"
 	"github.com/maeshinshin/ichor/uiserver/internal/auth"
-	"github.com/maeshinshin/ichor/uiserver/internal/certs"
 	"github.com/maeshinshin/ichor/uiserver/internal/frontend"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 	oidcissuer "github.com/maeshinshin/ichor/uiserver/internal/issuer"
@@ -58,9 +57,12 @@ func run() error {
 		showVersion = flag.Bool("version", false, "Print the version and exit.")
 		addr        = flag.String("listen", ":8443", "HTTPS listen address.")
 		namespace   = flag.String("namespace", "ichor-system", "Namespace of the TalosCluster and its machines.")
-		cluster     = flag.String("cluster", "", "Name of the TalosCluster this ichor-ui serves (required).")
-		certFile    = flag.String("tls-cert-file", "", "PEM certificate (the operator's, ichorUI.tls.secretName); reloaded when it changes. Empty makes a self-signed one.")
+		cluster     = flag.String("cluster", "", "Name of the TalosCluster this ichor-ui serves. Empty serves the only TalosCluster of --namespace (not ready while there is none or more than one).")
+		certFile    = flag.String("tls-cert-file", "", "PEM certificate of the operator (ichorUI.tls.secretName), served for names other than the Service's; reloaded when it changes.")
 		keyFile     = flag.String("tls-key-file", "", "PEM private key of --tls-cert-file.")
+		servingCert = flag.String("serving-cert-file", "", "PEM leaf of the Ichor serving CA (the Secret ichor-ui-tls), served for the Service's names and on --issuer-listen; reloaded when it changes. With neither this nor --tls-cert-file a self-signed certificate is made.")
+		servingKey  = flag.String("serving-key-file", "", "PEM private key of --serving-cert-file.")
+		issuerAddr  = flag.String("issuer-listen", ":8444", "HTTPS address serving only the issuer's discovery document and keys, with the Ichor leaf, for the kube-apiserver (through the ClusterIP Service); empty turns it off.")
 		issuer      = flag.String("issuer", "https://localhost:8443", "External URL of ichor-ui: the issuer of its tokens.")
 		signingKey  = flag.String("signing-key-file", "", "PEM ECDSA P-256 key that signs tokens (shared by the replicas). Empty makes one in memory (one replica only).")
 		users       = flag.Bool("ichor-users", false, "Sign in Ichor's own users (IchorUsers): serve the OIDC issuer at --issuer (ichorUI.users.enabled).")
@@ -75,9 +77,6 @@ func run() error {
 		return nil
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	if *cluster == "" {
-		return errors.New("--cluster is required: the name of the TalosCluster to serve")
-	}
 	for _, g := range extraGroups {
 		if strings.HasPrefix(g, "system:") {
 			return fmt.Errorf("--impersonate-group %q: ichor-ui never impersonates a system: group", g)
@@ -116,28 +115,61 @@ func run() error {
 	}
 	tokens := &auth.Tokens{Issuer: *issuer, Key: key, Policy: policy}
 	var mount func(chi.Router)
-	if *users {
-		// The sign-in reads IchorUsers and the one Secret of password hashes
-		// directly: the backend may get that Secret, not list or watch Secrets.
-		direct, err := client.New(cfg, client.Options{Scheme: scheme})
-		if err != nil {
-			return err
-		}
-		iss, err := oidcissuer.New(oidcissuer.Options{
-			Tokens: tokens, Users: &ichorusers.Store{Reader: direct, Namespace: *namespace},
+	ext, err := externalProvider(ctx, *issuer, policy, log) // --oidc-* flags (oidc.go)
+	if err != nil {
+		return err
+	}
+	if *users || ext != nil {
+		issOpts := oidcissuer.Options{
+			Tokens:  tokens,
 			Clients: []oidcissuer.Client{{ID: "ichor-ui", RedirectURIs: append([]string{strings.TrimSuffix(*issuer, "/") + "/auth/callback"}, redirects...)}},
 			Log:     log,
-		})
+		}
+		if ext != nil {
+			issOpts.External = ext
+		}
+		if *users {
+			// The sign-in reads IchorUsers and the one Secret of password hashes
+			// directly: the backend may get that Secret, not list or watch Secrets.
+			direct, err := client.New(cfg, client.Options{Scheme: scheme})
+			if err != nil {
+				return err
+			}
+			issOpts.Users = &ichorusers.Store{Reader: direct, Namespace: *namespace}
+		}
+		iss, err := oidcissuer.New(issOpts)
 		if err != nil {
 			return err
 		}
 		mount = iss.Mount
 	}
 
-	getCert, err := tlsSource(ctx, *certFile, *keyFile, log)
+	getCert, oidcCert, err := tlsSource(ctx, tlsFiles{servingCert: *servingCert, servingKey: *servingKey, operatorCert: *certFile, operatorKey: *keyFile}, log)
 	if err != nil {
 		return err
 	}
+	oidcAddr := *issuerAddr
+	switch {
+	case oidcAddr == "":
+	case mount == nil:
+		log.Info("no issuer (neither --ichor-users nor an external provider): nothing to serve on --issuer-listen", "address", oidcAddr)
+		oidcAddr = ""
+	case oidcCert == nil:
+		log.Info("no --serving-cert-file (a local run): nothing the kube-apiserver could verify on --issuer-listen", "address", oidcAddr)
+		oidcAddr = ""
+	}
+	var restartReason atomic.Pointer[string]
+	servedCluster, clusterCheck, err := clusterToServe(ctx, *cluster, clients.Cache, *namespace, *addr, getCert, log, func(reason string) {
+		restartReason.Store(&reason)
+		stop()
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for a TalosCluster
+		}
+		return err
+	}
+	*cluster = servedCluster
 	svc := &api.Server{Clients: clients, ClusterName: *cluster}
 	// Its own node reads: TalosCredentialRequests under ichor-ui's own identity.
 	own, err := client.New(cfg, client.Options{Scheme: scheme})
@@ -147,11 +179,11 @@ func run() error {
 	nodeSvc := &nodes.Service{Clients: clients, ClusterName: *cluster,
 		Credentials: &nodes.Credentials{Client: own, Namespace: *namespace, ClusterName: *cluster}}
 	srv, err := server.New(server.Options{
-		Addr: *addr, GetCertificate: getCert, Services: svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens,
+		Addr: *addr, GetCertificate: getCert, OIDCAddr: oidcAddr, OIDCGetCertificate: oidcCert, Services: svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens,
 		Ready: func() bool {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 			defer cancel()
-			return clients.Cache.WaitForCacheSync(sctx)
+			return clients.Cache.WaitForCacheSync(sctx) && clusterCheck.Ready()
 		},
 		Frontend: frontend.FS(), Log: log, Mount: mount,
 	})
@@ -160,28 +192,14 @@ func run() error {
 	}
 	svc.Stopping = srv.Stopping()
 	nodeSvc.Stopping = srv.Stopping()
-	log.Info("ichor-ui serving", "address", *addr, "cluster", *cluster, "namespace", *namespace, "version", version.Get())
-	return srv.Run(ctx)
-}
-
-func tlsSource(ctx context.Context, certFile, keyFile string, log *slog.Logger) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
-	if certFile == "" && keyFile == "" {
-		cert, _, err := certs.SelfSigned([]string{"localhost", "127.0.0.1", "::1"}, 365*24*time.Hour)
-		if err != nil {
-			return nil, err
-		}
-		log.Warn("no --tls-cert-file: serving a self-signed certificate")
-		return func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil }, nil
+	log.Info("ichor-ui serving", "address", *addr, "issuerAddress", oidcAddr, "cluster", *cluster, "namespace", *namespace, "version", version.Get())
+	if err := srv.Run(ctx); err != nil {
+		return err
 	}
-	if certFile == "" || keyFile == "" {
-		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
+	if r := restartReason.Load(); r != nil {
+		return errors.New(*r)
 	}
-	r, err := certs.NewReloader(certFile, keyFile, log)
-	if err != nil {
-		return nil, err
-	}
-	go r.Run(ctx, 10*time.Second)
-	return r.GetCertificate, nil
+	return nil
 }
 
 func loadSigningKey(file string) (*auth.Key, error) {

@@ -1,6 +1,8 @@
-// Package certs serves ichor-ui's TLS certificate: the operator's files
-// (ichorUI.tls.secretName, mounted) reloaded when they change, or else a
-// self-signed leaf made in memory for a local run.
+// Package certs serves ichor-ui's TLS certificates: the leaf of the Ichor
+// serving CA (the Secret ichor-ui-tls the controller keeps, mounted) and the
+// operator's certificate (ichorUI.tls.secretName, mounted), each reloaded
+// when its files change and chosen by the handshake's server name (SNI), or
+// else a self-signed leaf made in memory for a local run.
 package certs
 
 import (
@@ -18,6 +20,8 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -57,6 +61,11 @@ func (r *Reloader) reload() (bool, error) {
 	if err != nil {
 		// The error names the files' problem, never their content.
 		return false, fmt.Errorf("the TLS certificate %s and key %s do not form a pair: %w", r.certFile, r.keyFile, err)
+	}
+	if pair.Leaf == nil {
+		if pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			return false, fmt.Errorf("the TLS certificate %s: %w", r.certFile, err)
+		}
 	}
 	r.certPEM, r.keyPEM = c, k
 	r.cur.Store(&pair)
@@ -132,4 +141,39 @@ func SelfSigned(hosts []string, validity time.Duration) (*tls.Certificate, *x509
 		return nil, nil, err
 	}
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, leaf, nil
+}
+
+// Current returns the loaded certificate.
+func (r *Reloader) Current() *tls.Certificate { return r.cur.Load() }
+
+// SNI chooses ichor-ui's certificate by the handshake's server name: a name
+// of ichor-ui's Service (the Ichor leaf's DNS names) gets the Ichor leaf, so
+// in-cluster clients verify ichor-ui against ichor-ui-ca; any other name, or
+// none (a connection by IP address), gets the operator's certificate when
+// there is one, else the Ichor leaf (architecture, "Trust").
+type SNI struct {
+	// Service serves the Ichor leaf (ichor-ui-tls); nil when none is mounted.
+	Service *Reloader
+	// Operator serves the operator's certificate; nil when none is set.
+	Operator *Reloader
+}
+
+// GetCertificate is a tls.Config.GetCertificate.
+func (s *SNI) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	switch {
+	case s.Service == nil && s.Operator == nil:
+		return nil, errors.New("no TLS certificate configured")
+	case s.Operator == nil:
+		return s.Service.GetCertificate(hello)
+	case s.Service == nil:
+		return s.Operator.GetCertificate(hello)
+	}
+	if name := strings.TrimSuffix(strings.ToLower(hello.ServerName), "."); name != "" {
+		if c := s.Service.Current(); c != nil && c.Leaf != nil && slices.ContainsFunc(c.Leaf.DNSNames, func(n string) bool {
+			return strings.EqualFold(n, name)
+		}) {
+			return c, nil
+		}
+	}
+	return s.Operator.GetCertificate(hello)
 }

@@ -2,6 +2,12 @@
 // the rule for whom it may impersonate: only Ichor's own users (ichor:<name>)
 // and users of the external provider (oidc:<name>), with the groups it is
 // given by name, never a system: group (architecture, "Trust").
+//
+// The external provider's groups arrive prefixed (oidc:<group> by default,
+// package external), so it can never name a built-in ichor: group itself.
+// Allowed keeps only the built-in groups and those the deployment names
+// (--impersonate-group, e.g. oidc:platform-admins, which the chart binds to
+// a role); every other group of the provider is dropped, not impersonated.
 package identity
 
 import (

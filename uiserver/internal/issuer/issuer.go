@@ -4,6 +4,14 @@
 // only), refresh tokens rotated on every use where a reused one revokes its
 // whole sign-in session, and RFC 7009 revocation at /oidc/revoke.
 //
+// With an External provider (ichorUI.oidc.*) the login page also offers
+// "Sign in with <provider>": a server-side authorization code flow with PKCE,
+// state and nonce against that provider, whose callback completes the
+// console's pending authorization exactly as a password does. From there the
+// session is the issuer's own (codes, refresh rotation, revocation). Such a
+// session keeps the oidc: user and groups of its sign-in until it ends; the
+// provider is not asked again at refresh.
+//
 // The endpoints are written directly on zitadel/oidc's protocol types
 // (pkg/oidc: discovery document, token response, errors, PKCE check) rather
 // than through its op.Storage provider, because the access tokens must be the
@@ -51,9 +59,21 @@ const (
 	LoginPath     = "/oidc/login"
 	TokenPath     = "/oidc/token"
 	RevokePath    = "/oidc/revoke"
+	// ExternalStartPath starts a sign-in with the external provider (the login page's button).
+	ExternalStartPath = "/oidc/external/start"
+	// ExternalCallbackPath is the redirect URI registered at the external provider.
+	ExternalCallbackPath = "/oidc/external/callback"
 )
 
-const loginCookie = "ichor_login"
+const (
+	// loginCookie binds the login page's forms to the browser that opened it.
+	loginCookie     = "ichor_login"
+	loginCookiePath = "/oidc/"
+	// externalCookie binds the provider's callback to the browser that left
+	// for the provider. SameSite=Lax: the callback is a top-level navigation
+	// from the provider's site.
+	externalCookie = "ichor_external"
+)
 
 // Client is a registered public client (no secret; PKCE instead).
 type Client struct {
@@ -69,12 +89,28 @@ type Users interface {
 	Lookup(ctx context.Context, name string) (identity.Identity, error)
 }
 
+// External is an external OIDC provider whose users may sign in (package external).
+type External interface {
+	// Name names the provider on the login page.
+	Name() string
+	// Ready reports whether the provider can be used now; the error is shown to the user.
+	Ready(ctx context.Context) error
+	// AuthURL is the provider's authorization URL for a sign-in with state,
+	// nonce and the PKCE S256 challenge.
+	AuthURL(ctx context.Context, state, nonce, challenge string) (string, error)
+	// Exchange redeems code with the PKCE verifier, verifies the ID token
+	// (its nonce too) and returns the user; the error is shown to the user.
+	Exchange(ctx context.Context, code, verifier, nonce string) (identity.Identity, error)
+}
+
 // Options configure New.
 type Options struct {
 	// Tokens mints the access tokens; New sets its Revoked to the issuer's sessions.
 	Tokens *auth.Tokens
-	// Users are Ichor's own users.
+	// Users are Ichor's own users; nil turns the password form off (External must be set).
 	Users Users
+	// External, when set, is offered on the login page.
+	External External
 	// Clients are the registered clients.
 	Clients []Client
 	// AccessTTL is the access and ID token lifetime; zero means 5 minutes.
@@ -96,6 +132,7 @@ type Issuer struct {
 	codes    map[[32]byte]*codeGrant    // hash of code -> grant
 	refresh  map[[32]byte]*refreshToken // hash of refresh token -> token
 	sessions map[string]*session        // sid -> session
+	external map[[32]byte]string        // hash of the provider state -> login form id
 	swept    time.Time
 }
 
@@ -104,6 +141,14 @@ type pendingAuth struct {
 	scopes                                          []string
 	expires                                         time.Time
 	failures                                        int
+	ext                                             *externalFlow
+}
+
+// externalFlow is the sign-in with the external provider that a pending
+// authorization is waiting for: all of it stays on the server.
+type externalFlow struct {
+	state, binding  [32]byte // hashes of the state and of the browser's binding cookie
+	nonce, verifier string
 }
 
 // Bounds on unauthenticated state: pending login forms, and failed
@@ -137,8 +182,8 @@ type session struct {
 
 // New returns the issuer and hooks its session revocation into opts.Tokens.
 func New(opts Options) (*Issuer, error) {
-	if opts.Tokens == nil || opts.Users == nil {
-		return nil, errors.New("issuer: Tokens and Users are required")
+	if opts.Tokens == nil || (opts.Users == nil && opts.External == nil) {
+		return nil, errors.New("issuer: Tokens and Users or External are required")
 	}
 	if opts.AccessTTL == 0 {
 		opts.AccessTTL = 5 * time.Minute
@@ -150,7 +195,7 @@ func New(opts Options) (*Issuer, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	i := &Issuer{opts: opts, pending: map[string]*pendingAuth{}, codes: map[[32]byte]*codeGrant{},
-		refresh: map[[32]byte]*refreshToken{}, sessions: map[string]*session{}}
+		refresh: map[[32]byte]*refreshToken{}, sessions: map[string]*session{}, external: map[[32]byte]string{}}
 	opts.Tokens.Revoked = i.SessionRevoked
 	return i, nil
 }
@@ -170,6 +215,10 @@ func (i *Issuer) Mount(r chi.Router) {
 	r.Post(LoginPath, i.login)
 	r.Post(TokenPath, i.token)
 	r.Post(RevokePath, i.revoke)
+	if i.opts.External != nil {
+		r.Post(ExternalStartPath, i.externalStart)
+		r.Get(ExternalCallbackPath, i.externalCallback)
+	}
 }
 
 // SessionRevoked reports whether the sign-in session sid was revoked or
@@ -264,39 +313,62 @@ func (i *Issuer) authorize(w http.ResponseWriter, r *http.Request) {
 	if len(i.pending) >= maxPending {
 		i.mu.Unlock()
 		w.Header().Set("Retry-After", "60")
-		renderLogin(w, http.StatusServiceUnavailable, "", "", "too many sign-ins are in progress; try again in a minute")
+		i.renderLogin(w, r, http.StatusServiceUnavailable, "", "", "too many sign-ins are in progress; try again in a minute")
 		return
 	}
 	i.pending[id] = &pendingAuth{client: c.ID, redirect: redirect, state: state, nonce: q.Get("nonce"),
 		challenge: challenge, csrf: csrf, scopes: scopes, expires: i.now().Add(10 * time.Minute)}
 	i.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: csrf, Path: LoginPath, Secure: true, HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: csrf, Path: loginCookiePath, Secure: true, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, MaxAge: 600})
-	renderLogin(w, http.StatusOK, id, "", "")
+	i.renderLogin(w, r, http.StatusOK, id, "", "")
 }
 
-// login checks the form's user name and password and redirects with a code.
-func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
+// pendingForm reads a login page form and returns its pending authorization,
+// after checking that this browser's sign-in sent it. It answers the
+// request itself when it returns false.
+func (i *Issuer) pendingForm(w http.ResponseWriter, r *http.Request) (string, *pendingAuth, bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	if err := r.ParseForm(); err != nil {
 		pageError(w, "the login form could not be read; start the sign-in again")
-		return
+		return "", nil, false
 	}
 	reqID := r.PostForm.Get("request")
 	cookie, _ := r.Cookie(loginCookie)
 	i.mu.Lock()
 	p, ok := i.pending[reqID]
 	if ok && i.now().After(p.expires) {
-		delete(i.pending, reqID)
+		i.dropPendingLocked(reqID)
 		ok = false
 	}
 	i.mu.Unlock()
 	if !ok {
 		pageError(w, "this sign-in expired or is unknown; start it again from the application")
-		return
+		return "", nil, false
 	}
 	if cookie == nil || subtle.ConstantTimeCompare([]byte(cookie.Value), []byte(p.csrf)) != 1 {
 		pageError(w, "the login form was not sent by this browser's sign-in; start it again from the application")
+		return "", nil, false
+	}
+	return reqID, p, true
+}
+
+// dropPendingLocked forgets a pending authorization and its provider sign-in.
+func (i *Issuer) dropPendingLocked(reqID string) {
+	if p, ok := i.pending[reqID]; ok && p.ext != nil {
+		delete(i.external, p.ext.state)
+	}
+	delete(i.pending, reqID)
+}
+
+// login checks the form's user name and password and redirects with a code.
+func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
+	if i.opts.Users == nil {
+		pageError(w, "sign-in with a password is off here; use the provider's button")
+		return
+	}
+	reqID, p, ok := i.pendingForm(w, r)
+	if !ok {
 		return
 	}
 	name := strings.TrimSpace(r.PostForm.Get("username"))
@@ -308,37 +380,43 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 		p.failures++
 		tooMany := p.failures >= maxLoginFailures
 		if tooMany {
-			delete(i.pending, reqID)
+			i.dropPendingLocked(reqID)
 		}
 		i.mu.Unlock()
 		if tooMany {
-			renderLogin(w, http.StatusUnauthorized, "", "", users.ErrBadCredentials.Error()+"; too many attempts, start the sign-in again from the application")
+			i.renderLogin(w, r, http.StatusUnauthorized, "", "", users.ErrBadCredentials.Error()+"; too many attempts, start the sign-in again from the application")
 			return
 		}
-		renderLogin(w, http.StatusUnauthorized, reqID, name, users.ErrBadCredentials.Error())
+		i.renderLogin(w, r, http.StatusUnauthorized, reqID, name, users.ErrBadCredentials.Error())
 		return
 	case errors.Is(err, users.ErrDisabled):
 		i.opts.Log.Info("sign-in refused", "user", identity.IchorPrefix+name, "reason", "disabled")
-		renderLogin(w, http.StatusForbidden, reqID, name, users.ErrDisabled.Error())
+		i.renderLogin(w, r, http.StatusForbidden, reqID, name, users.ErrDisabled.Error())
 		return
 	case err != nil:
 		i.opts.Log.Error("sign-in failed", "error", err.Error())
-		renderLogin(w, http.StatusServiceUnavailable, reqID, name, "the sign-in could not be checked now; try again")
+		i.renderLogin(w, r, http.StatusServiceUnavailable, reqID, name, "the sign-in could not be checked now; try again")
 		return
 	}
 	if err := i.opts.Tokens.Policy.Check(id); err != nil {
-		renderLogin(w, http.StatusForbidden, reqID, name, "this user's groups may not be used by ichor-ui: "+err.Error())
+		i.renderLogin(w, r, http.StatusForbidden, reqID, name, "this user's groups may not be used by ichor-ui: "+err.Error())
 		return
 	}
+	i.complete(w, r, reqID, p, id)
+}
+
+// complete ends a pending authorization with a signed-in user: a code for
+// the client, sent to its redirect URI.
+func (i *Issuer) complete(w http.ResponseWriter, r *http.Request, reqID string, p *pendingAuth, id identity.Identity) {
 	code := randomString()
 	now := i.now()
 	i.mu.Lock()
-	delete(i.pending, reqID)
+	i.dropPendingLocked(reqID)
 	i.codes[hash(code)] = &codeGrant{client: p.client, redirect: p.redirect, nonce: p.nonce, challenge: p.challenge,
 		scopes: p.scopes, id: id, authTime: now, expires: now.Add(time.Minute)}
 	i.mu.Unlock()
 	i.opts.Log.Info("signed in", "user", id.Username)
-	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: LoginPath, Secure: true, HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: loginCookiePath, Secure: true, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	u, _ := url.Parse(p.redirect)
 	v := u.Query()
@@ -349,7 +427,116 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 	v.Set("iss", i.opts.Tokens.Issuer)
 	u.RawQuery = v.Encode()
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, u.String(), http.StatusFound)
+	http.Redirect(w, r, u.String(), http.StatusFound) //nolint:gosec // p.redirect was matched against the client's registered URIs at authorize
+}
+
+// externalStart is the login page's "Sign in with <provider>" button: it
+// keeps a new state, nonce and PKCE verifier with the pending authorization
+// and sends the browser to the provider.
+func (i *Issuer) externalStart(w http.ResponseWriter, r *http.Request) {
+	reqID, p, ok := i.pendingForm(w, r)
+	if !ok {
+		return
+	}
+	ext := i.opts.External
+	state, nonce, verifier, binding := randomString(), randomString(), randomString(), randomString()
+	authURL, err := ext.AuthURL(r.Context(), state, nonce, oidc.NewSHACodeChallenge(verifier))
+	if err != nil {
+		i.renderLogin(w, r, http.StatusServiceUnavailable, reqID, "", "")
+		return
+	}
+	i.mu.Lock()
+	if p.ext != nil {
+		// One sign-in with the provider per pending authorization: the newest.
+		delete(i.external, p.ext.state)
+	}
+	p.ext = &externalFlow{state: hash(state), binding: hash(binding), nonce: nonce, verifier: verifier}
+	i.external[p.ext.state] = reqID
+	i.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: externalCookie, Value: binding, Path: ExternalCallbackPath, Secure: true, HttpOnly: true,
+		SameSite: http.SameSiteLaxMode, MaxAge: 600})
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, authURL, http.StatusSeeOther)
+}
+
+// externalCallback is the provider's answer: it finds the pending
+// authorization by state, checks that this browser started it, redeems the
+// code (PKCE verifier, ID token with the nonce) and completes the
+// authorization as a password login does.
+func (i *Issuer) externalCallback(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	st := hash(q.Get("state"))
+	now := i.now()
+	i.mu.Lock()
+	reqID, known := i.external[st]
+	var p *pendingAuth
+	var flow *externalFlow
+	if known {
+		delete(i.external, st) // a state answers once, whatever the outcome
+		p = i.pending[reqID]
+		if p != nil && p.ext != nil && p.ext.state == st && !now.After(p.expires) {
+			flow, p.ext = p.ext, nil
+		}
+	}
+	i.mu.Unlock()
+	if flow == nil {
+		i.opts.Log.Info("external sign-in refused", "reason", "unknown, used or expired state")
+		pageError(w, "this answer from the provider does not belong to a sign-in in progress (its state is unknown, used or expired); start the sign-in again from the application")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: externalCookie, Value: "", Path: ExternalCallbackPath, Secure: true, HttpOnly: true,
+		SameSite: http.SameSiteLaxMode, MaxAge: -1})
+	if c, _ := r.Cookie(externalCookie); c == nil || subtle.ConstantTimeCompare(hashSlice(c.Value), flow.binding[:]) != 1 {
+		i.opts.Log.Info("external sign-in refused", "reason", "callback in another browser")
+		i.renderLogin(w, r, http.StatusBadRequest, reqID, "", "the provider's answer came to another browser than the one that started this sign-in; sign in again")
+		return
+	}
+	name := i.opts.External.Name()
+	if e := q.Get("error"); e != "" {
+		msg := name + " refused the sign-in: " + truncate(e, 64)
+		if d := q.Get("error_description"); d != "" {
+			msg += ": " + truncate(d, 200)
+		}
+		i.opts.Log.Info("external sign-in refused", "reason", "provider error", "error", truncate(e, 64))
+		i.renderLogin(w, r, http.StatusUnauthorized, reqID, "", msg)
+		return
+	}
+	code := q.Get("code")
+	if code == "" {
+		i.renderLogin(w, r, http.StatusBadRequest, reqID, "", "the answer from "+name+" holds no authorization code; sign in again")
+		return
+	}
+	id, err := i.opts.External.Exchange(r.Context(), code, flow.verifier, flow.nonce)
+	if err != nil {
+		i.mu.Lock()
+		p.failures++
+		tooMany := p.failures >= maxLoginFailures
+		if tooMany {
+			i.dropPendingLocked(reqID)
+		}
+		i.mu.Unlock()
+		if tooMany {
+			i.renderLogin(w, r, http.StatusUnauthorized, "", "", err.Error()+"; too many attempts, start the sign-in again from the application")
+			return
+		}
+		i.renderLogin(w, r, http.StatusUnauthorized, reqID, "", err.Error())
+		return
+	}
+	if err := i.opts.Tokens.Policy.Check(id); err != nil {
+		i.renderLogin(w, r, http.StatusForbidden, reqID, "", "this user may not be used by ichor-ui: "+err.Error())
+		return
+	}
+	i.complete(w, r, reqID, p, id)
+}
+
+func hashSlice(s string) []byte { h := hash(s); return h[:] }
+
+// truncate bounds a text the provider sent before it is shown or logged.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // token is the token endpoint: authorization_code and refresh_token grants.
@@ -430,8 +617,14 @@ func (i *Issuer) refreshGrant(w http.ResponseWriter, ctx context.Context, c *Cli
 		return
 	}
 	rt.used = true
-	name := strings.TrimPrefix(s.id.Username, identity.IchorPrefix)
+	name, ichorUser := strings.CutPrefix(s.id.Username, identity.IchorPrefix)
 	i.mu.Unlock()
+	if !ichorUser || i.opts.Users == nil {
+		// A user of the external provider keeps the identity of its sign-in
+		// (Mint checks it against the policy again).
+		i.issue(w, rt.sid, "")
+		return
+	}
 
 	// Roles and the disabled flag are read again at each refresh.
 	id, err := i.opts.Users.Lookup(ctx, name)
@@ -569,7 +762,7 @@ func (i *Issuer) sweepLocked() {
 	i.swept = now
 	for k, p := range i.pending {
 		if now.After(p.expires) {
-			delete(i.pending, k)
+			i.dropPendingLocked(k)
 		}
 	}
 	for k, g := range i.codes {
@@ -641,26 +834,54 @@ var page = template.Must(template.New("login").Parse(`<!doctype html>
 <title>Sign in to Ichor</title>
 <style>body{font-family:system-ui,sans-serif;max-width:22rem;margin:4rem auto;padding:0 1rem}
 label{display:block;margin-top:1rem}input{width:100%;padding:.4rem;box-sizing:border-box}
-button{margin-top:1.5rem;padding:.5rem 1rem}.error{color:#b00020}</style></head>
+button{margin-top:1.5rem;padding:.5rem 1rem}.error{color:#b00020}hr{margin-top:2rem}</style></head>
 <body><h1>Sign in to Ichor</h1>
 {{if .Error}}<p class="error" role="alert">{{.Error}}</p>{{end}}
-{{if .Request}}<form method="post" action="{{.Action}}">
+{{if .Request}}{{if .Provider}}{{if .ProviderDown}}<p class="error" role="status">Sign-in with {{.Provider}} is unavailable: {{.ProviderDown}}</p>
+{{else}}<form method="post" action="{{.ExternalAction}}">
+<input type="hidden" name="request" value="{{.Request}}">
+<button type="submit">Sign in with {{.Provider}}</button>
+</form>{{end}}{{if .Password}}<hr>{{end}}{{end}}
+{{if .Password}}<form method="post" action="{{.Action}}">
 <input type="hidden" name="request" value="{{.Request}}">
 <label for="username">User name</label><input id="username" name="username" autocomplete="username" required value="{{.Username}}" autofocus>
 <label for="password">Password</label><input id="password" name="password" type="password" autocomplete="current-password" required>
 <button type="submit">Sign in</button>
-</form>{{end}}
+</form>{{end}}{{end}}
 </body></html>
 `))
 
-func renderLogin(w http.ResponseWriter, code int, request, username, msg string) {
+type loginPage struct {
+	Action, ExternalAction, Request, Username, Error string
+	Password                                         bool
+	Provider, ProviderDown                           string
+}
+
+// renderLogin shows the login page: the provider's button (or why it is
+// unavailable) and the password form, as configured, for the form id
+// request; without one it shows only msg.
+func (i *Issuer) renderLogin(w http.ResponseWriter, r *http.Request, code int, request, username, msg string) {
+	pg := loginPage{Action: LoginPath, ExternalAction: ExternalStartPath, Request: request, Username: username, Error: msg,
+		Password: i.opts.Users != nil}
+	if request != "" && i.opts.External != nil {
+		pg.Provider = i.opts.External.Name()
+		if err := i.opts.External.Ready(r.Context()); err != nil {
+			pg.ProviderDown = err.Error()
+		}
+	}
+	writePage(w, code, pg)
+}
+
+func writePage(w http.ResponseWriter, code int, pg loginPage) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'")
 	w.WriteHeader(code)
-	_ = page.Execute(w, map[string]string{"Action": LoginPath, "Request": request, "Username": username, "Error": msg})
+	_ = page.Execute(w, pg)
 }
 
 // pageError shows an error without a form: the request cannot go on.
-func pageError(w http.ResponseWriter, msg string) { renderLogin(w, http.StatusBadRequest, "", "", msg) }
+func pageError(w http.ResponseWriter, msg string) {
+	writePage(w, http.StatusBadRequest, loginPage{Error: msg})
+}

@@ -6,7 +6,6 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -42,6 +41,13 @@ type Options struct {
 	Addr string
 	// TLS serves the certificate.
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// OIDCAddr is the second HTTPS listener, :8444 in a cluster, that serves
+	// only the issuer's discovery document and keys to the kube-apiserver
+	// (through the ClusterIP Service); empty serves none.
+	OIDCAddr string
+	// OIDCGetCertificate is that listener's certificate (the Ichor leaf);
+	// nil means GetCertificate.
+	OIDCGetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// Services implement the UI API.
 	Services interface {
 		ichorv1.ClusterServiceServer
@@ -249,47 +255,28 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerI
 	return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
 }
 
-// Run listens on Addr and serves until ctx ends, then terminates gracefully:
-// /readyz fails, streams end with UNAVAILABLE (clients reconnect and resume),
-// HTTP/2 connections get GOAWAY, and in-flight calls finish.
+// Run listens on Addr (and OIDCAddr) and serves until ctx ends, then
+// terminates gracefully: /readyz fails, streams end with UNAVAILABLE (clients
+// reconnect and resume), HTTP/2 connections get GOAWAY, and in-flight calls
+// finish.
 func (s *Server) Run(ctx context.Context) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.opts.Addr)
 	if err != nil {
 		return err
 	}
-	return s.Serve(ctx, ln)
+	var oidcLn net.Listener
+	if s.opts.OIDCAddr != "" {
+		if oidcLn, err = (&net.ListenConfig{}).Listen(ctx, "tcp", s.opts.OIDCAddr); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
+	return s.ServeListeners(ctx, ln, oidcLn)
 }
 
 // Serve serves on ln (see Run).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: s.opts.GetCertificate,
-			NextProtos:     []string{"h2", "http/1.1"},
-		},
-		ErrorLog: slog.NewLogLogger(s.opts.Log.Handler(), slog.LevelWarn),
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(ln, "", "") }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	s.stopped.Store(true)
-	close(s.stopping)
-	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	s.grpc.GracefulStop()
-	_ = s.gwConn.Close()
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return s.ServeListeners(ctx, ln, nil)
 }
 
 // spa serves the embedded single-page application: a file when it exists,

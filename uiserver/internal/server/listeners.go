@@ -1,0 +1,160 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/maeshinshin/ichor/uiserver/internal/issuer"
+)
+
+// ServeListeners serves the console on ln and, when oidcLn is not nil, the
+// issuer's discovery document and keys on oidcLn (see Run). When either
+// listener fails, or ctx ends, both terminate gracefully.
+func (s *Server) ServeListeners(ctx context.Context, ln, oidcLn net.Listener) error {
+	servers := []*http.Server{s.httpServer(s.handler, s.opts.GetCertificate)}
+	listeners := []net.Listener{ln}
+	if oidcLn != nil {
+		getCert := s.opts.OIDCGetCertificate
+		if getCert == nil {
+			getCert = s.opts.GetCertificate
+		}
+		servers = append(servers, s.httpServer(s.oidcHandler(), getCert))
+		listeners = append(listeners, oidcLn)
+	}
+	errc := make(chan error, len(servers))
+	for i := range servers {
+		go func() { errc <- servers[i].ServeTLS(listeners[i], "", "") }()
+	}
+	var runErr error
+	select {
+	case runErr = <-errc:
+	case <-ctx.Done():
+	}
+	s.stopped.Store(true)
+	close(s.stopping)
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	var shutdownErr error
+	for _, srv := range servers {
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			shutdownErr = errors.Join(shutdownErr, err)
+		}
+	}
+	s.grpc.GracefulStop()
+	_ = s.gwConn.Close()
+	if runErr != nil && !errors.Is(runErr, http.ErrServerClosed) {
+		return runErr
+	}
+	return shutdownErr
+}
+
+func (s *Server) httpServer(h http.Handler, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: getCert,
+			NextProtos:     []string{"h2", "http/1.1"},
+		},
+		ErrorLog: slog.NewLogLogger(s.opts.Log.Handler(), slog.LevelWarn),
+	}
+}
+
+// oidcHandler serves the OIDC listener (8444): GET or HEAD of the issuer's
+// discovery document and keys, nothing else (404). They come from the
+// console's router, so they exist only when the issuer is mounted. The
+// discovery document's jwks_uri names this listener, as reached (the Host of
+// the request, a Service name), because the kube-apiserver, given this
+// listener as its discoveryURL, fetches the keys from jwks_uri and may not
+// reach the external URL; the issuer itself stays the external URL the tokens
+// carry.
+func (s *Server) oidcHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.Method != http.MethodGet && r.Method != http.MethodHead) ||
+			(r.URL.Path != issuer.DiscoveryPath && r.URL.Path != issuer.KeysPath) {
+			http.NotFound(w, r)
+			return
+		}
+		inner := r.Clone(r.Context())
+		inner.Method = http.MethodGet
+		buf := &bufferedResponse{header: http.Header{}}
+		s.handler.ServeHTTP(buf, inner)
+		// Without the issuer the console's router answers the SPA: not a document.
+		if buf.status != http.StatusOK || !strings.HasPrefix(buf.header.Get("Content-Type"), "application/json") {
+			http.NotFound(w, r)
+			return
+		}
+		body := buf.body.Bytes()
+		if r.URL.Path == issuer.DiscoveryPath {
+			if !validHost(r.Host) {
+				http.Error(w, "bad Host header", http.StatusBadRequest)
+				return
+			}
+			doc := map[string]any{}
+			if err := json.Unmarshal(body, &doc); err != nil {
+				http.Error(w, "the discovery document does not parse", http.StatusInternalServerError)
+				return
+			}
+			doc["jwks_uri"] = "https://" + r.Host + issuer.KeysPath
+			var err error
+			if body, err = json.Marshal(doc); err != nil {
+				http.Error(w, "encoding the discovery document", http.StatusInternalServerError)
+				return
+			}
+		}
+		for _, h := range []string{"Content-Type", "Cache-Control"} {
+			if v := buf.header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusOK)
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(body)
+		}
+	})
+}
+
+// validHost accepts host[:port] as a client may send it, nothing that could
+// change the meaning of a URL.
+func validHost(h string) bool {
+	if h == "" || strings.ContainsAny(h, "/\\?#@ \t\r\n\"'<>") {
+		return false
+	}
+	host, _, err := net.SplitHostPort(h)
+	if err != nil {
+		host = h
+	}
+	return host != ""
+}
+
+// bufferedResponse keeps a response in memory.
+type bufferedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.status == 0 {
+		b.status = code
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	return b.body.Write(p)
+}
