@@ -153,6 +153,54 @@ func TestMachineListWatch(t *testing.T) {
 	}
 }
 
+// TestMachineGetWatch: `machine get --watch` shows the machine, then a line
+// for each change of that machine only.
+func TestMachineGetWatch(t *testing.T) {
+	ns := namespace(t, "getwatch")
+	createMachine(t, newMachine(ns, "m-watched", "prod"))
+	createMachine(t, newMachine(ns, "m-other", "prod"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "machine", "get", "m-watched", "--watch", "-n", ns) //nolint:gosec // the binary the suite built
+	cmd.Env = baseEnv(t)
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	var errOut lockedBuffer
+	cmd.Stderr = &errOut
+	must(t, cmd.Start())
+	out := &lockedBuffer{}
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			_, _ = io.WriteString(out, s.Text()+"\n")
+		}
+	}()
+	eventually(t, "the machine and the changes header", func() bool { return strings.Contains(out.String(), "Changes (Ctrl-C stops):") })
+
+	other := getMachine(t, ns, "m-other")
+	other.Status.Stage = ichorv1alpha1.StageInstalling
+	must(t, k8s.Status().Update(context.Background(), other))
+	m := getMachine(t, ns, "m-watched")
+	m.Status.Stage = ichorv1alpha1.StageRebooting
+	must(t, k8s.Status().Update(context.Background(), m))
+	eventually(t, "the watched machine's change", func() bool {
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(l, "m-watched ") && strings.Contains(l, "rebooting") {
+				return true
+			}
+		}
+		return false
+	})
+	cancel()
+	_ = cmd.Wait()
+	if strings.Contains(out.String(), "m-other") {
+		t.Fatalf("the watch printed another machine:\n%s", out.String())
+	}
+	if errOut.String() != "" && !strings.Contains(errOut.String(), "signal") {
+		t.Fatalf("the watch printed errors: %s", errOut.String())
+	}
+}
+
 func TestApprove(t *testing.T) {
 	ns := namespace(t, "approve")
 	must(t, k8s.Create(context.Background(), newCluster(ns, "prod")))

@@ -41,7 +41,10 @@ func machineCommand() *cli.Command {
 				Usage:         "show one machine: identity, approval, hardware and conditions",
 				ArgsUsage:     argMachine,
 				ShellComplete: completeMachines,
-				Action:        machineGet,
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "then print a line each time the machine changes"},
+				},
+				Action: machineGet,
 			},
 			{
 				Name:          "approve",
@@ -272,12 +275,26 @@ func machineGet(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
+	keep := func(o *ichorv1alpha1.TalosMachine) bool { return o.Name == m.Name }
 	if r.format != output.Table {
+		rv := m.ResourceVersion
 		m.ManagedFields = nil
 		m.APIVersion, m.Kind = ichorv1alpha1.GroupVersion.String(), "TalosMachine"
-		return output.Object(r.out, r.format, m)
+		if err := output.Object(r.out, r.format, m); err != nil || !cmd.Bool("watch") {
+			return err
+		}
+		return r.watchMachines(ctx, rv, nil, keep)
 	}
-	return r.printMachine(m, time.Now())
+	if err := r.printMachine(m, time.Now()); err != nil || !cmd.Bool("watch") {
+		return err
+	}
+	table := machineTable()
+	table.Add(machineRow(m, time.Now())...)
+	r.printf("\nChanges (Ctrl-C stops):\n")
+	if err := table.Write(r.out); err != nil {
+		return err
+	}
+	return r.watchMachines(ctx, m.ResourceVersion, table, keep)
 }
 
 func (r *run) printMachine(m *ichorv1alpha1.TalosMachine, now time.Time) error {

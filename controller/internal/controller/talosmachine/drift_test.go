@@ -10,6 +10,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -166,4 +167,40 @@ func currentRender(t *testing.T, name string) []byte {
 	must(t, err)
 
 	return res.Bytes
+}
+
+// TestTalosMachineReconciler_RenderVersionChangeIsNotDrift: when the machine
+// was last applied by another renderer (status.renderVersion differs from
+// render.Version, as after an upgrade of Ichor), a difference on the node is
+// a desired-state change: it is applied even under Warn, not reported as drift.
+func TestTalosMachineReconciler_RenderVersionChangeIsNotDrift(t *testing.T) {
+	const name = driftMachine
+
+	inSync(t, name)
+
+	changeBehindIchor(t, name, "apiVersion: v1alpha1\nkind: SysctlConfig\nparams:\n  net.ipv4.tcp_fin_timeout: \"20\"\n")
+
+	path := sysctlPath("net.ipv4.tcp_fin_timeout")
+	awaitDrift(t, path)
+
+	// The last apply came from an older renderer.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m := getMachine(t, name)
+		m.Status.RenderVersion = render.Version - 1
+
+		return k8s.Status().Update(context.Background(), m)
+	}))
+
+	// Under Warn, drift is never applied; this is, because it is the render's change.
+	awaitNodeValue(t, name, path, nil)
+	awaitEvent(t, name, ichorv1alpha1.AppliedReason, "")
+
+	m := inSync(t, name)
+	if m.Status.RenderVersion != render.Version {
+		t.Errorf("renderVersion %d after the apply, want %d", m.Status.RenderVersion, render.Version)
+	}
+
+	if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.DriftedCondition) || len(m.Status.DriftPaths) > 0 {
+		t.Errorf("the renderer's change is reported as drift: %v", m.Status.DriftPaths)
+	}
 }
