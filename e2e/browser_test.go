@@ -175,6 +175,13 @@ func TestBrowserConsole(t *testing.T) {
 		waitJS(t, tab, 30*time.Second, "the Remove button", `document.querySelector("[data-testid=remove-node]")`)
 		run(t, tab, "open the remove dialog", chromedp.Click(chromedp.CSS(`[data-testid=remove-node]`)))
 		waitJS(t, tab, 10*time.Second, "the dialog", `document.querySelector("dialog[open] #remove-confirm")`)
+		// The removal preview, before the typed confirmation: allowed, the
+		// shared plan's steps, and the workers count it changes.
+		workersEffect := fmt.Sprintf("workers: %d → %d", len(workers), len(workers)-1)
+		waitJS(t, tab, 30*time.Second, "the removal preview with "+workersEffect,
+			fmt.Sprintf(`(() => { const p = document.querySelector("dialog[open] [data-testid=removal-preview][data-allowed=true]");
+				return !!p && [...p.querySelectorAll("[data-testid=removal-effects] li")].some(li => li.textContent === %s)
+					&& p.querySelector("[data-testid=removal-steps]").textContent.includes("Draining"); })()`, jsString(workersEffect)))
 		waitJS(t, tab, 5*time.Second, "Remove disabled before the name is typed", `document.querySelector("[data-testid=remove-confirm-button]").disabled`)
 		run(t, tab, "type part of the name", chromedp.SendKeys(chromedp.ID("remove-confirm"), worker[:len(worker)-1]))
 		waitJS(t, tab, 5*time.Second, "Remove still disabled for a wrong name", `document.querySelector("[data-testid=remove-confirm-button]").disabled`)
@@ -210,6 +217,15 @@ func TestBrowserConsole(t *testing.T) {
 			noOverflow(t, tab, s.shot+" at 390 px")
 		}
 		run(t, tab, "back to 1280 px", chromedp.EmulateViewport(1280, 900))
+	})
+
+	step("operations and settings for the admin", func(t *testing.T) {
+		navigate(t, tab, "/operations")
+		waitJS(t, tab, 30*time.Second, "the Operations page", `document.querySelector("table[aria-label=Operations]") && !document.querySelector("[role=status]")?.textContent.includes("Loading operations")`)
+		screenshot(t, tab, "12-operations")
+		navigate(t, tab, "/settings")
+		waitJS(t, tab, 30*time.Second, "the Settings form with Save", `document.querySelector("#id-token-lifetime") && document.querySelector("[data-testid=settings-save]")`)
+		screenshot(t, tab, "13-settings-admin")
 	})
 
 	step("sign out revokes the session", func(t *testing.T) {
@@ -283,6 +299,17 @@ func TestBrowserConsole(t *testing.T) {
 				t.Fatalf("the viewer's refused approval changed %s to %s", name, m.Spec.Approval.State)
 			}
 		}
+	})
+
+	step("a viewer reads the settings and sees no Save", func(t *testing.T) {
+		vt := newTab(t, browser)
+		signIn(t, vt, ui, viewer, "")
+		navigate(t, vt, "/settings")
+		waitJS(t, vt, 30*time.Second, "the Settings page for a viewer", `document.querySelector("#id-token-lifetime")?.disabled && document.querySelector("[data-testid=settings-viewer]")`)
+		if n, _ := eval[int](vt, `document.querySelectorAll("[data-testid=settings-save]").length`); n != 0 {
+			t.Error("a viewer sees the Save button of Settings")
+		}
+		screenshot(t, vt, "14-settings-viewer")
 	})
 
 	t.Logf("browser test: %s (with the CLI scenario when it ran first)", time.Since(start).Round(time.Second))

@@ -13,6 +13,8 @@ import { Overview } from "./screens/overview";
 import { Nodes } from "./screens/nodes";
 import { AddNode } from "./screens/addnode";
 import { NodePage } from "./screens/node";
+import { OperationPage, Operations } from "./screens/operations";
+import { SettingsPage } from "./screens/settings";
 import { Alert } from "./components/ui/alert";
 
 type Phase = { kind: "starting" } | { kind: "signedOut"; reason?: string } | { kind: "ready" };
@@ -142,6 +144,15 @@ function Signed({ session, route, onSignOut }: { session: Session; route: Return
       break;
     case "node":
       screen = <NodePage name={route.name} tab={route.tab} />;
+      break;
+    case "operations":
+      screen = <Operations />;
+      break;
+    case "operation":
+      screen = <OperationPage name={route.name} />;
+      break;
+    case "settings":
+      screen = <SettingsPage />;
       break;
     default:
       screen = (

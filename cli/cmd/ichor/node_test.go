@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -19,6 +20,73 @@ func approved(ns, name, role string) *ichorv1alpha1.TalosMachine {
 	return m
 }
 
+// sent records that the controller sent m its configuration, so that its
+// removal runs the whole sequence.
+func sent(m *ichorv1alpha1.TalosMachine) *ichorv1alpha1.TalosMachine {
+	now := metav1.Now()
+	m.Status.ConfigSentAt = &now
+	m.Status.NodeName = m.Name
+	return m
+}
+
+func TestNodeRemoveDryRun(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "remove-dry-run")
+	must(t, k8s.Create(ctx, newCluster(ns, "prod")))
+	createMachine(t, sent(approved(ns, "cp-1", ichorv1alpha1.RoleControlPlane)))
+	createMachine(t, sent(approved(ns, "w-1", ichorv1alpha1.RoleWorker)))
+	createMachine(t, sent(approved(ns, "w-2", ichorv1alpha1.RoleWorker)))
+	before := map[string]string{}
+	for _, n := range []string{"cp-1", "w-1", "w-2"} {
+		before[n] = getMachine(t, ns, n).ResourceVersion
+	}
+
+	// No confirmation is asked (stdin is empty, no --yes) and nothing is written.
+	r := mustSucceed(t, ichor(t, "node", "remove", "w-1", "-n", ns, "--dry-run"))
+	for _, want := range []string{
+		"This removes machine w-1 (worker) from cluster prod.",
+		"Steps:\n  1. Evacuating:", "  2. Draining: Node w-1 is cordoned and drained", "  3. Resetting:", "  4. DeletingNode:", "  5. Done:",
+		"  - workers: 2 → 1\n",
+		"  - the node is drained (evictions respect PodDisruptionBudgets)",
+		"  - Talos resets STATE and EPHEMERAL and powers off",
+		"Nothing was changed (--dry-run).",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("--dry-run of a worker: no %q in:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "LeavingEtcd") || strings.Contains(r.all(), "to confirm") {
+		t.Fatalf("a worker does not leave etcd, and a dry run asks nothing:\n%s%s", r.stdout, r.stderr)
+	}
+
+	// The options are previewed too.
+	r = mustSucceed(t, ichor(t, "node", "remove", "w-1", "-n", ns, "--dry-run", "--reboot", "--force"))
+	for _, want := range []string{"NOT wiped", "2. Draining: skipped (force)", "no drain, no reset: the disks keep their data", "reboot has no effect with force"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("--dry-run --reboot --force: no %q in:\n%s", want, r.stdout)
+		}
+	}
+
+	// The last control plane: the plan and its numbers, then the refusal; the exit status says refused.
+	r = mustFail(t, ichor(t, "node", "remove", "cp-1", "-n", ns, "--dry-run"), "last control plane", "nothing was changed")
+	for _, want := range []string{
+		"  - control planes: 1 → 0 (the cluster declares 1)",
+		"  - etcd: 1 member → 0: etcd and the cluster's state (Kubernetes objects) are destroyed",
+		"3. LeavingEtcd:", "Refused:\n  - spec.role:",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("--dry-run of the last control plane: no %q in:\n%s", want, r.stdout)
+		}
+	}
+
+	for n, rv := range before {
+		m := getMachine(t, ns, n)
+		if m.ResourceVersion != rv || m.DeletionTimestamp != nil || len(m.Annotations) != 0 || m.Spec.ForceRemove {
+			t.Fatalf("--dry-run changed %s: %+v %v", n, m.ObjectMeta, m.Spec.ForceRemove)
+		}
+	}
+}
+
 func TestNodeRemove(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, "remove")
@@ -26,7 +94,7 @@ func TestNodeRemove(t *testing.T) {
 	c.Spec.ControlPlane.Schedulable = new(true)
 	must(t, k8s.Create(ctx, c))
 	createMachine(t, approved(ns, "cp-1", ichorv1alpha1.RoleControlPlane))
-	w := approved(ns, "w-1", ichorv1alpha1.RoleWorker)
+	w := sent(approved(ns, "w-1", ichorv1alpha1.RoleWorker))
 	w.Finalizers = []string{ichorv1alpha1.MachineFinalizer}
 	createMachine(t, w)
 
@@ -38,8 +106,10 @@ func TestNodeRemove(t *testing.T) {
 
 	// A wrong confirmation changes nothing.
 	r := mustFail(t, ichorWith(t, invocation{stdin: "w-2\n"}, "node", "remove", "w-1", "-n", ns), "not confirmed", "nothing was changed")
-	if !strings.Contains(r.stderr, "Type \"w-1\" to confirm") || !strings.Contains(r.stderr, "powers off") {
-		t.Fatalf("the confirmation must say what happens and what to type:\n%s", r.stderr)
+	for _, want := range []string{"Type \"w-1\" to confirm", "powers off", "Steps:\n  1. Evacuating:", "workers: 1 → 0; workloads then run on the control planes only"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Fatalf("the confirmation must say what happens (the shared plan) and what to type; no %q in:\n%s", want, r.stderr)
+		}
 	}
 	mustFail(t, ichorWith(t, invocation{stdin: ""}, "node", "remove", "w-1", "-n", ns), "--yes")
 	if m := getMachine(t, ns, "w-1"); m.DeletionTimestamp != nil || len(m.Annotations) != 0 {

@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -12,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/removal"
 )
 
 func nodeCommand() *cli.Command {
@@ -30,6 +31,7 @@ func nodeCommand() *cli.Command {
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "reboot", Usage: "reboot the node after the reset, so it comes back in maintenance mode at once (default: power off)"},
 					&cli.BoolFlag{Name: "force", Usage: "dead hardware: skip drain and reset (the node is not wiped)"},
+					&cli.BoolFlag{Name: "dry-run", Usage: "print the steps, the effects on the cluster and any refusal, and change nothing"},
 					&cli.BoolFlag{Name: "wait", Usage: "follow the removal until the TalosMachine is gone"},
 					&cli.DurationFlag{Name: "timeout", Value: 30 * time.Minute, Usage: "how long --wait follows the removal"},
 				},
@@ -48,12 +50,19 @@ func nodeRemove(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	name := cmd.Args().First()
-	if err := r.checkWritable(ctx); err != nil {
-		return err
+	dryRun := cmd.Bool("dry-run")
+	if !dryRun {
+		if err := r.checkWritable(ctx); err != nil {
+			return err
+		}
 	}
 	m, err := r.getMachine(ctx, name)
 	if err != nil {
 		return err
+	}
+	opts := removal.Options{Reboot: cmd.Bool("reboot"), Force: cmd.Bool("force")}
+	if dryRun {
+		return r.previewRemoval(ctx, m, opts)
 	}
 	if m.DeletionTimestamp != nil {
 		r.printf("machine %s is already being removed\n", name)
@@ -69,16 +78,12 @@ func nodeRemove(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	probe := m.DeepCopy()
-	if probe.Annotations == nil {
-		probe.Annotations = map[string]string{}
-	}
-	probe.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = annotationTrue
-	if err := refusalError("removing "+name, guard.ValidateMachineDelete(probe, facts)); err != nil {
+	plan := removal.Plan(m, facts, opts)
+	if err := refusalError("removing "+name, plan.Refusals); err != nil {
 		return err
 	}
 
-	if err := r.confirm(removalPlan(m, cmd.Bool("reboot"), cmd.Bool("force")), name); err != nil {
+	if err := r.confirm(removalText(m, plan, opts), name); err != nil {
 		return err
 	}
 
@@ -147,21 +152,50 @@ func (r *run) undoMark(ctx context.Context, marked, before *ichorv1alpha1.TalosM
 	}
 }
 
-func removalPlan(m *ichorv1alpha1.TalosMachine, reboot, force bool) string {
-	what := fmt.Sprintf("This removes machine %s", m.Name)
+// previewRemoval prints what removing m would do (`node remove --dry-run`)
+// and writes nothing; a removal the checks refuse is an error, after the
+// steps and effects.
+func (r *run) previewRemoval(ctx context.Context, m *ichorv1alpha1.TalosMachine, opts removal.Options) error {
+	facts, err := r.machineFacts(ctx, m)
+	if err != nil {
+		return err
+	}
+	plan := removal.Plan(m, facts, opts)
+	r.printf("%s\n", removalText(m, plan, opts))
+	if !plan.Allowed {
+		return refusalError("removing "+m.Name, plan.Refusals)
+	}
+	r.printf("The checks allow this removal now. Nothing was changed (--dry-run).\n")
+	return nil
+}
+
+// removalText is the shared removal plan as the CLI prints it: what is
+// removed, the steps in order, the effects, and the refusals if any.
+func removalText(m *ichorv1alpha1.TalosMachine, plan removal.Preview, opts removal.Options) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "This removes machine %s", m.Name)
 	if m.Spec.Role != "" {
-		what += " (" + m.Spec.Role + ")"
+		fmt.Fprintf(&b, " (%s)", m.Spec.Role)
 	}
-	what += " from cluster " + m.Spec.ClusterName + ".\n"
-	switch {
-	case force:
-		what += "--force: drain and reset are skipped; the node is NOT wiped and its Node object is deleted."
-	case reboot:
-		what += "It is drained, leaves etcd if it is a control plane, its STATE and EPHEMERAL partitions are wiped, and it reboots into maintenance mode."
-	default:
-		what += "It is drained, leaves etcd if it is a control plane, its STATE and EPHEMERAL partitions are wiped, and it powers off."
+	fmt.Fprintf(&b, " from cluster %s.\n", m.Spec.ClusterName)
+	if opts.Force {
+		b.WriteString("--force: drain and reset are skipped; the node is NOT wiped and its Node object is deleted.\n")
 	}
-	return what
+	b.WriteString("Steps:\n")
+	for i, s := range plan.Steps {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, s)
+	}
+	b.WriteString("Effects:\n")
+	for _, e := range plan.Effects {
+		fmt.Fprintf(&b, "  - %s\n", e)
+	}
+	if len(plan.Refusals) > 0 {
+		b.WriteString("Refused:\n")
+		for _, rf := range plan.Refusals {
+			fmt.Fprintf(&b, "  - %s\n", rf.Error())
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // waitGone follows a machine until it no longer exists, printing each new

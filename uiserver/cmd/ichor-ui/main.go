@@ -66,6 +66,7 @@ func run() error {
 		issuer      = flag.String("issuer", "https://localhost:8443", "External URL of ichor-ui: the issuer of its tokens.")
 		signingKey  = flag.String("signing-key-file", "", "PEM ECDSA P-256 key that signs tokens (shared by the replicas). Empty makes one in memory (one replica only).")
 		users       = flag.Bool("ichor-users", false, "Sign in Ichor's own users (IchorUsers): serve the OIDC issuer at --issuer (ichorUI.users.enabled).")
+		settingsRO  = flag.Bool("settings-read-only", false, "Show Ichor's runtime settings in the console without letting it change them (UpdateSettings answers FAILED_PRECONDITION).")
 		redirects   listFlag
 		extraGroups listFlag
 	)
@@ -170,7 +171,7 @@ func run() error {
 		return err
 	}
 	*cluster = servedCluster
-	svc := &api.Server{Clients: clients, ClusterName: *cluster}
+	svc := &api.Server{Clients: clients, ClusterName: *cluster, SettingsReadOnly: *settingsRO}
 	// Its own node reads: TalosCredentialRequests under ichor-ui's own identity.
 	own, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -180,6 +181,7 @@ func run() error {
 		Credentials: &nodes.Credentials{Client: own, Namespace: *namespace, ClusterName: *cluster}}
 	srv, err := server.New(server.Options{
 		Addr: *addr, GetCertificate: getCert, OIDCAddr: oidcAddr, OIDCGetCertificate: oidcCert, Services: svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens,
+		Operations: svc, Settings: svc,
 		Ready: func() bool {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 			defer cancel()

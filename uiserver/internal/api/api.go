@@ -36,11 +36,15 @@ const (
 type Server struct {
 	ichorv1.UnimplementedClusterServiceServer
 	ichorv1.UnimplementedMachineServiceServer
+	ichorv1.UnimplementedOperationServiceServer
+	ichorv1.UnimplementedSettingsServiceServer
 
 	// Clients reach the API server.
 	Clients *kube.Clients
 	// ClusterName is the TalosCluster ichor-ui serves.
 	ClusterName string
+	// SettingsReadOnly makes UpdateSettings refuse (--settings-read-only).
+	SettingsReadOnly bool
 	// Stopping is closed when the server begins to shut down: streams end
 	// with UNAVAILABLE so that clients reconnect (to another replica) and resume.
 	Stopping <-chan struct{}

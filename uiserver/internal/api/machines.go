@@ -20,6 +20,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/approval"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/removal"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
@@ -436,12 +437,7 @@ func (s *Server) RemoveMachine(ctx context.Context, req *ichorv1.RemoveMachineRe
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
-	probe := m.DeepCopy()
-	if probe.Annotations == nil {
-		probe.Annotations = map[string]string{}
-	}
-	probe.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = annotationTrue
-	if refusals := guard.ValidateMachineDelete(probe, facts); len(refusals) > 0 {
+	if refusals := removal.Refusals(m, facts); len(refusals) > 0 {
 		return nil, refused(codes.FailedPrecondition, what, refusals)
 	}
 	var marked *ichorv1alpha1.TalosMachine
@@ -481,6 +477,33 @@ func (s *Server) RemoveMachine(ctx context.Context, req *ichorv1.RemoveMachineRe
 		return nil, apiError(ctx, err, what)
 	}
 	return &ichorv1.RemoveMachineResponse{Machine: machineToProto(marked)}, nil
+}
+
+// PreviewRemoval implements MachineService: what RemoveMachine would do with
+// the same options, and the refusals of the same guard call, from the shared
+// removal plan. It reads the machine as the signed-in user, so `get` on the
+// machine is all it needs (a viewer sees why a removal would be refused), and
+// it writes nothing.
+func (s *Server) PreviewRemoval(ctx context.Context, req *ichorv1.PreviewRemovalRequest) (*ichorv1.PreviewRemovalResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, invalid("name is required")
+	}
+	what := "previewing the removal of machine " + name
+	m, err := s.userMachine(ctx, name)
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	facts, err := s.machineFacts(ctx, m)
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	p := removal.Plan(m, facts, removal.Options{Reboot: req.GetReboot(), Force: req.GetForce()})
+	out := &ichorv1.PreviewRemovalResponse{Allowed: p.Allowed, Steps: p.Steps, Effects: p.Effects}
+	for _, r := range p.Refusals {
+		out.Refusals = append(out.Refusals, &ichorv1.Refusal{Field: r.Field, Rule: r.Rule, WayOut: r.WayOut, Overridable: r.Overridable})
+	}
+	return out, nil
 }
 
 func (s *Server) undoMark(ctx context.Context, name string, before *ichorv1alpha1.TalosMachine) error {

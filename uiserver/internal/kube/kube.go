@@ -114,8 +114,9 @@ func New(o Options) (*Clients, error) {
 		DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
 		ByObject: map[client.Object]cache.ByObject{
 			// The UI needs no managed fields; dropping them halves the cache.
-			&ichorv1alpha1.TalosMachine{}: {Transform: cache.TransformStripManagedFields()},
-			&ichorv1alpha1.TalosCluster{}: {Transform: cache.TransformStripManagedFields()},
+			&ichorv1alpha1.TalosMachine{}:   {Transform: cache.TransformStripManagedFields()},
+			&ichorv1alpha1.TalosCluster{}:   {Transform: cache.TransformStripManagedFields()},
+			&ichorv1alpha1.TalosOperation{}: {Transform: cache.TransformStripManagedFields()},
 		},
 	})
 	if err != nil {

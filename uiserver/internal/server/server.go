@@ -58,6 +58,10 @@ type Options struct {
 	Encodings Encodings
 	// Nodes implements NodeService; nil serves none.
 	Nodes ichorv1.NodeServiceServer
+	// Operations implements OperationService; nil serves none.
+	Operations ichorv1.OperationServiceServer
+	// Settings implements SettingsService; nil serves none.
+	Settings ichorv1.SettingsServiceServer
 	// Authenticator checks bearer tokens.
 	Authenticator auth.Authenticator
 	// Ready reports whether the backend can serve (its cache synced).
@@ -124,6 +128,12 @@ func New(opts Options) (*Server, error) {
 	if opts.Nodes != nil {
 		ichorv1.RegisterNodeServiceServer(s.grpc, opts.Nodes)
 	}
+	if opts.Operations != nil {
+		ichorv1.RegisterOperationServiceServer(s.grpc, opts.Operations)
+	}
+	if opts.Settings != nil {
+		ichorv1.RegisterSettingsServiceServer(s.grpc, opts.Settings)
+	}
 
 	// grpc-gateway calls the same gRPC server in-process, through an
 	// in-memory connection, so REST and gRPC share the interceptors.
@@ -161,6 +171,16 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Nodes != nil {
 		if err := ichorv1.RegisterNodeServiceHandler(ctx, gw, conn); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Operations != nil {
+		if err := ichorv1.RegisterOperationServiceHandler(ctx, gw, conn); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Settings != nil {
+		if err := ichorv1.RegisterSettingsServiceHandler(ctx, gw, conn); err != nil {
 			return nil, err
 		}
 	}

@@ -134,6 +134,7 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	srv, err := server.New(server.Options{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
 		Services:       svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens, Frontend: frontend.FS(),
+		Operations: svc, Settings: svc,
 		Ready: func() bool { return true },
 		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,
 		Log: slog.New(slog.NewJSONHandler(io.MultiWriter(logBuf, logSink()), nil)),

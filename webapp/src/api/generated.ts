@@ -33,6 +33,14 @@ export interface MachineServiceRemoveMachineBody {
   reboot?: boolean;
 }
 
+/** PauseOperationRequest names an operation. */
+export interface OperationServicePauseOperationBody {
+}
+
+/** ResumeOperationRequest names an operation. */
+export interface OperationServiceResumeOperationBody {
+}
+
 /**
  * EventType is what happened to the machine.
  * 
@@ -299,12 +307,30 @@ export interface GetNodeServicesResponse {
   services?: TalosService[];
 }
 
+/** GetOperationResponse carries the operation. */
+export interface GetOperationResponse {
+  /** The operation. */
+  operation?: Operation;
+}
+
+/** GetSettingsResponse carries the settings. */
+export interface GetSettingsResponse {
+  /** The settings. */
+  settings?: Settings;
+}
+
 /** ListMachinesResponse is the machines, in name order. */
 export interface ListMachinesResponse {
   /** The machines. */
   machines?: Machine[];
   /** A resume token for WatchMachines: the changes after this list. */
   resumeToken?: string;
+}
+
+/** ListOperationsResponse is the operations, newest first. */
+export interface ListOperationsResponse {
+  /** The operations. */
+  operations?: Operation[];
 }
 
 /** Machine is a TalosMachine as the UI shows it. */
@@ -465,6 +491,81 @@ export interface NodeLink {
   permanentAddr?: string;
 }
 
+/** Operation is a TalosOperation as the UI shows it. */
+export interface Operation {
+  /** When it completed. */
+  completedAt?: string;
+  /** The conditions. */
+  conditions?: Condition[];
+  /** When it was created. */
+  createdAt?: string;
+  /** Why it failed. */
+  failureReason?: string;
+  /** What the cluster ran before (a version, for an upgrade). */
+  from?: string;
+  /** The machines' progress, in the operation's order. */
+  machines?: OperationMachine[];
+  /** The TalosOperation's name. */
+  name?: string;
+  /** True when spec.paused is set. */
+  paused?: boolean;
+  /** Pending, Running, Paused, AwaitingCredentials, Succeeded or Failed. */
+  phase?: string;
+  /** The object's resourceVersion. */
+  resourceVersion?: string;
+  /** When it started. */
+  startedAt?: string;
+  /** The step in progress. */
+  step?: string;
+  /** What it runs after. */
+  to?: string;
+  /** talos, kubernetes, ichor, cni, kube-proxy, shutdown, ca-rotation, key-rotation, config, node or etcd-restore. */
+  type?: string;
+}
+
+/** OperationMachine is one machine's progress in an operation. */
+export interface OperationMachine {
+  /** A message for people. */
+  message?: string;
+  /** The TalosMachine. */
+  name?: string;
+  /** Pending, InProgress, Done, Failed, Held or Skipped. */
+  state?: string;
+}
+
+/** PauseOperationResponse is the operation after the change. */
+export interface PauseOperationResponse {
+  /** The operation. */
+  operation?: Operation;
+}
+
+/** PreviewRemovalResponse is what the removal would do. */
+export interface PreviewRemovalResponse {
+  /** True when the checks allow the removal now. */
+  allowed?: boolean;
+  /** What changes for the cluster (control planes, etcd quorum, workers), for people. */
+  effects?: string[];
+  /** The checks that refuse it, when not allowed. */
+  refusals?: Refusal[];
+  /** The steps the controller would take, in order, for people. */
+  steps?: string[];
+}
+
+/**
+ * Refusal is one dangerous-operation check that refused a change
+ * (contracts/pkg/guard). It reads the same in the UI, the CLI and the webhook.
+ */
+export interface Refusal {
+  /** The path of the offending field, for example spec.role. */
+  field?: string;
+  /** True when the `override` verb on the cluster lets the change through. */
+  overridable?: boolean;
+  /** What the change breaks. */
+  rule?: string;
+  /** What a person can do instead. */
+  wayOut?: string;
+}
+
 /** RejectMachineResponse is the rejected machine. */
 export interface RejectMachineResponse {
   /** The machine after the change. */
@@ -475,6 +576,28 @@ export interface RejectMachineResponse {
 export interface RemoveMachineResponse {
   /** The machine as it was marked for removal. */
   machine?: Machine;
+}
+
+/** ResumeOperationResponse is the operation after the change. */
+export interface ResumeOperationResponse {
+  /** The operation. */
+  operation?: Operation;
+}
+
+/** Settings are Ichor's runtime settings. */
+export interface Settings {
+  /** The drift policy of clusters that set none: Warn or AutoCorrect; empty is Warn. */
+  defaultDriftPolicy?: string;
+  /** The lifetime of ichor-ui's ID tokens, as a Go duration (5m); empty is the default. */
+  idTokenLifetime?: string;
+  /** The Ichor release that runs. */
+  installedVersion?: string;
+  /** True when this deployment does not let the console write settings: ichor-ui runs with the flag --settings-read-only. */
+  readOnly?: boolean;
+  /** The lifetime of refresh tokens (12h); empty is the default. */
+  refreshTokenLifetime?: string;
+  /** The IchorInstallation's resourceVersion. */
+  resourceVersion?: string;
 }
 
 /** StreamNodeLogsResponse is one log line. */
@@ -503,6 +626,26 @@ export interface TalosService {
   lastEventTime?: string;
   /** The state: Running, Finished, Waiting, Failed, ... */
   state?: string;
+}
+
+/** UpdateSettingsRequest is the settings to change. */
+export interface UpdateSettingsRequest {
+  /** Settings to reset to their defaults: id_token_lifetime, refresh_token_lifetime, default_drift_policy. */
+  clear?: string[];
+  /** A new default drift policy: Warn or AutoCorrect; empty leaves it. */
+  defaultDriftPolicy?: string;
+  /** A new ID token lifetime (1m to 1h); empty leaves it. */
+  idTokenLifetime?: string;
+  /** A new refresh token lifetime (10m to 7 days); empty leaves it. */
+  refreshTokenLifetime?: string;
+  /** The resourceVersion the change was made from; a newer object is ABORTED (reload and try again). Empty skips the check. */
+  resourceVersion?: string;
+}
+
+/** UpdateSettingsResponse is the settings after the change. */
+export interface UpdateSettingsResponse {
+  /** The settings. */
+  settings?: Settings;
 }
 
 /** WatchMachinesResponse is one event of a watch. */
@@ -568,8 +711,21 @@ export interface Client {
   getNodeLinks(args: { name: string }, options?: CallOptions): Promise<GetNodeLinksResponse>;
   /** GetNodeServices returns the Talos services of the node and their state. */
   getNodeServices(args: { name: string }, options?: CallOptions): Promise<GetNodeServicesResponse>;
+  /** GetOperation returns one operation. */
+  getOperation(args: { name: string }, options?: CallOptions): Promise<GetOperationResponse>;
+  /** GetSettings returns the settings. */
+  getSettings(options?: CallOptions): Promise<GetSettingsResponse>;
   /** ListMachines returns every machine of the cluster, in name order. */
   listMachines(args?: { approvalState?: string }, options?: CallOptions): Promise<ListMachinesResponse>;
+  /** ListOperations returns the cluster's operations, newest first. */
+  listOperations(options?: CallOptions): Promise<ListOperationsResponse>;
+  /** PauseOperation sets spec.paused: the operation stops before its next step. */
+  pauseOperation(args: { name: string; body: OperationServicePauseOperationBody }, options?: CallOptions): Promise<PauseOperationResponse>;
+  /**
+   * PreviewRemoval says what removing the machine would do, and whether the
+   * dangerous-operation checks allow it, without changing anything.
+   */
+  previewRemoval(args: { name: string; reboot?: boolean; force?: boolean }, options?: CallOptions): Promise<PreviewRemovalResponse>;
   /** RejectMachine rejects a pending machine. */
   rejectMachine(args: { name: string; body: MachineServiceRejectMachineBody }, options?: CallOptions): Promise<RejectMachineResponse>;
   /**
@@ -578,6 +734,8 @@ export interface Client {
    * leaves etcd, resets and deletes the Node, and the machine comes back pending.
    */
   removeMachine(args: { name: string; body: MachineServiceRemoveMachineBody }, options?: CallOptions): Promise<RemoveMachineResponse>;
+  /** ResumeOperation clears spec.paused. */
+  resumeOperation(args: { name: string; body: OperationServiceResumeOperationBody }, options?: CallOptions): Promise<ResumeOperationResponse>;
   /**
    * StreamNodeLogs streams a service's log: the last tail_lines lines, then
    * new lines as they come when follow is set. A client that lost the stream
@@ -585,6 +743,11 @@ export interface Client {
    * the lines after it.
    */
   streamNodeLogs(args: { name: string; service: string; tailLines?: number; follow?: boolean; resumeToken?: string }, onMessage: (message: StreamNodeLogsResponse) => void, options?: CallOptions): Promise<void>;
+  /**
+   * UpdateSettings writes the settings that are set in the request; an empty
+   * field is left as it is, and a field named in clear is reset to its default.
+   */
+  updateSettings(args: { body: UpdateSettingsRequest }, options?: CallOptions): Promise<UpdateSettingsResponse>;
   /**
    * WatchMachines streams the machines: a snapshot (ADDED events and a SYNCED
    * marker) unless resume_token is set, then every change. A client that lost
@@ -630,8 +793,23 @@ export function createClient(t: Transport): Client {
     getNodeServices(args, options) {
       return t.unary<GetNodeServicesResponse>("GET", `/api/v1/nodes/${enc(args.name)}/services`, undefined, undefined, options);
     },
+    getOperation(args, options) {
+      return t.unary<GetOperationResponse>("GET", `/api/v1/operations/${enc(args.name)}`, undefined, undefined, options);
+    },
+    getSettings(options) {
+      return t.unary<GetSettingsResponse>("GET", "/api/v1/settings", undefined, undefined, options);
+    },
     listMachines(args, options) {
       return t.unary<ListMachinesResponse>("GET", "/api/v1/machines", { approvalState: args?.approvalState }, undefined, options);
+    },
+    listOperations(options) {
+      return t.unary<ListOperationsResponse>("GET", "/api/v1/operations", undefined, undefined, options);
+    },
+    pauseOperation(args, options) {
+      return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
+    },
+    previewRemoval(args, options) {
+      return t.unary<PreviewRemovalResponse>("GET", `/api/v1/machines/${enc(args.name)}/removal-preview`, { reboot: args?.reboot, force: args?.force }, undefined, options);
     },
     rejectMachine(args, options) {
       return t.unary<RejectMachineResponse>("POST", `/api/v1/machines/${enc(args.name)}:reject`, undefined, args.body, options);
@@ -639,8 +817,14 @@ export function createClient(t: Transport): Client {
     removeMachine(args, options) {
       return t.unary<RemoveMachineResponse>("POST", `/api/v1/machines/${enc(args.name)}:remove`, undefined, args.body, options);
     },
+    resumeOperation(args, options) {
+      return t.unary<ResumeOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:resume`, undefined, args.body, options);
+    },
     streamNodeLogs(args, onMessage, options) {
       return t.stream<StreamNodeLogsResponse>("GET", `/api/v1/nodes/${enc(args.name)}/services/${enc(args.service)}/logs`, { tailLines: args?.tailLines, follow: args?.follow, resumeToken: args?.resumeToken }, onMessage, options);
+    },
+    updateSettings(args, options) {
+      return t.unary<UpdateSettingsResponse>("POST", "/api/v1/settings", undefined, args.body, options);
     },
     watchMachines(args, onMessage, options) {
       return t.stream<WatchMachinesResponse>("GET", "/api/v1/machines:watch", { resumeToken: args?.resumeToken }, onMessage, options);
@@ -663,10 +847,17 @@ export const operationPaths = {
   getNodeEtcdMembers: { method: "GET", path: "/api/v1/nodes/{name}/etcd-members" },
   getNodeLinks: { method: "GET", path: "/api/v1/nodes/{name}/links" },
   getNodeServices: { method: "GET", path: "/api/v1/nodes/{name}/services" },
+  getOperation: { method: "GET", path: "/api/v1/operations/{name}" },
+  getSettings: { method: "GET", path: "/api/v1/settings" },
   listMachines: { method: "GET", path: "/api/v1/machines" },
+  listOperations: { method: "GET", path: "/api/v1/operations" },
+  pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
+  previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
   rejectMachine: { method: "POST", path: "/api/v1/machines/{name}:reject" },
   removeMachine: { method: "POST", path: "/api/v1/machines/{name}:remove" },
+  resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },
+  updateSettings: { method: "POST", path: "/api/v1/settings" },
   watchMachines: { method: "GET", path: "/api/v1/machines:watch" },
   whoAmI: { method: "GET", path: "/api/v1/whoami" },
 } as const;

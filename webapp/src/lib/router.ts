@@ -24,6 +24,9 @@ export type Route =
   | { screen: "nodes" }
   | { screen: "add" }
   | { screen: "node"; name: string; tab: string }
+  | { screen: "operations" }
+  | { screen: "operation"; name: string }
+  | { screen: "settings" }
   | { screen: "callback" }
   | { screen: "missing"; path: string };
 
@@ -34,6 +37,10 @@ export function match(path: string): Route {
   if (p === "/nodes") return { screen: "nodes" };
   if (p === "/add-node") return { screen: "add" };
   if (p === "/auth/callback") return { screen: "callback" };
+  if (p === "/operations") return { screen: "operations" };
+  if (p === "/settings") return { screen: "settings" };
+  const op = /^\/operations\/([^/]+)$/.exec(p);
+  if (op) return { screen: "operation", name: decodeURIComponent(op[1]) };
   const m = /^\/nodes\/([^/]+)(?:\/([a-z-]+))?$/.exec(p);
   if (m) return { screen: "node", name: decodeURIComponent(m[1]), tab: m[2] ?? "summary" };
   return { screen: "missing", path };

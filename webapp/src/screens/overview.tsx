@@ -4,6 +4,8 @@ import { Card, CardContent, CardDescription, CardHeader, CardTitle } from "../co
 import { Badge } from "../components/ui/badge";
 import { LinkButton } from "../components/ui/button";
 import { ErrorAlert } from "../components/errors";
+import { current, phaseText, useOperations } from "../lib/operations";
+import { describe } from "../api/errors";
 
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
   const body = (
@@ -29,7 +31,9 @@ function Tile({ title, value, detail, href, testid }: { title: string; value: st
 }
 
 export function Overview() {
-  const { cluster, clusterError, machines, synced, canWrite } = useConsole();
+  const { client, cluster, clusterError, machines, synced, canWrite } = useConsole();
+  const { ops, error: opsError } = useOperations(client);
+  const running = current(ops);
   const approved = machines.filter((m) => m.approval?.state === "approved");
   const ready = approved.filter((m) => readyOf(m) === "True");
   const pending = machines.filter((m) => m.approval?.state === "pending");
@@ -50,7 +54,13 @@ export function Overview() {
         <Tile title="Nodes ready" testid="tile-nodes" value={synced ? `${ready.length} / ${approved.length}` : "…"} detail={`${cps} control plane${cps === 1 ? "" : "s"}, ${approved.length - cps} worker${approved.length - cps === 1 ? "" : "s"}`} href="/nodes" />
         <Tile title="Waiting for approval" testid="tile-pending" value={synced ? pending.length : "…"} detail={pending.length ? "Review them on Add node" : "No machine waits"} href="/add-node" />
         <Tile title="Versions" testid="tile-versions" value={cluster?.talosVersion || "—"} detail={`Kubernetes ${cluster?.kubernetesVersion || "—"} · contract ${cluster?.versionContract || "—"}`} />
-        <Tile title="Running operation" testid="tile-operation" value="None" detail="Operations arrive with their own screen" />
+        <Tile
+          title="Running operation"
+          testid="tile-operation"
+          value={running ? `${running.type} · ${phaseText(running)}` : ops ? "None" : opsError ? "—" : "…"}
+          detail={running ? `${running.name}${running.step ? ` — ${running.step}` : ""}` : opsError ? describe(opsError) : "No operation in progress"}
+          href={running ? `/operations/${encodeURIComponent(running.name ?? "")}` : "/operations"}
+        />
       </div>
       <Card aria-labelledby="attention-title">
         <CardHeader>

@@ -44,6 +44,8 @@ const nav = [
   { href: "/", label: "Overview", screens: ["overview"] },
   { href: "/nodes", label: "Nodes", screens: ["nodes", "node"] },
   { href: "/add-node", label: "Add node", screens: ["add"] },
+  { href: "/operations", label: "Operations", screens: ["operations", "operation"] },
+  { href: "/settings", label: "Settings", screens: ["settings"] },
 ];
 
 export function Shell({ route, onSignOut, children }: { route: Route; onSignOut: () => void; children: ComponentChildren }) {

@@ -19,7 +19,7 @@ export function THead({ children }: P) {
 export function TBody({ children }: P) {
   return <tbody class="divide-y">{children}</tbody>;
 }
-export function TR({ children, class: cls, ...rest }: P & { "data-machine"?: string }) {
+export function TR({ children, class: cls, ...rest }: P & { "data-machine"?: string; "data-operation"?: string }) {
   return (
     <tr class={cn("hover:bg-muted/40", cls)} {...rest}>
       {children}

@@ -81,7 +81,144 @@ func (x WatchMachinesResponse_EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchMachinesResponse_EventType.Descriptor instead.
 func (WatchMachinesResponse_EventType) EnumDescriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{13, 0}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{15, 0}
+}
+
+// PreviewRemovalRequest names a machine and the removal's options.
+type PreviewRemovalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosMachine's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Reboot into maintenance mode after the reset instead of powering off.
+	Reboot bool `protobuf:"varint,2,opt,name=reboot,proto3" json:"reboot,omitempty"`
+	// Dead hardware: skip drain and reset.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewRemovalRequest) Reset() {
+	*x = PreviewRemovalRequest{}
+	mi := &file_ichor_v1_machine_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewRemovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewRemovalRequest) ProtoMessage() {}
+
+func (x *PreviewRemovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_machine_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewRemovalRequest.ProtoReflect.Descriptor instead.
+func (*PreviewRemovalRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PreviewRemovalRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PreviewRemovalRequest) GetReboot() bool {
+	if x != nil {
+		return x.Reboot
+	}
+	return false
+}
+
+func (x *PreviewRemovalRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// PreviewRemovalResponse is what the removal would do.
+type PreviewRemovalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the checks allow the removal now.
+	Allowed bool `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// The checks that refuse it, when not allowed.
+	Refusals []*Refusal `protobuf:"bytes,2,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// The steps the controller would take, in order, for people.
+	Steps []string `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
+	// What changes for the cluster (control planes, etcd quorum, workers), for people.
+	Effects       []string `protobuf:"bytes,4,rep,name=effects,proto3" json:"effects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewRemovalResponse) Reset() {
+	*x = PreviewRemovalResponse{}
+	mi := &file_ichor_v1_machine_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewRemovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewRemovalResponse) ProtoMessage() {}
+
+func (x *PreviewRemovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_machine_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewRemovalResponse.ProtoReflect.Descriptor instead.
+func (*PreviewRemovalResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PreviewRemovalResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *PreviewRemovalResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewRemovalResponse) GetSteps() []string {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *PreviewRemovalResponse) GetEffects() []string {
+	if x != nil {
+		return x.Effects
+	}
+	return nil
 }
 
 // Machine is a TalosMachine as the UI shows it.
@@ -145,7 +282,7 @@ type Machine struct {
 
 func (x *Machine) Reset() {
 	*x = Machine{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[0]
+	mi := &file_ichor_v1_machine_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -157,7 +294,7 @@ func (x *Machine) String() string {
 func (*Machine) ProtoMessage() {}
 
 func (x *Machine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[0]
+	mi := &file_ichor_v1_machine_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -170,7 +307,7 @@ func (x *Machine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Machine.ProtoReflect.Descriptor instead.
 func (*Machine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{0}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Machine) GetName() string {
@@ -370,7 +507,7 @@ type MachineIdentity struct {
 
 func (x *MachineIdentity) Reset() {
 	*x = MachineIdentity{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[1]
+	mi := &file_ichor_v1_machine_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +519,7 @@ func (x *MachineIdentity) String() string {
 func (*MachineIdentity) ProtoMessage() {}
 
 func (x *MachineIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[1]
+	mi := &file_ichor_v1_machine_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +532,7 @@ func (x *MachineIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineIdentity.ProtoReflect.Descriptor instead.
 func (*MachineIdentity) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{1}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MachineIdentity) GetUuid() string {
@@ -434,7 +571,7 @@ type MachineApproval struct {
 
 func (x *MachineApproval) Reset() {
 	*x = MachineApproval{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[2]
+	mi := &file_ichor_v1_machine_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +583,7 @@ func (x *MachineApproval) String() string {
 func (*MachineApproval) ProtoMessage() {}
 
 func (x *MachineApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[2]
+	mi := &file_ichor_v1_machine_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +596,7 @@ func (x *MachineApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineApproval.ProtoReflect.Descriptor instead.
 func (*MachineApproval) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{2}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MachineApproval) GetState() string {
@@ -500,7 +637,7 @@ type MachineHardware struct {
 
 func (x *MachineHardware) Reset() {
 	*x = MachineHardware{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[3]
+	mi := &file_ichor_v1_machine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +649,7 @@ func (x *MachineHardware) String() string {
 func (*MachineHardware) ProtoMessage() {}
 
 func (x *MachineHardware) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[3]
+	mi := &file_ichor_v1_machine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +662,7 @@ func (x *MachineHardware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineHardware.ProtoReflect.Descriptor instead.
 func (*MachineHardware) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{3}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MachineHardware) GetManufacturer() string {
@@ -579,7 +716,7 @@ type DiscoveredDisk struct {
 
 func (x *DiscoveredDisk) Reset() {
 	*x = DiscoveredDisk{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[4]
+	mi := &file_ichor_v1_machine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +728,7 @@ func (x *DiscoveredDisk) String() string {
 func (*DiscoveredDisk) ProtoMessage() {}
 
 func (x *DiscoveredDisk) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[4]
+	mi := &file_ichor_v1_machine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +741,7 @@ func (x *DiscoveredDisk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveredDisk.ProtoReflect.Descriptor instead.
 func (*DiscoveredDisk) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DiscoveredDisk) GetDevicePath() string {
@@ -671,7 +808,7 @@ type DiscoveredLink struct {
 
 func (x *DiscoveredLink) Reset() {
 	*x = DiscoveredLink{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[5]
+	mi := &file_ichor_v1_machine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +820,7 @@ func (x *DiscoveredLink) String() string {
 func (*DiscoveredLink) ProtoMessage() {}
 
 func (x *DiscoveredLink) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[5]
+	mi := &file_ichor_v1_machine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +833,7 @@ func (x *DiscoveredLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveredLink.ProtoReflect.Descriptor instead.
 func (*DiscoveredLink) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DiscoveredLink) GetName() string {
@@ -735,7 +872,7 @@ type MachineRemoval struct {
 
 func (x *MachineRemoval) Reset() {
 	*x = MachineRemoval{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[6]
+	mi := &file_ichor_v1_machine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +884,7 @@ func (x *MachineRemoval) String() string {
 func (*MachineRemoval) ProtoMessage() {}
 
 func (x *MachineRemoval) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[6]
+	mi := &file_ichor_v1_machine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +897,7 @@ func (x *MachineRemoval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineRemoval.ProtoReflect.Descriptor instead.
 func (*MachineRemoval) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MachineRemoval) GetPhase() string {
@@ -803,7 +940,7 @@ type DiskSelector struct {
 
 func (x *DiskSelector) Reset() {
 	*x = DiskSelector{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[7]
+	mi := &file_ichor_v1_machine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +952,7 @@ func (x *DiskSelector) String() string {
 func (*DiskSelector) ProtoMessage() {}
 
 func (x *DiskSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[7]
+	mi := &file_ichor_v1_machine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +965,7 @@ func (x *DiskSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskSelector.ProtoReflect.Descriptor instead.
 func (*DiskSelector) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DiskSelector) GetWwid() string {
@@ -877,7 +1014,7 @@ type ListMachinesRequest struct {
 
 func (x *ListMachinesRequest) Reset() {
 	*x = ListMachinesRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[8]
+	mi := &file_ichor_v1_machine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1026,7 @@ func (x *ListMachinesRequest) String() string {
 func (*ListMachinesRequest) ProtoMessage() {}
 
 func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[8]
+	mi := &file_ichor_v1_machine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1039,7 @@ func (x *ListMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesRequest.ProtoReflect.Descriptor instead.
 func (*ListMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListMachinesRequest) GetApprovalState() string {
@@ -925,7 +1062,7 @@ type ListMachinesResponse struct {
 
 func (x *ListMachinesResponse) Reset() {
 	*x = ListMachinesResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[9]
+	mi := &file_ichor_v1_machine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1074,7 @@ func (x *ListMachinesResponse) String() string {
 func (*ListMachinesResponse) ProtoMessage() {}
 
 func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[9]
+	mi := &file_ichor_v1_machine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1087,7 @@ func (x *ListMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMachinesResponse.ProtoReflect.Descriptor instead.
 func (*ListMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListMachinesResponse) GetMachines() []*Machine {
@@ -978,7 +1115,7 @@ type GetMachineRequest struct {
 
 func (x *GetMachineRequest) Reset() {
 	*x = GetMachineRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[10]
+	mi := &file_ichor_v1_machine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1127,7 @@ func (x *GetMachineRequest) String() string {
 func (*GetMachineRequest) ProtoMessage() {}
 
 func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[10]
+	mi := &file_ichor_v1_machine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1140,7 @@ func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineRequest.ProtoReflect.Descriptor instead.
 func (*GetMachineRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetMachineRequest) GetName() string {
@@ -1024,7 +1161,7 @@ type GetMachineResponse struct {
 
 func (x *GetMachineResponse) Reset() {
 	*x = GetMachineResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[11]
+	mi := &file_ichor_v1_machine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1173,7 @@ func (x *GetMachineResponse) String() string {
 func (*GetMachineResponse) ProtoMessage() {}
 
 func (x *GetMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[11]
+	mi := &file_ichor_v1_machine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1186,7 @@ func (x *GetMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineResponse.ProtoReflect.Descriptor instead.
 func (*GetMachineResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetMachineResponse) GetMachine() *Machine {
@@ -1070,7 +1207,7 @@ type WatchMachinesRequest struct {
 
 func (x *WatchMachinesRequest) Reset() {
 	*x = WatchMachinesRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[12]
+	mi := &file_ichor_v1_machine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1219,7 @@ func (x *WatchMachinesRequest) String() string {
 func (*WatchMachinesRequest) ProtoMessage() {}
 
 func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[12]
+	mi := &file_ichor_v1_machine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1232,7 @@ func (x *WatchMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMachinesRequest.ProtoReflect.Descriptor instead.
 func (*WatchMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchMachinesRequest) GetResumeToken() string {
@@ -1120,7 +1257,7 @@ type WatchMachinesResponse struct {
 
 func (x *WatchMachinesResponse) Reset() {
 	*x = WatchMachinesResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[13]
+	mi := &file_ichor_v1_machine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1269,7 @@ func (x *WatchMachinesResponse) String() string {
 func (*WatchMachinesResponse) ProtoMessage() {}
 
 func (x *WatchMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[13]
+	mi := &file_ichor_v1_machine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1282,7 @@ func (x *WatchMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchMachinesResponse.ProtoReflect.Descriptor instead.
 func (*WatchMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchMachinesResponse) GetType() WatchMachinesResponse_EventType {
@@ -1194,7 +1331,7 @@ type ApproveMachineRequest struct {
 
 func (x *ApproveMachineRequest) Reset() {
 	*x = ApproveMachineRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[14]
+	mi := &file_ichor_v1_machine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1343,7 @@ func (x *ApproveMachineRequest) String() string {
 func (*ApproveMachineRequest) ProtoMessage() {}
 
 func (x *ApproveMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[14]
+	mi := &file_ichor_v1_machine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1356,7 @@ func (x *ApproveMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveMachineRequest.ProtoReflect.Descriptor instead.
 func (*ApproveMachineRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApproveMachineRequest) GetName() string {
@@ -1297,7 +1434,7 @@ type DiskRole struct {
 
 func (x *DiskRole) Reset() {
 	*x = DiskRole{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[15]
+	mi := &file_ichor_v1_machine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1446,7 @@ func (x *DiskRole) String() string {
 func (*DiskRole) ProtoMessage() {}
 
 func (x *DiskRole) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[15]
+	mi := &file_ichor_v1_machine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1459,7 @@ func (x *DiskRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskRole.ProtoReflect.Descriptor instead.
 func (*DiskRole) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DiskRole) GetDisk() *DiskSelector {
@@ -1381,7 +1518,7 @@ type MachineNetwork struct {
 
 func (x *MachineNetwork) Reset() {
 	*x = MachineNetwork{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[16]
+	mi := &file_ichor_v1_machine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1530,7 @@ func (x *MachineNetwork) String() string {
 func (*MachineNetwork) ProtoMessage() {}
 
 func (x *MachineNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[16]
+	mi := &file_ichor_v1_machine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1543,7 @@ func (x *MachineNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineNetwork.ProtoReflect.Descriptor instead.
 func (*MachineNetwork) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{16}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MachineNetwork) GetMacAddress() string {
@@ -1462,7 +1599,7 @@ type ApproveMachineResponse struct {
 
 func (x *ApproveMachineResponse) Reset() {
 	*x = ApproveMachineResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[17]
+	mi := &file_ichor_v1_machine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1611,7 @@ func (x *ApproveMachineResponse) String() string {
 func (*ApproveMachineResponse) ProtoMessage() {}
 
 func (x *ApproveMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[17]
+	mi := &file_ichor_v1_machine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1624,7 @@ func (x *ApproveMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveMachineResponse.ProtoReflect.Descriptor instead.
 func (*ApproveMachineResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{17}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApproveMachineResponse) GetMachine() *Machine {
@@ -1508,7 +1645,7 @@ type RejectMachineRequest struct {
 
 func (x *RejectMachineRequest) Reset() {
 	*x = RejectMachineRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[18]
+	mi := &file_ichor_v1_machine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1657,7 @@ func (x *RejectMachineRequest) String() string {
 func (*RejectMachineRequest) ProtoMessage() {}
 
 func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[18]
+	mi := &file_ichor_v1_machine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1670,7 @@ func (x *RejectMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectMachineRequest.ProtoReflect.Descriptor instead.
 func (*RejectMachineRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{18}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RejectMachineRequest) GetName() string {
@@ -1554,7 +1691,7 @@ type RejectMachineResponse struct {
 
 func (x *RejectMachineResponse) Reset() {
 	*x = RejectMachineResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[19]
+	mi := &file_ichor_v1_machine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1703,7 @@ func (x *RejectMachineResponse) String() string {
 func (*RejectMachineResponse) ProtoMessage() {}
 
 func (x *RejectMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[19]
+	mi := &file_ichor_v1_machine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1716,7 @@ func (x *RejectMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectMachineResponse.ProtoReflect.Descriptor instead.
 func (*RejectMachineResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{19}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RejectMachineResponse) GetMachine() *Machine {
@@ -1604,7 +1741,7 @@ type RemoveMachineRequest struct {
 
 func (x *RemoveMachineRequest) Reset() {
 	*x = RemoveMachineRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[20]
+	mi := &file_ichor_v1_machine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1753,7 @@ func (x *RemoveMachineRequest) String() string {
 func (*RemoveMachineRequest) ProtoMessage() {}
 
 func (x *RemoveMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[20]
+	mi := &file_ichor_v1_machine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1766,7 @@ func (x *RemoveMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMachineRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMachineRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{20}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveMachineRequest) GetName() string {
@@ -1664,7 +1801,7 @@ type RemoveMachineResponse struct {
 
 func (x *RemoveMachineResponse) Reset() {
 	*x = RemoveMachineResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[21]
+	mi := &file_ichor_v1_machine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1813,7 @@ func (x *RemoveMachineResponse) String() string {
 func (*RemoveMachineResponse) ProtoMessage() {}
 
 func (x *RemoveMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[21]
+	mi := &file_ichor_v1_machine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1826,7 @@ func (x *RemoveMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMachineResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMachineResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{21}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveMachineResponse) GetMachine() *Machine {
@@ -1710,7 +1847,7 @@ type GetEffectiveConfigRequest struct {
 
 func (x *GetEffectiveConfigRequest) Reset() {
 	*x = GetEffectiveConfigRequest{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[22]
+	mi := &file_ichor_v1_machine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1859,7 @@ func (x *GetEffectiveConfigRequest) String() string {
 func (*GetEffectiveConfigRequest) ProtoMessage() {}
 
 func (x *GetEffectiveConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[22]
+	mi := &file_ichor_v1_machine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1872,7 @@ func (x *GetEffectiveConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEffectiveConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetEffectiveConfigRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{22}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetEffectiveConfigRequest) GetName() string {
@@ -1758,7 +1895,7 @@ type GetEffectiveConfigResponse struct {
 
 func (x *GetEffectiveConfigResponse) Reset() {
 	*x = GetEffectiveConfigResponse{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[23]
+	mi := &file_ichor_v1_machine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1907,7 @@ func (x *GetEffectiveConfigResponse) String() string {
 func (*GetEffectiveConfigResponse) ProtoMessage() {}
 
 func (x *GetEffectiveConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[23]
+	mi := &file_ichor_v1_machine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1920,7 @@ func (x *GetEffectiveConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEffectiveConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetEffectiveConfigResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{23}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetEffectiveConfigResponse) GetEntries() []*ConfigEntry {
@@ -1823,7 +1960,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[24]
+	mi := &file_ichor_v1_machine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1972,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[24]
+	mi := &file_ichor_v1_machine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1985,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{24}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ConfigEntry) GetKind() string {
@@ -1915,7 +2052,7 @@ type ConfigStep struct {
 
 func (x *ConfigStep) Reset() {
 	*x = ConfigStep{}
-	mi := &file_ichor_v1_machine_proto_msgTypes[25]
+	mi := &file_ichor_v1_machine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2064,7 @@ func (x *ConfigStep) String() string {
 func (*ConfigStep) ProtoMessage() {}
 
 func (x *ConfigStep) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_machine_proto_msgTypes[25]
+	mi := &file_ichor_v1_machine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2077,7 @@ func (x *ConfigStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigStep.ProtoReflect.Descriptor instead.
 func (*ConfigStep) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{25}
+	return file_ichor_v1_machine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ConfigStep) GetLayer() string {
@@ -1968,7 +2105,16 @@ var File_ichor_v1_machine_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_machine_proto_rawDesc = "" +
 	"\n" +
-	"\x16ichor/v1/machine.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ichor/v1/cluster.proto\"\xd9\b\n" +
+	"\x16ichor/v1/machine.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ichor/v1/cluster.proto\x1a\x15ichor/v1/errors.proto\"^\n" +
+	"\x15PreviewRemovalRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x16\n" +
+	"\x06reboot\x18\x02 \x01(\bR\x06reboot\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\x91\x01\n" +
+	"\x16PreviewRemovalResponse\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12-\n" +
+	"\brefusals\x18\x02 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x14\n" +
+	"\x05steps\x18\x03 \x03(\tR\x05steps\x12\x18\n" +
+	"\aeffects\x18\x04 \x03(\tR\aeffects\"\xd9\b\n" +
 	"\aMachine\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12!\n" +
@@ -2123,7 +2269,7 @@ const file_ichor_v1_machine_proto_rawDesc = "" +
 	"ConfigStep\x12\x14\n" +
 	"\x05layer\x18\x01 \x01(\tR\x05layer\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
-	"\bpriority\x18\x03 \x01(\x05R\bpriority2\xe6\x06\n" +
+	"\bpriority\x18\x03 \x01(\x05R\bpriority2\xed\a\n" +
 	"\x0eMachineService\x12g\n" +
 	"\fListMachines\x12\x1d.ichor.v1.ListMachinesRequest\x1a\x1e.ichor.v1.ListMachinesResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/api/v1/machines\x12h\n" +
 	"\n" +
@@ -2132,7 +2278,8 @@ const file_ichor_v1_machine_proto_rawDesc = "" +
 	"\x0eApproveMachine\x12\x1f.ichor.v1.ApproveMachineRequest\x1a .ichor.v1.ApproveMachineResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/api/v1/machines/{name}:approve\x12{\n" +
 	"\rRejectMachine\x12\x1e.ichor.v1.RejectMachineRequest\x1a\x1f.ichor.v1.RejectMachineResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/api/v1/machines/{name}:reject\x12{\n" +
 	"\rRemoveMachine\x12\x1e.ichor.v1.RemoveMachineRequest\x1a\x1f.ichor.v1.RemoveMachineResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/api/v1/machines/{name}:remove\x12\x91\x01\n" +
-	"\x12GetEffectiveConfig\x12#.ichor.v1.GetEffectiveConfigRequest\x1a$.ichor.v1.GetEffectiveConfigResponse\"0\x82\xd3\xe4\x93\x02*\x12(/api/v1/machines/{name}/effective-configBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\x12GetEffectiveConfig\x12#.ichor.v1.GetEffectiveConfigRequest\x1a$.ichor.v1.GetEffectiveConfigResponse\"0\x82\xd3\xe4\x93\x02*\x12(/api/v1/machines/{name}/effective-config\x12\x84\x01\n" +
+	"\x0ePreviewRemoval\x12\x1f.ichor.v1.PreviewRemovalRequest\x1a .ichor.v1.PreviewRemovalResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/machines/{name}/removal-previewBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_machine_proto_rawDescOnce sync.Once
@@ -2147,88 +2294,94 @@ func file_ichor_v1_machine_proto_rawDescGZIP() []byte {
 }
 
 var file_ichor_v1_machine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ichor_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_ichor_v1_machine_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_ichor_v1_machine_proto_goTypes = []any{
 	(WatchMachinesResponse_EventType)(0), // 0: ichor.v1.WatchMachinesResponse.EventType
-	(*Machine)(nil),                      // 1: ichor.v1.Machine
-	(*MachineIdentity)(nil),              // 2: ichor.v1.MachineIdentity
-	(*MachineApproval)(nil),              // 3: ichor.v1.MachineApproval
-	(*MachineHardware)(nil),              // 4: ichor.v1.MachineHardware
-	(*DiscoveredDisk)(nil),               // 5: ichor.v1.DiscoveredDisk
-	(*DiscoveredLink)(nil),               // 6: ichor.v1.DiscoveredLink
-	(*MachineRemoval)(nil),               // 7: ichor.v1.MachineRemoval
-	(*DiskSelector)(nil),                 // 8: ichor.v1.DiskSelector
-	(*ListMachinesRequest)(nil),          // 9: ichor.v1.ListMachinesRequest
-	(*ListMachinesResponse)(nil),         // 10: ichor.v1.ListMachinesResponse
-	(*GetMachineRequest)(nil),            // 11: ichor.v1.GetMachineRequest
-	(*GetMachineResponse)(nil),           // 12: ichor.v1.GetMachineResponse
-	(*WatchMachinesRequest)(nil),         // 13: ichor.v1.WatchMachinesRequest
-	(*WatchMachinesResponse)(nil),        // 14: ichor.v1.WatchMachinesResponse
-	(*ApproveMachineRequest)(nil),        // 15: ichor.v1.ApproveMachineRequest
-	(*DiskRole)(nil),                     // 16: ichor.v1.DiskRole
-	(*MachineNetwork)(nil),               // 17: ichor.v1.MachineNetwork
-	(*ApproveMachineResponse)(nil),       // 18: ichor.v1.ApproveMachineResponse
-	(*RejectMachineRequest)(nil),         // 19: ichor.v1.RejectMachineRequest
-	(*RejectMachineResponse)(nil),        // 20: ichor.v1.RejectMachineResponse
-	(*RemoveMachineRequest)(nil),         // 21: ichor.v1.RemoveMachineRequest
-	(*RemoveMachineResponse)(nil),        // 22: ichor.v1.RemoveMachineResponse
-	(*GetEffectiveConfigRequest)(nil),    // 23: ichor.v1.GetEffectiveConfigRequest
-	(*GetEffectiveConfigResponse)(nil),   // 24: ichor.v1.GetEffectiveConfigResponse
-	(*ConfigEntry)(nil),                  // 25: ichor.v1.ConfigEntry
-	(*ConfigStep)(nil),                   // 26: ichor.v1.ConfigStep
-	nil,                                  // 27: ichor.v1.Machine.LabelsEntry
-	nil,                                  // 28: ichor.v1.ApproveMachineRequest.LabelsEntry
-	(*Condition)(nil),                    // 29: ichor.v1.Condition
-	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
+	(*PreviewRemovalRequest)(nil),        // 1: ichor.v1.PreviewRemovalRequest
+	(*PreviewRemovalResponse)(nil),       // 2: ichor.v1.PreviewRemovalResponse
+	(*Machine)(nil),                      // 3: ichor.v1.Machine
+	(*MachineIdentity)(nil),              // 4: ichor.v1.MachineIdentity
+	(*MachineApproval)(nil),              // 5: ichor.v1.MachineApproval
+	(*MachineHardware)(nil),              // 6: ichor.v1.MachineHardware
+	(*DiscoveredDisk)(nil),               // 7: ichor.v1.DiscoveredDisk
+	(*DiscoveredLink)(nil),               // 8: ichor.v1.DiscoveredLink
+	(*MachineRemoval)(nil),               // 9: ichor.v1.MachineRemoval
+	(*DiskSelector)(nil),                 // 10: ichor.v1.DiskSelector
+	(*ListMachinesRequest)(nil),          // 11: ichor.v1.ListMachinesRequest
+	(*ListMachinesResponse)(nil),         // 12: ichor.v1.ListMachinesResponse
+	(*GetMachineRequest)(nil),            // 13: ichor.v1.GetMachineRequest
+	(*GetMachineResponse)(nil),           // 14: ichor.v1.GetMachineResponse
+	(*WatchMachinesRequest)(nil),         // 15: ichor.v1.WatchMachinesRequest
+	(*WatchMachinesResponse)(nil),        // 16: ichor.v1.WatchMachinesResponse
+	(*ApproveMachineRequest)(nil),        // 17: ichor.v1.ApproveMachineRequest
+	(*DiskRole)(nil),                     // 18: ichor.v1.DiskRole
+	(*MachineNetwork)(nil),               // 19: ichor.v1.MachineNetwork
+	(*ApproveMachineResponse)(nil),       // 20: ichor.v1.ApproveMachineResponse
+	(*RejectMachineRequest)(nil),         // 21: ichor.v1.RejectMachineRequest
+	(*RejectMachineResponse)(nil),        // 22: ichor.v1.RejectMachineResponse
+	(*RemoveMachineRequest)(nil),         // 23: ichor.v1.RemoveMachineRequest
+	(*RemoveMachineResponse)(nil),        // 24: ichor.v1.RemoveMachineResponse
+	(*GetEffectiveConfigRequest)(nil),    // 25: ichor.v1.GetEffectiveConfigRequest
+	(*GetEffectiveConfigResponse)(nil),   // 26: ichor.v1.GetEffectiveConfigResponse
+	(*ConfigEntry)(nil),                  // 27: ichor.v1.ConfigEntry
+	(*ConfigStep)(nil),                   // 28: ichor.v1.ConfigStep
+	nil,                                  // 29: ichor.v1.Machine.LabelsEntry
+	nil,                                  // 30: ichor.v1.ApproveMachineRequest.LabelsEntry
+	(*Refusal)(nil),                      // 31: ichor.v1.Refusal
+	(*Condition)(nil),                    // 32: ichor.v1.Condition
+	(*timestamppb.Timestamp)(nil),        // 33: google.protobuf.Timestamp
 }
 var file_ichor_v1_machine_proto_depIdxs = []int32{
-	2,  // 0: ichor.v1.Machine.identity:type_name -> ichor.v1.MachineIdentity
-	3,  // 1: ichor.v1.Machine.approval:type_name -> ichor.v1.MachineApproval
-	27, // 2: ichor.v1.Machine.labels:type_name -> ichor.v1.Machine.LabelsEntry
-	29, // 3: ichor.v1.Machine.conditions:type_name -> ichor.v1.Condition
-	4,  // 4: ichor.v1.Machine.hardware:type_name -> ichor.v1.MachineHardware
-	7,  // 5: ichor.v1.Machine.removal:type_name -> ichor.v1.MachineRemoval
-	30, // 6: ichor.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
-	16, // 7: ichor.v1.Machine.disks:type_name -> ichor.v1.DiskRole
-	17, // 8: ichor.v1.Machine.network:type_name -> ichor.v1.MachineNetwork
-	8,  // 9: ichor.v1.Machine.install_disk:type_name -> ichor.v1.DiskSelector
-	30, // 10: ichor.v1.MachineApproval.decided_at:type_name -> google.protobuf.Timestamp
-	5,  // 11: ichor.v1.MachineHardware.disks:type_name -> ichor.v1.DiscoveredDisk
-	6,  // 12: ichor.v1.MachineHardware.links:type_name -> ichor.v1.DiscoveredLink
-	30, // 13: ichor.v1.MachineRemoval.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 14: ichor.v1.ListMachinesResponse.machines:type_name -> ichor.v1.Machine
-	1,  // 15: ichor.v1.GetMachineResponse.machine:type_name -> ichor.v1.Machine
-	0,  // 16: ichor.v1.WatchMachinesResponse.type:type_name -> ichor.v1.WatchMachinesResponse.EventType
-	1,  // 17: ichor.v1.WatchMachinesResponse.machine:type_name -> ichor.v1.Machine
-	28, // 18: ichor.v1.ApproveMachineRequest.labels:type_name -> ichor.v1.ApproveMachineRequest.LabelsEntry
-	8,  // 19: ichor.v1.ApproveMachineRequest.install_disk:type_name -> ichor.v1.DiskSelector
-	16, // 20: ichor.v1.ApproveMachineRequest.disks:type_name -> ichor.v1.DiskRole
-	17, // 21: ichor.v1.ApproveMachineRequest.network:type_name -> ichor.v1.MachineNetwork
-	8,  // 22: ichor.v1.DiskRole.disk:type_name -> ichor.v1.DiskSelector
-	1,  // 23: ichor.v1.ApproveMachineResponse.machine:type_name -> ichor.v1.Machine
-	1,  // 24: ichor.v1.RejectMachineResponse.machine:type_name -> ichor.v1.Machine
-	1,  // 25: ichor.v1.RemoveMachineResponse.machine:type_name -> ichor.v1.Machine
-	25, // 26: ichor.v1.GetEffectiveConfigResponse.entries:type_name -> ichor.v1.ConfigEntry
-	26, // 27: ichor.v1.GetEffectiveConfigResponse.steps:type_name -> ichor.v1.ConfigStep
-	9,  // 28: ichor.v1.MachineService.ListMachines:input_type -> ichor.v1.ListMachinesRequest
-	11, // 29: ichor.v1.MachineService.GetMachine:input_type -> ichor.v1.GetMachineRequest
-	13, // 30: ichor.v1.MachineService.WatchMachines:input_type -> ichor.v1.WatchMachinesRequest
-	15, // 31: ichor.v1.MachineService.ApproveMachine:input_type -> ichor.v1.ApproveMachineRequest
-	19, // 32: ichor.v1.MachineService.RejectMachine:input_type -> ichor.v1.RejectMachineRequest
-	21, // 33: ichor.v1.MachineService.RemoveMachine:input_type -> ichor.v1.RemoveMachineRequest
-	23, // 34: ichor.v1.MachineService.GetEffectiveConfig:input_type -> ichor.v1.GetEffectiveConfigRequest
-	10, // 35: ichor.v1.MachineService.ListMachines:output_type -> ichor.v1.ListMachinesResponse
-	12, // 36: ichor.v1.MachineService.GetMachine:output_type -> ichor.v1.GetMachineResponse
-	14, // 37: ichor.v1.MachineService.WatchMachines:output_type -> ichor.v1.WatchMachinesResponse
-	18, // 38: ichor.v1.MachineService.ApproveMachine:output_type -> ichor.v1.ApproveMachineResponse
-	20, // 39: ichor.v1.MachineService.RejectMachine:output_type -> ichor.v1.RejectMachineResponse
-	22, // 40: ichor.v1.MachineService.RemoveMachine:output_type -> ichor.v1.RemoveMachineResponse
-	24, // 41: ichor.v1.MachineService.GetEffectiveConfig:output_type -> ichor.v1.GetEffectiveConfigResponse
-	35, // [35:42] is the sub-list for method output_type
-	28, // [28:35] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	31, // 0: ichor.v1.PreviewRemovalResponse.refusals:type_name -> ichor.v1.Refusal
+	4,  // 1: ichor.v1.Machine.identity:type_name -> ichor.v1.MachineIdentity
+	5,  // 2: ichor.v1.Machine.approval:type_name -> ichor.v1.MachineApproval
+	29, // 3: ichor.v1.Machine.labels:type_name -> ichor.v1.Machine.LabelsEntry
+	32, // 4: ichor.v1.Machine.conditions:type_name -> ichor.v1.Condition
+	6,  // 5: ichor.v1.Machine.hardware:type_name -> ichor.v1.MachineHardware
+	9,  // 6: ichor.v1.Machine.removal:type_name -> ichor.v1.MachineRemoval
+	33, // 7: ichor.v1.Machine.created_at:type_name -> google.protobuf.Timestamp
+	18, // 8: ichor.v1.Machine.disks:type_name -> ichor.v1.DiskRole
+	19, // 9: ichor.v1.Machine.network:type_name -> ichor.v1.MachineNetwork
+	10, // 10: ichor.v1.Machine.install_disk:type_name -> ichor.v1.DiskSelector
+	33, // 11: ichor.v1.MachineApproval.decided_at:type_name -> google.protobuf.Timestamp
+	7,  // 12: ichor.v1.MachineHardware.disks:type_name -> ichor.v1.DiscoveredDisk
+	8,  // 13: ichor.v1.MachineHardware.links:type_name -> ichor.v1.DiscoveredLink
+	33, // 14: ichor.v1.MachineRemoval.started_at:type_name -> google.protobuf.Timestamp
+	3,  // 15: ichor.v1.ListMachinesResponse.machines:type_name -> ichor.v1.Machine
+	3,  // 16: ichor.v1.GetMachineResponse.machine:type_name -> ichor.v1.Machine
+	0,  // 17: ichor.v1.WatchMachinesResponse.type:type_name -> ichor.v1.WatchMachinesResponse.EventType
+	3,  // 18: ichor.v1.WatchMachinesResponse.machine:type_name -> ichor.v1.Machine
+	30, // 19: ichor.v1.ApproveMachineRequest.labels:type_name -> ichor.v1.ApproveMachineRequest.LabelsEntry
+	10, // 20: ichor.v1.ApproveMachineRequest.install_disk:type_name -> ichor.v1.DiskSelector
+	18, // 21: ichor.v1.ApproveMachineRequest.disks:type_name -> ichor.v1.DiskRole
+	19, // 22: ichor.v1.ApproveMachineRequest.network:type_name -> ichor.v1.MachineNetwork
+	10, // 23: ichor.v1.DiskRole.disk:type_name -> ichor.v1.DiskSelector
+	3,  // 24: ichor.v1.ApproveMachineResponse.machine:type_name -> ichor.v1.Machine
+	3,  // 25: ichor.v1.RejectMachineResponse.machine:type_name -> ichor.v1.Machine
+	3,  // 26: ichor.v1.RemoveMachineResponse.machine:type_name -> ichor.v1.Machine
+	27, // 27: ichor.v1.GetEffectiveConfigResponse.entries:type_name -> ichor.v1.ConfigEntry
+	28, // 28: ichor.v1.GetEffectiveConfigResponse.steps:type_name -> ichor.v1.ConfigStep
+	11, // 29: ichor.v1.MachineService.ListMachines:input_type -> ichor.v1.ListMachinesRequest
+	13, // 30: ichor.v1.MachineService.GetMachine:input_type -> ichor.v1.GetMachineRequest
+	15, // 31: ichor.v1.MachineService.WatchMachines:input_type -> ichor.v1.WatchMachinesRequest
+	17, // 32: ichor.v1.MachineService.ApproveMachine:input_type -> ichor.v1.ApproveMachineRequest
+	21, // 33: ichor.v1.MachineService.RejectMachine:input_type -> ichor.v1.RejectMachineRequest
+	23, // 34: ichor.v1.MachineService.RemoveMachine:input_type -> ichor.v1.RemoveMachineRequest
+	25, // 35: ichor.v1.MachineService.GetEffectiveConfig:input_type -> ichor.v1.GetEffectiveConfigRequest
+	1,  // 36: ichor.v1.MachineService.PreviewRemoval:input_type -> ichor.v1.PreviewRemovalRequest
+	12, // 37: ichor.v1.MachineService.ListMachines:output_type -> ichor.v1.ListMachinesResponse
+	14, // 38: ichor.v1.MachineService.GetMachine:output_type -> ichor.v1.GetMachineResponse
+	16, // 39: ichor.v1.MachineService.WatchMachines:output_type -> ichor.v1.WatchMachinesResponse
+	20, // 40: ichor.v1.MachineService.ApproveMachine:output_type -> ichor.v1.ApproveMachineResponse
+	22, // 41: ichor.v1.MachineService.RejectMachine:output_type -> ichor.v1.RejectMachineResponse
+	24, // 42: ichor.v1.MachineService.RemoveMachine:output_type -> ichor.v1.RemoveMachineResponse
+	26, // 43: ichor.v1.MachineService.GetEffectiveConfig:output_type -> ichor.v1.GetEffectiveConfigResponse
+	2,  // 44: ichor.v1.MachineService.PreviewRemoval:output_type -> ichor.v1.PreviewRemovalResponse
+	37, // [37:45] is the sub-list for method output_type
+	29, // [29:37] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_machine_proto_init() }
@@ -2237,13 +2390,14 @@ func file_ichor_v1_machine_proto_init() {
 		return
 	}
 	file_ichor_v1_cluster_proto_init()
+	file_ichor_v1_errors_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_machine_proto_rawDesc), len(file_ichor_v1_machine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	MachineService_RejectMachine_FullMethodName      = "/ichor.v1.MachineService/RejectMachine"
 	MachineService_RemoveMachine_FullMethodName      = "/ichor.v1.MachineService/RemoveMachine"
 	MachineService_GetEffectiveConfig_FullMethodName = "/ichor.v1.MachineService/GetEffectiveConfig"
+	MachineService_PreviewRemoval_FullMethodName     = "/ichor.v1.MachineService/PreviewRemoval"
 )
 
 // MachineServiceClient is the client API for MachineService service.
@@ -59,6 +60,9 @@ type MachineServiceClient interface {
 	// GetEffectiveConfig returns the machine's effective configuration, value by
 	// value, each with the layer and patch that set it, secrets masked.
 	GetEffectiveConfig(ctx context.Context, in *GetEffectiveConfigRequest, opts ...grpc.CallOption) (*GetEffectiveConfigResponse, error)
+	// PreviewRemoval says what removing the machine would do, and whether the
+	// dangerous-operation checks allow it, without changing anything.
+	PreviewRemoval(ctx context.Context, in *PreviewRemovalRequest, opts ...grpc.CallOption) (*PreviewRemovalResponse, error)
 }
 
 type machineServiceClient struct {
@@ -148,6 +152,16 @@ func (c *machineServiceClient) GetEffectiveConfig(ctx context.Context, in *GetEf
 	return out, nil
 }
 
+func (c *machineServiceClient) PreviewRemoval(ctx context.Context, in *PreviewRemovalRequest, opts ...grpc.CallOption) (*PreviewRemovalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewRemovalResponse)
+	err := c.cc.Invoke(ctx, MachineService_PreviewRemoval_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MachineServiceServer is the server API for MachineService service.
 // All implementations must embed UnimplementedMachineServiceServer
 // for forward compatibility.
@@ -179,6 +193,9 @@ type MachineServiceServer interface {
 	// GetEffectiveConfig returns the machine's effective configuration, value by
 	// value, each with the layer and patch that set it, secrets masked.
 	GetEffectiveConfig(context.Context, *GetEffectiveConfigRequest) (*GetEffectiveConfigResponse, error)
+	// PreviewRemoval says what removing the machine would do, and whether the
+	// dangerous-operation checks allow it, without changing anything.
+	PreviewRemoval(context.Context, *PreviewRemovalRequest) (*PreviewRemovalResponse, error)
 	mustEmbedUnimplementedMachineServiceServer()
 }
 
@@ -209,6 +226,9 @@ func (UnimplementedMachineServiceServer) RemoveMachine(context.Context, *RemoveM
 }
 func (UnimplementedMachineServiceServer) GetEffectiveConfig(context.Context, *GetEffectiveConfigRequest) (*GetEffectiveConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetEffectiveConfig not implemented")
+}
+func (UnimplementedMachineServiceServer) PreviewRemoval(context.Context, *PreviewRemovalRequest) (*PreviewRemovalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewRemoval not implemented")
 }
 func (UnimplementedMachineServiceServer) mustEmbedUnimplementedMachineServiceServer() {}
 func (UnimplementedMachineServiceServer) testEmbeddedByValue()                        {}
@@ -350,6 +370,24 @@ func _MachineService_GetEffectiveConfig_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MachineService_PreviewRemoval_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewRemovalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MachineServiceServer).PreviewRemoval(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MachineService_PreviewRemoval_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MachineServiceServer).PreviewRemoval(ctx, req.(*PreviewRemovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MachineService_ServiceDesc is the grpc.ServiceDesc for MachineService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -380,6 +418,10 @@ var MachineService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetEffectiveConfig",
 			Handler:    _MachineService_GetEffectiveConfig_Handler,
+		},
+		{
+			MethodName: "PreviewRemoval",
+			Handler:    _MachineService_PreviewRemoval_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

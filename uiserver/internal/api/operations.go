@@ -1,0 +1,222 @@
+package api
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+)
+
+const resOperations = "talosoperations"
+
+// ListOperations implements OperationService: the served cluster's
+// operations from the cache, newest first.
+func (s *Server) ListOperations(ctx context.Context, _ *ichorv1.ListOperationsRequest) (*ichorv1.ListOperationsResponse, error) {
+	if err := s.Clients.Authorize(ctx, "list", resOperations); err != nil {
+		return nil, apiError(ctx, err, "listing operations")
+	}
+	list := &ichorv1alpha1.TalosOperationList{}
+	if err := s.Clients.Cache.List(ctx, list, client.InNamespace(s.Clients.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, apiError(ctx, err, "listing operations")
+	}
+	ops := make([]*ichorv1alpha1.TalosOperation, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].Spec.ClusterName == s.ClusterName {
+			ops = append(ops, &list.Items[i])
+		}
+	}
+	sort.SliceStable(ops, func(i, j int) bool { return newerOperation(ops[i], ops[j]) })
+	out := &ichorv1.ListOperationsResponse{Operations: make([]*ichorv1.Operation, 0, len(ops))}
+	for _, op := range ops {
+		out.Operations = append(out.Operations, operationToProto(op))
+	}
+	return out, nil
+}
+
+// newerOperation orders operations newest first: by creation, then by name
+// (descending, so that generated names created in the same second keep an order).
+func newerOperation(a, b *ichorv1alpha1.TalosOperation) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return b.CreationTimestamp.Before(&a.CreationTimestamp)
+	}
+	return a.Name > b.Name
+}
+
+// GetOperation implements OperationService.
+func (s *Server) GetOperation(ctx context.Context, req *ichorv1.GetOperationRequest) (*ichorv1.GetOperationResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, invalid("name is required: the TalosOperation's name")
+	}
+	what := "reading operation " + name
+	if err := s.Clients.Authorize(ctx, "get", resOperations); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	op := &ichorv1alpha1.TalosOperation{}
+	if err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: name}, op); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	if err := s.servedOperation(op); err != nil {
+		return nil, err
+	}
+	return &ichorv1.GetOperationResponse{Operation: operationToProto(op)}, nil
+}
+
+// servedOperation refuses an operation of another cluster as if it did not
+// exist: this ichor-ui serves one cluster.
+func (s *Server) servedOperation(op *ichorv1alpha1.TalosOperation) error {
+	if op.Spec.ClusterName != s.ClusterName {
+		return status.Errorf(codes.NotFound, "operation %s belongs to cluster %q, not %q", op.Name, op.Spec.ClusterName, s.ClusterName)
+	}
+	return nil
+}
+
+// PauseOperation implements OperationService: it sets spec.paused as the
+// signed-in user; the controller stops the operation before its next step.
+func (s *Server) PauseOperation(ctx context.Context, req *ichorv1.PauseOperationRequest) (*ichorv1.PauseOperationResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, invalid("name is required: the TalosOperation's name")
+	}
+	op, err := s.changeOperation(ctx, "pausing operation "+name, name, func(op *ichorv1alpha1.TalosOperation) (bool, error) {
+		if done(op) {
+			return false, status.Errorf(codes.FailedPrecondition,
+				"pausing operation %s: it has finished (%s) and has nothing left to pause; start a new operation instead", name, op.Status.Phase)
+		}
+		if op.Spec.Paused {
+			return false, nil
+		}
+		op.Spec.Paused = true
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.PauseOperationResponse{Operation: operationToProto(op)}, nil
+}
+
+// ResumeOperation implements OperationService: it clears spec.paused as the
+// signed-in user. An operation that paused on a failed step (failureReason
+// set) also gets a new resume annotation, which makes the controller re-run
+// that step (architecture, "A step that fails pauses its operation").
+func (s *Server) ResumeOperation(ctx context.Context, req *ichorv1.ResumeOperationRequest) (*ichorv1.ResumeOperationResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, invalid("name is required: the TalosOperation's name")
+	}
+	op, err := s.changeOperation(ctx, "resuming operation "+name, name, func(op *ichorv1alpha1.TalosOperation) (bool, error) {
+		if done(op) {
+			return false, status.Errorf(codes.FailedPrecondition,
+				"resuming operation %s: it has finished (%s) and cannot run again; start a new operation instead", name, op.Status.Phase)
+		}
+		changed := false
+		if op.Spec.Paused {
+			op.Spec.Paused = false
+			changed = true
+		}
+		if op.Status.FailureReason != "" {
+			if op.Annotations == nil {
+				op.Annotations = map[string]string{}
+			}
+			op.Annotations[ichorv1alpha1.ResumeAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
+			changed = true
+		}
+		return changed, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.ResumeOperationResponse{Operation: operationToProto(op)}, nil
+}
+
+// done reports whether the operation has finished for good.
+func done(op *ichorv1alpha1.TalosOperation) bool {
+	return op.Status.Phase == ichorv1alpha1.OperationSucceeded || op.Status.Phase == ichorv1alpha1.OperationFailed
+}
+
+// changeOperation reads the operation fresh as the signed-in user, applies
+// mutate and, when it changed something, updates it as that user; a conflict
+// is retried on a fresh read.
+func (s *Server) changeOperation(ctx context.Context, what, name string, mutate func(*ichorv1alpha1.TalosOperation) (bool, error)) (*ichorv1alpha1.TalosOperation, error) {
+	var out *ichorv1alpha1.TalosOperation
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		op := &ichorv1alpha1.TalosOperation{}
+		if err := s.Clients.User.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: name}, op); err != nil {
+			return err
+		}
+		if err := s.servedOperation(op); err != nil {
+			return err
+		}
+		changed, err := mutate(op)
+		if err != nil {
+			return err
+		}
+		if changed {
+			if err := s.Clients.User.Update(ctx, op); err != nil {
+				return err
+			}
+		}
+		out = op
+		return nil
+	})
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	return out, nil
+}
+
+// operationToProto converts a TalosOperation; it reads op and never keeps it.
+func operationToProto(op *ichorv1alpha1.TalosOperation) *ichorv1.Operation {
+	st := &op.Status
+	phase := st.Phase
+	if phase == "" {
+		phase = ichorv1alpha1.OperationPending
+	}
+	out := &ichorv1.Operation{
+		Name: op.Name, Type: op.Spec.Type, Phase: phase, Step: st.Step, Paused: op.Spec.Paused,
+		From: st.From, To: st.To, FailureReason: st.FailureReason,
+		StartedAt: ts(st.StartedAt), CompletedAt: ts(st.CompletedAt), CreatedAt: ts(&op.CreationTimestamp),
+		Conditions: conditions(st.Conditions), ResourceVersion: op.ResourceVersion,
+	}
+	if out.To == "" {
+		out.To = operationTarget(&op.Spec)
+	}
+	for i := range st.Machines {
+		m := &st.Machines[i]
+		msg := m.Message
+		if msg == "" && m.Step != "" {
+			msg = m.Step
+		}
+		out.Machines = append(out.Machines, &ichorv1.OperationMachine{Name: m.Name, State: m.Phase, Message: msg})
+	}
+	return out
+}
+
+// operationTarget is what the spec asks for, shown until the controller
+// records status.to.
+func operationTarget(spec *ichorv1alpha1.TalosOperationSpec) string {
+	switch {
+	case spec.Talos != nil && spec.Talos.Version != "":
+		return spec.Talos.Version
+	case spec.Talos != nil && spec.Talos.Schematic != "":
+		return "schematic " + spec.Talos.Schematic
+	case spec.Kubernetes != nil:
+		return spec.Kubernetes.Version
+	case spec.Ichor != nil:
+		return spec.Ichor.Version
+	case spec.CNI != nil:
+		return spec.CNI.Version
+	case spec.KubeProxy != nil:
+		return "kube-proxy " + spec.KubeProxy.Mode
+	case spec.Node != nil:
+		return spec.Node.Action + " " + spec.Node.MachineName
+	}
+	return ""
+}

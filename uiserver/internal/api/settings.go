@@ -1,0 +1,233 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+)
+
+// The settings' names in UpdateSettingsRequest.clear, and their ranges.
+const (
+	settingIDTokenLifetime      = "id_token_lifetime"
+	settingRefreshTokenLifetime = "refresh_token_lifetime"
+	settingDefaultDriftPolicy   = "default_drift_policy"
+
+	minIDTokenLifetime      = time.Minute
+	maxIDTokenLifetime      = time.Hour
+	minRefreshTokenLifetime = 10 * time.Minute
+	maxRefreshTokenLifetime = 7 * 24 * time.Hour
+)
+
+// GetSettings implements SettingsService. The singleton IchorInstallation is
+// read as the signed-in user, so the API server authorizes the read and the
+// resourceVersion returned is the current one (UpdateSettings checks it).
+func (s *Server) GetSettings(ctx context.Context, _ *ichorv1.GetSettingsRequest) (*ichorv1.GetSettingsResponse, error) {
+	inst, err := s.installation(ctx)
+	if err != nil {
+		return nil, settingsError(ctx, err, "reading Ichor's settings", "`get` on `ichorinstallations` (ichor-viewer, ichor-operator and ichor-admin hold it)")
+	}
+	return &ichorv1.GetSettingsResponse{Settings: s.settingsProto(inst)}, nil
+}
+
+// UpdateSettings implements SettingsService: it checks the whole request
+// first, then updates the IchorInstallation as the signed-in user, so bad
+// input changes nothing. Writing spec.settings needs `update` on
+// `ichorinstallations/settings`, which the admission webhook checks.
+func (s *Server) UpdateSettings(ctx context.Context, req *ichorv1.UpdateSettingsRequest) (*ichorv1.UpdateSettingsResponse, error) {
+	const what = "changing Ichor's settings"
+	if s.SettingsReadOnly {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"%s: this ichor-ui runs with --settings-read-only, so the console only shows them; change them with `ichor settings` or in the IchorInstallation %q",
+			what, ichorv1alpha1.IchorInstallationName)
+	}
+	change, err := settingsChange(req)
+	if err != nil {
+		return nil, err
+	}
+	var out *ichorv1alpha1.IchorInstallation
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		inst, err := s.installation(ctx)
+		if err != nil {
+			return err
+		}
+		if rv := req.GetResourceVersion(); rv != "" && rv != inst.ResourceVersion {
+			return status.Errorf(codes.Aborted,
+				"%s: the settings changed since they were read (resource_version %s, now %s); reload them and try again", what, rv, inst.ResourceVersion)
+		}
+		next := inst.Spec.Settings
+		change(&next)
+		if settingsEqual(&next, &inst.Spec.Settings) {
+			out = inst
+			return nil
+		}
+		inst.Spec.Settings = next
+		if err := s.Clients.User.Update(ctx, inst); err != nil {
+			return err
+		}
+		out = inst
+		return nil
+	})
+	if err != nil {
+		return nil, settingsError(ctx, err, what, "`update` on `ichorinstallations` and `ichorinstallations/settings` (the ichor-admin role holds them)")
+	}
+	return &ichorv1.UpdateSettingsResponse{Settings: s.settingsProto(out)}, nil
+}
+
+// settingsError is apiError with the permission that settings need named
+// in a refusal by the API server.
+func settingsError(ctx context.Context, err error, what, needs string) error {
+	if apierrors.IsForbidden(err) {
+		user := "the signed-in user"
+		if id, ok := identity.From(ctx); ok {
+			user = fmt.Sprintf("user %q", id.Username)
+		}
+		return status.Errorf(codes.PermissionDenied, "%s: the Kubernetes API server refused it for %s (403 Forbidden): %s; it needs %s",
+			what, user, apiMessage(err), needs)
+	}
+	if apierrors.IsNotFound(err) {
+		return status.Errorf(codes.NotFound, "%s: there is no IchorInstallation %q; Ichor is not installed here (ichor init creates it)",
+			what, ichorv1alpha1.IchorInstallationName)
+	}
+	return apiError(ctx, err, what)
+}
+
+// installation reads the IchorInstallation as the signed-in user.
+func (s *Server) installation(ctx context.Context) (*ichorv1alpha1.IchorInstallation, error) {
+	inst := &ichorv1alpha1.IchorInstallation{}
+	if err := s.Clients.User.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, inst); err != nil {
+		return nil, err
+	}
+	return inst, nil
+}
+
+// settingsChange checks the request and returns the change it makes; it
+// returns INVALID_ARGUMENT naming every wrong field.
+func settingsChange(req *ichorv1.UpdateSettingsRequest) (func(*ichorv1alpha1.IchorSettings), error) {
+	var problems []string
+	reset := map[string]bool{}
+	for _, name := range req.GetClear() {
+		switch name {
+		case settingIDTokenLifetime, settingRefreshTokenLifetime, settingDefaultDriftPolicy:
+			reset[name] = true
+		default:
+			problems = append(problems, fmt.Sprintf("clear names %q, which is no setting: use %s, %s or %s",
+				name, settingIDTokenLifetime, settingRefreshTokenLifetime, settingDefaultDriftPolicy))
+		}
+	}
+	set := map[string]string{
+		settingIDTokenLifetime:      req.GetIdTokenLifetime(),
+		settingRefreshTokenLifetime: req.GetRefreshTokenLifetime(),
+		settingDefaultDriftPolicy:   req.GetDefaultDriftPolicy(),
+	}
+	for _, name := range []string{settingIDTokenLifetime, settingRefreshTokenLifetime, settingDefaultDriftPolicy} {
+		if set[name] != "" && reset[name] {
+			problems = append(problems, fmt.Sprintf("%s is both set and named in clear: do one or the other", name))
+		}
+	}
+	idTTL, msg := lifetime(settingIDTokenLifetime, req.GetIdTokenLifetime(), minIDTokenLifetime, maxIDTokenLifetime)
+	if msg != "" {
+		problems = append(problems, msg)
+	}
+	refreshTTL, msg := lifetime(settingRefreshTokenLifetime, req.GetRefreshTokenLifetime(), minRefreshTokenLifetime, maxRefreshTokenLifetime)
+	if msg != "" {
+		problems = append(problems, msg)
+	}
+	policy := req.GetDefaultDriftPolicy()
+	switch policy {
+	case "", ichorv1alpha1.DriftPolicyWarn, ichorv1alpha1.DriftPolicyAutoCorrect:
+	default:
+		problems = append(problems, fmt.Sprintf("%s %q: use %s or %s", settingDefaultDriftPolicy, policy,
+			ichorv1alpha1.DriftPolicyWarn, ichorv1alpha1.DriftPolicyAutoCorrect))
+	}
+	if len(problems) == 0 && len(reset) == 0 && idTTL == nil && refreshTTL == nil && policy == "" {
+		problems = append(problems, fmt.Sprintf("nothing to change: set %s, %s or %s, or name settings to reset in clear",
+			settingIDTokenLifetime, settingRefreshTokenLifetime, settingDefaultDriftPolicy))
+	}
+	if len(problems) > 0 {
+		return nil, invalid("the settings were not changed: %s", strings.Join(problems, "; "))
+	}
+	return func(st *ichorv1alpha1.IchorSettings) {
+		switch {
+		case reset[settingIDTokenLifetime]:
+			st.IDTokenLifetime = nil
+		case idTTL != nil:
+			st.IDTokenLifetime = idTTL
+		}
+		switch {
+		case reset[settingRefreshTokenLifetime]:
+			st.RefreshTokenLifetime = nil
+		case refreshTTL != nil:
+			st.RefreshTokenLifetime = refreshTTL
+		}
+		switch {
+		case reset[settingDefaultDriftPolicy]:
+			st.DefaultDriftPolicy = ""
+		case policy != "":
+			st.DefaultDriftPolicy = policy
+		}
+	}, nil
+}
+
+// lifetime parses a Go duration between low and high; msg says what is wrong.
+func lifetime(field, value string, low, high time.Duration) (d *metav1.Duration, msg string) {
+	if value == "" {
+		return nil, ""
+	}
+	v, err := time.ParseDuration(value)
+	if err != nil {
+		return nil, fmt.Sprintf("%s %q is not a duration: write it as Go does, for example 15m or 2h30m", field, value)
+	}
+	if v < low || v > high {
+		return nil, fmt.Sprintf("%s %s is out of range: choose between %s and %s", field, shortDuration(v), shortDuration(low), shortDuration(high))
+	}
+	return &metav1.Duration{Duration: v}, ""
+}
+
+func settingsEqual(a, b *ichorv1alpha1.IchorSettings) bool {
+	eq := func(x, y *metav1.Duration) bool {
+		return (x == nil) == (y == nil) && (x == nil || x.Duration == y.Duration)
+	}
+	return eq(a.IDTokenLifetime, b.IDTokenLifetime) && eq(a.RefreshTokenLifetime, b.RefreshTokenLifetime) &&
+		a.DefaultDriftPolicy == b.DefaultDriftPolicy
+}
+
+func (s *Server) settingsProto(inst *ichorv1alpha1.IchorInstallation) *ichorv1.Settings {
+	st := &inst.Spec.Settings
+	out := &ichorv1.Settings{
+		DefaultDriftPolicy: st.DefaultDriftPolicy,
+		InstalledVersion:   inst.Status.InstalledVersion,
+		ReadOnly:           s.SettingsReadOnly,
+		ResourceVersion:    inst.ResourceVersion,
+	}
+	if st.IDTokenLifetime != nil {
+		out.IdTokenLifetime = shortDuration(st.IDTokenLifetime.Duration)
+	}
+	if st.RefreshTokenLifetime != nil {
+		out.RefreshTokenLifetime = shortDuration(st.RefreshTokenLifetime.Duration)
+	}
+	return out
+}
+
+// shortDuration writes d without trailing zero units: 5m, 12h, 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

@@ -1,0 +1,200 @@
+import { useState } from "preact/hooks";
+import type { Operation } from "../api/generated";
+import { useConsole } from "../context";
+import { canPause, canResume, fromTo, phaseText, phaseTone, useOperations } from "../lib/operations";
+import { timeAgo } from "../lib/status";
+import { Badge } from "../components/ui/badge";
+import { Button } from "../components/ui/button";
+import { Card, CardContent, CardHeader, CardTitle } from "../components/ui/card";
+import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
+import { Alert } from "../components/ui/alert";
+import { ErrorAlert } from "../components/errors";
+import { Detail } from "./overview";
+
+export function PhaseBadge({ op }: { op: Operation }) {
+  return (
+    <Badge tone={phaseTone(op)} title={op.failureReason}>
+      {phaseText(op)}
+    </Badge>
+  );
+}
+
+/** PauseResume are the operation's buttons; the caller hides them for viewers. */
+function PauseResume({ op, onDone }: { op: Operation; onDone: () => void }) {
+  const { client } = useConsole();
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+  const name = op.name ?? "";
+  const act = async (what: "pause" | "resume") => {
+    setBusy(true);
+    setError(null);
+    try {
+      if (what === "pause") await client.pauseOperation({ name, body: {} });
+      else await client.resumeOperation({ name, body: {} });
+      onDone();
+    } catch (e) {
+      setError(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <div class="flex flex-col gap-2">
+      <div class="flex gap-2">
+        {canPause(op) && (
+          <Button size="sm" variant="outline" disabled={busy} onClick={() => act("pause")} data-testid={`pause-${name}`} aria-label={`Pause operation ${name}`}>
+            Pause
+          </Button>
+        )}
+        {canResume(op) && (
+          <Button size="sm" disabled={busy} onClick={() => act("resume")} data-testid={`resume-${name}`} aria-label={`${op.failureReason ? "Retry the failed step of" : "Resume"} operation ${name}`}>
+            {op.failureReason ? "Retry step" : "Resume"}
+          </Button>
+        )}
+      </div>
+      <ErrorAlert error={error} what={`Changing operation ${name}`} />
+    </div>
+  );
+}
+
+export function Operations() {
+  const { client, canWrite } = useConsole();
+  const { ops, error, reload } = useOperations(client);
+  return (
+    <>
+      <h1 class="text-xl font-semibold">Operations</h1>
+      <ErrorAlert error={error} what="Listing the operations" />
+      <Card>
+        <CardContent class="p-0 pt-0">
+          <Table label="Operations">
+            <THead>
+              <tr>
+                <TH>Name</TH>
+                <TH>Type</TH>
+                <TH>Phase</TH>
+                <TH>Step</TH>
+                <TH>From → to</TH>
+                <TH>Started</TH>
+                {canWrite && <TH>Actions</TH>}
+              </tr>
+            </THead>
+            <TBody>
+              {(ops ?? []).map((op) => (
+                <TR key={op.name} data-operation={op.name}>
+                  <TD>
+                    <a href={`/operations/${encodeURIComponent(op.name ?? "")}`} class="font-medium hover:underline">
+                      {op.name}
+                    </a>
+                  </TD>
+                  <TD>{op.type}</TD>
+                  <TD data-col="phase">
+                    <PhaseBadge op={op} />
+                  </TD>
+                  <TD class="text-xs">{op.step || "—"}</TD>
+                  <TD class="font-mono text-xs">{fromTo(op)}</TD>
+                  <TD class="text-xs">
+                    <span title={op.startedAt}>{op.startedAt ? timeAgo(op.startedAt) : "not yet"}</span>
+                  </TD>
+                  {canWrite && (
+                    <TD>
+                      <PauseResume op={op} onDone={reload} />
+                    </TD>
+                  )}
+                </TR>
+              ))}
+            </TBody>
+          </Table>
+          {ops && ops.length === 0 && <p class="p-4 text-sm text-muted-foreground">No operations yet. Upgrades, rotations and node actions show here.</p>}
+          {!ops && !error && (
+            <p class="p-4 text-sm text-muted-foreground" role="status">
+              Loading operations…
+            </p>
+          )}
+        </CardContent>
+      </Card>
+    </>
+  );
+}
+
+const machineTone = { Done: "ok", Failed: "bad", InProgress: "warn", Held: "warn" } as const;
+
+export function OperationPage({ name }: { name: string }) {
+  const { client, canWrite } = useConsole();
+  const { ops, error, reload } = useOperations(client);
+  const op = ops?.find((o) => o.name === name);
+  return (
+    <>
+      <div class="flex flex-wrap items-center justify-between gap-2">
+        <h1 class="text-xl font-semibold">
+          <a href="/operations" class="text-muted-foreground hover:underline">
+            Operations
+          </a>{" "}
+          / <span data-testid="operation-name">{name}</span>
+        </h1>
+        {op && canWrite && <PauseResume op={op} onDone={reload} />}
+      </div>
+      <ErrorAlert error={error} what="Reading the operation" />
+      {ops && !op && (
+        <Alert tone="warn" title="No such operation">
+          This cluster has no operation {name}. <a href="/operations" class="underline">See all operations</a>.
+        </Alert>
+      )}
+      {op?.failureReason && (
+        <Alert tone="error" title="Paused on a failed step">
+          {op.failureReason}
+        </Alert>
+      )}
+      {op && (
+        <>
+          <Card>
+            <dl class="grid grid-cols-1 gap-x-6 gap-y-2 p-4 text-sm sm:grid-cols-3">
+              <Detail k="Type" v={op.type} />
+              <div class="flex flex-col">
+                <dt class="text-xs text-muted-foreground">Phase</dt>
+                <dd>
+                  <PhaseBadge op={op} />
+                </dd>
+              </div>
+              <Detail k="Step" v={op.step} />
+              <Detail k="From → to" v={fromTo(op)} mono />
+              <Detail k="Started" v={op.startedAt ? `${timeAgo(op.startedAt)} (${op.startedAt})` : "not yet"} />
+              <Detail k="Completed" v={op.completedAt} />
+            </dl>
+          </Card>
+          <Card>
+            <CardHeader>
+              <CardTitle>Machines</CardTitle>
+            </CardHeader>
+            <CardContent class="p-0 pt-0">
+              <Table label="Machines of the operation">
+                <THead>
+                  <tr>
+                    <TH>Machine</TH>
+                    <TH>State</TH>
+                    <TH>Detail</TH>
+                  </tr>
+                </THead>
+                <TBody>
+                  {(op.machines ?? []).map((m) => (
+                    <TR key={m.name}>
+                      <TD>
+                        <a href={`/nodes/${encodeURIComponent(m.name ?? "")}`} class="hover:underline">
+                          {m.name}
+                        </a>
+                      </TD>
+                      <TD>
+                        <Badge tone={machineTone[m.state as keyof typeof machineTone] ?? "neutral"}>{m.state}</Badge>
+                      </TD>
+                      <TD class="text-xs">{m.message || "—"}</TD>
+                    </TR>
+                  ))}
+                </TBody>
+              </Table>
+              {!op.machines?.length && <p class="p-4 text-sm text-muted-foreground">No machine has started yet.</p>}
+            </CardContent>
+          </Card>
+        </>
+      )}
+    </>
+  );
+}
