@@ -111,25 +111,34 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func TestMachineListWatch(t *testing.T) {
-	ns := namespace(t, "watch")
-	createMachine(t, newMachine(ns, "m-first", "prod"))
+// startWatch runs the binary with args in the background and collects its
+// output line by line; stop ends it (as Ctrl-C would) and waits.
+func startWatch(t *testing.T, args ...string) (out, errOut *lockedBuffer, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "machine", "list", "--watch", "-n", ns) //nolint:gosec // the binary the suite built
+	cmd := exec.CommandContext(ctx, bin, args...) //nolint:gosec // the binary the suite built
 	cmd.Env = baseEnv(t)
 	stdout, err := cmd.StdoutPipe()
 	must(t, err)
-	var errOut lockedBuffer
-	cmd.Stderr = &errOut
+	errOut, out = &lockedBuffer{}, &lockedBuffer{}
+	cmd.Stderr = errOut
 	must(t, cmd.Start())
-	out := &lockedBuffer{}
 	go func() {
 		s := bufio.NewScanner(stdout)
 		for s.Scan() {
 			_, _ = io.WriteString(out, s.Text()+"\n")
 		}
 	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); _ = cmd.Wait() }) }
+	t.Cleanup(stop)
+	return out, errOut, stop
+}
+
+func TestMachineListWatch(t *testing.T) {
+	ns := namespace(t, "watch")
+	createMachine(t, newMachine(ns, "m-first", "prod"))
+	out, errOut, stop := startWatch(t, "machine", "list", "--watch", "-n", ns)
 	eventually(t, "the first table", func() bool { return strings.Contains(out.String(), "m-first") })
 
 	createMachine(t, newMachine(ns, "m-second", "prod"))
@@ -146,8 +155,7 @@ func TestMachineListWatch(t *testing.T) {
 		}
 		return false
 	})
-	cancel()
-	_ = cmd.Wait()
+	stop()
 	if errOut.String() != "" && !strings.Contains(errOut.String(), "signal") {
 		t.Fatalf("the watch printed errors: %s", errOut.String())
 	}
@@ -159,22 +167,7 @@ func TestMachineGetWatch(t *testing.T) {
 	ns := namespace(t, "getwatch")
 	createMachine(t, newMachine(ns, "m-watched", "prod"))
 	createMachine(t, newMachine(ns, "m-other", "prod"))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "machine", "get", "m-watched", "--watch", "-n", ns) //nolint:gosec // the binary the suite built
-	cmd.Env = baseEnv(t)
-	stdout, err := cmd.StdoutPipe()
-	must(t, err)
-	var errOut lockedBuffer
-	cmd.Stderr = &errOut
-	must(t, cmd.Start())
-	out := &lockedBuffer{}
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			_, _ = io.WriteString(out, s.Text()+"\n")
-		}
-	}()
+	out, errOut, stop := startWatch(t, "machine", "get", "m-watched", "--watch", "-n", ns)
 	eventually(t, "the machine and the changes header", func() bool { return strings.Contains(out.String(), "Changes (Ctrl-C stops):") })
 
 	other := getMachine(t, ns, "m-other")
@@ -191,8 +184,7 @@ func TestMachineGetWatch(t *testing.T) {
 		}
 		return false
 	})
-	cancel()
-	_ = cmd.Wait()
+	stop()
 	if strings.Contains(out.String(), "m-other") {
 		t.Fatalf("the watch printed another machine:\n%s", out.String())
 	}
