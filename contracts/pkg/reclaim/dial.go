@@ -18,25 +18,23 @@ import (
 // TalosconfigKey is the key of the foreign-talosconfig Secret that holds the talosconfig.
 const TalosconfigKey = "talosconfig"
 
-// Dial connects to the Talos API at address (port zero: Talos's apid port)
-// with the credentials of talosconfig's current context. The talosconfig's
-// endpoints and nodes are ignored: address is the only place it is used.
-//
-// Errors never quote the talosconfig, not even its context name: a parse
-// error of the YAML or of a field is reported by the field's name only.
-func Dial(ctx context.Context, address string, port int, talosconfig []byte) (*talosclient.Client, error) {
+// ParseTalosconfig reads the client certificate and the CA of talosconfig's
+// current context: what Dial connects with, and what ichor-ui checks before it
+// stores a pasted talosconfig. Its errors name fields only, never a value
+// from the file, not even a context name.
+func ParseTalosconfig(talosconfig []byte) (tls.Certificate, *stdx509.CertPool, error) {
 	cfg, err := clientconfig.FromBytes(talosconfig)
 	if err != nil {
-		return nil, errors.New("the talosconfig is not valid YAML; give the file `talosctl config` writes")
+		return tls.Certificate{}, nil, errors.New("the talosconfig is not valid YAML; give the file `talosctl config` writes")
 	}
 
 	if cfg.Context == "" {
-		return nil, errors.New("the talosconfig names no current context; set `context:` to one of its contexts")
+		return tls.Certificate{}, nil, errors.New("the talosconfig names no current context; set `context:` to one of its contexts")
 	}
 
 	c, ok := cfg.Contexts[cfg.Context]
 	if !ok || c == nil {
-		return nil, errors.New("the talosconfig's current context is not among its contexts; set `context:` to one of them")
+		return tls.Certificate{}, nil, errors.New("the talosconfig's current context is not among its contexts; set `context:` to one of them")
 	}
 
 	decode := func(field, v string) ([]byte, error) {
@@ -54,27 +52,41 @@ func Dial(ctx context.Context, address string, port int, talosconfig []byte) (*t
 
 	ca, err := decode("ca", c.CA)
 	if err != nil {
-		return nil, err
+		return tls.Certificate{}, nil, err
 	}
 
 	crt, err := decode("crt", c.Crt)
 	if err != nil {
-		return nil, err
+		return tls.Certificate{}, nil, err
 	}
 
 	key, err := decode("key", c.Key)
 	if err != nil {
-		return nil, err
+		return tls.Certificate{}, nil, err
 	}
 
 	pair, err := tls.X509KeyPair(crt, key)
 	if err != nil {
-		return nil, errors.New("the talosconfig's current context: crt and key are not a certificate and its key")
+		return tls.Certificate{}, nil, errors.New("the talosconfig's current context: crt and key are not a certificate and its key")
 	}
 
 	roots := stdx509.NewCertPool()
 	if !roots.AppendCertsFromPEM(ca) {
-		return nil, errors.New("the talosconfig's current context: ca holds no PEM certificate")
+		return tls.Certificate{}, nil, errors.New("the talosconfig's current context: ca holds no PEM certificate")
+	}
+
+	return pair, roots, nil
+}
+
+// Dial connects to the Talos API at address (port zero: Talos's apid port)
+// with the credentials of talosconfig's current context. The talosconfig's
+// endpoints and nodes are ignored: address is the only place it is used.
+//
+// Errors never quote the talosconfig (ParseTalosconfig).
+func Dial(ctx context.Context, address string, port int, talosconfig []byte) (*talosclient.Client, error) {
+	pair, roots, err := ParseTalosconfig(talosconfig)
+	if err != nil {
+		return nil, err
 	}
 
 	if port == 0 {

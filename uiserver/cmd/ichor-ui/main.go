@@ -177,11 +177,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	svc.Credentials = own // the foreign talosconfig Secrets of "Reset and add"
 	nodeSvc := &nodes.Service{Clients: clients, ClusterName: *cluster,
 		Credentials: &nodes.Credentials{Client: own, Namespace: *namespace, ClusterName: *cluster}}
 	srv, err := server.New(server.Options{
 		Addr: *addr, GetCertificate: getCert, OIDCAddr: oidcAddr, OIDCGetCertificate: oidcCert, Services: svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens,
-		Operations: svc, Settings: svc,
+		Operations: svc, Settings: svc, Reclaims: svc,
 		Ready: func() bool {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 			defer cancel()

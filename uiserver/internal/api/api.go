@@ -38,11 +38,16 @@ type Server struct {
 	ichorv1.UnimplementedMachineServiceServer
 	ichorv1.UnimplementedOperationServiceServer
 	ichorv1.UnimplementedSettingsServiceServer
+	ichorv1.UnimplementedReclaimServiceServer
 
 	// Clients reach the API server.
 	Clients *kube.Clients
 	// ClusterName is the TalosCluster ichor-ui serves.
 	ClusterName string
+	// Credentials is ichor-ui's own identity, which writes and deletes the
+	// foreign talosconfig Secrets of reclaims (no user role grants Secrets);
+	// nil makes StartReclaim answer UNIMPLEMENTED.
+	Credentials client.Client
 	// SettingsReadOnly makes UpdateSettings refuse (--settings-read-only).
 	SettingsReadOnly bool
 	// Stopping is closed when the server begins to shut down: streams end

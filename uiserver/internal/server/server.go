@@ -62,6 +62,8 @@ type Options struct {
 	Operations ichorv1.OperationServiceServer
 	// Settings implements SettingsService; nil serves none.
 	Settings ichorv1.SettingsServiceServer
+	// Reclaims implements ReclaimService ("Reset and add"); nil serves none.
+	Reclaims ichorv1.ReclaimServiceServer
 	// Authenticator checks bearer tokens.
 	Authenticator auth.Authenticator
 	// Ready reports whether the backend can serve (its cache synced).
@@ -134,6 +136,9 @@ func New(opts Options) (*Server, error) {
 	if opts.Settings != nil {
 		ichorv1.RegisterSettingsServiceServer(s.grpc, opts.Settings)
 	}
+	if opts.Reclaims != nil {
+		ichorv1.RegisterReclaimServiceServer(s.grpc, opts.Reclaims)
+	}
 
 	// grpc-gateway calls the same gRPC server in-process, through an
 	// in-memory connection, so REST and gRPC share the interceptors.
@@ -181,6 +186,11 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Settings != nil {
 		if err := ichorv1.RegisterSettingsServiceHandler(ctx, gw, conn); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Reclaims != nil {
+		if err := ichorv1.RegisterReclaimServiceHandler(ctx, gw, conn); err != nil {
 			return nil, err
 		}
 	}

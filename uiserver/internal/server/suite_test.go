@@ -130,11 +130,11 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	pool = x509.NewCertPool()
 	pool.AddCert(leaf)
 
-	svc := &api.Server{Clients: clients, ClusterName: testCluster}
+	svc := &api.Server{Clients: clients, ClusterName: testCluster, Credentials: direct}
 	srv, err := server.New(server.Options{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
 		Services:       svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens, Frontend: frontend.FS(),
-		Operations: svc, Settings: svc,
+		Operations: svc, Settings: svc, Reclaims: svc,
 		Ready: func() bool { return true },
 		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,
 		Log: slog.New(slog.NewJSONHandler(io.MultiWriter(logBuf, logSink()), nil)),

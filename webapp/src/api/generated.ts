@@ -41,6 +41,16 @@ export interface OperationServicePauseOperationBody {
 export interface OperationServiceResumeOperationBody {
 }
 
+/** CancelReclaimRequest names a reclaim. */
+export interface ReclaimServiceCancelReclaimBody {
+}
+
+/** ConfirmReclaimRequest types the machine's UUID. */
+export interface ReclaimServiceConfirmReclaimBody {
+  /** The machine's SMBIOS UUID, as the inspection shows it. */
+  uuid: string;
+}
+
 /**
  * EventType is what happened to the machine.
  * 
@@ -81,6 +91,12 @@ export interface AddDiscoveryResponse {
 export interface ApproveMachineResponse {
   /** The machine after the change. */
   machine?: Machine;
+}
+
+/** CancelReclaimResponse is the reclaim, whose credential is gone. */
+export interface CancelReclaimResponse {
+  /** The reclaim as it was when the credential was deleted. */
+  reclaim?: Reclaim;
 }
 
 /** Cluster is the summary of a TalosCluster. */
@@ -157,6 +173,12 @@ export interface ConfigStep {
   name?: string;
   /** The priority within the layer. */
   priority?: number;
+}
+
+/** ConfirmReclaimResponse is the reclaim after the change. */
+export interface ConfirmReclaimResponse {
+  /** The reclaim. */
+  reclaim?: Reclaim;
 }
 
 /** DiscoveredDisk is one disk discovery saw. */
@@ -313,6 +335,12 @@ export interface GetOperationResponse {
   operation?: Operation;
 }
 
+/** GetReclaimResponse carries the reclaim. */
+export interface GetReclaimResponse {
+  /** The reclaim. */
+  reclaim?: Reclaim;
+}
+
 /** GetSettingsResponse carries the settings. */
 export interface GetSettingsResponse {
   /** The settings. */
@@ -331,6 +359,12 @@ export interface ListMachinesResponse {
 export interface ListOperationsResponse {
   /** The operations. */
   operations?: Operation[];
+}
+
+/** ListReclaimsResponse is the reclaims, newest first. */
+export interface ListReclaimsResponse {
+  /** The reclaims. */
+  reclaims?: Reclaim[];
 }
 
 /** Machine is a TalosMachine as the UI shows it. */
@@ -551,6 +585,64 @@ export interface PreviewRemovalResponse {
   steps?: string[];
 }
 
+/** Reclaim is a MachineReclaim as the UI shows it; it never carries the credential. */
+export interface Reclaim {
+  /** The only address the controller dials. */
+  address?: string;
+  /** The conditions. */
+  conditions?: Condition[];
+  /** True once a UUID has been typed. */
+  confirmed?: boolean;
+  /** Who typed the UUID (empty when nobody was recorded). */
+  confirmedBy?: string;
+  /** When it was created. */
+  createdAt?: string;
+  /** When the credential expires. */
+  expiresAt?: string;
+  /** Why it failed. */
+  failureReason?: string;
+  /** spec.force: the quorum and last-control-plane refusals are overridden. */
+  force?: boolean;
+  /** spec.forceUngraceful: the reset skips the graceful sequence. */
+  forceUngraceful?: boolean;
+  /** What the controller read from the machine. */
+  inspection?: ReclaimInspection;
+  /** The Ready condition's message: what happens now. */
+  message?: string;
+  /** The MachineReclaim's name. */
+  name?: string;
+  /** Inspecting, AwaitingConfirmation, Resetting, Done, Failed or Expired; empty until the controller has seen it. */
+  phase?: string;
+  /** Who requested it (empty when nobody was recorded). */
+  requestedBy?: string;
+  /** When the reset was sent. */
+  resetRequestedAt?: string;
+  /** The object's resourceVersion. */
+  resourceVersion?: string;
+  /** How long the credential lives (Go duration, "15m0s"). */
+  ttl?: string;
+}
+
+/** ReclaimInspection is what the controller read from the machine with the foreign talosconfig. */
+export interface ReclaimInspection {
+  /** The foreign cluster's name. */
+  clusterName?: string;
+  /** True when the machine is a control plane of its cluster. */
+  controlPlane?: boolean;
+  /** The user disks that are encrypted. */
+  encryptedDisks?: string[];
+  /** The hostname. */
+  hostname?: string;
+  /** Why the reset is refused ("field: rule; way out"); empty when typing the UUID resets it. */
+  refusals?: string[];
+  /** The serial number. */
+  serial?: string;
+  /** Disks the reset leaves alone. */
+  userDisks?: string[];
+  /** The SMBIOS UUID, to type as consent. */
+  uuid?: string;
+}
+
 /**
  * Refusal is one dangerous-operation check that refused a change
  * (contracts/pkg/guard). It reads the same in the UI, the CLI and the webhook.
@@ -598,6 +690,29 @@ export interface Settings {
   refreshTokenLifetime?: string;
   /** The IchorInstallation's resourceVersion. */
   resourceVersion?: string;
+}
+
+/** StartReclaimRequest asks to reset one machine. */
+export interface StartReclaimRequest {
+  /** The machine's IP address; the talosconfig's endpoints are ignored. */
+  address: string;
+  /** Override the quorum and last-control-plane refusals (ask the user twice). */
+  force?: boolean;
+  /** Reset without the graceful sequence, for a dead foreign cluster. */
+  forceUngraceful?: boolean;
+  /**
+   * The foreign cluster's talosconfig (the file `talosctl config` writes),
+   * whose current context holds ca, crt and key. Never returned or logged.
+   */
+  talosconfig: string;
+  /** How long the credential lives, a Go duration between 1m and 60m; empty means 15m. */
+  ttl?: string;
+}
+
+/** StartReclaimResponse is the reclaim created. */
+export interface StartReclaimResponse {
+  /** The reclaim. */
+  reclaim?: Reclaim;
 }
 
 /** StreamNodeLogsResponse is one log line. */
@@ -692,6 +807,18 @@ export interface Client {
   addDiscovery(args: { body: AddDiscoveryRequest }, options?: CallOptions): Promise<AddDiscoveryResponse>;
   /** ApproveMachine approves a pending machine as a control plane or worker. */
   approveMachine(args: { name: string; body: MachineServiceApproveMachineBody }, options?: CallOptions): Promise<ApproveMachineResponse>;
+  /**
+   * CancelReclaim deletes the reclaim's credential Secret, so nothing can be
+   * reset with it; the MachineReclaim stays as the record of who asked (no
+   * user role may delete one) and the controller marks it Failed or Expired.
+   * A reset already sent (Resetting) cannot be cancelled.
+   */
+  cancelReclaim(args: { name: string; body: ReclaimServiceCancelReclaimBody }, options?: CallOptions): Promise<CancelReclaimResponse>;
+  /**
+   * ConfirmReclaim types the machine's UUID as consent: the controller then
+   * sends the reset.
+   */
+  confirmReclaim(args: { name: string; body: ReclaimServiceConfirmReclaimBody }, options?: CallOptions): Promise<ConfirmReclaimResponse>;
   /** GetCluster returns the cluster's name, versions and health. */
   getCluster(options?: CallOptions): Promise<GetClusterResponse>;
   /**
@@ -713,12 +840,16 @@ export interface Client {
   getNodeServices(args: { name: string }, options?: CallOptions): Promise<GetNodeServicesResponse>;
   /** GetOperation returns one operation. */
   getOperation(args: { name: string }, options?: CallOptions): Promise<GetOperationResponse>;
+  /** GetReclaim returns one reclaim. */
+  getReclaim(args: { name: string }, options?: CallOptions): Promise<GetReclaimResponse>;
   /** GetSettings returns the settings. */
   getSettings(options?: CallOptions): Promise<GetSettingsResponse>;
   /** ListMachines returns every machine of the cluster, in name order. */
   listMachines(args?: { approvalState?: string }, options?: CallOptions): Promise<ListMachinesResponse>;
   /** ListOperations returns the cluster's operations, newest first. */
   listOperations(options?: CallOptions): Promise<ListOperationsResponse>;
+  /** ListReclaims returns the reclaims, newest first. */
+  listReclaims(options?: CallOptions): Promise<ListReclaimsResponse>;
   /** PauseOperation sets spec.paused: the operation stops before its next step. */
   pauseOperation(args: { name: string; body: OperationServicePauseOperationBody }, options?: CallOptions): Promise<PauseOperationResponse>;
   /**
@@ -736,6 +867,11 @@ export interface Client {
   removeMachine(args: { name: string; body: MachineServiceRemoveMachineBody }, options?: CallOptions): Promise<RemoveMachineResponse>;
   /** ResumeOperation clears spec.paused. */
   resumeOperation(args: { name: string; body: OperationServiceResumeOperationBody }, options?: CallOptions): Promise<ResumeOperationResponse>;
+  /**
+   * StartReclaim creates the credential Secret and the MachineReclaim; the
+   * controller then inspects the machine and stops at AwaitingConfirmation.
+   */
+  startReclaim(args: { body: StartReclaimRequest }, options?: CallOptions): Promise<StartReclaimResponse>;
   /**
    * StreamNodeLogs streams a service's log: the last tail_lines lines, then
    * new lines as they come when follow is set. A client that lost the stream
@@ -769,6 +905,12 @@ export function createClient(t: Transport): Client {
     approveMachine(args, options) {
       return t.unary<ApproveMachineResponse>("POST", `/api/v1/machines/${enc(args.name)}:approve`, undefined, args.body, options);
     },
+    cancelReclaim(args, options) {
+      return t.unary<CancelReclaimResponse>("POST", `/api/v1/reclaims/${enc(args.name)}:cancel`, undefined, args.body, options);
+    },
+    confirmReclaim(args, options) {
+      return t.unary<ConfirmReclaimResponse>("POST", `/api/v1/reclaims/${enc(args.name)}:confirm`, undefined, args.body, options);
+    },
     getCluster(options) {
       return t.unary<GetClusterResponse>("GET", "/api/v1/cluster", undefined, undefined, options);
     },
@@ -796,6 +938,9 @@ export function createClient(t: Transport): Client {
     getOperation(args, options) {
       return t.unary<GetOperationResponse>("GET", `/api/v1/operations/${enc(args.name)}`, undefined, undefined, options);
     },
+    getReclaim(args, options) {
+      return t.unary<GetReclaimResponse>("GET", `/api/v1/reclaims/${enc(args.name)}`, undefined, undefined, options);
+    },
     getSettings(options) {
       return t.unary<GetSettingsResponse>("GET", "/api/v1/settings", undefined, undefined, options);
     },
@@ -804,6 +949,9 @@ export function createClient(t: Transport): Client {
     },
     listOperations(options) {
       return t.unary<ListOperationsResponse>("GET", "/api/v1/operations", undefined, undefined, options);
+    },
+    listReclaims(options) {
+      return t.unary<ListReclaimsResponse>("GET", "/api/v1/reclaims", undefined, undefined, options);
     },
     pauseOperation(args, options) {
       return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
@@ -819,6 +967,9 @@ export function createClient(t: Transport): Client {
     },
     resumeOperation(args, options) {
       return t.unary<ResumeOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:resume`, undefined, args.body, options);
+    },
+    startReclaim(args, options) {
+      return t.unary<StartReclaimResponse>("POST", "/api/v1/reclaims", undefined, args.body, options);
     },
     streamNodeLogs(args, onMessage, options) {
       return t.stream<StreamNodeLogsResponse>("GET", `/api/v1/nodes/${enc(args.name)}/services/${enc(args.service)}/logs`, { tailLines: args?.tailLines, follow: args?.follow, resumeToken: args?.resumeToken }, onMessage, options);
@@ -839,6 +990,8 @@ export function createClient(t: Transport): Client {
 export const operationPaths = {
   addDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:add" },
   approveMachine: { method: "POST", path: "/api/v1/machines/{name}:approve" },
+  cancelReclaim: { method: "POST", path: "/api/v1/reclaims/{name}:cancel" },
+  confirmReclaim: { method: "POST", path: "/api/v1/reclaims/{name}:confirm" },
   getCluster: { method: "GET", path: "/api/v1/cluster" },
   getEffectiveConfig: { method: "GET", path: "/api/v1/machines/{name}/effective-config" },
   getMachine: { method: "GET", path: "/api/v1/machines/{name}" },
@@ -848,14 +1001,17 @@ export const operationPaths = {
   getNodeLinks: { method: "GET", path: "/api/v1/nodes/{name}/links" },
   getNodeServices: { method: "GET", path: "/api/v1/nodes/{name}/services" },
   getOperation: { method: "GET", path: "/api/v1/operations/{name}" },
+  getReclaim: { method: "GET", path: "/api/v1/reclaims/{name}" },
   getSettings: { method: "GET", path: "/api/v1/settings" },
   listMachines: { method: "GET", path: "/api/v1/machines" },
   listOperations: { method: "GET", path: "/api/v1/operations" },
+  listReclaims: { method: "GET", path: "/api/v1/reclaims" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
   previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
   rejectMachine: { method: "POST", path: "/api/v1/machines/{name}:reject" },
   removeMachine: { method: "POST", path: "/api/v1/machines/{name}:remove" },
   resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
+  startReclaim: { method: "POST", path: "/api/v1/reclaims" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },
   updateSettings: { method: "POST", path: "/api/v1/settings" },
   watchMachines: { method: "GET", path: "/api/v1/machines:watch" },

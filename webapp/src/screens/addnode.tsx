@@ -10,6 +10,7 @@ import { Alert } from "../components/ui/alert";
 import { Badge } from "../components/ui/badge";
 import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { ErrorAlert } from "../components/errors";
+import { ResetAndAdd } from "./reclaim";
 
 /** splitList splits a text of addresses on commas, spaces and new lines. */
 export function splitList(s: string): string[] {
@@ -473,13 +474,14 @@ function Pending({ m }: { m: Machine }) {
 }
 
 export function AddNode() {
-  const { machines, synced, canWrite } = useConsole();
+  const { machines, synced, canWrite, me } = useConsole();
   const pending = machines.filter((m) => m.approval?.state === "pending" && !m.deleting);
   return (
     <>
       <h1 class="text-xl font-semibold">Add node</h1>
       {!canWrite && <Alert tone="info">You can look, but approving and registering machines needs the operator or admin role.</Alert>}
       <Register />
+      {me?.groups?.includes("ichor:admin") && <ResetAndAdd />}
       <h2 class="text-lg font-semibold">Waiting for approval</h2>
       {!synced && <p class="text-sm text-muted-foreground" role="status">Loading…</p>}
       {synced && pending.length === 0 && <p class="text-sm text-muted-foreground" data-testid="no-pending">No machine waits for approval.</p>}
