@@ -199,7 +199,8 @@ func TestUIRendersWithDefaults(t *testing.T) {
 
 func TestUIValuesChangeTheRender(t *testing.T) {
 	rendered, err := Render(filepath.Join(repoRoot, chartDir), map[string]any{"ichorUI": map[string]any{
-		"replicas": 1,
+		// Two asked for, one served: sign-in is on (users, oidc).
+		"replicas": 2,
 		"image":    map[string]any{"repository": "registry.example/ui", "tag": "v9.9.9", "pullPolicy": "Always"},
 		"tls":      map[string]any{"secretName": "my-cert"},
 		"oidc":     map[string]any{"issuerURL": "https://idp.example.com", "clientID": "ichor"},

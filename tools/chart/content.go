@@ -38,7 +38,9 @@ networkPolicy:
 # ichor-ui-ca (ConfigMap and Secret) for an edge that re-encrypts to it.
 ichorUI:
   # replicas of ichor-ui. Two, with a PodDisruptionBudget and anti-affinity;
-  # 1 on a cluster with a single schedulable node (no PDB then).
+  # 1 on a cluster with a single schedulable node (no PDB then). Always 1 while
+  # users.enabled or oidc.issuerURL is set: sign-in sessions and the token
+  # signing key live in each replica's memory in this release.
   replicas: 2
   image:
     repository: ghcr.io/maeshinshin/ichor-ui

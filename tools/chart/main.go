@@ -214,7 +214,9 @@ func template(obj object) (string, error) {
 		podSpec["volumes"] = append(podSpec["volumes"].([]any), placeholder+"UI_TLS_VOLUME")
 	}
 	if kind == "PodDisruptionBudget" && name == "ichor-ui" {
-		wrapIf = "{{- if gt (int .Values.ichorUI.replicas) 1 }}\n"
+		// One replica while sign-in is on: sessions and the token signing
+		// key live in each replica's memory (see uiReplicas).
+		wrapIf = "{{- if and (gt (int .Values.ichorUI.replicas) 1) (not (or .Values.ichorUI.users.enabled .Values.ichorUI.oidc.issuerURL)) }}\n"
 	}
 	raw, err := yaml.Marshal(fields)
 	if err != nil {
@@ -225,7 +227,7 @@ func template(obj object) (string, error) {
 	text = strings.ReplaceAll(text, placeholder+"REPLICAS", "{{ .Values.controller.replicas }}")
 	text = strings.ReplaceAll(text, placeholder+"IMAGE", `"{{ .Values.controller.image.repository }}:{{ .Values.controller.image.tag | default .Chart.AppVersion }}"`)
 	text = strings.ReplaceAll(text, placeholder+"PULL_POLICY", "{{ .Values.controller.image.pullPolicy }}")
-	text = strings.ReplaceAll(text, placeholder+"UI_REPLICAS", "{{ .Values.ichorUI.replicas }}")
+	text = strings.ReplaceAll(text, placeholder+"UI_REPLICAS", uiReplicas)
 	text = strings.ReplaceAll(text, placeholder+"UI_IMAGE", `"{{ .Values.ichorUI.image.repository }}:{{ .Values.ichorUI.image.tag | default .Chart.AppVersion }}"`)
 	text = strings.ReplaceAll(text, placeholder+"UI_PULL_POLICY", "{{ .Values.ichorUI.image.pullPolicy }}")
 	text = replaceItem(text, placeholder+"UI_ARGS", uiArgs)
@@ -272,6 +274,12 @@ const uiTLSVolume = `{{- if .Values.ichorUI.tls.secretName }}
 
 // replaceItem replaces the YAML list item "- <marker>" with block, indented
 // as the item was; block's own lines are list items or template actions.
+// uiReplicas is ichor-ui's replica count: ichorUI.replicas, but one while an
+// issuer is on (Ichor's own users or an external provider), because sign-in
+// sessions, refresh-token families and the token signing key live in each
+// replica's memory; a second replica would refuse the first one's tokens.
+const uiReplicas = "{{ if or .Values.ichorUI.users.enabled .Values.ichorUI.oidc.issuerURL }}1{{ else }}{{ .Values.ichorUI.replicas }}{{ end }}"
+
 func replaceItem(text, marker, block string) string {
 	lines := strings.Split(text, "\n")
 	for i, l := range lines {
