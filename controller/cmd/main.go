@@ -23,6 +23,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/controller/internal/certs"
+	"github.com/maeshinshin/ichor/controller/internal/controller/clusterstatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
@@ -148,6 +149,10 @@ func main() {
 	}
 	if err := (&credentialrequest.Reconciler{}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "registering the TalosCredentialRequest reconciler")
+		os.Exit(1)
+	}
+	if err := (&clusterstatus.Reconciler{}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the cluster status reconciler")
 		os.Exit(1)
 	}
 	// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.

@@ -1,0 +1,179 @@
+// Package clusterstatus keeps a TalosCluster's summary of its machines:
+// status.controlPlanes and status.workers (approved and Ready), the oldest
+// Talos version a machine runs, and the Ready condition that the CLI's
+// `cluster get` and the console's health badge show. It writes the status
+// only when the summary changes, as one patch with an optimistic lock, so the
+// conditions other controllers set are never overwritten.
+package clusterstatus
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/blang/semver/v4"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "clusterstatus"
+
+// Ready condition reasons of a TalosCluster.
+const (
+	// AllReadyReason: every approved machine is Ready.
+	AllReadyReason = "AllMachinesReady"
+	// NoControlPlaneReason: no control plane is Ready.
+	NoControlPlaneReason = "NoControlPlaneReady"
+	// MachinesNotReadyReason: some approved machines are not Ready.
+	MachinesNotReadyReason = "MachinesNotReady"
+)
+
+// maxNamed is how many machines a condition message names.
+const maxNamed = 5
+
+// Reconciler summarises a cluster's machines in its status.
+type Reconciler struct {
+	Client client.Client
+}
+
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
+
+// SetupWithManager registers the reconciler: a cluster is summarised again
+// when it or one of its machines changes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&ichorv1alpha1.TalosCluster{}).
+		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			m, ok := o.(*ichorv1alpha1.TalosMachine)
+			if !ok || m.Spec.ClusterName == "" {
+				return nil
+			}
+
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}}}
+		})).
+		Complete(r)
+}
+
+// Reconcile writes the summary of the cluster's machines when it changed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c := &ichorv1alpha1.TalosCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	var list ichorv1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &list, client.InNamespace(c.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	next := c.DeepCopy()
+	Summarise(next, list.Items)
+
+	if unchanged(c, next) {
+		return ctrl.Result{}, nil
+	}
+
+	return ctrl.Result{}, r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{}))
+}
+
+// unchanged reports whether the summary fields are unchanged.
+func unchanged(a, b *ichorv1alpha1.TalosCluster) bool {
+	ca := apimeta.FindStatusCondition(a.Status.Conditions, ichorv1alpha1.ReadyCondition)
+	cb := apimeta.FindStatusCondition(b.Status.Conditions, ichorv1alpha1.ReadyCondition)
+
+	sameCond := ca != nil && cb != nil && ca.Status == cb.Status && ca.Reason == cb.Reason && ca.Message == cb.Message &&
+		ca.ObservedGeneration == cb.ObservedGeneration
+
+	return sameCond && a.Status.ControlPlanes == b.Status.ControlPlanes && a.Status.Workers == b.Status.Workers &&
+		a.Status.TalosVersion == b.Status.TalosVersion
+}
+
+// Summarise sets c's machine counts, oldest Talos version and Ready
+// condition from the machines (those of other clusters are ignored).
+func Summarise(c *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMachine) {
+	var cps, workers ichorv1alpha1.MachineCounts
+
+	var notReady []string
+
+	oldest := ""
+
+	for i := range machines {
+		m := &machines[i]
+		if m.Spec.ClusterName != c.Name || m.Spec.Approval.State != ichorv1alpha1.ApprovalApproved {
+			continue
+		}
+
+		counts := &workers
+		if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+			counts = &cps
+		}
+
+		counts.Approved++
+
+		if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ReadyCondition) {
+			counts.Ready++
+		} else {
+			notReady = append(notReady, m.Name)
+		}
+
+		oldest = olderVersion(oldest, m.Status.TalosVersion)
+	}
+
+	c.Status.ControlPlanes, c.Status.Workers, c.Status.TalosVersion = cps, workers, oldest
+
+	cond := metav1.Condition{Type: ichorv1alpha1.ReadyCondition, ObservedGeneration: c.Generation}
+	counts := fmt.Sprintf("%d/%d control planes and %d/%d workers Ready (the cluster declares %d control planes)",
+		cps.Ready, cps.Approved, workers.Ready, workers.Approved, c.Spec.ControlPlane.Count)
+
+	switch {
+	case cps.Ready == 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, NoControlPlaneReason
+		cond.Message = "no control plane is Ready: " + counts
+	case len(notReady) > 0:
+		sort.Strings(notReady)
+
+		named := notReady
+		if len(named) > maxNamed {
+			named = append(named[:maxNamed:maxNamed], fmt.Sprintf("and %d more", len(notReady)-maxNamed))
+		}
+
+		cond.Status, cond.Reason = metav1.ConditionFalse, MachinesNotReadyReason
+		cond.Message = fmt.Sprintf("%s; not Ready: %s (`ichor machine get NAME` says why)", counts, strings.Join(named, ", "))
+	default:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, AllReadyReason, counts
+	}
+
+	apimeta.SetStatusCondition(&c.Status.Conditions, cond)
+}
+
+// olderVersion returns the older of two Talos versions (v1.14.1); an empty or
+// unparsable one does not count.
+func olderVersion(a, b string) string {
+	vb, err := semver.ParseTolerant(b)
+	if err != nil {
+		return a
+	}
+
+	va, err := semver.ParseTolerant(a)
+	if err != nil || vb.LT(va) {
+		return b
+	}
+
+	return a
+}
