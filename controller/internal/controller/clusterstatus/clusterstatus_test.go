@@ -160,9 +160,16 @@ func TestClusterStatusFollowsTheMachines(t *testing.T) {
 	if err := k8s.Create(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	// A condition another controller owns.
-	apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.TopologyTransitioningCondition, Status: metav1.ConditionFalse, Reason: "Stable", Message: "m"})
-	if err := k8s.Status().Update(ctx, c); err != nil {
+	// A condition another controller owns (the reconciler writes the status
+	// at the same time: retry on a conflict, as a controller would).
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &ichorv1alpha1.TalosCluster{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), cur); err != nil {
+			return err
+		}
+		apimeta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.TopologyTransitioningCondition, Status: metav1.ConditionFalse, Reason: "Stable", Message: "m"})
+		return k8s.Status().Update(ctx, cur)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	create(t, machine("cp-1", "prod", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved, "v1.14.1", true))
