@@ -113,6 +113,19 @@ func (s *Service) connect(ctx context.Context, name string) (*talosclient.Client
 	return c, m, nil
 }
 
+// open connects to the machine's node (connect) and bounds the reads by the
+// call timeout; done closes the connection and releases the context.
+func (s *Service) open(ctx context.Context, name string) (context.Context, *talosclient.Client, *ichorv1alpha1.TalosMachine, func(), error) {
+	c, m, err := s.connect(ctx, name)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, s.timeout())
+
+	return cctx, c, m, func() { cancel(); _ = c.Close() }, nil
+}
+
 func (s *Service) timeout() time.Duration {
 	if s.CallTimeout > 0 {
 		return s.CallTimeout
@@ -179,14 +192,11 @@ func userError(ctx context.Context, err error, what string) error {
 
 // GetNodeServices implements NodeService.
 func (s *Service) GetNodeServices(ctx context.Context, req *ichorv1.GetNodeServicesRequest) (*ichorv1.GetNodeServicesResponse, error) {
-	c, m, err := s.connect(ctx, req.GetName())
+	cctx, c, m, done, err := s.open(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close() //nolint:errcheck
-
-	cctx, cancel := context.WithTimeout(ctx, s.timeout())
-	defer cancel()
+	defer done()
 
 	resp, err := c.ServiceList(cctx)
 	if err != nil {
@@ -219,14 +229,11 @@ func (s *Service) GetNodeServices(ctx context.Context, req *ichorv1.GetNodeServi
 
 // GetNodeDisks implements NodeService: the block.Disk resources.
 func (s *Service) GetNodeDisks(ctx context.Context, req *ichorv1.GetNodeDisksRequest) (*ichorv1.GetNodeDisksResponse, error) {
-	c, m, err := s.connect(ctx, req.GetName())
+	cctx, c, m, done, err := s.open(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close() //nolint:errcheck
-
-	cctx, cancel := context.WithTimeout(ctx, s.timeout())
-	defer cancel()
+	defer done()
 
 	disks, err := safe.StateListAll[*block.Disk](cctx, c.COSI)
 	if err != nil {
@@ -265,14 +272,11 @@ func (s *Service) GetNodeDisks(ctx context.Context, req *ichorv1.GetNodeDisksReq
 
 // GetNodeLinks implements NodeService: LinkStatus with the AddressStatus of each link.
 func (s *Service) GetNodeLinks(ctx context.Context, req *ichorv1.GetNodeLinksRequest) (*ichorv1.GetNodeLinksResponse, error) {
-	c, m, err := s.connect(ctx, req.GetName())
+	cctx, c, m, done, err := s.open(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close() //nolint:errcheck
-
-	cctx, cancel := context.WithTimeout(ctx, s.timeout())
-	defer cancel()
+	defer done()
 
 	links, err := safe.StateListAll[*network.LinkStatus](cctx, c.COSI)
 	if err != nil {
@@ -331,14 +335,11 @@ func (s *Service) GetNodeDmesg(ctx context.Context, req *ichorv1.GetNodeDmesgReq
 		return nil, err
 	}
 
-	c, m, err := s.connect(ctx, req.GetName())
+	cctx, c, m, done, err := s.open(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close() //nolint:errcheck
-
-	cctx, cancel := context.WithTimeout(ctx, s.timeout())
-	defer cancel()
+	defer done()
 
 	stream, err := c.Dmesg(cctx, false, false)
 	if err != nil {
