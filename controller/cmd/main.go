@@ -28,6 +28,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
+	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/servingca"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
@@ -133,6 +134,10 @@ func main() {
 	}
 	if err := (&lifecycle.Reconciler{}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "registering the machine lifecycle reconciler")
+		os.Exit(1)
+	}
+	if err := (&operation.Reconciler{}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the TalosOperation reconciler")
 		os.Exit(1)
 	}
 	if err := (&discovery.Reconciler{}).SetupWithManager(mgr); err != nil {

@@ -837,8 +837,8 @@ func (m *Machine) writeAPIServerConfigFiles(cfg talosconfig.Provider, args map[s
 }
 
 // apiServerFingerprint digests the settings whose change restarts the apiserver without a
-// reboot (Talos re-renders the static pod): extra args, SANs, service account key, admission,
-// audit and authentication configuration.
+// reboot (Talos re-renders the static pod): extra args, environment, SANs, service account key,
+// admission, audit and authentication configuration.
 func apiServerFingerprint(cfg talosconfig.Provider) string {
 	if cfg == nil {
 		return ""
@@ -848,6 +848,8 @@ func apiServerFingerprint(cfg talosconfig.Provider) string {
 
 	if ac := cfg.K8sAPIServerConfig(); ac != nil {
 		doc["args"], doc["sans"], doc["authn"], doc["image"] = ac.ExtraArgs(), ac.CertSANs(), ac.UseAuthenticationConfig(), ac.Image()
+		// the environment is part of the static pod too (t:internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go)
+		doc["env"] = ac.Env()
 	}
 
 	if sa := cfg.K8sServiceAccountConfig(); sa != nil && sa.IssuingKey() != nil {

@@ -33,6 +33,11 @@ const (
 	// node after its reset (`ichor node remove --reboot`), so it comes back in
 	// maintenance mode at once; without it the reset powers the node off.
 	RemoveRebootAnnotation = "ichor.maesh.dev/remove-reboot"
+	// ReconcileRequestedAnnotation on a TalosMachine asks the configuration
+	// reconciler to compare the node with the render now instead of at its
+	// next drift poll; a config operation sets it when it leaves a machine.
+	// Its value is any new token (for example a timestamp).
+	ReconcileRequestedAnnotation = "ichor.maesh.dev/reconcile-requested-at"
 )
 
 // Labels Ichor sets.

@@ -343,6 +343,9 @@ type MachineProgress struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Message string `json:"message,omitempty"`
+	// stepStartedAt is when the current step started (waits are bounded from it).
+	// +optional
+	StepStartedAt *metav1.Time `json:"stepStartedAt,omitempty"`
 	// startedAt is when work on the machine started.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`

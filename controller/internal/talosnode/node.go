@@ -216,3 +216,14 @@ func (n *Node) Kubeconfig(ctx context.Context) ([]byte, error) {
 
 	return b, nil
 }
+
+// Reboot asks the node to reboot. Talos answers at once and reboots
+// afterwards; it neither cordons nor drains (unlike its Upgrade and Shutdown),
+// so the caller does both first (t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go, Reboot).
+func (n *Node) Reboot(ctx context.Context) error {
+	if err := n.c.Reboot(ctx); err != nil {
+		return fmt.Errorf("reboot: %w", err)
+	}
+
+	return nil
+}

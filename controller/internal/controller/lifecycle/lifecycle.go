@@ -27,6 +27,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
@@ -56,17 +57,8 @@ const (
 	pausedWait = 15 * time.Second
 )
 
-// StorageHook evacuates a machine's storage before its removal. The storage
-// issue fills it in; until then it is a no-op.
-type StorageHook interface {
-	Evacuate(ctx context.Context, m *ichorv1alpha1.TalosMachine) (done bool, msg string, err error)
-}
-
-type noStorage struct{}
-
-func (noStorage) Evacuate(context.Context, *ichorv1alpha1.TalosMachine) (bool, string, error) {
-	return true, "", nil
-}
+// StorageHook evacuates a machine's storage before its removal.
+type StorageHook = hook.Storage
 
 // Reconciler provisions and removes TalosMachines.
 type Reconciler struct {
@@ -130,7 +122,7 @@ func (r *Reconciler) fill() {
 	}
 
 	if r.Storage == nil {
-		r.Storage = noStorage{}
+		r.Storage = hook.None{}
 	}
 
 	if r.Workload == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
 
 // provision sends the configuration to an approved machine in maintenance
@@ -298,11 +299,11 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
 
-	wctx, cancel := context.WithTimeout(ctx, workloadTimeout)
+	wctx, cancel := context.WithTimeout(ctx, workload.Timeout)
 	defer cancel()
 
-	node, err := nodeByAddress(wctx, k, m.Spec.Address)
-	if err != nil || node == nil || !nodeReady(node) {
+	node, err := workload.NodeByAddress(wctx, k, m.Spec.Address)
+	if err != nil || node == nil || !workload.NodeReady(node) {
 		notReady(m, ichorv1alpha1.JoiningReason, note+"the node runs; waiting for its Kubernetes Node to be Ready")
 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil

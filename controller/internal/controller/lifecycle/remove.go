@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -11,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/kubectl/pkg/drain"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -21,9 +18,8 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
-
-var listAll = metav1.ListOptions{}
 
 // remove runs one step of the removal sequence: evacuate → drain → etcd →
 // reset → delete the Node → drop the finalizer. The phase is written to
@@ -153,7 +149,7 @@ func (r *Reconciler) drain(ctx context.Context, s *scope) (string, ctrl.Result, 
 			"; the removal waits (set spec.forceRemove to skip drain and reset)")
 	}
 
-	node, err := nodeByAddress(ctx, k, m.Spec.Address)
+	node, err := workload.NodeByAddress(ctx, k, m.Spec.Address)
 	if err != nil {
 		return r.pause(m, ichorv1alpha1.DrainPausedReason, err.Error())
 	}
@@ -167,7 +163,7 @@ func (r *Reconciler) drain(ctx context.Context, s *scope) (string, ctrl.Result, 
 		n.Close()
 	}
 
-	if err := drainNode(ctx, k, node, r.DrainTimeout, !live); err != nil {
+	if err := workload.Drain(ctx, k, node, r.DrainTimeout, !live); err != nil {
 		return r.pause(m, ichorv1alpha1.DrainPausedReason, fmt.Sprintf("draining Node %s did not finish: %v; the removal waits and tries again "+
 			"(check PodDisruptionBudgets and pods without a controller, or set spec.forceRemove)", node.Name, err))
 	}
@@ -175,33 +171,6 @@ func (r *Reconciler) drain(ctx context.Context, s *scope) (string, ctrl.Result, 
 	r.eventf(m, corev1.EventTypeNormal, "Drained", "Remove", "cordoned and drained Node %s", node.Name)
 
 	return ichorv1alpha1.RemovalLeavingEtcd, ctrl.Result{}, nil
-}
-
-func drainNode(ctx context.Context, k kubernetes.Interface, node *corev1.Node, timeout time.Duration, nodeDown bool) error {
-	var out, errOut bytes.Buffer
-
-	h := &drain.Helper{
-		Ctx:                 ctx,
-		Client:              k,
-		Force:               false,
-		GracePeriodSeconds:  -1,
-		IgnoreAllDaemonSets: true,
-		DeleteEmptyDirData:  true,
-		Timeout:             timeout,
-		Out:                 &out,
-		ErrOut:              &errOut,
-	}
-
-	if nodeDown {
-		// No kubelet confirms deletions on a node that is down: do not wait for them.
-		h.SkipWaitForDeleteTimeoutSeconds = 1
-	}
-
-	if err := drain.RunCordonOrUncordon(h, node, true); err != nil {
-		return fmt.Errorf("cordon: %w", err)
-	}
-
-	return drain.RunNodeDrain(h, node.Name)
 }
 
 // leaveEtcd checks, for a control plane, that removing its member keeps
@@ -385,7 +354,7 @@ func (r *Reconciler) deleteNode(ctx context.Context, s *scope) (string, ctrl.Res
 		return r.pause(m, ichorv1alpha1.RemovingReason, "cannot reach the cluster's Kubernetes API to delete the Node: "+err.Error())
 	}
 
-	node, err := nodeByAddress(ctx, k, m.Spec.Address)
+	node, err := workload.NodeByAddress(ctx, k, m.Spec.Address)
 	if err != nil {
 		return r.pause(m, ichorv1alpha1.RemovingReason, err.Error())
 	}

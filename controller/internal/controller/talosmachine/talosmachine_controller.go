@@ -57,7 +57,8 @@ type Reconciler struct {
 }
 
 // SetupWithManager registers the reconciler. Only spec, label and
-// provisioning changes of a machine wake it, never its own status writes.
+// provisioning changes of a machine and a reconcile request wake it, never
+// its own status writes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -82,7 +83,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, provisioningChanged{}))).
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, provisioningChanged{}, reconcileRequested{}))).
 		Watches(&ichorv1alpha1.TalosConfigPatch{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&ichorv1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
@@ -140,6 +141,23 @@ func (provisioningChanged) Update(e event.UpdateEvent) bool {
 	}
 
 	return configured(o) != configured(n) || o.Status.Stage != n.Status.Stage
+}
+
+// reconcileRequested passes a change of the reconcile-request annotation (a
+// config operation sets it when it leaves a machine, so that the machine's
+// status follows at once, not at the next drift poll).
+type reconcileRequested struct {
+	predicate.Funcs
+}
+
+func (reconcileRequested) Update(e event.UpdateEvent) bool {
+	if e.ObjectOld == nil || e.ObjectNew == nil {
+		return false
+	}
+
+	k := ichorv1alpha1.ReconcileRequestedAnnotation
+
+	return e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k]
 }
 
 // configured is true for an approved machine with an address that has been

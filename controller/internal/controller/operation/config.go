@@ -1,0 +1,721 @@
+package operation
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/plan"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/controller/internal/workload"
+)
+
+// The config rollout (architecture, "Configuration reconcile"): the changes
+// the machine reconciler leaves waiting go to the nodes one machine at a
+// time, control planes first.
+//
+//   - A reboot-requiring change: the storage hook, cordon and drain (Talos's
+//     Reboot does neither), a STAGED apply (what the next boot reads), Reboot,
+//     then wait until the node runs the render and its Node is Ready,
+//     uncordon, and for a control plane its etcd member answers.
+//   - A kube-apiserver restart (control planes): a NO_REBOOT apply, no drain,
+//     then wait for that node's own /readyz before the next control plane.
+//   - Anything else the node lacks (drift, an install-only change) is applied
+//     in the plan's mode.
+//
+// Machine steps, as status.machines[].step records them.
+const (
+	stepPlan          = "plan"
+	stepDrain         = "drain"
+	stepApply         = "apply"
+	stepReboot        = "reboot"
+	stepWaitBoot      = "wait-boot"
+	stepUncordon      = "uncordon"
+	stepWaitAPIServer = "wait-apiserver"
+	stepAPIServerBack = "wait-apiserver-back"
+	stepDone          = "done"
+)
+
+// Operation steps, as status.step records them.
+const (
+	opStepSelect  = "select"
+	opStepRollout = "rollout"
+)
+
+// heldWait is how often an operation whose remaining machines are all held looks again.
+const heldWait = time.Minute
+
+// config runs one step of a config rollout.
+func (r *Reconciler) config(ctx context.Context, s *scope) (ctrl.Result, error) {
+	op := s.op
+
+	if op.Status.Step == "" {
+		op.Status.Step = opStepSelect
+	}
+
+	if op.Status.Step == opStepSelect {
+		return r.selectMachines(ctx, s)
+	}
+
+	var (
+		held []string
+		mp   *ichorv1alpha1.MachineProgress
+	)
+
+	for i := range op.Status.Machines {
+		p := &op.Status.Machines[i]
+		if p.Phase != ichorv1alpha1.MachinePending && p.Phase != ichorv1alpha1.MachineInProgress && p.Phase != ichorv1alpha1.MachineHeld {
+			continue
+		}
+
+		m, err := r.machine(ctx, op, p.Name)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+
+		if m == nil {
+			p.Phase, p.Message = ichorv1alpha1.MachineSkipped, "the TalosMachine is gone"
+			op.Status.ProgressSequence++
+
+			continue
+		}
+
+		// A machine is held only before its work starts: a started one finishes.
+		if hold := holdOf(m); hold != "" && p.Phase != ichorv1alpha1.MachineInProgress {
+			if p.Phase != ichorv1alpha1.MachineHeld {
+				p.Phase, p.Message = ichorv1alpha1.MachineHeld, "skipped while it carries the annotation "+hold
+				op.Status.ProgressSequence++
+			}
+
+			held = append(held, p.Name)
+
+			continue
+		}
+
+		if p.Phase == ichorv1alpha1.MachineHeld {
+			p.Phase, p.Message = ichorv1alpha1.MachinePending, ""
+		}
+
+		mp = p
+
+		return r.machineStep(ctx, s, m, mp)
+	}
+
+	if len(held) > 0 {
+		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.HeldReason,
+			"every other machine is done; waiting for the hold annotation to leave "+strings.Join(held, ", "))
+
+		return ctrl.Result{RequeueAfter: heldWait}, nil
+	}
+
+	done, skipped := 0, 0
+
+	for _, p := range op.Status.Machines {
+		switch p.Phase {
+		case ichorv1alpha1.MachineDone:
+			done++
+		case ichorv1alpha1.MachineSkipped:
+			skipped++
+		}
+	}
+
+	r.finish(op, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason,
+		fmt.Sprintf("rolled the rendered configuration out to %d machine(s); %d already ran it", done, skipped))
+
+	return ctrl.Result{}, nil
+}
+
+func holdOf(m *ichorv1alpha1.TalosMachine) string {
+	for _, a := range []string{ichorv1alpha1.HoldUpgradeAnnotation, ichorv1alpha1.HoldApplyAnnotation} {
+		if _, ok := m.Annotations[a]; ok {
+			return a
+		}
+	}
+
+	return ""
+}
+
+// selectMachines records the machines the rollout covers, in the order it
+// takes them: control planes first, then workers, each by spec.orderBy's
+// label value, then by name.
+func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result, error) {
+	op := s.op
+
+	sel := labels.Everything()
+
+	if op.Spec.MachineSelector != nil {
+		var err error
+		if sel, err = metav1.LabelSelectorAsSelector(op.Spec.MachineSelector); err != nil {
+			r.fail(op, nil, opStepSelect, "spec.machineSelector is not a valid selector: "+err.Error())
+
+			return ctrl.Result{}, nil //nolint:nilerr // the error is the operation's failureReason
+		}
+	}
+
+	var list ichorv1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &list, client.InNamespace(op.Namespace), client.MatchingFields{machinestate.ClusterIndex: op.Spec.ClusterName}); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	ms := slices.DeleteFunc(list.Items, func(m ichorv1alpha1.TalosMachine) bool {
+		return !configured(&m) || !m.DeletionTimestamp.IsZero() || !sel.Matches(labels.Set(m.Labels))
+	})
+
+	slices.SortFunc(ms, func(a, b ichorv1alpha1.TalosMachine) int {
+		return cmp.Or(
+			cmp.Compare(roleOrder(a.Spec.Role), roleOrder(b.Spec.Role)),
+			cmp.Compare(a.Labels[op.Spec.OrderBy], b.Labels[op.Spec.OrderBy]),
+			cmp.Compare(a.Name, b.Name))
+	})
+
+	op.Status.Machines = make([]ichorv1alpha1.MachineProgress, 0, len(ms))
+	for _, m := range ms {
+		op.Status.Machines = append(op.Status.Machines, ichorv1alpha1.MachineProgress{Name: m.Name, Role: m.Spec.Role, Phase: ichorv1alpha1.MachinePending})
+	}
+
+	op.Status.Step = opStepRollout
+	op.Status.ProgressSequence++
+	setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason,
+		fmt.Sprintf("rolling the rendered configuration out to %d machine(s), one at a time, control planes first", len(ms)))
+
+	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+}
+
+func roleOrder(role string) int {
+	if role == ichorv1alpha1.RoleControlPlane {
+		return 0
+	}
+
+	return 1
+}
+
+// configured: approved, addressed and provisioned, as the machine reconciler requires.
+func configured(m *ichorv1alpha1.TalosMachine) bool {
+	return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved && m.Spec.Address != "" &&
+		apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ProvisionedCondition)
+}
+
+func (r *Reconciler) machine(ctx context.Context, op *ichorv1alpha1.TalosOperation, name string) (*ichorv1alpha1.TalosMachine, error) {
+	m := &ichorv1alpha1.TalosMachine{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: name}, m); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+
+		return nil, err
+	}
+
+	return m, nil
+}
+
+// machineStep runs one step of one machine.
+func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1.TalosMachine, mp *ichorv1alpha1.MachineProgress) (ctrl.Result, error) {
+	op := s.op
+
+	if mp.Phase == ichorv1alpha1.MachinePending {
+		now := metav1.NewTime(r.Now())
+		mp.Phase, mp.StartedAt = ichorv1alpha1.MachineInProgress, &now
+		r.next(op, mp, stepPlan, "")
+	}
+
+	st, err := machinestate.Load(ctx, r.Client, r.APIReader, m)
+	if err != nil {
+		if machinestate.IsStalled(err) {
+			r.fail(op, mp, mp.Step, err.Error())
+
+			return ctrl.Result{}, nil
+		}
+
+		return ctrl.Result{}, err
+	}
+
+	w := &work{r: r, op: op, m: m, mp: mp, st: st}
+
+	switch mp.Step {
+	case stepPlan:
+		return w.plan(ctx)
+	case stepDrain:
+		return w.drain(ctx)
+	case stepApply:
+		return w.apply(ctx)
+	case stepReboot:
+		return w.reboot(ctx)
+	case stepWaitBoot:
+		return w.waitBoot(ctx)
+	case stepUncordon:
+		return w.uncordon(ctx)
+	case stepWaitAPIServer, stepAPIServerBack:
+		return w.waitAPIServer(ctx)
+	default:
+		r.fail(op, mp, mp.Step, "unknown step "+mp.Step)
+
+		return ctrl.Result{}, nil
+	}
+}
+
+// next moves a machine to a step.
+func (r *Reconciler) next(op *ichorv1alpha1.TalosOperation, mp *ichorv1alpha1.MachineProgress, step, msg string) {
+	now := metav1.NewTime(r.Now())
+	mp.Step, mp.StepStartedAt, mp.Message = step, &now, msg
+	op.Status.ProgressSequence++
+}
+
+// work is one machine's step with what it needs.
+type work struct {
+	r  *Reconciler
+	op *ichorv1alpha1.TalosOperation
+	m  *ichorv1alpha1.TalosMachine
+	mp *ichorv1alpha1.MachineProgress
+	st *machinestate.State
+}
+
+func (w *work) poll() ctrl.Result { return ctrl.Result{RequeueAfter: w.r.PollInterval} }
+
+func (w *work) fail(msg string) (ctrl.Result, error) {
+	w.r.fail(w.op, w.mp, w.mp.Step, msg)
+
+	return ctrl.Result{}, nil
+}
+
+func (w *work) next(step, msg string) (ctrl.Result, error) {
+	w.r.next(w.op, w.mp, step, msg)
+
+	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+}
+
+func (w *work) cp() bool { return w.m.Spec.Role == ichorv1alpha1.RoleControlPlane }
+
+func (w *work) dial(ctx context.Context) (*talosnode.Node, error) {
+	return w.r.Nodes.Dial(ctx, w.m.Spec.Address, w.st.Bundle)
+}
+
+// diff plans the render against the node's running and stored configurations.
+func (w *work) diff(ctx context.Context, n *talosnode.Node) (running, stored plan.Plan, err error) {
+	active, persistent, err := n.Config(ctx)
+	if err != nil {
+		return plan.Plan{}, plan.Plan{}, err
+	}
+
+	if running, err = plan.FromBytes(w.st.Result.Bytes, active, w.m.Spec.Role); err != nil {
+		return plan.Plan{}, plan.Plan{}, err
+	}
+
+	stored = running
+	if persistent != nil {
+		if stored, err = plan.FromBytes(w.st.Result.Bytes, persistent, w.m.Spec.Role); err != nil {
+			return plan.Plan{}, plan.Plan{}, err
+		}
+	}
+
+	return running, stored, nil
+}
+
+func (w *work) elapsed() time.Duration {
+	if w.mp.StepStartedAt == nil {
+		return 0
+	}
+
+	return w.r.Now().Sub(w.mp.StepStartedAt.Time)
+}
+
+// plan decides what the machine needs; a machine that runs the render is skipped.
+func (w *work) plan(ctx context.Context) (ctrl.Result, error) {
+	n, err := w.dial(ctx)
+	if err != nil {
+		return w.fail("cannot reach the node: " + nodeMessage(err))
+	}
+	defer n.Close()
+
+	running, stored, err := w.diff(ctx, n)
+	if err != nil {
+		return w.fail("cannot read the node's configuration: " + nodeMessage(err))
+	}
+
+	if running.Action == plan.ActionNone && stored.Action == plan.ActionNone {
+		w.mp.Phase, w.mp.Message = ichorv1alpha1.MachineSkipped, "the node runs the rendered configuration"
+		w.mp.Step = stepDone
+		w.op.Status.ProgressSequence++
+
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
+
+	p := running
+	if p.Action == plan.ActionNone {
+		p = stored
+	}
+
+	summary := fmt.Sprintf("%s: %s", p.Class, strings.Join(firstPaths(p.AllPaths(), 10), ", "))
+
+	if p.Reboot {
+		if w.cp() {
+			if msg := w.r.etcdHealthy(ctx, w.op, w.st.Bundle); msg != "" {
+				return w.fail("etcd is not healthy on every control plane, so rebooting " + w.m.Name + " could lose quorum: " + msg)
+			}
+		}
+
+		return w.next(stepDrain, summary)
+	}
+
+	return w.next(stepApply, summary)
+}
+
+func firstPaths(paths []string, n int) []string {
+	if len(paths) > n {
+		return append(slices.Clone(paths[:n]), fmt.Sprintf("and %d more", len(paths)-n))
+	}
+
+	return paths
+}
+
+// drain runs the storage hook, then cordons and drains the machine's Node.
+func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
+	done, msg, err := w.r.Storage.Evacuate(ctx, w.m)
+	if err != nil {
+		return w.fail("the storage hook failed: " + err.Error())
+	}
+
+	if !done {
+		w.mp.Message = "waiting for the storage system to evacuate the node: " + msg
+
+		return w.poll(), nil
+	}
+
+	k, err := w.r.workload(ctx, w.op, w.st.Bundle)
+	if err != nil {
+		return w.fail("cannot reach the cluster's Kubernetes API to drain the node: " + err.Error())
+	}
+
+	node, err := workload.NodeByAddress(ctx, k, w.m.Spec.Address)
+	if err != nil {
+		return w.fail(err.Error())
+	}
+
+	if node == nil {
+		return w.next(stepApply, "no Kubernetes Node has the machine's address: nothing to drain")
+	}
+
+	if err := workload.Drain(ctx, k, node, w.r.DrainTimeout, false); err != nil {
+		return w.fail(fmt.Sprintf("draining Node %s did not finish: %v (check PodDisruptionBudgets and pods without a controller)", node.Name, err))
+	}
+
+	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Drained", "Drain", "cordoned and drained Node %s of machine %s", node.Name, w.m.Name)
+
+	return w.next(stepApply, "cordoned and drained Node "+node.Name)
+}
+
+// apply sends the render: STAGED before a reboot, else in the plan's mode.
+func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
+	n, err := w.dial(ctx)
+	if err != nil {
+		return w.fail("cannot reach the node: " + nodeMessage(err))
+	}
+	defer n.Close()
+
+	running, stored, err := w.diff(ctx, n)
+	if err != nil {
+		return w.fail("cannot read the node's configuration: " + nodeMessage(err))
+	}
+
+	p := running
+	if p.Action == plan.ActionNone {
+		p = stored
+	}
+
+	mode := p.Mode
+	if !p.Reboot && mode == machine.ApplyConfigurationRequest_STAGED && running.Action != plan.ActionNone {
+		mode = machine.ApplyConfigurationRequest_NO_REBOOT
+	}
+
+	if p.Action != plan.ActionNone || stored.Action != plan.ActionNone {
+		warnings, err := n.Apply(ctx, w.st.Result.Bytes, mode)
+		if len(warnings) > 0 {
+			w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, "ApplyWarnings", "DryRun",
+				"the node %s warns about the configuration: %s", w.m.Name, strings.Join(warnings, "; "))
+		}
+
+		if err != nil {
+			return w.fail("the node refused the configuration: " + nodeMessage(err))
+		}
+
+		w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, ichorv1alpha1.AppliedReason, "Apply",
+			"applied the rendered configuration to %s in mode %s", w.m.Name, mode)
+	}
+
+	switch {
+	case p.Reboot:
+		return w.next(stepReboot, fmt.Sprintf("applied in mode %s; rebooting", mode))
+	case p.Class == plan.APIServerRestart && w.cp():
+		return w.next(stepWaitAPIServer, "applied; waiting for the kube-apiserver to restart and answer /readyz")
+	default:
+		return w.finishMachine(ctx, fmt.Sprintf("applied in mode %s", mode))
+	}
+}
+
+func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
+	n, err := w.dial(ctx)
+	if err != nil {
+		return w.fail("cannot reach the node: " + nodeMessage(err))
+	}
+	defer n.Close()
+
+	if err := n.Reboot(ctx); err != nil {
+		return w.fail(nodeMessage(err))
+	}
+
+	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "rebooting %s to run the staged configuration", w.m.Name)
+
+	return w.next(stepWaitBoot, "rebooting")
+}
+
+// waitBoot waits until the node runs the render (a staged configuration
+// runs only after the reboot) and Talos reports it running and ready.
+func (w *work) waitBoot(ctx context.Context) (ctrl.Result, error) {
+	if w.elapsed() > w.r.RebootTimeout {
+		return w.fail(fmt.Sprintf("the node did not come back running the rendered configuration within %s of its reboot", w.r.RebootTimeout))
+	}
+
+	n, err := w.dial(ctx)
+	if err != nil {
+		w.mp.Message = "rebooting: the node does not answer yet"
+
+		return w.poll(), nil
+	}
+	defer n.Close()
+
+	stage, ready, err := n.Stage(ctx)
+	if err != nil || stage != ichorv1alpha1.StageRunning || !ready {
+		w.mp.Message = fmt.Sprintf("rebooting: the node is %s (ready %t)", orUnknown(stage), ready)
+
+		return w.poll(), nil
+	}
+
+	running, _, err := w.diff(ctx, n)
+	if err != nil || running.Action != plan.ActionNone {
+		w.mp.Message = "rebooting: the node does not run the rendered configuration yet"
+
+		return w.poll(), nil
+	}
+
+	return w.next(stepUncordon, "the node runs the rendered configuration")
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+
+	return s
+}
+
+// uncordon waits for the Node to be Ready, makes it schedulable, and for a
+// control plane waits for its etcd member to answer.
+func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
+	if w.elapsed() > w.r.RebootTimeout {
+		return w.fail(fmt.Sprintf("the node's Kubernetes Node or etcd member was not back within %s", w.r.RebootTimeout))
+	}
+
+	k, err := w.r.workload(ctx, w.op, w.st.Bundle)
+	if err != nil {
+		w.mp.Message = "waiting for the cluster's Kubernetes API: " + err.Error()
+
+		return w.poll(), nil //nolint:nilerr // a node or API not back yet is waited for, not an error
+	}
+
+	node, err := workload.NodeByAddress(ctx, k, w.m.Spec.Address)
+	if err != nil {
+		w.mp.Message = err.Error()
+
+		return w.poll(), nil //nolint:nilerr // a node or API not back yet is waited for, not an error
+	}
+
+	if node != nil {
+		if !workload.NodeReady(node) {
+			w.mp.Message = "waiting for Node " + node.Name + " to be Ready"
+
+			return w.poll(), nil
+		}
+
+		if node.Spec.Unschedulable {
+			if err := workload.Uncordon(ctx, k, node); err != nil {
+				w.mp.Message = err.Error()
+
+				return w.poll(), nil //nolint:nilerr // a node or API not back yet is waited for, not an error
+			}
+		}
+	}
+
+	if w.cp() {
+		n, err := w.dial(ctx)
+		if err != nil {
+			w.mp.Message = "waiting for the node's etcd member: " + nodeMessage(err)
+
+			return w.poll(), nil
+		}
+
+		healthy := n.EtcdHealthy(ctx)
+		n.Close()
+
+		if !healthy {
+			w.mp.Message = "waiting for the node's etcd member to answer"
+
+			return w.poll(), nil
+		}
+	}
+
+	return w.finishMachine(ctx, "rebooted into the rendered configuration")
+}
+
+// waitAPIServer waits for the control plane's own kube-apiserver to restart
+// and answer /readyz. Seen away once, it must come back; never seen away, it
+// must stay ready for APIServerSettle (a restart quicker than the polls).
+func (w *work) waitAPIServer(ctx context.Context) (ctrl.Result, error) {
+	if w.elapsed() > w.r.APIServerTimeout+w.r.APIServerSettle {
+		return w.fail(fmt.Sprintf("the kube-apiserver on %s did not answer /readyz within %s", w.m.Spec.Address, w.r.APIServerTimeout+w.r.APIServerSettle))
+	}
+
+	cfg, err := w.r.workloadConfig(ctx, w.op, w.st.Bundle)
+	if err != nil {
+		if w.mp.Step == stepWaitAPIServer {
+			return w.next(stepAPIServerBack, "the kube-apiserver restarts")
+		}
+
+		w.mp.Message = "waiting for the kube-apiserver: " + err.Error()
+
+		return w.poll(), nil
+	}
+
+	if err := workload.APIServerReady(ctx, cfg, w.m.Spec.Address); err != nil {
+		if w.mp.Step == stepWaitAPIServer {
+			return w.next(stepAPIServerBack, "the kube-apiserver restarts")
+		}
+
+		w.mp.Message = "waiting for /readyz: " + err.Error()
+
+		return w.poll(), nil
+	}
+
+	if w.mp.Step == stepWaitAPIServer && w.elapsed() < w.r.APIServerSettle {
+		w.mp.Message = "the kube-apiserver answers /readyz; watching it until the restart shows or " + w.r.APIServerSettle.String() + " pass"
+
+		return w.poll(), nil
+	}
+
+	if w.mp.Step == stepWaitAPIServer {
+		return w.finishMachine(ctx, "the kube-apiserver answered /readyz throughout "+w.r.APIServerSettle.String()+" (a restart quicker than the polls)")
+	}
+
+	return w.finishMachine(ctx, "the kube-apiserver restarted and answers /readyz")
+}
+
+// finishMachine marks the machine done and asks its reconciler to look now.
+func (w *work) finishMachine(ctx context.Context, msg string) (ctrl.Result, error) {
+	now := metav1.NewTime(w.r.Now())
+	w.mp.Phase, w.mp.Step, w.mp.Message, w.mp.CompletedAt = ichorv1alpha1.MachineDone, stepDone, msg, &now
+	w.op.Status.ProgressSequence++
+
+	if err := w.r.requestMachineReconcile(ctx, w.m); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "asking the machine reconciler to look at the machine", "machine", w.m.Name)
+	}
+
+	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+}
+
+// controlPlanes are the cluster's configured control planes.
+func (r *Reconciler) controlPlanes(ctx context.Context, op *ichorv1alpha1.TalosOperation) ([]ichorv1alpha1.TalosMachine, error) {
+	var list ichorv1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &list, client.InNamespace(op.Namespace), client.MatchingFields{machinestate.ClusterIndex: op.Spec.ClusterName}); err != nil {
+		return nil, err
+	}
+
+	return slices.DeleteFunc(list.Items, func(m ichorv1alpha1.TalosMachine) bool {
+		return m.Spec.Role != ichorv1alpha1.RoleControlPlane || !configured(&m)
+	}), nil
+}
+
+// etcdHealthy is "" when every control plane's etcd member answers, else
+// which do not.
+func (r *Reconciler) etcdHealthy(ctx context.Context, op *ichorv1alpha1.TalosOperation, b *secrets.Bundle) string {
+	cps, err := r.controlPlanes(ctx, op)
+	if err != nil {
+		return err.Error()
+	}
+
+	var bad []string
+
+	for _, cp := range cps {
+		n, err := r.Nodes.Dial(ctx, cp.Spec.Address, b)
+		if err != nil {
+			bad = append(bad, cp.Name)
+
+			continue
+		}
+
+		if !n.EtcdHealthy(ctx) {
+			bad = append(bad, cp.Name)
+		}
+
+		n.Close()
+	}
+
+	if len(bad) > 0 {
+		return "no answer from the etcd member of " + strings.Join(bad, ", ")
+	}
+
+	return ""
+}
+
+func (r *Reconciler) workloadConfig(ctx context.Context, op *ichorv1alpha1.TalosOperation, b *secrets.Bundle) (*rest.Config, error) {
+	cps, err := r.controlPlanes(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+
+	return workload.Config(ctx, r.Nodes, op.Spec.ClusterName, cps, b)
+}
+
+func (r *Reconciler) workload(ctx context.Context, op *ichorv1alpha1.TalosOperation, b *secrets.Bundle) (kubernetes.Interface, error) {
+	cfg, err := r.workloadConfig(ctx, op, b)
+	if err != nil {
+		return nil, err
+	}
+
+	return kubernetes.NewForConfig(cfg)
+}
+
+// nodeMessage is a node's error as a status may hold it: the gRPC code and
+// message without the transport's noise, cut to a line. Talos's messages name
+// fields and paths; a configuration value is never quoted by Ichor.
+func nodeMessage(err error) string {
+	msg := err.Error()
+
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) && se.GRPCStatus().Code() != codes.OK {
+		msg = se.GRPCStatus().Code().String() + ": " + se.GRPCStatus().Message()
+	}
+
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+
+	return truncate(strings.TrimSpace(msg), 1024)
+}
