@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 var etcdChecks = []check{
 	{
 		name: "etcd/controlplane-only-on-worker", needs: emulatorOnly, worker: true,
-		cite: "t:internal/app/internal/machinehelper/machinehelper.go (CheckControlplane) for Bootstrap, etcd RPCs and Kubeconfig",
+		cite: "t:internal/app/internal/machinehelper/machinehelper.go (CheckControlplane) for Bootstrap, etcd RPCs (EtcdDowngrade* included) and Kubeconfig",
 		run: func(t *testing.T, tg *target) {
 			admin := tg.admin(t)
 			ctx := t.Context()
@@ -38,6 +39,15 @@ var etcdChecks = []check{
 
 			_, err = admin.Kubeconfig(ctx)
 			wantCode(t, err, codes.Unimplemented, "")
+
+			_, err = admin.MachineClient.EtcdDowngradeValidate(ctx, &machineapi.EtcdDowngradeValidateRequest{Version: "3.6"})
+			wantCode(t, err, codes.Unimplemented, "etcd downgrade validate is only available on control plane nodes")
+
+			_, err = admin.MachineClient.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: "3.6"})
+			wantCode(t, err, codes.Unimplemented, "etcd downgrade enable is only available on control plane nodes")
+
+			_, err = admin.MachineClient.EtcdDowngradeCancel(ctx, &emptypb.Empty{})
+			wantCode(t, err, codes.Unimplemented, "etcd downgrade cancel is only available on control plane nodes")
 		},
 	},
 	{
@@ -108,6 +118,125 @@ var etcdChecks = []check{
 
 			_, err = reader.MachineClient.EtcdRemoveMemberByID(ctx, &machineapi.EtcdRemoveMemberByIDRequest{MemberId: v.ids[0]})
 			wantCode(t, err, codes.PermissionDenied, "not authorized")
+		},
+	},
+	{
+		name: "etcd/Downgrade-Validate-Enable-Cancel", needs: emulatorOnly,
+		cite: "t:…/v1alpha1_server.go EtcdDowngradeValidate, EtcdDowngradeEnable, EtcdDowngradeCancel, validateDowngrade (MAJOR.MINOR, >= 3.5, then the local member's Maintenance.Downgrade; its error wrapped without a status, so Unknown)",
+		run: func(t *testing.T, tg *target) {
+			admin := tg.admin(t)
+			ctx := t.Context()
+			mc := admin.MachineClient
+
+			validate := func(v string) (*machineapi.EtcdDowngradeValidateResponse, error) {
+				return mc.EtcdDowngradeValidate(ctx, &machineapi.EtcdDowngradeValidateRequest{Version: v})
+			}
+
+			// the version is checked before etcd is asked, so also before the member runs
+			_, err := validate("3.4")
+			wantCode(t, err, codes.InvalidArgument, "etcd downgrade is only supported to 3.5 and later versions")
+
+			_, err = validate("3.6")
+			wantCode(t, err, codes.Unavailable, "etcd service is not running")
+
+			if _, err := mc.Bootstrap(ctx, &machineapi.BootstrapRequest{}); err != nil {
+				t.Fatalf("Bootstrap: %v", err)
+			}
+
+			for v, msg := range map[string]string{
+				"":      "version is required for etcd downgrade",
+				"3":     "version should be in MAJOR.MINOR format",
+				"3.6.0": "version should be in MAJOR.MINOR format",
+				"v3.6":  "major version should be a number",
+				"3.x":   "minor version should be a number",
+				"2.9":   "etcd downgrade is only supported to 3.5 and later versions",
+			} {
+				_, err = validate(v)
+				wantCode(t, err, codes.InvalidArgument, msg)
+
+				_, err = mc.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: v})
+				wantCode(t, err, codes.InvalidArgument, msg)
+			}
+
+			// the member (etcd v3.7) allows exactly one minor version down; right after the
+			// bootstrap it may not have decided the cluster version yet (etcd answers
+			// "cluster version not found during downgrade")
+			eventually(t, 30*time.Second, "EtcdDowngradeValidate 3.6 answers cluster version 3.7", func() (bool, string) {
+				resp, err := validate("3.6")
+				if err != nil {
+					if codeOf(err) != codes.Unknown || !strings.Contains(err.Error(), "cluster version not found") {
+						t.Fatalf("EtcdDowngradeValidate 3.6: %v", err)
+					}
+
+					return false, err.Error()
+				}
+
+				cv := resp.GetMessages()[0].GetClusterDowngrade().GetClusterVersion()
+
+				return cv == "3.7", cv
+			})
+
+			for _, v := range []string{"3.5", "3.7", "3.8"} {
+				_, err = validate(v)
+				wantCode(t, err, codes.Unknown, "failed to query etcd status: etcdserver: invalid downgrade target version")
+			}
+
+			_, err = mc.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: "3.5"})
+			wantCode(t, err, codes.Unknown, "etcdserver: invalid downgrade target version")
+
+			// readers and operators may not downgrade
+			reader := tg.cluster.clientWithRoles(t, tg.endpoint, "os:operator")
+
+			_, err = reader.MachineClient.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: "3.6"})
+			wantCode(t, err, codes.PermissionDenied, "not authorized")
+
+			en, err := mc.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: "3.6"})
+			if err != nil {
+				t.Fatalf("EtcdDowngradeEnable 3.6: %v", err)
+			}
+
+			if cv := en.GetMessages()[0].GetClusterDowngrade().GetClusterVersion(); cv != "3.7" {
+				t.Fatalf("cluster version answered by enable %q, want 3.7", cv)
+			}
+
+			// the leader lowers the cluster and storage version to the target; a second
+			// downgrade is refused while this one is in progress
+			eventually(t, 30*time.Second, "storage version 3.6 after the downgrade is enabled", func() (bool, string) {
+				st, err := mc.EtcdStatus(ctx, &emptypb.Empty{})
+				if err != nil {
+					return false, err.Error()
+				}
+
+				ms := st.GetMessages()[0].GetMemberStatus()
+
+				return ms.GetStorageVersion() == "3.6.0", ms.GetStorageVersion() + " " + ms.GetProtocolVersion()
+			})
+
+			_, err = validate("3.5")
+			wantCode(t, err, codes.Unknown, "etcdserver: cluster has a downgrade job in progress")
+
+			if _, err := mc.EtcdDowngradeCancel(ctx, &emptypb.Empty{}); err != nil {
+				t.Fatalf("EtcdDowngradeCancel: %v", err)
+			}
+
+			// cancelled: the cluster version goes back to the members' version and 3.6 is a
+			// valid target again
+			eventually(t, 30*time.Second, "cluster version 3.7 after the cancel", func() (bool, string) {
+				resp, err := validate("3.6")
+				if err != nil {
+					return false, err.Error()
+				}
+
+				cv := resp.GetMessages()[0].GetClusterDowngrade().GetClusterVersion()
+
+				return cv == "3.7", cv
+			})
+
+			// etcd answers a cancel without a downgrade in progress with the cluster version
+			cr, err := mc.EtcdDowngradeCancel(ctx, &emptypb.Empty{})
+			if err != nil || cr.GetMessages()[0].GetClusterDowngrade().GetClusterVersion() != "3.7" {
+				t.Fatalf("EtcdDowngradeCancel without a downgrade: %v %v", cr, err)
+			}
 		},
 	},
 	{
