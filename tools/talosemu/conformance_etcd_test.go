@@ -52,7 +52,7 @@ var etcdChecks = []check{
 	},
 	{
 		name: "etcd/Bootstrap-and-member-RPCs", needs: emulatorOnly,
-		cite: "t:…/v1alpha1_server.go Bootstrap (AlreadyExists when the data directory is not empty); t:…/v1alpha1_etcd.go EtcdMemberList, EtcdStatus, EtcdRemoveMemberByID (NotFound), EtcdForfeitLeadership, EtcdAlarmList/Disarm, EtcdDefragment",
+		cite: "t:…/v1alpha1_server.go Bootstrap (AlreadyExists when the data directory is not empty); t:…/v1alpha1_server.go EtcdMemberList (query_local), EtcdStatus, EtcdRemoveMemberByID (NotFound), EtcdForfeitLeadership, EtcdAlarmList/Disarm, EtcdDefragment",
 		run: func(t *testing.T, tg *target) {
 			admin := tg.admin(t)
 			ctx := t.Context()
@@ -74,6 +74,18 @@ var etcdChecks = []check{
 
 			if len(v.names) != 1 || v.names[0] != hostnameOf(t, admin) || v.learners != 0 {
 				t.Fatalf("members %+v, want the node's hostname as the only voting member", v)
+			}
+
+			// query_local asks the local member only; the answer is the same single member
+			local, err := admin.MachineClient.EtcdMemberList(ctx, &machineapi.EtcdMemberListRequest{QueryLocal: true})
+			if err != nil {
+				t.Fatalf("EtcdMemberList{query_local}: %v", err)
+			}
+
+			if lm := local.GetMessages()[0]; len(lm.GetMembers()) != 1 || lm.GetMembers()[0].GetId() != v.ids[0] ||
+				len(lm.GetLegacyMembers()) != 1 || lm.GetLegacyMembers()[0] != v.names[0] ||
+				len(lm.GetMembers()[0].GetPeerUrls()) != 1 || !strings.HasSuffix(lm.GetMembers()[0].GetPeerUrls()[0], ":2380") {
+				t.Fatalf("EtcdMemberList{query_local}: %v", lm)
 			}
 
 			st, err := admin.MachineClient.EtcdStatus(ctx, &emptypb.Empty{})
@@ -241,7 +253,7 @@ var etcdChecks = []check{
 	},
 	{
 		name: "etcd/Snapshot-Recover", needs: emulatorOnly,
-		cite: "t:…/v1alpha1_etcd.go EtcdSnapshot, EtcdRecover; t:internal/app/machined/pkg/system/services/etcd.go (recover from snapshot on Bootstrap{recover_etcd})",
+		cite: "t:…/v1alpha1_server.go EtcdSnapshot, EtcdRecover; t:internal/app/machined/pkg/system/services/etcd.go (recover from snapshot on Bootstrap{recover_etcd})",
 		run: func(t *testing.T, tg *target) {
 			admin := tg.admin(t)
 			ctx := t.Context()
