@@ -253,7 +253,7 @@ var etcdChecks = []check{
 	},
 	{
 		name: "etcd/Snapshot-Recover", needs: emulatorOnly,
-		cite: "t:…/v1alpha1_server.go EtcdSnapshot, EtcdRecover; t:internal/app/machined/pkg/system/services/etcd.go (recover from snapshot on Bootstrap{recover_etcd})",
+		cite: "t:…/v1alpha1_server.go EtcdSnapshot, EtcdRecover; t:internal/app/machined/pkg/system/services/etcd.go (recover from snapshot on Bootstrap{recover_etcd}, recover_skip_hash_check)",
 		run: func(t *testing.T, tg *target) {
 			admin := tg.admin(t)
 			ctx := t.Context()
@@ -281,23 +281,40 @@ var etcdChecks = []check{
 			}
 
 			// wiping EPHEMERAL removes the etcd data; the member is gone after the reboot
-			boots := tg.machine.Info().Boots
-
-			if _, err := admin.MachineClient.Reset(ctx, &machineapi.ResetRequest{
-				Reboot: true, SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}},
-			}); err != nil {
-				t.Fatal(err)
-			}
-
-			eventually(t, 20*time.Second, "reboot after the reset", func() (bool, string) {
-				return tg.machine.Info().Boots > boots, tg.machine.Stage().String()
-			})
-			waitStage(t, tg.cluster.adminFactory(tg.endpoint), runtime.MachineStageRunning)
+			resetEphemeral(t, tg)
 
 			admin = tg.admin(t)
 
 			_, err = admin.MachineClient.EtcdStatus(ctx, &emptypb.Empty{})
 			wantCode(t, err, codes.Unavailable, "")
+
+			// a copy of the database without etcd's trailing sha256 (what copying member/snap/db
+			// gives) restores only with recover_skip_hash_check
+			if err := recoverUpload(ctx, admin, snap[:len(snap)-32]); err != nil {
+				t.Fatalf("EtcdRecover: %v", err)
+			}
+
+			_, err = admin.MachineClient.Bootstrap(ctx, &machineapi.BootstrapRequest{RecoverEtcd: true})
+			wantCode(t, err, codes.Unknown, "snapshot missing hash")
+
+			if _, err := admin.MachineClient.Bootstrap(ctx, &machineapi.BootstrapRequest{RecoverEtcd: true, RecoverSkipHashCheck: true}); err != nil {
+				t.Fatalf("Bootstrap{recover_etcd, recover_skip_hash_check} of a snapshot without its hash: %v", err)
+			}
+
+			ec = etcdClientFor(t, tg.cluster.bundle, tg.endpoint)
+
+			gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+			resp, err := ec.Get(gctx, "/emu/before")
+
+			gcancel()
+
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("keyspace restored without the hash check: %v %v", resp, err)
+			}
+
+			// again, with the snapshot as EtcdSnapshot streamed it (hash checked)
+			resetEphemeral(t, tg)
+			admin = tg.admin(t)
 
 			if err := recoverUpload(ctx, admin, snap); err != nil {
 				t.Fatalf("EtcdRecover: %v", err)
@@ -309,10 +326,10 @@ var etcdChecks = []check{
 
 			ec = etcdClientFor(t, tg.cluster.bundle, tg.endpoint)
 
-			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			gctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 
-			resp, err := ec.Get(gctx, "/emu/before")
+			resp, err = ec.Get(gctx, "/emu/before")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -401,6 +418,24 @@ var etcdChecks = []check{
 			}
 		},
 	},
+}
+
+// resetEphemeral resets the node wiping EPHEMERAL (the etcd data) and waits until it runs again.
+func resetEphemeral(t *testing.T, tg *target) {
+	t.Helper()
+
+	boots := tg.machine.Info().Boots
+
+	if _, err := tg.admin(t).MachineClient.Reset(t.Context(), &machineapi.ResetRequest{
+		Reboot: true, SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 20*time.Second, "reboot after the reset", func() (bool, string) {
+		return tg.machine.Info().Boots > boots, tg.machine.Stage().String()
+	})
+	waitStage(t, tg.cluster.adminFactory(tg.endpoint), runtime.MachineStageRunning)
 }
 
 func init() { checks = append(checks, etcdChecks...) }

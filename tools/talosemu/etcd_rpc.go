@@ -42,19 +42,24 @@ func (s *apiServer) checkEtcd(ctx context.Context, api string) error {
 
 // Bootstrap creates the etcd cluster on this control plane, or restores it from the uploaded
 // snapshot with recover_etcd (t:…/v1alpha1_server.go Bootstrap; errors per talos-api.md).
+// Difference: Talos starts its etcd service and answers at once, so a missing or bad recovery
+// snapshot shows as a failing etcd service; the emulator restores synchronously and answers
+// the failure (FailedPrecondition without a snapshot, the restore error otherwise).
 func (s *apiServer) Bootstrap(ctx context.Context, in *machine.BootstrapRequest) (*machine.BootstrapResponse, error) {
 	m := s.m
+
+	// Talos asks whether bootstrap is allowed before it checks the machine type
+	// (t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go Bootstrap)
+	if m.Stage() != talosruntime.MachineStageRunning {
+		return nil, status.Error(codes.FailedPrecondition, "bootstrap is not available yet")
+	}
 
 	if err := checkControlPlane(ctx, m.st, "bootstrap"); err != nil {
 		return nil, err
 	}
 
-	if m.Stage() != talosruntime.MachineStageRunning {
-		return nil, status.Error(codes.FailedPrecondition, "bootstrap is not available yet")
-	}
-
 	if etcdCA(m.activeConfig()) == nil {
-		return nil, status.Error(codes.InvalidArgument, "etcd CA is not set in the machine configuration")
+		return nil, status.Error(codes.InvalidArgument, "etcd is not configured, bootstrap is not possible")
 	}
 
 	m.etcdStartMu.Lock()
