@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 var etcdChecks = []check{
 	{
 		name: "etcd/controlplane-only-on-worker", needs: emulatorOnly, worker: true,
-		cite: "t:internal/app/internal/machinehelper/machinehelper.go (CheckControlplane) for Bootstrap, etcd RPCs and Kubeconfig",
+		cite: "t:internal/app/internal/machinehelper/machinehelper.go (CheckControlplane) for Bootstrap, etcd RPCs (EtcdDowngrade* included) and Kubeconfig",
 		run: func(t *testing.T, tg *target) {
 			admin := tg.admin(t)
 			ctx := t.Context()
@@ -38,11 +39,20 @@ var etcdChecks = []check{
 
 			_, err = admin.Kubeconfig(ctx)
 			wantCode(t, err, codes.Unimplemented, "")
+
+			_, err = admin.MachineClient.EtcdDowngradeValidate(ctx, &machineapi.EtcdDowngradeValidateRequest{Version: "3.6"})
+			wantCode(t, err, codes.Unimplemented, "etcd downgrade validate is only available on control plane nodes")
+
+			_, err = admin.MachineClient.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: "3.6"})
+			wantCode(t, err, codes.Unimplemented, "etcd downgrade enable is only available on control plane nodes")
+
+			_, err = admin.MachineClient.EtcdDowngradeCancel(ctx, &emptypb.Empty{})
+			wantCode(t, err, codes.Unimplemented, "etcd downgrade cancel is only available on control plane nodes")
 		},
 	},
 	{
 		name: "etcd/Bootstrap-and-member-RPCs", needs: emulatorOnly,
-		cite: "t:…/v1alpha1_server.go Bootstrap (AlreadyExists when the data directory is not empty); t:…/v1alpha1_etcd.go EtcdMemberList, EtcdStatus, EtcdRemoveMemberByID (NotFound), EtcdForfeitLeadership, EtcdAlarmList/Disarm, EtcdDefragment",
+		cite: "t:…/v1alpha1_server.go Bootstrap (AlreadyExists when the data directory is not empty); t:…/v1alpha1_server.go EtcdMemberList (query_local), EtcdStatus, EtcdRemoveMemberByID (NotFound), EtcdForfeitLeadership, EtcdAlarmList/Disarm, EtcdDefragment",
 		run: func(t *testing.T, tg *target) {
 			admin := tg.admin(t)
 			ctx := t.Context()
@@ -64,6 +74,18 @@ var etcdChecks = []check{
 
 			if len(v.names) != 1 || v.names[0] != hostnameOf(t, admin) || v.learners != 0 {
 				t.Fatalf("members %+v, want the node's hostname as the only voting member", v)
+			}
+
+			// query_local asks the local member only; the answer is the same single member
+			local, err := admin.MachineClient.EtcdMemberList(ctx, &machineapi.EtcdMemberListRequest{QueryLocal: true})
+			if err != nil {
+				t.Fatalf("EtcdMemberList{query_local}: %v", err)
+			}
+
+			if lm := local.GetMessages()[0]; len(lm.GetMembers()) != 1 || lm.GetMembers()[0].GetId() != v.ids[0] ||
+				len(lm.GetLegacyMembers()) != 1 || lm.GetLegacyMembers()[0] != v.names[0] ||
+				len(lm.GetMembers()[0].GetPeerUrls()) != 1 || !strings.HasSuffix(lm.GetMembers()[0].GetPeerUrls()[0], ":2380") {
+				t.Fatalf("EtcdMemberList{query_local}: %v", lm)
 			}
 
 			st, err := admin.MachineClient.EtcdStatus(ctx, &emptypb.Empty{})
@@ -111,8 +133,127 @@ var etcdChecks = []check{
 		},
 	},
 	{
+		name: "etcd/Downgrade-Validate-Enable-Cancel", needs: emulatorOnly,
+		cite: "t:…/v1alpha1_server.go EtcdDowngradeValidate, EtcdDowngradeEnable, EtcdDowngradeCancel, validateDowngrade (MAJOR.MINOR, >= 3.5, then the local member's Maintenance.Downgrade; its error wrapped without a status, so Unknown)",
+		run: func(t *testing.T, tg *target) {
+			admin := tg.admin(t)
+			ctx := t.Context()
+			mc := admin.MachineClient
+
+			validate := func(v string) (*machineapi.EtcdDowngradeValidateResponse, error) {
+				return mc.EtcdDowngradeValidate(ctx, &machineapi.EtcdDowngradeValidateRequest{Version: v})
+			}
+
+			// the version is checked before etcd is asked, so also before the member runs
+			_, err := validate("3.4")
+			wantCode(t, err, codes.InvalidArgument, "etcd downgrade is only supported to 3.5 and later versions")
+
+			_, err = validate("3.6")
+			wantCode(t, err, codes.Unavailable, "etcd service is not running")
+
+			if _, err := mc.Bootstrap(ctx, &machineapi.BootstrapRequest{}); err != nil {
+				t.Fatalf("Bootstrap: %v", err)
+			}
+
+			for v, msg := range map[string]string{
+				"":      "version is required for etcd downgrade",
+				"3":     "version should be in MAJOR.MINOR format",
+				"3.6.0": "version should be in MAJOR.MINOR format",
+				"v3.6":  "major version should be a number",
+				"3.x":   "minor version should be a number",
+				"2.9":   "etcd downgrade is only supported to 3.5 and later versions",
+			} {
+				_, err = validate(v)
+				wantCode(t, err, codes.InvalidArgument, msg)
+
+				_, err = mc.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: v})
+				wantCode(t, err, codes.InvalidArgument, msg)
+			}
+
+			// the member (etcd v3.7) allows exactly one minor version down; right after the
+			// bootstrap it may not have decided the cluster version yet (etcd answers
+			// "cluster version not found during downgrade")
+			eventually(t, 30*time.Second, "EtcdDowngradeValidate 3.6 answers cluster version 3.7", func() (bool, string) {
+				resp, err := validate("3.6")
+				if err != nil {
+					if codeOf(err) != codes.Unknown || !strings.Contains(err.Error(), "cluster version not found") {
+						t.Fatalf("EtcdDowngradeValidate 3.6: %v", err)
+					}
+
+					return false, err.Error()
+				}
+
+				cv := resp.GetMessages()[0].GetClusterDowngrade().GetClusterVersion()
+
+				return cv == "3.7", cv
+			})
+
+			for _, v := range []string{"3.5", "3.7", "3.8"} {
+				_, err = validate(v)
+				wantCode(t, err, codes.Unknown, "failed to query etcd status: etcdserver: invalid downgrade target version")
+			}
+
+			_, err = mc.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: "3.5"})
+			wantCode(t, err, codes.Unknown, "etcdserver: invalid downgrade target version")
+
+			// readers and operators may not downgrade
+			reader := tg.cluster.clientWithRoles(t, tg.endpoint, "os:operator")
+
+			_, err = reader.MachineClient.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: "3.6"})
+			wantCode(t, err, codes.PermissionDenied, "not authorized")
+
+			en, err := mc.EtcdDowngradeEnable(ctx, &machineapi.EtcdDowngradeEnableRequest{Version: "3.6"})
+			if err != nil {
+				t.Fatalf("EtcdDowngradeEnable 3.6: %v", err)
+			}
+
+			if cv := en.GetMessages()[0].GetClusterDowngrade().GetClusterVersion(); cv != "3.7" {
+				t.Fatalf("cluster version answered by enable %q, want 3.7", cv)
+			}
+
+			// the leader lowers the cluster and storage version to the target; a second
+			// downgrade is refused while this one is in progress
+			eventually(t, 30*time.Second, "storage version 3.6 after the downgrade is enabled", func() (bool, string) {
+				st, err := mc.EtcdStatus(ctx, &emptypb.Empty{})
+				if err != nil {
+					return false, err.Error()
+				}
+
+				ms := st.GetMessages()[0].GetMemberStatus()
+
+				return ms.GetStorageVersion() == "3.6.0", ms.GetStorageVersion() + " " + ms.GetProtocolVersion()
+			})
+
+			_, err = validate("3.5")
+			wantCode(t, err, codes.Unknown, "etcdserver: cluster has a downgrade job in progress")
+
+			if _, err := mc.EtcdDowngradeCancel(ctx, &emptypb.Empty{}); err != nil {
+				t.Fatalf("EtcdDowngradeCancel: %v", err)
+			}
+
+			// cancelled: the cluster version goes back to the members' version and 3.6 is a
+			// valid target again
+			eventually(t, 30*time.Second, "cluster version 3.7 after the cancel", func() (bool, string) {
+				resp, err := validate("3.6")
+				if err != nil {
+					return false, err.Error()
+				}
+
+				cv := resp.GetMessages()[0].GetClusterDowngrade().GetClusterVersion()
+
+				return cv == "3.7", cv
+			})
+
+			// etcd answers a cancel without a downgrade in progress with the cluster version
+			cr, err := mc.EtcdDowngradeCancel(ctx, &emptypb.Empty{})
+			if err != nil || cr.GetMessages()[0].GetClusterDowngrade().GetClusterVersion() != "3.7" {
+				t.Fatalf("EtcdDowngradeCancel without a downgrade: %v %v", cr, err)
+			}
+		},
+	},
+	{
 		name: "etcd/Snapshot-Recover", needs: emulatorOnly,
-		cite: "t:…/v1alpha1_etcd.go EtcdSnapshot, EtcdRecover; t:internal/app/machined/pkg/system/services/etcd.go (recover from snapshot on Bootstrap{recover_etcd})",
+		cite: "t:…/v1alpha1_server.go EtcdSnapshot, EtcdRecover; t:internal/app/machined/pkg/system/services/etcd.go (recover from snapshot on Bootstrap{recover_etcd}, recover_skip_hash_check)",
 		run: func(t *testing.T, tg *target) {
 			admin := tg.admin(t)
 			ctx := t.Context()
@@ -140,23 +281,40 @@ var etcdChecks = []check{
 			}
 
 			// wiping EPHEMERAL removes the etcd data; the member is gone after the reboot
-			boots := tg.machine.Info().Boots
-
-			if _, err := admin.MachineClient.Reset(ctx, &machineapi.ResetRequest{
-				Reboot: true, SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}},
-			}); err != nil {
-				t.Fatal(err)
-			}
-
-			eventually(t, 20*time.Second, "reboot after the reset", func() (bool, string) {
-				return tg.machine.Info().Boots > boots, tg.machine.Stage().String()
-			})
-			waitStage(t, tg.cluster.adminFactory(tg.endpoint), runtime.MachineStageRunning)
+			resetEphemeral(t, tg)
 
 			admin = tg.admin(t)
 
 			_, err = admin.MachineClient.EtcdStatus(ctx, &emptypb.Empty{})
 			wantCode(t, err, codes.Unavailable, "")
+
+			// a copy of the database without etcd's trailing sha256 (what copying member/snap/db
+			// gives) restores only with recover_skip_hash_check
+			if err := recoverUpload(ctx, admin, snap[:len(snap)-32]); err != nil {
+				t.Fatalf("EtcdRecover: %v", err)
+			}
+
+			_, err = admin.MachineClient.Bootstrap(ctx, &machineapi.BootstrapRequest{RecoverEtcd: true})
+			wantCode(t, err, codes.Unknown, "snapshot missing hash")
+
+			if _, err := admin.MachineClient.Bootstrap(ctx, &machineapi.BootstrapRequest{RecoverEtcd: true, RecoverSkipHashCheck: true}); err != nil {
+				t.Fatalf("Bootstrap{recover_etcd, recover_skip_hash_check} of a snapshot without its hash: %v", err)
+			}
+
+			ec = etcdClientFor(t, tg.cluster.bundle, tg.endpoint)
+
+			gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+			resp, err := ec.Get(gctx, "/emu/before")
+
+			gcancel()
+
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("keyspace restored without the hash check: %v %v", resp, err)
+			}
+
+			// again, with the snapshot as EtcdSnapshot streamed it (hash checked)
+			resetEphemeral(t, tg)
+			admin = tg.admin(t)
 
 			if err := recoverUpload(ctx, admin, snap); err != nil {
 				t.Fatalf("EtcdRecover: %v", err)
@@ -168,10 +326,10 @@ var etcdChecks = []check{
 
 			ec = etcdClientFor(t, tg.cluster.bundle, tg.endpoint)
 
-			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			gctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 
-			resp, err := ec.Get(gctx, "/emu/before")
+			resp, err = ec.Get(gctx, "/emu/before")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,6 +418,24 @@ var etcdChecks = []check{
 			}
 		},
 	},
+}
+
+// resetEphemeral resets the node wiping EPHEMERAL (the etcd data) and waits until it runs again.
+func resetEphemeral(t *testing.T, tg *target) {
+	t.Helper()
+
+	boots := tg.machine.Info().Boots
+
+	if _, err := tg.admin(t).MachineClient.Reset(t.Context(), &machineapi.ResetRequest{
+		Reboot: true, SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 20*time.Second, "reboot after the reset", func() (bool, string) {
+		return tg.machine.Info().Boots > boots, tg.machine.Stage().String()
+	})
+	waitStage(t, tg.cluster.adminFactory(tg.endpoint), runtime.MachineStageRunning)
 }
 
 func init() { checks = append(checks, etcdChecks...) }

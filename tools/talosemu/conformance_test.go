@@ -666,13 +666,26 @@ var checks = []check{
 	},
 	{
 		name: "configured/GenerateClientConfiguration", needs: emulatorOnly,
-		cite: "t:…/v1alpha1_server.go GenerateClientConfiguration (roles, TTL; InvalidArgument for ttl <= 0)",
+		cite: "t:…/v1alpha1_server.go GenerateClientConfiguration (roles, TTL; InvalidArgument for ttl <= 0; context <role>@<cluster>); t:internal/app/machined/pkg/system/services/machined.go (admin only)",
 		run: func(t *testing.T, tg *target) {
 			admin := tg.admin(t)
 			ctx := t.Context()
 
 			_, err := admin.GenerateClientConfiguration(ctx, &machineapi.GenerateClientConfigurationRequest{Roles: []string{"os:reader"}})
-			wantCode(t, err, codes.InvalidArgument, "")
+			wantCode(t, err, codes.InvalidArgument, "crt_ttl should be positive")
+
+			_, err = admin.GenerateClientConfiguration(ctx, &machineapi.GenerateClientConfigurationRequest{
+				Roles: []string{"os:reader"}, CrtTtl: durationpb.New(-time.Hour),
+			})
+			wantCode(t, err, codes.InvalidArgument, "crt_ttl should be positive")
+
+			// readers may not generate client configurations
+			reader := tg.cluster.clientWithRoles(t, tg.endpoint, "os:reader")
+
+			_, err = reader.GenerateClientConfiguration(ctx, &machineapi.GenerateClientConfigurationRequest{
+				Roles: []string{"os:admin"}, CrtTtl: durationpb.New(time.Hour),
+			})
+			wantCode(t, err, codes.PermissionDenied, "not authorized")
 
 			resp, err := admin.GenerateClientConfiguration(ctx, &machineapi.GenerateClientConfigurationRequest{
 				Roles: []string{"os:reader"}, CrtTtl: durationpb.New(time.Hour),
@@ -681,9 +694,32 @@ var checks = []check{
 				t.Fatal(err)
 			}
 
-			cfg, err := clientconfig.FromBytes(resp.GetMessages()[0].GetTalosconfig())
+			msg := resp.GetMessages()[0]
+
+			cfg, err := clientconfig.FromBytes(msg.GetTalosconfig())
 			if err != nil {
 				t.Fatal(err)
+			}
+
+			// one role names the context "<role without os:>@<cluster>"
+			if cfg.Context != "reader@emu" {
+				t.Fatalf("talosconfig context %q, want reader@emu", cfg.Context)
+			}
+
+			// the certificate carries the role as its organization and lives for the TTL
+			block, _ := pem.Decode(msg.GetCrt())
+			if block == nil {
+				t.Fatal("crt is not PEM")
+			}
+
+			crt, err := stdx509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if life := crt.NotAfter.Sub(crt.NotBefore); len(crt.Subject.Organization) != 1 || crt.Subject.Organization[0] != "os:reader" ||
+				life < 50*time.Minute || life > 2*time.Hour {
+				t.Fatalf("certificate organization %v, validity %s (TTL 1h)", crt.Subject.Organization, life)
 			}
 
 			cl, err := client.New(ctx, client.WithConfig(cfg), client.WithEndpoints(tg.endpoint))

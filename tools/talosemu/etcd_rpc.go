@@ -22,8 +22,10 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
-// errEtcdNotRunning is what the etcd RPCs answer while the member is not running
-// (t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go checkControlplaneService).
+// errEtcdNotRunning is what the etcd RPCs answer while the member is not running. Talos
+// v1.14 has no such check (t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go:
+// the etcd RPCs only call machinehelper.CheckControlplane, then dial localhost:2379, so a call
+// waits for the caller's deadline); the emulator answers at once instead.
 var errEtcdNotRunning = status.Error(codes.Unavailable, "etcd service is not running")
 
 func (s *apiServer) checkEtcd(ctx context.Context, api string) error {
@@ -40,19 +42,24 @@ func (s *apiServer) checkEtcd(ctx context.Context, api string) error {
 
 // Bootstrap creates the etcd cluster on this control plane, or restores it from the uploaded
 // snapshot with recover_etcd (t:…/v1alpha1_server.go Bootstrap; errors per talos-api.md).
+// Difference: Talos starts its etcd service and answers at once, so a missing or bad recovery
+// snapshot shows as a failing etcd service; the emulator restores synchronously and answers
+// the failure (FailedPrecondition without a snapshot, the restore error otherwise).
 func (s *apiServer) Bootstrap(ctx context.Context, in *machine.BootstrapRequest) (*machine.BootstrapResponse, error) {
 	m := s.m
+
+	// Talos asks whether bootstrap is allowed before it checks the machine type
+	// (t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go Bootstrap)
+	if m.Stage() != talosruntime.MachineStageRunning {
+		return nil, status.Error(codes.FailedPrecondition, "bootstrap is not available yet")
+	}
 
 	if err := checkControlPlane(ctx, m.st, "bootstrap"); err != nil {
 		return nil, err
 	}
 
-	if m.Stage() != talosruntime.MachineStageRunning {
-		return nil, status.Error(codes.FailedPrecondition, "bootstrap is not available yet")
-	}
-
 	if etcdCA(m.activeConfig()) == nil {
-		return nil, status.Error(codes.InvalidArgument, "etcd CA is not set in the machine configuration")
+		return nil, status.Error(codes.InvalidArgument, "etcd is not configured, bootstrap is not possible")
 	}
 
 	m.etcdStartMu.Lock()
@@ -88,7 +95,7 @@ func (s *apiServer) Bootstrap(ctx context.Context, in *machine.BootstrapRequest)
 	return &machine.BootstrapResponse{Messages: []*machine.Bootstrap{{}}}, nil
 }
 
-// EtcdMemberList lists the members (t:…/v1alpha1_etcd.go EtcdMemberList).
+// EtcdMemberList lists the members (t:…/v1alpha1_server.go EtcdMemberList).
 func (s *apiServer) EtcdMemberList(ctx context.Context, in *machine.EtcdMemberListRequest) (*machine.EtcdMemberListResponse, error) {
 	if err := s.checkEtcd(ctx, "etcd member list"); err != nil {
 		return nil, err
@@ -132,7 +139,7 @@ func (s *apiServer) EtcdMemberList(ctx context.Context, in *machine.EtcdMemberLi
 	return &machine.EtcdMemberListResponse{Messages: []*machine.EtcdMembers{out}}, nil
 }
 
-// EtcdRemoveMemberByID removes a member; NotFound for an unknown id (t:…/v1alpha1_etcd.go).
+// EtcdRemoveMemberByID removes a member; NotFound for an unknown id (t:…/v1alpha1_server.go).
 func (s *apiServer) EtcdRemoveMemberByID(ctx context.Context, in *machine.EtcdRemoveMemberByIDRequest) (*machine.EtcdRemoveMemberByIDResponse, error) {
 	if err := s.checkEtcd(ctx, "etcd remove member"); err != nil {
 		return nil, err
@@ -156,7 +163,7 @@ func (s *apiServer) EtcdRemoveMemberByID(ctx context.Context, in *machine.EtcdRe
 	return &machine.EtcdRemoveMemberByIDResponse{Messages: []*machine.EtcdRemoveMemberByID{{}}}, nil
 }
 
-// EtcdLeaveCluster removes this member from the cluster (t:…/v1alpha1_etcd.go EtcdLeaveCluster).
+// EtcdLeaveCluster removes this member from the cluster (t:…/v1alpha1_server.go EtcdLeaveCluster).
 func (s *apiServer) EtcdLeaveCluster(ctx context.Context, _ *machine.EtcdLeaveClusterRequest) (*machine.EtcdLeaveClusterResponse, error) {
 	if err := s.checkEtcd(ctx, "etcd leave"); err != nil {
 		return nil, err
@@ -217,7 +224,7 @@ func (s *apiServer) EtcdForfeitLeadership(ctx context.Context, _ *machine.EtcdFo
 	return &machine.EtcdForfeitLeadershipResponse{Messages: []*machine.EtcdForfeitLeadership{{Member: leader}}}, nil
 }
 
-// EtcdStatus reports the local member's status (t:…/v1alpha1_etcd.go EtcdStatus).
+// EtcdStatus reports the local member's status (t:…/v1alpha1_server.go EtcdStatus).
 func (s *apiServer) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
 	if err := s.checkEtcd(ctx, "etcd status"); err != nil {
 		return nil, err
@@ -250,7 +257,7 @@ func (s *apiServer) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.
 	}}}}, nil
 }
 
-// EtcdSnapshot streams a real snapshot of the local member (t:…/v1alpha1_etcd.go EtcdSnapshot).
+// EtcdSnapshot streams a real snapshot of the local member (t:…/v1alpha1_server.go EtcdSnapshot).
 func (s *apiServer) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.ServerStreamingServer[common.Data]) error {
 	ctx := srv.Context()
 
@@ -293,7 +300,7 @@ func (s *apiServer) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.Server
 }
 
 // EtcdRecover stores the uploaded snapshot for Bootstrap{recover_etcd}; FailedPrecondition
-// before /var/lib exists, i.e. before Talos is installed (t:…/v1alpha1_etcd.go EtcdRecover).
+// before /var/lib exists, i.e. before Talos is installed (t:…/v1alpha1_server.go EtcdRecover).
 func (s *apiServer) EtcdRecover(srv grpc.ClientStreamingServer[common.Data, machine.EtcdRecoverResponse]) error {
 	m := s.m
 
@@ -369,7 +376,7 @@ func mapAlarms(alarms []*etcdserverpb.AlarmMember) []*machine.EtcdMemberAlarm {
 	return out
 }
 
-// EtcdAlarmList lists the alarms of the cluster (t:…/v1alpha1_etcd.go EtcdAlarmList).
+// EtcdAlarmList lists the alarms of the cluster (t:…/v1alpha1_server.go EtcdAlarmList).
 func (s *apiServer) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdAlarmListResponse, error) {
 	if err := s.checkEtcd(ctx, "etcd alarm list"); err != nil {
 		return nil, err
@@ -390,7 +397,7 @@ func (s *apiServer) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machi
 	return &machine.EtcdAlarmListResponse{Messages: []*machine.EtcdAlarm{{MemberAlarms: mapAlarms(resp.Alarms)}}}, nil
 }
 
-// EtcdAlarmDisarm disarms the alarms (t:…/v1alpha1_etcd.go EtcdAlarmDisarm).
+// EtcdAlarmDisarm disarms the alarms (t:…/v1alpha1_server.go EtcdAlarmDisarm).
 func (s *apiServer) EtcdAlarmDisarm(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdAlarmDisarmResponse, error) {
 	if err := s.checkEtcd(ctx, "etcd alarm disarm"); err != nil {
 		return nil, err
@@ -411,7 +418,7 @@ func (s *apiServer) EtcdAlarmDisarm(ctx context.Context, _ *emptypb.Empty) (*mac
 	return &machine.EtcdAlarmDisarmResponse{Messages: []*machine.EtcdAlarmDisarm{{MemberAlarms: mapAlarms(resp.Alarms)}}}, nil
 }
 
-// EtcdDefragment defragments the local member's backend (t:…/v1alpha1_etcd.go EtcdDefragment).
+// EtcdDefragment defragments the local member's backend (t:…/v1alpha1_server.go EtcdDefragment).
 func (s *apiServer) EtcdDefragment(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdDefragmentResponse, error) {
 	if err := s.checkEtcd(ctx, "etcd defragment"); err != nil {
 		return nil, err

@@ -37,12 +37,17 @@ const (
 
 var subnetCounter atomic.Int32
 
+// subnetOctet is the second octet of this process's test subnets, 127.100–127.199 by process
+// ID, so that two test processes running at once (two worktrees, two packages) do not take the
+// same addresses; the other packages' tests use 127.0.x and 127.77.x.
+var subnetOctet = 100 + os.Getpid()%100
+
 // testSpec returns a spec of n machines on a subnet no other test of this process uses, with
 // short durations.
 func testSpec(n int) *talosemu.Spec {
 	x := 100 + subnetCounter.Add(1)%150
 
-	spec, err := talosemu.GenerateSpec(n, 0, fmt.Sprintf("127.77.%d.0/24", x))
+	spec, err := talosemu.GenerateSpec(n, 0, fmt.Sprintf("127.%d.%d.0/24", subnetOctet, x))
 	if err != nil {
 		panic(err)
 	}

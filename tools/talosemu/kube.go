@@ -226,11 +226,13 @@ func (m *Machine) kubeService(ctx context.Context) {
 			m.runKube(ctx)
 		}
 
-		if version := kubeVersion(cfg); version != applied {
+		// Talos's manifest controllers run again when the Manifest resources change
+		// (inline manifests, Kubernetes version); see manifests.go
+		if fp := manifestsFingerprint(cfg); fp != applied {
 			if err := m.applyInlineManifests(ctx); err != nil {
 				m.world.logf("machine %s: inline manifests: %v", m.Name(), err)
 			} else {
-				applied = version
+				applied = fp
 			}
 		}
 

@@ -1,11 +1,7 @@
 package talosemu
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"net"
 	"strings"
 	"time"
@@ -22,13 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 )
 
 // Kubelet simulation: lease heartbeat 5 s (kube-controller-manager runs with a 20 s node
@@ -434,84 +425,6 @@ func (m *Machine) cordonAndDrain(ctx context.Context) {
 
 		sleepCtx(dctx, time.Second)
 	}
-}
-
-// applyInlineManifests server-side applies the inline manifests; kubeService runs it after the
-// control plane is up and whenever the Kubernetes version (the apiserver image tag) changes
-// (t:internal/app/machined/pkg/controllers/k8s/manifest_apply.go).
-func (m *Machine) applyInlineManifests(ctx context.Context) error {
-	cfg := m.activeConfig()
-	if cfg == nil {
-		return nil
-	}
-
-	manifests := cfg.K8sInlineManifestConfigs()
-	if len(manifests) == 0 {
-		return nil
-	}
-
-	c, err := m.adminClient()
-	if err != nil {
-		return err
-	}
-
-	rc, err := m.adminRESTConfig()
-	if err != nil {
-		return err
-	}
-
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Discovery()))
-
-	for _, man := range manifests {
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(man.Contents())), 4096)
-
-		for {
-			var obj unstructured.Unstructured
-			if err := dec.Decode(&obj.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-
-				return fmt.Errorf("manifest %s: %w", man.Name(), err)
-			}
-
-			if len(obj.Object) == 0 {
-				continue
-			}
-
-			gvk := obj.GroupVersionKind()
-
-			mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				mapper.Reset()
-
-				return fmt.Errorf("manifest %s: %s: %w", man.Name(), gvk, err)
-			}
-
-			ri := dyn.Resource(mapping.Resource)
-
-			var target dynamic.ResourceInterface = ri
-			if mapping.Scope.Name() == "namespace" {
-				ns := obj.GetNamespace()
-				if ns == "" {
-					ns = metav1.NamespaceDefault
-				}
-
-				target = ri.Namespace(ns)
-			}
-
-			if _, err := target.Apply(ctx, obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: nameTalos, Force: true}); err != nil {
-				return fmt.Errorf("manifest %s: applying %s %s: %w", man.Name(), gvk.Kind, obj.GetName(), err)
-			}
-		}
-	}
-
-	return nil
 }
 
 // Kubeconfig streams the admin kubeconfig as a .tar.gz holding one file `kubeconfig`
