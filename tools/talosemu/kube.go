@@ -452,8 +452,9 @@ func argsWithExtra(defaults map[string]string, extra map[string][]string, additi
 	return out
 }
 
-//nolint:gocyclo,cyclop
 // mergeAdditive joins two comma-separated lists, keeping the first occurrence of each value.
+//
+//nolint:gocyclo,cyclop
 func mergeAdditive(base, extra string) string {
 	var out []string
 
@@ -511,9 +512,9 @@ func (m *Machine) startKube(ctx context.Context) error {
 	}
 
 	api := map[string]string{
-		"advertise-address":           ip,
-		"allow-privileged":            argTrue,
-		"api-audiences":               endpoint,
+		"advertise-address": ip,
+		"allow-privileged":  argTrue,
+		"api-audiences":     endpoint,
 		// Talos's apiserver authorizes with Node,RBAC and admits with NodeRestriction, so a
 		// kubelet (system:node:<name>) can only change its own Node and the pods bound to it
 		// (t:internal/app/machined/pkg/controllers/k8s/control_plane_final.go; Talos renders the

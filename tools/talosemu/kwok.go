@@ -74,10 +74,10 @@ func kwokStages() (map[internalversion.StageResourceRef][]*internalversion.Stage
 
 // kwokRunner is the kwok controller of one emulated cluster.
 type kwokRunner struct {
-	w      *World
-	caCrt  []byte
+	w       *World
+	caCrt   []byte
 	starter *Machine // the control plane whose config names the endpoint and CIDRs
-	poke   chan struct{}
+	poke    chan struct{}
 }
 
 // startKwok starts the kwok controller of m's cluster once (the first API server of the
@@ -292,13 +292,15 @@ func (r *kwokRunner) syncLabels(ctx context.Context) error {
 // kubelet does for the pods bound to it (read Nodes and pods, write pod status, delete pods
 // being deleted, record events).
 func applyKwokRBAC(ctx context.Context, c *kubernetes.Clientset) error {
+	const get, patch, update = "get", "patch", "update"
+
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: kwokUser},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "delete", "patch", "update"}},
-			{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"get", "patch", "update"}},
-			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{get, "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{get, "list", "watch", "delete", patch, update}},
+			{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{get, patch, update}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", patch, update}},
 		},
 	}
 

@@ -185,14 +185,14 @@ func TestKwokPodsAndNodeIdentities(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		waitDeployment(t, kube, "roll", 2)
+		waitDeployment(t, kube, "roll")
 
 		patch := []byte(`{"spec":{"template":{"metadata":{"annotations":{"example.com/rev":"2"}}}}}`)
 		if _, err := kube.AppsV1().Deployments("default").Patch(ctx, "roll", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 
-		waitDeployment(t, kube, "roll", 2)
+		waitDeployment(t, kube, "roll")
 
 		pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=roll"})
 		if err != nil {
@@ -214,7 +214,7 @@ func TestKwokPodsAndNodeIdentities(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		waitDeployment(t, kube, "guarded", 2)
+		waitDeployment(t, kube, "guarded")
 
 		minAvailable := intstr.FromInt32(1)
 
@@ -374,7 +374,7 @@ func TestKwokPodsAndNodeIdentities(t *testing.T) {
 		}
 
 		// back up, the pods are Ready again (as a kubelet restarting them would report)
-		waitDeployment(t, kube, "guarded", 2)
+		waitDeployment(t, kube, "guarded")
 	})
 }
 
@@ -489,10 +489,12 @@ func deployment(name string, replicas int32) *appsv1.Deployment {
 	}
 }
 
-// waitDeployment waits until the Deployment's current template is rolled out with n Ready
-// replicas and no old ones.
-func waitDeployment(t testing.TB, kube *kubernetes.Clientset, name string, n int32) {
+// waitDeployment waits until the Deployment's current template is rolled out with its two
+// replicas Ready and no old ones.
+func waitDeployment(t testing.TB, kube *kubernetes.Clientset, name string) {
 	t.Helper()
+
+	const n = 2
 
 	eventually(t, 120*time.Second, "deployment "+name+" rolled out", func() (bool, string) {
 		d, err := kube.AppsV1().Deployments("default").Get(t.Context(), name, metav1.GetOptions{})
