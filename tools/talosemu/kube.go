@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -207,6 +208,11 @@ func (m *Machine) kubeService(ctx context.Context) {
 	}
 
 	m.runKube(ctx)
+
+	// the first API server of the cluster that is ready starts the cluster's kwok controller
+	if ctx.Err() == nil {
+		m.world.startKwok(m)
+	}
 
 	applied := ""
 
@@ -411,9 +417,12 @@ func apiPort(cfg talosconfig.Provider) int {
 	return 6443
 }
 
-// argsWithExtra merges extra args from the config into the defaults (extra args win), as
-// Talos does (t:internal/app/machined/pkg/controllers/k8s/internal/k8stemplates, argsbuilder).
-func argsWithExtra(defaults map[string]string, extra map[string][]string) []string {
+// argsWithExtra merges extra args from the config into the defaults, as Talos does
+// (t:pkg/argsbuilder/argsbuilder_args.go Merge): extra args win, except the additive keys,
+// whose values are appended to the defaults (duplicates dropped), so that a config's
+// `enable-admission-plugins` or `authorization-mode` adds to NodeRestriction and Node,RBAC
+// instead of replacing them (t:internal/app/machined/pkg/controllers/k8s/control_plane_final.go).
+func argsWithExtra(defaults map[string]string, extra map[string][]string, additive ...string) []string {
 	merged := map[string]string{}
 
 	for k, v := range defaults {
@@ -421,7 +430,13 @@ func argsWithExtra(defaults map[string]string, extra map[string][]string) []stri
 	}
 
 	for k, v := range extra {
-		merged[k] = strings.Join(v, ",")
+		val := strings.Join(v, ",")
+
+		if slices.Contains(additive, k) && merged[k] != "" {
+			val = mergeAdditive(merged[k], val)
+		}
+
+		merged[k] = val
 	}
 
 	keys := make([]string, 0, len(merged))
@@ -439,7 +454,25 @@ func argsWithExtra(defaults map[string]string, extra map[string][]string) []stri
 	return out
 }
 
+// mergeAdditive joins two comma-separated lists, keeping the first occurrence of each value.
+//
 //nolint:gocyclo,cyclop
+func mergeAdditive(base, extra string) string {
+	var out []string
+
+	for _, v := range strings.Split(base+","+extra, ",") {
+		if v = strings.TrimSpace(v); v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+
+	return strings.Join(out, ",")
+}
+
+// additiveAPIServerArgs are the apiserver flags whose extra args add to Talos's defaults
+// (t:internal/app/machined/pkg/controllers/k8s/control_plane_final.go mergePolicies).
+var additiveAPIServerArgs = []string{"enable-admission-plugins", "authorization-mode", "feature-gates"}
+
 func (m *Machine) startKube(ctx context.Context) error {
 	cfg := m.activeConfig()
 	if cfg == nil {
@@ -481,9 +514,13 @@ func (m *Machine) startKube(ctx context.Context) error {
 	}
 
 	api := map[string]string{
-		"advertise-address":           ip,
-		"allow-privileged":            argTrue,
-		"api-audiences":               endpoint,
+		"advertise-address": ip,
+		"allow-privileged":  argTrue,
+		"api-audiences":     endpoint,
+		// Talos's apiserver authorizes with Node,RBAC and admits with NodeRestriction, so a
+		// kubelet (system:node:<name>) can only change its own Node and the pods bound to it
+		// (t:internal/app/machined/pkg/controllers/k8s/control_plane_final.go; Talos renders the
+		// same authorizers as an --authorization-config file unless extra args set the mode)
 		"authorization-mode":          "Node,RBAC",
 		flagBindAddress:               ip,
 		"client-ca-file":              files["ca.crt"],
@@ -555,7 +592,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 	m.kube = kc
 	m.etcdMu.Unlock()
 
-	if err := kc.start(m, "kube-apiserver", argsWithExtra(api, apiExtra), logDir); err != nil {
+	if err := kc.start(m, "kube-apiserver", argsWithExtra(api, apiExtra, additiveAPIServerArgs...), logDir); err != nil {
 		return err
 	}
 
@@ -738,9 +775,48 @@ func (m *Machine) adminClient() (*kubernetes.Clientset, error) {
 	return kubernetes.NewForConfig(rc)
 }
 
-// adminRESTConfig is an admin (system:masters) client config for the machine's cluster
-// endpoint, signed with the cluster's Kubernetes CA.
+// adminRESTConfig is an admin (system:masters) client config for the machine's cluster, as
+// machined's temporary control plane client (t:pkg/kubernetes/kubernetes.go
+// NewTemporaryClientControlPlane); Talos uses it on control planes for the Node's labels,
+// taints and cordon, and for the inline manifests.
 func (m *Machine) adminRESTConfig() (*rest.Config, error) {
+	return m.clusterRESTConfig("talos:"+m.Name(), []string{groupMasters})
+}
+
+// Kubelet client identity: Talos's kubelet gets its client certificate through a CSR with
+// CN system:node:<nodename> in group system:nodes
+// (t:internal/app/machined/pkg/controllers/k8s/kubelet_service.go checks that common name,
+// t:internal/app/machined/pkg/controllers/k8s/internal/k8stemplates/csr.go binds system:nodes).
+const (
+	kubeletUserPrefix = "system:node:"
+	groupNodes        = "system:nodes"
+)
+
+// kubeletClient returns a client with this machine's kubelet identity: the Node authorizer and
+// NodeRestriction let it change only its own Node, Lease and the pods bound to it.
+func (m *Machine) kubeletClient() (*kubernetes.Clientset, error) {
+	rc, err := m.clusterRESTConfig(kubeletUserPrefix+m.nodeName(), []string{groupNodes})
+	if err != nil {
+		return nil, err
+	}
+
+	return kubernetes.NewForConfig(rc)
+}
+
+// nodeApplyClient is the client machined's NodeApplyController uses for the Node's labels,
+// taints and cordon: the temporary admin client on control planes, the kubelet's on workers
+// (t:internal/app/machined/pkg/controllers/k8s/node_apply.go getK8sClient).
+func (m *Machine) nodeApplyClient() (*kubernetes.Clientset, error) {
+	if m.isControlPlane() {
+		return m.adminClient()
+	}
+
+	return m.kubeletClient()
+}
+
+// clusterRESTConfig is a client config for the machine's cluster endpoint with the given
+// identity, signed with the cluster's Kubernetes CA (held by the control planes of the world).
+func (m *Machine) clusterRESTConfig(cn string, orgs []string) (*rest.Config, error) {
 	cfg := m.activeConfig()
 
 	crt := kubeCACert(cfg)
@@ -753,7 +829,64 @@ func (m *Machine) adminRESTConfig() (*rest.Config, error) {
 		return nil, errors.New("no control plane holds the Kubernetes CA key")
 	}
 
-	return restConfigFor(kubeEndpoint(cfg), ca, "talos:"+m.Name(), []string{groupMasters})
+	rc, err := restConfigFor(kubeEndpoint(cfg), ca, cn, orgs)
+	if err != nil {
+		return nil, err
+	}
+
+	rc.Dial = m.world.apiDialer(crt)
+
+	return rc, nil
+}
+
+// apiDialer dials the cluster endpoint and, when it does not answer, the API server of
+// another control plane of the same cluster (same Kubernetes CA), as KubePrism, the local load
+// balancer in front of every API server, does for Talos's kubelet and machined
+// (t:internal/app/machined/pkg/controllers/k8s/kubeprism.go). Every API server's certificate
+// carries the endpoint's address, so TLS verification against the endpoint holds.
+func (w *World) apiDialer(caCrt []byte) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: 2 * time.Second}
+
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			return conn, nil
+		}
+
+		for _, other := range w.apiServerAddrs(caCrt) {
+			if other == addr {
+				continue
+			}
+
+			if c, oerr := d.DialContext(ctx, network, other); oerr == nil {
+				return c, nil
+			}
+		}
+
+		return nil, err
+	}
+}
+
+// apiServerAddrs lists host:port of the API servers running for the cluster of caCrt.
+func (w *World) apiServerAddrs(caCrt []byte) []string {
+	var out []string
+
+	for _, o := range w.machines {
+		cfg := o.activeConfig()
+		if !bytes.Equal(kubeCACert(cfg), caCrt) {
+			continue
+		}
+
+		o.etcdMu.Lock()
+		running := o.kube != nil
+		o.etcdMu.Unlock()
+
+		if running {
+			out = append(out, net.JoinHostPort(o.IP(), strconv.Itoa(apiPort(cfg))))
+		}
+	}
+
+	return out
 }
 
 // logTail returns the last lines of a control plane log (they hold flags and paths, never

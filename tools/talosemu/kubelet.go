@@ -2,7 +2,7 @@ package talosemu
 
 import (
 	"context"
-	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -27,7 +26,6 @@ import (
 const (
 	leaseRenew    = 5 * time.Second
 	nodeStatusGap = 10 * time.Second
-	podSyncGap    = time.Second
 )
 
 // nodeName is the Kubernetes node name Talos derives from the hostname
@@ -39,9 +37,9 @@ func (m *Machine) nodeName() string {
 	return strings.ToLower(m.hostnameLocked())
 }
 
-// kubeletService registers this machine's Node and keeps it Ready while the machine runs,
-// and runs the pods the scheduler binds to it (minimal kubelet: no containers; pods become
-// Running and Ready, deletions complete at once).
+// kubeletService registers this machine's Node and keeps it Ready while the machine runs, with
+// the kubelet's own identity (system:node:<name>). It runs no pods: kwok plays the lifecycle of
+// the pods bound to the Node while this service runs (kwok.go).
 func (m *Machine) kubeletService(ctx context.Context) {
 	if !m.world.kubernetes {
 		return
@@ -53,8 +51,15 @@ func (m *Machine) kubeletService(ctx context.Context) {
 		lastErr string
 	)
 
+	logOnce := func(what string, err error) {
+		if msg := what + err.Error(); msg != lastErr {
+			m.world.logf("machine %s: %s: %v", m.Name(), what, err)
+			lastErr = msg
+		}
+	}
+
 	for ctx.Err() == nil {
-		c, err = m.adminClient()
+		c, err = m.kubeletClient()
 		if err == nil {
 			err = m.registerNode(ctx, c)
 		}
@@ -63,11 +68,7 @@ func (m *Machine) kubeletService(ctx context.Context) {
 			break
 		}
 
-		if msg := err.Error(); msg != lastErr {
-			m.world.logf("machine %s: kubelet: %v", m.Name(), err)
-			lastErr = msg
-		}
-
+		logOnce("kubelet", err)
 		sleepCtx(ctx, 2*time.Second)
 	}
 
@@ -75,8 +76,17 @@ func (m *Machine) kubeletService(ctx context.Context) {
 		return
 	}
 
+	m.kubeletUp.Store(true)
+	m.world.pokeKwok()
+
+	defer func() {
+		m.kubeletUp.Store(false)
+		m.world.pokeKwok()
+	}()
+
 	name := m.nodeName()
-	lastStatus := time.Time{}
+	lastStatus := time.Now()
+	applied := false
 
 	for ctx.Err() == nil {
 		m.renewLease(ctx, c, name)
@@ -87,8 +97,15 @@ func (m *Machine) kubeletService(ctx context.Context) {
 			}
 		}
 
-		m.syncPods(ctx, c, name)
-		sleepCtx(ctx, podSyncGap)
+		if !applied {
+			if err := m.applyNode(ctx); err != nil {
+				logOnce("node labels and taints", err)
+			} else {
+				applied = true
+			}
+		}
+
+		sleepCtx(ctx, leaseRenew)
 	}
 }
 
@@ -149,23 +166,48 @@ func (m *Machine) nodeLabelsAndTaints() (map[string]string, []corev1.Taint) {
 	return labels, taints
 }
 
+// registerNode creates the Node as the kubelet registers it: the labels a kubelet may set and
+// the taints of the config (Talos registers with them,
+// t:internal/app/machined/pkg/controllers/k8s/kubelet_spec.go RegisterWithTaints), then posts
+// its status.
 func (m *Machine) registerNode(ctx context.Context, c *kubernetes.Clientset) error {
 	name := m.nodeName()
-	labels, taints := m.nodeLabelsAndTaints()
+	_, taints := m.nodeLabelsAndTaints()
 
-	node, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	_, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.NodeSpec{Taints: taints}}
+		labels := map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: osLinux, corev1.LabelArchStable: archAMD64}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.NodeSpec{Taints: taints}}
 
-		node, err = c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		_, err = c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	}
 
 	if err != nil {
 		return err
 	}
 
-	// after a reboot Talos uncordons the node it cordoned itself
-	// (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer_tasks.go UncordonNode)
+	return m.updateNodeStatus(ctx, c, name)
+}
+
+// applyNode sets the Node's labels (role, config) and taints and uncordons a Node Talos
+// cordoned, as machined's NodeApplyController does with nodeApplyClient
+// (t:internal/app/machined/pkg/controllers/k8s/node_apply.go; after a reboot,
+// t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer_tasks.go UncordonNode). On
+// a worker NodeRestriction refuses labels in the kubernetes.io domains and any taint change,
+// as it does on Talos.
+func (m *Machine) applyNode(ctx context.Context) error {
+	c, err := m.nodeApplyClient()
+	if err != nil {
+		return err
+	}
+
+	labels, taints := m.nodeLabelsAndTaints()
+
+	node, err := c.CoreV1().Nodes().Get(ctx, m.nodeName(), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+
 	changed := false
 
 	if node.Annotations[constants.AnnotationCordonedKey] == constants.AnnotationCordonedValue {
@@ -186,13 +228,20 @@ func (m *Machine) registerNode(ctx context.Context, c *kubernetes.Clientset) err
 		}
 	}
 
-	if changed {
-		if _, err := c.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-			return err
+	for _, t := range taints {
+		if !slices.ContainsFunc(node.Spec.Taints, func(h corev1.Taint) bool { return h.MatchTaint(&t) }) {
+			node.Spec.Taints = append(node.Spec.Taints, t)
+			changed = true
 		}
 	}
 
-	return m.updateNodeStatus(ctx, c, name)
+	if !changed {
+		return nil
+	}
+
+	_, err = c.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+
+	return err
 }
 
 func (m *Machine) updateNodeStatus(ctx context.Context, c *kubernetes.Clientset, name string) error {
@@ -284,81 +333,25 @@ func (m *Machine) renewLease(ctx context.Context, c *kubernetes.Clientset, name 
 	_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
 }
 
-// syncPods runs the pods bound to this node: they start at once and are Ready; a pod being
-// deleted is removed at once (the containers "stopped").
-func (m *Machine) syncPods(ctx context.Context, c *kubernetes.Clientset, name string) {
-	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
-	if err != nil {
-		return
-	}
-
-	for i := range pods.Items {
-		p := &pods.Items[i]
-
-		if p.DeletionTimestamp != nil {
-			zero := int64(0)
-			uid := p.UID
-			_ = c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
-
-			continue
-		}
-
-		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-
-		now := metav1.Now()
-		podIP := m.IP()
-
-		if !p.Spec.HostNetwork {
-			podIP = fakePodIP(m.IP(), p.UID)
-		}
-
-		p.Status.Phase = corev1.PodRunning
-		p.Status.HostIP, p.Status.PodIP = m.IP(), podIP
-		p.Status.HostIPs = []corev1.HostIP{{IP: m.IP()}}
-		p.Status.PodIPs = []corev1.PodIP{{IP: podIP}}
-		p.Status.StartTime = &now
-		p.Status.Conditions = []corev1.PodCondition{
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		}
-		p.Status.ContainerStatuses = nil
-
-		started := true
-
-		for _, ct := range p.Spec.Containers {
-			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
-				Name: ct.Name, Image: ct.Image, ImageID: ct.Image, Ready: true, Started: &started,
-				ContainerID: "containerd://" + seed(string(p.UID), ct.Name)[:32],
-				State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-			})
-		}
-
-		_, _ = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-	}
-}
-
-// fakePodIP derives a stable pod address in 10.244.0.0/16 from the node and pod.
-func fakePodIP(node string, uid types.UID) string {
-	h := seed(node, string(uid))
-	ip := net.IPv4(10, 244, h[0]%250+1, h[1]%250+1)
-
-	return ip.String()
-}
-
 // cordonAndDrain cordons the node and evicts its pods (not DaemonSet pods, not mirror pods),
 // waiting until they are gone, as Talos does before an upgrade and a graceful reset
 // (t:pkg/kubernetes/kubernetes.go CordonAndDrain, Cordon marks the node with
-// talos.dev/cordoned so that the next boot uncordons it).
+// talos.dev/cordoned so that the next boot uncordons it). The cordon goes through machined's
+// node client (nodeApplyClient), the evictions through the kubelet's identity, as Talos drains
+// with the kubelet kubeconfig
+// (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer_tasks.go CordonAndDrainNode).
+// Evictions honour PodDisruptionBudgets: a refused one (429) is retried.
 func (m *Machine) cordonAndDrain(ctx context.Context) {
 	if !m.world.kubernetes {
 		return
 	}
 
-	c, err := m.adminClient()
+	nc, err := m.nodeApplyClient()
+	if err != nil {
+		return
+	}
+
+	c, err := m.kubeletClient()
 	if err != nil {
 		return
 	}
@@ -368,24 +361,10 @@ func (m *Machine) cordonAndDrain(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
-	node, err := c.CoreV1().Nodes().Get(dctx, name, metav1.GetOptions{})
-	if err != nil {
+	if err := cordon(dctx, nc, name); err != nil {
+		m.world.logf("machine %s: cordon: %v", m.Name(), err)
+
 		return
-	}
-
-	if !node.Spec.Unschedulable {
-		if node.Annotations == nil {
-			node.Annotations = map[string]string{}
-		}
-
-		node.Annotations[constants.AnnotationCordonedKey] = constants.AnnotationCordonedValue
-		node.Spec.Unschedulable = true
-
-		if _, err := c.CoreV1().Nodes().Update(dctx, node, metav1.UpdateOptions{}); err != nil {
-			m.world.logf("machine %s: cordon: %v", m.Name(), err)
-
-			return
-		}
 	}
 
 	for dctx.Err() == nil {
@@ -424,6 +403,32 @@ func (m *Machine) cordonAndDrain(ctx context.Context) {
 		}
 
 		sleepCtx(dctx, time.Second)
+	}
+}
+
+// cordon marks the Node unschedulable with Talos's annotation, retrying on conflicts.
+func cordon(ctx context.Context, c *kubernetes.Clientset, name string) error {
+	for {
+		node, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if node.Spec.Unschedulable {
+			return nil
+		}
+
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+
+		node.Annotations[constants.AnnotationCordonedKey] = constants.AnnotationCordonedValue
+		node.Spec.Unschedulable = true
+
+		_, err = c.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
@@ -68,6 +69,7 @@ type Machine struct {
 	svcCancel   context.CancelFunc
 	svcWG       sync.WaitGroup
 	kube        *kubeControlPlane
+	kubeletUp   atomic.Bool // the kubelet registered its Node and runs (kwok.go)
 
 	rpcMu     sync.Mutex
 	rpcCounts map[string]int

@@ -36,6 +36,8 @@ type World struct {
 	control     *http.Server
 	controlAddr string
 	logger      *log.Logger
+
+	kwokState // kwok.go: one kwok controller per emulated cluster
 }
 
 // Options tune Start.
@@ -92,6 +94,8 @@ func Start(ctx context.Context, spec *Spec, dir string, opts ...Options) (*World
 		singleAPIServer: opt.SingleAPIServer,
 		apiRestartDelay: opt.APIServerRestartDelay,
 	}
+
+	w.kwokCtx, w.kwokCancel = context.WithCancel(context.WithoutCancel(ctx))
 
 	if w.kubeAssets == "" {
 		w.kubeAssets = os.Getenv("KUBEBUILDER_ASSETS")
@@ -254,6 +258,8 @@ func (w *World) Close() {
 
 		cancel()
 	}
+
+	w.stopKwok()
 
 	var wg sync.WaitGroup
 
