@@ -59,7 +59,7 @@ func configCommand() *cli.Command {
 }
 
 // renderInputs reads what a render of the machine needs: its cluster, the
-// cluster's secrets bundle and the namespace's patches.
+// cluster's secrets bundle and the namespace's patches and TalosStorages.
 func (r *run) renderInputs(ctx context.Context, cmd *cli.Command, name string) (render.Input, error) {
 	m, err := r.getMachine(ctx, name)
 	if err != nil {
@@ -99,7 +99,11 @@ func (r *run) renderInputs(ctx context.Context, cmd *cli.Command, name string) (
 	if err := r.c().List(ctx, patches, client.InNamespace(c.Namespace)); err != nil {
 		return render.Input{}, r.conn.Explain(err, "listing TalosConfigPatches")
 	}
-	return render.Input{Cluster: c, Machine: m, Bundle: b, Patches: patches.Items}, nil
+	storages := &ichorv1alpha1.TalosStorageList{}
+	if err := r.c().List(ctx, storages, client.InNamespace(c.Namespace)); err != nil {
+		return render.Input{}, r.conn.Explain(err, "listing TalosStorages (their presets are part of the system layer)")
+	}
+	return render.Input{Cluster: c, Machine: m, Bundle: b, Patches: patches.Items, Storages: storages.Items}, nil
 }
 
 // effectiveEntry is one value as -o yaml|json prints it.

@@ -276,6 +276,18 @@ type DriftSpec struct {
 	Policy string `json:"policy,omitempty"`
 }
 
+// Values of spec.security.secureBoot.
+const (
+	// SecureBootOff installs Talos's ordinary installer.
+	SecureBootOff = "Off"
+	// SecureBootPreferred installs the SecureBoot installer on a node that
+	// boots with SecureBoot, the ordinary one elsewhere.
+	SecureBootPreferred = "Preferred"
+	// SecureBootRequired installs the SecureBoot installer and holds the
+	// configuration of a node that does not boot with SecureBoot.
+	SecureBootRequired = "Required"
+)
+
 // SecuritySpec holds hardening options for clusters Ichor creates.
 type SecuritySpec struct {
 	// secureBoot is Off, Preferred or Required. Required holds the first

@@ -13,6 +13,18 @@ const (
 	StorageConsistentCondition = "StorageConsistent"
 )
 
+// Disk presets of a TalosStorage (spec.preset).
+const (
+	// StoragePresetLonghornV1 prepares nodes for Longhorn's V1 data engine.
+	StoragePresetLonghornV1 = "longhorn-v1"
+	// StoragePresetLonghornV2 prepares nodes for Longhorn's V2 data engine.
+	StoragePresetLonghornV2 = "longhorn-v2"
+	// StoragePresetRaw hands disks over unformatted.
+	StoragePresetRaw = "raw"
+	// StoragePresetFilesystem hands disks over formatted and mounted.
+	StoragePresetFilesystem = "filesystem"
+)
+
 // TalosStorageSpec is a thin integration with a storage system.
 type TalosStorageSpec struct {
 	// clusterName is the TalosCluster, in the same namespace, the storage integration belongs to.

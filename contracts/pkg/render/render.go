@@ -29,7 +29,7 @@ import (
 // same inputs would render different bytes (a new system-layer document, a
 // changed default), so that a change is recognised as Ichor's, a
 // desired-state change rather than drift.
-const Version = 1
+const Version = 2
 
 // Layers, bottom-up. LayerBase is the configuration machinery generates; the
 // others are the patch layers of the architecture ("Patch layers").
@@ -65,6 +65,10 @@ type Input struct {
 	// InlineManifests are bootstrap manifests for a control plane, in the
 	// system layer (`ichor init` passes Cilium; the controller passes none).
 	InlineManifests []InlineManifest
+	// Storages are the candidate TalosStorages, typically every one in the
+	// namespace; the system layer prepares the machine for the presets of
+	// those of the cluster that select it. Nil renders no storage preset.
+	Storages []ichorv1alpha1.TalosStorage
 }
 
 // Origin says where a value came from.
@@ -156,6 +160,14 @@ func (r *Result) Origins() (map[Path]Origin, error) {
 				continue
 			}
 
+			// An empty string or list is a field without omitempty the patch
+			// left unset (KubeletConfig's image, v1alpha1's cluster.network
+			// fields): machinery's merge skips zero values
+			// (config/merge/merge.go), so the patch did not set it.
+			if zeroValue(v) {
+				continue
+			}
+
 			setBy[p] = Origin{Layer: s.Layer, Patch: s.Name}
 		}
 	}
@@ -172,6 +184,17 @@ func (r *Result) Origins() (map[Path]Origin, error) {
 	}
 
 	return out, nil
+}
+
+func zeroValue(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return x == ""
+	case []any:
+		return len(x) == 0
+	default:
+		return false
+	}
 }
 
 // validationMode is an installed machine on metal: Ichor validates what it
@@ -238,7 +261,7 @@ func Render(in Input) (*Result, error) {
 		return nil, err
 	}
 
-	system, err := SystemPatches(in.Cluster, in.Machine, vc)
+	system, err := SystemPatches(in.Cluster, in.Machine, vc, in.Storages)
 	if err != nil {
 		return nil, err
 	}

@@ -629,7 +629,7 @@ func TestInstallerImage(t *testing.T) {
 		c.Spec.Registry.InstallerImage = tc.override
 		c.Spec.Registry.ImageFactoryURL = tc.factory
 
-		got, err := render.InstallerImage(c)
+		got, err := render.InstallerImage(c, nil)
 		if err != nil || got != tc.want {
 			t.Errorf("%+v: %q %v, want %q", tc, got, err, tc.want)
 		}

@@ -3,7 +3,6 @@ package render
 import (
 	"bytes"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -29,6 +28,9 @@ const (
 	PatchHostname           = "ichor-hostname"
 	PatchNodeLabels         = "ichor-node-labels"
 	PatchNetwork            = "ichor-network"
+	PatchMetrics            = "ichor-metrics"
+	PatchKubeletServing     = "ichor-kubelet-serving-certificates"
+	PatchStorage            = "ichor-storage"
 )
 
 // PrimaryLinkAlias is the alias of the primary NIC: a LinkAliasConfig selects
@@ -127,8 +129,10 @@ func bytesStep(layer, name string, b []byte) (Step, error) {
 	return s, nil
 }
 
-// SystemPatches are the system layer Ichor generates for a machine.
-func SystemPatches(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, vc *coreconfig.VersionContract) ([]Step, error) {
+// SystemPatches are the system layer Ichor generates for a machine. storages
+// are the candidate TalosStorages (those of other clusters, or that do not
+// select m, are skipped); nil when the caller has none at hand.
+func SystemPatches(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, vc *coreconfig.VersionContract, storages []ichorv1alpha1.TalosStorage) ([]Step, error) {
 	var steps []Step
 
 	add := func(name string, docs ...doc) error {
@@ -186,6 +190,28 @@ func SystemPatches(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine,
 	}
 
 	if err := add(PatchNetwork, networkDocs(m, vc)...); err != nil {
+		return nil, err
+	}
+
+	metrics, err := metricsDocs(c, m, vc)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := add(PatchMetrics, metrics...); err != nil {
+		return nil, err
+	}
+
+	if err := add(PatchKubeletServing, kubeletServingDocs(c, vc)...); err != nil {
+		return nil, err
+	}
+
+	storage, err := storageDocs(m, storages)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := add(PatchStorage, storage...); err != nil {
 		return nil, err
 	}
 
@@ -284,37 +310,6 @@ const (
 	DefaultImageFactoryHost = "factory.talos.dev"
 )
 
-// InstallerImage is the installer image of the cluster's Talos version:
-// spec.registry.installerImage when set, else the Image Factory's installer
-// of spec.schematic (spec.registry.imageFactoryURL, or factory.talos.dev),
-// else Talos's own installer.
-func InstallerImage(c *ichorv1alpha1.TalosCluster) (string, error) {
-	v := c.Spec.TalosVersion
-	if v == "" {
-		return "", fmt.Errorf("cluster %s: no talosVersion", c.Name)
-	}
-
-	switch {
-	case c.Spec.Registry.InstallerImage != "":
-		return c.Spec.Registry.InstallerImage + ":" + v, nil
-	case c.Spec.Schematic != "":
-		host := DefaultImageFactoryHost
-
-		if c.Spec.Registry.ImageFactoryURL != "" {
-			u, err := url.Parse(c.Spec.Registry.ImageFactoryURL)
-			if err != nil || u.Host == "" {
-				return "", fmt.Errorf("cluster %s: registry.imageFactoryURL %q is not a URL", c.Name, c.Spec.Registry.ImageFactoryURL)
-			}
-
-			host = u.Host
-		}
-
-		return host + "/installer/" + c.Spec.Schematic + ":" + v, nil
-	default:
-		return DefaultInstallerRepository + ":" + v, nil
-	}
-}
-
 // installDocs are the install target: the machine's system disk and the
 // installer image. Under a contract with UnattendedInstallConfig they are
 // that document (as machinery's generator writes it, config/generate/init.go,
@@ -325,7 +320,7 @@ func installDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, v
 		return nil, nil
 	}
 
-	image, err := InstallerImage(c)
+	image, err := InstallerImage(c, m)
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,8 @@ func IsStalled(err error) bool {
 
 // Load reads the cluster (through c), the bundle Secret (through apiReader:
 // the controller may get a Secret, not list or watch them all) and the
-// cluster's patches (through c, indexed by ClusterIndex), and renders.
+// cluster's patches (through c, indexed by ClusterIndex) and the namespace's
+// TalosStorages (through c), and renders.
 func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *ichorv1alpha1.TalosMachine) (*State, error) {
 	cl := &ichorv1alpha1.TalosCluster{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, cl); err != nil {
@@ -66,7 +67,13 @@ func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *icho
 		return nil, err
 	}
 
-	res, err := render.Render(render.Input{Cluster: cl, Machine: m, Bundle: b, Patches: patches.Items})
+	// TalosStorages are few; Render keeps those of the cluster that select m.
+	var storages ichorv1alpha1.TalosStorageList
+	if err := c.List(ctx, &storages, client.InNamespace(m.Namespace)); err != nil {
+		return nil, err
+	}
+
+	res, err := render.Render(render.Input{Cluster: cl, Machine: m, Bundle: b, Patches: patches.Items, Storages: storages.Items})
 	if err != nil {
 		return nil, &StalledError{err.Error()}
 	}

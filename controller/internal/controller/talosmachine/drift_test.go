@@ -163,7 +163,10 @@ func currentRender(t *testing.T, name string) []byte {
 	var patches ichorv1alpha1.TalosConfigPatchList
 	must(t, k8s.List(ctx, &patches, client.InNamespace(ns)))
 
-	res, err := render.Render(render.Input{Cluster: c, Machine: getMachine(t, name), Bundle: theBun, Patches: patches.Items})
+	var storages ichorv1alpha1.TalosStorageList
+	must(t, k8s.List(ctx, &storages, client.InNamespace(ns)))
+
+	res, err := render.Render(render.Input{Cluster: c, Machine: getMachine(t, name), Bundle: theBun, Patches: patches.Items, Storages: storages.Items})
 	must(t, err)
 
 	return res.Bytes

@@ -31,6 +31,8 @@ var (
 	k8s    client.Client
 	world  *talosemu.World
 	theBun *secrets.Bundle
+	// cached is the manager's client: its cache serves the field indexes.
+	cached client.Client
 )
 
 const (
@@ -130,6 +132,8 @@ func setup(ctx context.Context, s *testenv.Suite) error {
 	if err != nil {
 		return err
 	}
+
+	cached = mgr.GetClient()
 
 	r := &Reconciler{DriftInterval: driftInterval}
 	if err := r.SetupWithManager(mgr); err != nil {

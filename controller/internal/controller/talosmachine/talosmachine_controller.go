@@ -29,7 +29,7 @@ import (
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters;talosconfigpatches,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters;talosconfigpatches;talosstorages,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -88,6 +88,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&ichorv1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&ichorv1alpha1.TalosStorage{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfStorage),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
 
@@ -120,6 +122,44 @@ func (r *Reconciler) machinesOfCluster(ctx context.Context, o client.Object) []r
 	out := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+
+	return out
+}
+
+// machinesOfStorage maps a TalosStorage to the machines of its cluster it
+// selects: their system layer carries its preset. An update maps the old and
+// the new object, so machines a changed nodeSelector no longer selects are
+// re-rendered too; a storage being deleted still maps to the machines it
+// selected.
+func (r *Reconciler) machinesOfStorage(ctx context.Context, o client.Object) []reconcile.Request {
+	s, ok := o.(*ichorv1alpha1.TalosStorage)
+	if !ok {
+		return nil
+	}
+
+	s = s.DeepCopy()
+	s.DeletionTimestamp = nil
+
+	var list ichorv1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingFields{clusterIndex: s.Spec.ClusterName}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the machines of a cluster", "cluster", s.Spec.ClusterName)
+
+		return nil
+	}
+
+	var out []reconcile.Request
+
+	for i := range list.Items {
+		selected, err := render.StorageSelects(s, &list.Items[i])
+		if err != nil {
+			// The render reports the bad selector on every machine of the cluster.
+			selected = true
+		}
+
+		if selected {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
 	}
 
 	return out
