@@ -724,3 +724,25 @@ func TestPrimaryNetwork(t *testing.T) {
 		t.Error("a link alias rendered without spec.network.macAddress")
 	}
 }
+
+// TestRender_UserVolumeWithoutMaxSize: a disk given to a user volume without
+// a size is used whole, and machinery accepts the render (it requires a size).
+func TestRender_UserVolumeWithoutMaxSize(t *testing.T) {
+	in := input(t)
+	in.Machine.Spec.Disks[1].MaxSize = ""
+
+	r := renderOK(t, in)
+
+	v, err := render.ConfigValues(r.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if x, _ := get(v, "UserVolumeConfig/data:provisioning.maxSize"); x != "100%" {
+		t.Errorf("user volume maxSize = %v, want 100%%", x)
+	}
+
+	if _, err := r.Validate(); err != nil {
+		t.Errorf("machinery refuses the render: %v", err)
+	}
+}

@@ -521,6 +521,13 @@ func volumeDocs(m *ichorv1alpha1.TalosMachine) ([]doc, error) {
 				return nil, fmt.Errorf("machine %s: disks[%d]: %w", m.Name, i, err)
 			}
 
+			if d.MaxSize == "" {
+				// machinery requires a size (config/types/block UserVolumeConfig
+				// validation: "min size or max size is required"); a disk given
+				// to one user volume is used whole.
+				prov["maxSize"] = "100%"
+			}
+
 			out = append(out, multidoc("UserVolumeConfig", doc{keyName: d.VolumeName, keyProvisioning: prov}))
 		case ichorv1alpha1.DiskRoleSystem, ichorv1alpha1.DiskRoleStorage, ichorv1alpha1.DiskRoleUnused:
 		default:

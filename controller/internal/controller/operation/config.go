@@ -3,7 +3,6 @@ package operation
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,8 +10,6 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -342,13 +339,13 @@ func (w *work) elapsed() time.Duration {
 func (w *work) plan(ctx context.Context) (ctrl.Result, error) {
 	n, err := w.dial(ctx)
 	if err != nil {
-		return w.fail("cannot reach the node: " + nodeMessage(err))
+		return w.fail("cannot reach the node: " + talosnode.Message(err))
 	}
 	defer n.Close()
 
 	running, stored, err := w.diff(ctx, n)
 	if err != nil {
-		return w.fail("cannot read the node's configuration: " + nodeMessage(err))
+		return w.fail("cannot read the node's configuration: " + talosnode.Message(err))
 	}
 
 	if running.Action == plan.ActionNone && stored.Action == plan.ActionNone {
@@ -427,13 +424,13 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
 	n, err := w.dial(ctx)
 	if err != nil {
-		return w.fail("cannot reach the node: " + nodeMessage(err))
+		return w.fail("cannot reach the node: " + talosnode.Message(err))
 	}
 	defer n.Close()
 
 	running, stored, err := w.diff(ctx, n)
 	if err != nil {
-		return w.fail("cannot read the node's configuration: " + nodeMessage(err))
+		return w.fail("cannot read the node's configuration: " + talosnode.Message(err))
 	}
 
 	p := running
@@ -454,7 +451,7 @@ func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
 		}
 
 		if err != nil {
-			return w.fail("the node refused the configuration: " + nodeMessage(err))
+			return w.fail("the node refused the configuration: " + talosnode.Message(err))
 		}
 
 		w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, ichorv1alpha1.AppliedReason, "Apply",
@@ -474,12 +471,12 @@ func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
 func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
 	n, err := w.dial(ctx)
 	if err != nil {
-		return w.fail("cannot reach the node: " + nodeMessage(err))
+		return w.fail("cannot reach the node: " + talosnode.Message(err))
 	}
 	defer n.Close()
 
 	if err := n.Reboot(ctx); err != nil {
-		return w.fail(nodeMessage(err))
+		return w.fail(talosnode.Message(err))
 	}
 
 	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "rebooting %s to run the staged configuration", w.m.Name)
@@ -567,7 +564,7 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 	if w.cp() {
 		n, err := w.dial(ctx)
 		if err != nil {
-			w.mp.Message = "waiting for the node's etcd member: " + nodeMessage(err)
+			w.mp.Message = "waiting for the node's etcd member: " + talosnode.Message(err)
 
 			return w.poll(), nil
 		}
@@ -700,22 +697,4 @@ func (r *Reconciler) workload(ctx context.Context, op *ichorv1alpha1.TalosOperat
 	}
 
 	return kubernetes.NewForConfig(cfg)
-}
-
-// nodeMessage is a node's error as a status may hold it: the gRPC code and
-// message without the transport's noise, cut to a line. Talos's messages name
-// fields and paths; a configuration value is never quoted by Ichor.
-func nodeMessage(err error) string {
-	msg := err.Error()
-
-	var se interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &se) && se.GRPCStatus().Code() != codes.OK {
-		msg = se.GRPCStatus().Code().String() + ": " + se.GRPCStatus().Message()
-	}
-
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i]
-	}
-
-	return truncate(strings.TrimSpace(msg), 1024)
 }

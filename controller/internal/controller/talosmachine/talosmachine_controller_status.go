@@ -2,12 +2,8 @@ package talosmachine
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +12,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
 // patchStatus writes the status once, and only when it changed, as a merge
@@ -136,7 +133,7 @@ func markStalled(m *ichorv1alpha1.TalosMachine, msg string) {
 
 // markUnreachable records that the node did not answer; it is retried.
 func markUnreachable(m *ichorv1alpha1.TalosMachine, err error) {
-	msg := grpcMessage(err)
+	msg := talosnode.Message(err)
 	set(m, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.NodeUnreachableReason, msg)
 	set(m, ichorv1alpha1.ReconcilingCondition, metav1.ConditionTrue, ichorv1alpha1.NodeUnreachableReason, msg)
 	set(m, ichorv1alpha1.StalledCondition, metav1.ConditionFalse, ichorv1alpha1.NodeUnreachableReason, msg)
@@ -144,25 +141,7 @@ func markUnreachable(m *ichorv1alpha1.TalosMachine, err error) {
 
 // markApplyFailed records that the node refused the configuration.
 func markApplyFailed(m *ichorv1alpha1.TalosMachine, err error) {
-	msg := grpcMessage(err)
+	msg := talosnode.Message(err)
 	set(m, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ApplyFailedReason, msg)
 	set(m, ichorv1alpha1.ReconcilingCondition, metav1.ConditionTrue, ichorv1alpha1.ApplyFailedReason, msg)
-}
-
-// grpcMessage is an error's message, without gRPC's "rpc error: code = …"
-// noise, trimmed to what a condition holds.
-func grpcMessage(err error) string {
-	msg := err.Error()
-
-	var se interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &se) && se.GRPCStatus().Code() != codes.OK {
-		msg = se.GRPCStatus().Code().String() + ": " + se.GRPCStatus().Message()
-	}
-
-	msg = strings.TrimSpace(msg)
-	if len(msg) > 1024 {
-		msg = msg[:1024]
-	}
-
-	return msg
 }
