@@ -270,3 +270,25 @@ func clusterRSS(t testing.TB) (total int64, detail string) {
 
 	return total, detail
 }
+
+// podsReadyOn counts the Ready pods of the app=emu Deployment on a Node.
+func podsReadyOn(t testing.TB, kube *kubernetes.Clientset, node string) int {
+	t.Helper()
+
+	pods, err := kube.CoreV1().Pods("emu-apps").List(t.Context(), metav1.ListOptions{LabelSelector: "app=emu", FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return -1
+	}
+
+	n := 0
+
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+	}
+
+	return n
+}

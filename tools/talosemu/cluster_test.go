@@ -28,6 +28,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/maeshinshin/ichor/tools/talosemu"
 )
@@ -577,9 +578,10 @@ func TestClusterScenario(t *testing.T) {
 
 	workerNode := strings.ToLower(hostnameOf(t, a[4]))
 
-	// one control plane off: quorum holds, writes work; its member is unreachable and a
-	// powered-off worker's Node turns NotReady
-	if err := cps[2].PowerOff(); err != nil {
+	// one control plane off — the one the cluster endpoint names: quorum holds, writes work
+	// through another control plane's API server, and the in-process clients (kubelets, kwok)
+	// fail over to it as KubePrism does; a powered-off worker's Node turns NotReady
+	if err := cps[0].PowerOff(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -587,9 +589,11 @@ func TestClusterScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	writeCM(t, kube, "after-one-off", 20*time.Second)
+	kube2 := kubeClientAt(t, kc, "https://"+cps[1].IP()+":6443")
 
-	st, err := a[0].MachineClient.EtcdStatus(t.Context(), &emptypb.Empty{})
+	writeCM(t, kube2, "after-one-off", 20*time.Second)
+
+	st, err := a[1].MachineClient.EtcdStatus(t.Context(), &emptypb.Empty{})
 	if err != nil {
 		t.Fatalf("EtcdStatus with one member off: %v", err)
 	}
@@ -598,7 +602,27 @@ func TestClusterScenario(t *testing.T) {
 		t.Fatal("no leader with 2 of 3 members")
 	}
 
-	waitNodes(t, kube, 1, func(n corev1.Node) bool { return n.Name == workerNode && !nodeReady(n) }, "powered-off worker NotReady")
+	waitNodes(t, kube2, 1, func(n corev1.Node) bool { return n.Name == workerNode && !nodeReady(n) }, "powered-off worker NotReady")
+
+	liveWorker := strings.ToLower(hostnameOf(t, a[3]))
+	waitNodes(t, kube2, 1, func(n corev1.Node) bool { return n.Name == liveWorker && nodeReady(n) },
+		"the running worker stays Ready with the endpoint's control plane off")
+
+	// a new pod is created, scheduled and made Ready with the endpoint's control plane off
+	// (controller-manager and scheduler leaders elsewhere, kwok on another API server)
+	readyBefore := podsReadyOn(t, kube2, liveWorker)
+
+	_, err = kube2.AppsV1().Deployments("emu-apps").Patch(t.Context(), "emu", types.MergePatchType,
+		[]byte(`{"spec":{"replicas":3}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 120*time.Second, "deployment scaled with the endpoint's control plane off", func() (bool, string) {
+		n := podsReadyOn(t, kube2, liveWorker)
+
+		return n == readyBefore+1, fmt.Sprintf("%d Ready pods on %s, %d before the scale-up", n, liveWorker, readyBefore)
+	})
 
 	// the second control plane off: quorum lost, writes fail
 	if err := cps[1].PowerOff(); err != nil {
@@ -606,13 +630,14 @@ func TestClusterScenario(t *testing.T) {
 	}
 
 	eventually(t, 30*time.Second, "etcd without a leader", func() (bool, string) {
-		_, err := memberList(t.Context(), a[0])
+		_, err := memberList(t.Context(), a[2])
 
 		return err != nil, fmt.Sprint(err)
 	})
 
+	kube3 := kubeClientAt(t, kc, "https://"+cps[2].IP()+":6443")
 	wctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
-	_, err = kube.CoreV1().ConfigMaps("default").Create(wctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "during-quorum-loss"}}, metav1.CreateOptions{})
+	_, err = kube3.CoreV1().ConfigMaps("default").Create(wctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "during-quorum-loss"}}, metav1.CreateOptions{})
 
 	cancel()
 
@@ -621,7 +646,7 @@ func TestClusterScenario(t *testing.T) {
 	}
 
 	// power on: quorum returns, writes work again, the worker is Ready again
-	for _, m := range []*talosemu.Machine{cps[1], cps[2], workers[1]} {
+	for _, m := range []*talosemu.Machine{cps[0], cps[1], workers[1]} {
 		if err := m.PowerOn(); err != nil {
 			t.Fatal(err)
 		}
