@@ -49,6 +49,7 @@ const (
 	stepWaitBoot      = "wait-boot"
 	stepUncordon      = "uncordon"
 	stepWaitAPIServer = "wait-apiserver"
+	stepAPIServerDown = "wait-apiserver-down"
 	stepAPIServerBack = "wait-apiserver-back"
 	stepDone          = "done"
 )
@@ -58,6 +59,10 @@ const (
 	opStepSelect  = "select"
 	opStepRollout = "rollout"
 )
+
+// apiServerDownPolls is how many polls in a row /readyz must fail for a
+// kube-apiserver restart to count as seen.
+const apiServerDownPolls = 3
 
 // heldWait is how often an operation whose remaining machines are all held looks again.
 const heldWait = time.Minute
@@ -261,7 +266,7 @@ func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1
 		return w.waitBoot(ctx)
 	case stepUncordon:
 		return w.uncordon(ctx)
-	case stepWaitAPIServer, stepAPIServerBack:
+	case stepWaitAPIServer, stepAPIServerDown, stepAPIServerBack:
 		return w.waitAPIServer(ctx)
 	default:
 		r.fail(op, mp, mp.Step, "unknown step "+mp.Step)
@@ -583,45 +588,61 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 }
 
 // waitAPIServer waits for the control plane's own kube-apiserver to restart
-// and answer /readyz. Seen away once, it must come back; never seen away, it
-// must stay ready for APIServerSettle (a restart quicker than the polls).
+// and answer /readyz (Talos re-renders its static pod; the kubelet restarts it
+// when it next reads the manifest, so the restart may come some seconds after
+// the apply). The restart counts as seen when /readyz fails for
+// apiServerDownPolls polls in a row (one failed poll is a blip, not the
+// restart); once seen, the server must come back. Never seen away, it must
+// stay ready for APIServerSettle after the apply (a restart quicker than the
+// polls). Both are measured from the machine's start, which the apply follows.
 func (w *work) waitAPIServer(ctx context.Context) (ctrl.Result, error) {
-	if w.elapsed() > w.r.APIServerTimeout+w.r.APIServerSettle {
-		return w.fail(fmt.Sprintf("the kube-apiserver on %s did not answer /readyz within %s", w.m.Spec.Address, w.r.APIServerTimeout+w.r.APIServerSettle))
+	since := w.r.Now().Sub(w.mp.StartedAt.Time)
+	if limit := w.r.APIServerTimeout + w.r.APIServerSettle; since > limit {
+		return w.fail(fmt.Sprintf("the kube-apiserver on %s did not restart and answer /readyz within %s of the apply", w.m.Spec.Address, limit))
 	}
 
+	err := w.apiServerReady(ctx)
+
+	switch w.mp.Step {
+	case stepWaitAPIServer:
+		switch {
+		case err != nil:
+			return w.next(stepAPIServerDown, "the kube-apiserver does not answer /readyz: "+err.Error())
+		case since < w.r.APIServerSettle:
+			w.mp.Message = "the kube-apiserver answers /readyz; watching it until its restart shows or " + w.r.APIServerSettle.String() + " pass"
+
+			return w.poll(), nil
+		default:
+			return w.finishMachine(ctx, "the kube-apiserver answered /readyz throughout "+w.r.APIServerSettle.String()+" (a restart quicker than the polls)")
+		}
+	case stepAPIServerDown:
+		switch {
+		case err == nil:
+			// A blip: back to watching (the settle time still runs from the start).
+			return w.next(stepWaitAPIServer, "the kube-apiserver answers /readyz again after a failed poll")
+		case w.elapsed() >= apiServerDownPolls*w.r.PollInterval:
+			return w.next(stepAPIServerBack, "the kube-apiserver restarts")
+		default:
+			return w.poll(), nil
+		}
+	default: // stepAPIServerBack
+		if err != nil {
+			w.mp.Message = "waiting for /readyz: " + err.Error()
+
+			return w.poll(), nil //nolint:nilerr // a kube-apiserver that restarts is waited for
+		}
+
+		return w.finishMachine(ctx, "the kube-apiserver restarted and answers /readyz")
+	}
+}
+
+func (w *work) apiServerReady(ctx context.Context) error {
 	cfg, err := w.r.workloadConfig(ctx, w.op, w.st.Bundle)
 	if err != nil {
-		if w.mp.Step == stepWaitAPIServer {
-			return w.next(stepAPIServerBack, "the kube-apiserver restarts")
-		}
-
-		w.mp.Message = "waiting for the kube-apiserver: " + err.Error()
-
-		return w.poll(), nil
+		return err
 	}
 
-	if err := workload.APIServerReady(ctx, cfg, w.m.Spec.Address); err != nil {
-		if w.mp.Step == stepWaitAPIServer {
-			return w.next(stepAPIServerBack, "the kube-apiserver restarts")
-		}
-
-		w.mp.Message = "waiting for /readyz: " + err.Error()
-
-		return w.poll(), nil
-	}
-
-	if w.mp.Step == stepWaitAPIServer && w.elapsed() < w.r.APIServerSettle {
-		w.mp.Message = "the kube-apiserver answers /readyz; watching it until the restart shows or " + w.r.APIServerSettle.String() + " pass"
-
-		return w.poll(), nil
-	}
-
-	if w.mp.Step == stepWaitAPIServer {
-		return w.finishMachine(ctx, "the kube-apiserver answered /readyz throughout "+w.r.APIServerSettle.String()+" (a restart quicker than the polls)")
-	}
-
-	return w.finishMachine(ctx, "the kube-apiserver restarted and answers /readyz")
+	return workload.APIServerReady(ctx, cfg, w.m.Spec.Address)
 }
 
 // finishMachine marks the machine done and asks its reconciler to look now.

@@ -209,6 +209,13 @@ func TestOperation_APIServerRestartRollout(t *testing.T) {
 func TestOperation_RebootRolloutDrainsAndFailurePauses(t *testing.T) {
 	ctx := context.Background()
 
+	// The cluster's API answers (an earlier test may have restarted it).
+	eventually(t, "the cluster's API answers", func() error {
+		_, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "w-1", metav1.GetOptions{})
+
+		return err
+	})
+
 	// A reboot-requiring difference on w-1 (machine.env of the legacy
 	// document; no patchable kind needs a reboot under the v1.14 contract).
 	changeBehindIchor(t, "w-1", "machine:\n  env:\n    ICHOR_REBOOT: \"1\"\n")
