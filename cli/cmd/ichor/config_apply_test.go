@@ -86,13 +86,23 @@ func TestConfigApply(t *testing.T) {
 	cp.Labels = map[string]string{"zone": "a"}
 	createMachine(t, cp)
 	createMachine(t, configuredMachine(ns, "w-1", ichorv1alpha1.RoleWorker))
+	api := configuredMachine(ns, "cp-2", ichorv1alpha1.RoleControlPlane)
+	api.Status.RebootRequiredPaths = []string{"cluster.apiServer.extraArgs"}
+	api.Status.Conditions = append(api.Status.Conditions, cond(ichorv1alpha1.APIServerRestartRequiredCondition, metav1.ConditionTrue,
+		ichorv1alpha1.WaitingForRolloutReason, "1 change(s) wait for a config operation"))
+	createMachine(t, api)
+	drifted := configuredMachine(ns, "w-2", ichorv1alpha1.RoleWorker)
+	drifted.Annotations = map[string]string{ichorv1alpha1.HoldUpgradeAnnotation: ""}
+	drifted.Status.DriftPaths = []string{"machine.network.hostname"}
+	drifted.Status.Conditions[2] = cond(ichorv1alpha1.DriftedCondition, metav1.ConditionTrue, ichorv1alpha1.DriftDetectedReason, "1 path differs")
+	createMachine(t, drifted)
 
 	// Bad input: refused before anything is written.
 	mustFail(t, ichor(t, "config", "apply", "-n", ns, "-y"), "has 2 TalosClusters", "--cluster")
 	mustFail(t, ichor(t, "config", "apply", "-n", ns, "-y", "--cluster", "nope"), `TalosCluster "nope" not found`)
 	mustFail(t, ichor(t, "config", "apply", "-n", ns, "-y", "--cluster", "prod", "--selector", "zone in a"), `--selector "zone in a" is not a label selector`)
 	mustFail(t, ichor(t, "config", "apply", "-n", ns, "-y", "--cluster", "prod", "--selector", "zone=b"), "matches no TalosMachine of cluster prod")
-	mustFail(t, ichor(t, "config", "apply", "-n", ns, "-y", "--cluster", "prod", "--machine", "cp-9"), `TalosMachine "cp-9" not found`, "cp-1, w-1")
+	mustFail(t, ichor(t, "config", "apply", "-n", ns, "-y", "--cluster", "prod", "--machine", "cp-9"), `TalosMachine "cp-9" not found`, "cp-1, cp-2, w-1, w-2")
 	mustFail(t, ichor(t, "config", "apply", "-n", ns, "-y", "--cluster", "prod", "--machine", "cp-1"),
 		"--machine cannot be honoured", "no label naming them", "kubectl label talosmachine -n apply cp-1 rollout=now", "nothing was created")
 	mustFail(t, ichor(t, "config", "apply", "cp-1", "-n", ns, "-y", "--cluster", "prod"), "takes no arguments")
@@ -102,16 +112,21 @@ func TestConfigApply(t *testing.T) {
 	// answer, or none, creates nothing.
 	r := mustFail(t, ichorWith(t, invocation{stdin: "yes\n"}, "config", "apply", "-n", ns, "--cluster", "prod"), `not confirmed: the answer was not "prod"`)
 	for _, want := range []string{
-		"Config rollout of cluster prod: 1 machine(s), one at a time, control planes first.",
-		"cp-1 (controlplane)\n  RebootRequired: cordon, drain, staged apply, reboot, uncordon\n",
-		"  waiting changes: machine.install.extraKernelArgs, machine.kernel.modules\n",
+		"Config rollout of cluster prod: 3 machine(s), one at a time, control planes first.",
+		"cp-1 (controlplane)\n  RebootRequired: cordon, drain, staged apply, reboot, uncordon\n" +
+			"  waiting changes: machine.install.extraKernelArgs, machine.kernel.modules\n" +
+			"cp-2 (controlplane)\n  APIServerRestartRequired: apply without reboot, the kube-apiserver restarts (no drain)\n" +
+			"  waiting changes: cluster.apiServer.extraArgs\n" +
+			"w-2 (worker)\n  Drifted: the node differs from the render and gets it again\n" +
+			"  drifted paths:   machine.network.hostname\n" +
+			"  held: it carries ichor.maesh.dev/hold-upgrade, so the operation skips it until the annotation is removed\n",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("the plan must contain %q:\n%s", want, r.stdout)
 		}
 	}
 	t.Logf("the plan:\n%s%s", r.stdout, r.stderr)
-	if strings.Contains(r.stdout, "w-1") {
+	if strings.Contains(r.stdout, "w-1 ") {
 		t.Fatalf("a machine with nothing waiting is not in the plan:\n%s", r.stdout)
 	}
 	if !strings.Contains(r.stderr, `Type "prod" to confirm`) {
