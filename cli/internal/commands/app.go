@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/compat"
@@ -47,6 +48,20 @@ const (
 	flagNode = "node"
 	// flagRole is the role flag of approve, config and user create.
 	flagRole = "role"
+	// cmdList and cmdGet name the list and get subcommands.
+	cmdList = "list"
+	cmdGet  = "get"
+	// flagWatch keeps printing changes; flagWait follows a write until it is done.
+	flagWatch = "watch"
+	flagWait  = "wait"
+	// colRole, colPhase, colStep, colType, colReason, colStatus and colMessage head table columns.
+	colRole    = "ROLE"
+	colPhase   = "PHASE"
+	colStep    = "STEP"
+	colType    = "TYPE"
+	colReason  = "REASON"
+	colStatus  = "STATUS"
+	colMessage = "MESSAGE"
 	// annotationTrue is the value of a consent annotation.
 	annotationTrue = "true"
 )
@@ -82,6 +97,7 @@ func New() *cli.Command {
 			machineCommand(),
 			nodeCommand(),
 			configCommand(),
+			operationCommand(),
 			secretsCommand(),
 			userCommand(),
 			uiCommand(),
@@ -210,6 +226,15 @@ func (r *run) confirm(prompt, want string) error {
 		return fmt.Errorf("not confirmed: the answer was not %q; nothing was changed", want)
 	}
 	return nil
+}
+
+// conditionsTable is the table of an object's conditions.
+func conditionsTable(conds []metav1.Condition) *output.Rows {
+	t := &output.Rows{Header: []string{colType, colStatus, colReason, colMessage}}
+	for _, c := range conds {
+		t.Add(c.Type, string(c.Status), c.Reason, c.Message)
+	}
+	return t
 }
 
 // requireOneArg checks that there is exactly one positional argument.

@@ -28,7 +28,7 @@ func configCommand() *cli.Command {
 	roleFlag := &cli.StringFlag{Name: flagRole, Usage: "render a pending machine as `ROLE` (controlplane or worker) for a preview; nothing is written"}
 	return &cli.Command{
 		Name:   "config",
-		Usage:  "show a machine's effective configuration and what a patch would change",
+		Usage:  "show a machine's effective configuration and what a patch would change; roll out waiting changes",
 		Action: unknownSubcommand,
 		Commands: []*cli.Command{
 			{
@@ -54,6 +54,7 @@ func configCommand() *cli.Command {
 				},
 				Action: configDiff,
 			},
+			configApplyCommand(),
 		},
 	}
 }
