@@ -340,18 +340,30 @@ func (w *work) elapsed() time.Duration {
 	return w.r.Now().Sub(w.mp.StepStartedAt.Time)
 }
 
-// plan decides what the machine needs; a machine that runs the render is skipped.
-func (w *work) plan(ctx context.Context) (ctrl.Result, error) {
+// nodePlans connects to the node and plans the render against its running
+// and stored configurations; failure says what went wrong (nothing is left open then).
+func (w *work) nodePlans(ctx context.Context) (n *talosnode.Node, running, stored plan.Plan, failure string) {
 	n, err := w.dial(ctx)
 	if err != nil {
-		return w.fail("cannot reach the node: " + talosnode.Message(err))
+		return nil, plan.Plan{}, plan.Plan{}, "cannot reach the node: " + talosnode.Message(err)
+	}
+
+	if running, stored, err = w.diff(ctx, n); err != nil {
+		n.Close()
+
+		return nil, plan.Plan{}, plan.Plan{}, "cannot read the node's configuration: " + talosnode.Message(err)
+	}
+
+	return n, running, stored, ""
+}
+
+// plan decides what the machine needs; a machine that runs the render is skipped.
+func (w *work) plan(ctx context.Context) (ctrl.Result, error) {
+	n, running, stored, failure := w.nodePlans(ctx)
+	if failure != "" {
+		return w.fail(failure)
 	}
 	defer n.Close()
-
-	running, stored, err := w.diff(ctx, n)
-	if err != nil {
-		return w.fail("cannot read the node's configuration: " + talosnode.Message(err))
-	}
 
 	if running.Action == plan.ActionNone && stored.Action == plan.ActionNone {
 		w.mp.Phase, w.mp.Message = ichorv1alpha1.MachineSkipped, "the node runs the rendered configuration"
@@ -427,16 +439,11 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 
 // apply sends the render: STAGED before a reboot, else in the plan's mode.
 func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
-	n, err := w.dial(ctx)
-	if err != nil {
-		return w.fail("cannot reach the node: " + talosnode.Message(err))
+	n, running, stored, failure := w.nodePlans(ctx)
+	if failure != "" {
+		return w.fail(failure)
 	}
 	defer n.Close()
-
-	running, stored, err := w.diff(ctx, n)
-	if err != nil {
-		return w.fail("cannot read the node's configuration: " + talosnode.Message(err))
-	}
 
 	p := running
 	if p.Action == plan.ActionNone {
