@@ -152,8 +152,11 @@ type scope struct {
 // Reconcile is get → deferred status patch → refusal, failure pause, lock,
 // person's pause → one step of the operation's type.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	// Read from the API, not the cache: the steps have side effects (Reboot
+	// is not idempotent), so a step must never run again from a status the
+	// cache has not caught up with after this reconciler's own last write.
 	op := &ichorv1alpha1.TalosOperation{}
-	if err := r.Client.Get(ctx, req.NamespacedName, op); err != nil {
+	if err := r.APIReader.Get(ctx, req.NamespacedName, op); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 
@@ -363,7 +366,11 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, op *ichorv1alpha1.
 		return nil
 	}
 
-	if err := r.Client.Status().Patch(ctx, op, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	// Only this reconciler writes an operation's status, one reconcile at a
+	// time per object: a plain merge patch cannot lose a write, and a
+	// conflict with a person's spec edit (pause, resume) must not undo a step
+	// whose side effect already happened.
+	if err := r.Client.Status().Patch(ctx, op, client.MergeFrom(before)); err != nil {
 		return err
 	}
 
