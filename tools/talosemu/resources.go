@@ -240,7 +240,7 @@ func seedHardware(ctx context.Context, st state.State, hw hwSpec) error {
 	}
 
 	if err := put(ctx, st, runtime.NewSecurityStateSpec(runtime.NamespaceName), func(r *runtime.SecurityState) {
-		r.TypedSpec().SecureBoot = false
+		r.TypedSpec().SecureBoot = hw.SecureBoot
 	}); err != nil {
 		return err
 	}

@@ -168,6 +168,8 @@ type MachineSpec struct {
 	Disks []DiskSpec `yaml:"disks,omitempty"`
 	// Links are the physical network links; default one.
 	Links []LinkSpec `yaml:"links,omitempty"`
+	// SecureBoot is whether the machine boots with SecureBoot (SecurityState).
+	SecureBoot bool `yaml:"secureBoot,omitempty"`
 }
 
 // Identity is the SMBIOS identity of a machine.
@@ -285,6 +287,7 @@ type hwSpec struct {
 	Disks        []diskHW `json:"disks"`
 	Links        []linkHW `json:"links"`
 	Port         int      `json:"port"`
+	SecureBoot   bool     `json:"secureBoot,omitempty"`
 }
 
 type diskHW struct {
@@ -349,7 +352,7 @@ func (spec *Spec) resolve() ([]hwSpec, error) {
 	for i, m := range spec.Machines {
 		where := fmt.Sprintf("machines[%d]", i)
 
-		hw := hwSpec{Name: m.Name, Role: m.Role, Port: spec.port()}
+		hw := hwSpec{Name: m.Name, Role: m.Role, Port: spec.port(), SecureBoot: m.SecureBoot}
 		if hw.Name == "" {
 			hw.Name = fmt.Sprintf("machine-%d", i+1)
 		}

@@ -55,7 +55,8 @@ func run(m *testing.M) int {
 					{Type: "nvme", Size: "512GiB"},
 					{Type: "virtio", Size: "20GiB", Serial: &virtioNoIDs, WWID: &virtioNoIDs},
 				},
-				Links: []talosemu.LinkSpec{{Name: "eth0", MAC: "0a:00:00:00:08:02"}, {Name: "eth1", MAC: "0A:00:00:00:08:01"}},
+				Links:      []talosemu.LinkSpec{{Name: "eth0", MAC: "0a:00:00:00:08:02"}, {Name: "eth1", MAC: "0A:00:00:00:08:01"}},
+				SecureBoot: true,
 			},
 			{Name: "no-uuid", Identity: talosemu.Identity{UUID: &noUUID, Serial: "SER-2"}},
 			{Name: "configured", Role: talosemu.RoleHintControlPlane},
@@ -161,6 +162,10 @@ func TestProbeMaintenanceReadsIdentityHardwareAndFingerprint(t *testing.T) {
 		t.Errorf("version %q stage %q, want v1.14.1 maintenance", res.TalosVersion, res.Stage)
 	}
 
+	if res.SecureBoot == nil || !*res.SecureBoot {
+		t.Errorf("SecureBoot %v, want true (SecurityState of a machine booted with SecureBoot)", res.SecureBoot)
+	}
+
 	if len(res.Disks) != 2 {
 		t.Fatalf("disks %+v, want 2", res.Disks)
 	}
@@ -188,6 +193,10 @@ func TestProbeEmptyUUID(t *testing.T) {
 
 	if res.Kind != discovery.KindMaintenance || res.UUID != "" || res.Serial != "SER-2" || len(res.MACs()) != 1 {
 		t.Errorf("got %+v, want a maintenance node with no UUID, serial SER-2 and one MAC", res)
+	}
+
+	if res.SecureBoot == nil || *res.SecureBoot {
+		t.Errorf("SecureBoot %v, want false (the machine boots without it)", res.SecureBoot)
 	}
 }
 

@@ -82,6 +82,9 @@ type Result struct {
 	Disks []Disk
 	// Links are the physical links (ethernet, no kind), with their permanent MACs.
 	Links []Link
+	// SecureBoot is whether the node booted with SecureBoot (SecurityState);
+	// nil when the node does not say.
+	SecureBoot *bool
 }
 
 // MACs returns the permanent MAC addresses of the physical links, sorted and
@@ -311,6 +314,12 @@ func readHardware(ctx context.Context, c *talosclient.Client, res *Result) error
 		}
 
 		res.Disks = append(res.Disks, disk)
+	}
+
+	// SecurityState is readable in maintenance mode (talos-api.md, COSI
+	// resources); best effort: a node that does not serve it leaves it unknown.
+	if ss, err := safe.StateGetByID[*talosruntime.SecurityState](ctx, c.COSI, talosruntime.SecurityStateID); err == nil {
+		res.SecureBoot = new(ss.TypedSpec().SecureBoot)
 	}
 
 	links, err := safe.StateListAll[*network.LinkStatus](ctx, c.COSI)

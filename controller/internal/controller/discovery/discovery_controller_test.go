@@ -89,6 +89,13 @@ func TestScanCreatesOnePendingMachinePerMaintenanceNodeAndNoDuplicates(t *testin
 		t.Errorf("manufacturer/product %q/%q, want Acme/Box", m.Status.Hardware.Manufacturer, m.Status.Hardware.ProductName)
 	}
 
+	// The SecureBoot state the node reports decides its installer (render.SecureBootInstaller).
+	for addr, want := range map[string]bool{"127.77.16.1": true, "127.77.16.2": false} {
+		if sb := byAddress[addr].Status.SecureBoot; sb == nil || *sb != want {
+			t.Errorf("%s: status.secureBoot %v, want %t", addr, sb, want)
+		}
+	}
+
 	cl := getCluster(t, "scan")
 	if cl.Status.PendingMachines != 3 || cl.Status.Discovery.LastScanTime == nil {
 		t.Errorf("pendingMachines %d lastScanTime %v, want 3 and a time", cl.Status.PendingMachines, cl.Status.Discovery.LastScanTime)

@@ -488,6 +488,7 @@ func (s *scan) fillStatus(m *ichorv1alpha1.TalosMachine, cd *candidate, all []*c
 	m.Status.Stage = ichorv1alpha1.StageMaintenance
 	m.Status.TalosVersion = res.TalosVersion
 	m.Status.Hardware = hardware(res)
+	m.Status.SecureBoot = res.SecureBoot
 
 	cond := s.conflict(m.Name, cd, all, m.Spec.Address)
 	cond.ObservedGeneration = m.Generation

@@ -51,7 +51,7 @@ func worldSpec() *talosemu.Spec {
 			Boot:    talosemu.Duration(50 * time.Millisecond),
 		},
 		Machines: []talosemu.MachineSpec{
-			{Name: "scan-1", Address: "127.77.16.1", Identity: talosemu.Identity{Serial: "S-1", Manufacturer: "Acme", ProductName: "Box"}},
+			{Name: "scan-1", Address: "127.77.16.1", Identity: talosemu.Identity{Serial: "S-1", Manufacturer: "Acme", ProductName: "Box"}, SecureBoot: true},
 			{Name: "scan-2", Address: "127.77.16.2"},
 			{Name: "scan-3", Address: "127.77.16.3"},
 			{Name: "weak", Address: "127.77.16.17", Identity: talosemu.Identity{UUID: &none, Serial: "WEAK-1", Manufacturer: "NoName"}},
