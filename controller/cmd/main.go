@@ -26,6 +26,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/clusterstatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
+	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
@@ -138,6 +139,10 @@ func main() {
 	}
 	if err := (&operation.Reconciler{}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "registering the TalosOperation reconciler")
+		os.Exit(1)
+	}
+	if err := (&kubeletcsr.Reconciler{}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the kubelet serving certificate approver")
 		os.Exit(1)
 	}
 	if err := (&discovery.Reconciler{}).SetupWithManager(mgr); err != nil {
