@@ -20,7 +20,7 @@ function Plan({ machines }: { machines: RolloutMachine[] }) {
         <li key={m.name} data-machine={m.name}>
           <span class="font-medium">{m.name}</span> <span class="text-muted-foreground">({m.role || "unknown"})</span>
           {m.heldBy && (
-            <Badge tone="warn" title={`The operation skips it while it carries ${m.heldBy}`}>
+            <Badge tone="warn" class="ml-1" title={`The operation skips it while it carries ${m.heldBy}`}>
               held
             </Badge>
           )}
