@@ -4,17 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 
 	"github.com/urfave/cli/v3"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 )
 
 // configApplyCommand is `ichor config apply`: the plan of the changes that
@@ -35,67 +34,12 @@ func configApplyCommand() *cli.Command {
 	}
 }
 
-// Rollout kinds of a waiting machine, as the plan prints them.
-const (
-	rolloutReboot    = "reboot"
-	rolloutAPIServer = "kube-apiserver-restart"
-	rolloutDrift     = "drift"
-)
-
-// waitingMachine is one machine the rollout would work on.
-type waitingMachine struct {
-	Name string `json:"name"`
-	Role string `json:"role"`
-	// Rollout lists what the operation does to it: reboot, kube-apiserver-restart, drift.
-	Rollout []string `json:"rollout"`
-	// Paths are status.rebootRequiredPaths: the rendered changes that wait.
-	Paths []string `json:"rebootRequiredPaths,omitempty"`
-	// DriftPaths are status.driftPaths: where the node differs from the render.
-	DriftPaths []string `json:"driftPaths,omitempty"`
-	// Held is the hold annotation that makes the operation skip it, if any.
-	Held string `json:"heldBy,omitempty"`
-}
-
 // rolloutPlan is what `config apply` prints (and, with -o yaml|json, writes).
 type rolloutPlan struct {
-	Cluster   string           `json:"cluster"`
-	Selector  string           `json:"selector,omitempty"`
-	Machines  []waitingMachine `json:"machines"`
-	Operation string           `json:"operation,omitempty"`
-}
-
-// configuredForRollout mirrors the operation's own choice of machines
-// (controller/internal/controller/operation, configured): approved,
-// addressed, provisioned and not being removed.
-func configuredForRollout(m *ichorv1alpha1.TalosMachine) bool {
-	return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved && m.Spec.Address != "" &&
-		meta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ProvisionedCondition) && m.DeletionTimestamp == nil
-}
-
-// waitingFor reads from a machine's status what a config operation would do to it.
-func waitingFor(m *ichorv1alpha1.TalosMachine) (waitingMachine, bool) {
-	w := waitingMachine{Name: m.Name, Role: m.Spec.Role, Paths: m.Status.RebootRequiredPaths, DriftPaths: m.Status.DriftPaths}
-	cond := func(t string) bool { return meta.IsStatusConditionTrue(m.Status.Conditions, t) }
-	switch {
-	case cond(ichorv1alpha1.RebootRequiredCondition):
-		w.Rollout = append(w.Rollout, rolloutReboot)
-	case cond(ichorv1alpha1.APIServerRestartRequiredCondition):
-		w.Rollout = append(w.Rollout, rolloutAPIServer)
-	case len(w.Paths) > 0:
-		// Paths without their condition: the status is being rewritten; the
-		// operation decides the mode from the node itself.
-		w.Rollout = append(w.Rollout, rolloutReboot)
-	}
-	if cond(ichorv1alpha1.DriftedCondition) || len(w.DriftPaths) > 0 {
-		w.Rollout = append(w.Rollout, rolloutDrift)
-	}
-	for _, a := range []string{ichorv1alpha1.HoldUpgradeAnnotation, ichorv1alpha1.HoldApplyAnnotation} {
-		if _, ok := m.Annotations[a]; ok {
-			w.Held = a
-			break
-		}
-	}
-	return w, len(w.Rollout) > 0
+	Cluster   string            `json:"cluster"`
+	Selector  string            `json:"selector,omitempty"`
+	Machines  []rollout.Machine `json:"machines"`
+	Operation string            `json:"operation,omitempty"`
 }
 
 // errMachineFlag explains why --machine cannot be honoured.
@@ -111,17 +55,9 @@ func configApply(ctx context.Context, cmd *cli.Command) error {
 		return fmt.Errorf("`%s` takes no arguments (got %q): choose machines with --selector; run `%s --help`",
 			cmd.FullName(), cmd.Args().First(), cmd.FullName())
 	}
-	sel := labels.Everything()
-	var labelSel *metav1.LabelSelector
-	if s := cmd.String("selector"); s != "" {
-		ls, err := metav1.ParseToLabelSelector(s)
-		if err != nil {
-			return fmt.Errorf("--selector %q is not a label selector (%w): write it as kubectl -l does, e.g. zone=a or 'tier in (edge,core)'", s, err)
-		}
-		if sel, err = metav1.LabelSelectorAsSelector(ls); err != nil {
-			return fmt.Errorf("--selector %q: %w", s, err)
-		}
-		labelSel = ls
+	labelSel, sel, err := rollout.ParseSelector(cmd.String("selector"))
+	if err != nil {
+		return fmt.Errorf("--selector %w", err)
 	}
 	r, err := connected(cmd)
 	if err != nil {
@@ -154,36 +90,15 @@ func configApply(ctx context.Context, cmd *cli.Command) error {
 	if err := r.c().List(ctx, list, client.InNamespace(r.ns())); err != nil {
 		return r.conn.Explain(err, "listing TalosMachines in namespace "+r.ns())
 	}
-	p := rolloutPlan{Cluster: c.Name, Machines: []waitingMachine{}}
+	planned := rollout.For(c.Name, sel, list.Items)
+	p := rolloutPlan{Cluster: c.Name, Machines: planned.Machines}
 	if labelSel != nil {
 		p.Selector = metav1.FormatLabelSelector(labelSel)
 	}
-	matched := 0
-	for i := range list.Items {
-		m := &list.Items[i]
-		if m.Spec.ClusterName != c.Name || !sel.Matches(labels.Set(m.Labels)) {
-			continue
-		}
-		matched++
-		if !configuredForRollout(m) {
-			continue
-		}
-		if w, ok := waitingFor(m); ok {
-			p.Machines = append(p.Machines, w)
-		}
-	}
-	if labelSel != nil && matched == 0 {
+	if labelSel != nil && planned.Matched == 0 {
 		return fmt.Errorf("--selector %s matches no TalosMachine of cluster %s (it matches the machines' metadata labels: "+
 			"`kubectl get talosmachines -n %s --show-labels`); nothing was created", p.Selector, c.Name, r.ns())
 	}
-	// The operation's order: control planes first, then by name.
-	sort.SliceStable(p.Machines, func(i, j int) bool {
-		a, b := p.Machines[i], p.Machines[j]
-		if ca, cb := a.Role == ichorv1alpha1.RoleControlPlane, b.Role == ichorv1alpha1.RoleControlPlane; ca != cb {
-			return ca
-		}
-		return a.Name < b.Name
-	})
 
 	// People read the plan on standard output; with -o yaml|json it goes to
 	// standard error, and standard output carries the plan as data.
@@ -204,14 +119,7 @@ func configApply(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	op := &ichorv1alpha1.TalosOperation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: r.ns(), GenerateName: "config-"},
-		Spec: ichorv1alpha1.TalosOperationSpec{
-			ClusterName:     c.Name,
-			Type:            ichorv1alpha1.OperationConfig,
-			MachineSelector: labelSel,
-		},
-	}
+	op := rollout.NewOperation(r.ns(), c.Name, labelSel)
 	if err := r.c().Create(ctx, op); err != nil {
 		return r.conn.Explain(err, "creating the config operation for cluster "+c.Name)
 	}
@@ -260,19 +168,16 @@ func (r *run) refuseSecondRollout(ctx context.Context, cluster string) error {
 	if err := r.c().List(ctx, ops, client.InNamespace(r.ns())); err != nil {
 		return r.conn.Explain(err, "listing TalosOperations in namespace "+r.ns())
 	}
-	for i := range ops.Items {
-		o := &ops.Items[i]
-		if o.Spec.ClusterName != cluster || o.Spec.Type != ichorv1alpha1.OperationConfig || completedOperation(o) || o.DeletionTimestamp != nil {
-			continue
-		}
-		what := "follow it with `ichor operation get " + o.Name + " --watch`"
-		if o.Status.Phase == ichorv1alpha1.OperationPaused {
-			what = "resume it with `ichor operation resume " + o.Name + "`"
-		}
-		return fmt.Errorf("config operation %s of cluster %s has not finished (phase %s): %s instead of starting another; nothing was created",
-			o.Name, cluster, orUnknown(o.Status.Phase), what)
+	o := rollout.Unfinished(cluster, ops.Items)
+	if o == nil {
+		return nil
 	}
-	return nil
+	what := "follow it with `ichor operation get " + o.Name + " --watch`"
+	if o.Status.Phase == ichorv1alpha1.OperationPaused {
+		what = "resume it with `ichor operation resume " + o.Name + "`"
+	}
+	return fmt.Errorf("config operation %s of cluster %s has not finished (phase %s): %s instead of starting another; nothing was created",
+		o.Name, cluster, orUnknown(o.Status.Phase), what)
 }
 
 // writePlan prints which machines the rollout works on, in its order, and why.
@@ -283,11 +188,11 @@ func writePlan(w io.Writer, p *rolloutPlan) {
 		what := make([]string, 0, len(m.Rollout))
 		for _, k := range m.Rollout {
 			switch k {
-			case rolloutReboot:
+			case rollout.KindReboot:
 				what = append(what, "RebootRequired: cordon, drain, staged apply, reboot, uncordon")
-			case rolloutAPIServer:
+			case rollout.KindAPIServerRestart:
 				what = append(what, "APIServerRestartRequired: apply without reboot, the kube-apiserver restarts (no drain)")
-			case rolloutDrift:
+			case rollout.KindDrift:
 				what = append(what, "Drifted: the node differs from the render and gets it again")
 			}
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 )
 
 // argOperation is the positional argument of the operation commands.
@@ -289,7 +290,7 @@ func settled(op *ichorv1alpha1.TalosOperation) bool {
 }
 
 func completedOperation(op *ichorv1alpha1.TalosOperation) bool {
-	return op.Status.Phase == ichorv1alpha1.OperationSucceeded || op.Status.Phase == ichorv1alpha1.OperationFailed
+	return rollout.Finished(op)
 }
 
 // operationOutcome is nil for a success, else an error that says what happened and what to do.

@@ -2,15 +2,19 @@ package api
 
 import (
 	"context"
+	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 )
 
@@ -219,4 +223,127 @@ func operationTarget(spec *ichorv1alpha1.TalosOperationSpec) string {
 		return spec.Node.Action + " " + spec.Node.MachineName
 	}
 	return ""
+}
+
+// PreviewConfigRollout implements OperationService: the plan of a config
+// rollout of the served cluster, from the cache, with the shared rules of
+// contracts/pkg/rollout (the same as `ichor config apply`). It carries
+// paths, never values.
+func (s *Server) PreviewConfigRollout(ctx context.Context, req *ichorv1.PreviewConfigRolloutRequest) (*ichorv1.PreviewConfigRolloutResponse, error) {
+	const what = "planning a config rollout"
+	ls, sel, err := rollout.ParseSelector(req.GetSelector())
+	if err != nil {
+		return nil, invalid("selector %v", err)
+	}
+	for _, res := range []string{resMachines, resOperations} {
+		if err := s.Clients.Authorize(ctx, "list", res); err != nil {
+			return nil, apiError(ctx, err, what)
+		}
+	}
+	machines := &ichorv1alpha1.TalosMachineList{}
+	if err := s.Clients.Cache.List(ctx, machines, client.InNamespace(s.Clients.Namespace)); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	ops := &ichorv1alpha1.TalosOperationList{}
+	if err := s.Clients.Cache.List(ctx, ops, client.InNamespace(s.Clients.Namespace)); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	p := rollout.For(s.ClusterName, sel, machines.Items)
+	out := &ichorv1.PreviewConfigRolloutResponse{
+		Cluster: s.ClusterName, Selector: formatSelector(ls),
+		Machines: rolloutMachinesToProto(p.Machines), Matched: int32(min(p.Matched, math.MaxInt32)), //nolint:gosec // bounded
+	}
+	if o := rollout.Unfinished(s.ClusterName, ops.Items); o != nil {
+		out.Unfinished = operationToProto(o)
+	}
+	return out, nil
+}
+
+// StartConfigRollout implements OperationService: after the checks of
+// `ichor config apply` (contracts/pkg/rollout), it creates a TalosOperation
+// of type config as the signed-in user, so the API server's RBAC and the
+// admission webhook decide as for the CLI. The typed cluster name is the
+// user's consent, as the CLI's prompt.
+func (s *Server) StartConfigRollout(ctx context.Context, req *ichorv1.StartConfigRolloutRequest) (*ichorv1.StartConfigRolloutResponse, error) {
+	what := "starting a config rollout of cluster " + s.ClusterName
+	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
+		if got == "" {
+			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was created", what, s.ClusterName)
+		}
+		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was created", what, got, s.ClusterName)
+	}
+	ls, sel, err := rollout.ParseSelector(req.GetSelector())
+	if err != nil {
+		return nil, invalid("%s: selector %v; nothing was created", what, err)
+	}
+	if err := s.Clients.Authorize(ctx, "create", resOperations); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	// The operations fresh from the API server, as the user: a rollout
+	// started a moment ago (perhaps by a second click) is refused even
+	// before the cache sees it.
+	ops := &ichorv1alpha1.TalosOperationList{}
+	if err := s.Clients.User.List(ctx, ops, client.InNamespace(s.Clients.Namespace)); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	if o := rollout.Unfinished(s.ClusterName, ops.Items); o != nil {
+		phase := o.Status.Phase
+		if phase == "" {
+			phase = ichorv1alpha1.OperationPending
+		}
+		wayOut := "follow it on its page, /operations/" + o.Name + ", until it ends"
+		if phase == ichorv1alpha1.OperationPaused {
+			wayOut = "resume it on its page, /operations/" + o.Name
+		}
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"%s: config operation %s has not finished (phase %s): %s instead of starting another; nothing was created",
+			what, o.Name, phase, wayOut)
+	}
+	machines := &ichorv1alpha1.TalosMachineList{}
+	if err := s.Clients.Cache.List(ctx, machines, client.InNamespace(s.Clients.Namespace)); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	p := rollout.For(s.ClusterName, sel, machines.Items)
+	if ls != nil && p.Matched == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"%s: the selector %s matches no TalosMachine of the cluster (it matches the machines' labels, as on the Nodes page); change or clear it; nothing was created",
+			what, formatSelector(ls))
+	}
+	if len(p.Machines) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"%s: nothing needs rolling out: no machine%s waits for a reboot, a kube-apiserver restart or a drift correction; "+
+				"a rollout is needed only when a machine reports RebootRequired, APIServerRestartRequired or Drifted; nothing was created",
+			what, selectorText(ls))
+	}
+	op := rollout.NewOperation(s.Clients.Namespace, s.ClusterName, ls)
+	if err := s.Clients.User.Create(ctx, op); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	return &ichorv1.StartConfigRolloutResponse{Operation: operationToProto(op), Machines: rolloutMachinesToProto(p.Machines)}, nil
+}
+
+func formatSelector(ls *metav1.LabelSelector) string {
+	if ls == nil {
+		return ""
+	}
+	return metav1.FormatLabelSelector(ls)
+}
+
+func selectorText(ls *metav1.LabelSelector) string {
+	if ls == nil {
+		return ""
+	}
+	return " matching " + formatSelector(ls)
+}
+
+// rolloutMachinesToProto converts the plan's machines; never nil.
+func rolloutMachinesToProto(ms []rollout.Machine) []*ichorv1.RolloutMachine {
+	out := make([]*ichorv1.RolloutMachine, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, &ichorv1.RolloutMachine{
+			Name: m.Name, Role: m.Role, Rollout: m.Rollout,
+			RebootRequiredPaths: m.Paths, DriftPaths: m.DriftPaths, HeldBy: m.Held,
+		})
+	}
+	return out
 }

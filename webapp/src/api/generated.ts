@@ -573,6 +573,26 @@ export interface PauseOperationResponse {
   operation?: Operation;
 }
 
+/** PreviewConfigRolloutResponse is the plan. */
+export interface PreviewConfigRolloutResponse {
+  /** The cluster the rollout is for: what the confirmation must repeat. */
+  cluster?: string;
+  /**
+   * The machines that wait, in the operation's order: control planes first,
+   * then by name. Empty when nothing waits.
+   */
+  machines?: RolloutMachine[];
+  /** How many of the cluster's machines the selector matched, waiting or not. */
+  matched?: number;
+  /** The selector, normalized; empty for all machines. */
+  selector?: string;
+  /**
+   * The config operation of the cluster that has not finished, if any: a
+   * new one is refused until it ends; follow or resume it instead.
+   */
+  unfinished?: Operation;
+}
+
 /** PreviewRemovalResponse is what the removal would do. */
 export interface PreviewRemovalResponse {
   /** True when the checks allow the removal now. */
@@ -676,6 +696,22 @@ export interface ResumeOperationResponse {
   operation?: Operation;
 }
 
+/** RolloutMachine is one machine a config rollout would work on. */
+export interface RolloutMachine {
+  /** status.driftPaths: where the node differs from the render. */
+  driftPaths?: string[];
+  /** The hold annotation that makes the operation skip it, if any. */
+  heldBy?: string;
+  /** The TalosMachine. */
+  name?: string;
+  /** status.rebootRequiredPaths: the rendered changes that wait (paths, never values). */
+  rebootRequiredPaths?: string[];
+  /** controlplane or worker. */
+  role?: string;
+  /** What the operation does to it: reboot or kube-apiserver-restart, then drift. */
+  rollout?: string[];
+}
+
 /** Settings are Ichor's runtime settings. */
 export interface Settings {
   /** The drift policy of clusters that set none: Warn or AutoCorrect; empty is Warn. */
@@ -690,6 +726,25 @@ export interface Settings {
   refreshTokenLifetime?: string;
   /** The IchorInstallation's resourceVersion. */
   resourceVersion?: string;
+}
+
+/** StartConfigRolloutRequest asks for a config rollout. */
+export interface StartConfigRolloutRequest {
+  /** The served cluster's name, typed by the user: their consent. */
+  confirmClusterName: string;
+  /**
+   * Only the TalosMachines whose labels match (spec.machineSelector),
+   * written as kubectl -l takes it; empty for all of the cluster's.
+   */
+  selector?: string;
+}
+
+/** StartConfigRolloutResponse is the operation that was created. */
+export interface StartConfigRolloutResponse {
+  /** The plan it was started on. */
+  machines?: RolloutMachine[];
+  /** The new operation. */
+  operation?: Operation;
 }
 
 /** StartReclaimRequest asks to reset one machine. */
@@ -853,6 +908,13 @@ export interface Client {
   /** PauseOperation sets spec.paused: the operation stops before its next step. */
   pauseOperation(args: { name: string; body: OperationServicePauseOperationBody }, options?: CallOptions): Promise<PauseOperationResponse>;
   /**
+   * PreviewConfigRollout is the plan of a config rollout, as `ichor config
+   * apply` prints it: the machines that wait for a reboot, a kube-apiserver
+   * restart or a drift correction, why, and the paths that changed (never
+   * values). It changes nothing.
+   */
+  previewConfigRollout(args?: { selector?: string }, options?: CallOptions): Promise<PreviewConfigRolloutResponse>;
+  /**
    * PreviewRemoval says what removing the machine would do, and whether the
    * dangerous-operation checks allow it, without changing anything.
    */
@@ -867,6 +929,13 @@ export interface Client {
   removeMachine(args: { name: string; body: MachineServiceRemoveMachineBody }, options?: CallOptions): Promise<RemoveMachineResponse>;
   /** ResumeOperation clears spec.paused. */
   resumeOperation(args: { name: string; body: OperationServiceResumeOperationBody }, options?: CallOptions): Promise<ResumeOperationResponse>;
+  /**
+   * StartConfigRollout creates a TalosOperation of type config, as the
+   * signed-in user, after the checks `ichor config apply` makes: something
+   * waits, no other config rollout of the cluster is unfinished, and the
+   * typed cluster name confirms it.
+   */
+  startConfigRollout(args: { body: StartConfigRolloutRequest }, options?: CallOptions): Promise<StartConfigRolloutResponse>;
   /**
    * StartReclaim creates the credential Secret and the MachineReclaim; the
    * controller then inspects the machine and stops at AwaitingConfirmation.
@@ -956,6 +1025,9 @@ export function createClient(t: Transport): Client {
     pauseOperation(args, options) {
       return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
     },
+    previewConfigRollout(args, options) {
+      return t.unary<PreviewConfigRolloutResponse>("GET", "/api/v1/operations:previewConfigRollout", { selector: args?.selector }, undefined, options);
+    },
     previewRemoval(args, options) {
       return t.unary<PreviewRemovalResponse>("GET", `/api/v1/machines/${enc(args.name)}/removal-preview`, { reboot: args?.reboot, force: args?.force }, undefined, options);
     },
@@ -967,6 +1039,9 @@ export function createClient(t: Transport): Client {
     },
     resumeOperation(args, options) {
       return t.unary<ResumeOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:resume`, undefined, args.body, options);
+    },
+    startConfigRollout(args, options) {
+      return t.unary<StartConfigRolloutResponse>("POST", "/api/v1/operations:startConfigRollout", undefined, args.body, options);
     },
     startReclaim(args, options) {
       return t.unary<StartReclaimResponse>("POST", "/api/v1/reclaims", undefined, args.body, options);
@@ -1007,10 +1082,12 @@ export const operationPaths = {
   listOperations: { method: "GET", path: "/api/v1/operations" },
   listReclaims: { method: "GET", path: "/api/v1/reclaims" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
+  previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
   previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
   rejectMachine: { method: "POST", path: "/api/v1/machines/{name}:reject" },
   removeMachine: { method: "POST", path: "/api/v1/machines/{name}:remove" },
   resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
+  startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
   startReclaim: { method: "POST", path: "/api/v1/reclaims" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },
   updateSettings: { method: "POST", path: "/api/v1/settings" },

@@ -1,11 +1,14 @@
+import { useState } from "preact/hooks";
 import { useConsole } from "../context";
 import { needsAttention, readyOf } from "../lib/status";
 import { Card, CardContent, CardDescription, CardHeader, CardTitle } from "../components/ui/card";
 import { Badge } from "../components/ui/badge";
-import { LinkButton } from "../components/ui/button";
+import { Button, LinkButton } from "../components/ui/button";
 import { ErrorAlert } from "../components/errors";
 import { current, phaseText, useOperations } from "../lib/operations";
 import { describe } from "../api/errors";
+import { waitsForRollout } from "../lib/rollout";
+import { ConfigRolloutDialog } from "./rollout";
 
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
   const body = (
@@ -39,6 +42,8 @@ export function Overview() {
   const pending = machines.filter((m) => m.approval?.state === "pending");
   const cps = approved.filter((m) => m.role === "controlplane").length;
   const attention = needsAttention(cluster?.conditions, machines);
+  const [applyOpen, setApplyOpen] = useState(false);
+  const offerApply = canWrite && !!cluster?.name && waitsForRollout(machines);
   return (
     <>
       <div class="flex flex-wrap items-center justify-between gap-2">
@@ -63,10 +68,15 @@ export function Overview() {
         />
       </div>
       <Card aria-labelledby="attention-title">
-        <CardHeader>
+        <CardHeader class="flex-row flex-wrap items-center justify-between">
           <CardTitle>
             <span id="attention-title">Needs attention</span>
           </CardTitle>
+          {offerApply && (
+            <Button size="sm" onClick={() => setApplyOpen(true)} data-testid="rollout-open" aria-label="Apply the configuration changes that wait for a rollout…">
+              Apply…
+            </Button>
+          )}
         </CardHeader>
         <CardContent>
           {attention.length === 0 ? (
@@ -91,6 +101,7 @@ export function Overview() {
           )}
         </CardContent>
       </Card>
+      {(offerApply || applyOpen) && <ConfigRolloutDialog client={client} cluster={cluster?.name ?? ""} open={applyOpen} onClose={() => setApplyOpen(false)} />}
       {cluster && (
         <Card>
           <details>

@@ -609,6 +609,339 @@ func (x *ResumeOperationResponse) GetOperation() *Operation {
 	return nil
 }
 
+// RolloutMachine is one machine a config rollout would work on.
+type RolloutMachine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosMachine.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// controlplane or worker.
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// What the operation does to it: reboot or kube-apiserver-restart, then drift.
+	Rollout []string `protobuf:"bytes,3,rep,name=rollout,proto3" json:"rollout,omitempty"`
+	// status.rebootRequiredPaths: the rendered changes that wait (paths, never values).
+	RebootRequiredPaths []string `protobuf:"bytes,4,rep,name=reboot_required_paths,json=rebootRequiredPaths,proto3" json:"reboot_required_paths,omitempty"`
+	// status.driftPaths: where the node differs from the render.
+	DriftPaths []string `protobuf:"bytes,5,rep,name=drift_paths,json=driftPaths,proto3" json:"drift_paths,omitempty"`
+	// The hold annotation that makes the operation skip it, if any.
+	HeldBy        string `protobuf:"bytes,6,opt,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutMachine) Reset() {
+	*x = RolloutMachine{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutMachine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutMachine) ProtoMessage() {}
+
+func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutMachine.ProtoReflect.Descriptor instead.
+func (*RolloutMachine) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RolloutMachine) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RolloutMachine) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *RolloutMachine) GetRollout() []string {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+func (x *RolloutMachine) GetRebootRequiredPaths() []string {
+	if x != nil {
+		return x.RebootRequiredPaths
+	}
+	return nil
+}
+
+func (x *RolloutMachine) GetDriftPaths() []string {
+	if x != nil {
+		return x.DriftPaths
+	}
+	return nil
+}
+
+func (x *RolloutMachine) GetHeldBy() string {
+	if x != nil {
+		return x.HeldBy
+	}
+	return ""
+}
+
+// PreviewConfigRolloutRequest chooses the machines.
+type PreviewConfigRolloutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the TalosMachines whose labels match, written as kubectl -l takes
+	// it; empty for all of the cluster's.
+	Selector      string `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewConfigRolloutRequest) Reset() {
+	*x = PreviewConfigRolloutRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewConfigRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewConfigRolloutRequest) ProtoMessage() {}
+
+func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewConfigRolloutRequest.ProtoReflect.Descriptor instead.
+func (*PreviewConfigRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PreviewConfigRolloutRequest) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+// PreviewConfigRolloutResponse is the plan.
+type PreviewConfigRolloutResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster the rollout is for: what the confirmation must repeat.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The selector, normalized; empty for all machines.
+	Selector string `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	// The machines that wait, in the operation's order: control planes first,
+	// then by name. Empty when nothing waits.
+	Machines []*RolloutMachine `protobuf:"bytes,3,rep,name=machines,proto3" json:"machines,omitempty"`
+	// How many of the cluster's machines the selector matched, waiting or not.
+	Matched int32 `protobuf:"varint,4,opt,name=matched,proto3" json:"matched,omitempty"`
+	// The config operation of the cluster that has not finished, if any: a
+	// new one is refused until it ends; follow or resume it instead.
+	Unfinished    *Operation `protobuf:"bytes,5,opt,name=unfinished,proto3" json:"unfinished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewConfigRolloutResponse) Reset() {
+	*x = PreviewConfigRolloutResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewConfigRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewConfigRolloutResponse) ProtoMessage() {}
+
+func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewConfigRolloutResponse.ProtoReflect.Descriptor instead.
+func (*PreviewConfigRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PreviewConfigRolloutResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *PreviewConfigRolloutResponse) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+func (x *PreviewConfigRolloutResponse) GetMachines() []*RolloutMachine {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
+}
+
+func (x *PreviewConfigRolloutResponse) GetMatched() int32 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *PreviewConfigRolloutResponse) GetUnfinished() *Operation {
+	if x != nil {
+		return x.Unfinished
+	}
+	return nil
+}
+
+// StartConfigRolloutRequest asks for a config rollout.
+type StartConfigRolloutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the TalosMachines whose labels match (spec.machineSelector),
+	// written as kubectl -l takes it; empty for all of the cluster's.
+	Selector string `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
+	// The served cluster's name, typed by the user: their consent.
+	ConfirmClusterName string `protobuf:"bytes,2,opt,name=confirm_cluster_name,json=confirmClusterName,proto3" json:"confirm_cluster_name,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *StartConfigRolloutRequest) Reset() {
+	*x = StartConfigRolloutRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartConfigRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartConfigRolloutRequest) ProtoMessage() {}
+
+func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartConfigRolloutRequest.ProtoReflect.Descriptor instead.
+func (*StartConfigRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StartConfigRolloutRequest) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+func (x *StartConfigRolloutRequest) GetConfirmClusterName() string {
+	if x != nil {
+		return x.ConfirmClusterName
+	}
+	return ""
+}
+
+// StartConfigRolloutResponse is the operation that was created.
+type StartConfigRolloutResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new operation.
+	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	// The plan it was started on.
+	Machines      []*RolloutMachine `protobuf:"bytes,2,rep,name=machines,proto3" json:"machines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartConfigRolloutResponse) Reset() {
+	*x = StartConfigRolloutResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartConfigRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartConfigRolloutResponse) ProtoMessage() {}
+
+func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartConfigRolloutResponse.ProtoReflect.Descriptor instead.
+func (*StartConfigRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *StartConfigRolloutResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+func (x *StartConfigRolloutResponse) GetMachines() []*RolloutMachine {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
+}
+
 var File_ichor_v1_operation_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_operation_proto_rawDesc = "" +
@@ -654,12 +987,38 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x16ResumeOperationRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"L\n" +
 	"\x17ResumeOperationResponse\x121\n" +
-	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation2\xfc\x03\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"\xc0\x01\n" +
+	"\x0eRolloutMachine\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
+	"\arollout\x18\x03 \x03(\tR\arollout\x122\n" +
+	"\x15reboot_required_paths\x18\x04 \x03(\tR\x13rebootRequiredPaths\x12\x1f\n" +
+	"\vdrift_paths\x18\x05 \x03(\tR\n" +
+	"driftPaths\x12\x17\n" +
+	"\aheld_by\x18\x06 \x01(\tR\x06heldBy\"9\n" +
+	"\x1bPreviewConfigRolloutRequest\x12\x1a\n" +
+	"\bselector\x18\x01 \x01(\tR\bselector\"\xd9\x01\n" +
+	"\x1cPreviewConfigRolloutResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
+	"\bselector\x18\x02 \x01(\tR\bselector\x124\n" +
+	"\bmachines\x18\x03 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines\x12\x18\n" +
+	"\amatched\x18\x04 \x01(\x05R\amatched\x123\n" +
+	"\n" +
+	"unfinished\x18\x05 \x01(\v2\x13.ichor.v1.OperationR\n" +
+	"unfinished\"n\n" +
+	"\x19StartConfigRolloutRequest\x12\x1a\n" +
+	"\bselector\x18\x01 \x01(\tR\bselector\x125\n" +
+	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x85\x01\n" +
+	"\x1aStartConfigRolloutResponse\x121\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\x124\n" +
+	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xa9\x06\n" +
 	"\x10OperationService\x12o\n" +
 	"\x0eListOperations\x12\x1f.ichor.v1.ListOperationsRequest\x1a .ichor.v1.ListOperationsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/operations\x12p\n" +
 	"\fGetOperation\x12\x1d.ichor.v1.GetOperationRequest\x1a\x1e.ichor.v1.GetOperationResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/operations/{name}\x12\x7f\n" +
 	"\x0ePauseOperation\x12\x1f.ichor.v1.PauseOperationRequest\x1a .ichor.v1.PauseOperationResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/api/v1/operations/{name}:pause\x12\x83\x01\n" +
-	"\x0fResumeOperation\x12 .ichor.v1.ResumeOperationRequest\x1a!.ichor.v1.ResumeOperationResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /api/v1/operations/{name}:resumeBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\x0fResumeOperation\x12 .ichor.v1.ResumeOperationRequest\x1a!.ichor.v1.ResumeOperationResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /api/v1/operations/{name}:resume\x12\x96\x01\n" +
+	"\x14PreviewConfigRollout\x12%.ichor.v1.PreviewConfigRolloutRequest\x1a&.ichor.v1.PreviewConfigRolloutResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/operations:previewConfigRollout\x12\x91\x01\n" +
+	"\x12StartConfigRollout\x12#.ichor.v1.StartConfigRolloutRequest\x1a$.ichor.v1.StartConfigRolloutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startConfigRolloutBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_operation_proto_rawDescOnce sync.Once
@@ -673,44 +1032,57 @@ func file_ichor_v1_operation_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_operation_proto_rawDescData
 }
 
-var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ichor_v1_operation_proto_goTypes = []any{
-	(*Operation)(nil),               // 0: ichor.v1.Operation
-	(*OperationMachine)(nil),        // 1: ichor.v1.OperationMachine
-	(*ListOperationsRequest)(nil),   // 2: ichor.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),  // 3: ichor.v1.ListOperationsResponse
-	(*GetOperationRequest)(nil),     // 4: ichor.v1.GetOperationRequest
-	(*GetOperationResponse)(nil),    // 5: ichor.v1.GetOperationResponse
-	(*PauseOperationRequest)(nil),   // 6: ichor.v1.PauseOperationRequest
-	(*PauseOperationResponse)(nil),  // 7: ichor.v1.PauseOperationResponse
-	(*ResumeOperationRequest)(nil),  // 8: ichor.v1.ResumeOperationRequest
-	(*ResumeOperationResponse)(nil), // 9: ichor.v1.ResumeOperationResponse
-	(*timestamppb.Timestamp)(nil),   // 10: google.protobuf.Timestamp
-	(*Condition)(nil),               // 11: ichor.v1.Condition
+	(*Operation)(nil),                    // 0: ichor.v1.Operation
+	(*OperationMachine)(nil),             // 1: ichor.v1.OperationMachine
+	(*ListOperationsRequest)(nil),        // 2: ichor.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),       // 3: ichor.v1.ListOperationsResponse
+	(*GetOperationRequest)(nil),          // 4: ichor.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),         // 5: ichor.v1.GetOperationResponse
+	(*PauseOperationRequest)(nil),        // 6: ichor.v1.PauseOperationRequest
+	(*PauseOperationResponse)(nil),       // 7: ichor.v1.PauseOperationResponse
+	(*ResumeOperationRequest)(nil),       // 8: ichor.v1.ResumeOperationRequest
+	(*ResumeOperationResponse)(nil),      // 9: ichor.v1.ResumeOperationResponse
+	(*RolloutMachine)(nil),               // 10: ichor.v1.RolloutMachine
+	(*PreviewConfigRolloutRequest)(nil),  // 11: ichor.v1.PreviewConfigRolloutRequest
+	(*PreviewConfigRolloutResponse)(nil), // 12: ichor.v1.PreviewConfigRolloutResponse
+	(*StartConfigRolloutRequest)(nil),    // 13: ichor.v1.StartConfigRolloutRequest
+	(*StartConfigRolloutResponse)(nil),   // 14: ichor.v1.StartConfigRolloutResponse
+	(*timestamppb.Timestamp)(nil),        // 15: google.protobuf.Timestamp
+	(*Condition)(nil),                    // 16: ichor.v1.Condition
 }
 var file_ichor_v1_operation_proto_depIdxs = []int32{
-	10, // 0: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	10, // 1: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	10, // 2: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	11, // 3: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	15, // 0: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	15, // 1: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	15, // 2: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	16, // 3: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
 	1,  // 4: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
 	0,  // 5: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
 	0,  // 6: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
 	0,  // 7: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
 	0,  // 8: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
-	2,  // 9: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	4,  // 10: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	6,  // 11: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	8,  // 12: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	3,  // 13: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	5,  // 14: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	7,  // 15: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	9,  // 16: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 9: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	0,  // 10: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
+	0,  // 11: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	10, // 12: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	2,  // 13: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	4,  // 14: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	6,  // 15: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	8,  // 16: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	11, // 17: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	13, // 18: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	3,  // 19: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	5,  // 20: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	7,  // 21: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	9,  // 22: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	12, // 23: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	14, // 24: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }
@@ -725,7 +1097,7 @@ func file_ichor_v1_operation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_operation_proto_rawDesc), len(file_ichor_v1_operation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

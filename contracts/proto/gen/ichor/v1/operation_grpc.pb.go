@@ -19,10 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OperationService_ListOperations_FullMethodName  = "/ichor.v1.OperationService/ListOperations"
-	OperationService_GetOperation_FullMethodName    = "/ichor.v1.OperationService/GetOperation"
-	OperationService_PauseOperation_FullMethodName  = "/ichor.v1.OperationService/PauseOperation"
-	OperationService_ResumeOperation_FullMethodName = "/ichor.v1.OperationService/ResumeOperation"
+	OperationService_ListOperations_FullMethodName       = "/ichor.v1.OperationService/ListOperations"
+	OperationService_GetOperation_FullMethodName         = "/ichor.v1.OperationService/GetOperation"
+	OperationService_PauseOperation_FullMethodName       = "/ichor.v1.OperationService/PauseOperation"
+	OperationService_ResumeOperation_FullMethodName      = "/ichor.v1.OperationService/ResumeOperation"
+	OperationService_PreviewConfigRollout_FullMethodName = "/ichor.v1.OperationService/PreviewConfigRollout"
+	OperationService_StartConfigRollout_FullMethodName   = "/ichor.v1.OperationService/StartConfigRollout"
 )
 
 // OperationServiceClient is the client API for OperationService service.
@@ -30,9 +32,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // OperationService reads the cluster's TalosOperations (upgrades, rotations,
-// node actions, restores) and pauses or resumes one, as the signed-in user.
-// Starting an operation is a TalosOperation the CLI or a later version of the
-// console writes; the admission webhook checks it either way.
+// node actions, restores), pauses or resumes one, and plans and starts a
+// config rollout, as the signed-in user. Other operations are TalosOperations
+// the CLI writes; the admission webhook checks them either way.
 type OperationServiceClient interface {
 	// ListOperations returns the cluster's operations, newest first.
 	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
@@ -42,6 +44,16 @@ type OperationServiceClient interface {
 	PauseOperation(ctx context.Context, in *PauseOperationRequest, opts ...grpc.CallOption) (*PauseOperationResponse, error)
 	// ResumeOperation clears spec.paused.
 	ResumeOperation(ctx context.Context, in *ResumeOperationRequest, opts ...grpc.CallOption) (*ResumeOperationResponse, error)
+	// PreviewConfigRollout is the plan of a config rollout, as `ichor config
+	// apply` prints it: the machines that wait for a reboot, a kube-apiserver
+	// restart or a drift correction, why, and the paths that changed (never
+	// values). It changes nothing.
+	PreviewConfigRollout(ctx context.Context, in *PreviewConfigRolloutRequest, opts ...grpc.CallOption) (*PreviewConfigRolloutResponse, error)
+	// StartConfigRollout creates a TalosOperation of type config, as the
+	// signed-in user, after the checks `ichor config apply` makes: something
+	// waits, no other config rollout of the cluster is unfinished, and the
+	// typed cluster name confirms it.
+	StartConfigRollout(ctx context.Context, in *StartConfigRolloutRequest, opts ...grpc.CallOption) (*StartConfigRolloutResponse, error)
 }
 
 type operationServiceClient struct {
@@ -92,14 +104,34 @@ func (c *operationServiceClient) ResumeOperation(ctx context.Context, in *Resume
 	return out, nil
 }
 
+func (c *operationServiceClient) PreviewConfigRollout(ctx context.Context, in *PreviewConfigRolloutRequest, opts ...grpc.CallOption) (*PreviewConfigRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewConfigRolloutResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewConfigRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartConfigRollout(ctx context.Context, in *StartConfigRolloutRequest, opts ...grpc.CallOption) (*StartConfigRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartConfigRolloutResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartConfigRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperationServiceServer is the server API for OperationService service.
 // All implementations must embed UnimplementedOperationServiceServer
 // for forward compatibility.
 //
 // OperationService reads the cluster's TalosOperations (upgrades, rotations,
-// node actions, restores) and pauses or resumes one, as the signed-in user.
-// Starting an operation is a TalosOperation the CLI or a later version of the
-// console writes; the admission webhook checks it either way.
+// node actions, restores), pauses or resumes one, and plans and starts a
+// config rollout, as the signed-in user. Other operations are TalosOperations
+// the CLI writes; the admission webhook checks them either way.
 type OperationServiceServer interface {
 	// ListOperations returns the cluster's operations, newest first.
 	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
@@ -109,6 +141,16 @@ type OperationServiceServer interface {
 	PauseOperation(context.Context, *PauseOperationRequest) (*PauseOperationResponse, error)
 	// ResumeOperation clears spec.paused.
 	ResumeOperation(context.Context, *ResumeOperationRequest) (*ResumeOperationResponse, error)
+	// PreviewConfigRollout is the plan of a config rollout, as `ichor config
+	// apply` prints it: the machines that wait for a reboot, a kube-apiserver
+	// restart or a drift correction, why, and the paths that changed (never
+	// values). It changes nothing.
+	PreviewConfigRollout(context.Context, *PreviewConfigRolloutRequest) (*PreviewConfigRolloutResponse, error)
+	// StartConfigRollout creates a TalosOperation of type config, as the
+	// signed-in user, after the checks `ichor config apply` makes: something
+	// waits, no other config rollout of the cluster is unfinished, and the
+	// typed cluster name confirms it.
+	StartConfigRollout(context.Context, *StartConfigRolloutRequest) (*StartConfigRolloutResponse, error)
 	mustEmbedUnimplementedOperationServiceServer()
 }
 
@@ -130,6 +172,12 @@ func (UnimplementedOperationServiceServer) PauseOperation(context.Context, *Paus
 }
 func (UnimplementedOperationServiceServer) ResumeOperation(context.Context, *ResumeOperationRequest) (*ResumeOperationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumeOperation not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewConfigRollout(context.Context, *PreviewConfigRolloutRequest) (*PreviewConfigRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewConfigRollout not implemented")
+}
+func (UnimplementedOperationServiceServer) StartConfigRollout(context.Context, *StartConfigRolloutRequest) (*StartConfigRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartConfigRollout not implemented")
 }
 func (UnimplementedOperationServiceServer) mustEmbedUnimplementedOperationServiceServer() {}
 func (UnimplementedOperationServiceServer) testEmbeddedByValue()                          {}
@@ -224,6 +272,42 @@ func _OperationService_ResumeOperation_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperationService_PreviewConfigRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewConfigRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewConfigRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewConfigRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewConfigRollout(ctx, req.(*PreviewConfigRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartConfigRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartConfigRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartConfigRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartConfigRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartConfigRollout(ctx, req.(*StartConfigRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperationService_ServiceDesc is the grpc.ServiceDesc for OperationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -246,6 +330,14 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeOperation",
 			Handler:    _OperationService_ResumeOperation_Handler,
+		},
+		{
+			MethodName: "PreviewConfigRollout",
+			Handler:    _OperationService_PreviewConfigRollout_Handler,
+		},
+		{
+			MethodName: "StartConfigRollout",
+			Handler:    _OperationService_StartConfigRollout_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
