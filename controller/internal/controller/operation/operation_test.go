@@ -365,3 +365,55 @@ func workloadClient(t *testing.T) *kubernetes.Clientset {
 }
 
 var _ client.Object = &ichorv1alpha1.TalosOperation{}
+
+// TestOperation_ControlPlaneRebootRollout: a reboot-requiring difference on
+// the control plane is rolled out only while etcd answers on every control
+// plane; the node is drained, rebooted (its etcd member and kube-apiserver go
+// away with it), and uncordoned once its Node is Ready and its etcd member
+// answers again.
+func TestOperation_ControlPlaneRebootRollout(t *testing.T) {
+	ctx := context.Background()
+
+	eventually(t, "the cluster's API answers", func() error {
+		_, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+
+		return err
+	})
+
+	changeBehindIchor(t, "cp-1", "machine:\n  env:\n    ICHOR_CP_REBOOT: \"1\"\n")
+
+	before := reboots(t, "cp-1")
+
+	must(t, k8s.Create(ctx, configOp("cp-reboot", func(op *ichorv1alpha1.TalosOperation) {
+		op.Spec.MachineSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "cp-1"}}
+	})))
+
+	op := waitPhase(t, "cp-reboot", ichorv1alpha1.OperationSucceeded)
+
+	if p := progress(op, "cp-1"); p.Phase != ichorv1alpha1.MachineDone || !strings.Contains(p.Message, "rebooted") {
+		t.Errorf("cp-1: %+v", p)
+	}
+
+	if n := reboots(t, "cp-1"); n != before+1 {
+		t.Errorf("cp-1 got %d Reboot calls, want %d", n, before+1)
+	}
+
+	if nodeHas(t, "cp-1", "ICHOR_CP_REBOOT") {
+		t.Error("cp-1 still runs the difference after its reboot")
+	}
+
+	if !adminNode(t, "cp-1").EtcdHealthy(ctx) {
+		t.Error("cp-1's etcd member does not answer after the rollout")
+	}
+
+	node, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+	must(t, err)
+
+	if node.Spec.Unschedulable {
+		t.Error("Node cp-1 is still cordoned after the rollout")
+	}
+
+	if err := hasEvent(t, "cp-reboot", "Drained", "cp-1"); err != nil {
+		t.Error(err)
+	}
+}
