@@ -15,6 +15,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -79,48 +80,33 @@ func (r *Reconciler) config(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return r.selectMachines(ctx, s)
 	}
 
-	var (
-		held []string
-		mp   *ichorv1alpha1.MachineProgress
-	)
+	active, held, err := r.activeMachines(ctx, op)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 
-	for i := range op.Status.Machines {
-		p := &op.Status.Machines[i]
-		if p.Phase != ichorv1alpha1.MachinePending && p.Phase != ichorv1alpha1.MachineInProgress && p.Phase != ichorv1alpha1.MachineHeld {
-			continue
-		}
+	if len(active) > 0 {
+		var res ctrl.Result
 
-		m, err := r.machine(ctx, op, p.Name)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-
-		if m == nil {
-			p.Phase, p.Message = ichorv1alpha1.MachineSkipped, "the TalosMachine is gone"
-			op.Status.ProgressSequence++
-
-			continue
-		}
-
-		// A machine is held only before its work starts: a started one finishes.
-		if hold := holdOf(m); hold != "" && p.Phase != ichorv1alpha1.MachineInProgress {
-			if p.Phase != ichorv1alpha1.MachineHeld {
-				p.Phase, p.Message = ichorv1alpha1.MachineHeld, "skipped while it carries the annotation "+hold
-				op.Status.ProgressSequence++
+		for _, a := range active {
+			if a.p.Phase == ichorv1alpha1.MachineHeld {
+				a.p.Phase, a.p.Message = ichorv1alpha1.MachinePending, ""
 			}
 
-			held = append(held, p.Name)
+			r1, err := r.machineStep(ctx, s, a.m, a.p)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
 
-			continue
+			res = sooner(res, r1)
+
+			if op.Status.FailedStep != "" {
+				// Paused on this machine's failure: the others stay where they are.
+				return ctrl.Result{}, nil
+			}
 		}
 
-		if p.Phase == ichorv1alpha1.MachineHeld {
-			p.Phase, p.Message = ichorv1alpha1.MachinePending, ""
-		}
-
-		mp = p
-
-		return r.machineStep(ctx, s, m, mp)
+		return res, nil
 	}
 
 	if len(held) > 0 {
@@ -145,6 +131,119 @@ func (r *Reconciler) config(ctx context.Context, s *scope) (ctrl.Result, error) 
 		fmt.Sprintf("rolled the rendered configuration out to %d machine(s); %d already ran it", done, skipped))
 
 	return ctrl.Result{}, nil
+}
+
+// candidate is a machine the rollout may work on now.
+type candidate struct {
+	p *ichorv1alpha1.MachineProgress
+	m *ichorv1alpha1.TalosMachine
+}
+
+// activeMachines are the machines to work on in this pass: a control plane
+// alone (control planes always go one at a time, before any worker), or the
+// workers in progress plus, in order, pending ones up to spec.maxUnavailable
+// (empty: 1). held names the machines skipped for a hold annotation; machines
+// that are gone are marked Skipped.
+func (r *Reconciler) activeMachines(ctx context.Context, op *ichorv1alpha1.TalosOperation) (active []candidate, held []string, err error) {
+	var pending []candidate
+
+	for i := range op.Status.Machines {
+		p := &op.Status.Machines[i]
+		if p.Phase != ichorv1alpha1.MachinePending && p.Phase != ichorv1alpha1.MachineInProgress && p.Phase != ichorv1alpha1.MachineHeld {
+			continue
+		}
+
+		m, err := r.machine(ctx, op, p.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+
+		if m == nil {
+			p.Phase, p.Message = ichorv1alpha1.MachineSkipped, "the TalosMachine is gone"
+			op.Status.ProgressSequence++
+
+			continue
+		}
+
+		if p.Phase == ichorv1alpha1.MachineInProgress {
+			// A started machine finishes, held or not.
+			if p.Role == ichorv1alpha1.RoleControlPlane {
+				return []candidate{{p, m}}, nil, nil
+			}
+
+			active = append(active, candidate{p, m})
+
+			continue
+		}
+
+		if hold := holdOf(m); hold != "" {
+			if p.Phase != ichorv1alpha1.MachineHeld {
+				p.Phase, p.Message = ichorv1alpha1.MachineHeld, "skipped while it carries the annotation "+hold
+				op.Status.ProgressSequence++
+			}
+
+			held = append(held, p.Name)
+
+			continue
+		}
+
+		pending = append(pending, candidate{p, m})
+	}
+
+	budget := workerBudget(op)
+
+	for _, c := range pending {
+		if c.p.Role == ichorv1alpha1.RoleControlPlane {
+			if len(active) == 0 {
+				return []candidate{c}, held, nil
+			}
+
+			break
+		}
+
+		if len(active) >= budget {
+			break
+		}
+
+		active = append(active, c)
+	}
+
+	return active, held, nil
+}
+
+// workerBudget is spec.maxUnavailable resolved against the operation's
+// workers (a percentage rounds down), at least 1.
+func workerBudget(op *ichorv1alpha1.TalosOperation) int {
+	if op.Spec.MaxUnavailable == nil {
+		return 1
+	}
+
+	workers := 0
+
+	for _, p := range op.Status.Machines {
+		if p.Role != ichorv1alpha1.RoleControlPlane {
+			workers++
+		}
+	}
+
+	v, err := intstr.GetScaledValueFromIntOrPercent(op.Spec.MaxUnavailable, workers, false)
+	if err != nil || v < 1 {
+		return 1
+	}
+
+	return v
+}
+
+// sooner is the result that comes back first (a zero RequeueAfter never).
+func sooner(a, b ctrl.Result) ctrl.Result {
+	switch {
+	case a.RequeueAfter == 0:
+		return b
+	case b.RequeueAfter == 0 || a.RequeueAfter <= b.RequeueAfter:
+		return a
+	default:
+		return b
+	}
 }
 
 func holdOf(m *ichorv1alpha1.TalosMachine) string {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +21,7 @@ import (
 	mirror "github.com/maeshinshin/ichor/contracts/api/v1alpha1/config"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/tools/talosemu"
 )
 
 // TestOperation_LockContention: two operations contend for the cluster
@@ -271,6 +274,8 @@ func TestOperation_RebootRolloutDrainsAndFailurePauses(t *testing.T) {
 
 	if p := progress(op, "w-2"); p.Phase != ichorv1alpha1.MachineFailed {
 		t.Errorf("w-2: %+v", p)
+	} else if w1.CompletedAt == nil || p.StartedAt == nil || p.StartedAt.Before(w1.CompletedAt) {
+		t.Errorf("w-2 started (%v) before w-1 finished (%v): one worker at a time without maxUnavailable", p.StartedAt, w1.CompletedAt)
 	}
 
 	// Paused on a failure, the operation no longer holds the cluster: other
@@ -415,5 +420,54 @@ func TestOperation_ControlPlaneRebootRollout(t *testing.T) {
 
 	if err := hasEvent(t, "cp-reboot", "Drained", "cp-1"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestOperation_MaxUnavailableWorkers: with spec.maxUnavailable 2 both
+// workers are rolled out at the same time; control planes are never part of
+// that budget (TestOperation_LockContention shows the order).
+func TestOperation_MaxUnavailableWorkers(t *testing.T) {
+	ctx := context.Background()
+
+	eventually(t, "the cluster's API answers", func() error {
+		_, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "w-1", metav1.GetOptions{})
+
+		return err
+	})
+
+	// Reboots of 2 s: two workers one after the other could not overlap, even
+	// at the one-second precision of the timestamps.
+	for _, w := range []string{"w-1", "w-2"} {
+		changeBehindIchor(t, w, "machine:\n  env:\n    ICHOR_PARALLEL: \"1\"\n")
+		must(t, emu(t, w).SetDurations(&talosemu.Durations{
+			Install: talosemu.Duration(200 * time.Millisecond), Reboot: talosemu.Duration(2 * time.Second), Boot: talosemu.Duration(100 * time.Millisecond),
+		}))
+		t.Cleanup(func() { _ = emu(t, w).SetDurations(nil) })
+	}
+
+	two := intstr.FromInt32(2)
+
+	must(t, k8s.Create(ctx, configOp("parallel", func(op *ichorv1alpha1.TalosOperation) {
+		op.Spec.MaxUnavailable = &two
+		op.Spec.MachineSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "pool", Operator: metav1.LabelSelectorOpIn, Values: []string{"w-1", "w-2"},
+		}}}
+	})))
+
+	op := waitPhase(t, "parallel", ichorv1alpha1.OperationSucceeded)
+
+	w1, w2 := progress(op, "w-1"), progress(op, "w-2")
+	for _, p := range []ichorv1alpha1.MachineProgress{w1, w2} {
+		if p.Phase != ichorv1alpha1.MachineDone || p.StartedAt == nil || p.CompletedAt == nil {
+			t.Fatalf("%s: %+v", p.Name, p)
+		}
+
+		if nodeHas(t, p.Name, "ICHOR_PARALLEL") {
+			t.Errorf("%s still runs the difference", p.Name)
+		}
+	}
+
+	if !w1.StartedAt.Before(w2.CompletedAt) || !w2.StartedAt.Before(w1.CompletedAt) {
+		t.Errorf("the workers did not overlap: w-1 %s–%s, w-2 %s–%s", w1.StartedAt, w1.CompletedAt, w2.StartedAt, w2.CompletedAt)
 	}
 }
