@@ -59,9 +59,9 @@ type Plan struct {
 	Matched int
 }
 
-// Configured mirrors the operation's own choice of machines
-// (controller/internal/controller/operation, selectMachines): approved,
-// addressed, provisioned and not being removed.
+// Configured is the operation's own choice of machines (the controller's
+// config rollout selects with it): approved, addressed, provisioned and not
+// being removed.
 func Configured(m *ichorv1alpha1.TalosMachine) bool {
 	return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved && m.Spec.Address != "" &&
 		meta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ProvisionedCondition) && m.DeletionTimestamp == nil

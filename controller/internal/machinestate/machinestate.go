@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
@@ -99,6 +100,21 @@ func LoadBundle(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.
 	}
 
 	return b, nil
+}
+
+// Machines lists the TalosMachines of a cluster (through the ClusterIndex)
+// that keep accepts; a nil keep accepts all.
+func Machines(ctx context.Context, c client.Reader, namespace, cluster string, keep func(*ichorv1alpha1.TalosMachine) bool) ([]ichorv1alpha1.TalosMachine, error) {
+	var list ichorv1alpha1.TalosMachineList
+	if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{ClusterIndex: cluster}); err != nil {
+		return nil, err
+	}
+
+	if keep == nil {
+		return list.Items, nil
+	}
+
+	return slices.DeleteFunc(list.Items, func(m ichorv1alpha1.TalosMachine) bool { return !keep(&m) }), nil
 }
 
 // IndexCluster is the ClusterIndex function.

@@ -153,7 +153,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			continue
 		}
 
-		if err := r.decide(ctx, c, k, csr, machines, b); err != nil {
+		switch err := r.decide(ctx, c, k, csr, machines, b); {
+		case errors.Is(err, errUnknownNode):
+			log.V(1).Info("left pending: its node is not a machine of the cluster yet", "csr", csr.Name, "user", csr.Spec.Username)
+		case err != nil:
 			log.Error(err, "deciding a kubelet serving certificate request", "csr", csr.Name)
 		}
 	}
@@ -162,14 +165,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *Reconciler) machines(ctx context.Context, c *ichorv1alpha1.TalosCluster) ([]ichorv1alpha1.TalosMachine, error) {
-	var list ichorv1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, client.InNamespace(c.Namespace), client.MatchingFields{machinestate.ClusterIndex: c.Name}); err != nil {
-		return nil, err
-	}
-
-	return slices.DeleteFunc(list.Items, func(m ichorv1alpha1.TalosMachine) bool {
-		return m.Spec.Approval.State != ichorv1alpha1.ApprovalApproved || m.Spec.Address == "" || !m.DeletionTimestamp.IsZero()
-	}), nil
+	return machinestate.Machines(ctx, r.Client, c.Namespace, c.Name, func(m *ichorv1alpha1.TalosMachine) bool {
+		return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved && m.Spec.Address != "" && m.DeletionTimestamp.IsZero()
+	})
 }
 
 func decided(csr *certificatesv1.CertificateSigningRequest) bool {

@@ -152,8 +152,15 @@ func TestApprover(t *testing.T) {
 		})
 	}
 
-	// The client-certificate request is not the approver's to decide.
-	time.Sleep(time.Second)
+	// The client-certificate request is not the approver's to decide: a
+	// serving request created after it is decided, so a pass has seen both.
+	create(nodeClient, "after-client", kubeletcsr.Signer, csrPEM(t, "system:node:cp-1", "system:nodes", []string{"cp-1"}, ip), serving)
+
+	eventually(t, "after-client decided", func() error {
+		_, _, err := decision("after-client")
+
+		return err
+	})
 
 	if typ, _, err := decision("client"); err == nil {
 		t.Errorf("a kube-apiserver-client-kubelet request was decided (%s) by the serving approver", typ)

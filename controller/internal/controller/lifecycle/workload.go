@@ -5,7 +5,6 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
@@ -41,20 +40,7 @@ func (r *Reconciler) controlPlanes(ctx context.Context, namespace, cluster, exce
 
 // machines lists the machines of a cluster that keep says to keep.
 func (r *Reconciler) machines(ctx context.Context, namespace, cluster string, keep func(*ichorv1alpha1.TalosMachine) bool) ([]ichorv1alpha1.TalosMachine, error) {
-	var list ichorv1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{machinestate.ClusterIndex: cluster}); err != nil {
-		return nil, err
-	}
-
-	var out []ichorv1alpha1.TalosMachine
-
-	for i := range list.Items {
-		if keep(&list.Items[i]) {
-			out = append(out, list.Items[i])
-		}
-	}
-
-	return out, nil
+	return machinestate.Machines(ctx, r.Client, namespace, cluster, keep)
 }
 
 // survivor dials another provisioned control plane of m's cluster that

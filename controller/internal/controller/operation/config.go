@@ -12,7 +12,6 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -23,6 +22,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
+	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
@@ -273,14 +273,12 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 		}
 	}
 
-	var list ichorv1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, client.InNamespace(op.Namespace), client.MatchingFields{machinestate.ClusterIndex: op.Spec.ClusterName}); err != nil {
+	ms, err := machinestate.Machines(ctx, r.Client, op.Namespace, op.Spec.ClusterName, func(m *ichorv1alpha1.TalosMachine) bool {
+		return rollout.Configured(m) && sel.Matches(labels.Set(m.Labels))
+	})
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-
-	ms := slices.DeleteFunc(list.Items, func(m ichorv1alpha1.TalosMachine) bool {
-		return !configured(&m) || !m.DeletionTimestamp.IsZero() || !sel.Matches(labels.Set(m.Labels))
-	})
 
 	slices.SortFunc(ms, func(a, b ichorv1alpha1.TalosMachine) int {
 		return cmp.Or(
@@ -297,7 +295,8 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 	op.Status.Step = opStepRollout
 	op.Status.ProgressSequence++
 	setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason,
-		fmt.Sprintf("rolling the rendered configuration out to %d machine(s), one at a time, control planes first", len(ms)))
+		fmt.Sprintf("rolling the rendered configuration out to %d machine(s): control planes first, one at a time; then workers, %d at a time (spec.maxUnavailable)",
+			len(ms), workerBudget(op)))
 
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
@@ -308,12 +307,6 @@ func roleOrder(role string) int {
 	}
 
 	return 1
-}
-
-// configured: approved, addressed and provisioned, as the machine reconciler requires.
-func configured(m *ichorv1alpha1.TalosMachine) bool {
-	return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved && m.Spec.Address != "" &&
-		apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ProvisionedCondition)
 }
 
 func (r *Reconciler) machine(ctx context.Context, op *ichorv1alpha1.TalosOperation, name string) (*ichorv1alpha1.TalosMachine, error) {
@@ -766,14 +759,9 @@ func (w *work) finishMachine(ctx context.Context, msg string) (ctrl.Result, erro
 
 // controlPlanes are the cluster's configured control planes.
 func (r *Reconciler) controlPlanes(ctx context.Context, op *ichorv1alpha1.TalosOperation) ([]ichorv1alpha1.TalosMachine, error) {
-	var list ichorv1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, client.InNamespace(op.Namespace), client.MatchingFields{machinestate.ClusterIndex: op.Spec.ClusterName}); err != nil {
-		return nil, err
-	}
-
-	return slices.DeleteFunc(list.Items, func(m ichorv1alpha1.TalosMachine) bool {
-		return m.Spec.Role != ichorv1alpha1.RoleControlPlane || !configured(&m)
-	}), nil
+	return machinestate.Machines(ctx, r.Client, op.Namespace, op.Spec.ClusterName, func(m *ichorv1alpha1.TalosMachine) bool {
+		return m.Spec.Role == ichorv1alpha1.RoleControlPlane && rollout.Configured(m)
+	})
 }
 
 // etcdHealthy is "" when every control plane's etcd member answers, else
