@@ -67,6 +67,9 @@ const (
 	ReconcilingCondition = "Reconciling"
 	// StalledCondition is true when the controller cannot progress without a person.
 	StalledCondition = "Stalled"
+	// PausedCondition is true while the controller does nothing on the object
+	// because its TalosCluster's spec.paused (or its own) is true.
+	PausedCondition = "Paused"
 )
 
 // Condition reasons shared by several kinds.

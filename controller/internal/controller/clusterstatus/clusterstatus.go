@@ -1,9 +1,8 @@
 // Package clusterstatus keeps a TalosCluster's summary of its machines:
 // status.controlPlanes and status.workers (approved and Ready), the oldest
 // Talos version a machine runs, and the Ready condition that the CLI's
-// `cluster get` and the console's health badge show. It writes the status
-// only when the summary changes, as one patch with an optimistic lock, so the
-// conditions other controllers set are never overwritten.
+// `cluster get` and the console's health badge show. It runs on the reconcile
+// skeleton, which writes only what it owns, only when it changed.
 package clusterstatus
 
 import (
@@ -19,9 +18,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -43,6 +43,10 @@ const maxNamed = 5
 // Reconciler summarises a cluster's machines in its status.
 type Reconciler struct {
 	Client client.Client
+	// APIReader reads a cluster again after a write conflict; nil means the manager's.
+	APIReader client.Reader
+
+	skeleton *reconcile.Controller[*ichorv1alpha1.TalosCluster]
 }
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
@@ -56,52 +60,62 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Client = mgr.GetClient()
 	}
 
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+
+	r.skeleton = r.controller()
+
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosCluster{}).
-		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrlreconcile.Request {
 			m, ok := o.(*ichorv1alpha1.TalosMachine)
 			if !ok || m.Spec.ClusterName == "" {
 				return nil
 			}
 
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}}}
+			return []ctrlreconcile.Request{{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}}}
 		})).
 		Complete(r)
 }
 
-// Reconcile writes the summary of the cluster's machines when it changed.
+// controller is the reconciler on the skeleton. It owns the cluster's Ready
+// and Paused conditions and the machine counts and Talos version of its
+// status; the cluster's spec.paused stops the summary too.
+func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosCluster] {
+	return &reconcile.Controller[*ichorv1alpha1.TalosCluster]{
+		Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
+		New:             func() *ichorv1alpha1.TalosCluster { return &ichorv1alpha1.TalosCluster{} },
+		Owned:           []string{ichorv1alpha1.ReadyCondition},
+		PausedCondition: true,
+		OwnStatus: func(dst, src *ichorv1alpha1.TalosCluster) {
+			dst.Status.ControlPlanes, dst.Status.Workers, dst.Status.TalosVersion = src.Status.ControlPlanes, src.Status.Workers, src.Status.TalosVersion
+		},
+		Phases: []reconcile.Phase[*ichorv1alpha1.TalosCluster]{r.summarise},
+	}
+}
+
+// Reconcile runs the skeleton.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	c := &ichorv1alpha1.TalosCluster{}
-	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if r.skeleton == nil {
+		r.skeleton = r.controller()
 	}
 
+	return r.skeleton.Reconcile(ctx, req)
+}
+
+// summarise computes the summary of the cluster's machines; the skeleton
+// writes it when it changed.
+func (r *Reconciler) summarise(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
 	var list ichorv1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, client.InNamespace(c.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.Object.Namespace)); err != nil {
 		return ctrl.Result{}, err
 	}
 
-	next := c.DeepCopy()
-	Summarise(next, list.Items)
+	Summarise(s.Object, list.Items)
 
-	if unchanged(c, next) {
-		return ctrl.Result{}, nil
-	}
-
-	return ctrl.Result{}, r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{}))
-}
-
-// unchanged reports whether the summary fields are unchanged.
-func unchanged(a, b *ichorv1alpha1.TalosCluster) bool {
-	ca := apimeta.FindStatusCondition(a.Status.Conditions, ichorv1alpha1.ReadyCondition)
-	cb := apimeta.FindStatusCondition(b.Status.Conditions, ichorv1alpha1.ReadyCondition)
-
-	sameCond := ca != nil && cb != nil && ca.Status == cb.Status && ca.Reason == cb.Reason && ca.Message == cb.Message &&
-		ca.ObservedGeneration == cb.ObservedGeneration
-
-	return sameCond && a.Status.ControlPlanes == b.Status.ControlPlanes && a.Status.Workers == b.Status.Workers &&
-		a.Status.TalosVersion == b.Status.TalosVersion
+	return ctrl.Result{}, nil
 }
 
 // Summarise sets c's machine counts, oldest Talos version and Ready

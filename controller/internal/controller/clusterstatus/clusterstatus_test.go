@@ -115,21 +115,6 @@ func TestSummarise(t *testing.T) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func create(t *testing.T, m ichorv1alpha1.TalosMachine) {
 	t.Helper()
 	status := m.Status
@@ -142,90 +127,155 @@ func create(t *testing.T, m ichorv1alpha1.TalosMachine) {
 	}
 }
 
+func newCluster(t *testing.T, name string, paused bool) *ichorv1alpha1.TalosCluster {
+	t.Helper()
+
+	c := &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion: "v1.14.1", VersionContract: "v1.14", KubernetesVersion: "1.37.2",
+			Endpoint:         ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeVIP, Host: "10.5.0.10"},
+			SecretsBundleRef: ichorv1alpha1.SecretReference{Name: name + "-secrets"},
+			ControlPlane:     ichorv1alpha1.ControlPlaneTopology{Count: 1, Schedulable: new(false)},
+			CNI:              ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: ichorv1alpha1.KubeProxyReplaced},
+			Paused:           paused,
+		},
+	}
+	testenv.Must(t, k8s.Create(context.Background(), c))
+
+	return c
+}
+
+func getCluster(t *testing.T, name string) *ichorv1alpha1.TalosCluster {
+	t.Helper()
+
+	got := &ichorv1alpha1.TalosCluster{}
+	testenv.Must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, got))
+
+	return got
+}
+
+// readyIs waits for the Ready condition of cluster to have status want and a
+// message containing contains.
+func readyIs(t *testing.T, cluster string, want metav1.ConditionStatus, contains string) {
+	t.Helper()
+
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%s Ready %s (%q)", cluster, want, contains), func() error {
+		got := getCluster(t, cluster)
+		cond := apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ReadyCondition)
+		if cond == nil || cond.Status != want || !strings.Contains(cond.Message, contains) {
+			return fmt.Errorf("Ready %+v, counts %+v %+v", cond, got.Status.ControlPlanes, got.Status.Workers)
+		}
+
+		return nil
+	})
+}
+
+func updateMachine(t *testing.T, name string, change func(m *ichorv1alpha1.TalosMachine), status bool) {
+	t.Helper()
+
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m := &ichorv1alpha1.TalosMachine{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m); err != nil {
+			return err
+		}
+
+		change(m)
+
+		if status {
+			return k8s.Status().Update(context.Background(), m)
+		}
+
+		return k8s.Update(context.Background(), m)
+	}))
+}
+
+func setReady(ready metav1.ConditionStatus) func(m *ichorv1alpha1.TalosMachine) {
+	return func(m *ichorv1alpha1.TalosMachine) {
+		apimeta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ReadyCondition, Status: ready, Reason: "Test", Message: "x"})
+	}
+}
+
 // TestClusterStatusFollowsTheMachines: the reconciler summarises the
 // machines, follows a machine turning not Ready, keeps conditions other
 // controllers set, and writes nothing when the summary did not change.
 func TestClusterStatusFollowsTheMachines(t *testing.T) {
 	ctx := context.Background()
-	c := &ichorv1alpha1.TalosCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prod"},
-		Spec: ichorv1alpha1.TalosClusterSpec{
-			TalosVersion: "v1.14.1", VersionContract: "v1.14", KubernetesVersion: "1.37.2",
-			Endpoint:         ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeVIP, Host: "10.5.0.10"},
-			SecretsBundleRef: ichorv1alpha1.SecretReference{Name: "prod-secrets"},
-			ControlPlane:     ichorv1alpha1.ControlPlaneTopology{Count: 1, Schedulable: new(false)},
-			CNI:              ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: ichorv1alpha1.KubeProxyReplaced},
-		},
-	}
-	if err := k8s.Create(ctx, c); err != nil {
-		t.Fatal(err)
-	}
+	c := newCluster(t, "prod", false)
+	sibling := newCluster(t, "prod-sibling", false)
+
 	// A condition another controller owns (the reconciler writes the status
 	// at the same time: retry on a conflict, as a controller would).
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &ichorv1alpha1.TalosCluster{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), cur); err != nil {
-			return err
-		}
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getCluster(t, c.Name)
 		apimeta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.TopologyTransitioningCondition, Status: metav1.ConditionFalse, Reason: "Stable", Message: "m"})
+
 		return k8s.Status().Update(ctx, cur)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	create(t, machine("cp-1", "prod", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved, "v1.14.1", true))
 	create(t, machine("w-1", "prod", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalApproved, "v1.14.1", true))
+	create(t, machine("sib-cp-1", sibling.Name, ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved, "v1.14.1", true))
 
-	get := func() *ichorv1alpha1.TalosCluster {
-		got := &ichorv1alpha1.TalosCluster{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), got); err != nil {
-			t.Fatal(err)
-		}
-		return got
+	readyIs(t, c.Name, metav1.ConditionTrue, "1/1 control planes and 1/1 workers Ready")
+	readyIs(t, sibling.Name, metav1.ConditionTrue, "1/1 control planes")
+
+	if apimeta.FindStatusCondition(getCluster(t, c.Name).Status.Conditions, ichorv1alpha1.TopologyTransitioningCondition) == nil {
+		t.Fatal("another controller's condition was dropped")
 	}
-	ready := func(want metav1.ConditionStatus, contains string) func() error {
-		return func() error {
-			got := get()
-			cond := apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ReadyCondition)
-			if cond == nil || cond.Status != want || !strings.Contains(cond.Message, contains) {
-				return fmt.Errorf("Ready %+v, counts %+v %+v", cond, got.Status.ControlPlanes, got.Status.Workers)
-			}
-			if apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.TopologyTransitioningCondition) == nil {
-				return fmt.Errorf("another controller's condition was dropped: %+v", got.Status.Conditions)
-			}
-			return nil
-		}
-	}
-	eventually(t, "the cluster Ready", ready(metav1.ConditionTrue, "1/1 control planes and 1/1 workers Ready"))
 
 	// A change of a machine that does not touch the summary writes nothing.
-	rv := get().ResourceVersion
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		m := &ichorv1alpha1.TalosMachine{}
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w-1"}, m); err != nil {
-			return err
-		}
-		m.Labels = map[string]string{"touched": "yes"}
-		return k8s.Update(ctx, m)
-	}))
-	time.Sleep(time.Second)
-	if now := get().ResourceVersion; now != rv {
+	// The marker that its reconcile ran: a later change of the sibling
+	// cluster's machine shows in the sibling (one worker, first in first out).
+	rv := getCluster(t, c.Name).ResourceVersion
+
+	updateMachine(t, "w-1", func(m *ichorv1alpha1.TalosMachine) { m.Labels = map[string]string{"touched": "yes"} }, false)
+	updateMachine(t, "sib-cp-1", setReady(metav1.ConditionFalse), true)
+	readyIs(t, sibling.Name, metav1.ConditionFalse, "not Ready: sib-cp-1")
+
+	if now := getCluster(t, c.Name).ResourceVersion; now != rv {
 		t.Errorf("an unchanged summary was written again: resourceVersion %s → %s", rv, now)
 	}
 
 	// The worker turns not Ready: the cluster says so and names it.
-	must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		m := &ichorv1alpha1.TalosMachine{}
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w-1"}, m); err != nil {
-			return err
+	updateMachine(t, "w-1", setReady(metav1.ConditionFalse), true)
+	readyIs(t, c.Name, metav1.ConditionFalse, "not Ready: w-1")
+}
+
+// TestPausedStops_ClusterStatus: while a cluster's spec.paused is true the
+// summary is not written (the Paused condition says why), and unpausing
+// brings the summary up to date.
+func TestPausedStops_ClusterStatus(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, "paused", true)
+	sibling := newCluster(t, "paused-sibling", false)
+
+	testenv.Eventually(t, 30*time.Second, "the Paused condition", func() error {
+		if p := apimeta.FindStatusCondition(getCluster(t, c.Name).Status.Conditions, ichorv1alpha1.PausedCondition); p == nil || p.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Paused %+v", p)
 		}
-		apimeta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "NodeUnreachable", Message: "x"})
-		return k8s.Status().Update(ctx, m)
+
+		return nil
+	})
+
+	create(t, machine("p-cp-1", c.Name, ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved, "v1.14.1", true))
+	// The marker: a machine of the sibling created after it is summarised.
+	create(t, machine("ps-cp-1", sibling.Name, ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved, "v1.14.1", true))
+	readyIs(t, sibling.Name, metav1.ConditionTrue, "1/1 control planes")
+
+	if got := getCluster(t, c.Name); got.Status.ControlPlanes.Approved != 0 || apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ReadyCondition) != nil {
+		t.Fatalf("a paused cluster was summarised: %+v", got.Status)
+	}
+
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getCluster(t, c.Name)
+		cur.Spec.Paused = false
+
+		return k8s.Update(ctx, cur)
 	}))
-	eventually(t, "the cluster not Ready, naming w-1", ready(metav1.ConditionFalse, "not Ready: w-1"))
+
+	readyIs(t, c.Name, metav1.ConditionTrue, "1/1 control planes")
+
+	if p := apimeta.FindStatusCondition(getCluster(t, c.Name).Status.Conditions, ichorv1alpha1.PausedCondition); p != nil {
+		t.Errorf("Paused is still there after unpausing: %+v", p)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -28,6 +29,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/credential"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=taloscredentialrequests,verbs=get;list;watch;delete
@@ -64,8 +66,10 @@ type Reconciler struct {
 	// Retention is how long an answered request is kept after it expired or
 	// was denied; zero means DefaultRetention.
 	Retention time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the controller's clock; nil means the real one.
+	Clock clock.PassiveClock
+
+	skeleton *reconcile.Controller[*ichorv1alpha1.TalosCredentialRequest]
 }
 
 // SetupWithManager registers the reconciler.
@@ -82,18 +86,29 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Recorder = mgr.GetEventRecorder(ControllerName)
 	}
 
+	r.skeleton = r.controller()
+
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosCredentialRequest{}).
+		Watches(&ichorv1alpha1.TalosCluster{}, reconcile.ClusterMembers(mgr.GetClient(), &ichorv1alpha1.TalosCredentialRequestList{})).
 		Complete(r)
 }
 
-func (r *Reconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+// controller is the reconciler on the skeleton: it owns the Issued, Denied
+// and Paused conditions and the certificate fields of the status.
+func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosCredentialRequest] {
+	return &reconcile.Controller[*ichorv1alpha1.TalosCredentialRequest]{
+		Name: ControllerName, Client: r.Client, APIReader: r.APIReader, Clock: r.Clock,
+		New:             func() *ichorv1alpha1.TalosCredentialRequest { return &ichorv1alpha1.TalosCredentialRequest{} },
+		Owned:           []string{ichorv1alpha1.IssuedCondition, ichorv1alpha1.DeniedCondition},
+		PausedCondition: true,
+		OwnStatus: func(dst, src *ichorv1alpha1.TalosCredentialRequest) {
+			dst.Status.RequestedBy, dst.Status.Role, dst.Status.Certificate = src.Status.RequestedBy, src.Status.Role, src.Status.Certificate
+			dst.Status.CA, dst.Status.ExpiresAt = src.Status.CA, src.Status.ExpiresAt
+		},
+		Phases: []reconcile.Phase[*ichorv1alpha1.TalosCredentialRequest]{r.reconcileRequest},
 	}
-
-	return time.Now()
 }
 
 func (r *Reconciler) retention() time.Duration {
@@ -104,19 +119,21 @@ func (r *Reconciler) retention() time.Duration {
 	return DefaultRetention
 }
 
-// Reconcile signs a new request, or deletes an answered one once its retention is over.
+// Reconcile runs the skeleton.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	tcr := &ichorv1alpha1.TalosCredentialRequest{}
-	if err := r.Client.Get(ctx, req.NamespacedName, tcr); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if r.skeleton == nil {
+		r.skeleton = r.controller()
 	}
 
-	if !tcr.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
-	}
+	return r.skeleton.Reconcile(ctx, req)
+}
+
+// reconcileRequest signs a new request, or deletes an answered one once its retention is over.
+func (r *Reconciler) reconcileRequest(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCredentialRequest]) (ctrl.Result, error) {
+	tcr := s.Object
 
 	if until, answered := r.answeredUntil(tcr); answered {
-		if wait := until.Sub(r.now()); wait > 0 {
+		if wait := until.Sub(s.Now); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 
@@ -131,7 +148,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
-	return r.answer(ctx, tcr)
+	return r.answer(ctx, s)
 }
 
 // answeredUntil reports whether the request was answered and until when it is kept.
@@ -157,27 +174,27 @@ type denial struct{ reason, msg string }
 
 func (d *denial) Error() string { return d.msg }
 
-func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (ctrl.Result, error) {
+func (r *Reconciler) answer(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCredentialRequest]) (ctrl.Result, error) {
+	tcr := s.Object
 	// Who asked is what the mutating webhook stamped at admission, the only
 	// place the requester is known; without the webhooks nobody is named.
 	tcr.Status.RequestedBy = tcr.Annotations[ichorv1alpha1.RequestedByAnnotation]
 
-	cert, err := r.sign(ctx, tcr)
+	cert, err := r.sign(ctx, tcr, s.Now)
 
 	var d *denial
 
 	switch {
 	case errors.As(err, &d):
-		return r.deny(ctx, tcr, d)
+		return r.deny(ctx, s, d)
 	case err != nil:
 		// transient (the API server, a conflict): retried with backoff
 		return ctrl.Result{}, err
 	}
 
-	now := r.now()
+	now := s.Now
 	expires := metav1.NewTime(cert.NotAfter)
 
-	tcr.Status.ObservedGeneration = tcr.Generation
 	tcr.Status.Role = string(cert.Role)
 	tcr.Status.Certificate = string(cert.PEM)
 	tcr.Status.CA = string(cert.CA)
@@ -192,8 +209,8 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 		ObservedGeneration: tcr.Generation, LastTransitionTime: metav1.NewTime(now), Message: "the request was signed",
 	})
 
-	if err := r.Client.Status().Update(ctx, tcr); err != nil {
-		// A conflict means someone else wrote the status meanwhile; look again.
+	// Recorded before it is announced.
+	if err := s.Persist(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -207,7 +224,7 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 
 // sign returns the certificate, a *denial for a request that can never be
 // signed as it is, or a transient error.
-func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (*credential.Certificate, error) {
+func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, now time.Time) (*credential.Certificate, error) {
 	tr, err := credential.Role(tcr.Spec.Purpose)
 	if err != nil {
 		reason := ReasonUnknownPurpose
@@ -246,7 +263,7 @@ func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 		return nil, err
 	}
 
-	cert, err := credential.Sign(b, pub, tr, commonName(tcr), r.now(), credential.Duration(tcr.Spec))
+	cert, err := credential.Sign(b, pub, tr, commonName(tcr), now, credential.Duration(tcr.Spec))
 	if err != nil {
 		return nil, &denial{ReasonSigningFailed, err.Error()}
 	}
@@ -264,10 +281,9 @@ func commonName(tcr *ichorv1alpha1.TalosCredentialRequest) string {
 	return fmt.Sprintf("ichor:%s:%s/%s", tcr.Spec.Purpose, tcr.Namespace, tcr.Name)
 }
 
-func (r *Reconciler) deny(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, d *denial) (ctrl.Result, error) {
-	now := r.now()
+func (r *Reconciler) deny(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCredentialRequest], d *denial) (ctrl.Result, error) {
+	tcr, now := s.Object, s.Now
 
-	tcr.Status.ObservedGeneration = tcr.Generation
 	apimeta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{
 		Type: ichorv1alpha1.DeniedCondition, Status: metav1.ConditionTrue, Reason: d.reason,
 		ObservedGeneration: tcr.Generation, LastTransitionTime: metav1.NewTime(now), Message: d.msg,
@@ -277,7 +293,7 @@ func (r *Reconciler) deny(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 		ObservedGeneration: tcr.Generation, LastTransitionTime: metav1.NewTime(now), Message: "not signed: see the Denied condition",
 	})
 
-	if err := r.Client.Status().Update(ctx, tcr); err != nil {
+	if err := s.Persist(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
 

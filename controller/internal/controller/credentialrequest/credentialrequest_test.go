@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 func createRequest(t *testing.T, name, cluster, purpose, publicKey string, d time.Duration) {
@@ -427,5 +428,46 @@ func TestRequesterIsCopiedFromTheWebhookStamp(t *testing.T) {
 	nobody := waitAnswered(t, "by-nobody")
 	if cert := issuedCert(t, nobody); nobody.Status.RequestedBy != "" || cert.Subject.CommonName != "ichor:talosconfig-reader:default/by-nobody" {
 		t.Fatalf("an unstamped request: status.requestedBy %q, certificate CN %q; want empty and the request's name", nobody.Status.RequestedBy, cert.Subject.CommonName)
+	}
+}
+
+// TestPausedStops_CredentialRequest: no certificate is signed for a cluster
+// whose spec.paused is true (the request's Paused condition says why), and
+// unpausing signs it.
+func TestPausedStops_CredentialRequest(t *testing.T) {
+	ctx := context.Background()
+
+	held := testCluster("held", clusterName+"-secrets")
+	held.Spec.Paused = true
+	testenv.Must(t, k8s.Create(ctx, held))
+
+	_, pub := newKey(t)
+	createRequest(t, "paused-reader", held.Name, ichorv1alpha1.PurposeReader, pub, 0)
+
+	tcr := &ichorv1alpha1.TalosCredentialRequest{}
+
+	eventually(t, "the Paused condition", func() error {
+		testenv.Must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "paused-reader"}, tcr))
+
+		if !apimeta.IsStatusConditionTrue(tcr.Status.Conditions, ichorv1alpha1.PausedCondition) {
+			return fmt.Errorf("conditions %+v", tcr.Status.Conditions)
+		}
+
+		return nil
+	})
+
+	if tcr.Status.Certificate != "" || apimeta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.IssuedCondition) != nil {
+		t.Fatalf("a request of a paused cluster was answered: %+v", tcr.Status)
+	}
+
+	testenv.Must(t, k8s.Get(ctx, client.ObjectKeyFromObject(held), held))
+	held.Spec.Paused = false
+	testenv.Must(t, k8s.Update(ctx, held))
+
+	tcr = waitAnswered(t, "paused-reader")
+	issuedCert(t, tcr)
+
+	if apimeta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.PausedCondition) != nil {
+		t.Errorf("Paused stays after unpausing: %+v", tcr.Status.Conditions)
 	}
 }

@@ -1,0 +1,51 @@
+package testenv
+
+import (
+	"testing"
+	"time"
+)
+
+// WaitTimeout bounds a wait when a test gives none. It is generous on
+// purpose: the tests run on loaded 2-core machines, where an API server, an
+// etcd and the emulated nodes share the CPU with the compiler.
+const WaitTimeout = 150 * time.Second
+
+// pollInterval is how often Eventually asks again.
+const pollInterval = 100 * time.Millisecond
+
+// Eventually polls cond until it returns nil, and fails the test with what
+// and cond's last error when timeout passes first (zero means WaitTimeout).
+// It is the one wait of Ichor's tests: a test that must show something did
+// not happen waits first for a positive marker that comes after it (an
+// Event, an observedGeneration, an RPC count on a sibling), never a sleep.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+
+	if timeout <= 0 {
+		timeout = WaitTimeout
+	}
+
+	deadline := time.Now().Add(timeout)
+
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+
+		time.Sleep(pollInterval)
+	}
+}
+
+// Must fails the test at once on a non-nil error.
+func Must(t testing.TB, err error) {
+	t.Helper()
+
+	if err != nil {
+		t.Fatal(err)
+	}
+}
