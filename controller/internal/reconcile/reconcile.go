@@ -10,7 +10,8 @@
 // copies. It is merged onto the object as it is in the API server and written
 // with an optimistic lock, re-read and re-merged on a conflict, so two
 // controllers that write conditions on one kind never overwrite each other's.
-// status.observedGeneration moves only when every phase succeeded.
+// status.observedGeneration (written by the kind's primary controller) moves
+// only when every phase succeeded.
 //
 // A cross-cutting rule (pause, ownership, observedGeneration) therefore lives
 // here once, and a reconciler cannot forget it.
@@ -96,9 +97,11 @@ type Controller[T Object] struct {
 	// OwnStatus copies the status fields other than conditions that this
 	// controller owns from src to dst; nil means it owns none.
 	OwnStatus func(dst, src T)
-	// PausedCondition makes this controller the owner of the Paused
-	// condition of the kind (one controller per kind).
-	PausedCondition bool
+	// Primary makes this controller the owner of the kind's Paused condition
+	// and status.observedGeneration; one controller per kind is primary, the
+	// others (several reconcile a TalosCluster or a TalosMachine) own only
+	// their conditions and fields.
+	Primary bool
 	// SkipPaused leaves the pause check out, for controllers that act on
 	// objects of no Ichor cluster (their own spec may still pause them
 	// through Paused).
@@ -282,7 +285,7 @@ func (c *Controller[T]) pausedBy(obj T, cluster *ichorv1alpha1.TalosCluster) str
 // setPaused sets the Paused condition (why != "") or removes it, when this
 // controller owns it.
 func (c *Controller[T]) setPaused(obj T, why string) {
-	if !c.PausedCondition {
+	if !c.Primary {
 		return
 	}
 
@@ -302,7 +305,7 @@ func (c *Controller[T]) setPaused(obj T, why string) {
 // owns reports whether the controller writes condition type t.
 func (c *Controller[T]) owns(t string) bool {
 	if t == ichorv1alpha1.PausedCondition {
-		return c.PausedCondition
+		return c.Primary
 	}
 
 	for _, o := range c.Owned {
@@ -330,7 +333,7 @@ func (c *Controller[T]) writeStatus(ctx context.Context, before, after T, succee
 
 	after.SetConditions(conds)
 
-	if succeeded {
+	if succeeded && c.Primary {
 		after.SetObservedGeneration(after.GetGeneration())
 	}
 
@@ -377,7 +380,7 @@ func (c *Controller[T]) merge(dst, from, src T, succeeded bool) {
 		c.OwnStatus(dst, src)
 	}
 
-	if succeeded {
+	if succeeded && c.Primary {
 		dst.SetObservedGeneration(src.GetObservedGeneration())
 	}
 

@@ -74,7 +74,7 @@ func conditionWriter(condType string, n *int, own bool) *Controller[*ichorv1alph
 		}},
 	}
 	if own {
-		c.PausedCondition = true
+		c.Primary = true
 	}
 
 	return c
@@ -92,7 +92,7 @@ func TestSkeleton_TwoOwnersNeverOverwrite(t *testing.T) {
 
 	var na, nb int
 
-	a, b := conditionWriter("A", &na, false), conditionWriter("B", &nb, false)
+	a, b := conditionWriter("A", &na, true), conditionWriter("B", &nb, false)
 
 	var wg sync.WaitGroup
 
@@ -173,7 +173,7 @@ func TestSkeleton_ObservedGenerationOnSuccessOnly(t *testing.T) {
 	fail := errors.New("the node does not answer")
 	c := &Controller[*ichorv1alpha1.TalosStorage]{
 		Name: "observed", Client: k8s, New: func() *ichorv1alpha1.TalosStorage { return &ichorv1alpha1.TalosStorage{} },
-		Owned: []string{ichorv1alpha1.ReadyCondition},
+		Owned: []string{ichorv1alpha1.ReadyCondition}, Primary: true,
 		Phases: []Phase[*ichorv1alpha1.TalosStorage]{func(_ context.Context, s *Scope[*ichorv1alpha1.TalosStorage]) (ctrl.Result, error) {
 			apimeta.SetStatusCondition(&s.Object.Status.Conditions, metav1.Condition{
 				Type: ichorv1alpha1.ReadyCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.FailedReason, Message: fail.Error(),

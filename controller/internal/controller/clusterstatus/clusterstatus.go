@@ -86,9 +86,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosCluster] {
 	return &reconcile.Controller[*ichorv1alpha1.TalosCluster]{
 		Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
-		New:             func() *ichorv1alpha1.TalosCluster { return &ichorv1alpha1.TalosCluster{} },
-		Owned:           []string{ichorv1alpha1.ReadyCondition},
-		PausedCondition: true,
+		New:     func() *ichorv1alpha1.TalosCluster { return &ichorv1alpha1.TalosCluster{} },
+		Owned:   []string{ichorv1alpha1.ReadyCondition},
+		Primary: true,
 		OwnStatus: func(dst, src *ichorv1alpha1.TalosCluster) {
 			dst.Status.ControlPlanes, dst.Status.Workers, dst.Status.TalosVersion = src.Status.ControlPlanes, src.Status.Workers, src.Status.TalosVersion
 		},

@@ -100,9 +100,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosCredentialRequest] {
 	return &reconcile.Controller[*ichorv1alpha1.TalosCredentialRequest]{
 		Name: ControllerName, Client: r.Client, APIReader: r.APIReader, Clock: r.Clock,
-		New:             func() *ichorv1alpha1.TalosCredentialRequest { return &ichorv1alpha1.TalosCredentialRequest{} },
-		Owned:           []string{ichorv1alpha1.IssuedCondition, ichorv1alpha1.DeniedCondition},
-		PausedCondition: true,
+		New:     func() *ichorv1alpha1.TalosCredentialRequest { return &ichorv1alpha1.TalosCredentialRequest{} },
+		Owned:   []string{ichorv1alpha1.IssuedCondition, ichorv1alpha1.DeniedCondition},
+		Primary: true,
 		OwnStatus: func(dst, src *ichorv1alpha1.TalosCredentialRequest) {
 			dst.Status.RequestedBy, dst.Status.Role, dst.Status.Certificate = src.Status.RequestedBy, src.Status.Role, src.Status.Certificate
 			dst.Status.CA, dst.Status.ExpiresAt = src.Status.CA, src.Status.ExpiresAt
