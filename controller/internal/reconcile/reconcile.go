@@ -187,6 +187,7 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if why := c.pausedBy(obj, cluster); why != "" {
 		ctrl.LoggerFrom(ctx).V(1).Info("paused: nothing done", "by", why)
 		c.setPaused(obj, why)
+		pausedSkips.WithLabelValues(c.Name).Inc()
 
 		// Unpausing is a change of the object or of its cluster, which the
 		// controller watches: nothing to requeue.

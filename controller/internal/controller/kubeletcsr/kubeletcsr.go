@@ -45,6 +45,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
@@ -72,6 +73,8 @@ type Reconciler struct {
 	Nodes *talosnode.Dialer
 	// Interval is the polling period; zero means DefaultInterval.
 	Interval time.Duration
+
+	skeleton *reconcile.Controller[*ichorv1alpha1.TalosCluster]
 }
 
 // SetupWithManager registers the reconciler on TalosClusters.
@@ -96,20 +99,38 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Interval = DefaultInterval
 	}
 
+	r.skeleton = r.controller()
+
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
 
-// Reconcile looks at the cluster's pending kubelet serving requests.
+// controller is the approver on the skeleton: it writes nothing to the
+// cluster's status, and the cluster's spec.paused stops it (a paused
+// cluster's requests stay pending).
+func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosCluster] {
+	return &reconcile.Controller[*ichorv1alpha1.TalosCluster]{
+		Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
+		New:    func() *ichorv1alpha1.TalosCluster { return &ichorv1alpha1.TalosCluster{} },
+		Phases: []reconcile.Phase[*ichorv1alpha1.TalosCluster]{r.approve},
+	}
+}
+
+// Reconcile runs the skeleton.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	c := &ichorv1alpha1.TalosCluster{}
-	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if r.skeleton == nil {
+		r.skeleton = r.controller()
 	}
 
-	if !c.DeletionTimestamp.IsZero() || !c.Spec.Security.KubeletServingCertificates {
+	return r.skeleton.Reconcile(ctx, req)
+}
+
+// approve looks at the cluster's pending kubelet serving requests.
+func (r *Reconciler) approve(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
+	c := s.Object
+	if !c.Spec.Security.KubeletServingCertificates {
 		return ctrl.Result{}, nil
 	}
 
