@@ -14,9 +14,11 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,10 +28,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;patch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -76,8 +79,12 @@ type Reconciler struct {
 	// a removed TalosMachine is probed again; zero means the defaults.
 	RecheckInterval, RecheckWindow time.Duration
 
+	// Clock is the controller's clock; nil means the real one.
+	Clock clock.PassiveClock
+
 	mu       sync.Mutex
 	clusters map[types.NamespacedName]*clusterState
+	skeleton *ichorreconcile.Controller[*ichorv1alpha1.TalosCluster]
 }
 
 // clusterState is what the reconciler remembers of one cluster between reconciles.
@@ -100,6 +107,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder(ControllerName)
 	}
+
+	r.skeleton = r.controller()
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
@@ -169,30 +178,48 @@ func (r *Reconciler) interval(c *ichorv1alpha1.TalosCluster) time.Duration {
 	return DefaultInterval
 }
 
-// Reconcile scans when a scan is due (first sight, a spec change, the
-// interval passed) and otherwise only rechecks the addresses of removed
-// machines; then it writes status.discovery and status.pendingMachines.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	c := &ichorv1alpha1.TalosCluster{}
-	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			r.mu.Lock()
-			delete(r.clusters, req.NamespacedName)
-			r.mu.Unlock()
-		}
-
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+// controller is discovery on the skeleton: it owns status.discovery and
+// status.pendingMachines of the cluster, and the cluster's spec.paused stops
+// it.
+func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.TalosCluster] {
+	return &ichorreconcile.Controller[*ichorv1alpha1.TalosCluster]{
+		Name: ControllerName, Client: r.Client, Clock: r.Clock,
+		New: func() *ichorv1alpha1.TalosCluster { return &ichorv1alpha1.TalosCluster{} },
+		OwnStatus: func(dst, src *ichorv1alpha1.TalosCluster) {
+			dst.Status.Discovery, dst.Status.PendingMachines = src.Status.Discovery, src.Status.PendingMachines
+		},
+		Phases: []ichorreconcile.Phase[*ichorv1alpha1.TalosCluster]{r.discover},
 	}
+}
 
-	if !c.DeletionTimestamp.IsZero() || c.Spec.Paused {
+// Reconcile forgets a cluster that is gone, and runs the skeleton.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if err := r.Client.Get(ctx, req.NamespacedName, &ichorv1alpha1.TalosCluster{}); apierrors.IsNotFound(err) {
+		r.mu.Lock()
+		delete(r.clusters, req.NamespacedName)
+		r.mu.Unlock()
+
 		return ctrl.Result{}, nil
 	}
 
-	now := time.Now()
+	if r.skeleton == nil {
+		r.skeleton = r.controller()
+	}
+
+	return r.skeleton.Reconcile(ctx, req)
+}
+
+// discover scans when a scan is due (first sight, a spec change, the
+// interval passed) and otherwise only rechecks the addresses of removed
+// machines; it sets status.discovery and status.pendingMachines.
+func (r *Reconciler) discover(ctx context.Context, sc *ichorreconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
+	c := sc.Object
+	key := client.ObjectKeyFromObject(c)
+	now := sc.Now
 	interval := r.interval(c)
 
 	r.mu.Lock()
-	st := r.stateLocked(req.NamespacedName)
+	st := r.stateLocked(key)
 	full := st.lastScan.IsZero() || st.scannedGeneration != c.Generation || now.Sub(st.lastScan) >= interval
 
 	var removed []netip.Addr
@@ -208,7 +235,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	slices.SortFunc(removed, func(a, b netip.Addr) int { return a.Compare(b) })
 
-	run := &scan{r: r, cluster: c, before: c.DeepCopy(), now: now}
+	run := &scan{r: r, cluster: c, now: now}
 	if err := run.do(ctx, full, removed); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -222,7 +249,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		delete(st.removed, a)
 	}
 
-	next := time.Until(st.lastScan.Add(interval))
+	next := st.lastScan.Add(interval).Sub(now)
 	if len(st.removed) > 0 {
 		next = min(next, r.recheckInterval())
 	}

@@ -26,7 +26,6 @@ import (
 type scan struct {
 	r       *Reconciler
 	cluster *ichorv1alpha1.TalosCluster
-	before  *ichorv1alpha1.TalosCluster
 	now     time.Time
 
 	// machines are every TalosMachine, of every namespace and cluster: an
@@ -543,9 +542,9 @@ func (s *scan) set(addr, result, machine, msg string) {
 	}
 }
 
-// patchStatus writes status.discovery and status.pendingMachines with a merge
-// patch of those fields only: the rest of the status belongs to other controllers.
-func (s *scan) patchStatus(ctx context.Context, full bool, explicit []netip.Addr, message string) error {
+// patchStatus sets status.discovery and status.pendingMachines, the fields of
+// the cluster's status discovery owns; the skeleton writes them.
+func (s *scan) patchStatus(_ context.Context, full bool, explicit []netip.Addr, message string) error {
 	c := s.cluster
 	results := s.results
 
@@ -609,10 +608,6 @@ func (s *scan) patchStatus(ctx context.Context, full bool, explicit []netip.Addr
 	}
 
 	c.Status.PendingMachines = s.pending()
-
-	if err := s.r.Client.Status().Patch(ctx, c, client.MergeFrom(s.before)); err != nil {
-		return fmt.Errorf("writing the discovery status: %w", err)
-	}
 
 	return nil
 }

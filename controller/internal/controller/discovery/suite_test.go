@@ -58,6 +58,7 @@ func worldSpec() *talosemu.Spec {
 			{Name: "dup", Address: "127.77.16.18", Identity: talosemu.Identity{UUID: &dup, Serial: "DUP-1"}},
 			{Name: "configured", Address: "127.77.16.21", Role: talosemu.RoleHintControlPlane},
 			{Name: "added", Address: "127.77.16.22"},
+			{Name: "held", Address: "127.77.16.25"},
 			{Name: "returner", Address: "127.77.16.23"},
 			{Name: "approved", Address: "127.77.16.24"},
 		},
