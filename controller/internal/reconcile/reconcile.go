@@ -69,8 +69,11 @@ type Scope[T Object] struct {
 
 // Persist writes the owned status now, before a side effect that must be
 // recorded first (a certificate handed out, a Talos call that cannot be
-// repeated: engineering rule 10). The deferred write at the end of the
-// reconcile writes only what changed after it.
+// repeated: engineering rule 10). It is strict: the write carries the
+// resourceVersion the reconcile read, and a conflict (someone, or an earlier
+// reconcile the cache had not shown yet, wrote in between) is returned, so
+// the caller does not go on to the side effect on a stale decision. The
+// deferred write at the end of the reconcile writes only what changed after it.
 func (s *Scope[T]) Persist(ctx context.Context) error { return s.persist(ctx) }
 
 // Phase is one step of a reconcile. A phase that returns an error or a
@@ -163,9 +166,15 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 
 	before := obj.DeepCopyObject().(T) //nolint:forcetypeassert // DeepCopyObject of T is a T
 
+	// A strict write that failed means this reconcile decided on a stale
+	// object: it writes nothing more, and the next one starts afresh.
+	stale := false
+
 	s.persist = func(ctx context.Context) error {
-		written, ok, err := c.writeStatus(ctx, before, obj, false)
+		written, ok, err := c.writeStatus(ctx, before, obj, false, true)
 		if err != nil {
+			stale = true
+
 			return err
 		}
 
@@ -179,7 +188,11 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	}
 
 	defer func() {
-		if _, _, err := c.writeStatus(ctx, before, obj, retErr == nil); err != nil {
+		if stale {
+			return
+		}
+
+		if _, _, err := c.writeStatus(ctx, before, obj, retErr == nil, false); err != nil {
 			retErr = errors.Join(retErr, err)
 		}
 	}()
@@ -323,8 +336,9 @@ func (c *Controller[T]) owns(t string) bool {
 // computed from), its status fields and, on success, observedGeneration. The
 // write is an update of the current object with its resourceVersion; on a
 // conflict the object is read again and the owned part merged onto it anew.
-// It returns the object as written, and whether anything was.
-func (c *Controller[T]) writeStatus(ctx context.Context, before, after T, succeeded bool) (T, bool, error) {
+// It returns the object as written, and whether anything was. A strict write
+// returns a conflict instead of merging again.
+func (c *Controller[T]) writeStatus(ctx context.Context, before, after T, succeeded, strict bool) (T, bool, error) {
 	conds := after.GetConditions()
 	for i := range conds {
 		if c.owns(conds[i].Type) {
@@ -345,7 +359,7 @@ func (c *Controller[T]) writeStatus(ctx context.Context, before, after T, succee
 		wrote   bool
 	)
 
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	attempt := func() error {
 		next := base.DeepCopyObject().(T) //nolint:forcetypeassert // DeepCopyObject of T is a T
 		c.merge(next, before, after, succeeded)
 
@@ -358,6 +372,17 @@ func (c *Controller[T]) writeStatus(ctx context.Context, before, after T, succee
 			written, wrote = next, true
 		}
 
+		return err
+	}
+
+	if strict {
+		// Nothing written, not even to an object that is gone, lets the
+		// caller go on.
+		return written, wrote, attempt()
+	}
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := attempt()
 		if apierrors.IsConflict(err) {
 			fresh := c.New()
 			if gerr := c.apiReader().Get(ctx, client.ObjectKeyFromObject(after), fresh); gerr != nil {

@@ -306,3 +306,59 @@ func TestSkeleton_Finalizer(t *testing.T) {
 		t.Fatalf("the object is still there with finalizers %v", got.Finalizers)
 	}
 }
+
+// TestSkeleton_PersistIsStrict: Persist, the write before a side effect,
+// fails when the object changed since the reconcile read it (the side
+// effect is then not made), and nothing more of that reconcile is written;
+// on an unchanged object it writes at once.
+func TestSkeleton_PersistIsStrict(t *testing.T) {
+	ctx := context.Background()
+	st := storage("persist", "none")
+	testenv.Must(t, k8s.Create(ctx, st))
+
+	sideEffects := 0
+	intervene := true
+	c := &Controller[*ichorv1alpha1.TalosStorage]{
+		Name: "persist", Client: k8s, New: func() *ichorv1alpha1.TalosStorage { return &ichorv1alpha1.TalosStorage{} },
+		Owned: []string{"Recorded"},
+		Phases: []Phase[*ichorv1alpha1.TalosStorage]{func(ctx context.Context, s *Scope[*ichorv1alpha1.TalosStorage]) (ctrl.Result, error) {
+			if intervene {
+				// Another writer between the read and the record.
+				other := &ichorv1alpha1.TalosStorage{}
+				testenv.Must(t, k8s.Get(ctx, client.ObjectKeyFromObject(s.Object), other))
+				apimeta.SetStatusCondition(&other.Status.Conditions, metav1.Condition{Type: "Other", Status: metav1.ConditionTrue, Reason: "Wrote"})
+				testenv.Must(t, k8s.Status().Update(ctx, other))
+			}
+
+			apimeta.SetStatusCondition(&s.Object.Status.Conditions, metav1.Condition{Type: "Recorded", Status: metav1.ConditionTrue, Reason: "BeforeTheCall"})
+			if err := s.Persist(ctx); err != nil {
+				return ctrl.Result{}, err
+			}
+
+			sideEffects++
+
+			return ctrl.Result{}, nil
+		}},
+	}
+
+	if _, err := c.Reconcile(ctx, req(st)); err == nil {
+		t.Fatal("Persist over a changed object succeeded")
+	}
+
+	got := &ichorv1alpha1.TalosStorage{}
+	testenv.Must(t, k8s.Get(ctx, client.ObjectKeyFromObject(st), got))
+
+	if sideEffects != 0 || apimeta.FindStatusCondition(got.Status.Conditions, "Recorded") != nil {
+		t.Fatalf("side effects %d, conditions %+v: a stale reconcile went on", sideEffects, got.Status.Conditions)
+	}
+
+	intervene = false
+
+	_, err := c.Reconcile(ctx, req(st))
+	testenv.Must(t, err)
+	testenv.Must(t, k8s.Get(ctx, client.ObjectKeyFromObject(st), got))
+
+	if sideEffects != 1 || apimeta.FindStatusCondition(got.Status.Conditions, "Recorded") == nil || apimeta.FindStatusCondition(got.Status.Conditions, "Other") == nil {
+		t.Fatalf("side effects %d, conditions %+v", sideEffects, got.Status.Conditions)
+	}
+}
