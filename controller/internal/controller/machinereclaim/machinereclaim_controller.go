@@ -30,6 +30,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,6 +39,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
+	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=machinereclaims,verbs=get;list;watch
@@ -81,8 +83,10 @@ type Reconciler struct {
 	ResetTimeout time.Duration
 	// PollInterval is how often a reset machine is probed for maintenance mode; zero means 5s.
 	PollInterval time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the controller's clock; nil means the real one.
+	Clock clock.PassiveClock
+
+	skeleton *ichorreconcile.Controller[*ichorv1alpha1.MachineReclaim]
 }
 
 // SetupWithManager registers the reconciler.
@@ -99,18 +103,31 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Recorder = mgr.GetEventRecorder(ControllerName)
 	}
 
+	r.skeleton = r.controller()
+
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.MachineReclaim{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
 
-func (r *Reconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+// controller is the reconciler on the skeleton: the only writer of a
+// MachineReclaim's status. A reclaim resets a machine of another cluster, so
+// no Ichor cluster's pause applies to it. Every status write before a Talos
+// call is the skeleton's strict Persist.
+func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.MachineReclaim] {
+	return &ichorreconcile.Controller[*ichorv1alpha1.MachineReclaim]{
+		Name: ControllerName, Client: r.Client, APIReader: r.APIReader, Clock: r.Clock,
+		New:     func() *ichorv1alpha1.MachineReclaim { return &ichorv1alpha1.MachineReclaim{} },
+		Owned:   []string{ichorv1alpha1.ReadyCondition},
+		Primary: true, SkipPaused: true,
+		OwnStatus: func(dst, src *ichorv1alpha1.MachineReclaim) {
+			conds := dst.Status.Conditions
+			dst.Status = *src.Status.DeepCopy()
+			dst.Status.Conditions = conds
+		},
+		Phases: []ichorreconcile.Phase[*ichorv1alpha1.MachineReclaim]{r.reclaim},
 	}
-
-	return time.Now()
 }
 
 func (r *Reconciler) port() int {
@@ -129,18 +146,24 @@ func ttlOf(mr *ichorv1alpha1.MachineReclaim) time.Duration {
 	return DefaultTTL
 }
 
-// Reconcile moves a reclaim through its phases.
+// Reconcile runs the skeleton.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	mr := &ichorv1alpha1.MachineReclaim{}
-	if err := r.Client.Get(ctx, req.NamespacedName, mr); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if r.skeleton == nil {
+		r.skeleton = r.controller()
 	}
+
+	return r.skeleton.Reconcile(ctx, req)
+}
+
+// reclaim moves a reclaim through its phases.
+func (r *Reconciler) reclaim(ctx context.Context, s *ichorreconcile.Scope[*ichorv1alpha1.MachineReclaim]) (ctrl.Result, error) {
+	mr := s.Object
 
 	switch mr.Status.Phase {
 	case ichorv1alpha1.ReclaimDone, ichorv1alpha1.ReclaimFailed, ichorv1alpha1.ReclaimExpired:
 		return ctrl.Result{}, r.deleteCredential(ctx, mr)
 	case ichorv1alpha1.ReclaimResetting:
-		return r.resetting(ctx, mr)
+		return r.resetting(ctx, s)
 	}
 
 	// Who asked is what the mutating webhook stamped at admission, the only
@@ -150,12 +173,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// A reset that was recorded is never sent again, whatever the phase says.
 	if mr.Status.ResetRequestedAt != nil {
-		return r.resetting(ctx, mr)
+		return r.resetting(ctx, s)
 	}
 
 	deadline := mr.CreationTimestamp.Add(ttlOf(mr))
-	if !r.now().Before(deadline) {
-		return r.finish(ctx, mr, ichorv1alpha1.ReclaimExpired, ReasonExpired,
+	if !s.Now.Before(deadline) {
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimExpired, ReasonExpired,
 			fmt.Sprintf("the credential's TTL of %s ran out before the reset was confirmed; the credential was deleted. Create a new reclaim to try again", ttlOf(mr)))
 	}
 
@@ -164,18 +187,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		mr.Status.Audit.RequestedAt = &mr.CreationTimestamp
 		r.setReady(mr, ReasonInspecting, "reading the machine at "+mr.Spec.Address+" with the foreign talosconfig")
 
-		if err := r.Client.Status().Update(ctx, mr); err != nil {
+		if err := s.Persist(ctx); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 
-	return r.inspectAndMaybeReset(ctx, mr, deadline)
+	return r.inspectAndMaybeReset(ctx, s, deadline)
 }
 
 // inspectAndMaybeReset inspects the machine (again, so the decision is fresh),
 // records what it saw and, when the UUID is typed and nothing refuses, records
 // the reset and sends it.
-func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, mr *ichorv1alpha1.MachineReclaim, deadline time.Time) (ctrl.Result, error) {
+func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, s *ichorreconcile.Scope[*ichorv1alpha1.MachineReclaim], deadline time.Time) (ctrl.Result, error) {
+	mr := s.Object
 	log := ctrl.LoggerFrom(ctx)
 	retry := ctrl.Result{RequeueAfter: min(30*time.Second, time.Until(deadline)+time.Second)}
 
@@ -183,7 +207,7 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, mr *ichorv1alpha1
 	if err != nil {
 		var bad badCredentialError
 		if errors.As(err, &bad) {
-			return r.finish(ctx, mr, ichorv1alpha1.ReclaimFailed, ReasonBadCredential, bad.Error())
+			return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonBadCredential, bad.Error())
 		}
 
 		return ctrl.Result{}, err
@@ -191,7 +215,7 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, mr *ichorv1alpha1
 
 	c, err := reclaim.Dial(ctx, mr.Spec.Address, r.port(), talosconfig)
 	if err != nil {
-		return r.finish(ctx, mr, ichorv1alpha1.ReclaimFailed, ReasonBadCredential, redact(err.Error(), talosconfig))
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonBadCredential, redact(err.Error(), talosconfig))
 	}
 
 	defer func() { _ = c.Close() }()
@@ -202,11 +226,11 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, mr *ichorv1alpha1
 		log.Info("inspection failed; retrying", "address", mr.Spec.Address, "reason", msg)
 		r.setReady(mr, ReasonInspectionFailed, msg+"; retrying until the TTL runs out")
 
-		return retry, r.Client.Status().Update(ctx, mr)
+		return retry, s.Persist(ctx)
 	}
 
 	if mr.Status.Inspection.UUID != "" && mr.Status.Inspection.UUID != in.UUID {
-		return r.finish(ctx, mr, ichorv1alpha1.ReclaimFailed, ReasonRefused,
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonRefused,
 			fmt.Sprintf("the machine at %s now reports UUID %s, not the %s inspected before: another machine answers at this address", mr.Spec.Address, in.UUID, mr.Status.Inspection.UUID))
 	}
 
@@ -227,7 +251,7 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, mr *ichorv1alpha1
 			r.Recorder.Eventf(mr, nil, corev1.EventTypeWarning, ReasonRefused, "Inspect", "resetting %s is refused: %s", in.UUID, joinRefusals(refusals))
 		}
 
-		return ctrl.Result{RequeueAfter: time.Until(deadline) + time.Second}, r.Client.Status().Update(ctx, mr)
+		return ctrl.Result{RequeueAfter: time.Until(deadline) + time.Second}, s.Persist(ctx)
 	}
 
 	if refusal := reclaim.CheckConfirmation(in, mr.Spec.ConfirmUUID); refusal != nil {
@@ -238,12 +262,12 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, mr *ichorv1alpha1
 				"machine %s (%s) inspected; type its UUID to reset it", in.UUID, in.Hostname)
 		}
 
-		return ctrl.Result{RequeueAfter: time.Until(deadline) + time.Second}, r.Client.Status().Update(ctx, mr)
+		return ctrl.Result{RequeueAfter: time.Until(deadline) + time.Second}, s.Persist(ctx)
 	}
 
 	// Record the reset before sending it: a reconcile that resumes after a
 	// crash sees ResetRequestedAt and never sends a second one.
-	now := metav1.NewTime(r.now())
+	now := metav1.NewTime(s.Now)
 	mr.Status.Phase = ichorv1alpha1.ReclaimResetting
 	mr.Status.ResetRequestedAt = &now
 	mr.Status.Audit.ConfirmedAt = &now
@@ -251,13 +275,13 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, mr *ichorv1alpha1
 	mr.Status.Audit.ConfirmedBy = mr.Annotations[ichorv1alpha1.ConfirmedByAnnotation]
 	r.setReady(mr, ReasonResetRequested, "the reset of STATE and EPHEMERAL was requested; waiting for the machine to answer in maintenance mode")
 
-	if err := r.Client.Status().Update(ctx, mr); err != nil {
+	if err := s.Persist(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
 
 	graceful := reclaim.Graceful(in, mr.Spec.ForceUngraceful)
 	if err := c.ResetGeneric(ctx, reclaim.ResetRequest(graceful, true)); err != nil {
-		return r.finish(ctx, mr, ichorv1alpha1.ReclaimFailed, ReasonResetFailed,
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonResetFailed,
 			redact(fmt.Sprintf("the reset request to %s failed: %v; Ichor does not send it twice, create a new reclaim to try again", mr.Spec.Address, err), talosconfig))
 	}
 
@@ -277,29 +301,31 @@ func (r *Reconciler) pollInterval() time.Duration {
 }
 
 // resetting waits for the reset machine to answer in maintenance mode with the same UUID.
-func (r *Reconciler) resetting(ctx context.Context, mr *ichorv1alpha1.MachineReclaim) (ctrl.Result, error) {
+func (r *Reconciler) resetting(ctx context.Context, s *ichorreconcile.Scope[*ichorv1alpha1.MachineReclaim]) (ctrl.Result, error) {
+	mr := s.Object
+
 	timeout := r.ResetTimeout
 	if timeout == 0 {
 		timeout = DefaultResetTimeout
 	}
 
 	if mr.Status.ResetRequestedAt == nil {
-		return r.finish(ctx, mr, ichorv1alpha1.ReclaimFailed, ReasonResetFailed, "the reclaim is Resetting but no reset is recorded; create a new reclaim")
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonResetFailed, "the reclaim is Resetting but no reset is recorded; create a new reclaim")
 	}
 
 	uuid, err := r.maintenanceUUID(ctx, mr.Spec.Address)
 	if err == nil && strings.EqualFold(uuid, mr.Status.Inspection.UUID) {
-		return r.finish(ctx, mr, ichorv1alpha1.ReclaimDone, ReasonReclaimed,
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimDone, ReasonReclaimed,
 			fmt.Sprintf("the machine %s answers in maintenance mode at %s; add it by address (or let discovery find it) to register it as pending", uuid, mr.Spec.Address))
 	}
 
-	if r.now().After(mr.Status.ResetRequestedAt.Add(timeout)) {
+	if s.Now.After(mr.Status.ResetRequestedAt.Add(timeout)) {
 		reason := "it does not answer in maintenance mode"
 		if err == nil {
 			reason = fmt.Sprintf("a machine with UUID %s answers in maintenance mode instead", uuid)
 		}
 
-		return r.finish(ctx, mr, ichorv1alpha1.ReclaimFailed, ReasonResetFailed,
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonResetFailed,
 			fmt.Sprintf("%s after the reset requested at %s: %s (if the controller restarted between recording and sending, the reset may not have been sent); check the machine's console", timeout, mr.Status.ResetRequestedAt.UTC().Format(time.RFC3339), reason))
 	}
 
@@ -331,7 +357,9 @@ func (r *Reconciler) maintenanceUUID(ctx context.Context, address string) (strin
 }
 
 // finish moves the reclaim to a terminal phase and deletes the credential.
-func (r *Reconciler) finish(ctx context.Context, mr *ichorv1alpha1.MachineReclaim, phase, reason, msg string) (ctrl.Result, error) {
+func (r *Reconciler) finish(ctx context.Context, s *ichorreconcile.Scope[*ichorv1alpha1.MachineReclaim], phase, reason, msg string) (ctrl.Result, error) {
+	mr := s.Object
+
 	mr.Status.Phase = phase
 	mr.Status.ObservedGeneration = mr.Generation
 
@@ -341,7 +369,7 @@ func (r *Reconciler) finish(ctx context.Context, mr *ichorv1alpha1.MachineReclai
 
 	r.setReady(mr, reason, msg)
 
-	if err := r.Client.Status().Update(ctx, mr); err != nil {
+	if err := s.Persist(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
 
