@@ -28,6 +28,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -123,6 +124,10 @@ type Controller[T Object] struct {
 	// Phases run in order on an object that is not being deleted.
 	Phases []Phase[T]
 }
+
+// conflictBackoff paces the re-reads after a status write conflict: several
+// controllers write conditions of one object, often in the same second.
+var conflictBackoff = wait.Backoff{Steps: 12, Duration: 10 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Cap: 2 * time.Second}
 
 // NextStep is the result of a phase that finished a step of a longer task and
 // wants the next one to run at once (after the status write).
@@ -381,7 +386,7 @@ func (c *Controller[T]) writeStatus(ctx context.Context, before, after T, succee
 		return written, wrote, attempt()
 	}
 
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		err := attempt()
 		if apierrors.IsConflict(err) {
 			fresh := c.New()

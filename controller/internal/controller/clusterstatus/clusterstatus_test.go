@@ -230,7 +230,7 @@ func TestClusterStatusFollowsTheMachines(t *testing.T) {
 
 	updateMachine(t, "w-1", func(m *ichorv1alpha1.TalosMachine) { m.Labels = map[string]string{"touched": "yes"} }, false)
 	updateMachine(t, "sib-cp-1", setReady(metav1.ConditionFalse), true)
-	readyIs(t, sibling.Name, metav1.ConditionFalse, "not Ready: sib-cp-1")
+	readyIs(t, sibling.Name, metav1.ConditionFalse, "0/1 control planes")
 
 	if now := getCluster(t, c.Name).ResourceVersion; now != rv {
 		t.Errorf("an unchanged summary was written again: resourceVersion %s → %s", rv, now)
