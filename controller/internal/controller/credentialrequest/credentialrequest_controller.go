@@ -209,10 +209,9 @@ func (r *Reconciler) answer(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 		ObservedGeneration: tcr.Generation, LastTransitionTime: metav1.NewTime(now), Message: "the request was signed",
 	})
 
-	// Recorded before it is announced.
-	if err := s.Persist(ctx); err != nil {
-		return ctrl.Result{}, err
-	}
+	// The skeleton writes the status when the phase returns; the Event goes
+	// first (a failed write re-signs on the next reconcile, at the cost of a
+	// second Event).
 
 	r.Recorder.Eventf(tcr, nil, corev1.EventTypeNormal, ReasonIssued, "Sign",
 		"signed a %s certificate (%s) for TalosCluster %s, valid until %s",
@@ -292,10 +291,6 @@ func (r *Reconciler) deny(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1
 		Type: ichorv1alpha1.IssuedCondition, Status: metav1.ConditionFalse, Reason: d.reason,
 		ObservedGeneration: tcr.Generation, LastTransitionTime: metav1.NewTime(now), Message: "not signed: see the Denied condition",
 	})
-
-	if err := s.Persist(ctx); err != nil {
-		return ctrl.Result{}, err
-	}
 
 	r.Recorder.Eventf(tcr, nil, corev1.EventTypeWarning, d.reason, "Sign", "%s", d.msg)
 	logf.FromContext(ctx).Info("denied a credential request", "reason", d.reason, "purpose", tcr.Spec.Purpose)

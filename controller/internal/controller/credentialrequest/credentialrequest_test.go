@@ -350,10 +350,14 @@ func TestDeniedWithAClearMessageAndNotRetried(t *testing.T) {
 				t.Fatalf("the message quotes the input: %q", c.Message)
 			}
 
-			// Denied is final: the status is not written again.
+			// Denied is final: the status is not written again. The marker
+			// that a later reconcile ran: a request created after it is
+			// answered (one worker, first in first out).
 			rv := tcr.ResourceVersion
 
-			time.Sleep(time.Second)
+			_, markerKey := newKey(t)
+			createRequest(t, "marker-"+tc.name, clusterName, ichorv1alpha1.PurposeReader, markerKey, 0)
+			waitAnswered(t, "marker-"+tc.name)
 
 			again := &ichorv1alpha1.TalosCredentialRequest{}
 			if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(tcr), again); err != nil && !apierrors.IsNotFound(err) {
