@@ -32,6 +32,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/servingca"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
 
@@ -121,6 +122,11 @@ func main() {
 	})
 	if err != nil {
 		log.Error(err, "creating the manager")
+		os.Exit(1)
+	}
+	// The field indexes, once, before anything lists by them.
+	if err := machinestate.RegisterIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		log.Error(err, "registering the field indexes")
 		os.Exit(1)
 	}
 	if enableWebhooks {

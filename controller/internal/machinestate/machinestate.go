@@ -117,6 +117,19 @@ func Machines(ctx context.Context, c client.Reader, namespace, cluster string, k
 	return slices.DeleteFunc(list.Items, func(m ichorv1alpha1.TalosMachine) bool { return !keep(&m) }), nil
 }
 
+// RegisterIndexes registers the field indexes the reconcilers list by, once
+// per manager: cmd/main.go calls it before any reconciler is set up, and so
+// does every test suite that builds a manager.
+func RegisterIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+	for _, obj := range []client.Object{&ichorv1alpha1.TalosMachine{}, &ichorv1alpha1.TalosConfigPatch{}} {
+		if err := indexer.IndexField(ctx, obj, ClusterIndex, IndexCluster); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
 // IndexCluster is the ClusterIndex function.
 func IndexCluster(o client.Object) []string {
 	switch v := o.(type) {

@@ -22,6 +22,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -108,6 +109,10 @@ func setup(ctx context.Context, s *testenv.Suite) error {
 	mgr, err := s.NewManager()
 	if err != nil {
 		return err
+	}
+
+	if ierr := machinestate.RegisterIndexes(ctx, mgr.GetFieldIndexer()); ierr != nil {
+		return ierr
 	}
 
 	if err := (&talosmachine.Reconciler{DriftInterval: 2 * time.Second}).SetupWithManager(mgr); err != nil {

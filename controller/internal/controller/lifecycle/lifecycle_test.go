@@ -21,7 +21,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
-	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 )
 
 // TestLifecycle is the life of a cluster's machines, in order: the first
@@ -374,7 +374,7 @@ func reconcileOnceInFreshController(t *testing.T, name string) bool {
 
 	mgr, err := suite().NewManager()
 	must(t, err)
-	must(t, talosmachine.IndexFields(mgr))
+	must(t, machinestate.RegisterIndexes(context.Background(), mgr.GetFieldIndexer()))
 
 	r := newLifecycle()
 	r.Client, r.APIReader = mgr.GetClient(), mgr.GetAPIReader()

@@ -21,6 +21,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -148,6 +149,10 @@ func startManager(ctx context.Context) error {
 	mgr, err := suite().NewManager()
 	if err != nil {
 		return err
+	}
+
+	if ierr := machinestate.RegisterIndexes(ctx, mgr.GetFieldIndexer()); ierr != nil {
+		return ierr
 	}
 
 	if err := (&talosmachine.Reconciler{DriftInterval: time.Second}).SetupWithManager(mgr); err != nil {

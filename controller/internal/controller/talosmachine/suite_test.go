@@ -17,6 +17,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -131,6 +132,10 @@ func setup(ctx context.Context, s *testenv.Suite) error {
 	mgr, err := s.NewManager()
 	if err != nil {
 		return err
+	}
+
+	if ierr := machinestate.RegisterIndexes(ctx, mgr.GetFieldIndexer()); ierr != nil {
+		return ierr
 	}
 
 	cached = mgr.GetClient()

@@ -76,10 +76,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Nodes = &talosnode.Dialer{}
 	}
 
-	if err := IndexFields(mgr); err != nil {
-		return err
-	}
-
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
@@ -91,18 +87,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&ichorv1alpha1.TalosStorage{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfStorage),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
-}
-
-// IndexFields registers the cluster index of machines and patches, once per manager.
-func IndexFields(mgr ctrl.Manager) error {
-	ctx := context.Background()
-	for _, obj := range []client.Object{&ichorv1alpha1.TalosMachine{}, &ichorv1alpha1.TalosConfigPatch{}} {
-		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, clusterIndex, machinestate.IndexCluster); err != nil {
-			return err
-		}
-	}
-
-	return nil
 }
 
 // machinesOfCluster maps a cluster or a patch to the machines of its cluster.
