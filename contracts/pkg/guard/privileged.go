@@ -2,8 +2,9 @@ package guard
 
 import (
 	"fmt"
-	"reflect"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/privileged"
@@ -41,7 +42,8 @@ func PatchRequirements(old, p *ichorv1alpha1.TalosConfigPatch) []Requirement {
 		verb, ns, name = "deleting", old.Namespace, old.Name
 		found = privileged.InPatch(old)
 	default:
-		if reflect.DeepEqual(old.Spec, p.Spec) {
+		// Semantic: an empty list or map equals an absent one, as stored.
+		if equality.Semantic.DeepEqual(old.Spec, p.Spec) {
 			return nil
 		}
 		verb, ns, name = "changing", p.Namespace, p.Name
