@@ -400,7 +400,7 @@ func privilegedWrites(current, proposed []ichorv1alpha1.TalosConfigPatch) []priv
 	for i := range proposed {
 		for _, req := range guard.PatchRequirements(byName[proposed[i].Name], &proposed[i]) {
 			out = append(out, privilegedRow{Patch: proposed[i].Name, Field: req.Field, Permission: req.Permission.String(),
-				Action: strings.TrimSuffix(req.Action, ",")})
+				Action: req.Action})
 		}
 	}
 	return out

@@ -71,7 +71,7 @@ func PatchRequirements(old, p *ichorv1alpha1.TalosConfigPatch) []Requirement {
 	return []Requirement{{
 		Permission: PrivilegedPatchPermission(ns, name),
 		Field:      strings.Join(locations, ", "),
-		Action:     fmt.Sprintf("%s TalosConfigPatch %q, which carries privileged configuration (%s),", verb, name, reasons(found)),
+		Action:     fmt.Sprintf("%s TalosConfigPatch %q (privileged: %s)", verb, name, reasons(found)),
 	}}
 }
 
@@ -105,7 +105,7 @@ func ConfigRolloutRequirements(op *ichorv1alpha1.TalosOperation, patches []privi
 	return []Requirement{{
 		Permission: PrivilegedPatchPermission(op.Namespace, ""),
 		Field:      "spec.type",
-		Action: fmt.Sprintf("starting a config rollout of cluster %q, which applies the privileged TalosConfigPatches %s,",
+		Action: fmt.Sprintf("starting a config rollout of cluster %q (it applies the privileged TalosConfigPatches %s)",
 			op.Spec.ClusterName, strings.Join(names, ", ")),
 	}}
 }
