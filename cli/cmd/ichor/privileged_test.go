@@ -84,7 +84,7 @@ func TestPrivilegedPatchShownByTheCLI(t *testing.T) {
 	}
 	plainFile := filepath.Join(t.TempDir(), "tuning.yaml")
 	must(t, os.WriteFile(plainFile, []byte(sysctlPatch), 0o600))
-	if r := mustSucceed(t, ichor(t, "config", "diff", "cp-1", "-n", ns, "--with", plainFile)); strings.Contains(r.stdout, "Privileged") {
+	if r := mustSucceed(t, ichor(t, "config", "diff", "cp-1", "-n", ns, "--with", plainFile)); strings.Contains(r.stdout, "Privileged:") {
 		t.Fatalf("a plain patch is not privileged:\n%s", r.stdout)
 	}
 
