@@ -21,6 +21,8 @@ import (
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/privileged"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 )
 
@@ -113,6 +115,9 @@ type effectiveEntry struct {
 	Value any    `json:"value"`
 	Layer string `json:"layer"`
 	Patch string `json:"patch,omitempty"`
+	// Privileged marks a value of contracts/pkg/privileged: it runs code as
+	// root on the node or acts as cluster-admin.
+	Privileged bool `json:"privileged,omitempty"`
 }
 
 func effective(res *render.Result) ([]effectiveEntry, error) {
@@ -122,7 +127,8 @@ func effective(res *render.Result) ([]effectiveEntry, error) {
 	}
 	out := make([]effectiveEntry, 0, len(entries))
 	for _, e := range entries {
-		out = append(out, effectiveEntry{Path: e.Path.String(), Value: e.Value, Layer: e.Origin.Layer, Patch: e.Origin.Patch})
+		out = append(out, effectiveEntry{Path: e.Path.String(), Value: e.Value, Layer: e.Origin.Layer, Patch: e.Origin.Patch,
+			Privileged: privileged.Is(e.Path.MetaPath())})
 	}
 	return out, nil
 }
@@ -203,12 +209,27 @@ func configEffective(ctx context.Context, cmd *cli.Command) error {
 	}
 	r.printf("Machine %s (%s) of cluster %s, secrets masked; long values are cut (-o yaml shows them whole).\n\n",
 		in.Machine.Name, in.Machine.Spec.Role, in.Cluster.Name)
-	t := &output.Rows{Header: []string{"PATH", "VALUE", "FROM"}}
+	t := &output.Rows{Header: []string{"PATH", "VALUE", "FROM", "PRIVILEGED"}}
+	marked := false
 	for _, e := range entries {
-		t.Add(e.Path, formatValue(e.Value, true), origin(e))
+		priv := ""
+		if e.Privileged {
+			priv, marked = "yes", true
+		}
+		t.Add(e.Path, formatValue(e.Value, true), origin(e), priv)
 	}
-	return t.Write(r.out)
+	if err := t.Write(r.out); err != nil {
+		return err
+	}
+	if marked {
+		r.printf("\n%s\n", privilegedNote)
+	}
+	return nil
 }
+
+// privilegedNote explains the PRIVILEGED column.
+var privilegedNote = "PRIVILEGED values run code as root on the node or act as cluster-admin; a TalosConfigPatch that sets one needs " +
+	guard.PrivilegedPatchPermission("", "").String() + " (the ichor-admin role holds it)."
 
 // change is one difference between two effective configurations.
 type change struct {
@@ -329,14 +350,17 @@ func configDiff(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	changes := diffEntries(before, now)
+	gated := privilegedWrites(in.Patches, proposed)
 	if r.format != output.Table {
 		return output.Object(r.out, r.format, struct {
-			Machine    string   `json:"machine"`
-			HashBefore string   `json:"hashBefore"`
-			HashAfter  string   `json:"hashAfter"`
-			Changes    []change `json:"changes"`
-		}{in.Machine.Name, res.Hash, res2.Hash, changes})
+			Machine    string          `json:"machine"`
+			HashBefore string          `json:"hashBefore"`
+			HashAfter  string          `json:"hashAfter"`
+			Changes    []change        `json:"changes"`
+			Privileged []privilegedRow `json:"privilegedWrites,omitempty"`
+		}{in.Machine.Name, res.Hash, res2.Hash, changes, gated})
 	}
+	defer r.writePrivilegedWrites(gated)
 	if len(changes) == 0 {
 		r.printf("%s changes nothing in the effective configuration of %s.\n", cmd.String("with"), in.Machine.Name)
 		return nil
@@ -354,6 +378,39 @@ func configDiff(ctx context.Context, cmd *cli.Command) error {
 		t.Add(c.Change, c.Path, before, after, c.From)
 	}
 	return t.Write(r.out)
+}
+
+// privilegedRow is a write of a proposed patch that needs the privileged verb.
+type privilegedRow struct {
+	Patch      string `json:"patch"`
+	Field      string `json:"field"`
+	Permission string `json:"permission"`
+	Action     string `json:"action"`
+}
+
+// privilegedWrites returns, for each proposed patch, what the admission
+// webhook would require to write it over the current patch of its name: the
+// same guard.PatchRequirements.
+func privilegedWrites(current, proposed []ichorv1alpha1.TalosConfigPatch) []privilegedRow {
+	byName := make(map[string]*ichorv1alpha1.TalosConfigPatch, len(current))
+	for i := range current {
+		byName[current[i].Name] = &current[i]
+	}
+	var out []privilegedRow
+	for i := range proposed {
+		for _, req := range guard.PatchRequirements(byName[proposed[i].Name], &proposed[i]) {
+			out = append(out, privilegedRow{Patch: proposed[i].Name, Field: req.Field, Permission: req.Permission.String(),
+				Action: req.Action})
+		}
+	}
+	return out
+}
+
+// writePrivilegedWrites says which proposed patches need the privileged verb.
+func (r *run) writePrivilegedWrites(rows []privilegedRow) {
+	for _, p := range rows {
+		r.printf("\nPrivileged: %s needs %s (the ichor-admin role holds it) at %s.\n", p.Action, p.Permission, p.Field)
+	}
 }
 
 // mergePatches replaces the patches of the same name and adds the others.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/privileged"
 	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 )
 
@@ -36,10 +38,14 @@ func configApplyCommand() *cli.Command {
 
 // rolloutPlan is what `config apply` prints (and, with -o yaml|json, writes).
 type rolloutPlan struct {
-	Cluster   string            `json:"cluster"`
-	Selector  string            `json:"selector,omitempty"`
-	Machines  []rollout.Machine `json:"machines"`
-	Operation string            `json:"operation,omitempty"`
+	Cluster  string            `json:"cluster"`
+	Selector string            `json:"selector,omitempty"`
+	Machines []rollout.Machine `json:"machines"`
+	// Privileged are the cluster's patches that carry privileged
+	// configuration: starting the rollout needs `update` on
+	// talosconfigpatches/privileged (the admission webhook checks it).
+	Privileged []privileged.Patch `json:"privilegedPatches,omitempty"`
+	Operation  string             `json:"operation,omitempty"`
 }
 
 // errMachineFlag explains why --machine cannot be honoured.
@@ -91,7 +97,11 @@ func configApply(ctx context.Context, cmd *cli.Command) error {
 		return r.conn.Explain(err, "listing TalosMachines in namespace "+r.ns())
 	}
 	planned := rollout.For(c.Name, sel, list.Items)
-	p := rolloutPlan{Cluster: c.Name, Machines: planned.Machines}
+	patches := &ichorv1alpha1.TalosConfigPatchList{}
+	if err := r.c().List(ctx, patches, client.InNamespace(r.ns())); err != nil {
+		return r.conn.Explain(err, "listing TalosConfigPatches in namespace "+r.ns())
+	}
+	p := rolloutPlan{Cluster: c.Name, Machines: planned.Machines, Privileged: privileged.OfCluster(c.Name, patches.Items)}
 	if labelSel != nil {
 		p.Selector = metav1.FormatLabelSelector(labelSel)
 	}
@@ -208,6 +218,13 @@ func writePlan(w io.Writer, p *rolloutPlan) {
 		}
 		if m.Held != "" {
 			_, _ = fmt.Fprintf(w, "  held: it carries %s, so the operation skips it until the annotation is removed\n", m.Held)
+		}
+	}
+	if len(p.Privileged) > 0 {
+		_, _ = fmt.Fprintf(w, "\nPrivileged patches of cluster %s (starting this rollout needs %s, which the ichor-admin role holds):\n",
+			p.Cluster, guard.PrivilegedPatchPermission("", ""))
+		for _, pp := range p.Privileged {
+			_, _ = fmt.Fprintf(w, "  %s: %s\n", pp.Name, strings.Join(pp.Paths, ", "))
 		}
 	}
 	_, _ = fmt.Fprintln(w)

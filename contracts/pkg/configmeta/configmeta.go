@@ -6,11 +6,14 @@
 // values); the planner derives the apply mode of a change from it.
 //
 // Lookup takes the most specific entry whose path is a prefix of the field's;
-// a path no entry covers is treated as needing a reboot.
+// a path no entry covers is treated as needing a reboot. Whether a field is
+// privileged comes from contracts/pkg/privileged, the one list of them.
 package configmeta
 
 import (
 	"strings"
+
+	"github.com/maeshinshin/ichor/contracts/pkg/privileged"
 )
 
 // Meta is what is known about changing one configuration field.
@@ -27,6 +30,10 @@ type Meta struct {
 	// Since is the Talos version that introduced the document kind (vX.Y),
 	// taken from the first Talos release tag that registers it.
 	Since string
+	// Privileged: the field runs code as root on a node or acts as
+	// cluster-admin (contracts/pkg/privileged); a patch that sets it needs
+	// `update` on talosconfigpatches/privileged.
+	Privileged bool
 }
 
 type entry struct {
@@ -45,11 +52,12 @@ func Lookup(path string) Meta {
 	}
 
 	if best < 0 {
-		return Meta{RebootRequired: true}
+		return Meta{RebootRequired: true, Privileged: privileged.Is(path)}
 	}
 
 	m := table[best].meta
 	m.Known = true
+	m.Privileged = privileged.Is(path)
 
 	if m.Since == "" {
 		m.Since = kindSince(path)

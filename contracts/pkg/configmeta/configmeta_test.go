@@ -22,12 +22,12 @@ func TestLookup(t *testing.T) {
 		{"SysctlConfig:params{*}", configmeta.Meta{Known: true, Since: "v1.14"}},
 		{"SysctlConfig", configmeta.Meta{Known: true, Since: "v1.14"}},
 		{"LinkConfig:addresses[].address", configmeta.Meta{Known: true, Since: "v1.12"}},
-		{"KubeAPIServerConfig:extraArgs{*}", configmeta.Meta{Known: true, APIServerRestart: true, Since: "v1.14"}},
+		{"KubeAPIServerConfig:extraArgs{*}", configmeta.Meta{Known: true, APIServerRestart: true, Since: "v1.14", Privileged: true}},
 		{"VolumeConfig:provisioning.maxSize", configmeta.Meta{Known: true, InstallTimeOnly: true, Since: "v1.8"}},
-		{"v1alpha1:machine.files[].content", configmeta.Meta{Known: true, RebootRequired: true, Since: "v1.0"}},
+		{"v1alpha1:machine.files[].content", configmeta.Meta{Known: true, RebootRequired: true, Since: "v1.0", Privileged: true}},
 		{"v1alpha1:machine.install.disk", configmeta.Meta{Known: true, InstallTimeOnly: true, Since: "v1.0"}},
 		{"v1alpha1:machine.sysctls{*}", configmeta.Meta{Known: true, Since: "v1.0"}},
-		{"v1alpha1:cluster.apiServer.extraArgs{*}", configmeta.Meta{Known: true, APIServerRestart: true, Since: "v1.0"}},
+		{"v1alpha1:cluster.apiServer.extraArgs{*}", configmeta.Meta{Known: true, APIServerRestart: true, Since: "v1.0", Privileged: true}},
 		{"v1alpha1:cluster.proxy.mode", configmeta.Meta{Known: true, Since: "v1.0"}},
 		{"v1alpha1:machine.features.rbac", configmeta.Meta{Known: true, RebootRequired: true, Since: "v1.0"}},
 		{"v1alpha1:machine.features.kubePrism.port", configmeta.Meta{Known: true, Since: "v1.0"}},
@@ -35,6 +35,9 @@ func TestLookup(t *testing.T) {
 		// A prefix only counts at a path boundary.
 		{"v1alpha1:machine.kubeletX", configmeta.Meta{Known: true, RebootRequired: true, Since: "v1.0"}},
 		{"KubeletConfigX:foo", configmeta.Meta{RebootRequired: true}},
+		// Privileged comes from contracts/pkg/privileged.
+		{"KubeInlineManifestConfig:manifest", configmeta.Meta{Known: true, Since: "v1.14", Privileged: true}},
+		{"KubeAPIServerConfig:certExtraSANs", configmeta.Meta{Known: true, APIServerRestart: true, Since: "v1.14"}},
 	} {
 		if got := configmeta.Lookup(tc.path); got != tc.want {
 			t.Errorf("Lookup(%q) = %+v, want %+v", tc.path, got, tc.want)

@@ -28,6 +28,9 @@ func (v *operationValidator) ValidateCreate(ctx context.Context, op *ichorv1alph
 	if err != nil {
 		return nil, err
 	}
+	if w, err := v.checkPrivilegedRollout(ctx, op); err != nil {
+		return w, err
+	}
 	s := subject{kind: "TalosOperation", resource: guard.ResourceTalosOperations, namespace: op.Namespace, name: op.Name, cluster: op.Spec.ClusterName}
 	return v.decide(ctx, s, guard.ValidateOperation(op, guard.OperationFacts{Cluster: c}), guard.OperationRequirements(op))
 }

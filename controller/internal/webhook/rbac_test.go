@@ -75,6 +75,7 @@ func TestRoleVerbMatrix(t *testing.T) {
 		{ichor("update", "talosclusters", guard.SubresourceSecretReferences), []string{adminRole}},
 		{ichor("update", "talosclusters", guard.SubresourceCiliumValues), []string{adminRole}},
 		{ichor("update", "talosetcdbackups", guard.SubresourceSecretReferences), []string{adminRole}},
+		{ichor("update", "talosconfigpatches", guard.SubresourcePrivileged), []string{adminRole}},
 		{ichor("update", "ichorinstallations", guard.SubresourceVersion), []string{adminRole}},
 		{ichor("update", "ichorinstallations", guard.SubresourceSettings), []string{adminRole}},
 		{ichor(guard.VerbShutdown, "talosoperations"), []string{adminRole}},

@@ -56,6 +56,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &ichorv1alpha1.TalosOperation{}).WithValidator(&operationValidator{k}).Complete(); err != nil {
 		return err
 	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &ichorv1alpha1.TalosConfigPatch{}).WithValidator(&patchValidator{k}).Complete(); err != nil {
+		return err
+	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &ichorv1alpha1.TalosEtcdBackup{}).WithValidator(&backupValidator{k}).Complete(); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/privileged"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 )
@@ -118,6 +119,7 @@ func (s *Server) GetEffectiveConfig(ctx context.Context, req *ichorv1.GetEffecti
 		out.Entries = append(out.Entries, &ichorv1.ConfigEntry{
 			Kind: e.Path.Kind, DocumentName: e.Path.Name, Field: e.Path.Field, ValueJson: string(v),
 			OriginLayer: e.Origin.Layer, OriginPatch: e.Origin.Patch, Secret: secret,
+			Privileged: privileged.Is(e.Path.MetaPath()),
 		})
 	}
 	for _, st := range steps {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/privileged"
 	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 )
@@ -227,15 +228,17 @@ func operationTarget(spec *ichorv1alpha1.TalosOperationSpec) string {
 
 // PreviewConfigRollout implements OperationService: the plan of a config
 // rollout of the served cluster, from the cache, with the shared rules of
-// contracts/pkg/rollout (the same as `ichor config apply`). It carries
-// paths, never values.
+// contracts/pkg/rollout (the same as `ichor config apply`), and the
+// cluster's privileged patches (contracts/pkg/privileged), whose rollout
+// needs `update` on talosconfigpatches/privileged. It carries paths, never
+// values.
 func (s *Server) PreviewConfigRollout(ctx context.Context, req *ichorv1.PreviewConfigRolloutRequest) (*ichorv1.PreviewConfigRolloutResponse, error) {
 	const what = "planning a config rollout"
 	ls, sel, err := rollout.ParseSelector(req.GetSelector())
 	if err != nil {
 		return nil, invalid("selector %v", err)
 	}
-	for _, res := range []string{resMachines, resOperations} {
+	for _, res := range []string{resMachines, resOperations, resPatches} {
 		if err := s.Clients.Authorize(ctx, "list", res); err != nil {
 			return nil, apiError(ctx, err, what)
 		}
@@ -248,10 +251,17 @@ func (s *Server) PreviewConfigRollout(ctx context.Context, req *ichorv1.PreviewC
 	if err := s.Clients.Cache.List(ctx, ops, client.InNamespace(s.Clients.Namespace)); err != nil {
 		return nil, apiError(ctx, err, what)
 	}
+	patches := &ichorv1alpha1.TalosConfigPatchList{}
+	if err := s.Clients.Cache.List(ctx, patches, client.InNamespace(s.Clients.Namespace)); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
 	p := rollout.For(s.ClusterName, sel, machines.Items)
 	out := &ichorv1.PreviewConfigRolloutResponse{
 		Cluster: s.ClusterName, Selector: formatSelector(ls),
 		Machines: rolloutMachinesToProto(p.Machines), Matched: int32(min(p.Matched, math.MaxInt32)), //nolint:gosec // bounded
+	}
+	for _, pp := range privileged.OfCluster(s.ClusterName, patches.Items) {
+		out.PrivilegedPatches = append(out.PrivilegedPatches, &ichorv1.PrivilegedPatch{Name: pp.Name, Paths: pp.Paths})
 	}
 	if o := rollout.Unfinished(s.ClusterName, ops.Items); o != nil {
 		out.Unfinished = operationToProto(o)

@@ -159,6 +159,12 @@ export interface ConfigEntry {
   originLayer?: string;
   /** The TalosConfigPatch (or Ichor's own patch) that set it; empty for base. */
   originPatch?: string;
+  /**
+   * True when the value is privileged (contracts/pkg/privileged): it runs
+   * code as root on the node or acts as cluster-admin, and a patch that
+   * sets it needs `update` on talosconfigpatches/privileged.
+   */
+  privileged?: boolean;
   /** True when the value is a secret or comes from the secrets bundle, and is masked. */
   secret?: boolean;
   /** The value as JSON; a masked secret is the string "******". */
@@ -584,6 +590,12 @@ export interface PreviewConfigRolloutResponse {
   machines?: RolloutMachine[];
   /** How many of the cluster's machines the selector matched, waiting or not. */
   matched?: number;
+  /**
+   * The cluster's TalosConfigPatches that carry privileged configuration
+   * (contracts/pkg/privileged): starting the rollout needs `update` on
+   * talosconfigpatches/privileged, which the ichor-admin role holds.
+   */
+  privilegedPatches?: PrivilegedPatch[];
   /** The selector, normalized; empty for all machines. */
   selector?: string;
   /**
@@ -603,6 +615,14 @@ export interface PreviewRemovalResponse {
   refusals?: Refusal[];
   /** The steps the controller would take, in order, for people. */
   steps?: string[];
+}
+
+/** PrivilegedPatch is a TalosConfigPatch that carries privileged configuration. */
+export interface PrivilegedPatch {
+  /** The TalosConfigPatch. */
+  name?: string;
+  /** The privileged documents and fields it sets ("Kind" or "Kind:path"). */
+  paths?: string[];
 }
 
 /** Reclaim is a MachineReclaim as the UI shows it; it never carries the credential. */

@@ -1953,7 +1953,11 @@ type ConfigEntry struct {
 	// The TalosConfigPatch (or Ichor's own patch) that set it; empty for base.
 	OriginPatch string `protobuf:"bytes,6,opt,name=origin_patch,json=originPatch,proto3" json:"origin_patch,omitempty"`
 	// True when the value is a secret or comes from the secrets bundle, and is masked.
-	Secret        bool `protobuf:"varint,7,opt,name=secret,proto3" json:"secret,omitempty"`
+	Secret bool `protobuf:"varint,7,opt,name=secret,proto3" json:"secret,omitempty"`
+	// True when the value is privileged (contracts/pkg/privileged): it runs
+	// code as root on the node or acts as cluster-admin, and a patch that
+	// sets it needs `update` on talosconfigpatches/privileged.
+	Privileged    bool `protobuf:"varint,8,opt,name=privileged,proto3" json:"privileged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2033,6 +2037,13 @@ func (x *ConfigEntry) GetOriginPatch() string {
 func (x *ConfigEntry) GetSecret() bool {
 	if x != nil {
 		return x.Secret
+	}
+	return false
+}
+
+func (x *ConfigEntry) GetPrivileged() bool {
+	if x != nil {
+		return x.Privileged
 	}
 	return false
 }
@@ -2255,7 +2266,7 @@ const file_ichor_v1_machine_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"y\n" +
 	"\x1aGetEffectiveConfigResponse\x12/\n" +
 	"\aentries\x18\x01 \x03(\v2\x15.ichor.v1.ConfigEntryR\aentries\x12*\n" +
-	"\x05steps\x18\x02 \x03(\v2\x14.ichor.v1.ConfigStepR\x05steps\"\xd9\x01\n" +
+	"\x05steps\x18\x02 \x03(\v2\x14.ichor.v1.ConfigStepR\x05steps\"\xf9\x01\n" +
 	"\vConfigEntry\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12#\n" +
 	"\rdocument_name\x18\x02 \x01(\tR\fdocumentName\x12\x14\n" +
@@ -2264,7 +2275,10 @@ const file_ichor_v1_machine_proto_rawDesc = "" +
 	"value_json\x18\x04 \x01(\tR\tvalueJson\x12!\n" +
 	"\forigin_layer\x18\x05 \x01(\tR\voriginLayer\x12!\n" +
 	"\forigin_patch\x18\x06 \x01(\tR\voriginPatch\x12\x16\n" +
-	"\x06secret\x18\a \x01(\bR\x06secret\"R\n" +
+	"\x06secret\x18\a \x01(\bR\x06secret\x12\x1e\n" +
+	"\n" +
+	"privileged\x18\b \x01(\bR\n" +
+	"privileged\"R\n" +
 	"\n" +
 	"ConfigStep\x12\x14\n" +
 	"\x05layer\x18\x01 \x01(\tR\x05layer\x12\x12\n" +

@@ -761,9 +761,13 @@ type PreviewConfigRolloutResponse struct {
 	Matched int32 `protobuf:"varint,4,opt,name=matched,proto3" json:"matched,omitempty"`
 	// The config operation of the cluster that has not finished, if any: a
 	// new one is refused until it ends; follow or resume it instead.
-	Unfinished    *Operation `protobuf:"bytes,5,opt,name=unfinished,proto3" json:"unfinished,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Unfinished *Operation `protobuf:"bytes,5,opt,name=unfinished,proto3" json:"unfinished,omitempty"`
+	// The cluster's TalosConfigPatches that carry privileged configuration
+	// (contracts/pkg/privileged): starting the rollout needs `update` on
+	// talosconfigpatches/privileged, which the ichor-admin role holds.
+	PrivilegedPatches []*PrivilegedPatch `protobuf:"bytes,6,rep,name=privileged_patches,json=privilegedPatches,proto3" json:"privileged_patches,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PreviewConfigRolloutResponse) Reset() {
@@ -831,6 +835,68 @@ func (x *PreviewConfigRolloutResponse) GetUnfinished() *Operation {
 	return nil
 }
 
+func (x *PreviewConfigRolloutResponse) GetPrivilegedPatches() []*PrivilegedPatch {
+	if x != nil {
+		return x.PrivilegedPatches
+	}
+	return nil
+}
+
+// PrivilegedPatch is a TalosConfigPatch that carries privileged configuration.
+type PrivilegedPatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosConfigPatch.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The privileged documents and fields it sets ("Kind" or "Kind:path").
+	Paths         []string `protobuf:"bytes,2,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrivilegedPatch) Reset() {
+	*x = PrivilegedPatch{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrivilegedPatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrivilegedPatch) ProtoMessage() {}
+
+func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrivilegedPatch.ProtoReflect.Descriptor instead.
+func (*PrivilegedPatch) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PrivilegedPatch) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PrivilegedPatch) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
 // StartConfigRolloutRequest asks for a config rollout.
 type StartConfigRolloutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -845,7 +911,7 @@ type StartConfigRolloutRequest struct {
 
 func (x *StartConfigRolloutRequest) Reset() {
 	*x = StartConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +923,7 @@ func (x *StartConfigRolloutRequest) String() string {
 func (*StartConfigRolloutRequest) ProtoMessage() {}
 
 func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +936,7 @@ func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StartConfigRolloutRequest) GetSelector() string {
@@ -900,7 +966,7 @@ type StartConfigRolloutResponse struct {
 
 func (x *StartConfigRolloutResponse) Reset() {
 	*x = StartConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +978,7 @@ func (x *StartConfigRolloutResponse) String() string {
 func (*StartConfigRolloutResponse) ProtoMessage() {}
 
 func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +991,7 @@ func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StartConfigRolloutResponse) GetOperation() *Operation {
@@ -997,7 +1063,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"driftPaths\x12\x17\n" +
 	"\aheld_by\x18\x06 \x01(\tR\x06heldBy\"9\n" +
 	"\x1bPreviewConfigRolloutRequest\x12\x1a\n" +
-	"\bselector\x18\x01 \x01(\tR\bselector\"\xd9\x01\n" +
+	"\bselector\x18\x01 \x01(\tR\bselector\"\xa3\x02\n" +
 	"\x1cPreviewConfigRolloutResponse\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bselector\x18\x02 \x01(\tR\bselector\x124\n" +
@@ -1005,7 +1071,11 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\amatched\x18\x04 \x01(\x05R\amatched\x123\n" +
 	"\n" +
 	"unfinished\x18\x05 \x01(\v2\x13.ichor.v1.OperationR\n" +
-	"unfinished\"n\n" +
+	"unfinished\x12H\n" +
+	"\x12privileged_patches\x18\x06 \x03(\v2\x19.ichor.v1.PrivilegedPatchR\x11privilegedPatches\";\n" +
+	"\x0fPrivilegedPatch\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05paths\x18\x02 \x03(\tR\x05paths\"n\n" +
 	"\x19StartConfigRolloutRequest\x12\x1a\n" +
 	"\bselector\x18\x01 \x01(\tR\bselector\x125\n" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x85\x01\n" +
@@ -1032,7 +1102,7 @@ func file_ichor_v1_operation_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_operation_proto_rawDescData
 }
 
-var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ichor_v1_operation_proto_goTypes = []any{
 	(*Operation)(nil),                    // 0: ichor.v1.Operation
 	(*OperationMachine)(nil),             // 1: ichor.v1.OperationMachine
@@ -1047,16 +1117,17 @@ var file_ichor_v1_operation_proto_goTypes = []any{
 	(*RolloutMachine)(nil),               // 10: ichor.v1.RolloutMachine
 	(*PreviewConfigRolloutRequest)(nil),  // 11: ichor.v1.PreviewConfigRolloutRequest
 	(*PreviewConfigRolloutResponse)(nil), // 12: ichor.v1.PreviewConfigRolloutResponse
-	(*StartConfigRolloutRequest)(nil),    // 13: ichor.v1.StartConfigRolloutRequest
-	(*StartConfigRolloutResponse)(nil),   // 14: ichor.v1.StartConfigRolloutResponse
-	(*timestamppb.Timestamp)(nil),        // 15: google.protobuf.Timestamp
-	(*Condition)(nil),                    // 16: ichor.v1.Condition
+	(*PrivilegedPatch)(nil),              // 13: ichor.v1.PrivilegedPatch
+	(*StartConfigRolloutRequest)(nil),    // 14: ichor.v1.StartConfigRolloutRequest
+	(*StartConfigRolloutResponse)(nil),   // 15: ichor.v1.StartConfigRolloutResponse
+	(*timestamppb.Timestamp)(nil),        // 16: google.protobuf.Timestamp
+	(*Condition)(nil),                    // 17: ichor.v1.Condition
 }
 var file_ichor_v1_operation_proto_depIdxs = []int32{
-	15, // 0: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	15, // 1: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	15, // 2: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	16, // 3: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	16, // 0: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	16, // 1: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	16, // 2: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	17, // 3: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
 	1,  // 4: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
 	0,  // 5: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
 	0,  // 6: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
@@ -1064,25 +1135,26 @@ var file_ichor_v1_operation_proto_depIdxs = []int32{
 	0,  // 8: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
 	10, // 9: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
 	0,  // 10: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
-	0,  // 11: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
-	10, // 12: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	2,  // 13: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	4,  // 14: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	6,  // 15: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	8,  // 16: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	11, // 17: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
-	13, // 18: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
-	3,  // 19: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	5,  // 20: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	7,  // 21: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	9,  // 22: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	12, // 23: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
-	14, // 24: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	13, // 11: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
+	0,  // 12: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	10, // 13: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	2,  // 14: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	4,  // 15: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	6,  // 16: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	8,  // 17: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	11, // 18: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	14, // 19: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	3,  // 20: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	5,  // 21: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	7,  // 22: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	9,  // 23: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	12, // 24: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	15, // 25: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }
@@ -1097,7 +1169,7 @@ func file_ichor_v1_operation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_operation_proto_rawDesc), len(file_ichor_v1_operation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
