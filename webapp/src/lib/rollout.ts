@@ -1,8 +1,9 @@
 import type { Machine, RolloutMachine } from "../api/generated";
+import * as api from "../api/v1alpha1";
 import { condition } from "./status";
 
 /** Conditions of a machine whose change waits for a config rollout (the Apply button shows for them). */
-const waitingConditions = ["RebootRequired", "APIServerRestartRequired"];
+const waitingConditions = [api.RebootRequiredCondition, api.APIServerRestartRequiredCondition];
 
 /**
  * waitsForRollout reports whether an approved machine reports a change that
@@ -11,7 +12,7 @@ const waitingConditions = ["RebootRequired", "APIServerRestartRequired"];
  * offer it.
  */
 export function waitsForRollout(machines: Machine[]): boolean {
-  return machines.some((m) => m.approval?.state === "approved" && !m.deleting && waitingConditions.some((t) => condition(m.conditions, t)?.status === "True"));
+  return machines.some((m) => m.approval?.state === api.ApprovalApproved && !m.deleting && waitingConditions.some((t) => condition(m.conditions, t)?.status === "True"));
 }
 
 /** rolloutText says what the operation does to a machine, per kind of RolloutMachine.rollout. */

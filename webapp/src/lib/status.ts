@@ -1,4 +1,5 @@
 import type { Condition, Machine } from "../api/generated";
+import * as api from "../api/v1alpha1";
 import type { Tone } from "../components/ui/badge";
 
 export function condition(conds: Condition[] | undefined, type: string): Condition | undefined {
@@ -7,16 +8,16 @@ export function condition(conds: Condition[] | undefined, type: string): Conditi
 
 /** readyOf is the Ready condition's status of a machine: True, False or Unknown. */
 export function readyOf(m: Machine): string {
-  return condition(m.conditions, "Ready")?.status ?? "Unknown";
+  return condition(m.conditions, api.ReadyCondition)?.status ?? "Unknown";
 }
 
 /** stateOf is one word for the machine's state, and its tone. */
 export function stateOf(m: Machine): { text: string; tone: Tone; detail?: string } {
-  const ready = condition(m.conditions, "Ready");
+  const ready = condition(m.conditions, api.ReadyCondition);
   if (m.deleting || m.removal?.phase) return { text: `Removing${m.removal?.phase ? ` (${m.removal.phase})` : ""}`, tone: "warn", detail: m.removal?.message };
-  const approval = m.approval?.state ?? "pending";
-  if (approval === "pending") return { text: "Pending approval", tone: "warn" };
-  if (approval === "rejected") return { text: "Rejected", tone: "neutral" };
+  const approval = m.approval?.state ?? api.ApprovalPending;
+  if (approval === api.ApprovalPending) return { text: "Pending approval", tone: "warn" };
+  if (approval === api.ApprovalRejected) return { text: "Rejected", tone: "neutral" };
   if (ready?.status === "True") return { text: "Ready", tone: "ok", detail: ready.message };
   if (ready?.status === "False") return { text: ready.reason || "Not ready", tone: "bad", detail: ready.message };
   return { text: ready?.reason || "Provisioning", tone: "neutral", detail: ready?.message };
@@ -32,15 +33,33 @@ export interface Attention {
 }
 
 /** Conditions that are bad when True (the rest of the named ones are bad when False). */
-const badWhenTrue = new Set(["Stalled", "CNIUnsupported", "CARotationAdvised", "Drifted", "RebootRequired", "APIServerRestartRequired", "IdentityConflict", "AdoptionHeld", "Stale"]);
-const badWhenFalse = new Set(["VersionsCompatible", "NetworkPoliciesApplied", "Provisioned", "FingerprintTrusted", "DiskRolesEffective", "Valid"]);
+const badWhenTrue = new Set<string>([
+  api.StalledCondition,
+  api.CNIUnsupportedCondition,
+  api.CARotationAdvisedCondition,
+  api.DriftedCondition,
+  api.RebootRequiredCondition,
+  api.APIServerRestartRequiredCondition,
+  api.IdentityConflictCondition,
+  api.AdoptionHeldCondition,
+  api.StaleCondition,
+  api.PausedCondition,
+]);
+const badWhenFalse = new Set<string>([
+  api.VersionsCompatibleCondition,
+  api.NetworkPoliciesAppliedCondition,
+  api.ProvisionedCondition,
+  api.FingerprintTrustedCondition,
+  api.DiskRolesEffectiveCondition,
+  api.ValidCondition,
+]);
 
 /** problems are the conditions that say something is wrong, Ready first. */
 export function problems(conds: Condition[] | undefined): { c: Condition; tone: Tone }[] {
   const out: { c: Condition; tone: Tone }[] = [];
   for (const c of conds ?? []) {
     const t = c.type ?? "";
-    if (t === "Ready" && c.status !== "True") out.unshift({ c, tone: c.status === "False" ? "bad" : "neutral" });
+    if (t === api.ReadyCondition && c.status !== "True") out.unshift({ c, tone: c.status === "False" ? "bad" : "neutral" });
     else if (badWhenTrue.has(t) && c.status === "True") out.push({ c, tone: "warn" });
     else if (badWhenFalse.has(t) && c.status === "False") out.push({ c, tone: "bad" });
   }
@@ -59,17 +78,17 @@ export function needsAttention(clusterConds: Condition[] | undefined, machines: 
   }
   for (const m of machines) {
     const href = `/nodes/${encodeURIComponent(m.name ?? "")}`;
-    if (m.approval?.state === "pending") {
+    if (m.approval?.state === api.ApprovalPending) {
       out.push({ key: `${m.name}-pending`, subject: m.name ?? "", href: "/add-node", text: `waits for approval (${m.address ?? "no address"})`, tone: "warn" });
       continue;
     }
-    if (m.approval?.state !== "approved") continue;
+    if (m.approval?.state !== api.ApprovalApproved) continue;
     if (m.removal?.phase || m.deleting) {
       out.push({ key: `${m.name}-removal`, subject: m.name ?? "", href, text: `being removed${m.removal?.phase ? `: ${m.removal.phase}` : ""}${m.removal?.message ? ` — ${m.removal.message}` : ""}`, tone: "warn" });
       continue;
     }
     for (const { c, tone } of problems(m.conditions)) {
-      if (c.type === "Drifted" || c.type === "RebootRequired") continue; // told below with their paths
+      if (c.type === api.DriftedCondition || c.type === api.RebootRequiredCondition) continue; // told below with their paths
       out.push({ key: `${m.name}-${c.type}`, subject: m.name ?? "", href, text: conditionText(c), tone });
     }
     if (m.driftPaths?.length) out.push({ key: `${m.name}-drift`, subject: m.name ?? "", href, text: `drifted from its configuration at ${m.driftPaths.join(", ")}`, tone: "warn" });

@@ -11,6 +11,7 @@ import { Badge } from "../components/ui/badge";
 import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { ErrorAlert } from "../components/errors";
 import { ResetAndAdd } from "./reclaim";
+import * as api from "../api/v1alpha1";
 
 /** splitList splits a text of addresses on commas, spaces and new lines. */
 export function splitList(s: string): string[] {
@@ -475,7 +476,7 @@ function Pending({ m }: { m: Machine }) {
 
 export function AddNode() {
   const { machines, synced, canWrite, me } = useConsole();
-  const pending = machines.filter((m) => m.approval?.state === "pending" && !m.deleting);
+  const pending = machines.filter((m) => m.approval?.state === api.ApprovalPending && !m.deleting);
   return (
     <>
       <h1 class="text-xl font-semibold">Add node</h1>

@@ -15,6 +15,7 @@ import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { ErrorAlert } from "../components/errors";
 import { StateBadge } from "../components/state";
 import { Detail } from "./overview";
+import * as api from "../api/v1alpha1";
 
 const tabs = [
   { id: "summary", label: "Summary" },
@@ -580,7 +581,7 @@ export function NodePage({ name, tab }: { name: string; tab: string }) {
         <h1 class="text-xl font-semibold break-all">{name}</h1>
         <StateBadge m={m} />
         {m.role && <Badge>{m.role}</Badge>}
-        {canWrite && m.approval?.state === "approved" && !m.deleting && (
+        {canWrite && m.approval?.state === api.ApprovalApproved && !m.deleting && (
           <Button variant="destructive" size="sm" class="ml-auto" onClick={() => setRemoving(true)} data-testid="remove-node">
             Remove node…
           </Button>

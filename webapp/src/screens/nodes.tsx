@@ -4,6 +4,7 @@ import { Card, CardContent } from "../components/ui/card";
 import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { LinkButton } from "../components/ui/button";
 import { ErrorAlert } from "../components/errors";
+import * as api from "../api/v1alpha1";
 
 export function Nodes() {
   const { machines, synced, live, watchError, canWrite } = useConsole();
@@ -38,7 +39,7 @@ export function Nodes() {
               {machines.map((m) => (
                 <TR key={m.name} data-machine={m.name}>
                   <TD>
-                    {m.approval?.state === "pending" ? (
+                    {m.approval?.state === api.ApprovalPending ? (
                       <a href="/add-node" class="font-medium hover:underline">
                         {m.name}
                       </a>

@@ -9,6 +9,7 @@ import { current, phaseText, useOperations } from "../lib/operations";
 import { describe } from "../api/errors";
 import { waitsForRollout } from "../lib/rollout";
 import { ConfigRolloutDialog } from "./rollout";
+import * as api from "../api/v1alpha1";
 
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
   const body = (
@@ -37,9 +38,9 @@ export function Overview() {
   const { client, cluster, clusterError, machines, synced, canWrite } = useConsole();
   const { ops, error: opsError } = useOperations(client);
   const running = current(ops);
-  const approved = machines.filter((m) => m.approval?.state === "approved");
+  const approved = machines.filter((m) => m.approval?.state === api.ApprovalApproved);
   const ready = approved.filter((m) => readyOf(m) === "True");
-  const pending = machines.filter((m) => m.approval?.state === "pending");
+  const pending = machines.filter((m) => m.approval?.state === api.ApprovalPending);
   const cps = approved.filter((m) => m.role === "controlplane").length;
   const attention = needsAttention(cluster?.conditions, machines);
   const [applyOpen, setApplyOpen] = useState(false);
