@@ -98,15 +98,13 @@ func (r *run) renderInputs(ctx context.Context, cmd *cli.Command, name string) (
 	if err != nil {
 		return render.Input{}, err
 	}
-	patches := &ichorv1alpha1.TalosConfigPatchList{}
-	if err := r.c().List(ctx, patches, client.InNamespace(c.Namespace)); err != nil {
-		return render.Input{}, r.conn.Explain(err, "listing TalosConfigPatches")
+	// The same gathering as the controller's and ichor-ui's.
+	in, err := render.LoadInput(ctx, r.c(), m)
+	if err != nil {
+		return render.Input{}, r.conn.Explain(err, "reading the render input (the cluster, its TalosConfigPatches and TalosStorages)")
 	}
-	storages := &ichorv1alpha1.TalosStorageList{}
-	if err := r.c().List(ctx, storages, client.InNamespace(c.Namespace)); err != nil {
-		return render.Input{}, r.conn.Explain(err, "listing TalosStorages (their presets are part of the system layer)")
-	}
-	return render.Input{Cluster: c, Machine: m, Bundle: b, Patches: patches.Items, Storages: storages.Items}, nil
+	in.Bundle = b
+	return in, nil
 }
 
 // effectiveEntry is one value as -o yaml|json prints it.

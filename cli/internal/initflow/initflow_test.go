@@ -139,12 +139,12 @@ func TestMachineNameIsTheDiscoveryName(t *testing.T) {
 	id := ichorv1alpha1.MachineIdentity{UUID: "ABC", Serial: "S1", MACAddresses: []string{"0A:00:00:00:00:02", "0a:00:00:00:00:01"}}
 	same := ichorv1alpha1.MachineIdentity{UUID: "abc", Serial: "S1", MACAddresses: []string{"0a:00:00:00:00:01", "0a:00:00:00:00:02"}}
 
-	a, b := machineName("prod", id), machineName("prod", same)
+	a, b := ichorv1alpha1.MachineName("prod", id), ichorv1alpha1.MachineName("prod", same)
 	if a != b || !strings.HasPrefix(a, "prod-") || len(a) != len("prod-")+10 {
 		t.Fatalf("machineName = %q and %q; want one name prod-<10 hex> for one identity", a, b)
 	}
 
-	if machineName("prod", ichorv1alpha1.MachineIdentity{UUID: "other"}) == a {
+	if ichorv1alpha1.MachineName("prod", ichorv1alpha1.MachineIdentity{UUID: "other"}) == a {
 		t.Fatal("two identities got one name")
 	}
 }

@@ -2,8 +2,6 @@ package initflow
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -334,21 +332,6 @@ func (s *state) dialConfigured(ctx context.Context) (*talosclient.Client, error)
 	return c, nil
 }
 
-// machineName is the name discovery gives the same identity: the cluster's
-// name and a short hash of the identity, so a scan finds it Known.
-func machineName(cluster string, id ichorv1alpha1.MachineIdentity) string {
-	macs := slices.Clone(id.MACAddresses)
-	for i := range macs {
-		macs[i] = strings.ToLower(macs[i])
-	}
-
-	slices.Sort(macs)
-	key := strings.ToLower(id.UUID) + "|" + id.Serial + "|" + strings.Join(slices.Compact(macs), ",")
-	sum := sha256.Sum256([]byte(key))
-
-	return strings.TrimRight(cluster, "-.") + "-" + hex.EncodeToString(sum[:])[:10]
-}
-
 // installDisk picks the system disk: the one given, else the node's only
 // disk, else its first disk without partitions; keyed on its most stable
 // attribute (WWID, serial, by-id path, bus path, device path).
@@ -426,7 +409,7 @@ func (s *state) objects() error {
 		},
 	}
 
-	meta := objectMeta(s.o.Namespace, machineName(s.o.Cluster, s.node.Identity))
+	meta := objectMeta(s.o.Namespace, ichorv1alpha1.MachineName(s.o.Cluster, s.node.Identity))
 	meta.Labels = map[string]string{ichorv1alpha1.ClusterLabel: s.o.Cluster}
 	s.machine = &ichorv1alpha1.TalosMachine{
 		ObjectMeta: meta,

@@ -44,42 +44,33 @@ func IsStalled(err error) bool {
 	return errors.As(err, &s)
 }
 
-// Load reads the cluster (through c), the bundle Secret (through apiReader:
-// the controller may get a Secret, not list or watch them all) and the
-// cluster's patches (through c, indexed by ClusterIndex) and the namespace's
-// TalosStorages (through c), and renders.
+// Load reads the render input (render.LoadInput through c, the cache: the
+// cluster, the namespace's patches and TalosStorages) and the bundle Secret
+// (through apiReader: the controller may get a Secret, not list or watch them
+// all), and renders.
 func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *ichorv1alpha1.TalosMachine) (*State, error) {
-	cl := &ichorv1alpha1.TalosCluster{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, cl); err != nil {
-		if apierrors.IsNotFound(err) {
+	in, err := render.LoadInput(ctx, c, m)
+	if err != nil {
+		if errors.Is(err, render.ErrClusterNotFound) {
 			return nil, &StalledError{fmt.Sprintf("TalosCluster %q not found", m.Spec.ClusterName)}
 		}
 
 		return nil, err
 	}
 
-	b, err := LoadBundle(ctx, apiReader, cl)
+	b, err := LoadBundle(ctx, apiReader, in.Cluster)
 	if err != nil {
 		return nil, err
 	}
 
-	var patches ichorv1alpha1.TalosConfigPatchList
-	if err := c.List(ctx, &patches, client.InNamespace(m.Namespace), client.MatchingFields{ClusterIndex: cl.Name}); err != nil {
-		return nil, err
-	}
+	in.Bundle = b
 
-	// TalosStorages are few; Render keeps those of the cluster that select m.
-	var storages ichorv1alpha1.TalosStorageList
-	if err := c.List(ctx, &storages, client.InNamespace(m.Namespace)); err != nil {
-		return nil, err
-	}
-
-	res, err := render.Render(render.Input{Cluster: cl, Machine: m, Bundle: b, Patches: patches.Items, Storages: storages.Items})
+	res, err := render.Render(in)
 	if err != nil {
 		return nil, &StalledError{err.Error()}
 	}
 
-	return &State{Cluster: cl, Bundle: b, Result: res}, nil
+	return &State{Cluster: in.Cluster, Bundle: b, Result: res}, nil
 }
 
 // LoadBundle reads and parses the cluster's secrets bundle.

@@ -9,9 +9,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/privileged"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
@@ -71,14 +69,14 @@ func (s *Server) GetEffectiveConfig(ctx context.Context, req *ichorv1.GetEffecti
 	if m.Spec.Role == "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "%s: the machine has no role until it is approved, and its configuration depends on the role", what)
 	}
-	c := &ichorv1alpha1.TalosCluster{}
-	if err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c); err != nil {
+	// The same gathering as the controller's and the CLI's: the cluster, the
+	// namespace's patches and its TalosStorages (their presets are part of
+	// the system layer).
+	in, err := render.LoadInput(ctx, s.Clients.Cache, m)
+	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
-	patches := &ichorv1alpha1.TalosConfigPatchList{}
-	if err := s.Clients.Cache.List(ctx, patches, client.InNamespace(m.Namespace)); err != nil {
-		return nil, apiError(ctx, err, what)
-	}
+	c := in.Cluster
 	bundles, err := s.bundles.get(c.Spec.VersionContract)
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "%s: %v", what, err)
@@ -86,7 +84,8 @@ func (s *Server) GetEffectiveConfig(ctx context.Context, req *ichorv1.GetEffecti
 	var results [2][]render.Entry
 	var steps []render.Step
 	for i, b := range bundles {
-		r, err := render.Render(render.Input{Cluster: c, Machine: m, Bundle: b, Patches: patches.Items})
+		in.Bundle = b
+		r, err := render.Render(in)
 		if err != nil {
 			return nil, status.Errorf(codes.FailedPrecondition, "%s: %v", what, err)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -292,5 +294,52 @@ func TestEffectiveConfigMasksSecrets(t *testing.T) {
 	_, err = machines(t, viewer(t)).GetEffectiveConfig(context.Background(), &ichorv1.GetEffectiveConfigRequest{Name: "cfg-pending"})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("pending machine: %v", err)
+	}
+}
+
+// TestEffectiveConfigRendersTheStoragePreset: the console's effective
+// configuration is rendered from the same input as the controller's
+// (render.LoadInput): a TalosStorage selecting the machine puts its preset's
+// UserVolumeConfig for the storage disk into the system layer.
+func TestEffectiveConfigRendersTheStoragePreset(t *testing.T) {
+	ctx := context.Background()
+	m := createMachine(t, "cfg-storage", ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleWorker)
+
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &ichorv1alpha1.TalosMachine{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(m), cur); err != nil {
+			return err
+		}
+		cur.Labels = map[string]string{"storage": "yes"}
+		cur.Spec.Disks = []ichorv1alpha1.DiskRole{{Disk: ichorv1alpha1.DiskSelector{WWID: "naa.storage"}, Role: ichorv1alpha1.DiskRoleStorage}}
+		return admin.Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st := &ichorv1alpha1.TalosStorage{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "cfg-storage"},
+		Spec: ichorv1alpha1.TalosStorageSpec{ClusterName: testCluster, Preset: ichorv1alpha1.StoragePresetLonghornV1,
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"storage": "yes"}}},
+	}
+	if err := admin.Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), st) })
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := machines(t, viewer(t)).GetEffectiveConfig(ctx, &ichorv1.GetEffectiveConfigRequest{Name: "cfg-storage"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range resp.GetEntries() {
+			if e.GetKind() == "UserVolumeConfig" && e.GetOriginLayer() == "system" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no UserVolumeConfig of the longhorn-v1 preset in the effective configuration (%d entries)", len(resp.GetEntries()))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

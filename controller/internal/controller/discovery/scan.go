@@ -2,8 +2,6 @@ package discovery
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -176,31 +174,6 @@ func (s *scan) prefixes() ([]netip.Prefix, []string) {
 	return out, problems
 }
 
-// identityKey is the identity tuple in one comparable string.
-func identityKey(id ichorv1alpha1.MachineIdentity) string {
-	macs := slices.Clone(id.MACAddresses)
-	for i := range macs {
-		macs[i] = strings.ToLower(macs[i])
-	}
-
-	slices.Sort(macs)
-
-	return strings.ToLower(id.UUID) + "|" + id.Serial + "|" + strings.Join(slices.Compact(macs), ",")
-}
-
-// machineName is the deterministic name of a discovered machine: the cluster's
-// name and a short hash of the identity, so a re-scan finds the same name.
-func machineName(cluster string, id ichorv1alpha1.MachineIdentity) string {
-	sum := sha256.Sum256([]byte(identityKey(id)))
-
-	const maxPrefix = 253 - 1 - 10
-	if len(cluster) > maxPrefix {
-		cluster = cluster[:maxPrefix]
-	}
-
-	return strings.TrimRight(cluster, "-.") + "-" + hex.EncodeToString(sum[:])[:10]
-}
-
 // candidate is one identity found in maintenance mode, at one or more addresses.
 type candidate struct {
 	id      ichorv1alpha1.MachineIdentity
@@ -226,7 +199,7 @@ func (s *scan) handle(ctx context.Context, found []probe.Found, removed []netip.
 			byAddress[m.Spec.Address] = m
 		}
 
-		byKey[identityKey(m.Spec.Identity)] = m
+		byKey[m.Spec.Identity.Key()] = m
 	}
 
 	var (
@@ -263,7 +236,7 @@ func (s *scan) handle(ctx context.Context, found []probe.Found, removed []netip.
 			s.set(addr, ichorv1alpha1.DiscoveryResultAlreadyConfigured, "", msg)
 		default:
 			id := identityOf(f.Result)
-			key := identityKey(id)
+			key := id.Key()
 
 			if cd := byCK[key]; cd != nil {
 				cd.addrs = append(cd.addrs, f.Address)
@@ -271,7 +244,7 @@ func (s *scan) handle(ctx context.Context, found []probe.Found, removed []netip.
 				continue
 			}
 
-			cd := &candidate{id: id, key: key, name: machineName(s.cluster.Name, id), res: f.Result, addrs: []netip.Addr{f.Address}, machine: byKey[key]}
+			cd := &candidate{id: id, key: key, name: ichorv1alpha1.MachineName(s.cluster.Name, id), res: f.Result, addrs: []netip.Addr{f.Address}, machine: byKey[key]}
 			byCK[key] = cd
 			cands = append(cands, cd)
 		}
@@ -371,7 +344,7 @@ func (s *scan) conflict(self string, cd *candidate, all []*candidate, address st
 			continue
 		}
 
-		if strings.EqualFold(o.Spec.Identity.UUID, id.UUID) && identityKey(o.Spec.Identity) != cd.key {
+		if strings.EqualFold(o.Spec.Identity.UUID, id.UUID) && o.Spec.Identity.Key() != cd.key {
 			others = append(others, "TalosMachine "+s.ref(o))
 		}
 	}
