@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
@@ -159,7 +160,8 @@ func (r *Reconciler) recheckInterval() time.Duration {
 
 func (r *Reconciler) interval(c *ichorv1alpha1.TalosCluster) time.Duration {
 	if i := c.Spec.Discovery.Interval; i != nil && i.Duration > 0 {
-		return i.Duration
+		// Admission refuses less; a cluster written before that rule is held to it too.
+		return max(i.Duration, guard.MinDiscoveryInterval)
 	}
 
 	if r.DefaultInterval > 0 {
