@@ -16,6 +16,7 @@ import (
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
 func clusterCommand() *cli.Command {
@@ -208,9 +209,13 @@ func discoveryAdd(ctx context.Context, cmd *cli.Command) error {
 		}
 		if addr != "" {
 			addrs = append(addrs, addr)
-		} else {
-			subnets = append(subnets, subnet)
+			continue
 		}
+		// The admission webhook's limit, said before anything is written.
+		if _, err := guard.ScanSize(subnet); err != nil {
+			return fmt.Errorf("%w; nothing was changed: split it into smaller subnets, or add the machines by address", err)
+		}
+		subnets = append(subnets, subnet)
 	}
 	r, err := connected(cmd)
 	if err != nil {

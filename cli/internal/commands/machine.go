@@ -401,33 +401,11 @@ func formatMap(m map[string]string) string {
 }
 
 // machineFacts gathers what the shared machine checks of contracts/pkg/guard
-// need, as the admission webhook does.
+// need with the loader the admission webhook uses.
 func (r *run) machineFacts(ctx context.Context, m *ichorv1alpha1.TalosMachine) (guard.MachineFacts, error) {
-	var facts guard.MachineFacts
-	c := &ichorv1alpha1.TalosCluster{}
-	err := r.c().Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c)
-	switch {
-	case err == nil:
-		facts.Cluster = c
-	case apierrors.IsNotFound(err):
-	default:
-		return facts, r.conn.Explain(err, "reading TalosCluster "+m.Spec.ClusterName)
-	}
-	list := &ichorv1alpha1.TalosMachineList{}
-	if err := r.c().List(ctx, list, client.InNamespace(m.Namespace)); err != nil {
-		return facts, r.conn.Explain(err, "listing TalosMachines")
-	}
-	for i := range list.Items {
-		o := &list.Items[i]
-		if o.Name == m.Name || o.Spec.ClusterName != m.Spec.ClusterName || o.DeletionTimestamp != nil {
-			continue
-		}
-		if guard.IsApprovedControlPlane(o) {
-			facts.OtherApprovedControlPlanes++
-		}
-		if guard.IsApprovedWorker(o) {
-			facts.OtherApprovedWorkers++
-		}
+	facts, err := guard.LoadMachineFacts(ctx, r.c(), m)
+	if err != nil {
+		return facts, r.conn.Explain(err, "reading TalosCluster "+m.Spec.ClusterName+" and its TalosMachines")
 	}
 	return facts, nil
 }

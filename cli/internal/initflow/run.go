@@ -282,7 +282,7 @@ func (s *state) firstNode(ctx context.Context) error {
 			"Check the fingerprint on the node's console; if another machine answers on this address, fix the address", s.o.Node, mn.fingerprint(), s.o.Fingerprint)
 	case mn.configured(err):
 		return fmt.Errorf("%w (%s): init never reconfigures a running node; boot it into maintenance mode (or reset it) first, "+
-			"or use `ichor adopt` for a running cluster", ErrConfiguredElsewhere, s.o.Node)
+			"this release cannot adopt a running cluster", ErrConfiguredElsewhere, s.o.Node)
 	default:
 		return fmt.Errorf("reading the node at %s in maintenance mode: %w; is it booted from Talos media and reachable on port %d?",
 			s.o.Node, err, portOr(s.o.TalosPort))

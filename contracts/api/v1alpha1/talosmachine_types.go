@@ -162,7 +162,10 @@ type TalosMachineSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.identity is immutable: it is the hardware the machine was discovered as"
 	Identity MachineIdentity `json:"identity"`
 
-	// address is the machine's address on the provisioning network.
+	// address is the machine's address on the provisioning network. It is
+	// fixed once the machine is approved: the controller sends its
+	// configuration, with the cluster's keys, and its reset there. To move a
+	// machine, remove it and approve it again at the new address.
 	// +optional
 	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
@@ -512,6 +515,7 @@ type DiscoveredLink struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.spec.approval.state != 'approved' || has(self.spec.role)",message="spec.role is required to approve a machine: set controlplane or worker"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.role) || oldSelf.spec.approval.state != 'approved' || (has(self.spec.role) && self.spec.role == oldSelf.spec.role)",message="spec.role is fixed once approved: remove the machine and approve it again with another role"
+// +kubebuilder:validation:XValidation:rule="(oldSelf.spec.approval.state != 'approved' && !(has(oldSelf.status) && has(oldSelf.status.installed) && oldSelf.status.installed)) || (has(self.spec.address) == has(oldSelf.spec.address) && (!has(self.spec.address) || self.spec.address == oldSelf.spec.address))",message="spec.address is fixed once the machine is approved: to move a machine, remove it (ichor node remove NAME) and approve it again at the new address (ichor machine approve NAME)"
 type TalosMachine struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the object's metadata.

@@ -15,13 +15,41 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
+// The ways out of a refused version, without a command to list the versions
+// (release.TalosPath and release.KubernetesSkew name the rule they break).
+const (
+	wayOutTalosPath      = "choose a newer Talos version that Talos upgrades to from the running one (the rule above says what it requires)"
+	wayOutKubernetesSkew = "choose a newer Kubernetes version at most one minor up that the cluster's Talos supports"
+)
+
 // ValidControlPlaneCounts are the control-plane counts a cluster may declare.
 var ValidControlPlaneCounts = []int32{1, 3, 5}
 
 // ClusterFacts is what a cluster check needs to know beyond the object itself.
 type ClusterFacts struct {
+	// ApprovedControlPlanes is the number of approved control-plane TalosMachines of the cluster.
+	ApprovedControlPlanes int
 	// ApprovedWorkers is the number of approved worker TalosMachines of the cluster.
 	ApprovedWorkers int
+}
+
+// CheckControlPlaneCountLowered refuses, overridably, lowering the declared
+// control-plane count below the control planes already approved: the count
+// is the floor that keeps a control plane's removal from shrinking etcd, so
+// lowering it under the members that exist is what a removal below quorum
+// would start with.
+func CheckControlPlaneCountLowered(old, count int32, approvedControlPlanes int) *Refusal {
+	if count >= old || int(count) >= approvedControlPlanes {
+		return nil
+	}
+	return &Refusal{
+		Field: "spec.controlPlane.count",
+		Rule: fmt.Sprintf("lowering the control-plane count from %d to %d leaves %d approved control planes above it: "+
+			"the count is the floor that keeps their removal from shrinking etcd", old, count, approvedControlPlanes),
+		WayOut: fmt.Sprintf("keep spec.controlPlane.count: %d, or hold the `override` verb on the cluster (the override is recorded), "+
+			"then remove the extra control planes one at a time with `ichor node remove NAME`", old),
+		Overridable: true,
+	}
 }
 
 // CheckControlPlaneCount refuses a control-plane count other than 1, 3 or 5.
@@ -58,11 +86,15 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 		}
 	}
 	add(CheckControlPlaneCount(c.Spec.ControlPlane.Count))
+	if old != nil {
+		add(CheckControlPlaneCountLowered(old.Spec.ControlPlane.Count, c.Spec.ControlPlane.Count, facts.ApprovedControlPlanes))
+	}
 	if old == nil || boolValue(old.Spec.ControlPlane.Schedulable) != boolValue(c.Spec.ControlPlane.Schedulable) {
 		add(CheckSchedulable(c.Spec.ControlPlane.Schedulable, facts.ApprovedWorkers))
 	}
 	out = append(out, checkCNI(old, c)...)
 	out = append(out, checkVersions(old, c)...)
+	out = append(out, checkDiscovery(old, c)...)
 	if c.Spec.CNI.Cilium != nil {
 		out = append(out, CheckCiliumValues(c.Spec.CNI.Cilium.Values)...)
 	}
@@ -86,7 +118,7 @@ func checkCNI(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 			out = append(out, Refusal{
 				Field:  fieldCNIPreset,
 				Rule:   "the unmanaged preset exists only for adopted clusters",
-				WayOut: "use spec.cni.preset: cilium, or adopt the cluster with `ichor adopt --cni-unmanaged` (which sets the annotation " + ichorv1alpha1.AdoptedAnnotation + ")",
+				WayOut: "use spec.cni.preset: cilium (this release adopts no running cluster; the annotation " + ichorv1alpha1.AdoptedAnnotation + " marks one that was adopted)",
 			})
 		}
 		return out
@@ -110,7 +142,7 @@ func checkCNI(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 		out = append(out, Refusal{
 			Field:  "spec.cni.kubeProxy",
 			Rule:   fmt.Sprintf("switching kube-proxy (%q to %q) changes two owners in a fixed order", ocni.KubeProxy, cni.KubeProxy),
-			WayOut: "use `ichor cni kube-proxy`, or set the annotation " + ichorv1alpha1.KubeProxySwitchAnnotation + `: "true" on the same write`,
+			WayOut: "set the annotation " + ichorv1alpha1.KubeProxySwitchAnnotation + `: "true" on the same write`,
 		})
 	}
 	if len(old.Spec.Network.PodSubnets) > 0 && !slices.Equal(old.Spec.Network.PodSubnets, c.Spec.Network.PodSubnets) {
@@ -140,7 +172,7 @@ func checkVersions(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 			out = append(out, Refusal{
 				Field:  "spec.talosVersion",
 				Rule:   err.Error(),
-				WayOut: "choose a newer Talos version on a supported upgrade path (`ichor upgrade talos --list`); a downgrade is never admitted",
+				WayOut: wayOutTalosPath + "; a downgrade is never admitted",
 			})
 		}
 	}
@@ -149,7 +181,7 @@ func checkVersions(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 			out = append(out, Refusal{
 				Field:  "spec.kubernetesVersion",
 				Rule:   err.Error(),
-				WayOut: "choose a newer Kubernetes version at most one minor up (`ichor upgrade kubernetes --list`); a downgrade is never admitted",
+				WayOut: wayOutKubernetesSkew + "; a downgrade is never admitted",
 			})
 		}
 	}

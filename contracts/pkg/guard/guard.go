@@ -124,6 +124,7 @@ const (
 	ResourceTalosCredentialRequests = "taloscredentialrequests" //nolint:gosec // a resource name, not a credential
 
 	SubresourceApproval          = "approval"
+	SubresourceTrust             = "trust"
 	SubresourceSecretReferences  = "secret-references"
 	SubresourceCiliumValues      = "cilium-values"
 	SubresourceVersion           = "version"

@@ -122,7 +122,7 @@ func TestValidateCluster(t *testing.T) {
 			want: map[string][]string{"spec.cni.tunnel": {"keep spec.cni.tunnel: vxlan"}}},
 		{name: "tunnel set for the first time", old: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Tunnel = "" }), new: cluster()},
 		{name: "kube-proxy switch without annotation", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced }),
-			want: map[string][]string{"spec.cni.kubeProxy": {ichorv1alpha1.KubeProxySwitchAnnotation, "ichor cni kube-proxy"}}},
+			want: map[string][]string{"spec.cni.kubeProxy": {ichorv1alpha1.KubeProxySwitchAnnotation, "allow-kube-proxy-switch: \"true\""}}},
 		{name: "kube-proxy switch with annotation", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
 			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "true"}
@@ -372,24 +372,51 @@ func TestOperations(t *testing.T) {
 	}
 
 	facts := OperationFacts{Cluster: cluster()}
-	expect(t, ValidateOperation(op(ichorv1alpha1.OperationEtcdRestore, func(o *ichorv1alpha1.TalosOperation) {
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationEtcdRestore, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.EtcdRestore = &ichorv1alpha1.EtcdRestore{BackupName: "b", Snapshot: "s", ConfirmClusterName: "prd"}
 	}), facts), map[string][]string{"spec.etcdRestore.confirmClusterName": {"confirmClusterName: prod"}})
-	expect(t, ValidateOperation(op(ichorv1alpha1.OperationEtcdRestore, func(o *ichorv1alpha1.TalosOperation) {
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationEtcdRestore, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.EtcdRestore = &ichorv1alpha1.EtcdRestore{BackupName: "b", Snapshot: "s", ConfirmClusterName: "prod"}
 	}), facts), nil)
-	expect(t, ValidateOperation(op(ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.0"}
 	}), facts), map[string][]string{"spec.talos.version": {"downgrade"}})
-	expect(t, ValidateOperation(op(ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.38.0"}
 	}), facts), map[string][]string{"spec.kubernetes.version": {"incompatible pair"}})
-	expect(t, ValidateOperation(op(ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.5"}
 	}), facts), nil)
-	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), OperationFacts{}), map[string][]string{"spec.clusterName": {"does not exist"}})
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationConfig), OperationFacts{}), map[string][]string{"spec.clusterName": {"does not exist"}})
 	unmanaged := cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Preset = ichorv1alpha1.CNIPresetUnmanaged })
-	expect(t, ValidateOperation(op(ichorv1alpha1.OperationCNI), OperationFacts{Cluster: unmanaged}), map[string][]string{"spec.type": {"unmanaged CNI"}})
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationCNI), OperationFacts{Cluster: unmanaged}), map[string][]string{"spec.type": {"unmanaged CNI"}})
+
+	// The types this release does not run are refused, each with a way out.
+	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationIchor,
+		ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationCARotation,
+		ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationNode, ichorv1alpha1.OperationEtcdRestore} {
+		r := CheckRunnable(op(typ))
+		if r == nil || !strings.Contains(r.Rule, `type "`+typ+`"`) || r.WayOut == "" || r.WayOut == "this release has no way to do it" {
+			t.Errorf("type %s: %+v", typ, r)
+		}
+	}
+	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), facts), nil)
+	expect(t, ValidateOperation(op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionReboot)), facts),
+		map[string][]string{"spec.type": {`does not run operations of type "node"`, "talosctl reboot"}})
+}
+
+func TestOperationUnchanged(t *testing.T) {
+	old := op(ichorv1alpha1.OperationConfig)
+	paused := old.DeepCopy()
+	paused.Spec.Paused = true
+	if r := CheckOperationUnchanged(old, paused); r != nil {
+		t.Errorf("pausing refused: %v", r)
+	}
+	moved := paused.DeepCopy()
+	moved.Spec.OrderBy = "rack"
+	if r := CheckOperationUnchanged(old, moved); r == nil || !strings.Contains(r.Error(), "immutable except spec.paused") {
+		t.Errorf("a change of spec.orderBy: %v", r)
+	}
 }
 
 func TestInstallationRequirements(t *testing.T) {

@@ -66,7 +66,55 @@ func ValidateMachine(old, m *ichorv1alpha1.TalosMachine, facts MachineFacts) []R
 	if old != nil && old.Status.Installed {
 		out = append(out, checkInstalledDisks(old, m)...)
 	}
+	if r := CheckAddressFixed(old, m); r != nil {
+		out = append(out, *r)
+	}
 	return out
+}
+
+// AddressFixed reports whether a machine's spec.address may no longer change:
+// once it is approved (or installed), the controller sends its configuration,
+// with the cluster's CA keys, and later a reset, to that address. The CRD's
+// CEL rule on TalosMachine says the same; this is the early answer for the
+// CLI and ichor-ui.
+func AddressFixed(m *ichorv1alpha1.TalosMachine) bool {
+	return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved || m.Status.Installed
+}
+
+// CheckAddressFixed refuses a change of spec.address once the machine was approved.
+func CheckAddressFixed(old, m *ichorv1alpha1.TalosMachine) *Refusal {
+	if old == nil || !AddressFixed(old) || old.Spec.Address == m.Spec.Address {
+		return nil
+	}
+	return &Refusal{
+		Field: "spec.address",
+		Rule: fmt.Sprintf("the address of an approved machine is fixed (%q to %q): the controller sends its configuration, "+
+			"with the cluster's keys, and its reset to that address", old.Spec.Address, m.Spec.Address),
+		WayOut: fmt.Sprintf("to move the machine, remove it (`ichor node remove %s`) and approve it again at the new address (`ichor machine approve`)", m.Name),
+	}
+}
+
+// CheckDeletingUnchanged refuses a change of the spec of a machine being
+// deleted: the removal sequence acts on the spec it started with (the
+// address it resets, the role that leaves etcd). The one change allowed is
+// setting spec.forceRemove, the way out of a removal that waits on a node
+// that cannot drain or reset.
+func CheckDeletingUnchanged(old, m *ichorv1alpha1.TalosMachine) *Refusal {
+	if old.DeletionTimestamp == nil {
+		return nil
+	}
+	probe := old.Spec.DeepCopy()
+	if m.Spec.ForceRemove {
+		probe.ForceRemove = true
+	}
+	if reflect.DeepEqual(*probe, m.Spec) {
+		return nil
+	}
+	return &Refusal{
+		Field:  "spec",
+		Rule:   fmt.Sprintf("machine %s is being removed: its spec is fixed until the removal ends, except spec.forceRemove", m.Name),
+		WayOut: "wait until the removal finishes and approve the machine again when it reappears; set spec.forceRemove: true to skip drain and reset for dead hardware",
+	}
 }
 
 // ReinstallDiskRoles are the disk roles whose change needs a reset and reinstall.
@@ -105,17 +153,41 @@ func reinstallRoles(disks []ichorv1alpha1.DiskRole) []ichorv1alpha1.DiskRole {
 // MachineRequirements returns the permissions a create (old nil) or update of
 // a TalosMachine needs beyond `create`/`update` on talosmachines.
 func MachineRequirements(old, m *ichorv1alpha1.TalosMachine) []Requirement {
-	if old == nil && m.Spec.Approval.State == ichorv1alpha1.ApprovalPending {
+	var out []Requirement
+	decided := old == nil && m.Spec.Approval.State != ichorv1alpha1.ApprovalPending
+	if decided || (old != nil && !reflect.DeepEqual(old.Spec.Approval, m.Spec.Approval)) {
+		out = append(out, Requirement{
+			Permission: Permission{Verb: VerbApprove, Resource: ResourceTalosMachines, Subresource: SubresourceApproval, Namespace: m.Namespace, Name: m.Name},
+			Field:      "spec.approval",
+			Action:     "approving or rejecting a machine",
+		})
+	}
+	if r := TrustRequirement(old, m); r != nil {
+		out = append(out, *r)
+	}
+	return out
+}
+
+// TrustRequirement returns the requirement of setting or changing the
+// trust-maintenance-fingerprint annotation: it tells the controller which
+// node to send the first configuration, with the CA keys, to, so it needs
+// `update` on `talosmachines/trust` (ichor-admin). Removing it needs nothing:
+// the controller then pins the fingerprint it recorded itself.
+func TrustRequirement(old, m *ichorv1alpha1.TalosMachine) *Requirement {
+	v := m.Annotations[ichorv1alpha1.TrustMaintenanceFingerprintAnnotation]
+	if v == "" || (old != nil && old.Annotations[ichorv1alpha1.TrustMaintenanceFingerprintAnnotation] == v) {
 		return nil
 	}
-	if old != nil && reflect.DeepEqual(old.Spec.Approval, m.Spec.Approval) {
-		return nil
+	return &Requirement{
+		Permission: TrustPermission(m.Namespace, m.Name),
+		Field:      "metadata.annotations[" + ichorv1alpha1.TrustMaintenanceFingerprintAnnotation + "]",
+		Action:     "accepting a changed maintenance certificate (the node the first configuration, with the cluster's keys, is sent to)",
 	}
-	return []Requirement{{
-		Permission: Permission{Verb: VerbApprove, Resource: ResourceTalosMachines, Subresource: SubresourceApproval, Namespace: m.Namespace, Name: m.Name},
-		Field:      "spec.approval",
-		Action:     "approving or rejecting a machine",
-	}}
+}
+
+// TrustPermission is `update` on `talosmachines/trust` for one machine.
+func TrustPermission(namespace, name string) Permission {
+	return Permission{Verb: VerbUpdate, Resource: ResourceTalosMachines, Subresource: SubresourceTrust, Namespace: namespace, Name: name}
 }
 
 // CheckApprovalRecord makes the approval record who decided: when a create or

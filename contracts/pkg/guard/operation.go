@@ -3,6 +3,8 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
@@ -14,8 +16,89 @@ type OperationFacts struct {
 	Cluster *ichorv1alpha1.TalosCluster
 }
 
-// ValidateOperation checks a TalosOperation being created.
+// RunnableOperationTypes are the operation types this release of Ichor runs.
+// The webhook refuses every other type at admission (CheckRunnable) and the
+// operation controller fails one that got in before the rule existed.
+var RunnableOperationTypes = []string{ichorv1alpha1.OperationConfig}
+
+// OperationRunnable reports whether this release runs operations of type t.
+func OperationRunnable(t string) bool {
+	return slices.Contains(RunnableOperationTypes, t)
+}
+
+// adminTalosconfig is where a person finds the Talos identity that needs no Ichor.
+const adminTalosconfig = "the os:admin talosconfig of the cluster's secrets (`ichor secrets export`)"
+
+// notRunnableWayOut says, per type, what a person can do without the operation.
+var notRunnableWayOut = map[string]string{
+	ichorv1alpha1.OperationTalos: "upgrade the nodes one at a time, control planes first, with `talosctl upgrade` and " + adminTalosconfig +
+		", then set spec.talosVersion on the TalosCluster to the version they run",
+	ichorv1alpha1.OperationKubernetes: "upgrade with `talosctl upgrade-k8s` and " + adminTalosconfig +
+		", then set spec.kubernetesVersion on the TalosCluster to the version it runs",
+	ichorv1alpha1.OperationIchor:       "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",
+	ichorv1alpha1.OperationCNI:         "Cilium stays at the version this Ichor embeds; a newer Ichor brings a newer Cilium",
+	ichorv1alpha1.OperationKubeProxy:   "this release cannot switch kube-proxy; keep spec.cni.kubeProxy as it is",
+	ichorv1alpha1.OperationShutdown:    "shut the nodes down with `talosctl shutdown` and " + adminTalosconfig + ", workers first",
+	ichorv1alpha1.OperationCARotation:  "rotate the CAs with `talosctl rotate-ca` and " + adminTalosconfig,
+	ichorv1alpha1.OperationKeyRotation: "this release cannot rotate the service-account or secretbox key; they stay as they are",
+	ichorv1alpha1.OperationNode: "to take a node out and wipe it, remove it (`ichor node remove NAME`); to reboot or shut one down, use " +
+		"`talosctl reboot` or `talosctl shutdown` with " + adminTalosconfig,
+	ichorv1alpha1.OperationEtcdRestore: "recover etcd from a snapshot with `talosctl bootstrap --recover-from` and " + adminTalosconfig,
+}
+
+// CheckRunnable refuses an operation of a type this release does not run:
+// it would be accepted and then only fail.
+func CheckRunnable(op *ichorv1alpha1.TalosOperation) *Refusal {
+	if OperationRunnable(op.Spec.Type) {
+		return nil
+	}
+	way, ok := notRunnableWayOut[op.Spec.Type]
+	if !ok {
+		way = "this release has no way to do it"
+	}
+	return &Refusal{
+		Field: "spec.type",
+		Rule: fmt.Sprintf("this release of Ichor does not run operations of type %q (it runs %s); nothing was created",
+			op.Spec.Type, joinQuoted(RunnableOperationTypes)),
+		WayOut: way,
+	}
+}
+
+// ValidateOperation checks a TalosOperation being created: CheckOperation,
+// then CheckRunnable.
 func ValidateOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Refusal {
+	out := CheckOperation(op, facts)
+	if r := CheckRunnable(op); r != nil {
+		out = append(out, *r)
+	}
+	return out
+}
+
+// CheckOperationUnchanged refuses a change of an operation's spec other than
+// spec.paused: an operation is a record of what was asked and checked at its
+// creation (the CRD's CEL rules say the same; this is the early answer for
+// the CLI and ichor-ui).
+func CheckOperationUnchanged(old, op *ichorv1alpha1.TalosOperation) *Refusal {
+	probe := old.Spec.DeepCopy()
+	probe.Paused = op.Spec.Paused
+	if reflect.DeepEqual(*probe, op.Spec) {
+		return nil
+	}
+	return &Refusal{
+		Field:  "spec",
+		Rule:   fmt.Sprintf("operation %s is immutable except spec.paused: its spec is what was checked when it was created", op.Name),
+		WayOut: "pause it (`ichor operation pause`) or delete it, and create a new operation with the new spec",
+	}
+}
+
+// OperationChanged reports whether an update changes the spec beyond spec.paused.
+func OperationChanged(old, op *ichorv1alpha1.TalosOperation) bool {
+	return CheckOperationUnchanged(old, op) != nil
+}
+
+// CheckOperation checks the spec of a TalosOperation against its cluster:
+// the upgrade targets, the CNI and the restore's typed name.
+func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Refusal {
 	c := facts.Cluster
 	if c == nil {
 		return []Refusal{{
@@ -30,7 +113,7 @@ func ValidateOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) [
 		if t := op.Spec.Talos; t != nil && t.Version != "" {
 			if err := release.TalosPath(c.Spec.TalosVersion, t.Version); err != nil {
 				out = append(out, Refusal{Field: "spec.talos.version", Rule: err.Error(),
-					WayOut: "choose a newer Talos version on a supported upgrade path (`ichor upgrade talos --list`)"})
+					WayOut: wayOutTalosPath})
 			}
 			if err := release.CheckPair(t.Version, c.Spec.KubernetesVersion); err != nil {
 				out = append(out, pairRefusal("spec.talos.version", err))
@@ -40,7 +123,7 @@ func ValidateOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) [
 		if k := op.Spec.Kubernetes; k != nil {
 			if err := release.KubernetesSkew(c.Spec.KubernetesVersion, k.Version); err != nil {
 				out = append(out, Refusal{Field: "spec.kubernetes.version", Rule: err.Error(),
-					WayOut: "choose a newer Kubernetes version at most one minor up (`ichor upgrade kubernetes --list`)"})
+					WayOut: wayOutKubernetesSkew})
 			}
 			if err := release.CheckPair(c.Spec.TalosVersion, k.Version); err != nil {
 				out = append(out, pairRefusal("spec.kubernetes.version", err))

@@ -113,7 +113,8 @@ func CheckEtcdMemberRemoval(members []EtcdMember, target uint64, declaredCount i
 			Field: fieldEtcdMember,
 			Rule: fmt.Sprintf("etcd has %d healthy of %d voting members and needs %d to commit the removal of %s: "+
 				"the change would hang and the cluster is already without quorum", healthy, voters, QuorumSize(voters), name),
-			WayOut: "bring the unhealthy members back first (power them on, check their network), or recover the cluster from a snapshot (`ichor restore --recover-cluster`)",
+			WayOut: "bring the unhealthy members back first (power them on, check their network), or recover the cluster from an etcd snapshot " +
+				"(`talosctl bootstrap --recover-from` with the os:admin talosconfig that `ichor secrets export` writes)",
 		}
 	}
 

@@ -145,7 +145,7 @@ func TestEtcdMemberRemovalRules(t *testing.T) {
 		{name: "3 healthy to 2", members: voters(true, true, true), target: 3},
 		{name: "healthy member of 3 with one down", members: voters(true, true, false), target: 1, want: []string{"1 healthy of 2", "fewer than the 2 a quorum needs"}},
 		{name: "down member of 3 with one down", members: voters(true, true, false), target: 3},
-		{name: "no quorum now", members: voters(true, false, false), target: 2, force: true, want: []string{"1 healthy of 3", "needs 2 to commit", "recover-cluster"}},
+		{name: "no quorum now", members: voters(true, false, false), target: 2, force: true, want: []string{"1 healthy of 3", "needs 2 to commit", "talosctl bootstrap --recover-from"}},
 		{name: "2 members, one down", members: voters(true, false), target: 2, want: []string{"needs 2 to commit"}},
 		{name: "5 with two down, remove a healthy one", members: voters(true, true, true, false, false), target: 1, want: []string{"2 healthy of 4"}},
 		{name: "5 with two down, remove a down one", members: voters(true, true, true, false, false), target: 5},

@@ -68,7 +68,8 @@ func Decide(in *Inspection, facts Facts) []guard.Refusal {
 			Field: fieldAddress,
 			Rule: fmt.Sprintf("the machine %s already belongs to Ichor cluster %s/%s (same %s): a reclaim would wipe a machine of a managed cluster",
 				machineName(in), mc.Namespace, mc.Name, what),
-			WayOut: fmt.Sprintf("register it without a reset: `ichor adopt --cluster %s --add-machine ADDRESS`; to take it out of the cluster, remove its TalosMachine", mc.Name),
+			WayOut: fmt.Sprintf("nothing to reclaim: cluster %s manages it already; to take it out of that cluster, remove its TalosMachine there "+
+				"(`ichor node remove NAME -n %s`), which resets it", mc.Name, mc.Namespace),
 		})
 	}
 

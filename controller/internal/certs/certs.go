@@ -33,7 +33,8 @@ import (
 
 // The controller reads and writes its own serving Secret, and patches the caBundle.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update,namespace=ichor-system
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update;patch
+// Only Ichor's own two configurations (the names cmd/main.go defaults to and the chart sets).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update;patch,resourceNames=ichor-validating-webhook;ichor-mutating-webhook
 
 // Secret keys.
 const (

@@ -20,8 +20,11 @@ func (v *clusterValidator) subject(c *ichorv1alpha1.TalosCluster) subject {
 }
 
 func (v *clusterValidator) facts(ctx context.Context, c *ichorv1alpha1.TalosCluster) (guard.ClusterFacts, error) {
-	_, workers, err := v.countMachines(ctx, c.Namespace, c.Name, "")
-	return guard.ClusterFacts{ApprovedWorkers: workers}, err
+	facts, err := guard.LoadClusterFacts(ctx, v.reader, c)
+	if err != nil {
+		return facts, internal(err)
+	}
+	return facts, nil
 }
 
 // ValidateCreate checks a new TalosCluster.

@@ -89,7 +89,7 @@ func TestKubeProxySwitchNeedsTheAnnotation(t *testing.T) {
 	ns := namespace(t)
 	must(t, admin.Create(ctx, newCluster(ns, "c")))
 	err := update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced })
-	refused(t, err, "Invalid", "spec.cni.kubeProxy", ichorv1alpha1.KubeProxySwitchAnnotation, "ichor cni kube-proxy")
+	refused(t, err, "Invalid", "spec.cni.kubeProxy", ichorv1alpha1.KubeProxySwitchAnnotation, `allow-kube-proxy-switch: "true"`)
 
 	must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
 		c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced

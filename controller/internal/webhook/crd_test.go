@@ -51,9 +51,7 @@ func TestCRDRulesOnOperations(t *testing.T) {
 		o.Spec.Node = &ichorv1alpha1.NodeAction{MachineName: "m", Action: ichorv1alpha1.NodeActionReboot, WipeMode: "all"}
 	})), "Invalid", "spec.node.wipeMode is only for the reset action")
 
-	op := newOperation(ns, "up", ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
-		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.4"}
-	})
+	op := newOperation(ns, "up", ichorv1alpha1.OperationConfig)
 	must(t, operator.Create(ctx, op))
 	// The type is immutable; pausing is allowed.
 	err := update(t, operator, op, func(o *ichorv1alpha1.TalosOperation) {

@@ -21,15 +21,11 @@ func (v *machineValidator) subject(m *ichorv1alpha1.TalosMachine) subject {
 }
 
 func (v *machineValidator) facts(ctx context.Context, m *ichorv1alpha1.TalosMachine) (guard.MachineFacts, error) {
-	c, err := v.getCluster(ctx, m.Namespace, m.Spec.ClusterName)
+	facts, err := guard.LoadMachineFacts(ctx, v.reader, m)
 	if err != nil {
-		return guard.MachineFacts{}, err
+		return facts, internal(err)
 	}
-	cps, workers, err := v.countMachines(ctx, m.Namespace, m.Spec.ClusterName, m.Name)
-	if err != nil {
-		return guard.MachineFacts{}, err
-	}
-	return guard.MachineFacts{Cluster: c, OtherApprovedControlPlanes: cps, OtherApprovedWorkers: workers}, nil
+	return facts, nil
 }
 
 // ValidateCreate checks a new TalosMachine.
@@ -56,8 +52,17 @@ func withApprovalRecord(ctx context.Context, old, m *ichorv1alpha1.TalosMachine,
 // ValidateUpdate checks a change to a TalosMachine.
 func (v *machineValidator) ValidateUpdate(ctx context.Context, old, m *ichorv1alpha1.TalosMachine) (admission.Warnings, error) {
 	reqs := guard.FinalizerRequirements(m.Namespace, m.Spec.ClusterName, old.Finalizers, m.Finalizers)
-	if m.DeletionTimestamp != nil {
-		return v.decide(ctx, v.subject(m), nil, reqs)
+	if old.DeletionTimestamp != nil {
+		// Removing the finalizer is the removal's last step; the spec it acts
+		// on stays as it was (spec.forceRemove aside).
+		var refusals []guard.Refusal
+		if r := guard.CheckDeletingUnchanged(old, m); r != nil {
+			refusals = append(refusals, *r)
+		}
+		if r := guard.TrustRequirement(old, m); r != nil {
+			reqs = append(reqs, *r)
+		}
+		return v.decide(ctx, v.subject(m), refusals, reqs)
 	}
 	facts, err := v.facts(ctx, m)
 	if err != nil {

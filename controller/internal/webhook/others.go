@@ -13,30 +13,59 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
-// +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-talosoperation,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=talosoperations,verbs=create,versions=v1alpha1,name=vtalosoperation.ichor.maesh.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-talosoperation,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=talosoperations,verbs=create;update,versions=v1alpha1,name=vtalosoperation.ichor.maesh.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-talosetcdbackup,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=talosetcdbackups,verbs=create;update,versions=v1alpha1,name=vtalosetcdbackup.ichor.maesh.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-ichorinstallation,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=ichorinstallations,verbs=create;update,versions=v1alpha1,name=vichorinstallation.ichor.maesh.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-machinereclaim,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=machinereclaims,verbs=create;update,versions=v1alpha1,name=vmachinereclaim.ichor.maesh.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-ichor-maesh-dev-v1alpha1-taloscredentialrequest,mutating=false,failurePolicy=fail,sideEffects=None,groups=ichor.maesh.dev,resources=taloscredentialrequests,verbs=create;update,versions=v1alpha1,name=vtaloscredentialrequest.ichor.maesh.dev,admissionReviewVersions=v1
 
-// operationValidator checks new TalosOperations: targets and the verbs of the
-// destructive operations. The spec is immutable (CEL), so only create is checked.
+// operationValidator checks TalosOperations: targets, the verbs of the
+// destructive operations, and whether this release runs the type. The spec is
+// immutable except spec.paused (CEL on the type, and guard.CheckOperationUnchanged
+// here): an update that changes more is refused, with the checks of a create.
 type operationValidator struct{ *checker }
 
 func (v *operationValidator) ValidateCreate(ctx context.Context, op *ichorv1alpha1.TalosOperation) (admission.Warnings, error) {
-	c, err := v.getCluster(ctx, op.Namespace, op.Spec.ClusterName)
+	facts, err := guard.LoadOperationFacts(ctx, v.reader, op)
 	if err != nil {
-		return nil, err
+		return nil, internal(err)
 	}
 	if w, err := v.checkPrivilegedRollout(ctx, op); err != nil {
 		return w, err
 	}
 	s := subject{kind: "TalosOperation", resource: guard.ResourceTalosOperations, namespace: op.Namespace, name: op.Name, cluster: op.Spec.ClusterName}
-	return v.decide(ctx, s, guard.ValidateOperation(op, guard.OperationFacts{Cluster: c}), guard.OperationRequirements(op))
+	return v.decideRunnable(ctx, s, op, guard.CheckOperation(op, facts), guard.OperationRequirements(op))
 }
 
-func (v *operationValidator) ValidateUpdate(context.Context, *ichorv1alpha1.TalosOperation, *ichorv1alpha1.TalosOperation) (admission.Warnings, error) {
-	return nil, nil
+// decideRunnable decides as decide does, then refuses a type this release
+// does not run (guard.ValidateOperation's last check). The verbs come first,
+// so that a user who lacks one hears so whether or not the type runs yet.
+func (v *operationValidator) decideRunnable(ctx context.Context, s subject, op *ichorv1alpha1.TalosOperation,
+	refusals []guard.Refusal, reqs []guard.Requirement,
+) (admission.Warnings, error) {
+	warnings, err := v.decide(ctx, s, refusals, reqs)
+	if err != nil {
+		return warnings, err
+	}
+	if r := guard.CheckRunnable(op); r != nil {
+		return warnings, invalid(s, []guard.Refusal{*r})
+	}
+	return warnings, nil
+}
+
+// ValidateUpdate lets spec.paused and metadata change; any other change of
+// the spec is refused, with what the same spec would meet at create.
+func (v *operationValidator) ValidateUpdate(ctx context.Context, old, op *ichorv1alpha1.TalosOperation) (admission.Warnings, error) {
+	changed := guard.CheckOperationUnchanged(old, op)
+	if changed == nil {
+		return nil, nil
+	}
+	facts, err := guard.LoadOperationFacts(ctx, v.reader, op)
+	if err != nil {
+		return nil, internal(err)
+	}
+	s := subject{kind: "TalosOperation", resource: guard.ResourceTalosOperations, namespace: op.Namespace, name: op.Name, cluster: op.Spec.ClusterName}
+	return v.decide(ctx, s, append([]guard.Refusal{*changed}, guard.ValidateOperation(op, facts)...), guard.OperationRequirements(op))
 }
 
 func (v *operationValidator) ValidateDelete(context.Context, *ichorv1alpha1.TalosOperation) (admission.Warnings, error) {

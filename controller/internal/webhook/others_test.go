@@ -2,11 +2,13 @@ package webhook
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -29,15 +31,28 @@ func nodeAction(action string) func(*ichorv1alpha1.TalosOperation) {
 	}
 }
 
-// Rule: resetting a node needs the override verb (and its own verb).
+// notRunnable asserts that err refuses an operation only because this release
+// does not run its type: every other check (the verbs above all) passed.
+func notRunnable(t *testing.T, err error, typ string) {
+	t.Helper()
+	refused(t, err, "Invalid", "spec.type", `does not run operations of type "`+typ+`"`)
+	if apierrors.IsForbidden(err) {
+		t.Fatalf("refused for a verb, not only for the type: %v", err)
+	}
+}
+
+// Rule: resetting a node needs the override verb (and its own verb). The verbs
+// are checked before whether this release runs the type, so the rule holds
+// now and when node operations run.
 func TestNodeResetNeedsOverride(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	must(t, admin.Create(ctx, newCluster(ns, "c")))
 	err := operator.Create(ctx, newOperation(ns, "reset", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReset)))
 	refused(t, err, "Forbidden", "spec.node.action", "`reset-node` on `talosoperations`", "`override` on `talosclusters`")
-	must(t, operator.Create(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReboot))))
-	must(t, admin.Create(ctx, newOperation(ns, "reset", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReset))))
+	// The neighbours pass the verbs and meet only the type this release does not run.
+	notRunnable(t, operator.Create(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReboot))), "node")
+	notRunnable(t, admin.Create(ctx, newOperation(ns, "reset", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReset))), "node")
 }
 
 // Rule: restoring etcd needs override, and the cluster's name typed.
@@ -54,7 +69,7 @@ func TestEtcdRestoreNeedsOverrideAndTheTypedName(t *testing.T) {
 	refused(t, err, "Forbidden", "`restore-etcd` on `talosoperations`", "`override` on `talosclusters`")
 	err = admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore("prod")))
 	refused(t, err, "Invalid", "spec.etcdRestore.confirmClusterName", "typed as consent", "confirmClusterName: c")
-	must(t, admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore("c"))))
+	notRunnable(t, admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore("c"))), ichorv1alpha1.OperationEtcdRestore)
 }
 
 // Rule: the destructive operation starts need their own verbs (admin only).
@@ -75,7 +90,7 @@ func TestDestructiveOperationsNeedTheirVerbs(t *testing.T) {
 	} {
 		err := operator.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate))
 		refused(t, err, "Forbidden", tc.verb, `user "otto"`)
-		must(t, admin.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate)))
+		notRunnable(t, admin.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate)), tc.typ)
 	}
 	// The neighbour: a config rollout is an operator's.
 	must(t, operator.Create(ctx, newOperation(ns, "config", ichorv1alpha1.OperationConfig)))
@@ -94,9 +109,13 @@ func TestOperationTargetsAreChecked(t *testing.T) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.39.0"}
 	}))
 	refused(t, err, "Invalid", "spec.kubernetes.version", "skips a minor")
-	must(t, operator.Create(ctx, newOperation(ns, "k-patch", ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
+	err = operator.Create(ctx, newOperation(ns, "k-patch", ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.3"}
-	})))
+	}))
+	notRunnable(t, err, ichorv1alpha1.OperationKubernetes)
+	if strings.Contains(err.Error(), "spec.kubernetes.version") {
+		t.Errorf("a patch upgrade's version is refused: %v", err)
+	}
 }
 
 // Rule: the IchorInstallation's write rights are split over /version and /settings.

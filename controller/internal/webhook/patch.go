@@ -52,9 +52,9 @@ func (v *patchValidator) ValidateDelete(ctx context.Context, p *ichorv1alpha1.Ta
 
 // patchOrphaned reports whether p applies to nothing any more.
 func (v *patchValidator) patchOrphaned(ctx context.Context, p *ichorv1alpha1.TalosConfigPatch) (bool, error) {
-	c, err := v.getCluster(ctx, p.Namespace, p.Spec.ClusterName)
+	c, err := guard.LoadCluster(ctx, v.reader, p.Namespace, p.Spec.ClusterName)
 	if err != nil {
-		return false, err
+		return false, apierrors.NewInternalError(err)
 	}
 	if c == nil || c.DeletionTimestamp != nil {
 		return true, nil

@@ -72,6 +72,7 @@ func TestRoleVerbMatrix(t *testing.T) {
 		{ichor("create", "ichorusers"), []string{adminRole}},
 		{ichor(guard.VerbApprove, "talosmachines", guard.SubresourceApproval), []string{operatorRole, adminRole}},
 		{ichor(guard.VerbOverride, "talosclusters"), []string{adminRole}},
+		{ichor("update", "talosmachines", guard.SubresourceTrust), []string{adminRole}},
 		{ichor("update", "talosclusters", guard.SubresourceSecretReferences), []string{adminRole}},
 		{ichor("update", "talosclusters", guard.SubresourceCiliumValues), []string{adminRole}},
 		{ichor("update", "talosetcdbackups", guard.SubresourceSecretReferences), []string{adminRole}},

@@ -153,7 +153,7 @@ func (k *checker) recordOverride(ctx context.Context, req admission.Request, s s
 	if req.DryRun != nil && *req.DryRun {
 		return
 	}
-	cluster, err := k.getCluster(ctx, s.namespace, s.cluster)
+	cluster, err := guard.LoadCluster(ctx, k.reader, s.namespace, s.cluster)
 	if err != nil || cluster == nil {
 		return // nothing to attach the Event to; the admission warning remains
 	}
@@ -209,36 +209,7 @@ func (k *checker) allowed(ctx context.Context, req admission.Request, p guard.Pe
 	return sar.Status.Allowed, nil
 }
 
-// getCluster returns the named TalosCluster, or nil when it does not exist.
-func (k *checker) getCluster(ctx context.Context, namespace, name string) (*ichorv1alpha1.TalosCluster, error) {
-	c := &ichorv1alpha1.TalosCluster{}
-	if err := k.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, c); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, apierrors.NewInternalError(fmt.Errorf("reading TalosCluster %s/%s: %w", namespace, name, err))
-	}
-	return c, nil
-}
-
-// countMachines counts the approved control planes and workers of a cluster,
-// leaving out the machine named except.
-func (k *checker) countMachines(ctx context.Context, namespace, cluster, except string) (controlPlanes, workers int, err error) {
-	list := &ichorv1alpha1.TalosMachineList{}
-	if err := k.reader.List(ctx, list, client.InNamespace(namespace)); err != nil {
-		return 0, 0, apierrors.NewInternalError(fmt.Errorf("listing TalosMachines in %s: %w", namespace, err))
-	}
-	for i := range list.Items {
-		m := &list.Items[i]
-		if m.Spec.ClusterName != cluster || m.Name == except {
-			continue
-		}
-		switch {
-		case guard.IsApprovedControlPlane(m):
-			controlPlanes++
-		case guard.IsApprovedWorker(m):
-			workers++
-		}
-	}
-	return controlPlanes, workers, nil
+// internal reports a failed read of the facts as the webhook's own failure.
+func internal(err error) error {
+	return apierrors.NewInternalError(err)
 }

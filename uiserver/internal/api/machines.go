@@ -251,35 +251,10 @@ func (s *Server) watchOnce(ctx context.Context, stream ichorv1.MachineService_Wa
 	}
 }
 
-// machineFacts gathers what the guard's machine checks need, as the webhook does.
+// machineFacts gathers what the guard's machine checks need, with the
+// loader the webhook uses (read from the backend's cache).
 func (s *Server) machineFacts(ctx context.Context, m *ichorv1alpha1.TalosMachine) (guard.MachineFacts, error) {
-	var facts guard.MachineFacts
-	c := &ichorv1alpha1.TalosCluster{}
-	err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c)
-	switch {
-	case err == nil:
-		facts.Cluster = c
-	case apierrors.IsNotFound(err):
-	default:
-		return facts, err
-	}
-	list := &ichorv1alpha1.TalosMachineList{}
-	if err := s.Clients.Cache.List(ctx, list, client.InNamespace(m.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return facts, err
-	}
-	for i := range list.Items {
-		o := &list.Items[i]
-		if o.Name == m.Name || o.Spec.ClusterName != m.Spec.ClusterName || o.DeletionTimestamp != nil {
-			continue
-		}
-		if guard.IsApprovedControlPlane(o) {
-			facts.OtherApprovedControlPlanes++
-		}
-		if guard.IsApprovedWorker(o) {
-			facts.OtherApprovedWorkers++
-		}
-	}
-	return facts, nil
+	return guard.LoadMachineFacts(ctx, s.Clients.Cache, m)
 }
 
 // userMachine reads a machine fresh, as the signed-in user.

@@ -49,7 +49,7 @@ func (s *Server) UpdateSettings(ctx context.Context, req *ichorv1.UpdateSettings
 	const what = "changing Ichor's settings"
 	if s.SettingsReadOnly {
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"%s: this ichor-ui runs with --settings-read-only, so the console only shows them; change them with `ichor settings` or in the IchorInstallation %q",
+			"%s: this ichor-ui runs with --settings-read-only, so the console only shows them; change spec.settings of the IchorInstallation %q instead (for example with kubectl edit)",
 			what, ichorv1alpha1.IchorInstallationName)
 	}
 	change, err := settingsChange(req)

@@ -64,7 +64,7 @@ export function SettingsPage() {
       <ErrorAlert error={loadError} what="Reading Ichor's settings" />
       {read?.readOnly && (
         <Alert tone="info" title="Read-only" class="text-sm">
-          <span data-testid="settings-read-only">This ichor-ui runs with --settings-read-only: the console shows the settings but does not change them. Use `ichor settings` or edit the IchorInstallation.</span>
+          <span data-testid="settings-read-only">This ichor-ui runs with --settings-read-only: the console shows the settings but does not change them. Edit spec.settings of the IchorInstallation instead.</span>
         </Alert>
       )}
       {read && !read.readOnly && !editable && (

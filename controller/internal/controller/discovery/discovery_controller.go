@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
 
@@ -168,7 +169,8 @@ func (r *Reconciler) recheckInterval() time.Duration {
 
 func (r *Reconciler) interval(c *ichorv1alpha1.TalosCluster) time.Duration {
 	if i := c.Spec.Discovery.Interval; i != nil && i.Duration > 0 {
-		return i.Duration
+		// Admission refuses less; a cluster written before that rule is held to it too.
+		return max(i.Duration, guard.MinDiscoveryInterval)
 	}
 
 	if r.DefaultInterval > 0 {

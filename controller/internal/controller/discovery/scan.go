@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	probe "github.com/maeshinshin/ichor/controller/internal/discovery"
 )
 
@@ -154,20 +155,22 @@ func (s *scan) prefixes() ([]netip.Prefix, []string) {
 			continue
 		}
 
-		hosts, err := probe.Hosts(p)
+		// The admission limits (guard.ScanSize, guard.MaxScanAddresses) also
+		// hold for a cluster written before they existed.
+		size, err := guard.ScanSize(sub)
 		if err != nil {
 			problems = append(problems, "skipped: "+err.Error())
 
 			continue
 		}
 
-		if total+len(hosts) > probe.MaxScanAddresses {
-			problems = append(problems, fmt.Sprintf("subnet %s skipped: the subnets hold more than %d addresses in all", p, probe.MaxScanAddresses))
+		if total+size > guard.MaxScanAddresses {
+			problems = append(problems, fmt.Sprintf("subnet %s skipped: the subnets hold more than %d addresses in all", p, guard.MaxScanAddresses))
 
 			continue
 		}
 
-		total += len(hosts)
+		total += size
 		out = append(out, p)
 	}
 

@@ -136,7 +136,8 @@ func (r *Reconciler) maintenance(ctx context.Context, s *scope) (*talosnode.Main
 
 func (r *Reconciler) fingerprintChanged(m *ichorv1alpha1.TalosMachine, want, seen string) {
 	msg := fmt.Sprintf("the node at %s presents maintenance certificate %s, not the pinned %s: nothing was sent. "+
-		"If you verified the new certificate on the node's console, annotate the machine %s=%s", m.Spec.Address, seen, want,
+		"If you verified the new certificate on the node's console, an administrator (`update` on `talosmachines/trust`, held by ichor-admin) "+
+		"accepts it by annotating the machine %s=%s", m.Spec.Address, seen, want,
 		ichorv1alpha1.TrustMaintenanceFingerprintAnnotation, seen)
 
 	was := findCond(m, ichorv1alpha1.FingerprintTrustedCondition)

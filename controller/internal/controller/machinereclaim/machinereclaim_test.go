@@ -299,7 +299,7 @@ func TestReclaimRefusesIchorMachine(t *testing.T) {
 	mr = waitPhase(t, mr.Name, ichorv1alpha1.ReclaimAwaitingConfirmation)
 
 	if !slices.ContainsFunc(mr.Status.Inspection.Refusals, func(s string) bool {
-		return strings.Contains(s, "already belongs to Ichor cluster default/prod") && strings.Contains(s, "ichor adopt")
+		return strings.Contains(s, "already belongs to Ichor cluster default/prod") && strings.Contains(s, "ichor node remove")
 	}) {
 		t.Fatalf("refusals %v", mr.Status.Inspection.Refusals)
 	}

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
@@ -175,10 +177,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 	op.Status.ObservedGeneration = op.Generation
 
-	if op.Spec.Type != ichorv1alpha1.OperationConfig {
+	if refused := guard.CheckRunnable(op); refused != nil {
+		// The webhook refuses such a type at admission; this one got in before
+		// that rule existed (or with the webhook off).
 		r.finish(op, ichorv1alpha1.OperationFailed, ichorv1alpha1.InvalidSpecReason, fmt.Sprintf(
-			"operations of type %q are not implemented by this release of Ichor (it runs type %q); nothing was done and the cluster lock was not taken: delete this operation",
-			op.Spec.Type, ichorv1alpha1.OperationConfig))
+			"operations of type %q are not implemented by this release of Ichor (it runs %s); nothing was done and the cluster lock was not taken: "+
+				"delete this operation; %s", op.Spec.Type, strings.Join(guard.RunnableOperationTypes, ", "), refused.WayOut))
 
 		return ctrl.Result{}, nil
 	}
