@@ -158,12 +158,10 @@ func TestPrivilegedPatchRolloutNeedsTheVerb(t *testing.T) {
 	err := operator.Create(ctx, newOperation(ns, "after", ichorv1alpha1.OperationConfig))
 	refused(t, err, "Forbidden", "spec.type", `config rollout of cluster "c"`, "kubelet-image (KubeletConfig:image)", privilegedVerb, `user "otto"`)
 
-	// The neighbours: a rollout of another cluster, an operation of another
-	// type, and the admin's rollout.
+	// The neighbours: a rollout of another cluster and the admin's rollout.
 	must(t, operator.Create(ctx, newOperation(ns, "other", ichorv1alpha1.OperationConfig, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.ClusterName = "other"
 	})))
-	must(t, operator.Create(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReboot))))
 	must(t, admin.Create(ctx, newOperation(ns, "after", ichorv1alpha1.OperationConfig)))
 }
 

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -309,14 +310,18 @@ func update[T client.Object](t *testing.T, c client.Client, obj T, change func(T
 	t.Helper()
 	ctx := context.Background()
 	key := client.ObjectKeyFromObject(obj)
-	// Start from an empty object: decoding into a filled one keeps fields the server omits.
-	v := reflect.ValueOf(obj).Elem()
-	v.Set(reflect.Zero(v.Type()))
-	if err := c.Get(ctx, key, obj); err != nil {
-		t.Fatalf("get %s: %v", obj.GetName(), err)
-	}
-	change(obj)
-	return c.Update(ctx, obj)
+	// A conflict (a controller wrote the status meanwhile) is never the
+	// answer a test waits for: read again and retry, as a client would.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		// Start from an empty object: decoding into a filled one keeps fields the server omits.
+		v := reflect.ValueOf(obj).Elem()
+		v.Set(reflect.Zero(v.Type()))
+		if err := c.Get(ctx, key, obj); err != nil {
+			t.Fatalf("get %s: %v", obj.GetName(), err)
+		}
+		change(obj)
+		return c.Update(ctx, obj)
+	})
 }
 
 func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
