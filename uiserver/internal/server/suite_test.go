@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,6 +81,17 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	// The built-in user roles and ichor-ui's own (ui.yaml), as installed;
 	// the controller's are there too, and no test uses them.
 	if err := s.Env.ApplyDir(ctx, "kustomize/base/rbac"); err != nil {
+		return nil, err
+	}
+	// The users ichor-ui may impersonate are the controller's to list
+	// (ClusterRole ichor-ui-impersonate-users, kept by the controller's
+	// impersonation reconciler and tested there); these tests sign in as many
+	// made-up users with no IchorUser, so their names are granted here as
+	// the controller would grant them.
+	if err := admin.Create(ctx, testImpersonationRole()); err != nil {
+		return nil, err
+	}
+	if err := admin.Create(ctx, testImpersonationBinding()); err != nil {
 		return nil, err
 	}
 	if err := admin.Create(ctx, testClusterObject()); err != nil {
@@ -153,6 +165,21 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(sctx, ln) }()
 	return func() { cancel(); <-done; world.Close() }, nil
+}
+
+func testImpersonationRole() *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-ichor-ui-impersonate-test-users"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"users"}, Verbs: []string{"impersonate"}}},
+	}
+}
+
+func testImpersonationBinding() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-ichor-ui-impersonate-test-users"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "test-ichor-ui-impersonate-test-users"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: testNS, Name: "ichor-ui"}},
+	}
 }
 
 func logSink() io.Writer {
