@@ -39,15 +39,22 @@ const (
 	// backendUser is ichor-ui's ServiceAccount: it may read Ichor's objects
 	// and impersonate, and nothing else.
 	backendUser = "system:serviceaccount:ichor-system:ichor-ui"
+	// sessionCheckInterval is how often the issuer compares sessions with
+	// their users' passwords and disabled flags.
+	sessionCheckInterval = 300 * time.Millisecond
 )
 
 var (
-	suite   *testenv.Suite
-	admin   client.Client
-	tokens  *auth.Tokens
-	baseURL string
-	pool    *x509.CertPool
-	logBuf  = &syncBuffer{}
+	// userStore checks the suite's sign-ins (its hash slots are filled by a test).
+	userStore *users.Store
+	// serverOpts are the suite server's options, for tests that start a server of their own.
+	serverOpts server.Options
+	suite      *testenv.Suite
+	admin      client.Client
+	tokens     *auth.Tokens
+	baseURL    string
+	pool       *x509.CertPool
+	logBuf     = &syncBuffer{}
 )
 
 // syncBuffer is the access log, kept for the secret checks.
@@ -128,13 +135,16 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		}
 		return nil, err
 	}
+	userStore = &users.Store{Reader: direct, Namespace: testNS}
 	oidcIssuer, err := issuer.New(issuer.Options{
-		Tokens: tokens, Users: &users.Store{Reader: direct, Namespace: testNS},
-		Clients: []issuer.Client{{ID: oidcClientID, RedirectURIs: []string{oidcRedirect}}},
+		Tokens: tokens, Users: userStore,
+		Clients:              []issuer.Client{{ID: oidcClientID, RedirectURIs: []string{oidcRedirect}}},
+		SessionCheckInterval: sessionCheckInterval,
 	})
 	if err != nil {
 		return nil, err
 	}
+	go oidcIssuer.WatchSessions(ctx)
 	cert, leaf, err := certs.SelfSigned([]string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		return nil, err
@@ -143,14 +153,15 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	pool.AddCert(leaf)
 
 	svc := &api.Server{Clients: clients, ClusterName: testCluster, Credentials: direct}
-	srv, err := server.New(server.Options{
+	serverOpts = server.Options{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
 		Services:       svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens, Frontend: frontend.FS(),
 		Operations: svc, Settings: svc, Reclaims: svc,
 		Ready: func() bool { return true },
 		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,
 		Log: slog.New(slog.NewJSONHandler(io.MultiWriter(logBuf, logSink()), nil)),
-	})
+	}
+	srv, err := server.New(serverOpts)
 	if err != nil {
 		return nil, err
 	}
