@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/contracts/pkg/userpass"
+	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/server"
 )
 
@@ -123,7 +123,7 @@ func TestSignInRateLimitBusyHashSlotsAnswer429Fast(t *testing.T) {
 	c := browserFrom(t, "127.0.0.26")
 	_, challenge := pkce()
 	req := authorize(t, c, challenge)
-	userStore.Slots = make(chan struct{}, 2) // what Authenticate would make; the test holds both
+	// The test takes every slot, as running hashes would.
 	for range cap(userStore.Slots) {
 		userStore.Slots <- struct{}{}
 	}
@@ -356,7 +356,9 @@ func TestLongStreamOutlivesReadTimeout(t *testing.T) {
 	go func() { done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet,
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer rcancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet,
 		"https://"+ln.Addr().String()+"/api/v1/nodes/"+nodeName+"/services/apid/logs?follow=true&tail_lines=1", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -135,11 +135,14 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		}
 		return nil, err
 	}
-	userStore = &users.Store{Reader: direct, Namespace: testNS}
+	userStore = &users.Store{Reader: direct, Namespace: testNS, Slots: make(chan struct{}, users.DefaultHashSlots)}
 	oidcIssuer, err := issuer.New(issuer.Options{
 		Tokens: tokens, Users: userStore,
 		Clients:              []issuer.Client{{ID: oidcClientID, RedirectURIs: []string{oidcRedirect}}},
 		SessionCheckInterval: sessionCheckInterval,
+		// A first back-off long enough that a busy machine's next request
+		// still meets it (the default is 1 s).
+		Limits: issuer.Limits{Backoff: 5 * time.Second},
 	})
 	if err != nil {
 		return nil, err
