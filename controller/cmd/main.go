@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/clusterstatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
+	"github.com/maeshinshin/ichor/controller/internal/controller/impersonation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
@@ -57,6 +59,7 @@ func main() {
 		manageCerts    bool
 		namespace      string
 		certOpts       certs.Options
+		impersonate    stringList
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probe endpoint binds to.")
@@ -75,6 +78,8 @@ func main() {
 		"ValidatingWebhookConfiguration whose caBundle is kept.")
 	flag.StringVar(&certOpts.MutatingWebhookConfiguration, "mutating-webhook-configuration", "ichor-mutating-webhook",
 		"MutatingWebhookConfiguration whose caBundle is kept.")
+	flag.Var(&impersonate, "impersonate-user",
+		"A user name beyond the IchorUsers that ichor-ui may impersonate, ichor:<name> or oidc:<name> (repeatable; the chart's ichorUI.impersonation.users).")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -167,6 +172,11 @@ func main() {
 		log.Error(err, "registering the TalosCredentialRequest reconciler")
 		os.Exit(1)
 	}
+	// The users ichor-ui may impersonate, bounded in RBAC (architecture, "Trust").
+	if err := (&impersonation.Reconciler{Namespace: namespace, ExtraUsers: impersonate}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "registering the impersonation reconciler")
+		os.Exit(1)
+	}
 	if err := (&clusterstatus.Reconciler{}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "registering the cluster status reconciler")
 		os.Exit(1)
@@ -201,6 +211,20 @@ func main() {
 		log.Error(err, "running the manager")
 		os.Exit(1)
 	}
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+// Set adds one value.
+func (l *stringList) Set(v string) error {
+	if err := impersonation.CheckExtraUser(v); err != nil {
+		return err
+	}
+	*l = append(*l, v)
+	return nil
 }
 
 func envOr(key, fallback string) string {

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	"sigs.k8s.io/yaml"
@@ -260,5 +263,69 @@ func TestUIUsersNeedAnExternalURL(t *testing.T) {
 	}})
 	if err == nil || !strings.Contains(err.Error(), "ichorUI.oidc.clientID") {
 		t.Errorf("an external provider without clientID: %v, want an error naming ichorUI.oidc.clientID", err)
+	}
+}
+
+// renderIn renders the chart into release namespace ns.
+func renderIn(t *testing.T, ns string, values map[string]any) map[string]map[string]any {
+	t.Helper()
+	ch, err := loader.Load(filepath.Join(repoRoot, chartDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ToRenderValues(ch, values,
+		chartutil.ReleaseOptions{Name: "ichor", Namespace: ns, IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return manifests(t, out)
+}
+
+// The admission policy that limits ichor-ui's Secrets matches ichor-ui's
+// ServiceAccount in the release's namespace, and its credential-request
+// rights are a Role there, not a ClusterRole.
+func TestUIPolicyAndRolesFollowTheReleaseNamespace(t *testing.T) {
+	objs := renderIn(t, "tools-ichor", nil)
+	vap := objs["ValidatingAdmissionPolicy/ichor-ui-foreign-talosconfig-only"]
+	conds := vap["spec"].(map[string]any)["matchConditions"].([]any)
+	expr := conds[0].(map[string]any)["expression"].(string)
+	if !strings.Contains(expr, "'system:serviceaccount:tools-ichor:ichor-ui'") || strings.Contains(expr, "ichor-system") {
+		t.Errorf("the admission policy matches %q, want ichor-ui of the release namespace tools-ichor", expr)
+	}
+	role := objs["Role/ichor-ui-credential-requests"]
+	if role == nil || role["metadata"].(map[string]any)["namespace"] != "tools-ichor" {
+		t.Fatalf("ichor-ui's credential requests need a Role in the release namespace: %v", role)
+	}
+	for _, r := range objs["ClusterRole/ichor-ui"]["rules"].([]any) {
+		for _, res := range strs(r.(map[string]any)["resources"]) {
+			if res == "taloscredentialrequests" {
+				t.Errorf("the ClusterRole ichor-ui still grants %v on taloscredentialrequests", r)
+			}
+		}
+	}
+}
+
+// ichorUI.impersonation.users become the controller's --impersonate-user flags.
+func TestImpersonationUsersReachTheController(t *testing.T) {
+	objs := renderIn(t, namespace, map[string]any{"ichorUI": map[string]any{
+		"impersonation": map[string]any{"users": []any{"oidc:alice", "oidc:bob"}},
+	}})
+	spec := objs["Deployment/ichor-controller"]["spec"].(map[string]any)
+	c := spec["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	args := strings.Join(strs(c["args"]), " ")
+	for _, want := range []string{"--impersonate-user=oidc:alice", "--impersonate-user=oidc:bob"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("controller args %q lack %s", args, want)
+		}
+	}
+	objs = renderIn(t, namespace, nil)
+	spec = objs["Deployment/ichor-controller"]["spec"].(map[string]any)
+	c = spec["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	if args := strings.Join(strs(c["args"]), " "); strings.Contains(args, "--impersonate-user") {
+		t.Errorf("default controller args %q name users", args)
 	}
 }

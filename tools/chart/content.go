@@ -63,6 +63,14 @@ ichorUI:
     # externalURL is the https URL browsers and the CLI reach ichor-ui at: the
     # issuer of its tokens.
     externalURL: ""
+  impersonation:
+    # users are the user names beyond Ichor's own users that ichor-ui may
+    # impersonate, e.g. oidc:alice for each user of the external provider
+    # (ichor:<name> or oidc:<name>, never a system: name). The controller
+    # lists them, with ichor:<name> of every IchorUser not disabled, in the
+    # ClusterRole ichor-ui-impersonate-users; a name not listed is refused by
+    # the API server.
+    users: []
 `
 
 const readme = `# ichor

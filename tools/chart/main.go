@@ -191,6 +191,7 @@ func template(obj object) (string, error) {
 			if c["name"] == "controller" {
 				c["image"] = placeholder + "IMAGE"
 				c["imagePullPolicy"] = placeholder + "PULL_POLICY"
+				c["args"] = append(c["args"].([]any), placeholder+"CONTROLLER_ARGS")
 			}
 		}
 	}
@@ -224,6 +225,10 @@ func template(obj object) (string, error) {
 	}
 	text := string(raw)
 	text = strings.ReplaceAll(text, "namespace: "+namespace, "namespace: {{ .Release.Namespace }}")
+	// A ServiceAccount's user name in an expression (the admission policy
+	// that matches ichor-ui) names the release's namespace too.
+	text = strings.ReplaceAll(text, "system:serviceaccount:"+namespace+":", "system:serviceaccount:{{ .Release.Namespace }}:")
+	text = replaceItem(text, placeholder+"CONTROLLER_ARGS", controllerArgs)
 	text = strings.ReplaceAll(text, placeholder+"REPLICAS", "{{ .Values.controller.replicas }}")
 	text = strings.ReplaceAll(text, placeholder+"IMAGE", `"{{ .Values.controller.image.repository }}:{{ .Values.controller.image.tag | default .Chart.AppVersion }}"`)
 	text = strings.ReplaceAll(text, placeholder+"PULL_POLICY", "{{ .Values.controller.image.pullPolicy }}")
@@ -241,6 +246,13 @@ func template(obj object) (string, error) {
 	}
 	return text, nil
 }
+
+// The controller's flags from the values: the user names beyond the
+// IchorUsers that ichor-ui may impersonate (external OIDC users, oidc:<name>),
+// which the controller writes into the ClusterRole ichor-ui-impersonate-users.
+const controllerArgs = `{{- range .Values.ichorUI.impersonation.users }}
+- {{ printf "--impersonate-user=%s" . | quote }}
+{{- end }}`
 
 // ichor-ui's flags from the values (architecture, "Deployment"): Ichor's own
 // users and the external provider both need the https URL browsers reach

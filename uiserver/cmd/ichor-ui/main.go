@@ -62,6 +62,7 @@ func run() error {
 		keyFile     = flag.String("tls-key-file", "", "PEM private key of --tls-cert-file.")
 		servingCert = flag.String("serving-cert-file", "", "PEM leaf of the Ichor serving CA (the Secret ichor-ui-tls), served for the Service's names and on --issuer-listen; reloaded when it changes. With neither this nor --tls-cert-file a self-signed certificate is made.")
 		servingKey  = flag.String("serving-key-file", "", "PEM private key of --serving-cert-file.")
+		metricsAddr = flag.String("metrics-listen", ":8445", "HTTPS address serving only /metrics (with the Ichor leaf when --serving-cert-file is given); empty turns it off. The console's listener never serves metrics.")
 		issuerAddr  = flag.String("issuer-listen", ":8444", "HTTPS address serving only the issuer's discovery document and keys, with the Ichor leaf, for the kube-apiserver (through the ClusterIP Service); empty turns it off.")
 		issuer      = flag.String("issuer", "https://localhost:8443", "External URL of ichor-ui: the issuer of its tokens.")
 		signingKey  = flag.String("signing-key-file", "", "PEM ECDSA P-256 key that signs tokens (shared by the replicas). Empty makes one in memory (one replica only).")
@@ -123,7 +124,7 @@ func run() error {
 	if *users || ext != nil {
 		issOpts := oidcissuer.Options{
 			Tokens:  tokens,
-			Clients: []oidcissuer.Client{{ID: "ichor-ui", RedirectURIs: append([]string{strings.TrimSuffix(*issuer, "/") + "/auth/callback"}, redirects...)}},
+			Clients: []oidcissuer.Client{{ID: auth.ConsoleClientID, RedirectURIs: append([]string{strings.TrimSuffix(*issuer, "/") + "/auth/callback"}, redirects...)}},
 			Log:     log,
 		}
 		if ext != nil {
@@ -143,6 +144,8 @@ func run() error {
 			return err
 		}
 		mount = iss.Mount
+		// Sessions end when their user's password changes or the user is disabled.
+		go iss.WatchSessions(ctx)
 	}
 
 	getCert, oidcCert, err := tlsSource(ctx, tlsFiles{servingCert: *servingCert, servingKey: *servingKey, operatorCert: *certFile, operatorKey: *keyFile}, log)
@@ -181,7 +184,7 @@ func run() error {
 	nodeSvc := &nodes.Service{Clients: clients, ClusterName: *cluster,
 		Credentials: &nodes.Credentials{Client: own, Namespace: *namespace, ClusterName: *cluster}}
 	srv, err := server.New(server.Options{
-		Addr: *addr, GetCertificate: getCert, OIDCAddr: oidcAddr, OIDCGetCertificate: oidcCert, Services: svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens,
+		Addr: *addr, GetCertificate: getCert, OIDCAddr: oidcAddr, MetricsAddr: *metricsAddr, OIDCGetCertificate: oidcCert, Services: svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens,
 		Operations: svc, Settings: svc, Reclaims: svc,
 		Ready: func() bool {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)

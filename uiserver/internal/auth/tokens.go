@@ -21,8 +21,22 @@ import (
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
 
-// Audience is the audience of the tokens the API accepts.
-const Audience = "ichor-ui"
+// Audience is the audience of the access tokens the API accepts. It is
+// neither client's ID (ConsoleClientID, CLIClientID), the audience of their
+// ID tokens, so an ID token is never taken for an access token; access
+// tokens also carry the JWT type AccessTokenType (RFC 9068), ID tokens "JWT".
+const Audience = "ichor-ui-api"
+
+// Client IDs of the issuer's clients: each is the audience of its ID tokens.
+const (
+	// ConsoleClientID is the web console.
+	ConsoleClientID = "ichor-ui"
+	// CLIClientID is the CLI (`ichor auth token`).
+	CLIClientID = "ichor-cli"
+)
+
+// AccessTokenType is the typ header of an access token (RFC 9068).
+const AccessTokenType = "at+jwt"
 
 // ErrInvalidToken is wrapped by every verification failure; its text never
 // contains the token.
@@ -108,7 +122,7 @@ func (t *Tokens) Mint(id identity.Identity, session string, ttl time.Duration) (
 		return "", time.Time{}, err
 	}
 	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: t.Key.Private},
-		(&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", t.Key.ID))
+		(&jose.SignerOptions{}).WithType(AccessTokenType).WithHeader("kid", t.Key.ID))
 	if err != nil {
 		return "", time.Time{}, err
 	}
@@ -152,6 +166,9 @@ func (t *Tokens) Verify(token string) (*Claims, error) {
 	parsed, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.ES256})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidToken, "malformed")
+	}
+	if len(parsed.Headers) != 1 || parsed.Headers[0].ExtraHeaders[jose.HeaderType] != AccessTokenType {
+		return nil, fmt.Errorf("%w: not an access token (an ID token is not accepted here)", ErrInvalidToken)
 	}
 	var c Claims
 	verified := false

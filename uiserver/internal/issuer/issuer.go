@@ -32,6 +32,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
@@ -85,8 +86,13 @@ type Client struct {
 
 // Users checks sign-ins and re-reads users at refresh (users.Store).
 type Users interface {
-	Authenticate(ctx context.Context, name, password string) (identity.Identity, error)
+	// Authenticate returns the user and the fingerprint of the password's
+	// stored hash; users.ErrBusy when no hash slot is free.
+	Authenticate(ctx context.Context, name, password string) (identity.Identity, string, error)
 	Lookup(ctx context.Context, name string) (identity.Identity, error)
+	// Fingerprints returns each name's current fingerprint, "" for a user
+	// that may no longer sign in (disabled, deleted, no password).
+	Fingerprints(ctx context.Context, names []string) (map[string]string, error)
 }
 
 // External is an external OIDC provider whose users may sign in (package external).
@@ -117,6 +123,12 @@ type Options struct {
 	AccessTTL time.Duration
 	// SessionTTL bounds a sign-in session and its refresh tokens; zero means 12 hours.
 	SessionTTL time.Duration
+	// Limits bound password sign-ins per client address and user name.
+	Limits Limits
+	// SessionCheckInterval is how often WatchSessions compares the sessions
+	// of Ichor's users with their stored password and disabled flag; zero
+	// means 10 s.
+	SessionCheckInterval time.Duration
 	// Log receives sign-in events: user names and outcomes, never a secret.
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -133,11 +145,14 @@ type Issuer struct {
 	refresh  map[[32]byte]*refreshToken // hash of refresh token -> token
 	sessions map[string]*session        // sid -> session
 	external map[[32]byte]string        // hash of the provider state -> login form id
+	byAddr   map[string]int             // client address -> pending login forms
 	swept    time.Time
+	limits   limiter
 }
 
 type pendingAuth struct {
 	client, redirect, state, nonce, challenge, csrf string
+	addr                                            string
 	scopes                                          []string
 	expires                                         time.Time
 	failures                                        int
@@ -160,6 +175,7 @@ const (
 
 type codeGrant struct {
 	client, redirect, nonce, challenge string
+	fingerprint                        string
 	scopes                             []string
 	id                                 identity.Identity
 	authTime, expires                  time.Time
@@ -171,7 +187,12 @@ type refreshToken struct {
 }
 
 type session struct {
-	id       identity.Identity
+	id identity.Identity
+	// fingerprint is the user's password hash fingerprint at sign-in (Ichor's
+	// users only): another one ends the session.
+	fingerprint string
+	// ended says why CheckSessions revoked the session.
+	ended    string
 	client   string
 	scopes   []string
 	authTime time.Time
@@ -194,8 +215,18 @@ func New(opts Options) (*Issuer, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	if opts.SessionCheckInterval == 0 {
+		opts.SessionCheckInterval = 10 * time.Second
+	}
+	opts.Limits = opts.Limits.withDefaults()
+	for _, c := range opts.Clients {
+		if c.ID == auth.Audience {
+			return nil, fmt.Errorf("issuer: client ID %q is the access tokens' audience; an ID token would pass for an access token", c.ID)
+		}
+	}
 	i := &Issuer{opts: opts, pending: map[string]*pendingAuth{}, codes: map[[32]byte]*codeGrant{},
-		refresh: map[[32]byte]*refreshToken{}, sessions: map[string]*session{}, external: map[[32]byte]string{}}
+		refresh: map[[32]byte]*refreshToken{}, sessions: map[string]*session{}, external: map[[32]byte]string{},
+		byAddr: map[string]int{}}
 	opts.Tokens.Revoked = i.SessionRevoked
 	return i, nil
 }
@@ -308,6 +339,7 @@ func (i *Issuer) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, csrf := randomString(), randomString()
+	addr := clientAddress(r)
 	i.mu.Lock()
 	i.sweepLocked()
 	if len(i.pending) >= maxPending {
@@ -316,8 +348,17 @@ func (i *Issuer) authorize(w http.ResponseWriter, r *http.Request) {
 		i.renderLogin(w, r, http.StatusServiceUnavailable, "", "", "too many sign-ins are in progress; try again in a minute")
 		return
 	}
+	if i.byAddr[addr] >= i.opts.Limits.MaxPendingPerAddress {
+		i.mu.Unlock()
+		w.Header().Set("Retry-After", "60")
+		i.opts.Log.Info("sign-in refused", "reason", "too many open login forms from one address")
+		i.renderLogin(w, r, http.StatusTooManyRequests, "", "",
+			"too many sign-ins are open from your address; finish or close one, or try again in a few minutes")
+		return
+	}
 	i.pending[id] = &pendingAuth{client: c.ID, redirect: redirect, state: state, nonce: q.Get("nonce"),
-		challenge: challenge, csrf: csrf, scopes: scopes, expires: i.now().Add(10 * time.Minute)}
+		challenge: challenge, csrf: csrf, scopes: scopes, addr: addr, expires: i.now().Add(10 * time.Minute)}
+	i.byAddr[addr]++
 	i.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: csrf, Path: loginCookiePath, Secure: true, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, MaxAge: 600})
@@ -355,8 +396,15 @@ func (i *Issuer) pendingForm(w http.ResponseWriter, r *http.Request) (string, *p
 
 // dropPendingLocked forgets a pending authorization and its provider sign-in.
 func (i *Issuer) dropPendingLocked(reqID string) {
-	if p, ok := i.pending[reqID]; ok && p.ext != nil {
+	p, ok := i.pending[reqID]
+	if !ok {
+		return
+	}
+	if p.ext != nil {
 		delete(i.external, p.ext.state)
+	}
+	if i.byAddr[p.addr]--; i.byAddr[p.addr] <= 0 {
+		delete(i.byAddr, p.addr)
 	}
 	delete(i.pending, reqID)
 }
@@ -372,10 +420,26 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := strings.TrimSpace(r.PostForm.Get("username"))
-	id, err := i.opts.Users.Authenticate(r.Context(), name, r.PostForm.Get("password"))
+	userKey, addrKey := "user:"+strings.ToLower(name), "addr:"+clientAddress(r)
+	now := i.now()
+	if wait := max(i.limits.wait(userKey, now), i.limits.wait(addrKey, now)); wait > 0 {
+		i.opts.Log.Info("sign-in refused", "reason", "rate limit")
+		retryAfter(w, wait)
+		i.renderLogin(w, r, http.StatusTooManyRequests, reqID, name,
+			fmt.Sprintf("too many failed sign-ins for this user name or from your address; try again in %d seconds", int(wait.Round(time.Second)/time.Second)+1))
+		return
+	}
+	id, fp, err := i.opts.Users.Authenticate(r.Context(), name, r.PostForm.Get("password"))
 	switch {
+	case errors.Is(err, users.ErrBusy):
+		i.opts.Log.Info("sign-in refused", "reason", "password-hash slots busy")
+		retryAfter(w, time.Second)
+		i.renderLogin(w, r, http.StatusTooManyRequests, reqID, name, users.ErrBusy.Error())
+		return
 	case errors.Is(err, users.ErrBadCredentials):
 		i.opts.Log.Info("sign-in refused", "reason", "bad credentials")
+		i.limits.fail(userKey, i.opts.Limits.FreePerUser, i.opts.Limits, now)
+		i.limits.fail(addrKey, i.opts.Limits.FreePerAddress, i.opts.Limits, now)
 		i.mu.Lock()
 		p.failures++
 		tooMany := p.failures >= maxLoginFailures
@@ -402,18 +466,19 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 		i.renderLogin(w, r, http.StatusForbidden, reqID, name, "this user's groups may not be used by ichor-ui: "+err.Error())
 		return
 	}
-	i.complete(w, r, reqID, p, id)
+	i.limits.reset(userKey)
+	i.complete(w, r, reqID, p, id, fp)
 }
 
 // complete ends a pending authorization with a signed-in user: a code for
 // the client, sent to its redirect URI.
-func (i *Issuer) complete(w http.ResponseWriter, r *http.Request, reqID string, p *pendingAuth, id identity.Identity) {
+func (i *Issuer) complete(w http.ResponseWriter, r *http.Request, reqID string, p *pendingAuth, id identity.Identity, fingerprint string) {
 	code := randomString()
 	now := i.now()
 	i.mu.Lock()
 	i.dropPendingLocked(reqID)
 	i.codes[hash(code)] = &codeGrant{client: p.client, redirect: p.redirect, nonce: p.nonce, challenge: p.challenge,
-		scopes: p.scopes, id: id, authTime: now, expires: now.Add(time.Minute)}
+		fingerprint: fingerprint, scopes: p.scopes, id: id, authTime: now, expires: now.Add(time.Minute)}
 	i.mu.Unlock()
 	i.opts.Log.Info("signed in", "user", id.Username)
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: loginCookiePath, Secure: true, HttpOnly: true,
@@ -526,7 +591,7 @@ func (i *Issuer) externalCallback(w http.ResponseWriter, r *http.Request) {
 		i.renderLogin(w, r, http.StatusForbidden, reqID, "", "this user may not be used by ichor-ui: "+err.Error())
 		return
 	}
-	i.complete(w, r, reqID, p, id)
+	i.complete(w, r, reqID, p, id, "")
 }
 
 func hashSlice(s string) []byte { h := hash(s); return h[:] }
@@ -582,7 +647,7 @@ func (i *Issuer) codeGrant(w http.ResponseWriter, _ context.Context, c *Client, 
 	sid := randomString()
 	now := i.now()
 	i.mu.Lock()
-	i.sessions[sid] = &session{id: g.id, client: c.ID, scopes: g.scopes, authTime: g.authTime, expires: now.Add(i.opts.SessionTTL)}
+	i.sessions[sid] = &session{id: g.id, fingerprint: g.fingerprint, client: c.ID, scopes: g.scopes, authTime: g.authTime, expires: now.Add(i.opts.SessionTTL)}
 	i.mu.Unlock()
 	i.issue(w, sid, g.nonce)
 }
@@ -612,12 +677,17 @@ func (i *Issuer) refreshGrant(w http.ResponseWriter, ctx context.Context, c *Cli
 		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the refresh token was already used: the session is revoked, sign in again"))
 		return
 	case s.revoked || i.now().After(s.expires):
+		why := "the session was signed out or expired"
+		if s.ended != "" {
+			why = s.ended
+		}
 		i.mu.Unlock()
-		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the session was signed out or expired: sign in again"))
+		tokenError(w, oidc.ErrInvalidGrant().WithDescription("%s: sign in again", why))
 		return
 	}
 	rt.used = true
 	name, ichorUser := strings.CutPrefix(s.id.Username, identity.IchorPrefix)
+	fingerprint := s.fingerprint
 	i.mu.Unlock()
 	if !ichorUser || i.opts.Users == nil {
 		// A user of the external provider keeps the identity of its sign-in
@@ -640,10 +710,85 @@ func (i *Issuer) refreshGrant(w http.ResponseWriter, ctx context.Context, c *Cli
 		tokenError(w, oidc.ErrServerError().WithDescription("the user could not be read now; try again"))
 		return
 	}
+	// A new password ends the session, as WatchSessions does.
+	fps, err := i.opts.Users.Fingerprints(ctx, []string{name})
+	if err != nil {
+		i.mu.Lock()
+		rt.used = false
+		i.mu.Unlock()
+		tokenError(w, oidc.ErrServerError().WithDescription("the user could not be read now; try again"))
+		return
+	}
+	if fps[name] != fingerprint {
+		i.revokeSession(rt.sid)
+		i.opts.Log.Info("session revoked", "user", s.id.Username, "reason", "password changed")
+		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the password was changed since this sign-in: sign in again"))
+		return
+	}
 	i.mu.Lock()
 	s.id = id
 	i.mu.Unlock()
 	i.issue(w, rt.sid, "")
+}
+
+// WatchSessions runs CheckSessions every SessionCheckInterval until ctx ends.
+func (i *Issuer) WatchSessions(ctx context.Context) {
+	t := time.NewTicker(i.opts.SessionCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := i.CheckSessions(ctx); err != nil && ctx.Err() == nil {
+				i.opts.Log.Error("checking sign-in sessions", "error", err.Error())
+			}
+		}
+	}
+}
+
+// CheckSessions revokes every live session of Ichor's users whose user was
+// disabled or deleted or whose password changed since the sign-in: its
+// access tokens are refused from then on (Tokens.Revoked) and its refresh
+// token too. A read error revokes nothing.
+func (i *Issuer) CheckSessions(ctx context.Context) error {
+	if i.opts.Users == nil {
+		return nil
+	}
+	now := i.now()
+	i.mu.Lock()
+	var names []string
+	for _, s := range i.sessions {
+		if name, ok := strings.CutPrefix(s.id.Username, identity.IchorPrefix); ok && !s.revoked && !now.After(s.expires) {
+			names = append(names, name)
+		}
+	}
+	i.mu.Unlock()
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	fps, err := i.opts.Users.Fingerprints(ctx, slices.Compact(names))
+	if err != nil {
+		return err
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for _, s := range i.sessions {
+		name, ok := strings.CutPrefix(s.id.Username, identity.IchorPrefix)
+		if !ok || s.revoked {
+			continue
+		}
+		if fp, checked := fps[name]; checked && fp != s.fingerprint {
+			s.revoked = true
+			s.ended = "the password was changed since this sign-in"
+			if fp == "" {
+				s.ended = "this user may not sign in: the IchorUser is disabled or was deleted"
+			}
+			i.opts.Log.Info("session revoked", "user", s.id.Username, "reason", s.ended)
+		}
+	}
+	return nil
 }
 
 // issue answers with a new access token, ID token and refresh token of session sid.

@@ -202,6 +202,12 @@ func (s *Service) StreamNodeLogs(req *ichorv1.StreamNodeLogsRequest, stream icho
 		return err
 	}
 
+	done, err := s.openLogStream(stream.Context())
+	if err != nil {
+		return err
+	}
+	defer done()
+
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -46,6 +47,44 @@ type Service struct {
 	// Stopping is closed when the server shuts down: log streams end with
 	// UNAVAILABLE so that clients reconnect and resume.
 	Stopping <-chan struct{}
+	// MaxLogStreamsPerUser bounds the log streams one signed-in user may
+	// have open at once (each holds a connection to a node); zero means
+	// DefaultMaxLogStreamsPerUser.
+	MaxLogStreamsPerUser int
+
+	streamsMu sync.Mutex
+	streams   map[string]int // user name -> open log streams
+}
+
+// DefaultMaxLogStreamsPerUser is the default of MaxLogStreamsPerUser.
+const DefaultMaxLogStreamsPerUser = 8
+
+// openLogStream counts a log stream of the signed-in user, or refuses it
+// with RESOURCE_EXHAUSTED when the user has the most open; call the returned
+// function when the stream ends.
+func (s *Service) openLogStream(ctx context.Context) (func(), error) {
+	id, _ := identity.From(ctx)
+	limit := s.MaxLogStreamsPerUser
+	if limit == 0 {
+		limit = DefaultMaxLogStreamsPerUser
+	}
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.streams == nil {
+		s.streams = map[string]int{}
+	}
+	if s.streams[id.Username] >= limit {
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"%s has %d log streams open, the most ichor-ui serves one user; close one (a log view or a browser tab) and try again", id.Username, limit)
+	}
+	s.streams[id.Username]++
+	return func() {
+		s.streamsMu.Lock()
+		defer s.streamsMu.Unlock()
+		if s.streams[id.Username]--; s.streams[id.Username] <= 0 {
+			delete(s.streams, id.Username)
+		}
+	}, nil
 }
 
 // Limits of the requests.

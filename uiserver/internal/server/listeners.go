@@ -15,19 +15,39 @@ import (
 	"github.com/maeshinshin/ichor/uiserver/internal/issuer"
 )
 
+// Listeners are the listeners Serve uses; nil ones are not served.
+type Listeners struct {
+	// Console serves the console, the API and the issuer (8443).
+	Console net.Listener
+	// OIDC serves only the issuer's discovery document and keys (8444).
+	OIDC net.Listener
+	// Metrics serves only /metrics (8445).
+	Metrics net.Listener
+}
+
 // ServeListeners serves the console on ln and, when oidcLn is not nil, the
 // issuer's discovery document and keys on oidcLn (see Run). When either
 // listener fails, or ctx ends, both terminate gracefully.
 func (s *Server) ServeListeners(ctx context.Context, ln, oidcLn net.Listener) error {
+	return s.ServeAll(ctx, Listeners{Console: ln, OIDC: oidcLn})
+}
+
+// ServeAll serves each listener of l (see Run). When one fails, or ctx
+// ends, all terminate gracefully.
+func (s *Server) ServeAll(ctx context.Context, l Listeners) error {
 	servers := []*http.Server{s.httpServer(s.handler, s.opts.GetCertificate)}
-	listeners := []net.Listener{ln}
-	if oidcLn != nil {
-		getCert := s.opts.OIDCGetCertificate
-		if getCert == nil {
-			getCert = s.opts.GetCertificate
-		}
-		servers = append(servers, s.httpServer(s.oidcHandler(), getCert))
-		listeners = append(listeners, oidcLn)
+	listeners := []net.Listener{l.Console}
+	internalCert := s.opts.OIDCGetCertificate
+	if internalCert == nil {
+		internalCert = s.opts.GetCertificate
+	}
+	if l.OIDC != nil {
+		servers = append(servers, s.httpServer(s.oidcHandler(), internalCert))
+		listeners = append(listeners, l.OIDC)
+	}
+	if l.Metrics != nil {
+		servers = append(servers, s.httpServer(s.metricsOnly(), internalCert))
+		listeners = append(listeners, l.Metrics)
 	}
 	errc := make(chan error, len(servers))
 	for i := range servers {
@@ -56,10 +76,34 @@ func (s *Server) ServeListeners(ctx context.Context, ln, oidcLn net.Listener) er
 	return shutdownErr
 }
 
+// metricsOnly serves GET /metrics and nothing else.
+func (s *Server) metricsOnly() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+			http.NotFound(w, r)
+			return
+		}
+		s.metricsHandler.ServeHTTP(w, r)
+	})
+}
+
+// httpServer bounds what a slow or idle client may hold: the headers (10 s),
+// the whole request (ReadTimeout) and an idle keep-alive connection
+// (IdleTimeout). There is no WriteTimeout: it would cut log streams and
+// watches, which last as long as the client reads them.
 func (s *Server) httpServer(h http.Handler, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *http.Server {
+	readTimeout, idleTimeout := s.opts.ReadTimeout, s.opts.IdleTimeout
+	if readTimeout == 0 {
+		readTimeout = 60 * time.Second
+	}
+	if idleTimeout == 0 {
+		idleTimeout = 120 * time.Second
+	}
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: getCert,

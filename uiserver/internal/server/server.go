@@ -4,8 +4,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -78,6 +82,16 @@ type Options struct {
 	Registry *prometheus.Registry
 	// ShutdownTimeout bounds the graceful termination; zero means 25 s.
 	ShutdownTimeout time.Duration
+	// MetricsAddr is the HTTPS listener that serves /metrics (the Ichor
+	// leaf, OIDCGetCertificate, when set); the console's listener never
+	// serves it. Empty serves no metrics.
+	MetricsAddr string
+	// ReadTimeout bounds reading one request, its body included; zero
+	// means 60 s. Responses have no write timeout: log streams and watches
+	// last as long as the client keeps them.
+	ReadTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection with no request; zero means 120 s.
+	IdleTimeout time.Duration
 	// TokenCacheTTL is how long a verified access token is trusted without
 	// verifying it again, and so how long a revoked session's access token
 	// may still pass; zero means 5 s.
@@ -97,6 +111,8 @@ type Server struct {
 	marshaler runtime.Marshaler
 	metrics   *metrics
 	verified  tokenCache
+
+	metricsHandler http.Handler
 }
 
 // Stopping is closed when the server starts to shut down; give it to the
@@ -118,6 +134,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, stopping: make(chan struct{}), metrics: newMetrics(opts.Registry)}
 	s.verified.ttl = opts.TokenCacheTTL
 	grpcOpts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRequestBody),
 		grpc.ChainUnaryInterceptor(s.unaryAuth),
 		grpc.ChainStreamInterceptor(s.streamAuth),
 	}
@@ -196,7 +213,7 @@ func New(opts Options) (*Server, error) {
 	}
 
 	r := chi.NewRouter()
-	r.Use(s.accessLog, s.grpcDispatch)
+	r.Use(s.accessLog, securityHeaders, s.grpcDispatch)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	r.Get("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.stopped.Load() || (opts.Ready != nil && !opts.Ready()) {
@@ -205,11 +222,17 @@ func New(opts Options) (*Server, error) {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	r.Handle("/metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
-	if opts.Encodings != nil {
-		r.Get("/api/v1/machines", s.listMachinesREST)
-	}
-	r.Mount("/api", gw)
+	// Metrics are served on their own listener (MetricsAddr), never to
+	// whoever reaches the console.
+	r.Handle("/metrics", http.NotFoundHandler())
+	s.metricsHandler = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
+	r.Route("/api", func(api chi.Router) {
+		api.Use(limitBody)
+		if opts.Encodings != nil {
+			api.Get("/v1/machines", s.listMachinesREST)
+		}
+		api.Mount("/", gw)
+	})
 	if opts.Mount != nil {
 		opts.Mount(r)
 	}
@@ -294,14 +317,23 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var oidcLn net.Listener
+	l := Listeners{Console: ln}
 	if s.opts.OIDCAddr != "" {
-		if oidcLn, err = (&net.ListenConfig{}).Listen(ctx, "tcp", s.opts.OIDCAddr); err != nil {
+		if l.OIDC, err = (&net.ListenConfig{}).Listen(ctx, "tcp", s.opts.OIDCAddr); err != nil {
 			_ = ln.Close()
 			return err
 		}
 	}
-	return s.ServeListeners(ctx, ln, oidcLn)
+	if s.opts.MetricsAddr != "" {
+		if l.Metrics, err = (&net.ListenConfig{}).Listen(ctx, "tcp", s.opts.MetricsAddr); err != nil {
+			_ = ln.Close()
+			if l.OIDC != nil {
+				_ = l.OIDC.Close()
+			}
+			return err
+		}
+	}
+	return s.ServeAll(ctx, l)
 }
 
 // Serve serves on ln (see Run).
@@ -328,6 +360,68 @@ func spa(files fs.FS) http.HandlerFunc {
 		}
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Content-Security-Policy", ConsoleCSP)
 		fileServer.ServeHTTP(w, r)
 	}
+}
+
+// MaxRequestBody bounds the body of an /api request (REST) and a gRPC
+// request message: the largest is a configuration patch, far below it.
+const MaxRequestBody = 256 << 10
+
+// limitBody refuses an /api request whose body is larger than
+// MaxRequestBody with 413, before anything decodes it: by its
+// Content-Length, or, without one, by reading at most one byte more than
+// the limit into memory.
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxRequestBody {
+			tooLarge(w)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			b, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBody+1))
+			if err != nil {
+				writeAPIError(w, http.StatusBadRequest, codes.InvalidArgument, "the request body could not be read: "+err.Error())
+				return
+			}
+			if len(b) > MaxRequestBody {
+				tooLarge(w)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	writeAPIError(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument,
+		fmt.Sprintf("the request body is larger than %d KiB, the most ichor-ui accepts; send a smaller request", MaxRequestBody>>10))
+}
+
+// writeAPIError answers in the REST API's error shape (grpc-gateway's).
+func writeAPIError(w http.ResponseWriter, httpCode int, code codes.Code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": int(code), "message": msg})
+}
+
+// ConsoleCSP is the console's Content-Security-Policy: its own scripts,
+// styles and API only; no frames, plugins or foreign forms.
+const ConsoleCSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
+	"font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// securityHeaders marks every answer of the HTTPS listener: HSTS (ichor-ui
+// is HTTPS only) and no Referer, so a URL holding an authorization code
+// never leaves in a header.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Content-Type-Options", "nosniff")
+		next.ServeHTTP(w, r)
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,15 +39,22 @@ const (
 	// backendUser is ichor-ui's ServiceAccount: it may read Ichor's objects
 	// and impersonate, and nothing else.
 	backendUser = "system:serviceaccount:ichor-system:ichor-ui"
+	// sessionCheckInterval is how often the issuer compares sessions with
+	// their users' passwords and disabled flags.
+	sessionCheckInterval = 300 * time.Millisecond
 )
 
 var (
-	suite   *testenv.Suite
-	admin   client.Client
-	tokens  *auth.Tokens
-	baseURL string
-	pool    *x509.CertPool
-	logBuf  = &syncBuffer{}
+	// userStore checks the suite's sign-ins (its hash slots are filled by a test).
+	userStore *users.Store
+	// serverOpts are the suite server's options, for tests that start a server of their own.
+	serverOpts server.Options
+	suite      *testenv.Suite
+	admin      client.Client
+	tokens     *auth.Tokens
+	baseURL    string
+	pool       *x509.CertPool
+	logBuf     = &syncBuffer{}
 )
 
 // syncBuffer is the access log, kept for the secret checks.
@@ -80,6 +88,17 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	// The built-in user roles and ichor-ui's own (ui.yaml), as installed;
 	// the controller's are there too, and no test uses them.
 	if err := s.Env.ApplyDir(ctx, "kustomize/base/rbac"); err != nil {
+		return nil, err
+	}
+	// The users ichor-ui may impersonate are the controller's to list
+	// (ClusterRole ichor-ui-impersonate-users, kept by the controller's
+	// impersonation reconciler and tested there); these tests sign in as many
+	// made-up users with no IchorUser, so their names are granted here as
+	// the controller would grant them.
+	if err := admin.Create(ctx, testImpersonationRole()); err != nil {
+		return nil, err
+	}
+	if err := admin.Create(ctx, testImpersonationBinding()); err != nil {
 		return nil, err
 	}
 	if err := admin.Create(ctx, testClusterObject()); err != nil {
@@ -116,13 +135,19 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		}
 		return nil, err
 	}
+	userStore = &users.Store{Reader: direct, Namespace: testNS, Slots: make(chan struct{}, users.DefaultHashSlots)}
 	oidcIssuer, err := issuer.New(issuer.Options{
-		Tokens: tokens, Users: &users.Store{Reader: direct, Namespace: testNS},
-		Clients: []issuer.Client{{ID: oidcClientID, RedirectURIs: []string{oidcRedirect}}},
+		Tokens: tokens, Users: userStore,
+		Clients:              []issuer.Client{{ID: oidcClientID, RedirectURIs: []string{oidcRedirect}}},
+		SessionCheckInterval: sessionCheckInterval,
+		// A first back-off long enough that a busy machine's next request
+		// still meets it (the default is 1 s).
+		Limits: issuer.Limits{Backoff: 5 * time.Second},
 	})
 	if err != nil {
 		return nil, err
 	}
+	go oidcIssuer.WatchSessions(ctx)
 	cert, leaf, err := certs.SelfSigned([]string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		return nil, err
@@ -131,14 +156,15 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	pool.AddCert(leaf)
 
 	svc := &api.Server{Clients: clients, ClusterName: testCluster, Credentials: direct}
-	srv, err := server.New(server.Options{
+	serverOpts = server.Options{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
 		Services:       svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens, Frontend: frontend.FS(),
 		Operations: svc, Settings: svc, Reclaims: svc,
 		Ready: func() bool { return true },
 		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,
 		Log: slog.New(slog.NewJSONHandler(io.MultiWriter(logBuf, logSink()), nil)),
-	})
+	}
+	srv, err := server.New(serverOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +179,21 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(sctx, ln) }()
 	return func() { cancel(); <-done; world.Close() }, nil
+}
+
+func testImpersonationRole() *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-ichor-ui-impersonate-test-users"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"users"}, Verbs: []string{"impersonate"}}},
+	}
+}
+
+func testImpersonationBinding() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-ichor-ui-impersonate-test-users"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "test-ichor-ui-impersonate-test-users"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: testNS, Name: "ichor-ui"}},
+	}
 }
 
 func logSink() io.Writer {

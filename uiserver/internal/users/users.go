@@ -6,6 +6,8 @@ package users
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -57,6 +59,10 @@ func Identity(u *ichorv1alpha1.IchorUser) identity.Identity {
 	return identity.Identity{Username: identity.IchorPrefix + u.Name, Groups: Groups(u)}
 }
 
+// ErrBusy is returned when every password-hash slot is taken: the sign-in
+// is refused at once (429) rather than queued.
+var ErrBusy = errors.New("ichor-ui is checking too many sign-ins right now; try again in a few seconds")
+
 // Store checks sign-ins against the IchorUsers and the credentials Secret of
 // Namespace. Reader needs get on IchorUsers and on that one Secret; it
 // should not be a cache (the backend may not list Secrets).
@@ -66,44 +72,66 @@ type Store struct {
 	// Namespace is the install namespace.
 	Namespace string
 
+	// Slots bound the argon2id comparisons running at once; nil means
+	// DefaultHashSlots of them. A sign-in that finds them all taken gets ErrBusy.
+	Slots chan struct{}
+
 	once sync.Once
-	sem  chan struct{}
 }
 
-// maxConcurrentHashes bounds the argon2id comparisons running at once (64 MiB
+// DefaultHashSlots bounds the argon2id comparisons running at once (64 MiB
 // each), so that a burst of sign-ins cannot exhaust the backend's memory.
-const maxConcurrentHashes = 2
+const DefaultHashSlots = 2
 
-// compare checks password against hash, at most maxConcurrentHashes at a time.
+// compare checks password against hash when a slot is free, and gives
+// ErrBusy at once when none is: a sign-in never waits in a queue.
 func (s *Store) compare(ctx context.Context, password, hash string) (bool, error) {
-	s.once.Do(func() { s.sem = make(chan struct{}, maxConcurrentHashes) })
-	select {
-	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return false, ctx.Err()
+	s.once.Do(func() {
+		if s.Slots == nil {
+			s.Slots = make(chan struct{}, DefaultHashSlots)
+		}
+	})
+	if err := ctx.Err(); err != nil {
+		return false, err
 	}
-	defer func() { <-s.sem }()
+	select {
+	case s.Slots <- struct{}{}:
+	default:
+		return false, ErrBusy
+	}
+	defer func() { <-s.Slots }()
 	return argon2id.ComparePasswordAndHash(password, hash)
 }
 
-// Authenticate checks name and password and returns the user's identity. An
-// unknown user and a wrong password both give ErrBadCredentials.
-func (s *Store) Authenticate(ctx context.Context, name, password string) (identity.Identity, error) {
+// fingerprint names a stored hash without revealing it: a session keeps it
+// and ends when the stored hash changes (a new password).
+func fingerprint(hash []byte) string {
+	sum := sha256.Sum256(hash)
+	return hex.EncodeToString(sum[:])
+}
+
+// Authenticate checks name and password and returns the user's identity and
+// the fingerprint of the password's hash (see Fingerprints). An unknown user
+// and a wrong password both give ErrBadCredentials; no free hash slot gives
+// ErrBusy.
+func (s *Store) Authenticate(ctx context.Context, name, password string) (identity.Identity, string, error) {
 	if name == "" || password == "" || len(validation.IsDNS1123Subdomain(name)) > 0 {
-		_, _ = s.compare(ctx, password, dummyHash)
-		return identity.Identity{}, ErrBadCredentials
+		if _, err := s.compare(ctx, password, dummyHash); errors.Is(err, ErrBusy) {
+			return identity.Identity{}, "", ErrBusy
+		}
+		return identity.Identity{}, "", ErrBadCredentials
 	}
 	u := &ichorv1alpha1.IchorUser{}
 	uerr := s.Reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, u)
 	if uerr != nil && !apierrors.IsNotFound(uerr) {
-		return identity.Identity{}, fmt.Errorf("reading the user: %w", uerr)
+		return identity.Identity{}, "", fmt.Errorf("reading the user: %w", uerr)
 	}
 	hash := dummyHash
 	if uerr == nil {
 		sec := &corev1.Secret{}
 		err := s.Reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: CredentialsSecret}, sec)
 		if err != nil && !apierrors.IsNotFound(err) {
-			return identity.Identity{}, fmt.Errorf("reading the credentials Secret %s: %w", CredentialsSecret, err)
+			return identity.Identity{}, "", fmt.Errorf("reading the credentials Secret %s: %w", CredentialsSecret, err)
 		}
 		if h, ok := sec.Data[name]; ok && len(h) > 0 {
 			hash = string(h)
@@ -112,20 +140,20 @@ func (s *Store) Authenticate(ctx context.Context, name, password string) (identi
 		}
 	}
 	match, err := s.compare(ctx, password, hash)
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return identity.Identity{}, err
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBusy) {
+		return identity.Identity{}, "", err
 	}
 	if err != nil {
 		// A malformed hash in the Secret: say so without echoing it.
-		return identity.Identity{}, fmt.Errorf("the stored hash of this user is not an argon2id hash: set the password again")
+		return identity.Identity{}, "", fmt.Errorf("the stored hash of this user is not an argon2id hash: set the password again")
 	}
 	if uerr != nil || !match {
-		return identity.Identity{}, ErrBadCredentials
+		return identity.Identity{}, "", ErrBadCredentials
 	}
 	if u.Spec.Disabled {
-		return identity.Identity{}, ErrDisabled
+		return identity.Identity{}, "", ErrDisabled
 	}
-	return Identity(u), nil
+	return Identity(u), fingerprint([]byte(hash)), nil
 }
 
 // Lookup returns the current identity of user name (ichor:<name> without the
@@ -142,4 +170,32 @@ func (s *Store) Lookup(ctx context.Context, name string) (identity.Identity, err
 		return identity.Identity{}, ErrDisabled
 	}
 	return Identity(u), nil
+}
+
+// Fingerprints returns, for each name, the fingerprint of the user's stored
+// password hash, or "" when the user may no longer be signed in: disabled,
+// deleted or without a password. A session whose fingerprint differs ends
+// (a new password, a disabled user). It reads the credentials Secret once.
+func (s *Store) Fingerprints(ctx context.Context, names []string) (map[string]string, error) {
+	sec := &corev1.Secret{}
+	if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: CredentialsSecret}, sec); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading the credentials Secret %s: %w", CredentialsSecret, err)
+	}
+	out := make(map[string]string, len(names))
+	for _, name := range names {
+		u := &ichorv1alpha1.IchorUser{}
+		if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, u); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("reading the user: %w", err)
+			}
+			out[name] = ""
+			continue
+		}
+		if h := sec.Data[name]; len(h) > 0 && !u.Spec.Disabled {
+			out[name] = fingerprint(h)
+		} else {
+			out[name] = ""
+		}
+	}
+	return out, nil
 }
