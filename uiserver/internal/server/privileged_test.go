@@ -20,8 +20,8 @@ import (
 // from the same table as the webhook and the CLI; plain ones are not marked.
 func TestPrivilegedPatchShownByTheConsoleAPI(t *testing.T) {
 	ctx := context.Background()
-	createMachine(t, "priv-cp1", ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleControlPlane)
-	resp, err := machines(t, viewer(t)).GetEffectiveConfig(ctx, &ichorv1.GetEffectiveConfigRequest{Name: "priv-cp1"})
+	createMachine(t, "priv-w1", ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleWorker)
+	resp, err := machines(t, viewer(t)).GetEffectiveConfig(ctx, &ichorv1.GetEffectiveConfigRequest{Name: "priv-w1"})
 	if err != nil {
 		t.Fatal(err)
 	}
