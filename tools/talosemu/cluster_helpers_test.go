@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maeshinshin/ichor/tools/testenv"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -70,7 +71,7 @@ func nodeReady(n corev1.Node) bool {
 func waitNodes(t testing.TB, kube *kubernetes.Clientset, want int, match func(corev1.Node) bool, what string) {
 	t.Helper()
 
-	eventually(t, 90*time.Second, what, func() (bool, string) {
+	testenv.EventuallyOK(t, 90*time.Second, what, func() (bool, string) {
 		nodes, err := kube.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -96,7 +97,7 @@ func waitNodes(t testing.TB, kube *kubernetes.Clientset, want int, match func(co
 func writeCM(t testing.TB, kube *kubernetes.Clientset, name string, timeout time.Duration) {
 	t.Helper()
 
-	eventually(t, timeout, "write ConfigMap "+name, func() (bool, string) {
+	testenv.EventuallyOK(t, timeout, "write ConfigMap "+name, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 

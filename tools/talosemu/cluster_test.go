@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // realCluster holds the configs of a cluster whose endpoint is its first control plane.
@@ -191,7 +192,7 @@ func waitVoters(t testing.TB, cl *client.Client, n int, timeout time.Duration) m
 
 	var v memberView
 
-	eventually(t, timeout, fmt.Sprintf("%d voting etcd members", n), func() (bool, string) {
+	testenv.EventuallyOK(t, timeout, fmt.Sprintf("%d voting etcd members", n), func() (bool, string) {
 		var err error
 
 		v, err = memberList(t.Context(), cl)
@@ -345,7 +346,7 @@ func TestEtcdMembership(t *testing.T) {
 		t.Fatal("EtcdForfeitLeadership on the leader named no new leader")
 	}
 
-	eventually(t, 20*time.Second, "leadership moved", func() (bool, string) {
+	testenv.EventuallyOK(t, 20*time.Second, "leadership moved", func() (bool, string) {
 		st, err := other.MachineClient.EtcdStatus(t.Context(), &emptypb.Empty{})
 		if err != nil {
 			return false, err.Error()
@@ -477,7 +478,7 @@ func TestClusterScenario(t *testing.T) {
 	for _, m := range cps {
 		kcm := kubeClientAt(t, kc, "https://"+m.IP()+":6443")
 
-		eventually(t, 120*time.Second, "kube-apiserver on "+m.Name(), func() (bool, string) {
+		testenv.EventuallyOK(t, 120*time.Second, "kube-apiserver on "+m.Name(), func() (bool, string) {
 			ver, err := kcm.Discovery().ServerVersion()
 			if err != nil {
 				return false, err.Error()
@@ -516,7 +517,7 @@ func TestClusterScenario(t *testing.T) {
 	}
 
 	// the inline manifests were server-side applied (field manager "talos")
-	eventually(t, 60*time.Second, "inline manifest ConfigMap", func() (bool, string) {
+	testenv.EventuallyOK(t, 60*time.Second, "inline manifest ConfigMap", func() (bool, string) {
 		cm, err := kube.CoreV1().ConfigMaps("kube-system").Get(t.Context(), "emu-inline", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -545,7 +546,7 @@ func TestClusterScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, 90*time.Second, "deployment ready", func() (bool, string) {
+	testenv.EventuallyOK(t, 90*time.Second, "deployment ready", func() (bool, string) {
 		d, err := kube.AppsV1().Deployments("emu-apps").Get(t.Context(), "emu", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -618,7 +619,7 @@ func TestClusterScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, 120*time.Second, "deployment scaled with the endpoint's control plane off", func() (bool, string) {
+	testenv.EventuallyOK(t, 120*time.Second, "deployment scaled with the endpoint's control plane off", func() (bool, string) {
 		n := podsReadyOn(t, kube2, liveWorker)
 
 		return n == readyBefore+1, fmt.Sprintf("%d Ready pods on %s, %d before the scale-up", n, liveWorker, readyBefore)
@@ -629,7 +630,7 @@ func TestClusterScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, 30*time.Second, "etcd without a leader", func() (bool, string) {
+	testenv.EventuallyOK(t, 30*time.Second, "etcd without a leader", func() (bool, string) {
 		_, err := memberList(t.Context(), a[2])
 
 		return err != nil, fmt.Sprint(err)
@@ -769,7 +770,7 @@ func TestSingleAPIServerUpgradeDrain(t *testing.T) {
 
 	var oldPod string
 
-	eventually(t, 60*time.Second, "the pod runs on the worker", func() (bool, string) {
+	testenv.EventuallyOK(t, 60*time.Second, "the pod runs on the worker", func() (bool, string) {
 		pods, err := kube.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: "app=drain"})
 		if err != nil || len(pods.Items) != 1 {
 			return false, fmt.Sprint(err)
@@ -796,7 +797,7 @@ func TestSingleAPIServerUpgradeDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, 30*time.Second, "node cordoned by Talos", func() (bool, string) {
+	testenv.EventuallyOK(t, 30*time.Second, "node cordoned by Talos", func() (bool, string) {
 		n, err := kube.CoreV1().Nodes().Get(t.Context(), workerNode, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -805,7 +806,7 @@ func TestSingleAPIServerUpgradeDrain(t *testing.T) {
 		return n.Spec.Unschedulable && n.Annotations["talos.dev/cordoned"] == "true", fmt.Sprint(n.Spec.Unschedulable)
 	})
 
-	eventually(t, 60*time.Second, "upgraded, uncordoned, the evicted pod replaced", func() (bool, string) {
+	testenv.EventuallyOK(t, 60*time.Second, "upgraded, uncordoned, the evicted pod replaced", func() (bool, string) {
 		n, err := kube.CoreV1().Nodes().Get(t.Context(), workerNode, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -857,7 +858,7 @@ func TestSingleAPIServerUpgradeDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, 90*time.Second, "kube-apiserver restarted with --event-ttl=2h and ready", func() (bool, string) {
+	testenv.EventuallyOK(t, 90*time.Second, "kube-apiserver restarted with --event-ttl=2h and ready", func() (bool, string) {
 		found := false
 
 		for pid, name := range childProcs(t) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maeshinshin/ichor/tools/testenv"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc/codes"
@@ -173,7 +174,7 @@ var etcdChecks = []check{
 			// the member (etcd v3.7) allows exactly one minor version down; right after the
 			// bootstrap it may not have decided the cluster version yet (etcd answers
 			// "cluster version not found during downgrade")
-			eventually(t, 30*time.Second, "EtcdDowngradeValidate 3.6 answers cluster version 3.7", func() (bool, string) {
+			testenv.EventuallyOK(t, 30*time.Second, "EtcdDowngradeValidate 3.6 answers cluster version 3.7", func() (bool, string) {
 				resp, err := validate("3.6")
 				if err != nil {
 					if codeOf(err) != codes.Unknown || !strings.Contains(err.Error(), "cluster version not found") {
@@ -213,7 +214,7 @@ var etcdChecks = []check{
 
 			// the leader lowers the cluster and storage version to the target; a second
 			// downgrade is refused while this one is in progress
-			eventually(t, 30*time.Second, "storage version 3.6 after the downgrade is enabled", func() (bool, string) {
+			testenv.EventuallyOK(t, 30*time.Second, "storage version 3.6 after the downgrade is enabled", func() (bool, string) {
 				st, err := mc.EtcdStatus(ctx, &emptypb.Empty{})
 				if err != nil {
 					return false, err.Error()
@@ -233,7 +234,7 @@ var etcdChecks = []check{
 
 			// cancelled: the cluster version goes back to the members' version and 3.6 is a
 			// valid target again
-			eventually(t, 30*time.Second, "cluster version 3.7 after the cancel", func() (bool, string) {
+			testenv.EventuallyOK(t, 30*time.Second, "cluster version 3.7 after the cancel", func() (bool, string) {
 				resp, err := validate("3.6")
 				if err != nil {
 					return false, err.Error()
@@ -432,7 +433,7 @@ func resetEphemeral(t *testing.T, tg *target) {
 		t.Fatal(err)
 	}
 
-	eventually(t, 20*time.Second, "reboot after the reset", func() (bool, string) {
+	testenv.EventuallyOK(t, 20*time.Second, "reboot after the reset", func() (bool, string) {
 		return tg.machine.Info().Boots > boots, tg.machine.Stage().String()
 	})
 	waitStage(t, tg.cluster.adminFactory(tg.endpoint), runtime.MachineStageRunning)

@@ -39,6 +39,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // target is what a conformance check runs against: an emulated machine or a real node.
@@ -805,7 +806,7 @@ var checks = []check{
 				t.Fatal(err)
 			}
 
-			eventually(t, 20*time.Second, "staged hostname after reboot", func() (bool, string) {
+			testenv.EventuallyOK(t, 20*time.Second, "staged hostname after reboot", func() (bool, string) {
 				cl, err := tg.cluster.adminFactory(tg.endpoint)()
 				if err != nil {
 					return false, err.Error()
@@ -846,7 +847,7 @@ var checks = []check{
 				t.Fatalf("TRY config not active: hostname %q", h)
 			}
 
-			eventually(t, 10*time.Second, "rollback of the TRY config", func() (bool, string) {
+			testenv.EventuallyOK(t, 10*time.Second, "rollback of the TRY config", func() (bool, string) {
 				h := hostname(t, admin)
 
 				return h == original, h
@@ -986,7 +987,7 @@ var checks = []check{
 				t.Fatal(err)
 			}
 
-			eventually(t, 10*time.Second, "machine powered off", func() (bool, string) {
+			testenv.EventuallyOK(t, 10*time.Second, "machine powered off", func() (bool, string) {
 				return !tg.machine.Powered(), tg.machine.Info().Stage
 			})
 
@@ -1105,7 +1106,7 @@ var checks = []check{
 				t.Fatal(err)
 			}
 
-			eventually(t, 10*time.Second, "power off after reset", func() (bool, string) {
+			testenv.EventuallyOK(t, 10*time.Second, "power off after reset", func() (bool, string) {
 				return !tg.machine.Powered(), tg.machine.Info().Stage
 			})
 
@@ -1161,7 +1162,7 @@ var checks = []check{
 				t.Fatal(err)
 			}
 
-			eventually(t, 20*time.Second, "v1.14.2 after reboot", func() (bool, string) {
+			testenv.EventuallyOK(t, 20*time.Second, "v1.14.2 after reboot", func() (bool, string) {
 				cl, err := tg.cluster.adminFactory(tg.endpoint)()
 				if err != nil {
 					return false, err.Error()
@@ -1213,7 +1214,7 @@ var checks = []check{
 				t.Fatalf("ack %q", resp.GetMessages()[0].GetAck())
 			}
 
-			eventually(t, 20*time.Second, "reboot after the failed upgrade", func() (bool, string) {
+			testenv.EventuallyOK(t, 20*time.Second, "reboot after the failed upgrade", func() (bool, string) {
 				i := tg.machine.Info()
 
 				return i.Boots > boots && i.Stage == "running", i.Stage
@@ -1234,7 +1235,7 @@ var checks = []check{
 				t.Fatal(err)
 			}
 
-			eventually(t, 20*time.Second, "v1.14.3", func() (bool, string) {
+			testenv.EventuallyOK(t, 20*time.Second, "v1.14.3", func() (bool, string) {
 				i := tg.machine.Info()
 
 				return i.Version == "v1.14.3" && i.Stage == "running", i.Version + " " + i.Stage

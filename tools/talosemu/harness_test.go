@@ -26,6 +26,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // Environment for running the conformance suite against a real Talos node.
@@ -209,35 +210,12 @@ func maintenanceClient(t testing.TB, endpoint string, fingerprints ...string) *c
 	return cl
 }
 
-// eventually polls cond until it is true or the deadline passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-
-	deadline := time.Now().Add(timeout)
-	last := ""
-
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-
-		last = state
-
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last: %s)", timeout, what, last)
-		}
-
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitStage waits until the machine's MachineStatus, read through a fresh client from mk,
 // reports stage.
 func waitStage(t testing.TB, mk func() (*client.Client, error), stage runtime.MachineStage) {
 	t.Helper()
 
-	eventually(t, 20*time.Second, "stage "+stage.String(), func() (bool, string) {
+	testenv.EventuallyOK(t, 20*time.Second, "stage "+stage.String(), func() (bool, string) {
 		cl, err := mk()
 		if err != nil {
 			return false, err.Error()

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // TestKwokPodsAndNodeIdentities runs a 1+2 cluster whose pods kwok drives: a DaemonSet is
@@ -103,7 +104,7 @@ func TestKwokPodsAndNodeIdentities(t *testing.T) {
 		// in group system:nodes (the default audit policy logs every request's user)
 		audit := filepath.Join(dir, "cp-1", "logs", "audit", "kube-apiserver.log")
 
-		eventually(t, 60*time.Second, "kubelet requests in the audit log", func() (bool, string) {
+		testenv.EventuallyOK(t, 60*time.Second, "kubelet requests in the audit log", func() (bool, string) {
 			users := auditUsers(t, audit, func(e auditEvent) bool {
 				return e.ObjectRef.Resource == "leases" && e.ObjectRef.Namespace == corev1.NamespaceNodeLease && e.Verb == "update"
 			})
@@ -143,7 +144,7 @@ func TestKwokPodsAndNodeIdentities(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		eventually(t, 90*time.Second, "DaemonSet ready on every node", func() (bool, string) {
+		testenv.EventuallyOK(t, 90*time.Second, "DaemonSet ready on every node", func() (bool, string) {
 			ds, err := kube.AppsV1().DaemonSets("default").Get(ctx, "everywhere", metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -229,7 +230,7 @@ func TestKwokPodsAndNodeIdentities(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		eventually(t, 30*time.Second, "PDB allows one disruption", func() (bool, string) {
+		testenv.EventuallyOK(t, 30*time.Second, "PDB allows one disruption", func() (bool, string) {
 			pdb, err := kube.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "guarded", metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -322,7 +323,7 @@ func TestKwokPodsAndNodeIdentities(t *testing.T) {
 			t.Fatalf("eviction answers %v, want two 201 and at least one 429", codes)
 		}
 
-		eventually(t, 90*time.Second, "worker-1 upgraded and uncordoned", func() (bool, string) {
+		testenv.EventuallyOK(t, 90*time.Second, "worker-1 upgraded and uncordoned", func() (bool, string) {
 			n, err := kube.CoreV1().Nodes().Get(ctx, nodeOf["worker-1"], metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -342,7 +343,7 @@ func TestKwokPodsAndNodeIdentities(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		eventually(t, 120*time.Second, "the powered-off machine's pods NotReady", func() (bool, string) {
+		testenv.EventuallyOK(t, 120*time.Second, "the powered-off machine's pods NotReady", func() (bool, string) {
 			n, err := kube.CoreV1().Nodes().Get(ctx, nodeOf["worker-2"], metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -496,7 +497,7 @@ func waitDeployment(t testing.TB, kube *kubernetes.Clientset, name string) {
 
 	const n = 2
 
-	eventually(t, 120*time.Second, "deployment "+name+" rolled out", func() (bool, string) {
+	testenv.EventuallyOK(t, 120*time.Second, "deployment "+name+" rolled out", func() (bool, string) {
 		d, err := kube.AppsV1().Deployments("default").Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

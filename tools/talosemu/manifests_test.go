@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 const inventoryCM = "talos-bootstrap-manifests-inventory"
@@ -79,7 +80,7 @@ func TestInlineManifestsCreateOnly(t *testing.T) {
 
 	keys := []string{"kube-system_emu-inline__ConfigMap", "_emu__reader_rbac.authorization.k8s.io_ClusterRole", "_emu-apps__Namespace"}
 
-	eventually(t, 120*time.Second, "inline manifests created and recorded in the inventory", func() (bool, string) {
+	testenv.EventuallyOK(t, 120*time.Second, "inline manifests created and recorded in the inventory", func() (bool, string) {
 		inv, err := inventory()
 		if err != nil {
 			return false, err.Error()
@@ -189,13 +190,13 @@ cluster:
 
 	// the new image restarts the API server without a reboot: away for the restart delay, then
 	// a new process (t:internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go)
-	eventually(t, 60*time.Second, "the API server away after the version change", func() (bool, string) {
+	testenv.EventuallyOK(t, 60*time.Second, "the API server away after the version change", func() (bool, string) {
 		_, err := kube.Discovery().ServerVersion()
 
 		return err != nil, "still answering"
 	})
 
-	eventually(t, 120*time.Second, "a new API server process answering", func() (bool, string) {
+	testenv.EventuallyOK(t, 120*time.Second, "a new API server process answering", func() (bool, string) {
 		pid := apiserverPID()
 		if pid == 0 || pid == oldPID {
 			return false, fmt.Sprintf("pid %d (old %d)", pid, oldPID)
@@ -210,7 +211,7 @@ cluster:
 		t.Fatal("the machine rebooted for a Kubernetes version change")
 	}
 
-	eventually(t, 30*time.Second, "the running config names Kubernetes v1.37.3", func() (bool, string) {
+	testenv.EventuallyOK(t, 30*time.Second, "the running config names Kubernetes v1.37.3", func() (bool, string) {
 		mc, err := safe.StateGetByID[*configres.MachineConfig](t.Context(), a.COSI, configres.ActiveID)
 		if err != nil {
 			return false, err.Error()
@@ -222,7 +223,7 @@ cluster:
 	})
 
 	// the apply ran again (the API server restarts for the new image, so keep asking)
-	eventually(t, 120*time.Second, "the second manifest's ConfigMap created", func() (bool, string) {
+	testenv.EventuallyOK(t, 120*time.Second, "the second manifest's ConfigMap created", func() (bool, string) {
 		added, err := kube.CoreV1().ConfigMaps("default").Get(t.Context(), "emu-added", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

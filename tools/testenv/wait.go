@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -47,5 +48,30 @@ func Must(t testing.TB, err error) {
 
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// EventuallyOK is Eventually for a condition that says why it is not met
+// yet: cond returns ok and, when not ok, the reason the failure names.
+func EventuallyOK(t testing.TB, timeout time.Duration, what string, cond func() (ok bool, why string)) {
+	t.Helper()
+
+	Eventually(t, timeout, what, func() error {
+		if ok, why := cond(); !ok {
+			return errors.New(why)
+		}
+
+		return nil
+	})
+}
+
+// Holds turns a yes/no condition into Eventually's form.
+func Holds(cond func() bool) func() error {
+	return func() error {
+		if !cond() {
+			return errors.New("not yet")
+		}
+
+		return nil
 	}
 }

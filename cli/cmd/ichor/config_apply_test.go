@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // configuredMachine is an approved, provisioned machine of cluster prod
@@ -185,7 +186,7 @@ func TestConfigApplyWait(t *testing.T) {
 
 	created := func() string {
 		var name string
-		eventually(t, "the operation", func() bool {
+		testenv.Eventually(t, 0, "the operation", testenv.Holds(func() bool {
 			ops := listOperations(t, ns)
 			for _, o := range ops {
 				if !completedPhase(o.Status.Phase) && o.Status.FailedStep == "" {
@@ -193,7 +194,7 @@ func TestConfigApplyWait(t *testing.T) {
 				}
 			}
 			return name != ""
-		})
+		}))
 		return name
 	}
 
@@ -203,14 +204,14 @@ func TestConfigApplyWait(t *testing.T) {
 		st.Phase, st.Step = ichorv1alpha1.OperationRunning, "rollout"
 		st.Machines = []ichorv1alpha1.MachineProgress{{Name: "w-1", Role: ichorv1alpha1.RoleWorker, Phase: ichorv1alpha1.MachineInProgress, Step: "drain"}}
 	})
-	eventually(t, "the progress line", func() bool {
+	testenv.Eventually(t, 0, "the progress line", testenv.Holds(func() bool {
 		for _, l := range strings.Split(f.out.String(), "\n") {
 			if strings.HasPrefix(l, "Running ") && strings.Contains(l, " w-1 ") && strings.Contains(l, " drain") {
 				return true
 			}
 		}
 		return false
-	})
+	}))
 	setOperationStatus(t, ns, name, func(st *ichorv1alpha1.TalosOperationStatus) {
 		st.Phase, st.FailedStep = ichorv1alpha1.OperationPaused, "drain"
 		st.FailureReason = "step drain of machine w-1 failed: PodDisruptionBudget db allows no disruption"

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 var lastField = regexp.MustCompile(`\S+$`)
@@ -139,22 +140,22 @@ func TestMachineListWatch(t *testing.T) {
 	ns := namespace(t, "watch")
 	createMachine(t, newMachine(ns, "m-first", "prod"))
 	out, errOut, stop := startWatch(t, "machine", "list", "--watch", "-n", ns)
-	eventually(t, "the first table", func() bool { return strings.Contains(out.String(), "m-first") })
+	testenv.Eventually(t, 0, "the first table", testenv.Holds(func() bool { return strings.Contains(out.String(), "m-first") }))
 
 	createMachine(t, newMachine(ns, "m-second", "prod"))
-	eventually(t, "the new machine", func() bool { return strings.Contains(out.String(), "m-second") })
+	testenv.Eventually(t, 0, "the new machine", testenv.Holds(func() bool { return strings.Contains(out.String(), "m-second") }))
 
 	m := getMachine(t, ns, "m-first")
 	m.Status.Stage = ichorv1alpha1.StageInstalling
 	must(t, k8s.Status().Update(context.Background(), m))
-	eventually(t, "the stage change", func() bool {
+	testenv.Eventually(t, 0, "the stage change", testenv.Holds(func() bool {
 		for _, l := range strings.Split(out.String(), "\n") {
 			if strings.HasPrefix(l, "m-first ") && strings.Contains(l, "installing") {
 				return true
 			}
 		}
 		return false
-	})
+	}))
 	stop()
 	if errOut.String() != "" && !strings.Contains(errOut.String(), "signal") {
 		t.Fatalf("the watch printed errors: %s", errOut.String())
@@ -168,7 +169,7 @@ func TestMachineGetWatch(t *testing.T) {
 	createMachine(t, newMachine(ns, "m-watched", "prod"))
 	createMachine(t, newMachine(ns, "m-other", "prod"))
 	out, errOut, stop := startWatch(t, "machine", "get", "m-watched", "--watch", "-n", ns)
-	eventually(t, "the machine and the changes header", func() bool { return strings.Contains(out.String(), "Changes (Ctrl-C stops):") })
+	testenv.Eventually(t, 0, "the machine and the changes header", testenv.Holds(func() bool { return strings.Contains(out.String(), "Changes (Ctrl-C stops):") }))
 
 	other := getMachine(t, ns, "m-other")
 	other.Status.Stage = ichorv1alpha1.StageInstalling
@@ -176,14 +177,14 @@ func TestMachineGetWatch(t *testing.T) {
 	m := getMachine(t, ns, "m-watched")
 	m.Status.Stage = ichorv1alpha1.StageRebooting
 	must(t, k8s.Status().Update(context.Background(), m))
-	eventually(t, "the watched machine's change", func() bool {
+	testenv.Eventually(t, 0, "the watched machine's change", testenv.Holds(func() bool {
 		for _, l := range strings.Split(out.String(), "\n") {
 			if strings.HasPrefix(l, "m-watched ") && strings.Contains(l, "rebooting") {
 				return true
 			}
 		}
 		return false
-	})
+	}))
 	stop()
 	if strings.Contains(out.String(), "m-other") {
 		t.Fatalf("the watch printed another machine:\n%s", out.String())

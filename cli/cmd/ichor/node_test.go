@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 func approved(ns, name, role string) *ichorv1alpha1.TalosMachine {
@@ -126,9 +127,9 @@ func TestNodeRemove(t *testing.T) {
 	must(t, cmd.Start())
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	eventually(t, "the machine to be deleted", func() bool {
+	testenv.Eventually(t, 0, "the machine to be deleted", testenv.Holds(func() bool {
 		return getMachine(t, ns, "w-1").DeletionTimestamp != nil
-	})
+	}))
 	m := getMachine(t, ns, "w-1")
 	if m.Annotations[ichorv1alpha1.AllowDeleteAnnotation] != "true" || m.Annotations[ichorv1alpha1.RemoveRebootAnnotation] != "true" || !m.Spec.ForceRemove {
 		t.Fatalf("the removal must set allow-delete, remove-reboot and forceRemove: %v %v", m.Annotations, m.Spec.ForceRemove)

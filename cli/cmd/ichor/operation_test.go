@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // The operation commands run here without a controller: the tests write an
@@ -255,7 +256,7 @@ func TestOperationGetWatch(t *testing.T) {
 	ns := namespace(t, "op-watch")
 	createOperation(t, newOperation(ns, "config-w", "prod"))
 	f := startFollow(t, "", "operation", "get", "config-w", "--watch", "-n", ns)
-	eventually(t, "the changes header", func() bool { return strings.Contains(f.out.String(), "Changes (Ctrl-C stops):") })
+	testenv.Eventually(t, 0, "the changes header", testenv.Holds(func() bool { return strings.Contains(f.out.String(), "Changes (Ctrl-C stops):") }))
 
 	setOperationStatus(t, ns, "config-w", func(st *ichorv1alpha1.TalosOperationStatus) {
 		st.Phase, st.Step = ichorv1alpha1.OperationRunning, "rollout"
@@ -264,9 +265,9 @@ func TestOperationGetWatch(t *testing.T) {
 			{Name: "w-1", Role: ichorv1alpha1.RoleWorker, Phase: ichorv1alpha1.MachinePending},
 		}
 	})
-	eventually(t, "the running line", func() bool {
+	testenv.Eventually(t, 0, "the running line", testenv.Holds(func() bool {
 		return strings.Contains(f.out.String(), "Running") && strings.Contains(f.out.String(), "cp-1") && strings.Contains(f.out.String(), "0/2")
-	})
+	}))
 	select {
 	case err := <-f.done:
 		t.Fatalf("the watch ended while the operation runs: %v\n%s", err, f.errOut.String())

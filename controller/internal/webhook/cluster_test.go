@@ -11,6 +11,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // Rule: control-plane count in {1, 3, 5}.
@@ -21,11 +22,11 @@ func TestControlPlaneCountIsOneThreeOrFive(t *testing.T) {
 		err := admin.Create(ctx, newCluster(ns, "even", func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = n }))
 		refused(t, err, "Invalid", "spec.controlPlane.count", "must be 1, 3 or 5", "set spec.controlPlane.count to 1, 3 or 5")
 	}
-	must(t, admin.Create(ctx, newCluster(ns, "three", func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 3 })))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "three", func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 3 })))
 	// A change to an even count is refused too.
 	err := update(t, admin, newCluster(ns, "three"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 4 })
 	refused(t, err, "Invalid", "spec.controlPlane.count")
-	must(t, update(t, admin, newCluster(ns, "three"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 5 }))
+	testenv.Must(t, update(t, admin, newCluster(ns, "three"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 5 }))
 }
 
 // Rule: no schedulable: false with zero workers.
@@ -35,9 +36,9 @@ func TestUnschedulableControlPlanesNeedAWorker(t *testing.T) {
 	err := admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) }))
 	refused(t, err, "Invalid", "spec.controlPlane.schedulable", "no approved worker", "approve a worker first")
 
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
-	must(t, root.Create(ctx, newMachine(ns, "w1", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalApproved)))
-	must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) }))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "w1", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalApproved)))
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) }))
 }
 
 // Rule: CNI preset cilium; unmanaged only with the adoption annotation.
@@ -50,7 +51,7 @@ func TestUnmanagedCNIOnlyForAdoptedClusters(t *testing.T) {
 	err := admin.Create(ctx, newCluster(ns, "c", unmanaged))
 	refused(t, err, "Invalid", "spec.cni.preset", "only for adopted clusters", ichorv1alpha1.AdoptedAnnotation)
 
-	must(t, admin.Create(ctx, newCluster(ns, "c", unmanaged, func(c *ichorv1alpha1.TalosCluster) {
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c", unmanaged, func(c *ichorv1alpha1.TalosCluster) {
 		c.Annotations = map[string]string{ichorv1alpha1.AdoptedAnnotation: "true"}
 	})))
 }
@@ -60,7 +61,7 @@ func TestUnmanagedCNIOnlyForAdoptedClusters(t *testing.T) {
 func TestCNIAndSubnetsAreImmutable(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Tunnel = "" })))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Tunnel = "" })))
 
 	err := update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
 		c.Spec.CNI.Preset = ichorv1alpha1.CNIPresetUnmanaged
@@ -69,7 +70,7 @@ func TestCNIAndSubnetsAreImmutable(t *testing.T) {
 	refused(t, err, "Invalid", "spec.cni.preset is immutable", "means a new cluster")
 
 	// The tunnel may be set once, then it is fixed.
-	must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Tunnel = "geneve" }))
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Tunnel = "geneve" }))
 	err = update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Tunnel = "vxlan" })
 	refused(t, err, "Invalid", "spec.cni.tunnel is immutable once set")
 
@@ -79,19 +80,19 @@ func TestCNIAndSubnetsAreImmutable(t *testing.T) {
 	refused(t, err, "Invalid", "spec.network.serviceSubnets is fixed once set")
 
 	// A cluster without subnets may set them once.
-	must(t, admin.Create(ctx, newCluster(ns, "d", func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network = ichorv1alpha1.ClusterNetwork{} })))
-	must(t, update(t, admin, newCluster(ns, "d"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.PodSubnets = []string{"10.10.0.0/16"} }))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "d", func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network = ichorv1alpha1.ClusterNetwork{} })))
+	testenv.Must(t, update(t, admin, newCluster(ns, "d"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.PodSubnets = []string{"10.10.0.0/16"} }))
 }
 
 // Rule: kube-proxy mode changes only with the explicit annotation.
 func TestKubeProxySwitchNeedsTheAnnotation(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	err := update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced })
 	refused(t, err, "Invalid", "spec.cni.kubeProxy", ichorv1alpha1.KubeProxySwitchAnnotation, `allow-kube-proxy-switch: "true"`)
 
-	must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
 		c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
 		c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "true"}
 	}))
@@ -102,11 +103,11 @@ func TestClusterDeletionNeedsAllowDelete(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	c := newCluster(ns, "c")
-	must(t, admin.Create(ctx, c))
+	testenv.Must(t, admin.Create(ctx, c))
 	refused(t, admin.Delete(ctx, c), "Invalid", "metadata.annotations[ichor.maesh.dev/allow-delete]", "protected against deletion",
 		`set the annotation ichor.maesh.dev/allow-delete: "true" first`)
-	must(t, update(t, admin, c, allowDeleteCluster))
-	must(t, admin.Delete(ctx, c))
+	testenv.Must(t, update(t, admin, c, allowDeleteCluster))
+	testenv.Must(t, admin.Delete(ctx, c))
 }
 
 func allowDeleteCluster(c *ichorv1alpha1.TalosCluster) { allowDelete(c) }
@@ -116,7 +117,7 @@ func allowDeleteCluster(c *ichorv1alpha1.TalosCluster) { allowDelete(c) }
 func TestVersionsAreChecked(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) {
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) {
 		c.Spec.TalosVersion = "v1.14.0"
 		c.Spec.KubernetesVersion = "1.36.4"
 	})))
@@ -128,15 +129,15 @@ func TestVersionsAreChecked(t *testing.T) {
 	refused(t, err, "Invalid", "spec.kubernetesVersion", "downgrade")
 
 	// Allowed neighbours: a Talos patch and one Kubernetes minor.
-	must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.TalosVersion = "v1.14.1" }))
-	must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.37.2" }))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.TalosVersion = "v1.14.1" }))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.37.2" }))
 
 	// 1.37 -> 1.38 is one minor, but Talos 1.14 does not support 1.38: an
 	// operator is refused, an admin (override) passes with a warning.
 	err = update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.38.0" })
 	refused(t, err, "Invalid", "spec.kubernetesVersion", "incompatible pair", "override")
 	adminWarnings.take()
-	must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.38.0" }))
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.38.0" }))
 	if w := strings.Join(adminWarnings.take(), "\n"); !strings.Contains(w, "override by ada") || !strings.Contains(w, "incompatible pair") {
 		t.Errorf("the override must be reported as a warning, got %q", w)
 	}
@@ -147,7 +148,7 @@ func TestVersionsAreChecked(t *testing.T) {
 	refused(t, err, "Invalid", "spec.kubernetesVersion", "skips a minor")
 
 	// A Talos step below the minimum host version of its target is refused.
-	must(t, admin.Create(ctx, newCluster(ns, "old", func(c *ichorv1alpha1.TalosCluster) {
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "old", func(c *ichorv1alpha1.TalosCluster) {
 		c.Spec.TalosVersion = "v1.11.5"
 		c.Spec.VersionContract = "v1.11"
 		c.Spec.KubernetesVersion = "1.34.0"
@@ -163,13 +164,13 @@ func TestSecretReferencesNeedTheirOwnVerb(t *testing.T) {
 	err := operator.Create(ctx, newCluster(ns, "c"))
 	refused(t, err, "Forbidden", "spec.secretsBundleRef", "`update` on `talosclusters/secret-references`", `user "otto"`, "ichor-admin")
 
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	// The operator may edit the cluster otherwise...
-	must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true }))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true }))
 	// ...but not repoint the bundle.
 	err = update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.SecretsBundleRef.Name = "attacker" })
 	refused(t, err, "Forbidden", "spec.secretsBundleRef", "talosclusters/secret-references")
-	must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.SecretsBundleRef.Name = "rotated" }))
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.SecretsBundleRef.Name = "rotated" }))
 
 	// The same for the backup's credentials and encryption key.
 	backup := &ichorv1alpha1.TalosEtcdBackup{
@@ -182,15 +183,15 @@ func TestSecretReferencesNeedTheirOwnVerb(t *testing.T) {
 		},
 	}
 	refused(t, operator.Create(ctx, backup.DeepCopy()), "Forbidden", "spec.s3.credentialsRef", "`update` on `talosetcdbackups/secret-references`")
-	must(t, admin.Create(ctx, backup))
-	must(t, update(t, operator, backup, func(b *ichorv1alpha1.TalosEtcdBackup) { b.Spec.Schedule = "0 * * * *" }))
+	testenv.Must(t, admin.Create(ctx, backup))
+	testenv.Must(t, update(t, operator, backup, func(b *ichorv1alpha1.TalosEtcdBackup) { b.Spec.Schedule = "0 * * * *" }))
 }
 
 // Rule: Cilium values need update on talosclusters/cilium-values and may not set Ichor-owned keys.
 func TestCiliumValues(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	values := func(raw string) func(*ichorv1alpha1.TalosCluster) {
 		return func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.Cilium = &ichorv1alpha1.CiliumSpec{Values: &runtime.RawExtension{Raw: []byte(raw)}}
@@ -202,14 +203,14 @@ func TestCiliumValues(t *testing.T) {
 	err = update(t, admin, newCluster(ns, "c"), values(`{"kubeProxyReplacement":true,"tls":{"secretsNamespace":{"name":"x"}}}`))
 	refused(t, err, "Invalid", "spec.cni.cilium.values", `"kubeProxyReplacement"`, `"tls.secretsNamespace.name"`, "remove these keys")
 
-	must(t, update(t, admin, newCluster(ns, "c"), values(`{"hubble":{"relay":{"enabled":true}}}`)))
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), values(`{"hubble":{"relay":{"enabled":true}}}`)))
 }
 
 // Rule: the auto-patch ServiceAccount may only move the versions to a newer patch of the running minor.
 func TestAutoPatchIsLimitedToNewerPatches(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) {
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) {
 		c.Spec.TalosVersion = "v1.14.0"
 		c.Spec.KubernetesVersion = "1.36.4"
 		c.Spec.AutoPatch.Enabled = true
@@ -217,7 +218,7 @@ func TestAutoPatchIsLimitedToNewerPatches(t *testing.T) {
 	bot := grantUser(t, guard.AutoPatchUsername("ichor-system"), rbacv1.PolicyRule{
 		APIGroups: []string{ichorv1alpha1.Group}, Resources: []string{"talosclusters"}, Verbs: []string{"get", "update"},
 	})
-	must(t, update(t, bot, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
+	testenv.Must(t, update(t, bot, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
 		c.Spec.TalosVersion = "v1.14.1"
 		c.Spec.KubernetesVersion = "1.36.5"
 	}))
@@ -226,5 +227,5 @@ func TestAutoPatchIsLimitedToNewerPatches(t *testing.T) {
 	err = update(t, bot, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true })
 	refused(t, err, "Invalid", "other than talosVersion and kubernetesVersion")
 	// A person is not limited to patches.
-	must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.37.0" }))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.37.0" }))
 }

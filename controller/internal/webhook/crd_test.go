@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // The CEL rules of the CRDs: what one object can check by itself, enforced by
@@ -15,13 +16,13 @@ import (
 func TestCRDRulesOnMachines(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
-	must(t, admin.Create(ctx, newCluster(ns, "other")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "other")))
 
 	// An approval needs a role.
 	refused(t, root.Create(ctx, newMachine(ns, "norole", "c", "", ichorv1alpha1.ApprovalApproved)), "Invalid",
 		"spec.role is required to approve a machine")
-	must(t, root.Create(ctx, newMachine(ns, "m", "c", "", ichorv1alpha1.ApprovalPending)))
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "m", "c", "", ichorv1alpha1.ApprovalPending)))
 
 	// clusterName and identity are immutable.
 	err := update(t, operator, newMachine(ns, "m", "", "", ""), func(m *ichorv1alpha1.TalosMachine) { m.Spec.ClusterName = "other" })
@@ -30,8 +31,8 @@ func TestCRDRulesOnMachines(t *testing.T) {
 	refused(t, err, "Invalid", "spec.identity is immutable")
 
 	// The role may change while pending, and is fixed once approved.
-	must(t, update(t, operator, newMachine(ns, "m", "", "", ""), func(m *ichorv1alpha1.TalosMachine) { m.Spec.Role = ichorv1alpha1.RoleWorker }))
-	must(t, update(t, operator, newMachine(ns, "m", "", "", ""), approveBy("otto")))
+	testenv.Must(t, update(t, operator, newMachine(ns, "m", "", "", ""), func(m *ichorv1alpha1.TalosMachine) { m.Spec.Role = ichorv1alpha1.RoleWorker }))
+	testenv.Must(t, update(t, operator, newMachine(ns, "m", "", "", ""), approveBy("otto")))
 	err = update(t, operator, newMachine(ns, "m", "", "", ""), func(m *ichorv1alpha1.TalosMachine) { m.Spec.Role = ichorv1alpha1.RoleControlPlane })
 	refused(t, err, "Invalid", "spec.role is fixed once approved")
 }
@@ -39,7 +40,7 @@ func TestCRDRulesOnMachines(t *testing.T) {
 func TestCRDRulesOnOperations(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 
 	// Each type carries its own parameters and no other's.
 	refused(t, operator.Create(ctx, newOperation(ns, "k", ichorv1alpha1.OperationKubernetes)), "Invalid",
@@ -52,7 +53,7 @@ func TestCRDRulesOnOperations(t *testing.T) {
 	})), "Invalid", "spec.node.wipeMode is only for the reset action")
 
 	op := newOperation(ns, "up", ichorv1alpha1.OperationConfig)
-	must(t, operator.Create(ctx, op))
+	testenv.Must(t, operator.Create(ctx, op))
 	// The type is immutable; pausing is allowed.
 	err := update(t, operator, op, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Type = ichorv1alpha1.OperationTalos
@@ -60,7 +61,7 @@ func TestCRDRulesOnOperations(t *testing.T) {
 		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.2"}
 	})
 	refused(t, err, "Invalid", "spec.type and spec.clusterName are immutable")
-	must(t, update(t, operator, op, func(o *ichorv1alpha1.TalosOperation) { o.Spec.Paused = true }))
+	testenv.Must(t, update(t, operator, op, func(o *ichorv1alpha1.TalosOperation) { o.Spec.Paused = true }))
 }
 
 func TestCRDRulesOnClusters(t *testing.T) {
@@ -78,7 +79,7 @@ func TestCRDRulesOnClusters(t *testing.T) {
 		c.Annotations = map[string]string{ichorv1alpha1.AdoptedAnnotation: "true"}
 		c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetUnmanaged, Tunnel: "vxlan"}
 	})), "Invalid", "spec.cni.tunnel is refused with the unmanaged preset")
-	must(t, admin.Create(ctx, newCluster(ns, "good")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "good")))
 }
 
 // TalosConfigPatch documents hold typed fields only: a raw-YAML field, or a
@@ -107,12 +108,12 @@ func TestConfigPatchDocumentsHoldNoRawYAML(t *testing.T) {
 	refused(t, err, "", `unknown field "spec.documents[0].raw"`)
 
 	created := patch("lenient")
-	must(t, operator.Create(ctx, created, client.FieldValidation("Ignore")))
+	testenv.Must(t, operator.Create(ctx, created, client.FieldValidation("Ignore")))
 	got := &ichorv1alpha1.TalosConfigPatch{}
-	must(t, root.Get(ctx, client.ObjectKeyFromObject(created), got))
+	testenv.Must(t, root.Get(ctx, client.ObjectKeyFromObject(created), got))
 	stored := &unstructured.Unstructured{}
 	stored.SetGroupVersionKind(ichorv1alpha1.GroupVersion.WithKind("TalosConfigPatch"))
-	must(t, root.Get(ctx, client.ObjectKeyFromObject(created), stored))
+	testenv.Must(t, root.Get(ctx, client.ObjectKeyFromObject(created), stored))
 	docs, _, _ := unstructured.NestedSlice(stored.Object, "spec", "documents")
 	if len(docs) != 1 || docs[0].(map[string]any)["raw"] != nil ||
 		got.Spec.Documents[0].HostnameConfig == nil || got.Spec.Documents[0].HostnameConfig.Hostname != "node-1" {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 func newOperation(ns, name, typ string, mutate ...func(*ichorv1alpha1.TalosOperation)) *ichorv1alpha1.TalosOperation {
@@ -47,7 +48,7 @@ func notRunnable(t *testing.T, err error, typ string) {
 func TestNodeResetNeedsOverride(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	err := operator.Create(ctx, newOperation(ns, "reset", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReset)))
 	refused(t, err, "Forbidden", "spec.node.action", "`reset-node` on `talosoperations`", "`override` on `talosclusters`")
 	// The neighbours pass the verbs and meet only the type this release does not run.
@@ -59,7 +60,7 @@ func TestNodeResetNeedsOverride(t *testing.T) {
 func TestEtcdRestoreNeedsOverrideAndTheTypedName(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	restore := func(confirm string) func(*ichorv1alpha1.TalosOperation) {
 		return func(o *ichorv1alpha1.TalosOperation) {
 			o.Spec.EtcdRestore = &ichorv1alpha1.EtcdRestore{BackupName: "b", Snapshot: "2026-11-29T12:00:00Z.db.age", ConfirmClusterName: confirm}
@@ -76,7 +77,7 @@ func TestEtcdRestoreNeedsOverrideAndTheTypedName(t *testing.T) {
 func TestDestructiveOperationsNeedTheirVerbs(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	for _, tc := range []struct {
 		name, typ, verb string
 		mutate          func(*ichorv1alpha1.TalosOperation)
@@ -93,14 +94,14 @@ func TestDestructiveOperationsNeedTheirVerbs(t *testing.T) {
 		notRunnable(t, admin.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate)), tc.typ)
 	}
 	// The neighbour: a config rollout is an operator's.
-	must(t, operator.Create(ctx, newOperation(ns, "config", ichorv1alpha1.OperationConfig)))
+	testenv.Must(t, operator.Create(ctx, newOperation(ns, "config", ichorv1alpha1.OperationConfig)))
 }
 
 // Rule: upgrade targets of operations follow the same version rules.
 func TestOperationTargetsAreChecked(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	err := operator.Create(ctx, newOperation(ns, "down", ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.0"}
 	}))
@@ -129,18 +130,18 @@ func TestInstallationVersionAndSettingsAreSplit(t *testing.T) {
 	other := inst.DeepCopy()
 	other.Name = "second"
 	refused(t, admin.Create(ctx, other), "Invalid", "IchorInstallation is a singleton")
-	must(t, admin.Create(ctx, inst))
+	testenv.Must(t, admin.Create(ctx, inst))
 
 	settingsEditor := grantUser(t, "sally",
 		rbacv1.PolicyRule{APIGroups: []string{ichorv1alpha1.Group}, Resources: []string{"ichorinstallations"}, Verbs: []string{"get", "update"}},
 		rbacv1.PolicyRule{APIGroups: []string{ichorv1alpha1.Group}, Resources: []string{"ichorinstallations/settings"}, Verbs: []string{"update"}},
 	)
-	must(t, update(t, settingsEditor, inst, func(i *ichorv1alpha1.IchorInstallation) {
+	testenv.Must(t, update(t, settingsEditor, inst, func(i *ichorv1alpha1.IchorInstallation) {
 		i.Spec.Settings.IDTokenLifetime = &metav1.Duration{Duration: 10 * time.Minute}
 	}))
 	err := update(t, settingsEditor, inst, func(i *ichorv1alpha1.IchorInstallation) { i.Spec.Version.Version = "v0.2.0" })
 	refused(t, err, "Forbidden", "spec.version", "`update` on `ichorinstallations/version`", `user "sally"`)
-	must(t, update(t, admin, inst, func(i *ichorv1alpha1.IchorInstallation) { i.Spec.Version.Version = "v0.2.0" }))
+	testenv.Must(t, update(t, admin, inst, func(i *ichorv1alpha1.IchorInstallation) { i.Spec.Version.Version = "v0.2.0" }))
 	err = update(t, operator, inst, func(i *ichorv1alpha1.IchorInstallation) {
 		i.Spec.Settings.DefaultDriftPolicy = ichorv1alpha1.DriftPolicyAutoCorrect
 	})
@@ -161,7 +162,7 @@ func TestReclaimNeedsTheReclaimVerb(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"r1", "r2"} {
-		must(t, root.Create(ctx, &corev1.Secret{
+		testenv.Must(t, root.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-talosconfig"},
 			Type:       ichorv1alpha1.ForeignTalosconfigSecretType,
 			StringData: map[string]string{"talosconfig": "context: foreign\n"},
@@ -173,22 +174,22 @@ func TestReclaimNeedsTheReclaimVerb(t *testing.T) {
 
 	// ichor-machine-reclaimer, unbound by default, holds it.
 	reclaimer, err := userClient("rita", nil)
-	must(t, err)
-	must(t, root.Create(ctx, &rbacv1.ClusterRoleBinding{
+	testenv.Must(t, err)
+	testenv.Must(t, root.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-rita"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-machine-reclaimer"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "rita"}},
 	}))
 	awaitAllowed(t, "rita", ichorv1alpha1.Group, "machinereclaims", "reclaim")
 	r := newReclaim("r1")
-	must(t, reclaimer.Create(ctx, r))
+	testenv.Must(t, reclaimer.Create(ctx, r))
 	err = update(t, writer, r, func(r *ichorv1alpha1.MachineReclaim) { r.Spec.ConfirmUUID = "4c4c4544-0042-3510-8052-b4c04f384833" })
 	refused(t, err, "Forbidden", "spec.confirmUUID", "`reclaim` on `machinereclaims`")
-	must(t, update(t, reclaimer, r, func(r *ichorv1alpha1.MachineReclaim) { r.Spec.ConfirmUUID = "4c4c4544-0042-3510-8052-b4c04f384833" }))
+	testenv.Must(t, update(t, reclaimer, r, func(r *ichorv1alpha1.MachineReclaim) { r.Spec.ConfirmUUID = "4c4c4544-0042-3510-8052-b4c04f384833" }))
 
 	// The credential must be a foreign-talosconfig Secret, so a reclaim cannot
 	// point the controller at another Secret (the secrets bundle, say).
-	must(t, root.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bundle"}, Type: corev1.SecretTypeOpaque}))
+	testenv.Must(t, root.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bundle"}, Type: corev1.SecretTypeOpaque}))
 	wrong := newReclaim("r3")
 	wrong.Spec.CredentialsRef.Name = "bundle"
 	refused(t, reclaimer.Create(ctx, wrong), "Invalid", "spec.credentialsRef", `type "Opaque"`, ichorv1alpha1.ForeignTalosconfigSecretType)
@@ -204,7 +205,7 @@ func TestReclaimNeedsTheReclaimVerb(t *testing.T) {
 func TestCredentialRequestsNeedDownload(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	req := func(name, purpose string) *ichorv1alpha1.TalosCredentialRequest {
 		return &ichorv1alpha1.TalosCredentialRequest{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -216,10 +217,10 @@ func TestCredentialRequestsNeedDownload(t *testing.T) {
 	}
 	refused(t, operator.Create(ctx, req("bundle", ichorv1alpha1.PurposeSupportBundle)), "Forbidden",
 		"`download` on `talosclusters/support-bundle`", `user "otto"`)
-	must(t, operator.Create(ctx, req("reader", ichorv1alpha1.PurposeTalosconfigReader)))
-	must(t, admin.Create(ctx, req("bundle", ichorv1alpha1.PurposeSupportBundle)))
+	testenv.Must(t, operator.Create(ctx, req("reader", ichorv1alpha1.PurposeTalosconfigReader)))
+	testenv.Must(t, admin.Create(ctx, req("bundle", ichorv1alpha1.PurposeSupportBundle)))
 	// The CA rotation's new admin credentials are granted to nobody by default.
 	refused(t, admin.Create(ctx, req("creds", ichorv1alpha1.PurposeRotationCredentials)), "Forbidden",
 		"`download` on `talosclusters/credentials`", `user "ada"`)
-	must(t, root.Create(ctx, req("creds", ichorv1alpha1.PurposeRotationCredentials)))
+	testenv.Must(t, root.Create(ctx, req("creds", ichorv1alpha1.PurposeRotationCredentials)))
 }

@@ -13,6 +13,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	mirror "github.com/maeshinshin/ichor/contracts/api/v1alpha1/config"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 const privilegedVerb = "`update` on `talosconfigpatches/privileged`"
@@ -39,7 +40,7 @@ func inlineManifestDoc() mirror.PatchDocument {
 func TestPrivilegedPatchCreateNeedsTheVerb(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 
 	err := operator.Create(ctx, newPatch(ns, "owned", "c", sysctlDoc(), inlineManifestDoc()))
 	refused(t, err, "Forbidden", "spec.documents[1].kubeInlineManifestConfig", "KubeInlineManifestConfig", "cluster-admin",
@@ -54,10 +55,10 @@ func TestPrivilegedPatchCreateNeedsTheVerb(t *testing.T) {
 
 	// The neighbours: an operator's plain patch (the kubelet's other fields
 	// too), and the admin's privileged one.
-	must(t, operator.Create(ctx, newPatch(ns, "tuning", "c", sysctlDoc(), mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{
+	testenv.Must(t, operator.Create(ctx, newPatch(ns, "tuning", "c", sysctlDoc(), mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{
 		ClusterDNS: []string{"10.96.0.10"},
 	}})))
-	must(t, admin.Create(ctx, newPatch(ns, "owned", "c", sysctlDoc(), inlineManifestDoc())))
+	testenv.Must(t, admin.Create(ctx, newPatch(ns, "owned", "c", sysctlDoc(), inlineManifestDoc())))
 }
 
 // Rule: changing a patch so that it carries privileged configuration, or
@@ -65,11 +66,11 @@ func TestPrivilegedPatchCreateNeedsTheVerb(t *testing.T) {
 func TestPrivilegedPatchUpdateNeedsTheVerb(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
-	must(t, operator.Create(ctx, newPatch(ns, "apiserver", "c", mirror.PatchDocument{KubeAPIServerConfig: &mirror.KubeAPIServerConfig{
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, operator.Create(ctx, newPatch(ns, "apiserver", "c", mirror.PatchDocument{KubeAPIServerConfig: &mirror.KubeAPIServerConfig{
 		CertExtraSANs: []string{"api.example.com"},
 	}})))
-	must(t, admin.Create(ctx, newPatch(ns, "owned", "c", inlineManifestDoc())))
+	testenv.Must(t, admin.Create(ctx, newPatch(ns, "owned", "c", inlineManifestDoc())))
 
 	err := update(t, operator, newPatch(ns, "apiserver", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Spec.Documents[0].KubeAPIServerConfig.Image = "registry.example.com/kube-apiserver:evil"
@@ -87,13 +88,13 @@ func TestPrivilegedPatchUpdateNeedsTheVerb(t *testing.T) {
 
 	// The neighbours: an operator's plain change of a plain patch, a label on
 	// the admin's patch, and the admin's privileged change.
-	must(t, update(t, operator, newPatch(ns, "apiserver", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
+	testenv.Must(t, update(t, operator, newPatch(ns, "apiserver", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Spec.Documents[0].KubeAPIServerConfig.CertExtraSANs = []string{"api.example.org"}
 	}))
-	must(t, update(t, operator, newPatch(ns, "owned", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
+	testenv.Must(t, update(t, operator, newPatch(ns, "owned", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Labels = map[string]string{"team": "platform"}
 	}))
-	must(t, update(t, admin, newPatch(ns, "apiserver", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
+	testenv.Must(t, update(t, admin, newPatch(ns, "apiserver", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Spec.Documents[0].KubeAPIServerConfig.Image = "registry.example.com/kube-apiserver:v1.37.2"
 	}))
 }
@@ -103,12 +104,12 @@ func TestPrivilegedPatchUpdateNeedsTheVerb(t *testing.T) {
 func TestPrivilegedPatchDeleteNeedsTheVerb(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
-	must(t, admin.Create(ctx, newPatch(ns, "roots", "c", mirror.PatchDocument{TrustedRootsConfig: &mirror.TrustedRootsConfig{Name: "corp"}})))
-	must(t, admin.Create(ctx, newPatch(ns, "env", "c", mirror.PatchDocument{EnvironmentConfig: &mirror.EnvironmentConfig{
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newPatch(ns, "roots", "c", mirror.PatchDocument{TrustedRootsConfig: &mirror.TrustedRootsConfig{Name: "corp"}})))
+	testenv.Must(t, admin.Create(ctx, newPatch(ns, "env", "c", mirror.PatchDocument{EnvironmentConfig: &mirror.EnvironmentConfig{
 		Variables: map[string]string{"HTTPS_PROXY": "http://proxy:3128"},
 	}})))
-	must(t, operator.Create(ctx, newPatch(ns, "tuning", "c", sysctlDoc())))
+	testenv.Must(t, operator.Create(ctx, newPatch(ns, "tuning", "c", sysctlDoc())))
 
 	err := operator.Delete(ctx, newPatch(ns, "roots", "c"))
 	refused(t, err, "Forbidden", "spec.documents[0].trustedRootsConfig", "TrustedRootsConfig", `deleting TalosConfigPatch "roots"`, privilegedVerb, `user "otto"`)
@@ -117,15 +118,15 @@ func TestPrivilegedPatchDeleteNeedsTheVerb(t *testing.T) {
 	}
 
 	// The neighbours: an operator deletes a plain patch, the admin a privileged one.
-	must(t, operator.Delete(ctx, newPatch(ns, "tuning", "c")))
-	must(t, admin.Delete(ctx, newPatch(ns, "roots", "c")))
+	testenv.Must(t, operator.Delete(ctx, newPatch(ns, "tuning", "c")))
+	testenv.Must(t, admin.Delete(ctx, newPatch(ns, "roots", "c")))
 
 	// Once the cluster is gone the patch reaches no node, and anyone who may
 	// delete patches may clean it up.
 	c := newCluster(ns, "c")
-	must(t, update(t, admin, c, func(c *ichorv1alpha1.TalosCluster) { allowDelete(c) }))
-	must(t, admin.Delete(ctx, c))
-	eventually(t, "the cluster is gone", func() error {
+	testenv.Must(t, update(t, admin, c, func(c *ichorv1alpha1.TalosCluster) { allowDelete(c) }))
+	testenv.Must(t, admin.Delete(ctx, c))
+	testenv.Eventually(t, 0, "the cluster is gone", func() error {
 		err := root.Get(ctx, client.ObjectKeyFromObject(c), &ichorv1alpha1.TalosCluster{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -135,7 +136,7 @@ func TestPrivilegedPatchDeleteNeedsTheVerb(t *testing.T) {
 		}
 		return err
 	})
-	must(t, operator.Delete(ctx, newPatch(ns, "env", "c")))
+	testenv.Must(t, operator.Delete(ctx, newPatch(ns, "env", "c")))
 }
 
 // Rule: starting a config rollout of a cluster with a privileged patch (one
@@ -144,25 +145,25 @@ func TestPrivilegedPatchDeleteNeedsTheVerb(t *testing.T) {
 func TestPrivilegedPatchRolloutNeedsTheVerb(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
-	must(t, admin.Create(ctx, newCluster(ns, "other")))
-	must(t, operator.Create(ctx, newPatch(ns, "tuning", "c", sysctlDoc())))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "other")))
+	testenv.Must(t, operator.Create(ctx, newPatch(ns, "tuning", "c", sysctlDoc())))
 
 	// No privileged patch yet: the rollout is an operator's.
-	must(t, operator.Create(ctx, newOperation(ns, "before", ichorv1alpha1.OperationConfig)))
+	testenv.Must(t, operator.Create(ctx, newOperation(ns, "before", ichorv1alpha1.OperationConfig)))
 
 	// A patch written before the rule existed: root (system:masters) stands
 	// for it, as the webhook would have let anyone through.
-	must(t, root.Create(ctx, newPatch(ns, "kubelet-image", "c", mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{Image: "registry.example.com/kubelet:custom"}})))
+	testenv.Must(t, root.Create(ctx, newPatch(ns, "kubelet-image", "c", mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{Image: "registry.example.com/kubelet:custom"}})))
 
 	err := operator.Create(ctx, newOperation(ns, "after", ichorv1alpha1.OperationConfig))
 	refused(t, err, "Forbidden", "spec.type", `config rollout of cluster "c"`, "kubelet-image (KubeletConfig:image)", privilegedVerb, `user "otto"`)
 
 	// The neighbours: a rollout of another cluster and the admin's rollout.
-	must(t, operator.Create(ctx, newOperation(ns, "other", ichorv1alpha1.OperationConfig, func(o *ichorv1alpha1.TalosOperation) {
+	testenv.Must(t, operator.Create(ctx, newOperation(ns, "other", ichorv1alpha1.OperationConfig, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.ClusterName = "other"
 	})))
-	must(t, admin.Create(ctx, newOperation(ns, "after", ichorv1alpha1.OperationConfig)))
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "after", ichorv1alpha1.OperationConfig)))
 }
 
 // Rule: only ichor-admin holds the verb; the controller's and ichor-ui's own
@@ -187,7 +188,7 @@ func TestPrivilegedPatchVerbIsAdminOnly(t *testing.T) {
 				Resource: guard.ResourceTalosConfigPatches, Subresource: guard.SubresourcePrivileged,
 			},
 		}}
-		must(t, root.Create(ctx, sar))
+		testenv.Must(t, root.Create(ctx, sar))
 		if sar.Status.Allowed != tc.want {
 			t.Errorf("%s may update talosconfigpatches/privileged: %v, want %v", tc.user, sar.Status.Allowed, tc.want)
 		}

@@ -12,6 +12,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // access is one cell of the role × verb matrix.
@@ -45,7 +46,7 @@ func ichor(verb, resource string, sub ...string) access {
 // architecture's "Trust" section.
 func TestRoleVerbMatrix(t *testing.T) {
 	ctx := context.Background()
-	must(t, root.Create(ctx, &rbacv1.ClusterRoleBinding{
+	testenv.Must(t, root.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metaName("test-matrix-reclaimer"),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-machine-reclaimer"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "matrix-reclaimer"}},
@@ -121,7 +122,7 @@ func TestRoleVerbMatrix(t *testing.T) {
 					Namespace: "team-a", Verb: cell.a.verb, Group: cell.a.group, Resource: cell.a.resource, Subresource: cell.a.subresource,
 				}
 				sar := &authorizationv1.SubjectAccessReview{Spec: spec}
-				must(t, root.Create(ctx, sar))
+				testenv.Must(t, root.Create(ctx, sar))
 				if want := slices.Contains(cell.held, role); sar.Status.Allowed != want {
 					t.Errorf("%s may %s: got %v, want %v (%s)", role, cell.a, sar.Status.Allowed, want, sar.Status.Reason)
 				}
@@ -136,7 +137,7 @@ func TestBuiltInRolesGrantNoWildcardsSecretsOrImpersonation(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer"} {
 		role := &rbacv1.ClusterRole{}
-		must(t, root.Get(ctx, client.ObjectKey{Name: name}, role))
+		testenv.Must(t, root.Get(ctx, client.ObjectKey{Name: name}, role))
 		if len(role.Rules) == 0 {
 			t.Fatalf("%s has no rules", name)
 		}
@@ -160,7 +161,7 @@ func TestBuiltInRolesGrantNoWildcardsSecretsOrImpersonation(t *testing.T) {
 	}
 	// ichor-machine-reclaimer is bound to nobody by the base manifests.
 	bindings := &rbacv1.ClusterRoleBindingList{}
-	must(t, root.List(ctx, bindings))
+	testenv.Must(t, root.List(ctx, bindings))
 	for _, b := range bindings.Items {
 		if b.RoleRef.Name == "ichor-machine-reclaimer" && !slices.Contains([]string{"test-rita", "test-matrix-reclaimer"}, b.Name) {
 			t.Errorf("ichor-machine-reclaimer is bound by %s", b.Name)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,6 +18,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 const (
@@ -39,9 +39,9 @@ func runReconcilers(t *testing.T, ns string) {
 		// The reconcilers' names are unique per manager; this test's managers are short-lived.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
 	})
-	must(t, err)
-	must(t, (&credentialrequest.Reconciler{}).SetupWithManager(mgr))
-	must(t, (&machinereclaim.Reconciler{}).SetupWithManager(mgr))
+	testenv.Must(t, err)
+	testenv.Must(t, (&credentialrequest.Reconciler{}).SetupWithManager(mgr))
+	testenv.Must(t, (&machinereclaim.Reconciler{}).SetupWithManager(mgr))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -56,26 +56,10 @@ func runReconcilers(t *testing.T, ns string) {
 	})
 }
 
-// eventually polls cond until it returns nil, failing the test after a generous deadline.
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // annotation returns obj's annotation key as root reads it, and whether it is set.
 func annotation(t *testing.T, obj client.Object, key string) (string, bool) {
 	t.Helper()
-	must(t, root.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
+	testenv.Must(t, root.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
 	v, ok := obj.GetAnnotations()[key]
 	return v, ok
 }
@@ -100,7 +84,7 @@ func wantNoAnnotation(t *testing.T, obj client.Object, key string) {
 func TestCredentialRequestRecordsItsRequester(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c"))) // no secrets bundle: the request is denied, as the requester
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c"))) // no secrets bundle: the request is denied, as the requester
 	runReconcilers(t, ns)
 
 	tcr := &ichorv1alpha1.TalosCredentialRequest{
@@ -112,12 +96,12 @@ func TestCredentialRequestRecordsItsRequester(t *testing.T) {
 			PublicKey: "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n",
 		},
 	}
-	must(t, operator.Create(ctx, tcr))
+	testenv.Must(t, operator.Create(ctx, tcr))
 	wantAnnotation(t, tcr, requestedBy, "otto")
 
-	eventually(t, "status.requestedBy names the requester", func() error {
+	testenv.Eventually(t, 0, "status.requestedBy names the requester", func() error {
 		got := &ichorv1alpha1.TalosCredentialRequest{}
-		must(t, root.Get(ctx, client.ObjectKeyFromObject(tcr), got))
+		testenv.Must(t, root.Get(ctx, client.ObjectKeyFromObject(tcr), got))
 		if got.Status.RequestedBy != "otto" || len(got.Status.Conditions) == 0 {
 			return fmt.Errorf("status.requestedBy %q, conditions %v; want otto once answered", got.Status.RequestedBy, got.Status.Conditions)
 		}
@@ -130,7 +114,7 @@ func TestCredentialRequestRecordsItsRequester(t *testing.T) {
 	err = update(t, root, tcr, func(r *ichorv1alpha1.TalosCredentialRequest) { delete(r.Annotations, requestedBy) })
 	refused(t, err, "Invalid", "metadata.annotations[ichor.maesh.dev/requested-by]", "cannot be removed", "keep the annotation")
 	// The neighbour: an update that leaves it alone passes.
-	must(t, update(t, root, tcr, func(r *ichorv1alpha1.TalosCredentialRequest) { metav1.SetMetaDataLabel(&r.ObjectMeta, "team", "blue") }))
+	testenv.Must(t, update(t, root, tcr, func(r *ichorv1alpha1.TalosCredentialRequest) { metav1.SetMetaDataLabel(&r.ObjectMeta, "team", "blue") }))
 	wantAnnotation(t, tcr, requestedBy, "otto")
 }
 
@@ -142,7 +126,7 @@ func TestReclaimRecordsRequesterAndConfirmer(t *testing.T) {
 	ns := namespace(t)
 	runReconcilers(t, ns)
 	for _, name := range []string{"r1", "r2"} {
-		must(t, root.Create(ctx, &corev1.Secret{
+		testenv.Must(t, root.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-talosconfig"},
 			Type:       ichorv1alpha1.ForeignTalosconfigSecretType,
 			StringData: map[string]string{"talosconfig": "context: foreign\n"},
@@ -162,15 +146,15 @@ func TestReclaimRecordsRequesterAndConfirmer(t *testing.T) {
 
 	r := newReclaim("r1")
 	r.Annotations = map[string]string{requestedBy: "mallory", confirmedBy: "mallory"}
-	must(t, admin.Create(ctx, r))
+	testenv.Must(t, admin.Create(ctx, r))
 	wantAnnotation(t, r, requestedBy, "ada")
 	wantNoAnnotation(t, r, confirmedBy) // nobody typed a UUID
 
 	// The reconciler records the requester (this reclaim then fails on its
 	// unusable talosconfig, which changes nothing here).
-	eventually(t, "status.audit.requestedBy names the requester", func() error {
+	testenv.Eventually(t, 0, "status.audit.requestedBy names the requester", func() error {
 		got := &ichorv1alpha1.MachineReclaim{}
-		must(t, root.Get(ctx, client.ObjectKeyFromObject(r), got))
+		testenv.Must(t, root.Get(ctx, client.ObjectKeyFromObject(r), got))
 		if got.Status.Audit.RequestedBy != "ada" {
 			return fmt.Errorf("status.audit %+v (phase %q), want requested by ada", got.Status.Audit, got.Status.Phase)
 		}
@@ -178,7 +162,7 @@ func TestReclaimRecordsRequesterAndConfirmer(t *testing.T) {
 	})
 
 	// The update that types the UUID names its writer, whatever it claims.
-	must(t, update(t, confirmer, r, func(r *ichorv1alpha1.MachineReclaim) {
+	testenv.Must(t, update(t, confirmer, r, func(r *ichorv1alpha1.MachineReclaim) {
 		r.Spec.ConfirmUUID = "4c4c4544-0042-3510-8052-b4c04f384833"
 		r.Annotations[confirmedBy] = "ada"
 	}))
@@ -194,14 +178,14 @@ func TestReclaimRecordsRequesterAndConfirmer(t *testing.T) {
 	refused(t, err, "Invalid", "metadata.annotations[ichor.maesh.dev/requested-by]", "cannot be removed")
 
 	// Clearing the UUID leaves nobody as the confirmer.
-	must(t, update(t, admin, r, func(r *ichorv1alpha1.MachineReclaim) { r.Spec.ConfirmUUID = "" }))
+	testenv.Must(t, update(t, admin, r, func(r *ichorv1alpha1.MachineReclaim) { r.Spec.ConfirmUUID = "" }))
 	wantNoAnnotation(t, r, confirmedBy)
 	wantAnnotation(t, r, requestedBy, "ada")
 
 	// A UUID typed at creation is confirmed by the creator.
 	r2 := newReclaim("r2")
 	r2.Spec.ConfirmUUID = "4c4c4544-0042-3510-8052-b4c04f384833"
-	must(t, admin.Create(ctx, r2))
+	testenv.Must(t, admin.Create(ctx, r2))
 	wantAnnotation(t, r2, requestedBy, "ada")
 	wantAnnotation(t, r2, confirmedBy, "ada")
 }

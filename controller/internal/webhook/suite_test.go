@@ -156,14 +156,14 @@ func grantUser(t *testing.T, name string, rules ...rbacv1.PolicyRule) client.Cli
 	t.Helper()
 	ctx := context.Background()
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-" + name}, Rules: rules}
-	must(t, root.Create(ctx, role))
-	must(t, root.Create(ctx, &rbacv1.ClusterRoleBinding{
+	testenv.Must(t, root.Create(ctx, role))
+	testenv.Must(t, root.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-" + name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}},
 	}))
 	c, err := userClient(name, nil)
-	must(t, err)
+	testenv.Must(t, err)
 	for _, r := range rules {
 		awaitAllowed(t, name, r.APIGroups[0], r.Resources[0], r.Verbs[0])
 	}
@@ -180,7 +180,7 @@ func awaitAllowed(t *testing.T, user, group, resource, verb string) {
 			User:               user,
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: group, Resource: resource, Verb: verb},
 		}}
-		must(t, root.Create(context.Background(), sar))
+		testenv.Must(t, root.Create(context.Background(), sar))
 		if sar.Status.Allowed {
 			return
 		}
@@ -210,18 +210,11 @@ func (w *warningRecorder) take() []string {
 	return out
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // namespace creates a fresh namespace for one test.
 func namespace(t *testing.T) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "wh-"}}
-	must(t, root.Create(context.Background(), ns))
+	testenv.Must(t, root.Create(context.Background(), ns))
 	return ns.Name
 }
 
@@ -332,7 +325,7 @@ func waitForOverrideEvent(t *testing.T, ns, cluster, mentions string) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		list := &eventsv1.EventList{}
-		must(t, root.List(context.Background(), list, client.InNamespace(ns)))
+		testenv.Must(t, root.List(context.Background(), list, client.InNamespace(ns)))
 		for _, e := range list.Items {
 			if e.Reason == ichorv1alpha1.OverrideReason && e.Type == corev1.EventTypeWarning &&
 				e.Regarding.Kind == "TalosCluster" && e.Regarding.Name == cluster && strings.Contains(e.Note, mentions) {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // The admission rules of issue 17 that keep an operator from steering the CA
@@ -25,12 +26,12 @@ func withAddress(addr string) func(*ichorv1alpha1.TalosMachine) {
 func TestAddressImmutableOnceApproved(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
-	must(t, root.Create(ctx, newMachine(ns, "w", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalPending, withAddress("192.168.10.21"))))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "w", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalPending, withAddress("192.168.10.21"))))
 
 	// Allowed neighbour: the address of a machine not yet approved may change.
-	must(t, update(t, operator, newMachine(ns, "w", "", "", ""), withAddress("192.168.10.22")))
-	must(t, update(t, operator, newMachine(ns, "w", "", "", ""), approveBy("otto")))
+	testenv.Must(t, update(t, operator, newMachine(ns, "w", "", "", ""), withAddress("192.168.10.22")))
+	testenv.Must(t, update(t, operator, newMachine(ns, "w", "", "", ""), approveBy("otto")))
 
 	for _, c := range []client.Client{operator, admin} {
 		err := update(t, c, newMachine(ns, "w", "", "", ""), withAddress("192.168.10.11"))
@@ -40,11 +41,11 @@ func TestAddressImmutableOnceApproved(t *testing.T) {
 	refused(t, update(t, operator, newMachine(ns, "w", "", "", ""), withAddress("")), "Invalid", "spec.address is fixed")
 
 	// Allowed neighbour: other fields of an approved machine still change.
-	must(t, update(t, operator, newMachine(ns, "w", "", "", ""), func(m *ichorv1alpha1.TalosMachine) {
+	testenv.Must(t, update(t, operator, newMachine(ns, "w", "", "", ""), func(m *ichorv1alpha1.TalosMachine) {
 		m.Spec.Labels = map[string]string{"rack": "a1"}
 	}))
 	got := newMachine(ns, "w", "", "", "")
-	must(t, root.Get(ctx, client.ObjectKeyFromObject(got), got))
+	testenv.Must(t, root.Get(ctx, client.ObjectKeyFromObject(got), got))
 	if got.Spec.Address != "192.168.10.22" || got.Spec.Labels["rack"] != "a1" {
 		t.Fatalf("address %q labels %v", got.Spec.Address, got.Spec.Labels)
 	}
@@ -55,14 +56,14 @@ func TestAddressImmutableOnceApproved(t *testing.T) {
 func TestAddressImmutableWhileDeleting(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	// Pending: the address rule of approved machines does not apply, the deletion rule does.
 	m := newMachine(ns, "w", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalPending, withAddress("192.168.10.21"), func(m *ichorv1alpha1.TalosMachine) {
 		allowDelete(m)
 		m.Finalizers = []string{ichorv1alpha1.MachineFinalizer}
 	})
-	must(t, root.Create(ctx, m))
-	must(t, operator.Delete(ctx, m))
+	testenv.Must(t, root.Create(ctx, m))
+	testenv.Must(t, operator.Delete(ctx, m))
 
 	err := update(t, operator, m, withAddress("192.168.10.11"))
 	refused(t, err, "Invalid", "spec", "w is being removed", "spec.forceRemove")
@@ -70,9 +71,9 @@ func TestAddressImmutableWhileDeleting(t *testing.T) {
 		"Invalid", "is being removed")
 
 	// Allowed neighbours: forceRemove (the way out of a stuck removal), metadata, and the finalizer's removal.
-	must(t, update(t, operator, m, func(m *ichorv1alpha1.TalosMachine) { m.Spec.ForceRemove = true }))
-	must(t, update(t, operator, m, func(m *ichorv1alpha1.TalosMachine) { m.Labels = map[string]string{"seen": "yes"} }))
-	must(t, update(t, admin, m, func(m *ichorv1alpha1.TalosMachine) { m.Finalizers = nil }))
+	testenv.Must(t, update(t, operator, m, func(m *ichorv1alpha1.TalosMachine) { m.Spec.ForceRemove = true }))
+	testenv.Must(t, update(t, operator, m, func(m *ichorv1alpha1.TalosMachine) { m.Labels = map[string]string{"seen": "yes"} }))
+	testenv.Must(t, update(t, admin, m, func(m *ichorv1alpha1.TalosMachine) { m.Finalizers = nil }))
 }
 
 // Rule: setting or changing the trust-maintenance-fingerprint annotation
@@ -80,8 +81,8 @@ func TestAddressImmutableWhileDeleting(t *testing.T) {
 func TestTrustFingerprintAnnotationNeedsAdmin(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
-	must(t, root.Create(ctx, newMachine(ns, "m", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalPending)))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "m", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalPending)))
 	trust := func(fp string) func(*ichorv1alpha1.TalosMachine) {
 		return func(m *ichorv1alpha1.TalosMachine) {
 			if m.Annotations == nil {
@@ -96,23 +97,23 @@ func TestTrustFingerprintAnnotationNeedsAdmin(t *testing.T) {
 	err = operator.Create(ctx, newMachine(ns, "m2", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalPending, trust("sha256:aa")))
 	refused(t, err, "Forbidden", "`update` on `talosmachines/trust`")
 
-	must(t, update(t, admin, newMachine(ns, "m", "", "", ""), trust("sha256:aa")))
+	testenv.Must(t, update(t, admin, newMachine(ns, "m", "", "", ""), trust("sha256:aa")))
 	// An operator's other writes keep the annotation as it is.
-	must(t, update(t, operator, newMachine(ns, "m", "", "", ""), func(m *ichorv1alpha1.TalosMachine) {
+	testenv.Must(t, update(t, operator, newMachine(ns, "m", "", "", ""), func(m *ichorv1alpha1.TalosMachine) {
 		m.Spec.Labels = map[string]string{"rack": "a1"}
 	}))
 	refused(t, update(t, operator, newMachine(ns, "m", "", "", ""), trust("sha256:bb")), "Forbidden", "`update` on `talosmachines/trust`")
-	must(t, update(t, admin, newMachine(ns, "m", "", "", ""), trust("sha256:bb")))
+	testenv.Must(t, update(t, admin, newMachine(ns, "m", "", "", ""), trust("sha256:bb")))
 }
 
 // Rule: an operation's spec is immutable except spec.paused.
 func TestOperationSpecImmutable(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
-	must(t, admin.Create(ctx, newCluster(ns, "other")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "other")))
 	op := newOperation(ns, "cfg", ichorv1alpha1.OperationConfig)
-	must(t, operator.Create(ctx, op))
+	testenv.Must(t, operator.Create(ctx, op))
 
 	refused(t, update(t, operator, op, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Type = ichorv1alpha1.OperationNode
@@ -130,13 +131,13 @@ func TestOperationSpecImmutable(t *testing.T) {
 		"Invalid", "spec.maxUnavailable", "only spec.paused changes")
 
 	// Allowed neighbours: what `ichor operation pause` and `resume` write.
-	must(t, update(t, operator, op, func(o *ichorv1alpha1.TalosOperation) { o.Spec.Paused = true }))
-	must(t, update(t, operator, op, func(o *ichorv1alpha1.TalosOperation) {
+	testenv.Must(t, update(t, operator, op, func(o *ichorv1alpha1.TalosOperation) { o.Spec.Paused = true }))
+	testenv.Must(t, update(t, operator, op, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Paused = false
 		o.Annotations = map[string]string{ichorv1alpha1.ResumeAnnotation: "2026-11-30T12:00:00Z"}
 	}))
 	got := &ichorv1alpha1.TalosOperation{}
-	must(t, root.Get(ctx, client.ObjectKeyFromObject(op), got))
+	testenv.Must(t, root.Get(ctx, client.ObjectKeyFromObject(op), got))
 	if got.Spec.Type != ichorv1alpha1.OperationConfig || got.Spec.ClusterName != "c" || got.Spec.MachineSelector != nil || got.Spec.OrderBy != "" {
 		t.Fatalf("the spec changed: %+v", got.Spec)
 	}
@@ -147,36 +148,36 @@ func TestOperationSpecImmutable(t *testing.T) {
 func TestOperationTypeNotRunnableIsRefused(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	err := admin.Create(ctx, newOperation(ns, "up", ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.2"}
 	}))
 	notRunnable(t, err, ichorv1alpha1.OperationTalos)
 	refused(t, err, "Invalid", `it runs "config"`, "talosctl upgrade", "ichor secrets export")
-	must(t, admin.Create(ctx, newOperation(ns, "cfg", ichorv1alpha1.OperationConfig)))
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "cfg", ichorv1alpha1.OperationConfig)))
 }
 
 // Rule: machines being deleted do not count as remaining control planes.
 func TestDeletingMachinesDoNotCountAsRemaining(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 3 })))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 3 })))
 	for _, name := range []string{"cp1", "cp2", "cp3", "cp4"} {
-		must(t, root.Create(ctx, newMachine(ns, name, "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved, func(m *ichorv1alpha1.TalosMachine) {
+		testenv.Must(t, root.Create(ctx, newMachine(ns, name, "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved, func(m *ichorv1alpha1.TalosMachine) {
 			allowDelete(m)
 			m.Finalizers = []string{ichorv1alpha1.MachineFinalizer}
 		})))
 	}
 	// cp4's removal starts (3 others remain); its finalizer keeps it while the controller works.
-	must(t, admin.Delete(ctx, newMachine(ns, "cp4", "c", "", "")))
+	testenv.Must(t, admin.Delete(ctx, newMachine(ns, "cp4", "c", "", "")))
 
 	// Counting cp4 would leave 3; it is going, so removing cp1 leaves 2.
 	err := admin.Delete(ctx, newMachine(ns, "cp1", "c", "", ""))
 	refused(t, err, "Invalid", "spec.role", "would leave 2 control planes, fewer than the 3")
 
 	// Allowed neighbour: a replacement that stays (the limit of count+1 does not count cp4 either).
-	must(t, root.Create(ctx, newMachine(ns, "cp5", "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
-	must(t, admin.Delete(ctx, newMachine(ns, "cp1", "c", "", "")))
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "cp5", "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
+	testenv.Must(t, admin.Delete(ctx, newMachine(ns, "cp1", "c", "", "")))
 }
 
 // Rule: lowering spec.controlPlane.count below the approved control planes needs override.
@@ -184,24 +185,24 @@ func TestLoweringControlPlaneCountNeedsOverride(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	three := func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 3 }
-	must(t, admin.Create(ctx, newCluster(ns, "c", three)))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c", three)))
 	for _, name := range []string{"cp1", "cp2", "cp3"} {
-		must(t, root.Create(ctx, newMachine(ns, name, "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
+		testenv.Must(t, root.Create(ctx, newMachine(ns, name, "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
 	}
 	lower := func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 1 }
 	err := update(t, operator, newCluster(ns, "c"), lower)
 	refused(t, err, "Invalid", "spec.controlPlane.count", "from 3 to 1 leaves 3 approved control planes", "`override`")
 
 	// Allowed neighbours: raising it; lowering it to no fewer than the approved ones.
-	must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 5 }))
-	must(t, update(t, operator, newCluster(ns, "c"), three))
-	must(t, admin.Create(ctx, newCluster(ns, "small", three)))
-	must(t, root.Create(ctx, newMachine(ns, "s-cp1", "small", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
-	must(t, update(t, operator, newCluster(ns, "small"), lower))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 5 }))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), three))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "small", three)))
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "s-cp1", "small", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
+	testenv.Must(t, update(t, operator, newCluster(ns, "small"), lower))
 
 	// The admin holds override: recorded as a warning and an Event.
 	adminWarnings.take()
-	must(t, update(t, admin, newCluster(ns, "c"), lower))
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), lower))
 	if w := adminWarnings.take(); len(w) == 0 || !strings.Contains(strings.Join(w, "\n"), "spec.controlPlane.count") {
 		t.Errorf("the override must be reported as a warning, got %q", w)
 	}
@@ -212,14 +213,14 @@ func TestLoweringControlPlaneCountNeedsOverride(t *testing.T) {
 func TestDiscoveryScanLimits(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	discovery := func(interval string, subnets ...string) func(*ichorv1alpha1.TalosCluster) {
 		return func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.Discovery.Subnets = subnets
 			c.Spec.Discovery.Interval = nil
 			if interval != "" {
 				d, err := time.ParseDuration(interval)
-				must(t, err)
+				testenv.Must(t, err)
 				c.Spec.Discovery.Interval = &metav1.Duration{Duration: d}
 			}
 		}
@@ -233,6 +234,6 @@ func TestDiscoveryScanLimits(t *testing.T) {
 	refused(t, admin.Create(ctx, newCluster(ns, "wide", discovery("", "fd00::/64"))), "Invalid", "spec.discovery.subnets", "/116")
 
 	// Allowed neighbours: a minute, and two /20s.
-	must(t, update(t, operator, newCluster(ns, "c"), discovery("1m", "10.0.0.0/20", "10.0.16.0/24")))
-	must(t, update(t, operator, newCluster(ns, "c"), discovery("", "10.0.0.0/20", "10.0.16.0/20")))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), discovery("1m", "10.0.0.0/20", "10.0.16.0/24")))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), discovery("", "10.0.0.0/20", "10.0.16.0/20")))
 }

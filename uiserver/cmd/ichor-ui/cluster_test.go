@@ -91,17 +91,6 @@ func deleteCluster(t *testing.T, c *ichorv1alpha1.TalosCluster) {
 	}
 }
 
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within a minute: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
@@ -148,11 +137,11 @@ func TestWaitForTheOnlyCluster(t *testing.T) {
 		done <- result{name, err}
 	}()
 
-	eventually(t, "the waiting server answers", func() bool { code, _ := probe(addr, "/healthz"); return code == http.StatusOK })
-	eventually(t, "readiness explains that there is no cluster", func() bool {
+	testenv.Eventually(t, 0, "the waiting server answers", testenv.Holds(func() bool { code, _ := probe(addr, "/healthz"); return code == http.StatusOK }))
+	testenv.Eventually(t, 0, "readiness explains that there is no cluster", testenv.Holds(func() bool {
 		code, body := probe(addr, "/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "no TalosCluster in namespace "+ns)
-	})
+	}))
 	if code, _ := probe(addr, "/api/v1/machines"); code != http.StatusServiceUnavailable {
 		t.Errorf("the API while waiting: %d, want 503", code)
 	}
@@ -171,11 +160,11 @@ func TestWaitForTheOnlyCluster(t *testing.T) {
 		return
 	case <-time.After(500 * time.Millisecond):
 	}
-	eventually(t, "readiness explains that there are two clusters", func() bool {
+	testenv.Eventually(t, 0, "readiness explains that there are two clusters", testenv.Holds(func() bool {
 		code, body := probe(addr, "/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "2 TalosClusters") &&
 			strings.Contains(body, "alpha, beta") && strings.Contains(body, "pass --cluster")
-	})
+	}))
 	deleteCluster(t, b)
 	select {
 	case r := <-done:
@@ -243,15 +232,15 @@ func TestClusterWatch(t *testing.T) {
 		t.Fatal("not ready while alpha is the only cluster")
 	}
 	b := createCluster(t, ns, "beta")
-	eventually(t, "not ready with two clusters", func() bool { return !w.Ready() })
+	testenv.Eventually(t, 0, "not ready with two clusters", testenv.Holds(func() bool { return !w.Ready() }))
 	deleteCluster(t, b)
-	eventually(t, "ready again with one cluster", func() bool { return w.Ready() })
+	testenv.Eventually(t, 0, "ready again with one cluster", testenv.Holds(func() bool { return w.Ready() }))
 	if out := logs.String(); !strings.Contains(out, "2 TalosClusters") || !strings.Contains(out, "ready again") {
 		t.Errorf("the changes are not logged:\n%s", out)
 	}
 
 	deleteCluster(t, a)
-	eventually(t, "not ready without a cluster", func() bool { return !w.Ready() })
+	testenv.Eventually(t, 0, "not ready without a cluster", testenv.Holds(func() bool { return !w.Ready() }))
 	createCluster(t, ns, "gamma")
 	select {
 	case reason := <-restarted:

@@ -60,7 +60,7 @@ func waitAnswered(t *testing.T, name string) *ichorv1alpha1.TalosCredentialReque
 
 	tcr := &ichorv1alpha1.TalosCredentialRequest{}
 
-	eventually(t, "request "+name+" answered", func() error {
+	testenv.Eventually(t, waitTimeout, "request "+name+" answered", func() error {
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, tcr); err != nil {
 			return err
 		}
@@ -192,7 +192,7 @@ func TestReaderIsIssuedAndAcceptedByTheNodeForReadsOnly(t *testing.T) {
 	}
 
 	// The Event says what was signed, and holds nothing secret.
-	eventually(t, "the Issued Event", func() error {
+	testenv.Eventually(t, waitTimeout, "the Issued Event", func() error {
 		list := &eventsv1.EventList{}
 		if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
 			return err
@@ -379,7 +379,7 @@ func TestAnsweredRequestsAreDeletedAfterTheirRetention(t *testing.T) {
 	waitAnswered(t, "denied-soon")
 
 	for _, name := range []string{"expires-soon", "denied-soon"} {
-		eventually(t, name+" deleted", func() error {
+		testenv.Eventually(t, waitTimeout, name+" deleted", func() error {
 			err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &ichorv1alpha1.TalosCredentialRequest{})
 			if apierrors.IsNotFound(err) {
 				return nil
@@ -450,7 +450,7 @@ func TestPausedStops_CredentialRequest(t *testing.T) {
 
 	tcr := &ichorv1alpha1.TalosCredentialRequest{}
 
-	eventually(t, "the Paused condition", func() error {
+	testenv.Eventually(t, waitTimeout, "the Paused condition", func() error {
 		testenv.Must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "paused-reader"}, tcr))
 
 		if !apimeta.IsStatusConditionTrue(tcr.Status.Conditions, ichorv1alpha1.PausedCondition) {

@@ -145,26 +145,7 @@ func testCluster(name, secret string) *ichorv1alpha1.TalosCluster {
 }
 
 // waitTimeout bounds every wait of the tests.
-const waitTimeout = 30 * time.Second
-
-func eventually(t testing.TB, what string, cond func() error) {
-	t.Helper()
-
-	deadline := time.Now().Add(waitTimeout)
-
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
-		}
-
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+const waitTimeout = testenv.WaitTimeout
 
 // newKey makes a key pair and returns it with its PEM public key.
 func newKey(t testing.TB) (*ecdsa.PrivateKey, string) {

@@ -16,16 +16,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 func TestScanCreatesOnePendingMachinePerMaintenanceNodeAndNoDuplicates(t *testing.T) {
 	ctx := context.Background()
 	c := testCluster("scan", ichorv1alpha1.DiscoverySpec{Subnets: []string{scanSubnet}})
-	must(t, k8s.Create(ctx, c))
+	testenv.Must(t, k8s.Create(ctx, c))
 
 	var first []ichorv1alpha1.TalosMachine
 
-	eventually(t, "three pending machines", func() error {
+	testenv.Eventually(t, waitTimeout, "three pending machines", func() error {
 		first = machinesOf(t, "scan")
 		if len(first) != 3 {
 			return fmt.Errorf("%d machines", len(first))
@@ -109,9 +110,9 @@ func TestScanCreatesOnePendingMachinePerMaintenanceNodeAndNoDuplicates(t *testin
 
 	patch := client.MergeFrom(cl.DeepCopy())
 	cl.Spec.Discovery.Interval = &metav1.Duration{Duration: 2 * time.Hour}
-	must(t, k8s.Patch(ctx, cl, patch))
+	testenv.Must(t, k8s.Patch(ctx, cl, patch))
 
-	eventually(t, "a second scan", func() error {
+	testenv.Eventually(t, waitTimeout, "a second scan", func() error {
 		if c := getCluster(t, "scan"); !c.Status.Discovery.LastScanTime.After(firstScan) {
 			return errors.New("not yet")
 		}
@@ -133,7 +134,7 @@ func TestScanCreatesOnePendingMachinePerMaintenanceNodeAndNoDuplicates(t *testin
 
 func TestEmptyUUIDIsPendingWithWeakIdentity(t *testing.T) {
 	em := emMachine("weak")
-	must(t, k8s.Create(context.Background(), testCluster("weak", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
+	testenv.Must(t, k8s.Create(context.Background(), testCluster("weak", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
 
 	m := onlyMachine(t, "weak")
 
@@ -172,12 +173,12 @@ func TestUUIDOfAnotherMachineIsPendingWithDuplicateIdentity(t *testing.T) {
 			Role:        ichorv1alpha1.RoleWorker,
 		},
 	}
-	must(t, k8s.Create(ctx, holder))
+	testenv.Must(t, k8s.Create(ctx, holder))
 
 	// Let the manager's cache see it before the scan.
 	time.Sleep(500 * time.Millisecond)
 
-	must(t, k8s.Create(ctx, testCluster("dup", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
+	testenv.Must(t, k8s.Create(ctx, testCluster("dup", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
 
 	m := onlyMachine(t, "dup")
 
@@ -199,14 +200,14 @@ func TestUUIDOfAnotherMachineIsPendingWithDuplicateIdentity(t *testing.T) {
 
 func TestConfiguredNodeIsAlreadyConfiguredAndCreatesNothing(t *testing.T) {
 	em := emMachine("configured")
-	must(t, k8s.Create(context.Background(), testCluster("configured", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
+	testenv.Must(t, k8s.Create(context.Background(), testCluster("configured", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
 
 	r := resultFor(t, "configured", em.IP())
 	if r.Result != ichorv1alpha1.DiscoveryResultAlreadyConfigured || r.Machine != "" || !strings.Contains(r.Message, "reclaim") {
 		t.Fatalf("result %+v, want AlreadyConfigured pointing at a reclaim", r)
 	}
 
-	eventually(t, "an AlreadyConfigured Event", func() error {
+	testenv.Eventually(t, waitTimeout, "an AlreadyConfigured Event", func() error {
 		var list eventsv1.EventList
 		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			return err
@@ -228,7 +229,7 @@ func TestConfiguredNodeIsAlreadyConfiguredAndCreatesNothing(t *testing.T) {
 }
 
 func TestUnreachableAddressIsReported(t *testing.T) {
-	must(t, k8s.Create(context.Background(), testCluster("unreachable", ichorv1alpha1.DiscoverySpec{Addresses: []string{nobody}})))
+	testenv.Must(t, k8s.Create(context.Background(), testCluster("unreachable", ichorv1alpha1.DiscoverySpec{Addresses: []string{nobody}})))
 
 	r := resultFor(t, "unreachable", nobody)
 	if r.Result != ichorv1alpha1.DiscoveryResultUnreachable || r.Message == "" || r.ProbedAt.IsZero() {
@@ -245,11 +246,11 @@ func TestAddByAddress(t *testing.T) {
 	em := emMachine("added")
 
 	c := testCluster("add", ichorv1alpha1.DiscoverySpec{})
-	must(t, k8s.Create(ctx, c))
+	testenv.Must(t, k8s.Create(ctx, c))
 
 	// The first reconcile finds nothing to do; then an address is added, as
 	// `ichor cluster discovery add` does.
-	eventually(t, "the first reconcile", func() error {
+	testenv.Eventually(t, waitTimeout, "the first reconcile", func() error {
 		if getCluster(t, "add").Status.Discovery.LastScanTime == nil {
 			return errors.New("not yet")
 		}
@@ -260,7 +261,7 @@ func TestAddByAddress(t *testing.T) {
 	c = getCluster(t, "add")
 	patch := client.MergeFrom(c.DeepCopy())
 	c.Spec.Discovery.Addresses = []string{em.IP()}
-	must(t, k8s.Patch(ctx, c, patch))
+	testenv.Must(t, k8s.Patch(ctx, c, patch))
 
 	r := resultFor(t, "add", em.IP())
 	m := onlyMachine(t, "add")
@@ -290,10 +291,10 @@ func TestApprovedMachineInMaintenanceIsNotDuplicated(t *testing.T) {
 			Role:        ichorv1alpha1.RoleWorker,
 		},
 	}
-	must(t, k8s.Create(ctx, tm))
+	testenv.Must(t, k8s.Create(ctx, tm))
 	time.Sleep(500 * time.Millisecond)
 
-	must(t, k8s.Create(ctx, testCluster("approved", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
+	testenv.Must(t, k8s.Create(ctx, testCluster("approved", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
 
 	if r := resultFor(t, "approved", em.IP()); r.Result != ichorv1alpha1.DiscoveryResultKnown || r.Machine != "approved-one" {
 		t.Fatalf("result %+v, want Known naming approved-one", r)
@@ -304,7 +305,7 @@ func TestApprovedMachineInMaintenanceIsNotDuplicated(t *testing.T) {
 	}
 
 	got := &ichorv1alpha1.TalosMachine{}
-	must(t, k8s.Get(ctx, client.ObjectKeyFromObject(tm), got))
+	testenv.Must(t, k8s.Get(ctx, client.ObjectKeyFromObject(tm), got))
 
 	if got.Status.MaintenanceFingerprint != "" || got.Status.Stage != "" {
 		t.Errorf("discovery wrote the status of an approved machine: %+v", got.Status)
@@ -314,13 +315,13 @@ func TestApprovedMachineInMaintenanceIsNotDuplicated(t *testing.T) {
 func TestRemovedMachineReappearsAsPending(t *testing.T) {
 	ctx := context.Background()
 	em := emMachine("returner")
-	must(t, k8s.Create(ctx, testCluster("returner", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
+	testenv.Must(t, k8s.Create(ctx, testCluster("returner", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
 
 	m := onlyMachine(t, "returner")
-	must(t, k8s.Delete(ctx, &m))
+	testenv.Must(t, k8s.Delete(ctx, &m))
 
 	// No spec change and an hour's interval: only the deletion can bring it back.
-	eventually(t, "the machine back as pending", func() error {
+	testenv.Eventually(t, waitTimeout, "the machine back as pending", func() error {
 		ms := machinesOf(t, "returner")
 		if len(ms) != 1 || ms[0].UID == m.UID || ms[0].Status.MaintenanceFingerprint == "" {
 			return fmt.Errorf("%d machines", len(ms))
@@ -340,7 +341,7 @@ func onlyMachine(t testing.TB, cluster string) ichorv1alpha1.TalosMachine {
 
 	var out ichorv1alpha1.TalosMachine
 
-	eventually(t, "one machine of "+cluster, func() error {
+	testenv.Eventually(t, waitTimeout, "one machine of "+cluster, func() error {
 		ms := machinesOf(t, cluster)
 		if len(ms) != 1 {
 			return fmt.Errorf("%d machines", len(ms))
@@ -362,7 +363,7 @@ func getCluster(t testing.TB, name string) *ichorv1alpha1.TalosCluster {
 	t.Helper()
 
 	c := &ichorv1alpha1.TalosCluster{}
-	must(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, c))
+	testenv.Must(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, c))
 
 	return c
 }

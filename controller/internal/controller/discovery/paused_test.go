@@ -24,7 +24,7 @@ func TestPausedStops_Discovery(t *testing.T) {
 
 	c := testCluster("paused", ichorv1alpha1.DiscoverySpec{Addresses: []string{held.IP()}})
 	c.Spec.Paused = true
-	must(t, k8s.Create(ctx, c))
+	testenv.Must(t, k8s.Create(ctx, c))
 
 	testenv.Eventually(t, waitTimeout, "discovery looks at the paused cluster", func() error {
 		if reconcile.PausedSkips(ControllerName) <= before {
@@ -42,7 +42,7 @@ func TestPausedStops_Discovery(t *testing.T) {
 		t.Fatalf("a paused cluster got %d machines", len(ms))
 	}
 
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur := getCluster(t, "paused")
 		cur.Spec.Paused = false
 

@@ -150,42 +150,14 @@ func configure(ctx context.Context, em *talosemu.Machine) error {
 }
 
 // waitTimeout bounds every wait of the tests.
-const waitTimeout = 30 * time.Second
-
-// eventually polls cond until it returns nil or the deadline passes.
-func eventually(t testing.TB, what string, cond func() error) {
-	t.Helper()
-
-	deadline := time.Now().Add(waitTimeout)
-
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
-		}
-
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+const waitTimeout = testenv.WaitTimeout
 
 // machinesOf lists the TalosMachines labelled with the cluster.
 func machinesOf(t testing.TB, cluster string) []ichorv1alpha1.TalosMachine {
 	t.Helper()
 
 	var list ichorv1alpha1.TalosMachineList
-	must(t, k8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{ichorv1alpha1.ClusterLabel: cluster}))
+	testenv.Must(t, k8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{ichorv1alpha1.ClusterLabel: cluster}))
 
 	return list.Items
 }
@@ -196,7 +168,7 @@ func resultFor(t testing.TB, cluster, address string) ichorv1alpha1.DiscoveryRes
 
 	var out ichorv1alpha1.DiscoveryResult
 
-	eventually(t, fmt.Sprintf("a discovery result for %s on %s", address, cluster), func() error {
+	testenv.Eventually(t, waitTimeout, fmt.Sprintf("a discovery result for %s on %s", address, cluster), func() error {
 		c := &ichorv1alpha1.TalosCluster{}
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster}, c); err != nil {
 			return err

@@ -105,22 +105,6 @@ func refused(t *testing.T, err error, what string) {
 	}
 }
 
-// eventually polls cond (nil = done) until waitTimeout.
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 func user(name string, disabled bool) *ichorv1alpha1.IchorUser {
 	return &ichorv1alpha1.IchorUser{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -136,7 +120,7 @@ func TestImpersonationBoundedRefusesSystemIdentities(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = admin.Delete(ctx, user("sam", false)) })
-	eventually(t, "the listed user ichor:sam", func() error { return impersonate(t, "ichor:sam", "ichor:viewer") })
+	testenv.Eventually(t, 0, "the listed user ichor:sam", func() error { return impersonate(t, "ichor:sam", "ichor:viewer") })
 
 	refused(t, impersonate(t, "system:kube-controller-manager"), "system:kube-controller-manager")
 	refused(t, impersonate(t, "system:admin", "system:masters"), "system:admin in system:masters")
@@ -156,13 +140,13 @@ func TestImpersonationBoundedFollowsIchorUsers(t *testing.T) {
 	if err := admin.Create(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ichor:nina after her IchorUser was created", func() error { return impersonate(t, "ichor:nina", "ichor:viewer") })
+	testenv.Eventually(t, 0, "ichor:nina after her IchorUser was created", func() error { return impersonate(t, "ichor:nina", "ichor:viewer") })
 
 	u.Spec.Disabled = true
 	if err := admin.Update(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ichor:nina refused once disabled", func() error { return wantRefused(t, "ichor:nina") })
+	testenv.Eventually(t, 0, "ichor:nina refused once disabled", func() error { return wantRefused(t, "ichor:nina") })
 	// The others stay: a neighbour.
 	if err := impersonate(t, extraUser); err != nil {
 		t.Fatalf("%s after disabling nina: %v", extraUser, err)
@@ -172,11 +156,11 @@ func TestImpersonationBoundedFollowsIchorUsers(t *testing.T) {
 	if err := admin.Update(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ichor:nina again once enabled", func() error { return impersonate(t, "ichor:nina") })
+	testenv.Eventually(t, 0, "ichor:nina again once enabled", func() error { return impersonate(t, "ichor:nina") })
 	if err := admin.Delete(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ichor:nina refused once deleted", func() error { return wantRefused(t, "ichor:nina") })
+	testenv.Eventually(t, 0, "ichor:nina refused once deleted", func() error { return wantRefused(t, "ichor:nina") })
 }
 
 func wantRefused(t *testing.T, name string) error {
@@ -208,7 +192,7 @@ func TestImpersonationBoundedIgnoresOtherNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = admin.Delete(ctx, marker) })
-	eventually(t, "ichor:mark", func() error { return impersonate(t, "ichor:mark") })
+	testenv.Eventually(t, 0, "ichor:mark", func() error { return impersonate(t, "ichor:mark") })
 	refused(t, impersonate(t, "ichor:otto"), "ichor:otto, an IchorUser outside the install namespace")
 }
 

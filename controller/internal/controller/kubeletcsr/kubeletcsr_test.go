@@ -26,6 +26,7 @@ import (
 
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 var serving = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageServerAuth}
@@ -35,12 +36,12 @@ func csrPEM(t testing.TB, cn, org string, dns []string, ips []net.IP) []byte {
 	t.Helper()
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
+	testenv.Must(t, err)
 
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
 		Subject: pkix.Name{CommonName: cn, Organization: []string{org}}, DNSNames: dns, IPAddresses: ips,
 	}, key)
-	must(t, err)
+	testenv.Must(t, err)
 
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
@@ -89,7 +90,7 @@ func TestCheck(t *testing.T) {
 func TestApprover(t *testing.T) {
 	ctx := context.Background()
 	em, err := world.Machine("cp-1")
-	must(t, err)
+	testenv.Must(t, err)
 
 	admin := adminClient(t, em.IP())
 	nodeClient := asNode(t, em.IP(), "cp-1")
@@ -97,7 +98,7 @@ func TestApprover(t *testing.T) {
 	create := func(k kubernetes.Interface, name, signer string, req []byte, usages []certificatesv1.KeyUsage) {
 		t.Helper()
 
-		eventually(t, "create CSR "+name, func() error {
+		testenv.Eventually(t, waitTimeout, "create CSR "+name, func() error {
 			_, err := k.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
 				ObjectMeta: metav1.ObjectMeta{Name: name},
 				Spec:       certificatesv1.CertificateSigningRequestSpec{SignerName: signer, Request: req, Usages: usages},
@@ -138,7 +139,7 @@ func TestApprover(t *testing.T) {
 		"foreign-name": {certificatesv1.CertificateDenied, `"api.example.com" is not one of node cp-1's own names`},
 		"not-a-node":   {certificatesv1.CertificateDenied, "not by a node"},
 	} {
-		eventually(t, name+" decided", func() error {
+		testenv.Eventually(t, waitTimeout, name+" decided", func() error {
 			typ, msg, err := decision(name)
 			if err != nil {
 				return err
@@ -156,7 +157,7 @@ func TestApprover(t *testing.T) {
 	// serving request created after it is decided, so a pass has seen both.
 	create(nodeClient, "after-client", kubeletcsr.Signer, csrPEM(t, "system:node:cp-1", "system:nodes", []string{"cp-1"}, ip), serving)
 
-	eventually(t, "after-client decided", func() error {
+	testenv.Eventually(t, waitTimeout, "after-client decided", func() error {
 		_, _, err := decision("after-client")
 
 		return err
@@ -171,18 +172,18 @@ func adminClient(t *testing.T, ip string) *kubernetes.Clientset {
 	t.Helper()
 
 	n, err := (&talosnode.Dialer{}).Dial(context.Background(), ip, theBun)
-	must(t, err)
+	testenv.Must(t, err)
 
 	defer n.Close()
 
 	kc, err := n.Kubeconfig(context.Background())
-	must(t, err)
+	testenv.Must(t, err)
 
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	must(t, err)
+	testenv.Must(t, err)
 
 	k, err := kubernetes.NewForConfig(cfg)
-	must(t, err)
+	testenv.Must(t, err)
 
 	return k
 }
@@ -194,7 +195,7 @@ func asNode(t *testing.T, ip, node string) *kubernetes.Clientset {
 
 	caBlock, _ := pem.Decode(theBun.Certs.K8s.Crt)
 	ca, err := x509.ParseCertificate(caBlock.Bytes)
-	must(t, err)
+	testenv.Must(t, err)
 
 	keyBlock, _ := pem.Decode(theBun.Certs.K8s.Key)
 
@@ -204,13 +205,13 @@ func asNode(t *testing.T, ip, node string) *kubernetes.Clientset {
 		caKey = k
 	} else {
 		k8, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes)
-		must(t, err)
+		testenv.Must(t, err)
 
 		caKey = k8.(crypto.Signer) //nolint:forcetypeassert // a CA key signs
 	}
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
+	testenv.Must(t, err)
 
 	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
@@ -219,10 +220,10 @@ func asNode(t *testing.T, ip, node string) *kubernetes.Clientset {
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}, ca, &key.PublicKey, caKey)
-	must(t, err)
+	testenv.Must(t, err)
 
 	keyDER, err := x509.MarshalECPrivateKey(key)
-	must(t, err)
+	testenv.Must(t, err)
 
 	k, err := kubernetes.NewForConfig(&rest.Config{
 		Host: "https://" + net.JoinHostPort(ip, "6443"),
@@ -233,34 +234,7 @@ func asNode(t *testing.T, ip, node string) *kubernetes.Clientset {
 		},
 		Timeout: 10 * time.Second,
 	})
-	must(t, err)
+	testenv.Must(t, err)
 
 	return k
-}
-
-func eventually(t testing.TB, what string, cond func() error) {
-	t.Helper()
-
-	deadline := time.Now().Add(waitTimeout)
-
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-
-	if err != nil {
-		t.Fatal(err)
-	}
 }

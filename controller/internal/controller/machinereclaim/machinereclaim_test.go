@@ -21,6 +21,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
 	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 const resetRPC = "/machine.MachineService/Reset"
@@ -30,14 +31,14 @@ func newReclaim(t *testing.T, name, machine string, mutate ...func(*ichorv1alpha
 	t.Helper()
 
 	em, err := world.Machine(machine)
-	must(t, err)
+	testenv.Must(t, err)
 
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-talosconfig"},
 		Type:       ichorv1alpha1.ForeignTalosconfigSecretType,
 		Data:       map[string][]byte{reclaim.TalosconfigKey: foreignTalosconfig()},
 	}
-	must(t, k8s.Create(context.Background(), sec))
+	testenv.Must(t, k8s.Create(context.Background(), sec))
 
 	mr := &ichorv1alpha1.MachineReclaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -50,7 +51,7 @@ func newReclaim(t *testing.T, name, machine string, mutate ...func(*ichorv1alpha
 		m(mr)
 	}
 
-	must(t, k8s.Create(context.Background(), mr))
+	testenv.Must(t, k8s.Create(context.Background(), mr))
 
 	return mr
 }
@@ -59,7 +60,7 @@ func getReclaim(t testing.TB, name string) *ichorv1alpha1.MachineReclaim {
 	t.Helper()
 
 	mr := &ichorv1alpha1.MachineReclaim{}
-	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, mr))
+	testenv.Must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, mr))
 
 	return mr
 }
@@ -69,7 +70,7 @@ func waitPhase(t *testing.T, name, phase string) *ichorv1alpha1.MachineReclaim {
 
 	var mr *ichorv1alpha1.MachineReclaim
 
-	eventually(t, name+" reaches "+phase, func() error {
+	testenv.Eventually(t, waitTimeout, name+" reaches "+phase, func() error {
 		mr = getReclaim(t, name)
 		if mr.Status.Phase != phase || mr.Status.ObservedGeneration != mr.Generation {
 			return fmt.Errorf("phase %q (observed generation %d of %d), ready %v", mr.Status.Phase,
@@ -102,7 +103,7 @@ func setConfirm(t *testing.T, name, uuid string) {
 func setConfirmAs(t *testing.T, name, uuid, user string) {
 	t.Helper()
 
-	eventually(t, "typing the UUID", func() error {
+	testenv.Eventually(t, waitTimeout, "typing the UUID", func() error {
 		mr := getReclaim(t, name)
 		mr.Spec.ConfirmUUID = uuid
 
@@ -117,7 +118,7 @@ func setConfirmAs(t *testing.T, name, uuid, user string) {
 func secretGone(t *testing.T, name string) {
 	t.Helper()
 
-	eventually(t, "the credential Secret is deleted", func() error {
+	testenv.Eventually(t, waitTimeout, "the credential Secret is deleted", func() error {
 		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -137,15 +138,15 @@ func resets(t *testing.T, em *talosemu.Machine) int {
 // foreign worker with the foreign talosconfig, dialled at its address only.
 func TestInspectForeignWorker(t *testing.T) {
 	em, err := world.Machine("fw-1")
-	must(t, err)
+	testenv.Must(t, err)
 
 	c, err := reclaim.Dial(context.Background(), em.IP(), 0, foreignTalosconfig())
-	must(t, err)
+	testenv.Must(t, err)
 
 	defer func() { _ = c.Close() }()
 
 	in, err := reclaim.Inspect(context.Background(), c)
-	must(t, err)
+	testenv.Must(t, err)
 
 	if in.UUID != strings.ToLower(em.UUID()) || in.UUID == "" {
 		t.Errorf("UUID %q, want %q", in.UUID, em.UUID())
@@ -176,15 +177,15 @@ func TestInspectForeignWorker(t *testing.T) {
 // control plane: the last member, refused unless forced.
 func TestInspectForeignControlPlane(t *testing.T) {
 	em, err := world.Machine("fcp-1")
-	must(t, err)
+	testenv.Must(t, err)
 
 	c, err := reclaim.Dial(context.Background(), em.IP(), 0, foreignTalosconfig())
-	must(t, err)
+	testenv.Must(t, err)
 
 	defer func() { _ = c.Close() }()
 
 	in, err := reclaim.Inspect(context.Background(), c)
-	must(t, err)
+	testenv.Must(t, err)
 
 	if !in.ControlPlane || in.EtcdError != "" || len(in.EtcdMembers) != 1 || in.EtcdMembers[0].ID != in.LocalMemberID || !in.EtcdMembers[0].Healthy {
 		t.Fatalf("etcd as inspected: controlPlane %v, error %q, members %+v, local %x", in.ControlPlane, in.EtcdError, in.EtcdMembers, in.LocalMemberID)
@@ -211,7 +212,7 @@ func TestInspectForeignControlPlane(t *testing.T) {
 // stamped: the creator, and the writer of the UUID that was reset.
 func TestReclaimHappyPath(t *testing.T) {
 	em, err := world.Machine("fw-1")
-	must(t, err)
+	testenv.Must(t, err)
 	em.ResetRPCCounts()
 
 	mr := newReclaim(t, "happy", "fw-1", func(mr *ichorv1alpha1.MachineReclaim) {
@@ -286,7 +287,7 @@ func TestReclaimHappyPath(t *testing.T) {
 // CA is refused, and typing its UUID sends nothing.
 func TestReclaimRefusesIchorMachine(t *testing.T) {
 	em, err := world.Machine("ichor-1")
-	must(t, err)
+	testenv.Must(t, err)
 	em.ResetRPCCounts()
 
 	// The Ichor machine's talosconfig: made from the managed bundle, as a
@@ -312,7 +313,7 @@ func TestReclaimRefusesIchorMachine(t *testing.T) {
 	}
 
 	// Force does not override it.
-	eventually(t, "setting force", func() error {
+	testenv.Eventually(t, waitTimeout, "setting force", func() error {
 		mr := getReclaim(t, mr.Name)
 		mr.Spec.Force = true
 
@@ -329,7 +330,7 @@ func TestReclaimRefusesIchorMachine(t *testing.T) {
 // cluster's last etcd member.
 func TestReclaimRefusesLastControlPlane(t *testing.T) {
 	em, err := world.Machine("fcp-1")
-	must(t, err)
+	testenv.Must(t, err)
 	em.ResetRPCCounts()
 
 	mr := newReclaim(t, "lastcp", "fcp-1", func(mr *ichorv1alpha1.MachineReclaim) { mr.Spec.ConfirmUUID = strings.ToLower(em.UUID()) })
@@ -346,7 +347,7 @@ func TestReclaimRefusesLastControlPlane(t *testing.T) {
 // sending) never sends one, even when everything else would allow it.
 func TestResumedReconcileSendsNoSecondReset(t *testing.T) {
 	em, err := world.Machine("fcp-1")
-	must(t, err)
+	testenv.Must(t, err)
 	em.ResetRPCCounts()
 
 	// Forced, so nothing refuses the last control plane.
@@ -358,7 +359,7 @@ func TestResumedReconcileSendsNoSecondReset(t *testing.T) {
 	}
 
 	// What a controller that stopped right after recording the reset leaves.
-	eventually(t, "recording a reset", func() error {
+	testenv.Eventually(t, waitTimeout, "recording a reset", func() error {
 		mr := getReclaim(t, "resumed")
 		now := metav1.Now()
 		mr.Status.Phase = ichorv1alpha1.ReclaimResetting
@@ -403,13 +404,13 @@ func TestReclaimNeverDeletesAnotherSecret(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "not-a-talosconfig"},
 		Data:       map[string][]byte{"talosconfig": []byte("x")},
 	}
-	must(t, k8s.Create(context.Background(), sec))
+	testenv.Must(t, k8s.Create(context.Background(), sec))
 
 	mr := &ichorv1alpha1.MachineReclaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrongtype"},
 		Spec:       ichorv1alpha1.MachineReclaimSpec{Address: "127.0.91.250", CredentialsRef: ichorv1alpha1.SecretReference{Name: sec.Name}},
 	}
-	must(t, k8s.Create(context.Background(), mr))
+	testenv.Must(t, k8s.Create(context.Background(), mr))
 
 	mr = waitPhase(t, mr.Name, ichorv1alpha1.ReclaimFailed)
 	if !strings.Contains(mr.Status.FailureReason, "reads only Secrets of type") {
@@ -417,7 +418,7 @@ func TestReclaimNeverDeletesAnotherSecret(t *testing.T) {
 	}
 
 	time.Sleep(time.Second)
-	must(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(sec), &corev1.Secret{}))
+	testenv.Must(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(sec), &corev1.Secret{}))
 }
 
 // TestSweeper deletes foreign talosconfigs older than the maximum TTL, and
@@ -429,19 +430,19 @@ func TestSweeper(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stale-foreign"}, Type: ichorv1alpha1.ForeignTalosconfigSecretType, Data: map[string][]byte{"talosconfig": []byte("x")}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stale-opaque"}, Data: map[string][]byte{"a": []byte("x")}},
 	} {
-		must(t, k8s.Create(ctx, s))
+		testenv.Must(t, k8s.Create(ctx, s))
 	}
 
 	sw := &Sweeper{Client: k8s, Reader: k8s}
 
 	n, err := sw.Sweep(ctx)
-	must(t, err)
+	testenv.Must(t, err)
 
 	if n != 0 {
 		t.Fatalf("a fresh credential was swept (%d)", n)
 	}
 
-	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stale-foreign"}, &corev1.Secret{}))
+	testenv.Must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stale-foreign"}, &corev1.Secret{}))
 
 	// An hour and a bit later, as the running sweeper sees it.
 	sw.Now = func() time.Time { return time.Now().Add(61 * time.Minute) }
@@ -454,9 +455,9 @@ func TestSweeper(t *testing.T) {
 
 	secretGone(t, "stale-foreign")
 	cancel()
-	must(t, <-done)
+	testenv.Must(t, <-done)
 
-	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stale-opaque"}, &corev1.Secret{}))
+	testenv.Must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stale-opaque"}, &corev1.Secret{}))
 }
 
 // TestZCredentialNeverShown scans every MachineReclaim's status, every Event
@@ -479,10 +480,10 @@ func TestZCredentialNeverShown(t *testing.T) {
 	}
 
 	var reclaims ichorv1alpha1.MachineReclaimList
-	must(t, k8s.List(context.Background(), &reclaims, client.InNamespace(ns)))
+	testenv.Must(t, k8s.List(context.Background(), &reclaims, client.InNamespace(ns)))
 
 	var evs eventsv1.EventList
-	must(t, k8s.List(context.Background(), &evs, client.InNamespace(ns)))
+	testenv.Must(t, k8s.List(context.Background(), &evs, client.InNamespace(ns)))
 
 	if len(reclaims.Items) < 4 || len(evs.Items) == 0 {
 		t.Fatalf("%d reclaims and %d events to scan; the check would be vacuous", len(reclaims.Items), len(evs.Items))
@@ -505,7 +506,7 @@ func toJSON(t *testing.T, v any) string {
 	t.Helper()
 
 	out, err := json.Marshal(v)
-	must(t, err)
+	testenv.Must(t, err)
 
 	return string(out)
 }
@@ -517,7 +518,7 @@ func useBundleTalosconfig(t *testing.T) func() {
 
 	saved, savedAdmin := foreign, adminPEM
 	admin, err := managed.GenerateTalosAPIClientCertificate(role.MakeSet(role.Admin))
-	must(t, err)
+	testenv.Must(t, err)
 
 	foreign = managed
 	adminPEM.crt, adminPEM.key = admin.Crt, admin.Key

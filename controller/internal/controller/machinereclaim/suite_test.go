@@ -300,20 +300,4 @@ func waitFor(timeout time.Duration, cond func() error) error {
 }
 
 // waitTimeout bounds every wait of the tests.
-const waitTimeout = 60 * time.Second
-
-func eventually(t testing.TB, what string, cond func() error) {
-	t.Helper()
-
-	if err := waitFor(waitTimeout, cond); err != nil {
-		t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
-	}
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+const waitTimeout = testenv.WaitTimeout

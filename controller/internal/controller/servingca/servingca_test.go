@@ -16,7 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -438,13 +437,13 @@ func TestKeeperInManagerServesAVerifiableLeaf(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaf := &corev1.Secret{}
-	eventually(t, func() error {
+	testenv.Eventually(t, 0, "the leaf Secret", func() error {
 		return k8s.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: DefaultLeafSecret}, leaf)
 	})
 	if err := k8s.Delete(ctx, leaf); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() error {
+	testenv.Eventually(t, 0, "a new leaf Secret after the deletion", func() error {
 		fresh := &corev1.Secret{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(leaf), fresh); err != nil {
 			return err
@@ -486,24 +485,6 @@ func TestKeeperInManagerServesAVerifiableLeaf(t *testing.T) {
 	}
 	_ = resp.Body.Close()
 	assertNoKeyInLogs(t, read(t, k))
-}
-
-func eventually(t *testing.T, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within a minute: %v", err)
-		}
-		if !apierrors.IsNotFound(err) {
-			t.Logf("waiting: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // assertNoKeyInLogs checks that no private key of s, and no PEM key at all,
