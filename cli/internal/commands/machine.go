@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
@@ -431,41 +431,24 @@ func (r *run) decide(ctx context.Context, name, state string, mutate func(m *ich
 	if err != nil {
 		return nil, err
 	}
-	var out *ichorv1alpha1.TalosMachine
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		old, err := r.getMachine(ctx, name)
-		if err != nil {
-			return err
-		}
-		if old.DeletionTimestamp != nil {
-			return fmt.Errorf("TalosMachine %s is being removed; wait until it reappears as pending (`ichor machine list --watch`)", name)
-		}
-		m := old.DeepCopy()
-		if err := mutate(m); err != nil {
-			return err
-		}
-		m.Spec.Approval = ichorv1alpha1.MachineApproval{State: state, DecidedBy: user, DecidedAt: &metav1.Time{Time: time.Now().UTC().Truncate(time.Second)}}
-		facts, err := r.machineFacts(ctx, m)
-		if err != nil {
-			return err
-		}
-		refusals := guard.ValidateMachine(old, m, facts)
-		if rf := guard.CheckApprovalRecord(old, m, user); rf != nil {
-			refusals = append(refusals, *rf)
-		}
-		if err := refusalError(fmt.Sprintf("%s %s", verbOf(state), name), refusals); err != nil {
-			return err
-		}
-		if err := r.c().Update(ctx, m); err != nil {
-			if apierrors.IsConflict(err) {
-				return err
-			}
-			return r.conn.Explain(err, fmt.Sprintf("%s %s", verbOf(state), name))
-		}
-		out = m
-		return nil
-	})
-	return out, err
+	// Read once for the friendly not-found message; the shared write reads again.
+	if _, err := r.getMachine(ctx, name); err != nil {
+		return nil, err
+	}
+	what := fmt.Sprintf("%s %s", verbOf(state), name)
+	m, err := approval.Decide(ctx, r.c(), client.ObjectKey{Namespace: r.ns(), Name: name}, state, user, time.Now(), r.machineFacts, mutate)
+	var refused *approval.Refused
+	switch {
+	case err == nil:
+		return m, nil
+	case errors.As(err, &refused):
+		return nil, refusalError(what, refused.Refusals)
+	case errors.Is(err, approval.ErrBeingRemoved):
+		return nil, fmt.Errorf("TalosMachine %s is being removed; wait until it reappears as pending (`ichor machine list --watch`)", name)
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return nil, r.conn.Explain(err, what)
+	}
+	return nil, err
 }
 
 func verbOf(state string) string {

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -9,7 +10,6 @@ import (
 	"github.com/urfave/cli/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -87,69 +87,25 @@ func nodeRemove(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	// One update sets the consent and the options, then the delete.
-	var marked *ichorv1alpha1.TalosMachine
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &ichorv1alpha1.TalosMachine{}
-		if err := r.c().Get(ctx, client.ObjectKeyFromObject(m), cur); err != nil {
-			return err
-		}
-		if cur.UID != m.UID {
-			return fmt.Errorf("TalosMachine %s was replaced while you confirmed; run the command again", name)
-		}
-		if cur.Annotations == nil {
-			cur.Annotations = map[string]string{}
-		}
-		cur.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = annotationTrue
-		if cmd.Bool("reboot") {
-			cur.Annotations[ichorv1alpha1.RemoveRebootAnnotation] = annotationTrue
-		}
-		if cmd.Bool("force") {
-			cur.Spec.ForceRemove = true
-		}
-		if err := r.c().Update(ctx, cur); err != nil {
-			return err
-		}
-		marked = cur
-		return nil
-	})
-	if err != nil {
-		return r.conn.Explain(err, "marking TalosMachine "+name+" for removal")
+	// One update sets the consent and the options, then the delete; a
+	// refused delete takes the consent back (the shared removal write).
+	res, err := removal.Remove(ctx, r.c(), m, opts)
+	if res.UndoErr != nil {
+		r.warnf("could not take back the %s annotation on %s: %v; remove it by hand", ichorv1alpha1.AllowDeleteAnnotation, name, res.UndoErr)
 	}
-	uid := marked.UID
-	if err := r.c().Delete(ctx, marked, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-		// Take the consent back, so that nothing is left half-done.
-		r.undoMark(ctx, marked, m)
+	if errors.Is(err, removal.ErrReplaced) {
+		return fmt.Errorf("TalosMachine %s was replaced while you confirmed; run the command again", name)
+	}
+	if err != nil {
 		return r.conn.Explain(err, "removing TalosMachine "+name)
 	}
+	marked := res.Marked
 	r.printf("machine %s is being removed\n", name)
 	if !cmd.Bool("wait") {
 		r.printf("follow it with `ichor node remove %s --wait` or `ichor machine list --watch`\n", name)
 		return nil
 	}
 	return r.waitGone(ctx, marked, cmd.Duration("timeout"))
-}
-
-// undoMark restores the annotations and forceRemove of before a refused delete.
-func (r *run) undoMark(ctx context.Context, marked, before *ichorv1alpha1.TalosMachine) {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &ichorv1alpha1.TalosMachine{}
-		if err := r.c().Get(ctx, client.ObjectKeyFromObject(marked), cur); err != nil {
-			return err
-		}
-		for _, a := range []string{ichorv1alpha1.AllowDeleteAnnotation, ichorv1alpha1.RemoveRebootAnnotation} {
-			if v, ok := before.Annotations[a]; ok {
-				cur.Annotations[a] = v
-			} else {
-				delete(cur.Annotations, a)
-			}
-		}
-		cur.Spec.ForceRemove = before.Spec.ForceRemove
-		return r.c().Update(ctx, cur)
-	})
-	if err != nil {
-		r.warnf("could not take back the %s annotation on %s: %v; remove it by hand", ichorv1alpha1.AllowDeleteAnnotation, marked.Name, err)
-	}
 }
 
 // previewRemoval prints what removing m would do (`node remove --dry-run`)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -14,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -280,41 +280,17 @@ func (s *Server) decide(ctx context.Context, name, state string, mutate func(m *
 	if state == ichorv1alpha1.ApprovalRejected {
 		what = "rejecting machine " + name
 	}
-	var out *ichorv1alpha1.TalosMachine
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		old, err := s.userMachine(ctx, name)
-		if err != nil {
-			return err
-		}
-		if old.DeletionTimestamp != nil {
-			return status.Errorf(codes.FailedPrecondition, "%s: the machine is being removed; wait until it reappears as pending", what)
-		}
-		m := old.DeepCopy()
-		if err := mutate(m); err != nil {
-			return err
-		}
-		m.Spec.Approval = ichorv1alpha1.MachineApproval{State: state, DecidedBy: id.Username, DecidedAt: &metav1.Time{Time: time.Now().UTC().Truncate(time.Second)}}
-		facts, err := s.machineFacts(ctx, m)
-		if err != nil {
-			return err
-		}
-		refusals := guard.ValidateMachine(old, m, facts)
-		if rf := guard.CheckApprovalRecord(old, m, id.Username); rf != nil {
-			refusals = append(refusals, *rf)
-		}
-		if len(refusals) > 0 {
-			return refused(codes.FailedPrecondition, what, refusals)
-		}
-		if err := s.Clients.User.Update(ctx, m); err != nil {
-			return err
-		}
-		out = m
-		return nil
-	})
-	if err != nil {
+	m, err := approval.Decide(ctx, s.Clients.User, client.ObjectKey{Namespace: s.Clients.Namespace, Name: name}, state, id.Username, time.Now(), s.machineFacts, mutate)
+	var rf *approval.Refused
+	switch {
+	case errors.As(err, &rf):
+		return nil, refused(codes.FailedPrecondition, what, rf.Refusals)
+	case errors.Is(err, approval.ErrBeingRemoved):
+		return nil, status.Errorf(codes.FailedPrecondition, "%s: the machine is being removed; wait until it reappears as pending", what)
+	case err != nil:
 		return nil, apiError(ctx, err, what)
 	}
-	return out, nil
+	return m, nil
 }
 
 // ApproveMachine implements MachineService.
@@ -415,42 +391,17 @@ func (s *Server) RemoveMachine(ctx context.Context, req *ichorv1.RemoveMachineRe
 	if refusals := removal.Refusals(m, facts); len(refusals) > 0 {
 		return nil, refused(codes.FailedPrecondition, what, refusals)
 	}
-	var marked *ichorv1alpha1.TalosMachine
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := s.userMachine(ctx, name)
-		if err != nil {
-			return err
-		}
-		if cur.UID != m.UID {
-			return status.Errorf(codes.Aborted, "machine %s was replaced meanwhile; reload and try again", name)
-		}
-		if cur.Annotations == nil {
-			cur.Annotations = map[string]string{}
-		}
-		cur.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = annotationTrue
-		if req.GetReboot() {
-			cur.Annotations[ichorv1alpha1.RemoveRebootAnnotation] = annotationTrue
-		}
-		if req.GetForce() {
-			cur.Spec.ForceRemove = true
-		}
-		if err := s.Clients.User.Update(ctx, cur); err != nil {
-			return err
-		}
-		marked = cur
-		return nil
-	})
-	if err != nil {
+	res, err := removal.Remove(ctx, s.Clients.User, m, removal.Options{Reboot: req.GetReboot(), Force: req.GetForce()})
+	switch {
+	case errors.Is(err, removal.ErrReplaced):
+		return nil, status.Errorf(codes.Aborted, "machine %s was replaced meanwhile; reload and try again", name)
+	case err != nil && res.UndoErr != nil:
+		return nil, apiError(ctx, fmt.Errorf("%w (and taking the %s annotation back failed: %w; remove it by hand)",
+			err, ichorv1alpha1.AllowDeleteAnnotation, res.UndoErr), what)
+	case err != nil:
 		return nil, apiError(ctx, err, what)
 	}
-	uid := marked.UID
-	if err := s.Clients.User.Delete(ctx, marked, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-		if undo := s.undoMark(ctx, name, m); undo != nil {
-			return nil, apiError(ctx, fmt.Errorf("%w (and taking the %s annotation back failed: %w; remove it by hand)",
-				err, ichorv1alpha1.AllowDeleteAnnotation, undo), what)
-		}
-		return nil, apiError(ctx, err, what)
-	}
+	marked := res.Marked
 	return &ichorv1.RemoveMachineResponse{Machine: machineToProto(marked)}, nil
 }
 
@@ -479,24 +430,6 @@ func (s *Server) PreviewRemoval(ctx context.Context, req *ichorv1.PreviewRemoval
 		out.Refusals = append(out.Refusals, &ichorv1.Refusal{Field: r.Field, Rule: r.Rule, WayOut: r.WayOut, Overridable: r.Overridable})
 	}
 	return out, nil
-}
-
-func (s *Server) undoMark(ctx context.Context, name string, before *ichorv1alpha1.TalosMachine) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := s.userMachine(ctx, name)
-		if err != nil {
-			return err
-		}
-		for _, a := range []string{ichorv1alpha1.AllowDeleteAnnotation, ichorv1alpha1.RemoveRebootAnnotation} {
-			if v, ok := before.Annotations[a]; ok {
-				cur.Annotations[a] = v
-			} else {
-				delete(cur.Annotations, a)
-			}
-		}
-		cur.Spec.ForceRemove = before.Spec.ForceRemove
-		return s.Clients.User.Update(ctx, cur)
-	})
 }
 
 func orUnknown(s string) string {
