@@ -174,9 +174,7 @@ func TestUUIDOfAnotherMachineIsPendingWithDuplicateIdentity(t *testing.T) {
 		},
 	}
 	testenv.Must(t, k8s.Create(ctx, holder))
-
-	// Let the manager's cache see it before the scan.
-	time.Sleep(500 * time.Millisecond)
+	waitCached(t, holder)
 
 	testenv.Must(t, k8s.Create(ctx, testCluster("dup", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
 
@@ -292,7 +290,7 @@ func TestApprovedMachineInMaintenanceIsNotDuplicated(t *testing.T) {
 		},
 	}
 	testenv.Must(t, k8s.Create(ctx, tm))
-	time.Sleep(500 * time.Millisecond)
+	waitCached(t, tm)
 
 	testenv.Must(t, k8s.Create(ctx, testCluster("approved", ichorv1alpha1.DiscoverySpec{Addresses: []string{em.IP()}})))
 

@@ -28,6 +28,8 @@ var (
 	scheme *runtime.Scheme
 	k8s    client.Client
 	world  *talosemu.World
+	// cached reads through the manager's cache, which the reconciler reads.
+	cached client.Reader
 )
 
 const (
@@ -87,6 +89,8 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	}
 
 	// Scans repeat only on spec changes within the tests; rechecks are quick.
+	cached = mgr.GetClient()
+
 	r := &Reconciler{DefaultInterval: time.Hour, RecheckInterval: 200 * time.Millisecond, ProbeTimeout: 2 * time.Second}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return world.Close, err
@@ -186,4 +190,13 @@ func resultFor(t testing.TB, cluster, address string) ichorv1alpha1.DiscoveryRes
 	})
 
 	return out
+}
+
+// waitCached waits until the manager's cache, which the reconciler reads, holds the machine.
+func waitCached(t testing.TB, m *ichorv1alpha1.TalosMachine) {
+	t.Helper()
+
+	testenv.Eventually(t, waitTimeout, "the cache holds "+m.Name, func() error {
+		return cached.Get(context.Background(), client.ObjectKeyFromObject(m), &ichorv1alpha1.TalosMachine{})
+	})
 }

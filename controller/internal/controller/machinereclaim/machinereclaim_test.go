@@ -91,6 +91,21 @@ func readyMessage(mr *ichorv1alpha1.MachineReclaim) string {
 	return ""
 }
 
+// waitObserved waits until the reconciler has looked at the reclaim's
+// current generation (observedGeneration moves at the end of a successful
+// reconcile): the positive marker before asserting that nothing was sent.
+func waitObserved(t *testing.T, name string) {
+	t.Helper()
+
+	testenv.Eventually(t, waitTimeout, name+" observed", func() error {
+		if mr := getReclaim(t, name); mr.Status.ObservedGeneration != mr.Generation {
+			return fmt.Errorf("observed generation %d of %d", mr.Status.ObservedGeneration, mr.Generation)
+		}
+
+		return nil
+	})
+}
+
 func setConfirm(t *testing.T, name, uuid string) {
 	t.Helper()
 
@@ -276,7 +291,7 @@ func TestReclaimHappyPath(t *testing.T) {
 
 	// Nudging the finished reclaim sends nothing more.
 	setConfirm(t, mr.Name, in.UUID)
-	time.Sleep(time.Second)
+	waitObserved(t, mr.Name)
 
 	if n := resets(t, em); n != 1 {
 		t.Fatalf("%d resets after a finished reclaim was touched, want 1", n)
@@ -369,7 +384,7 @@ func TestResumedReconcileSendsNoSecondReset(t *testing.T) {
 	})
 
 	setConfirm(t, mr.Name, mr.Status.Inspection.UUID)
-	time.Sleep(3 * time.Second)
+	waitObserved(t, mr.Name)
 
 	mr = getReclaim(t, mr.Name)
 	if n := resets(t, em); n != 0 || mr.Status.Phase != ichorv1alpha1.ReclaimResetting {
@@ -417,7 +432,15 @@ func TestReclaimNeverDeletesAnotherSecret(t *testing.T) {
 		t.Fatalf("failure %q", mr.Status.FailureReason)
 	}
 
-	time.Sleep(time.Second)
+	// The marker that the failing reconcile is over: a reclaim created after
+	// it is answered (one worker, first in first out).
+	marker := &ichorv1alpha1.MachineReclaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrongtype-marker"},
+		Spec:       ichorv1alpha1.MachineReclaimSpec{Address: "127.0.91.251", CredentialsRef: ichorv1alpha1.SecretReference{Name: "no-such-secret"}},
+	}
+	testenv.Must(t, k8s.Create(context.Background(), marker))
+	waitPhase(t, marker.Name, ichorv1alpha1.ReclaimFailed)
+
 	testenv.Must(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(sec), &corev1.Secret{}))
 }
 
