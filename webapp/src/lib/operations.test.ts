@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { canAdmin, canPause, canResume, current, fromTo, phaseText, phaseTone, settingsUpdate } from "./operations";
+import { canAdmin, canPause, canResume, current, fromTo, machineTone, phaseText, phaseTone, settingsUpdate } from "./operations";
 import { match } from "./router";
 
 describe("current", () => {
@@ -90,5 +90,17 @@ describe("routes", () => {
     expect(match("/operations/")).toEqual({ screen: "operations" });
     expect(match("/operations/upgrade-talos%201")).toEqual({ screen: "operation", name: "upgrade-talos 1" });
     expect(match("/settings")).toEqual({ screen: "settings" });
+  });
+});
+
+describe("machineTone", () => {
+  it("tones a machine's state in an operation: done ok, failed bad, in progress and held warn, the rest neutral", () => {
+    expect(machineTone("Done")).toBe("ok");
+    expect(machineTone("Failed")).toBe("bad");
+    expect(machineTone("InProgress")).toBe("warn");
+    expect(machineTone("Held")).toBe("warn");
+    expect(machineTone("Pending")).toBe("neutral");
+    expect(machineTone("Skipped")).toBe("neutral");
+    expect(machineTone(undefined)).toBe("neutral");
   });
 });

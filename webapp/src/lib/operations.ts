@@ -1,10 +1,11 @@
 import { useEffect, useState } from "preact/hooks";
 import type { Client, Operation, Settings, UpdateSettingsRequest } from "../api/generated";
 import type { Tone } from "../components/ui/badge";
+import * as api from "../api/v1alpha1";
 
 /** finished reports whether an operation has completed for good. */
 export function finished(op: Operation): boolean {
-  return op.phase === "Succeeded" || op.phase === "Failed";
+  return op.phase === api.OperationSucceeded || op.phase === api.OperationFailed;
 }
 
 /** current is the operation in progress (running, paused, pending or awaiting credentials), newest first; undefined when none. */
@@ -15,12 +16,12 @@ export function current(ops: Operation[] | undefined): Operation | undefined {
 /** phaseTone is the badge tone of an operation's phase. */
 export function phaseTone(op: Operation): Tone {
   switch (op.phase) {
-    case "Succeeded":
+    case api.OperationSucceeded:
       return "ok";
-    case "Failed":
+    case api.OperationFailed:
       return "bad";
-    case "Paused":
-    case "AwaitingCredentials":
+    case api.OperationPaused:
+    case api.OperationAwaitingCredentials:
       return op.failureReason ? "bad" : "warn";
     default:
       return op.paused ? "warn" : "neutral";
@@ -29,9 +30,24 @@ export function phaseTone(op: Operation): Tone {
 
 /** phaseText is the phase as shown, saying when a pause was asked for and not reached yet. */
 export function phaseText(op: Operation): string {
-  const phase = op.phase || "Pending";
-  if (op.paused && phase !== "Paused" && !finished(op)) return `${phase} (pausing)`;
+  const phase = op.phase || api.OperationPending;
+  if (op.paused && phase !== api.OperationPaused && !finished(op)) return `${phase} (pausing)`;
   return phase;
+}
+
+/** machineTone is the badge tone of a machine's state in an operation: done ok, failed bad, in progress or held warn, else (pending, skipped) neutral. */
+export function machineTone(state: string | undefined): Tone {
+  switch (state) {
+    case api.MachineDone:
+      return "ok";
+    case api.MachineFailed:
+      return "bad";
+    case api.MachineInProgress:
+    case api.MachineHeld:
+      return "warn";
+    default:
+      return "neutral";
+  }
 }
 
 /** fromTo is "from → to", or the one that is known. */

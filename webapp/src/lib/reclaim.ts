@@ -1,27 +1,28 @@
 import type { DiscoveryResult, Reclaim } from "../api/generated";
 import type { Tone } from "../components/ui/badge";
+import * as api from "../api/v1alpha1";
 
 /** reclaimable is the addresses discovery found configured by another cluster ("AlreadyConfigured"), sorted and without repeats. */
 export function reclaimable(results: DiscoveryResult[] | undefined): string[] {
   const out = new Set<string>();
-  for (const r of results ?? []) if (r.result === "AlreadyConfigured" && r.address) out.add(r.address);
+  for (const r of results ?? []) if (r.result === api.DiscoveryResultAlreadyConfigured && r.address) out.add(r.address);
   return [...out].sort();
 }
 
 /** reclaimFinished reports whether a reclaim has ended for good (its credential is deleted). */
 export function reclaimFinished(r: Reclaim | undefined): boolean {
-  return r?.phase === "Done" || r?.phase === "Failed" || r?.phase === "Expired";
+  return r?.phase === api.ReclaimDone || r?.phase === api.ReclaimFailed || r?.phase === api.ReclaimExpired;
 }
 
 /** reclaimTone is the badge tone of a reclaim's phase. */
 export function reclaimTone(r: Reclaim): Tone {
   switch (r.phase) {
-    case "Done":
+    case api.ReclaimDone:
       return "ok";
-    case "Failed":
-    case "Expired":
+    case api.ReclaimFailed:
+    case api.ReclaimExpired:
       return "bad";
-    case "AwaitingConfirmation":
+    case api.ReclaimAwaitingConfirmation:
       return r.inspection?.refusals?.length ? "bad" : "warn";
     default:
       return "neutral";
@@ -30,7 +31,7 @@ export function reclaimTone(r: Reclaim): Tone {
 
 /** canConfirm reports whether the reclaim waits for the typed UUID and nothing refuses the reset. */
 export function canConfirm(r: Reclaim | undefined): boolean {
-  return r?.phase === "AwaitingConfirmation" && !r.confirmed && !r.inspection?.refusals?.length && !!r.inspection?.uuid;
+  return r?.phase === api.ReclaimAwaitingConfirmation && !r.confirmed && !r.inspection?.refusals?.length && !!r.inspection?.uuid;
 }
 
 /** uuidMatches compares a typed UUID with the machine's as the backend does: no case, no surrounding spaces. */

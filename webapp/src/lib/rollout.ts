@@ -19,11 +19,11 @@ export function waitsForRollout(machines: Machine[]): boolean {
 export function rolloutText(kind: string): string {
   switch (kind) {
     case "reboot":
-      return "RebootRequired: cordon, drain, staged apply, reboot, uncordon";
+      return `${api.RebootRequiredCondition}: cordon, drain, staged apply, reboot, uncordon`;
     case "kube-apiserver-restart":
-      return "APIServerRestartRequired: apply without reboot, the kube-apiserver restarts (no drain)";
+      return `${api.APIServerRestartRequiredCondition}: apply without reboot, the kube-apiserver restarts (no drain)`;
     case "drift":
-      return "Drifted: the node differs from the render and gets it again";
+      return `${api.DriftedCondition}: the node differs from the render and gets it again`;
   }
   return kind;
 }

@@ -18,9 +18,9 @@ export function stateOf(m: Machine): { text: string; tone: Tone; detail?: string
   const approval = m.approval?.state ?? api.ApprovalPending;
   if (approval === api.ApprovalPending) return { text: "Pending approval", tone: "warn" };
   if (approval === api.ApprovalRejected) return { text: "Rejected", tone: "neutral" };
-  if (ready?.status === "True") return { text: "Ready", tone: "ok", detail: ready.message };
+  if (ready?.status === "True") return { text: api.ReadyCondition, tone: "ok", detail: ready.message };
   if (ready?.status === "False") return { text: ready.reason || "Not ready", tone: "bad", detail: ready.message };
-  return { text: ready?.reason || "Provisioning", tone: "neutral", detail: ready?.message };
+  return { text: ready?.reason || api.ProvisioningReason, tone: "neutral", detail: ready?.message };
 }
 
 /** Attention is one entry of the needs-attention list. */

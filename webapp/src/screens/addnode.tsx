@@ -3,6 +3,7 @@ import { useConsole } from "../context";
 import type { DiskRole, DiscoveredDisk, Machine, MachineNetwork } from "../api/generated";
 import { bytes, isStable, selectorOf, stableKey, stableLabel } from "../lib/disks";
 import { timeAgo } from "../lib/status";
+import { discoveryTone } from "../lib/discovery";
 import { Card, CardContent, CardDescription, CardHeader, CardTitle } from "../components/ui/card";
 import { Button } from "../components/ui/button";
 import { Checkbox, Field, Input, Select } from "../components/ui/input";
@@ -96,7 +97,7 @@ function Register() {
                 <TR key={r.address}>
                   <TD class="font-mono text-xs">{r.address}</TD>
                   <TD>
-                    <Badge tone={r.result === "Pending" || r.result === "Known" ? "ok" : r.result === "Unreachable" ? "neutral" : "warn"} title={r.message}>
+                    <Badge tone={discoveryTone(r.result)} title={r.message}>
                       {r.result}
                     </Badge>
                     {r.message && <div class="text-xs text-muted-foreground">{r.message}</div>}
@@ -149,7 +150,7 @@ function DiskTable({ disks }: { disks: DiscoveredDisk[] }) {
   );
 }
 
-type Role = "" | "ephemeral" | "userVolume";
+type Role = "" | typeof api.DiskRoleEphemeral | typeof api.DiskRoleUserVolume;
 
 interface DiskChoice {
   role: Role;
@@ -169,7 +170,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
   const disks = m.hardware?.disks ?? [];
   const links = (m.hardware?.links ?? []).filter((l) => l.permanentMac);
   const id = (s: string) => `approve-${m.name}-${s}`;
-  const [role, setRole] = useState("worker");
+  const [role, setRole] = useState<string>(api.RoleWorker);
   const [hostname, setHostname] = useState(m.hostname ?? "");
   const [labels, setLabels] = useState<LabelRow[]>(Object.entries(m.labels ?? {}).map(([key, value]) => ({ key, value })));
   const [install, setInstall] = useState(disks.length === 1 ? disks[0].devicePath ?? "" : "");
@@ -210,7 +211,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
       if (d.devicePath === install) continue;
       const c = choice(d.devicePath ?? "");
       if (!c.role) continue;
-      if (c.role === "userVolume" && !c.volumeName.trim()) problems.push(`Name the user volume on ${d.devicePath}.`);
+      if (c.role === api.DiskRoleUserVolume && !c.volumeName.trim()) problems.push(`Name the user volume on ${d.devicePath}.`);
       if (d.hasPartitions && !c.confirmWipe) problems.push(`${d.devicePath} holds partitions: confirm wiping it or leave it unused.`);
       roles.push({ disk: selectorOf(d), role: c.role, volumeName: c.volumeName.trim() || undefined, maxSize: c.maxSize.trim() || undefined, confirmWipe: c.confirmWipe || undefined });
     }
@@ -254,8 +255,8 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
       <div class="grid grid-cols-1 gap-3 md:grid-cols-3">
         <Field id={id("role")} label="Role">
           <Select id={id("role")} value={role} onChange={(e) => setRole(e.currentTarget.value)}>
-            <option value="worker">Worker</option>
-            <option value="controlplane">Control plane</option>
+            <option value={api.RoleWorker}>Worker</option>
+            <option value={api.RoleControlPlane}>Control plane</option>
           </Select>
         </Field>
         <Field id={id("hostname")} label="Hostname" hint="Empty keeps the machine's">
@@ -318,11 +319,11 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
                   <Field id={`${rid}-role`} label="Role">
                     <Select id={`${rid}-role`} value={c.role} onChange={(e) => setChoice(dp, { role: e.currentTarget.value as Role })}>
                       <option value="">Unused</option>
-                      <option value="ephemeral">Ephemeral (EPHEMERAL on its own disk)</option>
-                      <option value="userVolume">User volume</option>
+                      <option value={api.DiskRoleEphemeral}>Ephemeral (EPHEMERAL on its own disk)</option>
+                      <option value={api.DiskRoleUserVolume}>User volume</option>
                     </Select>
                   </Field>
-                  {c.role === "userVolume" ? (
+                  {c.role === api.DiskRoleUserVolume ? (
                     <Field id={`${rid}-name`} label="Volume name">
                       <Input id={`${rid}-name`} value={c.volumeName} onInput={(e) => setChoice(dp, { volumeName: e.currentTarget.value })} />
                     </Field>

@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import type { Operation } from "../api/generated";
 import { useConsole } from "../context";
-import { canPause, canResume, fromTo, phaseText, phaseTone, useOperations } from "../lib/operations";
+import { canPause, canResume, fromTo, machineTone, phaseText, phaseTone, useOperations } from "../lib/operations";
 import { timeAgo } from "../lib/status";
 import { Badge } from "../components/ui/badge";
 import { Button } from "../components/ui/button";
@@ -116,8 +116,6 @@ export function Operations() {
   );
 }
 
-const machineTone = { Done: "ok", Failed: "bad", InProgress: "warn", Held: "warn" } as const;
-
 export function OperationPage({ name }: { name: string }) {
   const { client, canWrite } = useConsole();
   const { ops, error, reload } = useOperations(client);
@@ -183,7 +181,7 @@ export function OperationPage({ name }: { name: string }) {
                         </a>
                       </TD>
                       <TD>
-                        <Badge tone={machineTone[m.state as keyof typeof machineTone] ?? "neutral"}>{m.state}</Badge>
+                        <Badge tone={machineTone(m.state)}>{m.state}</Badge>
                       </TD>
                       <TD class="text-xs">{m.message || "—"}</TD>
                     </TR>

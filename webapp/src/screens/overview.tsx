@@ -41,7 +41,7 @@ export function Overview() {
   const approved = machines.filter((m) => m.approval?.state === api.ApprovalApproved);
   const ready = approved.filter((m) => readyOf(m) === "True");
   const pending = machines.filter((m) => m.approval?.state === api.ApprovalPending);
-  const cps = approved.filter((m) => m.role === "controlplane").length;
+  const cps = approved.filter((m) => m.role === api.RoleControlPlane).length;
   const attention = needsAttention(cluster?.conditions, machines);
   const [applyOpen, setApplyOpen] = useState(false);
   const offerApply = canWrite && !!cluster?.name && waitsForRollout(machines);

@@ -8,6 +8,7 @@ import { Checkbox, Field, Input, Select, Textarea } from "../components/ui/input
 import { Alert } from "../components/ui/alert";
 import { Badge } from "../components/ui/badge";
 import { ErrorAlert } from "../components/errors";
+import * as api from "../api/v1alpha1";
 
 /** pollMs is how often a reclaim in progress is read again. */
 const pollMs = 2000;
@@ -42,7 +43,7 @@ export function ResetAndAdd() {
       client.getReclaim({ name }).then(
         (r) => {
           setReclaim(r.reclaim ?? null);
-          if (r.reclaim?.phase === "Done") refreshCluster();
+          if (r.reclaim?.phase === api.ReclaimDone) refreshCluster();
         },
         (e) => setError(e),
       );
@@ -219,7 +220,7 @@ export function ResetAndAdd() {
               </Alert>
             )}
             {reclaim.failureReason && <Alert tone="error" title="Failed">{reclaim.failureReason}</Alert>}
-            {reclaim.phase === "Done" && <Alert tone="info">The machine was reset. Discovery adds it as pending below once it answers in maintenance mode.</Alert>}
+            {reclaim.phase === api.ReclaimDone && <Alert tone="info">The machine was reset. Discovery adds it as pending below once it answers in maintenance mode.</Alert>}
             {cancelled && <Alert tone="info">Cancelled: the talosconfig was deleted and nothing was reset.</Alert>}
             {!cancelled && canConfirm(reclaim) && (
               <form onSubmit={confirm} class="flex flex-col gap-2 md:flex-row md:items-end" aria-label="Confirm the reset">
@@ -232,7 +233,7 @@ export function ResetAndAdd() {
               </form>
             )}
             <div class="flex gap-2">
-              {!done && reclaim.phase !== "Resetting" && (
+              {!done && reclaim.phase !== api.ReclaimResetting && (
                 <Button variant="outline" size="sm" disabled={busy} onClick={cancel}>
                   Cancel
                 </Button>

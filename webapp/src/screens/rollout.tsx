@@ -7,6 +7,7 @@ import { Alert } from "../components/ui/alert";
 import { Badge } from "../components/ui/badge";
 import { ErrorAlert } from "../components/errors";
 import { rolloutSummary, rolloutText } from "../lib/rollout";
+import * as api from "../api/v1alpha1";
 
 function operationHref(name: string | undefined): string {
   return `/operations/${encodeURIComponent(name ?? "")}`;
@@ -110,7 +111,7 @@ export function ConfigRolloutDialog({ client, cluster, open, onClose }: { client
             </p>
           )}
           {plan?.unfinished && (
-            <Alert tone="warn" title={`Config operation ${plan.unfinished.name} has not finished (${plan.unfinished.phase || "Pending"})`}>
+            <Alert tone="warn" title={`Config operation ${plan.unfinished.name} has not finished (${plan.unfinished.phase || api.OperationPending})`}>
               Follow or resume it instead of starting another:{" "}
               <a class="underline" href={operationHref(plan.unfinished.name)} data-testid="rollout-unfinished">
                 open {plan.unfinished.name}

@@ -9,6 +9,7 @@ import { Field, Input, Select } from "../components/ui/input";
 import { Alert } from "../components/ui/alert";
 import { ErrorAlert } from "../components/errors";
 import { Detail } from "./overview";
+import * as api from "../api/v1alpha1";
 
 const aborted = 10; // gRPC ABORTED: the settings changed since they were read.
 
@@ -88,9 +89,9 @@ export function SettingsPage() {
               </Field>
               <Field id="default-drift-policy" label="Default drift policy" hint="For clusters that set none: Warn reports drift, AutoCorrect applies the configuration again.">
                 <Select id="default-drift-policy" value={form.defaultDriftPolicy} disabled={!editable} onChange={set("defaultDriftPolicy")} aria-describedby="default-drift-policy-hint">
-                  <option value="">Default (Warn)</option>
-                  <option value="Warn">Warn</option>
-                  <option value="AutoCorrect">AutoCorrect</option>
+                  <option value="">Default ({api.DriftPolicyWarn})</option>
+                  <option value={api.DriftPolicyWarn}>{api.DriftPolicyWarn}</option>
+                  <option value={api.DriftPolicyAutoCorrect}>{api.DriftPolicyAutoCorrect}</option>
                 </Select>
               </Field>
               {editable && (
