@@ -112,6 +112,9 @@ type clusterWatch struct {
 }
 
 func (c *clusterWatch) run(ctx context.Context) {
+	if c == nil {
+		return // --cluster given: nothing to watch
+	}
 	last := ""
 	t := time.NewTicker(clusterCheckInterval)
 	defer t.Stop()
@@ -149,7 +152,8 @@ func (c *clusterWatch) Ready() bool { return c == nil || c.ok.Load() }
 
 // clusterToServe returns the TalosCluster to serve: --cluster when given,
 // else the only one of ns once there is one (waitForCluster), with the watch
-// that keeps checking it; restart is called when another cluster replaces it.
+// that keeps checking it (its run is main's loop; nil with --cluster);
+// restart is called when another cluster replaces it.
 func clusterToServe(ctx context.Context, flagCluster string, r client.Reader, ns, addr string, getCert getCertificate,
 	log *slog.Logger, restart func(reason string),
 ) (string, *clusterWatch, error) {
@@ -163,6 +167,5 @@ func clusterToServe(ctx context.Context, flagCluster string, r client.Reader, ns
 	log.Info("serving the only TalosCluster of the namespace", "cluster", name, "namespace", ns)
 	w := &clusterWatch{reader: r, ns: ns, serving: name, log: log, restart: restart}
 	w.ok.Store(true)
-	go w.run(ctx)
 	return name, w, nil
 }

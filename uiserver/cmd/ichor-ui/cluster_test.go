@@ -228,6 +228,7 @@ func TestClusterWatch(t *testing.T) {
 	if err != nil || name != "alpha" {
 		t.Fatalf("clusterToServe: %q, %v", name, err)
 	}
+	go w.run(ctx) // main's loop
 	if !w.Ready() {
 		t.Fatal("not ready while alpha is the only cluster")
 	}

@@ -104,23 +104,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	go func() {
-		if err := clients.Cache.Start(ctx); err != nil {
-			log.Error("the cache stopped", "error", err.Error())
-			stop()
-		}
-	}()
-
 	key, err := loadSigningKey(*signingKey)
 	if err != nil {
 		return err
 	}
 	tokens := &auth.Tokens{Issuer: *issuer, Key: key, Policy: policy}
 	var mount func(chi.Router)
-	ext, err := externalProvider(ctx, *issuer, policy, log) // --oidc-* flags (oidc.go)
+	ext, err := externalProvider(*issuer, policy, log) // --oidc-* flags (oidc.go)
 	if err != nil {
 		return err
 	}
+	var iss *oidcissuer.Issuer
 	if *users || ext != nil {
 		issOpts := oidcissuer.Options{
 			Tokens:  tokens,
@@ -139,19 +133,17 @@ func run() error {
 			}
 			issOpts.Users = &ichorusers.Store{Reader: direct, Namespace: *namespace}
 		}
-		iss, err := oidcissuer.New(issOpts)
-		if err != nil {
+		if iss, err = oidcissuer.New(issOpts); err != nil {
 			return err
 		}
 		mount = iss.Mount
-		// Sessions end when their user's password changes or the user is disabled.
-		go iss.WatchSessions(ctx)
 	}
 
-	getCert, oidcCert, err := tlsSource(ctx, tlsFiles{servingCert: *servingCert, servingKey: *servingKey, operatorCert: *certFile, operatorKey: *keyFile}, log)
+	tc, err := tlsSource(tlsFiles{servingCert: *servingCert, servingKey: *servingKey, operatorCert: *certFile, operatorKey: *keyFile}, log)
 	if err != nil {
 		return err
 	}
+	getCert, oidcCert := tc.console, tc.oidc
 	oidcAddr := *issuerAddr
 	switch {
 	case oidcAddr == "":
@@ -162,6 +154,19 @@ func run() error {
 		log.Info("no --serving-cert-file (a local run): nothing the kube-apiserver could verify on --issuer-listen", "address", oidcAddr)
 		oidcAddr = ""
 	}
+
+	// What runs from the start, while ichor-ui waits for its cluster: every
+	// background loop is listed here (and the cluster watch below), none is
+	// started elsewhere.
+	startLoops(ctx, log, stop, []loop{
+		{name: "the cache", run: clients.Cache.Start},
+		{name: "the serving certificate's reloader", run: reloadLoop(tc.service)},
+		{name: "the operator certificate's reloader", run: reloadLoop(tc.operator)},
+		{name: "the external provider's first probe", run: probeLoop(ext)},
+		// Sessions end when their user's password changes or the user is disabled.
+		{name: "the sign-in sessions' checks", run: sessionsLoop(iss)},
+	})
+
 	var restartReason atomic.Pointer[string]
 	servedCluster, clusterCheck, err := clusterToServe(ctx, *cluster, clients.Cache, *namespace, *addr, getCert, log, func(reason string) {
 		restartReason.Store(&reason)
@@ -174,18 +179,26 @@ func run() error {
 		return err
 	}
 	*cluster = servedCluster
-	svc := &api.Server{Clients: clients, ClusterName: *cluster, SettingsReadOnly: *settingsRO}
 	// Its own node reads: TalosCredentialRequests under ichor-ui's own identity.
 	own, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	svc.Credentials = own // the foreign talosconfig Secrets of "Reset and add"
+	deps := api.Deps{Clients: clients, ClusterName: *cluster}
+	machines := &api.MachineService{Deps: deps}
 	nodeSvc := &nodes.Service{Clients: clients, ClusterName: *cluster,
 		Credentials: &nodes.Credentials{Client: own, Namespace: *namespace, ClusterName: *cluster}}
 	srv, err := server.New(server.Options{
-		Addr: *addr, GetCertificate: getCert, OIDCAddr: oidcAddr, MetricsAddr: *metricsAddr, OIDCGetCertificate: oidcCert, Services: svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens,
-		Operations: svc, Settings: svc, Reclaims: svc,
+		Addr: *addr, GetCertificate: getCert, OIDCAddr: oidcAddr, MetricsAddr: *metricsAddr, OIDCGetCertificate: oidcCert,
+		// The UI API, one service each.
+		Cluster:       &api.ClusterService{Deps: deps},
+		Machines:      machines,
+		Encodings:     machines,
+		Nodes:         nodeSvc,
+		Operations:    &api.OperationService{Deps: deps},
+		Settings:      &api.SettingsService{Deps: deps, ReadOnly: *settingsRO},
+		Reclaims:      &api.ReclaimService{Deps: deps, Credentials: own}, // the foreign talosconfig Secrets of "Reset and add"
+		Authenticator: tokens,
 		Ready: func() bool {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 			defer cancel()
@@ -196,8 +209,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	svc.Stopping = srv.Stopping()
+	machines.Stopping = srv.Stopping()
 	nodeSvc.Stopping = srv.Stopping()
+
+	// What serves the cluster: the watch that keeps it the one to serve, and
+	// the server (its listeners and services are in server.Options above).
+	startLoops(ctx, log, stop, []loop{
+		{name: "the served cluster's watch", run: forever(clusterCheck.run)},
+	})
 	log.Info("ichor-ui serving", "address", *addr, "issuerAddress", oidcAddr, "cluster", *cluster, "namespace", *namespace, "version", version.Get())
 	if err := srv.Run(ctx); err != nil {
 		return err
@@ -206,6 +225,14 @@ func run() error {
 		return errors.New(*r)
 	}
 	return nil
+}
+
+// sessionsLoop is the issuer's session checks; nil without an issuer.
+func sessionsLoop(iss *oidcissuer.Issuer) func(ctx context.Context) error {
+	if iss == nil {
+		return nil
+	}
+	return forever(iss.WatchSessions)
 }
 
 func loadSigningKey(file string) (*auth.Key, error) {

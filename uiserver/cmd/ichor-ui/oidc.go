@@ -29,7 +29,7 @@ var (
 // externalProvider returns the external provider the flags configure, or
 // nil. It does not wait for the provider: ichor-ui starts while it is down,
 // and the login page says so.
-func externalProvider(ctx context.Context, issuerURL string, policy identity.Policy, log *slog.Logger) (*external.Provider, error) {
+func externalProvider(issuerURL string, policy identity.Policy, log *slog.Logger) (*external.Provider, error) {
 	if *oidcIssuerURL == "" {
 		if *oidcClientID != "" || *oidcSecretFile != "" {
 			return nil, errors.New("--oidc-client-id and --oidc-client-secret-file need --oidc-issuer-url")
@@ -59,6 +59,14 @@ func externalProvider(ctx context.Context, issuerURL string, policy identity.Pol
 	if err != nil {
 		return nil, err
 	}
-	go func() { _ = p.Ready(ctx) }() // logs whether the provider is reachable
 	return p, nil
+}
+
+// probeLoop asks the provider once whether it is reachable, which logs the
+// answer; nil without a provider.
+func probeLoop(p *external.Provider) func(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	return func(ctx context.Context) error { _ = p.Ready(ctx); return nil }
 }

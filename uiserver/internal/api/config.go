@@ -48,7 +48,7 @@ func (b *syntheticBundles) get(contract string) ([2]*secrets.Bundle, error) {
 }
 
 // GetEffectiveConfig implements MachineService.
-func (s *Server) GetEffectiveConfig(ctx context.Context, req *ichorv1.GetEffectiveConfigRequest) (*ichorv1.GetEffectiveConfigResponse, error) {
+func (s *MachineService) GetEffectiveConfig(ctx context.Context, req *ichorv1.GetEffectiveConfigRequest) (*ichorv1.GetEffectiveConfigResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required")

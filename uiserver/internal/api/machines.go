@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -25,10 +27,78 @@ import (
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
 
+// MachineService implements the UI API's MachineService: the machines,
+// their approval, removal and effective configuration. It also serves the
+// shared list of machines from encodings made once per change of the cache
+// (CachedWire, CachedJSON: server.Encodings).
+type MachineService struct {
+	ichorv1.UnimplementedMachineServiceServer
+	Deps
+	// Stopping is closed when the server begins to shut down: streams end
+	// with UNAVAILABLE so that clients reconnect (to another replica) and resume.
+	Stopping <-chan struct{}
+
+	converted sync.Map // namespace/name -> convertedMachine
+	bundles   syntheticBundles
+
+	handlerMu    sync.Mutex
+	handlerAdded atomic.Bool
+	gen          atomic.Uint64 // changes of the cached machines seen
+	snap         atomic.Pointer[snapshot]
+}
+
+// watchGenerations registers, once, the event handler that counts the
+// changes of the cached TalosMachines.
+func (s *MachineService) watchGenerations(ctx context.Context) error {
+	if s.handlerAdded.Load() {
+		return nil
+	}
+	s.handlerMu.Lock()
+	defer s.handlerMu.Unlock()
+	if s.handlerAdded.Load() {
+		return nil
+	}
+	inf, err := s.Clients.Cache.GetInformer(ctx, &ichorv1alpha1.TalosMachine{})
+	if err != nil {
+		return err
+	}
+	bump := func() { s.gen.Add(1) }
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { bump() },
+		UpdateFunc: func(any, any) { bump() },
+		DeleteFunc: func(any) { bump() },
+	}); err != nil {
+		return err
+	}
+	// Changes before the handler was added are in the next snapshot.
+	bump()
+	s.handlerAdded.Store(true)
+	return nil
+}
+
+type convertedMachine struct {
+	rv  string
+	msg *ichorv1.Machine
+}
+
+// machineProto converts m once per resourceVersion; the messages are shared
+// read-only between responses.
+func (s *MachineService) machineProto(m *ichorv1alpha1.TalosMachine) *ichorv1.Machine {
+	key := m.Namespace + "/" + m.Name
+	if v, ok := s.converted.Load(key); ok {
+		if c := v.(convertedMachine); c.rv == m.ResourceVersion && c.rv != "" {
+			return c.msg
+		}
+	}
+	msg := machineToProto(m)
+	s.converted.Store(key, convertedMachine{rv: m.ResourceVersion, msg: msg})
+	return msg
+}
+
 const annotationTrue = "true"
 
 // ListMachines implements MachineService.
-func (s *Server) ListMachines(ctx context.Context, req *ichorv1.ListMachinesRequest) (*ichorv1.ListMachinesResponse, error) {
+func (s *MachineService) ListMachines(ctx context.Context, req *ichorv1.ListMachinesRequest) (*ichorv1.ListMachinesResponse, error) {
 	switch req.GetApprovalState() {
 	case "", ichorv1alpha1.ApprovalPending, ichorv1alpha1.ApprovalApproved, ichorv1alpha1.ApprovalRejected:
 	default:
@@ -74,7 +144,7 @@ type snapshot struct {
 // of machines ListMachines returned, made once per change of the machines;
 // ok is false for any other message. ichor-ui's gRPC codec asks it first,
 // so that 50 clients listing 1,000 machines cost one encoding, not 50.
-func (s *Server) CachedWire(v any) (b []byte, ok bool, err error) {
+func (s *MachineService) CachedWire(v any) (b []byte, ok bool, err error) {
 	snap := s.snap.Load()
 	if snap == nil || v != snap.all {
 		return nil, false, nil
@@ -86,7 +156,7 @@ func (s *Server) CachedWire(v any) (b []byte, ok bool, err error) {
 // CachedJSON is CachedWire for the REST encoding; marshal is the gateway's
 // marshaler, so that the bytes are those grpc-gateway would write. gz is the
 // same JSON gzip-compressed, for clients that accept it.
-func (s *Server) CachedJSON(v any, marshal func(any) ([]byte, error)) (b, gz []byte, ok bool, err error) {
+func (s *MachineService) CachedJSON(v any, marshal func(any) ([]byte, error)) (b, gz []byte, ok bool, err error) {
 	snap := s.snap.Load()
 	if snap == nil || v != snap.all {
 		return nil, nil, false, nil
@@ -117,7 +187,7 @@ func gzipped(b []byte) ([]byte, error) {
 
 // machineSnapshot returns the converted list, rebuilt only when the cache
 // has changed since (an event handler counts the changes).
-func (s *Server) machineSnapshot(ctx context.Context) (*snapshot, error) {
+func (s *MachineService) machineSnapshot(ctx context.Context) (*snapshot, error) {
 	if err := s.watchGenerations(ctx); err != nil {
 		return nil, err
 	}
@@ -140,7 +210,7 @@ func (s *Server) machineSnapshot(ctx context.Context) (*snapshot, error) {
 }
 
 // GetMachine implements MachineService.
-func (s *Server) GetMachine(ctx context.Context, req *ichorv1.GetMachineRequest) (*ichorv1.GetMachineResponse, error) {
+func (s *MachineService) GetMachine(ctx context.Context, req *ichorv1.GetMachineRequest) (*ichorv1.GetMachineResponse, error) {
 	if req.GetName() == "" {
 		return nil, invalid("name is required")
 	}
@@ -154,7 +224,7 @@ func (s *Server) GetMachine(ctx context.Context, req *ichorv1.GetMachineRequest)
 	return &ichorv1.GetMachineResponse{Machine: s.machineProto(m)}, nil
 }
 
-func (s *Server) cachedMachine(ctx context.Context, name string) (*ichorv1alpha1.TalosMachine, error) {
+func (s *MachineService) cachedMachine(ctx context.Context, name string) (*ichorv1alpha1.TalosMachine, error) {
 	m := &ichorv1alpha1.TalosMachine{}
 	if err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: name}, m); err != nil {
 		return nil, err
@@ -167,7 +237,7 @@ func (s *Server) cachedMachine(ctx context.Context, name string) (*ichorv1alpha1
 
 // WatchMachines implements MachineService. The watch is made as the signed-in
 // user, so the API server authorizes it and resume tokens are its resourceVersions.
-func (s *Server) WatchMachines(req *ichorv1.WatchMachinesRequest, stream ichorv1.MachineService_WatchMachinesServer) error {
+func (s *MachineService) WatchMachines(req *ichorv1.WatchMachinesRequest, stream ichorv1.MachineService_WatchMachinesServer) error {
 	ctx := stream.Context()
 	rv := req.GetResumeToken()
 	if rv == "" {
@@ -201,7 +271,7 @@ func (s *Server) WatchMachines(req *ichorv1.WatchMachinesRequest, stream ichorv1
 
 // watchOnce follows one API server watch until it ends; it returns the
 // resourceVersion to continue from.
-func (s *Server) watchOnce(ctx context.Context, stream ichorv1.MachineService_WatchMachinesServer, rv string) (string, error) {
+func (s *MachineService) watchOnce(ctx context.Context, stream ichorv1.MachineService_WatchMachinesServer, rv string) (string, error) {
 	w, err := s.Clients.User.Watch(ctx, &ichorv1alpha1.TalosMachineList{}, client.InNamespace(s.Clients.Namespace),
 		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
 	if err != nil {
@@ -253,12 +323,12 @@ func (s *Server) watchOnce(ctx context.Context, stream ichorv1.MachineService_Wa
 
 // machineFacts gathers what the guard's machine checks need, with the
 // loader the webhook uses (read from the backend's cache).
-func (s *Server) machineFacts(ctx context.Context, m *ichorv1alpha1.TalosMachine) (guard.MachineFacts, error) {
+func (s *MachineService) machineFacts(ctx context.Context, m *ichorv1alpha1.TalosMachine) (guard.MachineFacts, error) {
 	return guard.LoadMachineFacts(ctx, s.Clients.Cache, m)
 }
 
 // userMachine reads a machine fresh, as the signed-in user.
-func (s *Server) userMachine(ctx context.Context, name string) (*ichorv1alpha1.TalosMachine, error) {
+func (s *MachineService) userMachine(ctx context.Context, name string) (*ichorv1alpha1.TalosMachine, error) {
 	m := &ichorv1alpha1.TalosMachine{}
 	if err := s.Clients.User.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: name}, m); err != nil {
 		return nil, err
@@ -271,7 +341,7 @@ func (s *Server) userMachine(ctx context.Context, name string) (*ichorv1alpha1.T
 
 // decide writes an approval decision as the signed-in user, after the guard's
 // checks; a conflict is retried on a fresh read.
-func (s *Server) decide(ctx context.Context, name, state string, mutate func(m *ichorv1alpha1.TalosMachine) error) (*ichorv1alpha1.TalosMachine, error) {
+func (s *MachineService) decide(ctx context.Context, name, state string, mutate func(m *ichorv1alpha1.TalosMachine) error) (*ichorv1alpha1.TalosMachine, error) {
 	id, ok := identity.From(ctx)
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "sign in first")
@@ -294,7 +364,7 @@ func (s *Server) decide(ctx context.Context, name, state string, mutate func(m *
 }
 
 // ApproveMachine implements MachineService.
-func (s *Server) ApproveMachine(ctx context.Context, req *ichorv1.ApproveMachineRequest) (*ichorv1.ApproveMachineResponse, error) {
+func (s *MachineService) ApproveMachine(ctx context.Context, req *ichorv1.ApproveMachineRequest) (*ichorv1.ApproveMachineResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required")
@@ -348,7 +418,7 @@ func (s *Server) ApproveMachine(ctx context.Context, req *ichorv1.ApproveMachine
 }
 
 // RejectMachine implements MachineService.
-func (s *Server) RejectMachine(ctx context.Context, req *ichorv1.RejectMachineRequest) (*ichorv1.RejectMachineResponse, error) {
+func (s *MachineService) RejectMachine(ctx context.Context, req *ichorv1.RejectMachineRequest) (*ichorv1.RejectMachineResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required")
@@ -371,7 +441,7 @@ func (s *Server) RejectMachine(ctx context.Context, req *ichorv1.RejectMachineRe
 // RemoveMachine implements MachineService: the guard's deletion checks, then
 // one update that records the consent and options, then the delete, both as
 // the signed-in user; a refused delete takes the consent back.
-func (s *Server) RemoveMachine(ctx context.Context, req *ichorv1.RemoveMachineRequest) (*ichorv1.RemoveMachineResponse, error) {
+func (s *MachineService) RemoveMachine(ctx context.Context, req *ichorv1.RemoveMachineRequest) (*ichorv1.RemoveMachineResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required")
@@ -410,7 +480,7 @@ func (s *Server) RemoveMachine(ctx context.Context, req *ichorv1.RemoveMachineRe
 // removal plan. It reads the machine as the signed-in user, so `get` on the
 // machine is all it needs (a viewer sees why a removal would be refused), and
 // it writes nothing.
-func (s *Server) PreviewRemoval(ctx context.Context, req *ichorv1.PreviewRemovalRequest) (*ichorv1.PreviewRemovalResponse, error) {
+func (s *MachineService) PreviewRemoval(ctx context.Context, req *ichorv1.PreviewRemovalRequest) (*ichorv1.PreviewRemovalResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required")

@@ -21,9 +21,17 @@ import (
 
 const resOperations = "talosoperations"
 
+// OperationService implements the UI API's OperationService: the served
+// cluster's operations, pausing and resuming them, and configuration
+// rollouts.
+type OperationService struct {
+	ichorv1.UnimplementedOperationServiceServer
+	Deps
+}
+
 // ListOperations implements OperationService: the served cluster's
 // operations from the cache, newest first.
-func (s *Server) ListOperations(ctx context.Context, _ *ichorv1.ListOperationsRequest) (*ichorv1.ListOperationsResponse, error) {
+func (s *OperationService) ListOperations(ctx context.Context, _ *ichorv1.ListOperationsRequest) (*ichorv1.ListOperationsResponse, error) {
 	if err := s.Clients.Authorize(ctx, "list", resOperations); err != nil {
 		return nil, apiError(ctx, err, "listing operations")
 	}
@@ -55,7 +63,7 @@ func newerOperation(a, b *ichorv1alpha1.TalosOperation) bool {
 }
 
 // GetOperation implements OperationService.
-func (s *Server) GetOperation(ctx context.Context, req *ichorv1.GetOperationRequest) (*ichorv1.GetOperationResponse, error) {
+func (s *OperationService) GetOperation(ctx context.Context, req *ichorv1.GetOperationRequest) (*ichorv1.GetOperationResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required: the TalosOperation's name")
@@ -76,7 +84,7 @@ func (s *Server) GetOperation(ctx context.Context, req *ichorv1.GetOperationRequ
 
 // servedOperation refuses an operation of another cluster as if it did not
 // exist: this ichor-ui serves one cluster.
-func (s *Server) servedOperation(op *ichorv1alpha1.TalosOperation) error {
+func (s *OperationService) servedOperation(op *ichorv1alpha1.TalosOperation) error {
 	if op.Spec.ClusterName != s.ClusterName {
 		return status.Errorf(codes.NotFound, "operation %s belongs to cluster %q, not %q", op.Name, op.Spec.ClusterName, s.ClusterName)
 	}
@@ -85,7 +93,7 @@ func (s *Server) servedOperation(op *ichorv1alpha1.TalosOperation) error {
 
 // PauseOperation implements OperationService: it sets spec.paused as the
 // signed-in user; the controller stops the operation before its next step.
-func (s *Server) PauseOperation(ctx context.Context, req *ichorv1.PauseOperationRequest) (*ichorv1.PauseOperationResponse, error) {
+func (s *OperationService) PauseOperation(ctx context.Context, req *ichorv1.PauseOperationRequest) (*ichorv1.PauseOperationResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required: the TalosOperation's name")
@@ -111,7 +119,7 @@ func (s *Server) PauseOperation(ctx context.Context, req *ichorv1.PauseOperation
 // signed-in user. An operation that paused on a failed step (failureReason
 // set) also gets a new resume annotation, which makes the controller re-run
 // that step (architecture, "A step that fails pauses its operation").
-func (s *Server) ResumeOperation(ctx context.Context, req *ichorv1.ResumeOperationRequest) (*ichorv1.ResumeOperationResponse, error) {
+func (s *OperationService) ResumeOperation(ctx context.Context, req *ichorv1.ResumeOperationRequest) (*ichorv1.ResumeOperationResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required: the TalosOperation's name")
@@ -149,7 +157,7 @@ func done(op *ichorv1alpha1.TalosOperation) bool {
 // changeOperation reads the operation fresh as the signed-in user, applies
 // mutate and, when it changed something, updates it as that user; a conflict
 // is retried on a fresh read.
-func (s *Server) changeOperation(ctx context.Context, what, name string, mutate func(*ichorv1alpha1.TalosOperation) (bool, error)) (*ichorv1alpha1.TalosOperation, error) {
+func (s *OperationService) changeOperation(ctx context.Context, what, name string, mutate func(*ichorv1alpha1.TalosOperation) (bool, error)) (*ichorv1alpha1.TalosOperation, error) {
 	var out *ichorv1alpha1.TalosOperation
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		op := &ichorv1alpha1.TalosOperation{}
@@ -232,7 +240,7 @@ func operationTarget(spec *ichorv1alpha1.TalosOperationSpec) string {
 // cluster's privileged patches (contracts/pkg/privileged), whose rollout
 // needs `update` on talosconfigpatches/privileged. It carries paths, never
 // values.
-func (s *Server) PreviewConfigRollout(ctx context.Context, req *ichorv1.PreviewConfigRolloutRequest) (*ichorv1.PreviewConfigRolloutResponse, error) {
+func (s *OperationService) PreviewConfigRollout(ctx context.Context, req *ichorv1.PreviewConfigRolloutRequest) (*ichorv1.PreviewConfigRolloutResponse, error) {
 	const what = "planning a config rollout"
 	ls, sel, err := rollout.ParseSelector(req.GetSelector())
 	if err != nil {
@@ -274,7 +282,7 @@ func (s *Server) PreviewConfigRollout(ctx context.Context, req *ichorv1.PreviewC
 // of type config as the signed-in user, so the API server's RBAC and the
 // admission webhook decide as for the CLI. The typed cluster name is the
 // user's consent, as the CLI's prompt.
-func (s *Server) StartConfigRollout(ctx context.Context, req *ichorv1.StartConfigRolloutRequest) (*ichorv1.StartConfigRolloutResponse, error) {
+func (s *OperationService) StartConfigRollout(ctx context.Context, req *ichorv1.StartConfigRolloutRequest) (*ichorv1.StartConfigRolloutResponse, error) {
 	what := "starting a config rollout of cluster " + s.ClusterName
 	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
 		if got == "" {

@@ -40,6 +40,17 @@ const (
 	reclaimNeeds = "`create` and the verb `reclaim` on `machinereclaims` (ichor-admin holds them; bind ichor-machine-reclaimer to grant them to others)"
 )
 
+// ReclaimService implements the UI API's ReclaimService ("Reset and add":
+// MachineReclaims and their foreign talosconfig Secrets).
+type ReclaimService struct {
+	ichorv1.UnimplementedReclaimServiceServer
+	Deps
+	// Credentials is ichor-ui's own identity, which writes and deletes the
+	// foreign talosconfig Secrets of reclaims (no user role grants Secrets);
+	// nil makes StartReclaim answer UNIMPLEMENTED.
+	Credentials client.Client
+}
+
 // StartReclaim implements ReclaimService: it checks the request, checks as
 // the signed-in user that they may create a reclaim (and hold the verb
 // `reclaim`), then writes the talosconfig into a Secret of type
@@ -50,7 +61,7 @@ const (
 // takes the Secret back: nothing is left behind.
 //
 // The talosconfig never appears in a response, an error or a log line.
-func (s *Server) StartReclaim(ctx context.Context, req *ichorv1.StartReclaimRequest) (*ichorv1.StartReclaimResponse, error) {
+func (s *ReclaimService) StartReclaim(ctx context.Context, req *ichorv1.StartReclaimRequest) (*ichorv1.StartReclaimResponse, error) {
 	const what = "starting a reclaim"
 	address, err := reclaimAddress(req.GetAddress())
 	if err != nil {
@@ -112,7 +123,7 @@ func (s *Server) StartReclaim(ctx context.Context, req *ichorv1.StartReclaimRequ
 
 // ListReclaims implements ReclaimService: the reclaims of the namespace, read
 // as the signed-in user, newest first.
-func (s *Server) ListReclaims(ctx context.Context, _ *ichorv1.ListReclaimsRequest) (*ichorv1.ListReclaimsResponse, error) {
+func (s *ReclaimService) ListReclaims(ctx context.Context, _ *ichorv1.ListReclaimsRequest) (*ichorv1.ListReclaimsResponse, error) {
 	list := &ichorv1alpha1.MachineReclaimList{}
 	if err := s.Clients.User.List(ctx, list, client.InNamespace(s.Clients.Namespace)); err != nil {
 		return nil, reclaimError(ctx, err, "listing reclaims")
@@ -133,7 +144,7 @@ func (s *Server) ListReclaims(ctx context.Context, _ *ichorv1.ListReclaimsReques
 }
 
 // GetReclaim implements ReclaimService.
-func (s *Server) GetReclaim(ctx context.Context, req *ichorv1.GetReclaimRequest) (*ichorv1.GetReclaimResponse, error) {
+func (s *ReclaimService) GetReclaim(ctx context.Context, req *ichorv1.GetReclaimRequest) (*ichorv1.GetReclaimResponse, error) {
 	if req.GetName() == "" {
 		return nil, invalid("name is required")
 	}
@@ -148,7 +159,7 @@ func (s *Server) GetReclaim(ctx context.Context, req *ichorv1.GetReclaimRequest)
 // spec.confirmUUID as the signed-in user (the webhook checks the verb
 // `reclaim` on that write), after the same consent check the controller
 // makes, so a wrong UUID is refused here and nothing is written.
-func (s *Server) ConfirmReclaim(ctx context.Context, req *ichorv1.ConfirmReclaimRequest) (*ichorv1.ConfirmReclaimResponse, error) {
+func (s *ReclaimService) ConfirmReclaim(ctx context.Context, req *ichorv1.ConfirmReclaimRequest) (*ichorv1.ConfirmReclaimResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required")
@@ -196,7 +207,7 @@ func (s *Server) ConfirmReclaim(ctx context.Context, req *ichorv1.ConfirmReclaim
 // Expired when it next looks. The user must hold what starting a reclaim
 // needs. A reset already sent is not taken back, so a reclaim that is
 // Resetting is refused; one that has finished has no credential left.
-func (s *Server) CancelReclaim(ctx context.Context, req *ichorv1.CancelReclaimRequest) (*ichorv1.CancelReclaimResponse, error) {
+func (s *ReclaimService) CancelReclaim(ctx context.Context, req *ichorv1.CancelReclaimRequest) (*ichorv1.CancelReclaimResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, invalid("name is required")
@@ -230,7 +241,7 @@ func (s *Server) CancelReclaim(ctx context.Context, req *ichorv1.CancelReclaimRe
 }
 
 // userReclaim reads a MachineReclaim as the signed-in user.
-func (s *Server) userReclaim(ctx context.Context, name string) (*ichorv1alpha1.MachineReclaim, error) {
+func (s *ReclaimService) userReclaim(ctx context.Context, name string) (*ichorv1alpha1.MachineReclaim, error) {
 	mr := &ichorv1alpha1.MachineReclaim{}
 	if err := s.Clients.User.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: name}, mr); err != nil {
 		return nil, err
@@ -240,7 +251,7 @@ func (s *Server) userReclaim(ctx context.Context, name string) (*ichorv1alpha1.M
 
 // deleteCredential deletes the named Secret with ichor-ui's own identity,
 // only when it is a foreign talosconfig; a missing one is no error.
-func (s *Server) deleteCredential(ctx context.Context, name string) error {
+func (s *ReclaimService) deleteCredential(ctx context.Context, name string) error {
 	if name == "" {
 		return nil
 	}

@@ -30,10 +30,19 @@ const (
 	maxRefreshTokenLifetime = 7 * 24 * time.Hour
 )
 
+// SettingsService implements the UI API's SettingsService: Ichor's runtime
+// settings (the IchorInstallation's spec.settings).
+type SettingsService struct {
+	ichorv1.UnimplementedSettingsServiceServer
+	Deps
+	// ReadOnly makes UpdateSettings refuse (--settings-read-only).
+	ReadOnly bool
+}
+
 // GetSettings implements SettingsService. The singleton IchorInstallation is
 // read as the signed-in user, so the API server authorizes the read and the
 // resourceVersion returned is the current one (UpdateSettings checks it).
-func (s *Server) GetSettings(ctx context.Context, _ *ichorv1.GetSettingsRequest) (*ichorv1.GetSettingsResponse, error) {
+func (s *SettingsService) GetSettings(ctx context.Context, _ *ichorv1.GetSettingsRequest) (*ichorv1.GetSettingsResponse, error) {
 	inst, err := s.installation(ctx)
 	if err != nil {
 		return nil, settingsError(ctx, err, "reading Ichor's settings", "`get` on `ichorinstallations` (ichor-viewer, ichor-operator and ichor-admin hold it)")
@@ -45,9 +54,9 @@ func (s *Server) GetSettings(ctx context.Context, _ *ichorv1.GetSettingsRequest)
 // first, then updates the IchorInstallation as the signed-in user, so bad
 // input changes nothing. Writing spec.settings needs `update` on
 // `ichorinstallations/settings`, which the admission webhook checks.
-func (s *Server) UpdateSettings(ctx context.Context, req *ichorv1.UpdateSettingsRequest) (*ichorv1.UpdateSettingsResponse, error) {
+func (s *SettingsService) UpdateSettings(ctx context.Context, req *ichorv1.UpdateSettingsRequest) (*ichorv1.UpdateSettingsResponse, error) {
 	const what = "changing Ichor's settings"
-	if s.SettingsReadOnly {
+	if s.ReadOnly {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"%s: this ichor-ui runs with --settings-read-only, so the console only shows them; change spec.settings of the IchorInstallation %q instead (for example with kubectl edit)",
 			what, ichorv1alpha1.IchorInstallationName)
@@ -104,7 +113,7 @@ func settingsError(ctx context.Context, err error, what, needs string) error {
 }
 
 // installation reads the IchorInstallation as the signed-in user.
-func (s *Server) installation(ctx context.Context) (*ichorv1alpha1.IchorInstallation, error) {
+func (s *SettingsService) installation(ctx context.Context) (*ichorv1alpha1.IchorInstallation, error) {
 	inst := &ichorv1alpha1.IchorInstallation{}
 	if err := s.Clients.User.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, inst); err != nil {
 		return nil, err
@@ -203,12 +212,12 @@ func settingsEqual(a, b *ichorv1alpha1.IchorSettings) bool {
 		a.DefaultDriftPolicy == b.DefaultDriftPolicy
 }
 
-func (s *Server) settingsProto(inst *ichorv1alpha1.IchorInstallation) *ichorv1.Settings {
+func (s *SettingsService) settingsProto(inst *ichorv1alpha1.IchorInstallation) *ichorv1.Settings {
 	st := &inst.Spec.Settings
 	out := &ichorv1.Settings{
 		DefaultDriftPolicy: st.DefaultDriftPolicy,
 		InstalledVersion:   inst.Status.InstalledVersion,
-		ReadOnly:           s.SettingsReadOnly,
+		ReadOnly:           s.ReadOnly,
 		ResourceVersion:    inst.ResourceVersion,
 	}
 	if st.IDTokenLifetime != nil {

@@ -244,16 +244,17 @@ func startRPUI(t *testing.T, opts rpOptions) *rpUI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &api.Server{Clients: clients, ClusterName: testCluster}
+	deps := api.Deps{Clients: clients, ClusterName: testCluster}
+	machines := &api.MachineService{Deps: deps}
 	srv, err := server.New(server.Options{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
-		Services:       svc, Encodings: svc, Authenticator: tok, Ready: func() bool { return true },
+		Cluster:        &api.ClusterService{Deps: deps}, Machines: machines, Encodings: machines, Authenticator: tok, Ready: func() bool { return true },
 		Mount: iss.Mount, TokenCacheTTL: tokenCacheTTL, Log: logger,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc.Stopping = srv.Stopping()
+	machines.Stopping = srv.Stopping()
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })

@@ -62,7 +62,7 @@ func (s *Server) listMachinesREST(w http.ResponseWriter, r *http.Request) {
 		runtime.HTTPError(ctx, s.gw, s.marshaler, w, r, err)
 		return
 	}
-	resp, err := s.opts.Services.ListMachines(ctx, req)
+	resp, err := s.opts.Machines.ListMachines(ctx, req)
 	if err != nil {
 		runtime.HTTPError(ctx, s.gw, s.marshaler, w, r, err)
 		return

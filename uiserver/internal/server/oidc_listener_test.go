@@ -92,7 +92,7 @@ func startListeners(t *testing.T, withIssuer bool) (*listeners, *x509.CertPool) 
 	opts := server.Options{
 		GetCertificate:     func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return opCert, nil },
 		OIDCGetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return leaf, nil },
-		Services:           noServices{}, Authenticator: toks, Frontend: frontend.FS(),
+		Cluster:            noServices{}, Machines: noServices{}, Authenticator: toks, Frontend: frontend.FS(),
 		Ready: func() bool { return true }, Log: slog.New(slog.NewJSONHandler(logSink(), nil)),
 		ShutdownTimeout: 5 * time.Second,
 	}
@@ -266,7 +266,7 @@ func TestOIDCListenerStopsWithTheServer(t *testing.T) {
 func TestOIDCListenerFailureStopsBoth(t *testing.T) {
 	srv, err := server.New(server.Options{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("none") },
-		Services:       noServices{}, Authenticator: tokens, Log: slog.New(slog.NewJSONHandler(logSink(), nil)),
+		Cluster:        noServices{}, Machines: noServices{}, Authenticator: tokens, Log: slog.New(slog.NewJSONHandler(logSink(), nil)),
 		ShutdownTimeout: 5 * time.Second,
 	})
 	if err != nil {

@@ -52,22 +52,24 @@ type Options struct {
 	// OIDCGetCertificate is that listener's certificate (the Ichor leaf);
 	// nil means GetCertificate.
 	OIDCGetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
-	// Services implement the UI API.
-	Services interface {
-		ichorv1.ClusterServiceServer
-		ichorv1.MachineServiceServer
-	}
-	// Encodings, when set, serves the shared list of machines from encodings
-	// made once per change (gRPC and REST).
-	Encodings Encodings
-	// Nodes implements NodeService; nil serves none.
+	// The UI API, one service each (contracts/proto/ichor/v1), registered
+	// one by one with their REST mapping (services.go); nil serves none.
+	//
+	// Cluster implements ClusterService.
+	Cluster ichorv1.ClusterServiceServer
+	// Machines implements MachineService.
+	Machines ichorv1.MachineServiceServer
+	// Nodes implements NodeService.
 	Nodes ichorv1.NodeServiceServer
-	// Operations implements OperationService; nil serves none.
+	// Operations implements OperationService.
 	Operations ichorv1.OperationServiceServer
-	// Settings implements SettingsService; nil serves none.
+	// Settings implements SettingsService.
 	Settings ichorv1.SettingsServiceServer
-	// Reclaims implements ReclaimService ("Reset and add"); nil serves none.
+	// Reclaims implements ReclaimService ("Reset and add").
 	Reclaims ichorv1.ReclaimServiceServer
+	// Encodings, when set with Machines, serves the shared list of machines
+	// from encodings made once per change (gRPC and REST).
+	Encodings Encodings
 	// Authenticator checks bearer tokens.
 	Authenticator auth.Authenticator
 	// Ready reports whether the backend can serve (its cache synced).
@@ -138,23 +140,13 @@ func New(opts Options) (*Server, error) {
 		grpc.ChainUnaryInterceptor(s.unaryAuth),
 		grpc.ChainStreamInterceptor(s.streamAuth),
 	}
-	if opts.Encodings != nil {
+	if opts.Encodings != nil && opts.Machines != nil {
 		grpcOpts = append(grpcOpts, grpc.ForceServerCodecV2(cachingCodec{base: encoding.GetCodecV2(grpcproto.Name), cache: opts.Encodings}))
 	}
 	s.grpc = grpc.NewServer(grpcOpts...)
-	ichorv1.RegisterClusterServiceServer(s.grpc, opts.Services)
-	ichorv1.RegisterMachineServiceServer(s.grpc, opts.Services)
-	if opts.Nodes != nil {
-		ichorv1.RegisterNodeServiceServer(s.grpc, opts.Nodes)
-	}
-	if opts.Operations != nil {
-		ichorv1.RegisterOperationServiceServer(s.grpc, opts.Operations)
-	}
-	if opts.Settings != nil {
-		ichorv1.RegisterSettingsServiceServer(s.grpc, opts.Settings)
-	}
-	if opts.Reclaims != nil {
-		ichorv1.RegisterReclaimServiceServer(s.grpc, opts.Reclaims)
+	services := opts.services()
+	for _, svc := range services {
+		svc.grpc(s.grpc)
 	}
 
 	// grpc-gateway calls the same gRPC server in-process, through an
@@ -184,31 +176,9 @@ func New(opts Options) (*Server, error) {
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, s.marshaler),
 	)
 	s.gw = gw
-	ctx := context.Background()
-	if err := ichorv1.RegisterClusterServiceHandler(ctx, gw, conn); err != nil {
-		return nil, err
-	}
-	if err := ichorv1.RegisterMachineServiceHandler(ctx, gw, conn); err != nil {
-		return nil, err
-	}
-	if opts.Nodes != nil {
-		if err := ichorv1.RegisterNodeServiceHandler(ctx, gw, conn); err != nil {
-			return nil, err
-		}
-	}
-	if opts.Operations != nil {
-		if err := ichorv1.RegisterOperationServiceHandler(ctx, gw, conn); err != nil {
-			return nil, err
-		}
-	}
-	if opts.Settings != nil {
-		if err := ichorv1.RegisterSettingsServiceHandler(ctx, gw, conn); err != nil {
-			return nil, err
-		}
-	}
-	if opts.Reclaims != nil {
-		if err := ichorv1.RegisterReclaimServiceHandler(ctx, gw, conn); err != nil {
-			return nil, err
+	for _, svc := range services {
+		if err := svc.rest(context.Background(), gw, conn); err != nil {
+			return nil, fmt.Errorf("the REST mapping of %s: %w", svc.name, err)
 		}
 	}
 
@@ -228,7 +198,7 @@ func New(opts Options) (*Server, error) {
 	s.metricsHandler = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
 	r.Route("/api", func(api chi.Router) {
 		api.Use(limitBody)
-		if opts.Encodings != nil {
+		if opts.Encodings != nil && opts.Machines != nil {
 			api.Get("/v1/machines", s.listMachinesREST)
 		}
 		api.Mount("/", gw)

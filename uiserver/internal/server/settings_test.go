@@ -235,10 +235,12 @@ func readOnlyServer(t *testing.T) (string, *x509.CertPool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &api.Server{Clients: clients, ClusterName: testCluster, SettingsReadOnly: true}
+	deps := api.Deps{Clients: clients, ClusterName: testCluster}
 	srv, err := server.New(server.Options{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
-		Services:       svc, Settings: svc, Authenticator: tokens, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Cluster:        &api.ClusterService{Deps: deps}, Machines: &api.MachineService{Deps: deps},
+		Settings:      &api.SettingsService{Deps: deps, ReadOnly: true},
+		Authenticator: tokens, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -155,11 +155,14 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	pool = x509.NewCertPool()
 	pool.AddCert(leaf)
 
-	svc := &api.Server{Clients: clients, ClusterName: testCluster, Credentials: direct}
+	deps := api.Deps{Clients: clients, ClusterName: testCluster}
+	machines := &api.MachineService{Deps: deps}
 	serverOpts = server.Options{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
-		Services:       svc, Encodings: svc, Nodes: nodeSvc, Authenticator: tokens, Frontend: frontend.FS(),
-		Operations: svc, Settings: svc, Reclaims: svc,
+		Cluster:        &api.ClusterService{Deps: deps}, Machines: machines, Encodings: machines, Nodes: nodeSvc,
+		Operations: &api.OperationService{Deps: deps}, Settings: &api.SettingsService{Deps: deps},
+		Reclaims:      &api.ReclaimService{Deps: deps, Credentials: direct},
+		Authenticator: tokens, Frontend: frontend.FS(),
 		Ready: func() bool { return true },
 		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,
 		Log: slog.New(slog.NewJSONHandler(io.MultiWriter(logBuf, logSink()), nil)),
@@ -168,7 +171,7 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	svc.Stopping = srv.Stopping()
+	machines.Stopping = srv.Stopping()
 	nodeSvc.Stopping = srv.Stopping()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,0 +1,140 @@
+package api
+
+import (
+	"context"
+	"net"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/version"
+	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+)
+
+// ClusterService implements the UI API's ClusterService: the served
+// cluster, its discovery targets and the signed-in user.
+type ClusterService struct {
+	ichorv1.UnimplementedClusterServiceServer
+	Deps
+}
+
+// GetCluster implements ClusterService.
+func (s *ClusterService) GetCluster(ctx context.Context, _ *ichorv1.GetClusterRequest) (*ichorv1.GetClusterResponse, error) {
+	if err := s.Clients.Authorize(ctx, "get", resClusters); err != nil {
+		return nil, apiError(ctx, err, "reading the cluster")
+	}
+	c := &ichorv1alpha1.TalosCluster{}
+	if err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: s.ClusterName}, c); err != nil {
+		return nil, apiError(ctx, err, "reading TalosCluster "+s.ClusterName)
+	}
+	out, err := s.clusterProto(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.GetClusterResponse{Cluster: out}, nil
+}
+
+// clusterProto converts c, with the machine counts when the user may list machines.
+func (s *ClusterService) clusterProto(ctx context.Context, c *ichorv1alpha1.TalosCluster) (*ichorv1.Cluster, error) {
+	port := c.Spec.Endpoint.Port
+	if port == 0 {
+		port = 6443
+	}
+	out := &ichorv1.Cluster{
+		Name: c.Name, Namespace: c.Namespace,
+		TalosVersion: c.Spec.TalosVersion, KubernetesVersion: c.Spec.KubernetesVersion,
+		VersionContract: c.Spec.VersionContract, ControlPlaneCount: c.Spec.ControlPlane.Count,
+		Ready: "Unknown", Conditions: conditions(c.Status.Conditions), ResourceVersion: c.ResourceVersion,
+		IchorVersion: version.Get().Version,
+		Endpoint:     "https://" + net.JoinHostPort(c.Spec.Endpoint.Host, strconv.Itoa(int(port))),
+		Discovery: &ichorv1.Discovery{
+			Addresses:    append([]string(nil), c.Spec.Discovery.Addresses...),
+			Subnets:      append([]string(nil), c.Spec.Discovery.Subnets...),
+			LastScanTime: ts(c.Status.Discovery.LastScanTime), Message: c.Status.Discovery.Message,
+		},
+	}
+	for _, r := range c.Status.Discovery.Addresses {
+		out.Discovery.Results = append(out.Discovery.Results, &ichorv1.DiscoveryResult{
+			Address: r.Address, Result: r.Result, Machine: r.Machine, Message: r.Message, ProbedAt: ts(&r.ProbedAt),
+		})
+	}
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == ichorv1alpha1.ReadyCondition {
+			out.Ready, out.ReadyMessage = string(cond.Status), cond.Message
+		}
+	}
+	if s.Clients.Authorize(ctx, "list", resMachines) == nil {
+		machines, err := s.clusterMachines(ctx)
+		if err != nil {
+			return nil, apiError(ctx, err, "listing TalosMachines")
+		}
+		for _, m := range machines {
+			switch m.Spec.Approval.State {
+			case ichorv1alpha1.ApprovalPending:
+				out.MachinesPending++
+			case ichorv1alpha1.ApprovalApproved:
+				out.MachinesApproved++
+			}
+		}
+	}
+	return out, nil
+}
+
+// AddDiscovery implements ClusterService: it adds the addresses and subnets
+// to the TalosCluster's spec.discovery as the signed-in user.
+func (s *ClusterService) AddDiscovery(ctx context.Context, req *ichorv1.AddDiscoveryRequest) (*ichorv1.AddDiscoveryResponse, error) {
+	if len(req.GetAddresses())+len(req.GetSubnets()) == 0 {
+		return nil, invalid("give at least one address (192.168.10.5) or subnet (192.168.10.0/24) to discover")
+	}
+	var addrs, subnets []string
+	for i, a := range req.GetAddresses() {
+		addr, _, err := ichorv1alpha1.ParseDiscoveryTarget(a)
+		if err != nil || addr == "" {
+			return nil, invalid("addresses[%d] %q is not an IP address such as 192.168.10.5 (subnets go in subnets)", i, a)
+		}
+		addrs = append(addrs, addr)
+	}
+	for i, n := range req.GetSubnets() {
+		_, subnet, err := ichorv1alpha1.ParseDiscoveryTarget(n)
+		if err != nil {
+			return nil, invalid("subnets[%d]: %s", i, err.Error())
+		}
+		if subnet == "" {
+			return nil, invalid("subnets[%d] %q is an address, not a subnet: put it in addresses, or write a CIDR such as 192.168.10.0/24", i, n)
+		}
+		subnets = append(subnets, subnet)
+	}
+	what := "adding discovery targets to TalosCluster " + s.ClusterName
+	c := &ichorv1alpha1.TalosCluster{}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := s.Clients.User.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: s.ClusterName}, c); err != nil {
+			return err
+		}
+		if len(c.Spec.Discovery.Add(addrs, subnets)) == 0 {
+			return nil
+		}
+		return s.Clients.User.Update(ctx, c)
+	})
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	out, err := s.clusterProto(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.AddDiscoveryResponse{Cluster: out}, nil
+}
+
+// WhoAmI implements ClusterService.
+func (s *ClusterService) WhoAmI(ctx context.Context, _ *ichorv1.WhoAmIRequest) (*ichorv1.WhoAmIResponse, error) {
+	id, ok := identity.From(ctx)
+	if !ok {
+		return nil, status.Error(codes.Unauthenticated, "sign in first")
+	}
+	return &ichorv1.WhoAmIResponse{Username: id.Username, Groups: id.Groups}, nil
+}
