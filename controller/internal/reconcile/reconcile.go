@@ -114,6 +114,14 @@ type Controller[T Object] struct {
 	// nil means the object has none.
 	Paused func(T) bool
 
+	// Summarize, when set, computes the kind's summary conditions (Ready)
+	// from the others on the object about to be written, after this
+	// controller's part was merged onto the current one. It is the same
+	// function for every controller of the kind (one place decides Ready),
+	// so whichever controller writes last writes the summary of what the
+	// API server holds.
+	Summarize func(T)
+
 	// Finalizer, when set, is added before the phases run and removed after
 	// Finalize succeeds on a deleted object.
 	Finalizer string
@@ -367,6 +375,10 @@ func (c *Controller[T]) writeStatus(ctx context.Context, before, after T, succee
 	attempt := func() error {
 		next := base.DeepCopyObject().(T) //nolint:forcetypeassert // DeepCopyObject of T is a T
 		c.merge(next, before, after, succeeded)
+
+		if c.Summarize != nil {
+			c.Summarize(next)
+		}
 
 		if equality.Semantic.DeepEqual(base, next) {
 			return nil

@@ -362,3 +362,70 @@ func TestSkeleton_PersistIsStrict(t *testing.T) {
 		t.Fatalf("side effects %d, conditions %+v", sideEffects, got.Status.Conditions)
 	}
 }
+
+// TestSkeleton_SummaryFollowsEveryOwner: Ready is no controller's to set: the
+// kind's one summary function computes it from the merged conditions at each
+// write, so it follows a change of either owner's condition, and a phase
+// that sets Ready itself changes nothing.
+func TestSkeleton_SummaryFollowsEveryOwner(t *testing.T) {
+	ctx := context.Background()
+	st := storage("summary", "none")
+	testenv.Must(t, k8s.Create(ctx, st))
+
+	summarize := func(o *ichorv1alpha1.TalosStorage) {
+		ready := metav1.Condition{Type: ichorv1alpha1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "AllGood"}
+		for _, t := range []string{"A", "B"} {
+			if c := apimeta.FindStatusCondition(o.Status.Conditions, t); c == nil || c.Status != metav1.ConditionTrue {
+				ready = metav1.Condition{Type: ichorv1alpha1.ReadyCondition, Status: metav1.ConditionFalse, Reason: "Waiting" + t}
+
+				break
+			}
+		}
+
+		apimeta.SetStatusCondition(&o.Status.Conditions, ready)
+	}
+
+	owner := func(condType string, status *metav1.ConditionStatus) *Controller[*ichorv1alpha1.TalosStorage] {
+		return &Controller[*ichorv1alpha1.TalosStorage]{
+			Name: "summary-" + condType, Client: k8s, New: func() *ichorv1alpha1.TalosStorage { return &ichorv1alpha1.TalosStorage{} },
+			Owned: []string{condType}, Summarize: summarize,
+			Phases: []Phase[*ichorv1alpha1.TalosStorage]{func(_ context.Context, s *Scope[*ichorv1alpha1.TalosStorage]) (ctrl.Result, error) {
+				apimeta.SetStatusCondition(&s.Object.Status.Conditions, metav1.Condition{Type: condType, Status: *status, Reason: "Set"})
+				// Not this controller's: ignored.
+				apimeta.SetStatusCondition(&s.Object.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Claimed"})
+
+				return ctrl.Result{}, nil
+			}},
+		}
+	}
+
+	sa, sb := metav1.ConditionTrue, metav1.ConditionFalse
+	a, b := owner("A", &sa), owner("B", &sb)
+
+	ready := func() *metav1.Condition {
+		got := &ichorv1alpha1.TalosStorage{}
+		testenv.Must(t, k8s.Get(ctx, client.ObjectKeyFromObject(st), got))
+
+		return apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ReadyCondition)
+	}
+
+	for _, step := range []struct {
+		c    *Controller[*ichorv1alpha1.TalosStorage]
+		set  func()
+		want string
+	}{
+		{a, func() {}, "WaitingB"},
+		{b, func() {}, "WaitingB"},
+		{b, func() { sb = metav1.ConditionTrue }, "AllGood"},
+		{a, func() { sa = metav1.ConditionFalse }, "WaitingA"},
+	} {
+		step.set()
+
+		_, err := step.c.Reconcile(ctx, req(st))
+		testenv.Must(t, err)
+
+		if r := ready(); r == nil || r.Reason != step.want {
+			t.Fatalf("after %s: Ready %+v, want reason %s", step.c.Name, r, step.want)
+		}
+	}
+}
