@@ -140,51 +140,30 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	if err := (&talosmachine.Reconciler{}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the TalosMachine reconciler")
-		os.Exit(1)
-	}
-	if err := (&lifecycle.Reconciler{}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the machine lifecycle reconciler")
-		os.Exit(1)
-	}
-	if err := (&operation.Reconciler{}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the TalosOperation reconciler")
-		os.Exit(1)
-	}
-	if err := (&kubeletcsr.Reconciler{}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the kubelet serving certificate approver")
-		os.Exit(1)
-	}
-	if err := (&discovery.Reconciler{}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the discovery reconciler")
-		os.Exit(1)
-	}
-	if err := (&machinereclaim.Reconciler{}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the MachineReclaim reconciler")
-		os.Exit(1)
-	}
-	if err := (&machinereclaim.Sweeper{}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the foreign talosconfig sweeper")
-		os.Exit(1)
-	}
-	if err := (&credentialrequest.Reconciler{}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the TalosCredentialRequest reconciler")
-		os.Exit(1)
-	}
-	// The users ichor-ui may impersonate, bounded in RBAC (architecture, "Trust").
-	if err := (&impersonation.Reconciler{Namespace: namespace, ExtraUsers: impersonate}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the impersonation reconciler")
-		os.Exit(1)
-	}
-	if err := (&clusterstatus.Reconciler{}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the cluster status reconciler")
-		os.Exit(1)
-	}
-	// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.
-	if err := (&servingca.Keeper{Namespace: namespace}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "registering the serving CA keeper")
-		os.Exit(1)
+	// Every reconciler, in one table (STYLE.md, habit 10): what it owns and
+	// what it is called in the logs.
+	for _, r := range []struct {
+		what  string
+		setup interface{ SetupWithManager(ctrl.Manager) error }
+	}{
+		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{}},
+		{"the machine lifecycle reconciler", &lifecycle.Reconciler{}},
+		{"the TalosOperation reconciler", &operation.Reconciler{}},
+		{"the kubelet serving certificate approver", &kubeletcsr.Reconciler{}},
+		{"the discovery reconciler", &discovery.Reconciler{}},
+		{"the MachineReclaim reconciler", &machinereclaim.Reconciler{}},
+		{"the foreign talosconfig sweeper", &machinereclaim.Sweeper{}},
+		{"the TalosCredentialRequest reconciler", &credentialrequest.Reconciler{}},
+		// The users ichor-ui may impersonate, bounded in RBAC (architecture, "Trust").
+		{"the impersonation reconciler", &impersonation.Reconciler{Namespace: namespace, ExtraUsers: impersonate}},
+		{"the cluster status reconciler", &clusterstatus.Reconciler{}},
+		// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.
+		{"the serving CA keeper", &servingca.Keeper{Namespace: namespace}},
+	} {
+		if err := r.setup.SetupWithManager(mgr); err != nil {
+			log.Error(err, "registering "+r.what)
+			os.Exit(1)
+		}
 	}
 	if enableWebhooks && manageCerts {
 		// Renew the leaf before it expires; the webhook server reloads the files.
