@@ -159,13 +159,10 @@ func (r *Reconciler) drain(ctx context.Context, s *scope) (string, ctrl.Result, 
 		return ichorv1alpha1.RemovalLeavingEtcd, ctrl.Result{}, nil
 	}
 
-	if !r.ownNode(m, node.Name, "drain") {
-		return "", ctrl.Result{RequeueAfter: pausedWait}, nil
-	}
-
+	// Neither the node at the address nor the Node found there may be
+	// another machine's: a reused or repointed address is not drained.
 	n, live := r.reachable(ctx, s)
 	if live {
-		// The Node's name matched; the node at the address must be this machine too.
 		v, err := r.verify(ctx, m, n, "drain")
 
 		n.Close()
@@ -173,6 +170,10 @@ func (r *Reconciler) drain(ctx context.Context, s *scope) (string, ctrl.Result, 
 		if v == nil {
 			return "", ctrl.Result{RequeueAfter: pausedWait}, err
 		}
+	}
+
+	if !r.ownNode(m, node.Name, "drain") {
+		return "", ctrl.Result{RequeueAfter: pausedWait}, nil
 	}
 
 	if err := workload.Drain(ctx, k, node, r.DrainTimeout, !live); err != nil {
