@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Issue 17, "Who the node is": an operator deletes a worker and repoints its
+// address at a control plane. The control plane receives no Reset. Either
+// admission refuses the repoint (spec.address is immutable once approved,
+// and no spec change is taken while deleting), and the worker's removal
+// resets the worker; or the change got in (admission without that rule), and
+// the controller's identity check refuses the removal's steps, names both
+// SMBIOS UUIDs and pauses the machine, until the address is the worker's
+// again. The emulator's RPC counters say who got a Reset.
+//
+// The controller is stopped while the operator acts (as during an upgrade of
+// Ichor), so its removal cannot reset the worker before the repoint lands:
+// every step it takes sees the repointed address.
+
+// operator is how the test acts as a user of the built-in ichor-operator
+// role: the admin kubeconfig impersonating a member of ichor:operator.
+var operator = []string{"--as=e2e-operator", "--as-group=ichor:operator", "--as-group=system:authenticated"}
+
+func (w *world) kubectl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(os.Getenv(assetsEnv), "kubectl"), args...) //nolint:gosec // the test's own kubectl
+	cmd.Env = w.env
+
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+
+	return out.String(), nil
+}
+
+// rpcs reads a machine's RPC counters from talosemu's control API.
+func (w *world) rpcs(ctx context.Context, name string) (map[string]int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.control+"/machines/"+name+"/rpcs", nil)
+	if err != nil {
+		return nil, err
+	}
+
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+
+	var out map[string]int
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("the control API's RPC counters of %s: %w", name, err)
+	}
+
+	return out, nil
+}
+
+func (w *world) resets(t *testing.T, ctx context.Context, m emuMachine) int {
+	t.Helper()
+
+	c, err := w.rpcs(ctx, m.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return c["/machine.MachineService/Reset"]
+}
+
+// talosMachine is what the test reads of a TalosMachine through kubectl.
+type talosMachine struct {
+	Metadata struct {
+		Name              string  `json:"name"`
+		Namespace         string  `json:"namespace"`
+		DeletionTimestamp *string `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Spec struct {
+		Address  string `json:"address"`
+		Role     string `json:"role"`
+		Identity struct {
+			UUID string `json:"uuid"`
+		} `json:"identity"`
+		Approval struct {
+			State string `json:"state"`
+		} `json:"approval"`
+	} `json:"spec"`
+	Status struct {
+		Conditions []struct {
+			Type, Status, Reason, Message string
+		} `json:"conditions"`
+		Removal *struct {
+			Phase   string `json:"phase"`
+			Message string `json:"message"`
+		} `json:"removal"`
+	} `json:"status"`
+}
+
+func (w *world) talosMachines(ctx context.Context) ([]talosMachine, error) {
+	out, err := w.kubectl(ctx, "get", "talosmachines", "-A", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+
+	var l struct {
+		Items []talosMachine `json:"items"`
+	}
+
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		return nil, fmt.Errorf("kubectl get talosmachines: %w\n%s", err, out)
+	}
+
+	return l.Items, nil
+}
+
+func TestOperatorRepointsDeletedWorkerNoReset(t *testing.T) {
+	w := approvedWorld(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+
+	if w.control == "" {
+		t.Fatal("talosemu printed no control API address")
+	}
+
+	// The world: machines 1–3 control planes (the first runs the cluster's
+	// API server), machine 4 a Ready worker (machine 5 was removed).
+	cp, worker := w.machines[1], w.machines[3]
+
+	ms, err := w.talosMachines(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var tm talosMachine
+
+	for _, m := range ms {
+		if m.Spec.Address == worker.ip() && m.Spec.Approval.State == "approved" {
+			tm = m
+		}
+	}
+
+	if tm.Metadata.Name == "" || tm.Spec.Role != "worker" || tm.Spec.Identity.UUID != worker.UUID {
+		t.Fatalf("no approved worker at %s with UUID %s: %+v", worker.ip(), worker.UUID, tm)
+	}
+
+	name, ns := tm.Metadata.Name, tm.Metadata.Namespace
+	cpResets, workerResets := w.resets(t, ctx, cp), w.resets(t, ctx, worker)
+
+	stopProcess(w.ctrl)
+
+	// The operator removes the worker, then repoints its address.
+	if _, err := w.kubectl(ctx, append(operator, "-n", ns, "annotate", "talosmachine", name, "ichor.maesh.dev/allow-delete=true")...); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := w.kubectl(ctx, append(operator, "-n", ns, "delete", "talosmachine", name, "--wait=false")...); err != nil {
+		t.Fatal(err)
+	}
+
+	repoint := fmt.Sprintf(`{"spec":{"address":%q}}`, cp.ip())
+	out, perr := w.kubectl(ctx, append(operator, "-n", ns, "patch", "talosmachine", name, "--type=merge", "-p", repoint)...)
+
+	if err := w.startController(); err != nil {
+		t.Fatal(err)
+	}
+
+	if perr != nil {
+		// Admission refused the repoint: the removal goes on with the worker's address.
+		t.Logf("the repoint was refused at admission: %s", strings.TrimSpace(out))
+
+		if !strings.Contains(out, "address") {
+			t.Fatalf("the refusal does not name spec.address: %s", out)
+		}
+
+		waitRemoved(t, ctx, w, name)
+
+		if n := w.resets(t, ctx, worker) - workerResets; n != 1 {
+			t.Errorf("the worker got %d Reset calls, want 1", n)
+		}
+	} else {
+		t.Log("the repoint got through admission; the controller's identity check must refuse the removal")
+		identityRefused(t, ctx, w, name, worker, cp)
+
+		if n := w.resets(t, ctx, worker) - workerResets; n != 0 {
+			t.Errorf("the worker got %d Reset calls while its machine pointed at %s", n, cp.ip())
+		}
+
+		// The allowed neighbour: with its own address back (admission without
+		// the rule takes it), the same removal resets the worker.
+		back := fmt.Sprintf(`{"spec":{"address":%q}}`, worker.ip())
+		if _, err := w.kubectl(ctx, "-n", ns, "patch", "talosmachine", name, "--type=merge", "-p", back); err != nil {
+			t.Fatal(err)
+		}
+
+		waitRemoved(t, ctx, w, name)
+
+		if n := w.resets(t, ctx, worker) - workerResets; n != 1 {
+			t.Errorf("the worker got %d Reset calls once its address was its own, want 1", n)
+		}
+	}
+
+	if n := w.resets(t, ctx, cp) - cpResets; n != 0 {
+		t.Fatalf("the control plane %s got %d Reset calls from the removal of worker %s", cp.Name, n, name)
+	}
+
+	if cordoned(t, ctx, w, cp.ip()) {
+		t.Errorf("the control plane's Node was cordoned by the removal of worker %s", name)
+	}
+}
+
+// cordoned reports whether the Node with the InternalIP address is unschedulable.
+func cordoned(t *testing.T, ctx context.Context, w *world, address string) bool {
+	t.Helper()
+
+	out, err := w.kubectl(ctx, "get", "nodes", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var l struct {
+		Items []struct {
+			Spec struct {
+				Unschedulable bool `json:"unschedulable"`
+			} `json:"spec"`
+			Status struct {
+				Addresses []struct{ Type, Address string } `json:"addresses"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("kubectl get nodes: %v", err)
+	}
+
+	for _, n := range l.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == "InternalIP" && a.Address == address {
+				return n.Spec.Unschedulable
+			}
+		}
+	}
+
+	t.Fatalf("no Node has the address %s", address)
+
+	return false
+}
+
+// identityRefused waits until the removal is refused for the node's identity
+// at the repointed address: IdentityConflict (IdentityMismatch) names both
+// machines' UUIDs, and the removal waits in its drain step (before any Reset).
+func identityRefused(t *testing.T, ctx context.Context, w *world, name string, worker, cp emuMachine) {
+	t.Helper()
+
+	eventually(t, ctx, 3*time.Minute, "the removal refused by the identity check", func() (bool, string) {
+		ms, err := w.talosMachines(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		for _, m := range ms {
+			if m.Metadata.Name != name {
+				continue
+			}
+
+			for _, c := range m.Status.Conditions {
+				if c.Type == "IdentityConflict" && c.Status == "True" && c.Reason == "IdentityMismatch" &&
+					strings.Contains(c.Message, worker.UUID) && strings.Contains(c.Message, cp.UUID) &&
+					m.Status.Removal != nil && m.Status.Removal.Phase == "Draining" {
+					return true, ""
+				}
+			}
+
+			return false, fmt.Sprintf("address %s, removal %+v, conditions %+v", m.Spec.Address, m.Status.Removal, m.Status.Conditions)
+		}
+
+		return false, "the machine is gone"
+	})
+}
+
+// waitRemoved waits until the machine's removal finished (its object is gone).
+func waitRemoved(t *testing.T, ctx context.Context, w *world, name string) {
+	t.Helper()
+
+	eventually(t, ctx, 4*time.Minute, name+" removed", func() (bool, string) {
+		ms, err := w.talosMachines(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		for _, m := range ms {
+			if m.Metadata.Name == name && m.Metadata.DeletionTimestamp != nil {
+				return false, fmt.Sprintf("address %s, removal %+v, conditions %+v", m.Spec.Address, m.Status.Removal, m.Status.Conditions)
+			}
+		}
+
+		return true, ""
+	})
+}
