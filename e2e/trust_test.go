@@ -3,8 +3,17 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,9 +32,11 @@ import (
 // SMBIOS UUIDs and pauses the machine, until the address is the worker's
 // again. The emulator's RPC counters say who got a Reset.
 //
-// The controller is stopped while the operator acts (as during an upgrade of
-// Ichor), so its removal cannot reset the worker before the repoint lands:
-// every step it takes sees the repointed address.
+// Admission is as installed: ichor-controller serves its webhooks (called by
+// URL, with a certificate the test makes) and the CRDs' rules apply. Its
+// reconcilers wait for a leader Lease the test holds while the operator acts
+// (as while a replica takes over), so the removal cannot reset the worker
+// before the repoint lands: every step it takes sees the repointed address.
 
 // operator is how the test acts as a user of the built-in ichor-operator
 // role: the admin kubeconfig impersonating a member of ichor:operator.
@@ -156,7 +167,7 @@ func TestOperatorRepointsDeletedWorkerNoReset(t *testing.T) {
 	name, ns := tm.Metadata.Name, tm.Metadata.Namespace
 	cpResets, workerResets := w.resets(t, ctx, cp), w.resets(t, ctx, worker)
 
-	stopProcess(w.ctrl)
+	release := w.admissionOnly(t, ctx, ns, name)
 
 	// The operator removes the worker, then repoints its address.
 	if _, err := w.kubectl(ctx, append(operator, "-n", ns, "annotate", "talosmachine", name, "ichor.maesh.dev/allow-delete=true")...); err != nil {
@@ -170,9 +181,7 @@ func TestOperatorRepointsDeletedWorkerNoReset(t *testing.T) {
 	repoint := fmt.Sprintf(`{"spec":{"address":%q}}`, cp.ip())
 	out, perr := w.kubectl(ctx, append(operator, "-n", ns, "patch", "talosmachine", name, "--type=merge", "-p", repoint)...)
 
-	if err := w.startController(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 
 	if perr != nil {
 		// Admission refused the repoint: the removal goes on with the worker's address.
@@ -305,4 +314,170 @@ func waitRemoved(t *testing.T, ctx context.Context, w *world, name string) {
 
 		return true, ""
 	})
+}
+
+// leaderLease is the Lease ichor-controller's replicas compete for.
+const leaderLease = "ichor-controller.ichor.maesh.dev"
+
+// admissionOnly restarts ichor-controller with its admission webhooks on and
+// leader election on, while the test holds the leader Lease: the webhooks
+// answer, the reconcilers wait. The returned func gives the Lease up.
+func (w *world) admissionOnly(t *testing.T, ctx context.Context, ns, probe string) func() {
+	t.Helper()
+
+	stopProcess(w.ctrl)
+
+	now := time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+	lease := fmt.Sprintf(`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":%q,"namespace":"ichor-system"},`+
+		`"spec":{"holderIdentity":"e2e-test","leaseDurationSeconds":3600,"acquireTime":%q,"renewTime":%q}}`, leaderLease, now, now)
+
+	if err := os.WriteFile(filepath.Join(w.dir, "lease.json"), []byte(lease), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := w.kubectl(ctx, "apply", "-f", filepath.Join(w.dir, "lease.json")); err != nil {
+		t.Fatal(err)
+	}
+
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	certDir, ca := webhookCerts(t, w.dir)
+
+	if err := w.startController("--enable-webhooks=true", "--manage-webhook-certs=false", "--leader-elect=true",
+		fmt.Sprintf("--webhook-port=%d", port), "--webhook-cert-dir="+certDir); err != nil {
+		t.Fatal(err)
+	}
+
+	w.installWebhooks(t, ctx, port, ca)
+
+	// A dry-run write goes through the validating webhook: once it passes, admission runs.
+	eventually(t, ctx, 2*time.Minute, "the admission webhooks answer", func() (bool, string) {
+		out, err := w.kubectl(ctx, "-n", ns, "annotate", "--dry-run=server", "--overwrite", "talosmachine", probe, "e2e.ichor.dev/probe=1")
+
+		return err == nil, out
+	})
+
+	return func() {
+		if _, err := w.kubectl(ctx, "-n", "ichor-system", "delete", "lease", leaderLease); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// webhookCerts writes a serving certificate for 127.0.0.1, issued by a CA
+// made for the test, as tls.crt and tls.key; it returns the directory and the CA's PEM.
+func webhookCerts(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
+
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e webhook CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	certDir := filepath.Join(dir, "webhook-certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, b := range map[string]*pem.Block{"tls.crt": {Type: "CERTIFICATE", Bytes: leafDER}, "tls.key": {Type: "PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(filepath.Join(certDir, name), pem.EncodeToMemory(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	return certDir, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+}
+
+// installWebhooks installs the generated webhook configurations
+// (kustomize/base/webhook) with each webhook calling the local server by URL.
+func (w *world) installWebhooks(t *testing.T, ctx context.Context, port int, ca []byte) {
+	t.Helper()
+
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := w.kubectl(ctx, "create", "--dry-run=client", "-o", "json", "-f", filepath.Join(root, "kustomize", "base", "webhook", "manifests.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var list struct {
+		Items []map[string]any `json:"items"`
+	}
+
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("the webhook manifests as JSON: %v\n%s", err, out)
+	}
+
+	if len(list.Items) == 0 {
+		t.Fatalf("no webhook configuration in the manifests:\n%s", out)
+	}
+
+	for _, o := range list.Items {
+		meta, _ := o["metadata"].(map[string]any)
+		meta["name"] = "e2e-" + fmt.Sprint(meta["name"])
+
+		hooks, _ := o["webhooks"].([]any)
+		for _, h := range hooks {
+			wh, _ := h.(map[string]any)
+			cc, _ := wh["clientConfig"].(map[string]any)
+			svc, _ := cc["service"].(map[string]any)
+			wh["clientConfig"] = map[string]any{
+				"url":      fmt.Sprintf("https://127.0.0.1:%d%v", port, svc["path"]),
+				"caBundle": base64.StdEncoding.EncodeToString(ca),
+			}
+		}
+	}
+
+	b, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": list.Items})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	path := filepath.Join(w.dir, "webhooks.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := w.kubectl(ctx, "apply", "-f", path); err != nil {
+		t.Fatal(err)
+	}
 }
