@@ -81,6 +81,16 @@ func (e *IdentityMismatchError) Error() string {
 		e.Where, strings.Join(e.Fields, ", "), e.Got, e.Want)
 }
 
+// Paused is the message of a machine paused for this mismatch: both
+// identities, and how to go on. It names no step, so every reconciler that
+// finds the same mismatch writes the same condition.
+func (e *IdentityMismatchError) Paused(machine, address string) string {
+	return e.Error() + ". The machine is paused: nothing is sent to its address while this condition stands. " +
+		"Check which machine answers on " + address + " (a reused address or a swapped machine); the controller checks again " +
+		"at each step and resumes once the node there is this machine. A machine that is gone for good is removed " +
+		"without a reset by `ichor node remove " + machine + " --force`"
+}
+
 // AsIdentityMismatch returns the mismatch in err's chain, or nil.
 func AsIdentityMismatch(err error) *IdentityMismatchError {
 	var m *IdentityMismatchError

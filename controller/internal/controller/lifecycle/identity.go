@@ -54,21 +54,18 @@ func (r *Reconciler) verify(ctx context.Context, m *ichorv1alpha1.TalosMachine, 
 // IdentityMismatch) names both identities and says how to go on, Ready says
 // the machine is paused, and a Warning Event is left once per message.
 func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talosnode.IdentityMismatchError, step string) {
-	msg := fmt.Sprintf("%s refused: %s. The machine is paused: nothing is sent to its address while this condition stands. "+
-		"Check which machine answers on %s (a reused address or a swapped machine); the controller checks again at each step "+
-		"and resumes once the node there is this machine. A machine that is gone for good is removed without a reset by "+
-		"`ichor node remove %s --force`", step, mm.Error(), m.Spec.Address, m.Name)
+	msg := mm.Paused(m.Name, m.Spec.Address)
 
 	was := findCond(m, ichorv1alpha1.IdentityConflictCondition)
 	setCond(m, ichorv1alpha1.IdentityConflictCondition, metav1.ConditionTrue, ichorv1alpha1.IdentityMismatchReason, msg)
 	notReady(m, ichorv1alpha1.IdentityMismatchReason, msg)
 
 	if m.Status.Removal != nil {
-		m.Status.Removal.Message = msg
+		m.Status.Removal.Message = step + " refused: " + msg
 	}
 
 	if was == nil || was.Message != msg {
-		warnf(r, m, ichorv1alpha1.IdentityMismatchReason, step, "%s", msg)
+		warnf(r, m, ichorv1alpha1.IdentityMismatchReason, step, "%s refused: %s", step, msg)
 	}
 }
 

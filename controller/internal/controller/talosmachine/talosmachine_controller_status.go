@@ -159,10 +159,7 @@ func identityPaused(m *ichorv1alpha1.TalosMachine) bool {
 // the node at the address; IdentityConflict names both identities and says
 // how to go on; a Warning Event is left once per message.
 func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talosnode.IdentityMismatchError) {
-	msg := fmt.Sprintf("configuration reconcile refused: %s. The machine is paused: nothing is sent to its address while this condition stands. "+
-		"Check which machine answers on %s (a reused address or a swapped machine); the controller checks again at each step "+
-		"and resumes once the node there is this machine. A machine that is gone for good is removed without a reset by "+
-		"`ichor node remove %s --force`", mm.Error(), m.Spec.Address, m.Name)
+	msg := mm.Paused(m.Name, m.Spec.Address)
 
 	was := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.IdentityConflictCondition)
 	set(m, ichorv1alpha1.IdentityConflictCondition, metav1.ConditionTrue, ichorv1alpha1.IdentityMismatchReason, msg)
@@ -171,6 +168,6 @@ func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talosno
 	set(m, ichorv1alpha1.StalledCondition, metav1.ConditionTrue, ichorv1alpha1.IdentityMismatchReason, msg)
 
 	if was == nil || was.Message != msg {
-		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Compare", "%s", msg)
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Compare", "configuration reconcile refused: %s", msg)
 	}
 }
