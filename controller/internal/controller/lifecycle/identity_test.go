@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -30,7 +31,6 @@ func identityMismatchRemoval(t *testing.T) {
 	m.Finalizers = []string{ichorv1alpha1.MachineFinalizer}
 	m.Annotations = map[string]string{ichorv1alpha1.AllowDeleteAnnotation: "true"}
 	now := metav1.Now()
-	m.Spec.Approval = ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now}
 	m.Spec.Role = ichorv1alpha1.RoleWorker
 	m.Spec.Hostname = "w-1"
 	m.Spec.Install.Disk = &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}
@@ -55,6 +55,23 @@ func identityMismatchRemoval(t *testing.T) {
 		Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.JoinedReason, Message: "test setup", LastTransitionTime: now,
 	}}
 	must(t, k8s.Status().Update(ctx, m))
+
+	// Approved once its status says what provisioning recorded.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getMachine(t, "w-1-at-cp-1")
+		cur.Spec.Approval = ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now}
+
+		return k8s.Update(ctx, cur)
+	}))
+
+	// The monitor finds another machine at the address before anyone deletes it.
+	eventually(t, "w-1-at-cp-1 paused for its identity", func() error {
+		if c := cond(getMachine(t, "w-1-at-cp-1"), ichorv1alpha1.IdentityConflictCondition); c == nil || c.Reason != ichorv1alpha1.IdentityMismatchReason {
+			return fmt.Errorf("IdentityConflict %v", c)
+		}
+
+		return nil
+	})
 
 	// An operator deletes it.
 	must(t, k8s.Delete(ctx, getMachine(t, "w-1-at-cp-1")))

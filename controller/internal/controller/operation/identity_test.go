@@ -7,6 +7,7 @@ import (
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -36,7 +37,7 @@ func TestNodeIdentityMismatchRebootRefused(t *testing.T) {
 			ClusterName: clusterName,
 			Identity:    ichorv1alpha1.MachineIdentity{UUID: w1.UUID(), Serial: "SER-w-1"},
 			Address:     w2.IP(),
-			Approval:    ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now},
+			Approval:    ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalPending},
 			Role:        ichorv1alpha1.RoleWorker,
 			Hostname:    "w-1",
 			Install:     ichorv1alpha1.MachineInstall{Disk: &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}},
@@ -65,6 +66,14 @@ func TestNodeIdentityMismatchRebootRefused(t *testing.T) {
 		Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.JoinedReason, Message: "test setup",
 	})
 	must(t, k8s.Status().Update(ctx, moved))
+
+	// Approved once its status says what provisioning recorded.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getMachine(t, "w-1-moved")
+		cur.Spec.Approval = ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now}
+
+		return k8s.Update(ctx, cur)
+	}))
 
 	changeBehindIchor(t, "w-1", "machine:\n  env:\n    ICHOR_IDENTITY: \"1\"\n")
 
