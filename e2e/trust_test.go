@@ -223,7 +223,7 @@ func TestOperatorRepointsDeletedWorkerNoReset(t *testing.T) {
 		}
 	} else {
 		t.Log("the repoint got through admission; the controller's identity check must refuse the removal")
-		identityRefused(t, ctx, w, name, worker, cp)
+		identityRefused(t, ctx, w, name, worker, cp, cpResets)
 
 		if n := w.resets(t, ctx, worker) - workerResets; n != 0 {
 			t.Errorf("the worker got %d Reset calls while its machine pointed at %s", n, cp.ip())
@@ -292,7 +292,7 @@ func cordoned(t *testing.T, ctx context.Context, w *world, address string) bool 
 // identityRefused waits until the removal is refused for the node's identity
 // at the repointed address: IdentityConflict (IdentityMismatch) names both
 // machines' UUIDs, and the removal waits in its drain step (before any Reset).
-func identityRefused(t *testing.T, ctx context.Context, w *world, name string, worker, cp emuMachine) {
+func identityRefused(t *testing.T, ctx context.Context, w *world, name string, worker, cp emuMachine, cpResets int) {
 	t.Helper()
 
 	eventually(t, ctx, 3*time.Minute, "the removal refused by the identity check", func() (bool, string) {
@@ -317,7 +317,9 @@ func identityRefused(t *testing.T, ctx context.Context, w *world, name string, w
 			return false, fmt.Sprintf("address %s, removal %+v, conditions %+v", m.Spec.Address, m.Status.Removal, m.Status.Conditions)
 		}
 
-		return false, "the machine is gone"
+		t.Fatalf("the removal finished at the repointed address %s: the control plane got %d Reset calls", cp.ip(), w.resets(t, ctx, cp)-cpResets)
+
+		return false, ""
 	})
 }
 
