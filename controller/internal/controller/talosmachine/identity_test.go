@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 )
@@ -40,7 +42,19 @@ func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 	moved.Labels = map[string]string{"pool": "w-1"}
 	must(t, k8s.Create(ctx, moved))
 
-	t.Cleanup(func() { _ = k8s.Delete(ctx, moved) })
+	t.Cleanup(func() {
+		_ = k8s.Delete(ctx, moved)
+
+		// Later tests list the cluster's machines through the manager's cache.
+		eventually(t, "w-1-moved gone from the cache", func() error {
+			err := cached.Get(ctx, client.ObjectKeyFromObject(moved), &ichorv1alpha1.TalosMachine{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+
+			return fmt.Errorf("still there (%v)", err)
+		})
+	})
 
 	moved.Status.Stage = ichorv1alpha1.StageRunning
 	moved.Status.Installed = true
