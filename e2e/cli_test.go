@@ -60,6 +60,10 @@ type world struct {
 	env        []string
 	machines   []emuMachine
 	ctrlLog    string
+	// control is the base URL of talosemu's control API (RPC counters, faults).
+	control string
+	// ctrl is the running ichor-controller process.
+	ctrl *exec.Cmd
 
 	mu      sync.Mutex
 	outputs bytes.Buffer // every CLI invocation's stdout and stderr
@@ -68,6 +72,7 @@ type world struct {
 type emuMachine struct {
 	Name     string `json:"name"`
 	Endpoint string `json:"endpoint"`
+	UUID     string `json:"uuid"`
 }
 
 func (m emuMachine) ip() string { return strings.Split(m.Endpoint, ":")[0] }
@@ -145,6 +150,10 @@ func startWorld() (*world, error) {
 
 	sc := bufio.NewScanner(stdout)
 	for len(w.machines) < 5 && sc.Scan() {
+		if _, url, ok := strings.Cut(sc.Text(), "; control API "); ok {
+			w.control = strings.TrimSpace(url)
+		}
+
 		var m emuMachine
 		if err := json.Unmarshal(sc.Bytes(), &m); err == nil && m.Endpoint != "" {
 			w.machines = append(w.machines, m)
@@ -217,20 +226,25 @@ func (w *world) mustIchor(t *testing.T, ctx context.Context, args ...string) str
 
 // startController starts ichor-controller against the emulated cluster with
 // webhooks off (a local process cannot serve the cluster's webhooks).
-func (w *world) startController() error {
-	logf, err := os.Create(w.ctrlLog)
+func (w *world) startController(flags ...string) error {
+	logf, err := os.OpenFile(w.ctrlLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 
+	if len(flags) == 0 {
+		flags = []string{"--enable-webhooks=false", "--leader-elect=false"}
+	}
+
 	c := exec.CommandContext(context.Background(), filepath.Join(w.bin, "ichor-controller"), //nolint:gosec // our own binary
-		"--enable-webhooks=false", "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0")
+		append(flags, "--metrics-bind-address=0", "--health-probe-bind-address=0")...)
 	c.Env, c.Stdout, c.Stderr = w.env, logf, logf
 
 	if err := c.Start(); err != nil {
 		return err
 	}
 
+	w.ctrl = c
 	cleanups = append(cleanups, func() { stopProcess(c); _ = logf.Close() })
 
 	return nil

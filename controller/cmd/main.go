@@ -123,7 +123,10 @@ func main() {
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElection,
 		LeaderElectionID:       leaderElectionID,
-		WebhookServer:          ctrlwebhook.NewServer(ctrlwebhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
+		// The Lease lives in Ichor's namespace; outside a cluster (a local
+		// process, the e2e tests) there is no service account file to read it from.
+		LeaderElectionNamespace: namespace,
+		WebhookServer:           ctrlwebhook.NewServer(ctrlwebhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
 	})
 	if err != nil {
 		log.Error(err, "creating the manager")

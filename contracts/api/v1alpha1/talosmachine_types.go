@@ -20,7 +20,8 @@ const (
 	AdoptionHeldCondition = "AdoptionHeld"
 	// FingerprintTrustedCondition is false when the maintenance certificate changed since discovery.
 	FingerprintTrustedCondition = "FingerprintTrusted"
-	// IdentityConflictCondition is true when the identity is weak or already belongs to another machine.
+	// IdentityConflictCondition is true when the identity is weak, already belongs to another machine,
+	// or the node at the address is another machine (IdentityMismatch: the machine is paused).
 	IdentityConflictCondition = "IdentityConflict"
 	// DiskRolesEffectiveCondition is false when a changed disk role was accepted by Talos but has no effect.
 	DiskRolesEffectiveCondition = "DiskRolesEffective"
@@ -34,6 +35,13 @@ const (
 	WeakIdentityReason = "WeakIdentity"
 	// DuplicateIdentityReason means the UUID already maps to a live machine.
 	DuplicateIdentityReason = "DuplicateIdentity"
+	// IdentityMismatchReason means the node at the machine's address reported
+	// another identity (SMBIOS UUID, hostname or Node name) than the machine's:
+	// the step was refused and nothing is sent to the address while it stands.
+	IdentityMismatchReason = "IdentityMismatch"
+	// IdentityConfirmedReason means the node at the address is the machine
+	// again after an IdentityMismatch; the work resumes at the next step.
+	IdentityConfirmedReason = "IdentityConfirmed"
 	// ReinstalledReason means a wiped node was sent its configuration again.
 	ReinstalledReason = "Reinstalled"
 	// AcceptedNoEffectReason means Talos accepted a volume change it will not apply.

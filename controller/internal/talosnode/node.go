@@ -24,8 +24,6 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/role"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // clientCertTTL is the lifetime of the admin client certificate made for one reconcile.
@@ -39,7 +37,8 @@ type Dialer struct {
 
 // Node is a connection to one node's Talos API.
 type Node struct {
-	c *talosclient.Client
+	c       *talosclient.Client
+	address string
 }
 
 // Dial connects to the node at address with the bundle's OS CA.
@@ -79,10 +78,11 @@ func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*
 		return nil, fmt.Errorf("connect to %s: %w", address, err)
 	}
 
-	return &Node{c: c}, nil
+	return &Node{c: c, address: address}, nil
 }
 
-// Client is the machinery client of the connection.
+// Client is the machinery client of the connection, for reads. A call that
+// changes the node goes through VerifyIdentity's Verified, never through this.
 func (n *Node) Client() *talosclient.Client { return n.c }
 
 // Close closes the connection.
@@ -120,27 +120,6 @@ func (n *Node) Config(ctx context.Context) (active, persistent []byte, err error
 	}
 
 	return active, persistent, nil
-}
-
-// Apply applies cfg in mode, a dry run first; it returns the dry run's
-// warnings. The dry run's mode details (a configuration diff, which may hold
-// secrets) are never returned.
-func (n *Node) Apply(ctx context.Context, cfg []byte, mode machine.ApplyConfigurationRequest_Mode) ([]string, error) {
-	dry, err := n.c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: cfg, Mode: mode, DryRun: true})
-	if err != nil {
-		return nil, fmt.Errorf("dry run: %w", err)
-	}
-
-	var warnings []string
-	for _, m := range dry.GetMessages() {
-		warnings = append(warnings, m.GetWarnings()...)
-	}
-
-	if _, err := n.c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: cfg, Mode: mode}); err != nil {
-		return warnings, fmt.Errorf("apply: %w", err)
-	}
-
-	return warnings, nil
 }
 
 // Stage reads MachineStatus: the node's stage in Ichor's words, and whether
@@ -187,26 +166,6 @@ func (n *Node) EtcdHealthy(ctx context.Context) bool {
 	return err == nil
 }
 
-// RemoveEtcdMember removes a member by ID; an unknown member counts as
-// removed (Talos answers NotFound, t:internal/app/machined/pkg/system/services/etcd.go).
-func (n *Node) RemoveEtcdMember(ctx context.Context, id uint64) error {
-	err := n.c.EtcdRemoveMemberByID(ctx, &machine.EtcdRemoveMemberByIDRequest{MemberId: id})
-	if err != nil && status.Code(err) != codes.NotFound {
-		return fmt.Errorf("remove etcd member %x: %w", id, err)
-	}
-
-	return nil
-}
-
-// Reset sends req. Talos answers at once and runs the reset afterwards.
-func (n *Node) Reset(ctx context.Context, req *machine.ResetRequest) error {
-	if err := n.c.ResetGeneric(ctx, req); err != nil {
-		return fmt.Errorf("reset: %w", err)
-	}
-
-	return nil
-}
-
 // Kubeconfig fetches the admin kubeconfig from a control plane.
 func (n *Node) Kubeconfig(ctx context.Context) ([]byte, error) {
 	b, err := n.c.Kubeconfig(ctx)
@@ -215,15 +174,4 @@ func (n *Node) Kubeconfig(ctx context.Context) ([]byte, error) {
 	}
 
 	return b, nil
-}
-
-// Reboot asks the node to reboot. Talos answers at once and reboots
-// afterwards; it neither cordons nor drains (unlike its Upgrade and Shutdown),
-// so the caller does both first (t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go, Reboot).
-func (n *Node) Reboot(ctx context.Context) error {
-	if err := n.c.Reboot(ctx); err != nil {
-		return fmt.Errorf("reboot: %w", err)
-	}
-
-	return nil
 }

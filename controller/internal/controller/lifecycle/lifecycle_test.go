@@ -27,7 +27,8 @@ import (
 // TestLifecycle is the life of a cluster's machines, in order: the first
 // control plane, a worker whose maintenance certificate changed, two more
 // control planes, a removal refused below the declared count and then for
-// quorum and then allowed, a wiped worker re-installed, a worker removed and
+// quorum and then allowed, a wiped worker re-installed, the removal of a
+// machine whose address answers as a control plane refused, a worker removed and
 // back in maintenance, a forced removal, and a control-plane removal with the
 // controller killed between every step.
 func TestLifecycle(t *testing.T) {
@@ -41,6 +42,7 @@ func TestLifecycle(t *testing.T) {
 		{"RemovalBelowDeclaredCountRefused", belowCountRefused},
 		{"QuorumBreakRefused", quorumRefused},
 		{"WipedWorkerReinstalled", wipedWorkerReinstalled},
+		{"NodeIdentityMismatchResetRefused", identityMismatchRemoval},
 		{"WorkerRemovedAndBackInMaintenance", workerRemoved},
 		{"ForcedRemovalWithoutWipe", forcedRemoval},
 		{"ChaosOneResetPerRemoval", chaosRemoval},

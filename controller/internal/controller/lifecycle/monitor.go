@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,13 +26,18 @@ func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error)
 
 	if n, err := r.Nodes.Dial(ctx, m.Spec.Address, s.state.Bundle); err == nil {
 		stage, _, err := n.Stage(ctx)
-		n.Close()
-
 		if err == nil {
 			m.Status.Stage = stage
 
-			return ctrl.Result{RequeueAfter: r.MonitorInterval}, r.holdWhileEven(ctx, m)
+			// Who answers is checked at every look: a machine that answers as
+			// another is paused before any step would send it something.
+			_, verr := r.verify(ctx, m, n, "monitoring")
+			n.Close()
+
+			return ctrl.Result{RequeueAfter: r.MonitorInterval}, errors.Join(verr, r.holdWhileEven(ctx, m))
 		}
+
+		n.Close()
 	}
 
 	// The cluster's API does not answer: is the node back in maintenance mode?
@@ -150,8 +156,8 @@ func (r *Reconciler) dropStaleMember(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{RequeueAfter: pausedWait}, nil, true
 	}
 
-	if err := sv.RemoveEtcdMember(ctx, stale.ID); err != nil {
-		return ctrl.Result{}, err, true
+	if ok, err := r.removeMember(ctx, m, sv, stale, "removal of the wiped node's old etcd member"); !ok {
+		return ctrl.Result{RequeueAfter: pausedWait}, err, true
 	}
 
 	r.eventf(m, corev1.EventTypeNormal, "EtcdMemberRemoved", "Provision",

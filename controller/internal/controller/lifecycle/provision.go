@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -66,8 +67,8 @@ func (r *Reconciler) loadOrStall(ctx context.Context, s *scope) (ctrl.Result, er
 }
 
 // pin is the maintenance fingerprint the node must present: the one a person
-// accepted with the trust annotation, else the one recorded at discovery
-// (empty: the first probe records it).
+// accepted with the trust annotation, else the one recorded at discovery or
+// by an earlier probe (empty: the first probe records it and sends nothing).
 func pin(m *ichorv1alpha1.TalosMachine) string {
 	if t := m.Annotations[ichorv1alpha1.TrustMaintenanceFingerprintAnnotation]; t != "" {
 		return t
@@ -116,17 +117,39 @@ func (r *Reconciler) maintenance(ctx context.Context, s *scope) (*talosnode.Main
 		return nil, err
 	}
 
-	if m.Spec.Identity.UUID != "" && uuid != m.Spec.Identity.UUID {
+	if m.Spec.Identity.UUID != "" && !strings.EqualFold(uuid, m.Spec.Identity.UUID) {
 		mn.Close()
-		setCond(m, ichorv1alpha1.IdentityConflictCondition, metav1.ConditionTrue, ichorv1alpha1.DuplicateIdentityReason,
-			fmt.Sprintf("the node at %s reports SMBIOS UUID %q, not the approved %q: another machine answers on this address", m.Spec.Address, uuid, m.Spec.Identity.UUID))
-		notReady(m, ichorv1alpha1.ProvisioningReason, "the node at the address is not the approved machine: nothing was sent")
+		r.identityMismatch(m, &talosnode.IdentityMismatchError{
+			Where: "the node at " + m.Spec.Address + " (maintenance mode)", Want: talosnode.Identity{UUID: m.Spec.Identity.UUID},
+			Got: talosnode.Identity{UUID: uuid}, Fields: []string{"SMBIOS UUID"},
+		}, "sending the configuration")
 
 		return nil, nil
 	}
 
-	if m.Status.MaintenanceFingerprint != mn.Fingerprint() {
-		m.Status.MaintenanceFingerprint = mn.Fingerprint()
+	if seen := mn.Fingerprint(); m.Status.MaintenanceFingerprint != seen {
+		// A fingerprint this probe records is not trusted in the same step: it
+		// goes to status first, and the configuration (with the CA keys) is
+		// sent at a later step to a node that presents the recorded one. From
+		// then on it is the pin of every reconnect of the provisioning.
+		mn.Close()
+
+		m.Status.MaintenanceFingerprint = seen
+		setCond(m, ichorv1alpha1.FingerprintTrustedCondition, metav1.ConditionTrue, "Recorded",
+			"recorded the maintenance certificate "+seen+"; the configuration is sent at the next step to a node that presents it")
+		notReady(m, ichorv1alpha1.ProvisioningReason, fmt.Sprintf("recorded the maintenance certificate of the node at %s: nothing was sent in this step", m.Spec.Address))
+
+		return nil, nil
+	}
+
+	if identityPaused(m) {
+		mn.Close()
+
+		msg := fmt.Sprintf("the node at %s is this machine again (SMBIOS UUID %q); the work resumes", m.Spec.Address, uuid)
+		setCond(m, ichorv1alpha1.IdentityConflictCondition, metav1.ConditionFalse, ichorv1alpha1.IdentityConfirmedReason, msg)
+		r.eventf(m, corev1.EventTypeNormal, ichorv1alpha1.IdentityConfirmedReason, "Provision", "%s", msg)
+
+		return nil, nil
 	}
 
 	setCond(m, ichorv1alpha1.FingerprintTrustedCondition, metav1.ConditionTrue, "Pinned", "the node presents the pinned maintenance certificate")
@@ -189,6 +212,11 @@ func (r *Reconciler) sendConfig(ctx context.Context, s *scope) (ctrl.Result, err
 	}
 
 	if mn == nil {
+		if s.before.Status.MaintenanceFingerprint != m.Status.MaintenanceFingerprint || !identityPaused(m) && identityPaused(s.before) {
+			// Recorded or confirmed in this step: the next step may send.
+			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+		}
+
 		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
 	}
 	defer mn.Close()
@@ -277,6 +305,12 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
 
+	// The join is recorded (with its Node name) only for this machine.
+	v, err := r.verify(ctx, m, n, "the join")
+	if v == nil {
+		return ctrl.Result{RequeueAfter: r.PollInterval}, err
+	}
+
 	if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
 		members, err := n.EtcdMembers(ctx)
 
@@ -306,6 +340,12 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 	node, err := workload.NodeByAddress(wctx, k, m.Spec.Address)
 	if err != nil || node == nil || !workload.NodeReady(node) {
 		notReady(m, ichorv1alpha1.JoiningReason, note+"the node runs; waiting for its Kubernetes Node to be Ready")
+
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+
+	if own := v.Identity().NodeName; own != "" && !strings.EqualFold(own, node.Name) {
+		notReady(m, ichorv1alpha1.JoiningReason, fmt.Sprintf("%sthe node runs as Node %s; the Node at %s is %s: waiting for its own Node", note, own, m.Spec.Address, node.Name))
 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -158,9 +159,21 @@ func (r *Reconciler) drain(ctx context.Context, s *scope) (string, ctrl.Result, 
 		return ichorv1alpha1.RemovalLeavingEtcd, ctrl.Result{}, nil
 	}
 
+	// Neither the node at the address nor the Node found there may be
+	// another machine's: a reused or repointed address is not drained.
 	n, live := r.reachable(ctx, s)
 	if live {
+		v, err := r.verify(ctx, m, n, "drain")
+
 		n.Close()
+
+		if v == nil {
+			return "", ctrl.Result{RequeueAfter: pausedWait}, err
+		}
+	}
+
+	if !r.ownNode(m, node.Name, "drain") {
+		return "", ctrl.Result{RequeueAfter: pausedWait}, nil
 	}
 
 	if err := workload.Drain(ctx, k, node, r.DrainTimeout, !live); err != nil {
@@ -214,6 +227,12 @@ func (r *Reconciler) leaveEtcd(ctx context.Context, s *scope) (string, ctrl.Resu
 		return ichorv1alpha1.RemovalResetting, ctrl.Result{}, nil
 	}
 
+	if !memberOf(m, target) {
+		r.identityMismatch(m, memberMismatch(m, target), "etcd member removal")
+
+		return "", ctrl.Result{RequeueAfter: pausedWait}, nil
+	}
+
 	if ref := guard.CheckEtcdMemberRemoval(r.guardMembers(ctx, s.state.Bundle, members), target.ID, s.state.Cluster.Spec.ControlPlane.Count, false); ref != nil {
 		return r.pause(m, ichorv1alpha1.RemovalRefusedReason, ref.Rule+"; "+ref.WayOut)
 	}
@@ -227,8 +246,8 @@ func (r *Reconciler) leaveEtcd(ctx context.Context, s *scope) (string, ctrl.Resu
 		return ichorv1alpha1.RemovalResetting, ctrl.Result{}, nil
 	}
 
-	if err := sv.RemoveEtcdMember(ctx, target.ID); err != nil {
-		return "", ctrl.Result{}, err
+	if ok, err := r.removeMember(ctx, m, sv, target, "etcd member removal"); !ok {
+		return "", ctrl.Result{RequeueAfter: pausedWait}, err
 	}
 
 	r.eventf(m, corev1.EventTypeNormal, "EtcdMemberRemoved", "Remove", "removed etcd member %s (%x) through another control plane", target.Hostname, target.ID)
@@ -266,6 +285,13 @@ func (r *Reconciler) reset(ctx context.Context, s *scope) (string, ctrl.Result, 
 	}
 	defer n.Close()
 
+	// The node at the address must be this machine: a reused or repointed
+	// address gets no Reset (the pause names both identities).
+	v, err := r.verify(ctx, m, n, "reset")
+	if v == nil {
+		return "", ctrl.Result{RequeueAfter: pausedWait}, err
+	}
+
 	now := metav1.Now()
 	m.Status.ResetRequestedAt = &now
 	m.Status.Removal.Wiped = new(true)
@@ -278,7 +304,7 @@ func (r *Reconciler) reset(ctx context.Context, s *scope) (string, ctrl.Result, 
 
 	reboot := m.Annotations[ichorv1alpha1.RemoveRebootAnnotation] == "true"
 
-	if err := n.Reset(ctx, reclaim.ResetRequest(true, reboot)); err != nil {
+	if err := v.Reset(ctx, reclaim.ResetRequest(true, reboot)); err != nil {
 		if definite(err) {
 			// The node refused before doing anything: a later reconcile may ask again.
 			m.Status.ResetRequestedAt = nil
@@ -329,10 +355,10 @@ func (r *Reconciler) awaitReset(ctx context.Context, s *scope) (string, ctrl.Res
 			members, lerr := sv.EtcdMembers(ctx)
 			if lerr == nil {
 				if t := memberAt(members, m.Spec.Address); t != nil {
-					if err := sv.RemoveEtcdMember(ctx, t.ID); err != nil {
+					if ok, err := r.removeMember(ctx, m, sv, t, "etcd member removal"); !ok {
 						sv.Close()
 
-						return "", ctrl.Result{}, err
+						return "", ctrl.Result{RequeueAfter: pausedWait}, err
 					}
 				}
 			}
@@ -360,6 +386,10 @@ func (r *Reconciler) deleteNode(ctx context.Context, s *scope) (string, ctrl.Res
 	}
 
 	if node != nil {
+		if !r.ownNode(m, node.Name, "Node deletion") {
+			return "", ctrl.Result{RequeueAfter: pausedWait}, nil
+		}
+
 		if err := k.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return r.pause(m, ichorv1alpha1.RemovingReason, "deleting Node "+node.Name+": "+err.Error())
 		}
@@ -404,4 +434,38 @@ func (r *Reconciler) dropFinalizer(ctx context.Context, s *scope, how string) er
 	r.eventf(m, corev1.EventTypeNormal, "Removed", "Remove", "%s: %s", m.Name, how)
 
 	return nil
+}
+
+// ownNode reports whether the Kubernetes Node found at the machine's address
+// is its own (the Node name recorded at the join); another machine's Node is
+// neither drained nor deleted, and the machine is paused.
+func (r *Reconciler) ownNode(m *ichorv1alpha1.TalosMachine, node, step string) bool {
+	want := talosnode.MachineIdentity(m)
+	expected := want.NodeName
+	if expected == "" {
+		// Not joined yet: Talos names the Node after the hostname.
+		expected, _, _ = strings.Cut(want.Hostname, ".")
+	}
+
+	if expected == "" || strings.EqualFold(expected, node) {
+		return true
+	}
+
+	r.identityMismatch(m, &talosnode.IdentityMismatchError{
+		Where: "Kubernetes Node " + node + " at " + m.Spec.Address, Want: want, Got: talosnode.Identity{NodeName: node}, Fields: []string{"Node name"},
+	}, step)
+
+	return false
+}
+
+// memberOf reports whether an etcd member is named after the machine
+// (Talos names the member after the hostname).
+func memberOf(m *ichorv1alpha1.TalosMachine, mem *talosnode.EtcdMember) bool {
+	return memberMismatch(m, mem) == nil
+}
+
+func memberMismatch(m *ichorv1alpha1.TalosMachine, mem *talosnode.EtcdMember) *talosnode.IdentityMismatchError {
+	want := talosnode.MachineIdentity(m)
+
+	return talosnode.AsIdentityMismatch(talosnode.CompareMember(*mem, want))
 }

@@ -8,7 +8,6 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
 
@@ -41,28 +40,4 @@ func (r *Reconciler) controlPlanes(ctx context.Context, namespace, cluster, exce
 // machines lists the machines of a cluster that keep says to keep.
 func (r *Reconciler) machines(ctx context.Context, namespace, cluster string, keep func(*ichorv1alpha1.TalosMachine) bool) ([]ichorv1alpha1.TalosMachine, error) {
 	return machinestate.Machines(ctx, r.Client, namespace, cluster, keep)
-}
-
-// survivor dials another provisioned control plane of m's cluster that
-// answers; nil when none does.
-func (r *Reconciler) survivor(ctx context.Context, m *ichorv1alpha1.TalosMachine, b *secrets.Bundle) (*talosnode.Node, error) {
-	cps, err := r.controlPlanes(ctx, m.Namespace, m.Spec.ClusterName, m.Name)
-	if err != nil {
-		return nil, err
-	}
-
-	for _, cp := range cps {
-		n, err := r.Nodes.Dial(ctx, cp.Spec.Address, b)
-		if err != nil {
-			continue
-		}
-
-		if n.EtcdHealthy(ctx) {
-			return n, nil
-		}
-
-		n.Close()
-	}
-
-	return nil, nil
 }

@@ -399,12 +399,39 @@ func (w *work) next(step, msg string) (ctrl.Result, error) {
 
 func (w *work) cp() bool { return w.m.Spec.Role == ichorv1alpha1.RoleControlPlane }
 
-func (w *work) dial(ctx context.Context) (*talosnode.Node, error) {
-	return w.r.Nodes.Dial(ctx, w.m.Spec.Address, w.st.Bundle)
+// dial connects to the machine's node and checks that it is this machine
+// (talosnode.Verified is what can apply or reboot). A node that answers as
+// another machine is an *talosnode.IdentityMismatchError: the step fails
+// with both identities named (mismatch), and nothing is sent.
+func (w *work) dial(ctx context.Context) (*talosnode.Verified, error) {
+	n, err := w.r.Nodes.Dial(ctx, w.m.Spec.Address, w.st.Bundle)
+	if err != nil {
+		return nil, err
+	}
+
+	v, err := n.VerifyIdentity(ctx, talosnode.MachineIdentity(w.m))
+	if err != nil {
+		n.Close()
+
+		return nil, err
+	}
+
+	return v, nil
+}
+
+// mismatch fails the step of a machine whose address answers as another
+// machine, with a Warning Event on both objects; the operation pauses on the
+// failed step (resumed with the resume annotation once the address is right).
+func (w *work) mismatch(mm *talosnode.IdentityMismatchError) (ctrl.Result, error) {
+	msg := fmt.Sprintf("%s refused for %s: %s. Check which machine answers on %s, then resume the operation",
+		w.mp.Step, w.m.Name, mm.Error(), w.m.Spec.Address)
+	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Verify", "%s", msg)
+
+	return w.fail(msg)
 }
 
 // diff plans the render against the node's running and stored configurations.
-func (w *work) diff(ctx context.Context, n *talosnode.Node) (running, stored plan.Plan, err error) {
+func (w *work) diff(ctx context.Context, n *talosnode.Verified) (running, stored plan.Plan, err error) {
 	active, persistent, err := n.Config(ctx)
 	if err != nil {
 		return plan.Plan{}, plan.Plan{}, err
@@ -434,8 +461,15 @@ func (w *work) elapsed() time.Duration {
 
 // nodePlans connects to the node and plans the render against its running
 // and stored configurations; failure says what went wrong (nothing is left open then).
-func (w *work) nodePlans(ctx context.Context) (n *talosnode.Node, running, stored plan.Plan, failure string) {
+func (w *work) nodePlans(ctx context.Context) (n *talosnode.Verified, running, stored plan.Plan, failure string) {
 	n, err := w.dial(ctx)
+	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+		msg := fmt.Sprintf("%s refused for %s: %s. Check which machine answers on %s, then resume the operation", w.mp.Step, w.m.Name, mm.Error(), w.m.Spec.Address)
+		w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Verify", "%s", msg)
+
+		return nil, plan.Plan{}, plan.Plan{}, msg
+	}
+
 	if err != nil {
 		return nil, plan.Plan{}, plan.Plan{}, "cannot reach the node: " + talosnode.Message(err)
 	}
@@ -520,6 +554,13 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 		return w.next(stepApply, "no Kubernetes Node has the machine's address: nothing to drain")
 	}
 
+	if own := w.m.Status.NodeName; own != "" && !strings.EqualFold(own, node.Name) {
+		return w.mismatch(&talosnode.IdentityMismatchError{
+			Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talosnode.MachineIdentity(w.m),
+			Got: talosnode.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
+		})
+	}
+
 	if err := workload.Drain(ctx, k, node, w.r.DrainTimeout, false); err != nil {
 		return w.fail(fmt.Sprintf("draining Node %s did not finish: %v (check PodDisruptionBudgets and pods without a controller)", node.Name, err))
 	}
@@ -574,6 +615,10 @@ func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
 
 func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
 	n, err := w.dial(ctx)
+	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+		return w.mismatch(mm)
+	}
+
 	if err != nil {
 		return w.fail("cannot reach the node: " + talosnode.Message(err))
 	}
@@ -596,6 +641,10 @@ func (w *work) waitBoot(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	n, err := w.dial(ctx)
+	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+		return w.mismatch(mm)
+	}
+
 	if err != nil {
 		w.mp.Message = "rebooting: the node does not answer yet"
 
@@ -650,6 +699,13 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	if node != nil {
+		if own := w.m.Status.NodeName; own != "" && !strings.EqualFold(own, node.Name) {
+			return w.mismatch(&talosnode.IdentityMismatchError{
+				Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talosnode.MachineIdentity(w.m),
+				Got: talosnode.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
+			})
+		}
+
 		if !workload.NodeReady(node) {
 			w.mp.Message = "waiting for Node " + node.Name + " to be Ready"
 
@@ -667,6 +723,10 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 
 	if w.cp() {
 		n, err := w.dial(ctx)
+		if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+			return w.mismatch(mm)
+		}
+
 		if err != nil {
 			w.mp.Message = "waiting for the node's etcd member: " + talosnode.Message(err)
 

@@ -8,10 +8,13 @@ package talosmachine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -196,7 +199,7 @@ type scope struct {
 	machine *ichorv1alpha1.TalosMachine
 	cluster *ichorv1alpha1.TalosCluster
 	result  *render.Result
-	node    *talosnode.Node
+	node    *talosnode.Verified
 	// active and persistent are the node's running and stored configurations.
 	active, persistent []byte
 }
@@ -280,7 +283,34 @@ func (r *Reconciler) reconcileRender(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
 	}
 
-	s.node = node
+	// Every call this reconciler makes to change the node goes through the
+	// verified handle: the node at the address must be this machine.
+	v, err := node.VerifyIdentity(ctx, talosnode.MachineIdentity(m))
+	if err != nil {
+		node.Close()
+
+		if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+			r.identityMismatch(m, mm)
+
+			return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+		}
+
+		markUnreachable(m, err)
+
+		return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
+	}
+
+	s.node = v
+
+	if identityPaused(m) {
+		// The right machine answers again: the pause is lifted, and the
+		// work resumes at the next reconcile, not in this one.
+		msg := fmt.Sprintf("the node at %s is this machine again (%s); the work resumes", m.Spec.Address, v.Identity())
+		set(m, ichorv1alpha1.IdentityConflictCondition, metav1.ConditionFalse, ichorv1alpha1.IdentityConfirmedReason, msg)
+		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ichorv1alpha1.IdentityConfirmedReason, "Compare", "%s", msg)
+
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 
 	if s.active, s.persistent, err = node.Config(ctx); err != nil {
 		markUnreachable(m, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,4 +145,29 @@ func markApplyFailed(m *ichorv1alpha1.TalosMachine, err error) {
 	msg := talosnode.Message(err)
 	set(m, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ApplyFailedReason, msg)
 	set(m, ichorv1alpha1.ReconcilingCondition, metav1.ConditionTrue, ichorv1alpha1.ApplyFailedReason, msg)
+}
+
+// identityPaused reports whether the machine stands paused because the node
+// at its address answered as another machine.
+func identityPaused(m *ichorv1alpha1.TalosMachine) bool {
+	c := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.IdentityConflictCondition)
+
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ichorv1alpha1.IdentityMismatchReason
+}
+
+// identityMismatch refuses the reconcile: nothing is read from or applied to
+// the node at the address; IdentityConflict names both identities and says
+// how to go on; a Warning Event is left once per message.
+func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talosnode.IdentityMismatchError) {
+	msg := mm.Paused(m.Name, m.Spec.Address)
+
+	was := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.IdentityConflictCondition)
+	set(m, ichorv1alpha1.IdentityConflictCondition, metav1.ConditionTrue, ichorv1alpha1.IdentityMismatchReason, msg)
+	set(m, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.IdentityMismatchReason, msg)
+	set(m, ichorv1alpha1.ReconcilingCondition, metav1.ConditionFalse, ichorv1alpha1.IdentityMismatchReason, msg)
+	set(m, ichorv1alpha1.StalledCondition, metav1.ConditionTrue, ichorv1alpha1.IdentityMismatchReason, msg)
+
+	if was == nil || was.Message != msg {
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Compare", "configuration reconcile refused: %s", msg)
+	}
 }

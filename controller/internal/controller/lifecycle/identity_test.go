@@ -1,0 +1,115 @@
+package lifecycle_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+// identityMismatchRemoval: the removal of a worker whose address answers as
+// a control plane (w-1's machine at cp-1's address: an address reused, or
+// changed where admission could not stop it) sends cp-1 no Reset and does
+// not drain its Node. The machine is paused with IdentityConflict naming both
+// SMBIOS UUIDs and a Warning Event. Its allowed neighbour is the next step:
+// w-1's own machine, at its own address, is removed with exactly one Reset.
+func identityMismatchRemoval(t *testing.T) {
+	ctx := context.Background()
+	w1, cp := emu(t, "w-1"), emu(t, "cp-1")
+	resets := rpcs(t, "cp-1", "Reset")
+
+	// Created so, not repointed: an approved machine's address is immutable.
+	m := pendingMachine("w-1-at-cp-1", w1)
+	m.Spec.Address = cp.IP()
+	m.Finalizers = []string{ichorv1alpha1.MachineFinalizer}
+	m.Annotations = map[string]string{ichorv1alpha1.AllowDeleteAnnotation: "true"}
+	now := metav1.Now()
+	m.Spec.Role = ichorv1alpha1.RoleWorker
+	m.Spec.Hostname = "w-1"
+	m.Spec.Install.Disk = &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}
+	must(t, k8s.Create(ctx, m))
+
+	t.Cleanup(func() {
+		cur := &ichorv1alpha1.TalosMachine{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(m), cur); err == nil {
+			patch := client.MergeFrom(cur.DeepCopy())
+			cur.Finalizers = nil
+			_ = k8s.Patch(ctx, cur, patch)
+		}
+	})
+
+	// What provisioning recorded for w-1.
+	m.Status.Stage = ichorv1alpha1.StageRunning
+	m.Status.Installed = true
+	m.Status.NodeName = "w-1"
+	m.Status.ConfigSentAt = &now
+	m.Status.MaintenanceFingerprint = w1.MaintenanceFingerprint()
+	m.Status.Conditions = []metav1.Condition{{
+		Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.JoinedReason, Message: "test setup", LastTransitionTime: now,
+	}}
+	must(t, k8s.Status().Update(ctx, m))
+
+	// Approved once its status says what provisioning recorded.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getMachine(t, "w-1-at-cp-1")
+		cur.Spec.Approval = ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now}
+
+		return k8s.Update(ctx, cur)
+	}))
+
+	// The monitor finds another machine at the address before anyone deletes it.
+	eventually(t, "w-1-at-cp-1 paused for its identity", func() error {
+		if c := cond(getMachine(t, "w-1-at-cp-1"), ichorv1alpha1.IdentityConflictCondition); c == nil || c.Reason != ichorv1alpha1.IdentityMismatchReason {
+			return fmt.Errorf("IdentityConflict %v", c)
+		}
+
+		return nil
+	})
+
+	// An operator deletes it.
+	must(t, k8s.Delete(ctx, getMachine(t, "w-1-at-cp-1")))
+
+	eventually(t, "the removal refused at the drain for the node's identity", func() error {
+		got := getMachine(t, "w-1-at-cp-1")
+
+		c := cond(got, ichorv1alpha1.IdentityConflictCondition)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ichorv1alpha1.IdentityMismatchReason {
+			return fmt.Errorf("IdentityConflict %v, removal %+v", c, got.Status.Removal)
+		}
+
+		if !strings.Contains(c.Message, w1.UUID()) || !strings.Contains(c.Message, cp.UUID()) {
+			return fmt.Errorf("the condition does not name both UUIDs (%s, %s): %s", w1.UUID(), cp.UUID(), c.Message)
+		}
+
+		// The positive marker: the drain step ran and was refused.
+		if r := got.Status.Removal; r == nil || r.Phase != ichorv1alpha1.RemovalDraining || !strings.Contains(r.Message, "drain refused") {
+			return fmt.Errorf("removal %+v", r)
+		}
+
+		return nil
+	})
+
+	if !slices.ContainsFunc(events(t, "w-1-at-cp-1"), func(e string) bool {
+		return strings.HasPrefix(e, ichorv1alpha1.IdentityMismatchReason) && strings.Contains(e, cp.UUID())
+	}) {
+		t.Errorf("no IdentityMismatch Warning Event naming %s: %q", cp.UUID(), events(t, "w-1-at-cp-1"))
+	}
+
+	if n := rpcs(t, "cp-1", "Reset") - resets; n != 0 {
+		t.Fatalf("cp-1 got %d Reset calls from another machine's removal", n)
+	}
+
+	node, err := workload(t).CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+	must(t, err)
+
+	if node.Spec.Unschedulable {
+		t.Fatal("cp-1's Node was cordoned by another machine's removal")
+	}
+}

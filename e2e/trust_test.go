@@ -1,0 +1,515 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Issue 17, "Who the node is": an operator deletes a worker and repoints its
+// address at a control plane. The control plane receives no Reset. Either
+// admission refuses the repoint (spec.address is immutable once approved,
+// and no spec change is taken while deleting), and the worker's removal
+// resets the worker; or the change got in (admission without that rule), and
+// the controller's identity check refuses the removal's steps, names both
+// SMBIOS UUIDs and pauses the machine, until the address is the worker's
+// again. The emulator's RPC counters say who got a Reset.
+//
+// Admission is as installed: ichor-controller serves its webhooks (called by
+// URL, with a certificate the test makes) and the CRDs' rules apply. Its
+// reconcilers wait for a leader Lease the test holds while the operator acts
+// (as while a replica takes over), so the removal cannot reset the worker
+// before the repoint lands: every step it takes sees the repointed address.
+
+// operator is how the test acts as a user of the built-in ichor-operator
+// role: the admin kubeconfig impersonating a member of ichor:operator.
+var operator = []string{"--as=e2e-operator", "--as-group=ichor:operator", "--as-group=system:authenticated"}
+
+func (w *world) kubectl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(os.Getenv(assetsEnv), "kubectl"), args...) //nolint:gosec // the test's own kubectl
+	cmd.Env = w.env
+
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+
+	return out.String(), nil
+}
+
+// rpcs reads a machine's RPC counters from talosemu's control API.
+func (w *world) rpcs(ctx context.Context, name string) (map[string]int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.control+"/machines/"+name+"/rpcs", nil)
+	if err != nil {
+		return nil, err
+	}
+
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+
+	var out map[string]int
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("the control API's RPC counters of %s: %w", name, err)
+	}
+
+	return out, nil
+}
+
+func (w *world) resets(t *testing.T, ctx context.Context, m emuMachine) int {
+	t.Helper()
+
+	c, err := w.rpcs(ctx, m.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return c["/machine.MachineService/Reset"]
+}
+
+// talosMachine is what the test reads of a TalosMachine through kubectl.
+type talosMachine struct {
+	Metadata struct {
+		Name              string  `json:"name"`
+		Namespace         string  `json:"namespace"`
+		DeletionTimestamp *string `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Spec struct {
+		Address  string `json:"address"`
+		Role     string `json:"role"`
+		Identity struct {
+			UUID string `json:"uuid"`
+		} `json:"identity"`
+		Approval struct {
+			State string `json:"state"`
+		} `json:"approval"`
+	} `json:"spec"`
+	Status struct {
+		Conditions []struct {
+			Type, Status, Reason, Message string
+		} `json:"conditions"`
+		Removal *struct {
+			Phase   string `json:"phase"`
+			Message string `json:"message"`
+		} `json:"removal"`
+	} `json:"status"`
+}
+
+func (w *world) talosMachines(ctx context.Context) ([]talosMachine, error) {
+	out, err := w.kubectl(ctx, "get", "talosmachines", "-A", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+
+	var l struct {
+		Items []talosMachine `json:"items"`
+	}
+
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		return nil, fmt.Errorf("kubectl get talosmachines: %w\n%s", err, out)
+	}
+
+	return l.Items, nil
+}
+
+func TestOperatorRepointsDeletedWorkerNoReset(t *testing.T) {
+	w := approvedWorld(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+
+	if w.control == "" {
+		t.Fatal("talosemu printed no control API address")
+	}
+
+	// The world: machines 1–3 control planes (the first runs the cluster's
+	// API server), machine 4 a Ready worker (machine 5 was removed).
+	cp, worker := w.machines[1], w.machines[3]
+
+	ms, err := w.talosMachines(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var tm talosMachine
+
+	for _, m := range ms {
+		if m.Spec.Address == worker.ip() && m.Spec.Approval.State == "approved" {
+			tm = m
+		}
+	}
+
+	if tm.Metadata.Name == "" || tm.Spec.Role != "worker" || tm.Spec.Identity.UUID != worker.UUID {
+		t.Fatalf("no approved worker at %s with UUID %s: %+v", worker.ip(), worker.UUID, tm)
+	}
+
+	name, ns := tm.Metadata.Name, tm.Metadata.Namespace
+
+	// The admission rules keep a last worker of a cluster whose control planes
+	// take no workloads: the worker removed by the CLI scenario comes back first.
+	for _, m := range ms {
+		if m.Spec.Address == w.machines[4].ip() && m.Spec.Approval.State == "pending" && m.Metadata.DeletionTimestamp == nil {
+			w.mustIchor(t, ctx, "machine", "approve", m.Metadata.Name, "--role", "worker")
+		}
+	}
+
+	eventually(t, ctx, 4*time.Minute, "two Ready workers", func() (bool, string) {
+		ms, err := w.list(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		ready := 0
+
+		for _, m := range ms {
+			if m.Spec.Role == "worker" && m.ready() {
+				ready++
+			}
+		}
+
+		return ready == 2, describe(ms)
+	})
+	cpResets, workerResets := w.resets(t, ctx, cp), w.resets(t, ctx, worker)
+
+	release := w.admissionOnly(t, ctx, ns, name)
+
+	// The operator removes the worker, then repoints its address.
+	if _, err := w.kubectl(ctx, append(operator, "-n", ns, "annotate", "talosmachine", name, "ichor.maesh.dev/allow-delete=true")...); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := w.kubectl(ctx, append(operator, "-n", ns, "delete", "talosmachine", name, "--wait=false")...); err != nil {
+		t.Fatal(err)
+	}
+
+	repoint := fmt.Sprintf(`{"spec":{"address":%q}}`, cp.ip())
+	out, perr := w.kubectl(ctx, append(operator, "-n", ns, "patch", "talosmachine", name, "--type=merge", "-p", repoint)...)
+
+	release()
+
+	if perr != nil {
+		// Admission refused the repoint: the removal goes on with the worker's address.
+		t.Logf("the repoint was refused at admission: %s", strings.TrimSpace(out))
+
+		if !strings.Contains(out, "address") {
+			t.Fatalf("the refusal does not name spec.address: %s", out)
+		}
+
+		waitRemoved(t, ctx, w, name)
+
+		if n := w.resets(t, ctx, worker) - workerResets; n != 1 {
+			t.Errorf("the worker got %d Reset calls, want 1", n)
+		}
+	} else {
+		t.Log("the repoint got through admission; the controller's identity check must refuse the removal")
+		identityRefused(t, ctx, w, name, worker, cp, cpResets)
+
+		if n := w.resets(t, ctx, worker) - workerResets; n != 0 {
+			t.Errorf("the worker got %d Reset calls while its machine pointed at %s", n, cp.ip())
+		}
+
+		// The allowed neighbour: with its own address back (admission without
+		// the rule takes it), the same removal resets the worker.
+		back := fmt.Sprintf(`{"spec":{"address":%q}}`, worker.ip())
+		if _, err := w.kubectl(ctx, "-n", ns, "patch", "talosmachine", name, "--type=merge", "-p", back); err != nil {
+			t.Fatal(err)
+		}
+
+		waitRemoved(t, ctx, w, name)
+
+		if n := w.resets(t, ctx, worker) - workerResets; n != 1 {
+			t.Errorf("the worker got %d Reset calls once its address was its own, want 1", n)
+		}
+	}
+
+	if n := w.resets(t, ctx, cp) - cpResets; n != 0 {
+		t.Fatalf("the control plane %s got %d Reset calls from the removal of worker %s", cp.Name, n, name)
+	}
+
+	if cordoned(t, ctx, w, cp.ip()) {
+		t.Errorf("the control plane's Node was cordoned by the removal of worker %s", name)
+	}
+}
+
+// cordoned reports whether the Node with the InternalIP address is unschedulable.
+func cordoned(t *testing.T, ctx context.Context, w *world, address string) bool {
+	t.Helper()
+
+	out, err := w.kubectl(ctx, "get", "nodes", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var l struct {
+		Items []struct {
+			Spec struct {
+				Unschedulable bool `json:"unschedulable"`
+			} `json:"spec"`
+			Status struct {
+				Addresses []struct{ Type, Address string } `json:"addresses"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("kubectl get nodes: %v", err)
+	}
+
+	for _, n := range l.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == "InternalIP" && a.Address == address {
+				return n.Spec.Unschedulable
+			}
+		}
+	}
+
+	t.Fatalf("no Node has the address %s", address)
+
+	return false
+}
+
+// identityRefused waits until the removal is refused for the node's identity
+// at the repointed address: IdentityConflict (IdentityMismatch) names both
+// machines' UUIDs, and the removal waits in its drain step (before any Reset).
+func identityRefused(t *testing.T, ctx context.Context, w *world, name string, worker, cp emuMachine, cpResets int) {
+	t.Helper()
+
+	eventually(t, ctx, 3*time.Minute, "the removal refused by the identity check", func() (bool, string) {
+		ms, err := w.talosMachines(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		for _, m := range ms {
+			if m.Metadata.Name != name {
+				continue
+			}
+
+			for _, c := range m.Status.Conditions {
+				if c.Type == "IdentityConflict" && c.Status == "True" && c.Reason == "IdentityMismatch" &&
+					strings.Contains(c.Message, worker.UUID) && strings.Contains(c.Message, cp.UUID) &&
+					m.Status.Removal != nil && m.Status.Removal.Phase == "Draining" {
+					return true, ""
+				}
+			}
+
+			return false, fmt.Sprintf("address %s, removal %+v, conditions %+v", m.Spec.Address, m.Status.Removal, m.Status.Conditions)
+		}
+
+		t.Fatalf("the removal finished at the repointed address %s: the control plane got %d Reset calls", cp.ip(), w.resets(t, ctx, cp)-cpResets)
+
+		return false, ""
+	})
+}
+
+// waitRemoved waits until the machine's removal finished (its object is gone).
+func waitRemoved(t *testing.T, ctx context.Context, w *world, name string) {
+	t.Helper()
+
+	eventually(t, ctx, 4*time.Minute, name+" removed", func() (bool, string) {
+		ms, err := w.talosMachines(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		for _, m := range ms {
+			if m.Metadata.Name == name && m.Metadata.DeletionTimestamp != nil {
+				return false, fmt.Sprintf("address %s, removal %+v, conditions %+v", m.Spec.Address, m.Status.Removal, m.Status.Conditions)
+			}
+		}
+
+		return true, ""
+	})
+}
+
+// leaderLease is the Lease ichor-controller's replicas compete for.
+const leaderLease = "ichor-controller.ichor.maesh.dev"
+
+// admissionOnly restarts ichor-controller with its admission webhooks on and
+// leader election on, while the test holds the leader Lease: the webhooks
+// answer, the reconcilers wait. The returned func gives the Lease up.
+func (w *world) admissionOnly(t *testing.T, ctx context.Context, ns, probe string) func() {
+	t.Helper()
+
+	stopProcess(w.ctrl)
+
+	now := time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+	lease := fmt.Sprintf(`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":%q,"namespace":"ichor-system"},`+
+		`"spec":{"holderIdentity":"e2e-test","leaseDurationSeconds":3600,"acquireTime":%q,"renewTime":%q}}`, leaderLease, now, now)
+
+	if err := os.WriteFile(filepath.Join(w.dir, "lease.json"), []byte(lease), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := w.kubectl(ctx, "apply", "-f", filepath.Join(w.dir, "lease.json")); err != nil {
+		t.Fatal(err)
+	}
+
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	certDir, ca := webhookCerts(t, w.dir)
+
+	if err := w.startController("--enable-webhooks=true", "--manage-webhook-certs=false", "--leader-elect=true",
+		fmt.Sprintf("--webhook-port=%d", port), "--webhook-cert-dir="+certDir); err != nil {
+		t.Fatal(err)
+	}
+
+	w.installWebhooks(t, ctx, port, ca)
+
+	// A dry-run write goes through the validating webhook: once it passes, admission runs.
+	eventually(t, ctx, 2*time.Minute, "the admission webhooks answer", func() (bool, string) {
+		out, err := w.kubectl(ctx, "-n", ns, "annotate", "--dry-run=server", "--overwrite", "talosmachine", probe, "e2e.ichor.dev/probe=1")
+
+		return err == nil, out
+	})
+
+	return func() {
+		if _, err := w.kubectl(ctx, "-n", "ichor-system", "delete", "lease", leaderLease); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// webhookCerts writes a serving certificate for 127.0.0.1, issued by a CA
+// made for the test, as tls.crt and tls.key; it returns the directory and the CA's PEM.
+func webhookCerts(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
+
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e webhook CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	certDir := filepath.Join(dir, "webhook-certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, b := range map[string]*pem.Block{"tls.crt": {Type: "CERTIFICATE", Bytes: leafDER}, "tls.key": {Type: "PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(filepath.Join(certDir, name), pem.EncodeToMemory(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	return certDir, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+}
+
+// installWebhooks installs the generated webhook configurations
+// (kustomize/base/webhook) with each webhook calling the local server by URL.
+func (w *world) installWebhooks(t *testing.T, ctx context.Context, port int, ca []byte) {
+	t.Helper()
+
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := w.kubectl(ctx, "create", "--dry-run=client", "-o", "json", "-f", filepath.Join(root, "kustomize", "base", "webhook", "manifests.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// kubectl prints one JSON object per document.
+	var items []map[string]any
+
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var o map[string]any
+		if err := dec.Decode(&o); err != nil {
+			t.Fatalf("the webhook manifests as JSON: %v\n%s", err, out)
+		}
+
+		items = append(items, o)
+	}
+
+	if len(items) == 0 {
+		t.Fatalf("no webhook configuration in the manifests:\n%s", out)
+	}
+
+	for _, o := range items {
+		meta, _ := o["metadata"].(map[string]any)
+		meta["name"] = "e2e-" + fmt.Sprint(meta["name"])
+
+		hooks, _ := o["webhooks"].([]any)
+		for _, h := range hooks {
+			wh, _ := h.(map[string]any)
+			cc, _ := wh["clientConfig"].(map[string]any)
+			svc, _ := cc["service"].(map[string]any)
+			wh["clientConfig"] = map[string]any{
+				"url":      fmt.Sprintf("https://127.0.0.1:%d%v", port, svc["path"]),
+				"caBundle": base64.StdEncoding.EncodeToString(ca),
+			}
+		}
+	}
+
+	b, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	path := filepath.Join(w.dir, "webhooks.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := w.kubectl(ctx, "apply", "-f", path); err != nil {
+		t.Fatal(err)
+	}
+}
