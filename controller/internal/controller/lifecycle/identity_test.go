@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -111,5 +114,64 @@ func identityMismatchRemoval(t *testing.T) {
 
 	if node.Spec.Unschedulable {
 		t.Fatal("cp-1's Node was cordoned by another machine's removal")
+	}
+}
+
+// firstProbeRecords: a machine whose maintenance fingerprint nobody recorded
+// (w-1 back in maintenance, approved again without discovery's record) is
+// reconciled one step at a time, each by a fresh controller. The step whose
+// probe records the fingerprint sends nothing; the configuration goes at a
+// later step, to the node presenting the recorded one.
+func firstProbeRecords(t *testing.T) {
+	ctx := context.Background()
+	em := emu(t, "w-1")
+	_ = em.PowerOn()
+
+	eventually(t, "w-1 in maintenance", func() error {
+		if s := em.Stage(); s != talosruntime.MachineStageMaintenance {
+			return fmt.Errorf("stage %s", s)
+		}
+
+		return nil
+	})
+
+	must(t, k8s.Create(ctx, pendingMachine("w-1", em)))
+	approve(t, "w-1", ichorv1alpha1.RoleWorker)
+
+	before := rpcs(t, "w-1", "ApplyConfiguration")
+	recorded := false
+
+	deadline := time.Now().Add(waitTimeout)
+
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("w-1 was not sent its configuration; recorded %t, status %+v", recorded, getMachine(t, "w-1").Status)
+		}
+
+		was := getMachine(t, "w-1").Status.MaintenanceFingerprint
+		reconcileOnceInFreshController(t, "w-1")
+
+		m := getMachine(t, "w-1")
+		sent := rpcs(t, "w-1", "ApplyConfiguration") - before
+
+		if was == "" && m.Status.MaintenanceFingerprint != "" {
+			recorded = true
+
+			if sent != 0 {
+				t.Fatalf("the step that recorded the fingerprint %s also sent the configuration (%d calls)", m.Status.MaintenanceFingerprint, sent)
+			}
+
+			if m.Status.MaintenanceFingerprint != em.MaintenanceFingerprint() {
+				t.Fatalf("recorded %q, the node presents %q", m.Status.MaintenanceFingerprint, em.MaintenanceFingerprint())
+			}
+		}
+
+		if sent > 0 {
+			if !recorded || m.Status.ConfigSentAt == nil || sent != 1 {
+				t.Fatalf("sent %d times; recorded in an earlier step %t; configSentAt %v", sent, recorded, m.Status.ConfigSentAt)
+			}
+
+			return
+		}
 	}
 }

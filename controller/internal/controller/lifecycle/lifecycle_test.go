@@ -29,8 +29,9 @@ import (
 // control planes, a removal refused below the declared count and then for
 // quorum and then allowed, a wiped worker re-installed, the removal of a
 // machine whose address answers as a control plane refused, a worker removed and
-// back in maintenance, a forced removal, and a control-plane removal with the
-// controller killed between every step.
+// back in maintenance, a forced removal, a control-plane removal with the
+// controller killed between every step, and a machine with no recorded
+// fingerprint whose first probe records it and sends nothing.
 func TestLifecycle(t *testing.T) {
 	steps := []struct {
 		name string
@@ -46,6 +47,7 @@ func TestLifecycle(t *testing.T) {
 		{"WorkerRemovedAndBackInMaintenance", workerRemoved},
 		{"ForcedRemovalWithoutWipe", forcedRemoval},
 		{"ChaosOneResetPerRemoval", chaosRemoval},
+		{"FirstProbeRecordsFingerprintSendsLater", firstProbeRecords},
 	}
 
 	for _, s := range steps {
