@@ -213,7 +213,7 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 	if why := c.pausedBy(obj, cluster); why != "" {
 		ctrl.LoggerFrom(ctx).V(1).Info("paused: nothing done", "by", why)
 		c.setPaused(obj, why)
-		pausedSkips.WithLabelValues(c.Name).Inc()
+		CountPausedSkip(c.Name)
 
 		// Unpausing is a change of the object or of its cluster, which the
 		// controller watches: nothing to requeue.
@@ -302,8 +302,8 @@ func (c *Controller[T]) pausedBy(obj T, cluster *ichorv1alpha1.TalosCluster) str
 		return "its spec.paused"
 	}
 
-	if !c.SkipPaused && cluster != nil && cluster.Spec.Paused {
-		return fmt.Sprintf("TalosCluster %s's spec.paused", cluster.Name)
+	if !c.SkipPaused {
+		return pausedMessage(cluster)
 	}
 
 	return ""
@@ -320,10 +320,7 @@ func (c *Controller[T]) setPaused(obj T, why string) {
 	if why == "" {
 		apimeta.RemoveStatusCondition(&conds, ichorv1alpha1.PausedCondition)
 	} else {
-		apimeta.SetStatusCondition(&conds, metav1.Condition{
-			Type: ichorv1alpha1.PausedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.PausedReason,
-			Message: "the controller does nothing on this object while " + why + " is true; set it to false to resume",
-		})
+		apimeta.SetStatusCondition(&conds, PausedCondition(why))
 	}
 
 	obj.SetConditions(conds)

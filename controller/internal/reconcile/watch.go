@@ -2,9 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -62,19 +64,46 @@ func ClusterMembers(c client.Reader, list client.ObjectList) handler.EventHandle
 	}
 }
 
-// ClusterPaused reports whether the TalosCluster namespace/name exists and
-// has spec.paused, for controllers of kinds that are not Ichor's (the kubelet
-// serving-certificate approver reconciles CertificateSigningRequests) and so
-// cannot run on the skeleton's Controller.
-func ClusterPaused(ctx context.Context, c client.Reader, namespace, name string) (bool, error) {
+// ClusterPaused says why the controllers must leave the objects of the
+// TalosCluster namespace/name alone ("" when they need not: the cluster is
+// not paused, or does not exist). The skeleton's Controller checks it for
+// every object; the reconcilers with a step machine of their own (machine
+// lifecycle, configuration, operations) check it first thing, with this same
+// function, and count the skip with CountPausedSkip.
+func ClusterPaused(ctx context.Context, c client.Reader, namespace, name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+
 	tc := &ichorv1alpha1.TalosCluster{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, tc); err != nil {
 		if apierrors.IsNotFound(err) {
-			return false, nil
+			return "", nil
 		}
 
-		return false, err
+		return "", fmt.Errorf("read TalosCluster %s/%s: %w", namespace, name, err)
 	}
 
-	return tc.Spec.Paused, nil
+	return pausedMessage(tc), nil
 }
+
+// pausedMessage is the reason a paused cluster gives, or "".
+func pausedMessage(tc *ichorv1alpha1.TalosCluster) string {
+	if tc == nil || !tc.Spec.Paused {
+		return ""
+	}
+
+	return fmt.Sprintf("TalosCluster %s's spec.paused", tc.Name)
+}
+
+// PausedCondition is the Paused condition of an object left alone because
+// of why (ClusterPaused's answer).
+func PausedCondition(why string) metav1.Condition {
+	return metav1.Condition{
+		Type: ichorv1alpha1.PausedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.PausedReason,
+		Message: "the controller does nothing on this object while " + why + " is true; set it to false to resume",
+	}
+}
+
+// CountPausedSkip counts a reconcile that controller skipped for a pause.
+func CountPausedSkip(controller string) { pausedSkips.WithLabelValues(controller).Inc() }

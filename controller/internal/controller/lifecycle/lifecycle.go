@@ -29,6 +29,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
@@ -93,6 +94,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// status writes do not: the reconciler polls at its own intervals.
 		For(&ichorv1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A cluster's pause ending wakes its machines.
+		Watches(&ichorv1alpha1.TalosCluster{}, ichorreconcile.ClusterMembers(r.Client, &ichorv1alpha1.TalosMachineList{})).
 		Complete(r)
 }
 
@@ -161,6 +164,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	s := &scope{machine: m, before: m.DeepCopy()}
+
+	// The cluster's pause stops every step, a removal's included (as Cluster
+	// API's does); the machine says so in its Paused condition, which this
+	// reconciler owns, and the cluster's watch wakes it when the pause ends.
+	why, err := ichorreconcile.ClusterPaused(ctx, r.Client, m.Namespace, m.Spec.ClusterName)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	if why != "" {
+		ctrl.LoggerFrom(ctx).V(1).Info("paused: nothing done", "by", why)
+		ichorreconcile.CountPausedSkip(ControllerName)
+		apimeta.SetStatusCondition(&m.Status.Conditions, ichorreconcile.PausedCondition(why))
+
+		return ctrl.Result{}, client.IgnoreNotFound(r.writeStatus(ctx, s))
+	}
+
+	apimeta.RemoveStatusCondition(&m.Status.Conditions, ichorv1alpha1.PausedCondition)
 
 	if !m.DeletionTimestamp.IsZero() {
 		if !controllerutil.ContainsFinalizer(m, ichorv1alpha1.MachineFinalizer) {

@@ -38,6 +38,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
+	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
@@ -142,6 +143,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosOperation{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A cluster's pause ending wakes its operations.
+		Watches(&ichorv1alpha1.TalosCluster{}, ichorreconcile.ClusterMembers(r.Client, &ichorv1alpha1.TalosOperationList{})).
 		Complete(r)
 }
 
@@ -214,6 +217,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 		return ctrl.Result{}, err
 	}
+
+	// The cluster's pause stops the operation where it stands (its state
+	// stays in status; no lock is taken or renewed); the cluster's watch
+	// wakes it when the pause ends.
+	if s.cluster.Spec.Paused {
+		paused := ichorreconcile.PausedCondition("TalosCluster " + s.cluster.Name + "'s spec.paused")
+		ichorreconcile.CountPausedSkip(ControllerName)
+		apimeta.SetStatusCondition(&op.Status.Conditions, paused)
+		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.PausedReason, paused.Message)
+
+		if op.Status.Phase == "" {
+			op.Status.Phase = ichorv1alpha1.OperationPending
+		}
+
+		return ctrl.Result{}, nil
+	}
+
+	apimeta.RemoveStatusCondition(&op.Status.Conditions, ichorv1alpha1.PausedCondition)
 
 	held, err := r.acquire(ctx, op)
 	if err != nil || !held {

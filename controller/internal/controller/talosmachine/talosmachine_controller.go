@@ -27,6 +27,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
@@ -218,6 +219,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		ctrl.LoggerFrom(ctx).V(1).Info("not configured: nothing to apply")
 
 		return ctrl.Result{}, nil
+	}
+
+	// The cluster's pause stops everything, drift correction included; the
+	// machine lifecycle reconciler (the kind's primary) shows it as Paused,
+	// and the cluster's watch wakes the machines when it ends.
+	if why, err := ichorreconcile.ClusterPaused(ctx, r.Client, m.Namespace, m.Spec.ClusterName); err != nil || why != "" {
+		if why != "" {
+			ctrl.LoggerFrom(ctx).V(1).Info("paused: nothing done", "by", why)
+			ichorreconcile.CountPausedSkip(ControllerName)
+		}
+
+		return ctrl.Result{}, err
 	}
 
 	before := m.DeepCopy()
