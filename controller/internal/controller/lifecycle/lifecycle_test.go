@@ -30,8 +30,9 @@ import (
 // quorum and then allowed, a wiped worker re-installed, the removal of a
 // machine whose address answers as a control plane refused, a worker removed and
 // back in maintenance, a forced removal, a control-plane removal with the
-// controller killed between every step, and a machine with no recorded
-// fingerprint whose first probe records it and sends nothing.
+// controller killed between every step, a machine with no recorded
+// fingerprint whose first probe records it and sends nothing, and a removal
+// that waits while the cluster is paused.
 func TestLifecycle(t *testing.T) {
 	steps := []struct {
 		name string
@@ -48,6 +49,7 @@ func TestLifecycle(t *testing.T) {
 		{"ForcedRemovalWithoutWipe", forcedRemoval},
 		{"ChaosOneResetPerRemoval", chaosRemoval},
 		{"FirstProbeRecordsFingerprintSendsLater", firstProbeRecords},
+		{"PausedClusterStopsTheRemoval", pausedStops},
 	}
 
 	for _, s := range steps {
@@ -123,7 +125,11 @@ func changedFingerprint(t *testing.T) {
 		return nil
 	})
 
-	time.Sleep(2 * time.Second) // several reconciles
+	// Two more passes over the machine (run here, so they surely happen
+	// after the refusal), and still nothing sent.
+	reconcileOnceInFreshController(t, "w-1")
+	reconcileOnceInFreshController(t, "w-1")
+
 	if n := rpcs(t, "w-1", "ApplyConfiguration"); n != 0 {
 		t.Fatalf("the configuration was sent to a node with another maintenance certificate (%d calls)", n)
 	}

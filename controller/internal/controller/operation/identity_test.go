@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // TestNodeIdentityMismatchRebootRefused: a config rollout over two workers
@@ -23,7 +24,7 @@ func TestNodeIdentityMismatchRebootRefused(t *testing.T) {
 	ctx := context.Background()
 	w1, w2 := emu(t, "w-1"), emu(t, "w-2")
 
-	eventually(t, "the cluster's API answers", func() error {
+	testenv.Eventually(t, waitTimeout, "the cluster's API answers", func() error {
 		_, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "w-1", metav1.GetOptions{})
 
 		return err
@@ -43,7 +44,7 @@ func TestNodeIdentityMismatchRebootRefused(t *testing.T) {
 			Install:     ichorv1alpha1.MachineInstall{Disk: &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}},
 		},
 	}
-	must(t, k8s.Create(ctx, moved))
+	testenv.Must(t, k8s.Create(ctx, moved))
 
 	t.Cleanup(func() {
 		_ = k8s.Delete(ctx, &ichorv1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "identity-rollout"}})
@@ -65,10 +66,10 @@ func TestNodeIdentityMismatchRebootRefused(t *testing.T) {
 	apimeta.SetStatusCondition(&moved.Status.Conditions, metav1.Condition{
 		Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.JoinedReason, Message: "test setup",
 	})
-	must(t, k8s.Status().Update(ctx, moved))
+	testenv.Must(t, k8s.Status().Update(ctx, moved))
 
 	// Approved once its status says what provisioning recorded.
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur := getMachine(t, "w-1-moved")
 		cur.Spec.Approval = ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now}
 
@@ -81,7 +82,7 @@ func TestNodeIdentityMismatchRebootRefused(t *testing.T) {
 
 	before := reboots(t, "w-1")
 
-	must(t, k8s.Create(ctx, configOp("identity-rollout", func(op *ichorv1alpha1.TalosOperation) {
+	testenv.Must(t, k8s.Create(ctx, configOp("identity-rollout", func(op *ichorv1alpha1.TalosOperation) {
 		op.Spec.MachineSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 			Key: "pool", Operator: metav1.LabelSelectorOpIn, Values: []string{"w-1", "moved"},
 		}}}

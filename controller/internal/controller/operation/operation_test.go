@@ -22,6 +22,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // TestOperation_LockContention: two operations contend for the cluster
@@ -31,9 +32,9 @@ func TestOperation_LockContention(t *testing.T) {
 	ctx := context.Background()
 
 	// a takes the lock and, paused by a person, keeps it.
-	must(t, k8s.Create(ctx, configOp("contend-a", func(op *ichorv1alpha1.TalosOperation) { op.Spec.Paused = true })))
+	testenv.Must(t, k8s.Create(ctx, configOp("contend-a", func(op *ichorv1alpha1.TalosOperation) { op.Spec.Paused = true })))
 
-	eventually(t, "contend-a holds the lock, paused", func() error {
+	testenv.Eventually(t, waitTimeout, "contend-a holds the lock, paused", func() error {
 		op := getOp(t, "contend-a")
 		if !apimeta.IsStatusConditionTrue(op.Status.Conditions, ichorv1alpha1.LockAcquiredCondition) || op.Status.Phase != ichorv1alpha1.OperationPaused {
 			return fmt.Errorf("phase %q, conditions %+v", op.Status.Phase, op.Status.Conditions)
@@ -47,9 +48,9 @@ func TestOperation_LockContention(t *testing.T) {
 		t.Fatalf("lock holder %q, want %q", h, holderA)
 	}
 
-	must(t, k8s.Create(ctx, configOp("contend-b")))
+	testenv.Must(t, k8s.Create(ctx, configOp("contend-b")))
 
-	eventually(t, "contend-b waits naming the holder", func() error {
+	testenv.Eventually(t, waitTimeout, "contend-b waits naming the holder", func() error {
 		op := getOp(t, "contend-b")
 
 		c := apimeta.FindStatusCondition(op.Status.Conditions, ichorv1alpha1.LockAcquiredCondition)
@@ -90,7 +91,7 @@ func TestOperation_LockContention(t *testing.T) {
 		t.Errorf("the control plane is not first: %+v (%+v)", a.Status.Machines, cp)
 	}
 
-	eventually(t, "the lock is released", func() error {
+	testenv.Eventually(t, waitTimeout, "the lock is released", func() error {
 		if h := lockHolder(t); h != "" {
 			return fmt.Errorf("held by %s", h)
 		}
@@ -108,7 +109,7 @@ func TestOperation_UnsupportedTypeRefused(t *testing.T) {
 		op.Spec.Type = ichorv1alpha1.OperationNode
 		op.Spec.Node = &ichorv1alpha1.NodeAction{MachineName: "w-2", Action: "reboot"}
 	})
-	must(t, k8s.Create(ctx, op))
+	testenv.Must(t, k8s.Create(ctx, op))
 
 	got := waitPhase(t, "reboot-w2", ichorv1alpha1.OperationFailed)
 
@@ -142,9 +143,9 @@ func TestOperation_APIServerRestartRollout(t *testing.T) {
 			}}},
 		},
 	}
-	must(t, k8s.Create(ctx, p))
+	testenv.Must(t, k8s.Create(ctx, p))
 
-	eventually(t, "cp-1 waits for a rollout", func() error {
+	testenv.Eventually(t, waitTimeout, "cp-1 waits for a rollout", func() error {
 		if !apimeta.IsStatusConditionTrue(getMachine(t, "cp-1").Status.Conditions, ichorv1alpha1.APIServerRestartRequiredCondition) {
 			return errors.New("APIServerRestartRequired is not True")
 		}
@@ -158,7 +159,7 @@ func TestOperation_APIServerRestartRollout(t *testing.T) {
 
 	before := reboots(t, "cp-1")
 
-	must(t, k8s.Create(ctx, configOp("apiserver-rollout")))
+	testenv.Must(t, k8s.Create(ctx, configOp("apiserver-rollout")))
 
 	op := waitPhase(t, "apiserver-rollout", ichorv1alpha1.OperationSucceeded)
 
@@ -189,7 +190,7 @@ func TestOperation_APIServerRestartRollout(t *testing.T) {
 	}
 
 	// The rollout asked the machine reconciler to look: cp-1 is in sync at once.
-	eventually(t, "cp-1 in sync", func() error {
+	testenv.Eventually(t, waitTimeout, "cp-1 in sync", func() error {
 		m := getMachine(t, "cp-1")
 		if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.APIServerRestartRequiredCondition) || !apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ReadyCondition) {
 			return fmt.Errorf("conditions %+v", m.Status.Conditions)
@@ -213,7 +214,7 @@ func TestOperation_RebootRolloutDrainsAndFailurePauses(t *testing.T) {
 	ctx := context.Background()
 
 	// The cluster's API answers (an earlier test may have restarted it).
-	eventually(t, "the cluster's API answers", func() error {
+	testenv.Eventually(t, waitTimeout, "the cluster's API answers", func() error {
 		_, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "w-1", metav1.GetOptions{})
 
 		return err
@@ -228,11 +229,11 @@ func TestOperation_RebootRolloutDrainsAndFailurePauses(t *testing.T) {
 	}
 
 	// w-2 cannot be reached: the operation pauses on it.
-	must(t, emu(t, "w-2").PowerOff())
+	testenv.Must(t, emu(t, "w-2").PowerOff())
 
 	before := reboots(t, "w-1")
 
-	must(t, k8s.Create(ctx, configOp("reboot-rollout", func(op *ichorv1alpha1.TalosOperation) {
+	testenv.Must(t, k8s.Create(ctx, configOp("reboot-rollout", func(op *ichorv1alpha1.TalosOperation) {
 		op.Spec.MachineSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 			Key: "pool", Operator: metav1.LabelSelectorOpIn, Values: []string{"w-1", "w-2"},
 		}}}
@@ -266,7 +267,7 @@ func TestOperation_RebootRolloutDrainsAndFailurePauses(t *testing.T) {
 	}
 
 	node, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "w-1", metav1.GetOptions{})
-	must(t, err)
+	testenv.Must(t, err)
 
 	if node.Spec.Unschedulable {
 		t.Error("Node w-1 is still cordoned after the rollout")
@@ -280,17 +281,17 @@ func TestOperation_RebootRolloutDrainsAndFailurePauses(t *testing.T) {
 
 	// Paused on a failure, the operation no longer holds the cluster: other
 	// work takes the lock over.
-	must(t, k8s.Create(ctx, configOp("takeover", func(op *ichorv1alpha1.TalosOperation) {
+	testenv.Must(t, k8s.Create(ctx, configOp("takeover", func(op *ichorv1alpha1.TalosOperation) {
 		op.Spec.MachineSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "cp-1"}}
 	})))
 	waitPhase(t, "takeover", ichorv1alpha1.OperationSucceeded)
 
-	eventually(t, "the takeover is recorded", func() error {
+	testenv.Eventually(t, waitTimeout, "the takeover is recorded", func() error {
 		return hasEvent(t, "takeover", "LockTakenOver", lock.OperationIdentity(ns, "reboot-rollout"))
 	})
 
 	// Bring w-2 back and resume: the failed step runs again.
-	must(t, emu(t, "w-2").PowerOn())
+	testenv.Must(t, emu(t, "w-2").PowerOn())
 	updateOp(t, "reboot-rollout", func(op *ichorv1alpha1.TalosOperation) {
 		if op.Annotations == nil {
 			op.Annotations = map[string]string{}
@@ -319,19 +320,19 @@ func changeBehindIchor(t *testing.T, name, patch string) {
 	n := adminNode(t, name)
 
 	active, _, err := n.Config(ctx)
-	must(t, err)
+	testenv.Must(t, err)
 
 	p, err := configpatcher.LoadPatch([]byte(patch))
-	must(t, err)
+	testenv.Must(t, err)
 
 	out, err := configpatcher.Apply(configpatcher.WithBytes(active), []configpatcher.Patch{p})
-	must(t, err)
+	testenv.Must(t, err)
 
 	b, err := out.Bytes()
-	must(t, err)
+	testenv.Must(t, err)
 
 	_, err = n.Client().ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: b, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
-	must(t, err)
+	testenv.Must(t, err)
 }
 
 // nodeHas reports whether the node's running configuration has a path naming s.
@@ -339,10 +340,10 @@ func nodeHas(t *testing.T, name, s string) bool {
 	t.Helper()
 
 	active, _, err := adminNode(t, name).Config(context.Background())
-	must(t, err)
+	testenv.Must(t, err)
 
 	vals, err := render.ConfigValues(active)
-	must(t, err)
+	testenv.Must(t, err)
 
 	for p := range vals {
 		if strings.Contains(p.String(), s) {
@@ -358,13 +359,13 @@ func workloadClient(t *testing.T) *kubernetes.Clientset {
 	t.Helper()
 
 	kc, err := adminNode(t, "cp-1").Kubeconfig(context.Background())
-	must(t, err)
+	testenv.Must(t, err)
 
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	must(t, err)
+	testenv.Must(t, err)
 
 	k, err := kubernetes.NewForConfig(cfg)
-	must(t, err)
+	testenv.Must(t, err)
 
 	return k
 }
@@ -379,7 +380,7 @@ var _ client.Object = &ichorv1alpha1.TalosOperation{}
 func TestOperation_ControlPlaneRebootRollout(t *testing.T) {
 	ctx := context.Background()
 
-	eventually(t, "the cluster's API answers", func() error {
+	testenv.Eventually(t, waitTimeout, "the cluster's API answers", func() error {
 		_, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
 
 		return err
@@ -389,7 +390,7 @@ func TestOperation_ControlPlaneRebootRollout(t *testing.T) {
 
 	before := reboots(t, "cp-1")
 
-	must(t, k8s.Create(ctx, configOp("cp-reboot", func(op *ichorv1alpha1.TalosOperation) {
+	testenv.Must(t, k8s.Create(ctx, configOp("cp-reboot", func(op *ichorv1alpha1.TalosOperation) {
 		op.Spec.MachineSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "cp-1"}}
 	})))
 
@@ -412,7 +413,7 @@ func TestOperation_ControlPlaneRebootRollout(t *testing.T) {
 	}
 
 	node, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
-	must(t, err)
+	testenv.Must(t, err)
 
 	if node.Spec.Unschedulable {
 		t.Error("Node cp-1 is still cordoned after the rollout")
@@ -429,7 +430,7 @@ func TestOperation_ControlPlaneRebootRollout(t *testing.T) {
 func TestOperation_MaxUnavailableWorkers(t *testing.T) {
 	ctx := context.Background()
 
-	eventually(t, "the cluster's API answers", func() error {
+	testenv.Eventually(t, waitTimeout, "the cluster's API answers", func() error {
 		_, err := workloadClient(t).CoreV1().Nodes().Get(ctx, "w-1", metav1.GetOptions{})
 
 		return err
@@ -439,7 +440,7 @@ func TestOperation_MaxUnavailableWorkers(t *testing.T) {
 	// at the one-second precision of the timestamps.
 	for _, w := range []string{"w-1", "w-2"} {
 		changeBehindIchor(t, w, "machine:\n  env:\n    ICHOR_PARALLEL: \"1\"\n")
-		must(t, emu(t, w).SetDurations(&talosemu.Durations{
+		testenv.Must(t, emu(t, w).SetDurations(&talosemu.Durations{
 			Install: talosemu.Duration(200 * time.Millisecond), Reboot: talosemu.Duration(2 * time.Second), Boot: talosemu.Duration(100 * time.Millisecond),
 		}))
 		t.Cleanup(func() { _ = emu(t, w).SetDurations(nil) })
@@ -447,7 +448,7 @@ func TestOperation_MaxUnavailableWorkers(t *testing.T) {
 
 	two := intstr.FromInt32(2)
 
-	must(t, k8s.Create(ctx, configOp("parallel", func(op *ichorv1alpha1.TalosOperation) {
+	testenv.Must(t, k8s.Create(ctx, configOp("parallel", func(op *ichorv1alpha1.TalosOperation) {
 		op.Spec.MaxUnavailable = &two
 		op.Spec.MachineSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 			Key: "pool", Operator: metav1.LabelSelectorOpIn, Values: []string{"w-1", "w-2"},

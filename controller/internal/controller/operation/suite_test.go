@@ -304,30 +304,11 @@ func reboots(t testing.TB, name string) int {
 	return emu(t, name).RPCCounts()["/machine.MachineService/Reboot"]
 }
 
-func eventually(t testing.TB, what string, cond func() error) {
-	t.Helper()
-
-	deadline := time.Now().Add(waitTimeout)
-
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func getMachine(t testing.TB, name string) *ichorv1alpha1.TalosMachine {
 	t.Helper()
 
 	m := &ichorv1alpha1.TalosMachine{}
-	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m))
+	testenv.Must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m))
 
 	return m
 }
@@ -336,7 +317,7 @@ func getOp(t testing.TB, name string) *ichorv1alpha1.TalosOperation {
 	t.Helper()
 
 	op := &ichorv1alpha1.TalosOperation{}
-	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, op))
+	testenv.Must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, op))
 
 	return op
 }
@@ -360,7 +341,7 @@ func configOp(name string, mutate ...func(*ichorv1alpha1.TalosOperation)) *ichor
 func updateOp(t testing.TB, name string, f func(*ichorv1alpha1.TalosOperation)) {
 	t.Helper()
 
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		op := getOp(t, name)
 		f(op)
 
@@ -374,7 +355,7 @@ func waitPhase(t testing.TB, name, phase string) *ichorv1alpha1.TalosOperation {
 
 	var op *ichorv1alpha1.TalosOperation
 
-	eventually(t, name+" "+phase, func() error {
+	testenv.Eventually(t, waitTimeout, name+" "+phase, func() error {
 		op = getOp(t, name)
 		if op.Status.Phase != phase {
 			return fmt.Errorf("phase %q, step %q, machines %+v, conditions %+v", op.Status.Phase, op.Status.Step, op.Status.Machines, op.Status.Conditions)
@@ -401,7 +382,7 @@ func lockHolder(t testing.TB) string {
 	t.Helper()
 
 	h, err := (&lock.Locker{Client: k8s}).Holder(context.Background(), client.ObjectKey{Namespace: ns, Name: clusterName})
-	must(t, err)
+	testenv.Must(t, err)
 
 	return h
 }
@@ -412,7 +393,7 @@ func opEvents(t testing.TB, name string) []string {
 
 	var list eventsv1.EventList
 
-	must(t, k8s.List(context.Background(), &list, client.InNamespace(ns)))
+	testenv.Must(t, k8s.List(context.Background(), &list, client.InNamespace(ns)))
 
 	var out []string
 
@@ -436,12 +417,4 @@ func hasEvent(t testing.TB, op, reason, substr string) error {
 	}
 
 	return errors.New("no " + reason + " Event naming " + substr + " among " + strings.Join(evs, " | "))
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-
-	if err != nil {
-		t.Fatal(err)
-	}
 }

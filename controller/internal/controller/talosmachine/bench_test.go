@@ -17,6 +17,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // benchMachines is the size of the benchmark's world; ICHOR_BENCH_MACHINES
@@ -59,10 +60,10 @@ func BenchmarkConvergeClusterPatch(b *testing.B) {
 	b.ResetTimer()
 
 	for range b.N {
-		must(b, k8s.Get(ctx, client.ObjectKeyFromObject(p), p))
+		testenv.Must(b, k8s.Get(ctx, client.ObjectKeyFromObject(p), p))
 		bench.value++
 		p.Spec.Documents[0].SysctlConfig.Params["net.core.somaxconn"] = strconv.Itoa(bench.value)
-		must(b, k8s.Update(ctx, p))
+		testenv.Must(b, k8s.Update(ctx, p))
 
 		hashes = allApplied(b, n, hashes)
 	}
@@ -102,7 +103,7 @@ func newBenchWorld(b *testing.B) *benchWorld {
 	ctx := context.Background()
 	n := benchMachines(b)
 
-	must(b, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNS}}))
+	testenv.Must(b, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNS}}))
 
 	spec := &talosemu.Spec{Subnet: "127.0.78.0/24", Durations: talosemu.Durations{
 		Install: talosemu.Duration(100 * time.Millisecond),
@@ -119,19 +120,19 @@ func newBenchWorld(b *testing.B) *benchWorld {
 	}
 
 	dir, err := os.MkdirTemp("", "talosmachine-bench-")
-	must(b, err)
+	testenv.Must(b, err)
 
 	// The world lives until the process ends, across the benchmark's runs.
 	w, err := talosemu.Start(ctx, spec, dir)
-	must(b, err)
+	testenv.Must(b, err)
 
 	c := testCluster()
 	c.Namespace = benchNS
 
 	sec, err := bundle.Secret(benchNS, c.Spec.SecretsBundleRef, theBun)
-	must(b, err)
-	must(b, k8s.Create(ctx, sec))
-	must(b, k8s.Create(ctx, c))
+	testenv.Must(b, err)
+	testenv.Must(b, k8s.Create(ctx, sec))
+	testenv.Must(b, k8s.Create(ctx, c))
 
 	// The control plane first: workers get their API certificate from it.
 	provision := func(em *talosemu.Machine) error {
@@ -159,7 +160,7 @@ func newBenchWorld(b *testing.B) *benchWorld {
 	}
 
 	ems := w.Machines()
-	must(b, provision(ems[0]))
+	testenv.Must(b, provision(ems[0]))
 
 	var (
 		wg   sync.WaitGroup
@@ -195,7 +196,7 @@ func newBenchWorld(b *testing.B) *benchWorld {
 	p := patchObj("bench-cluster", ichorv1alpha1.LayerCluster, ichorv1alpha1.PatchTarget{})
 	p.Namespace = benchNS
 	p.Spec.Documents = append(p.Spec.Documents, sysctl("net.core.somaxconn", "1000"))
-	must(b, k8s.Create(ctx, p))
+	testenv.Must(b, k8s.Create(ctx, p))
 
 	hashes = allApplied(b, n, hashes)
 
@@ -208,7 +209,7 @@ func allApplied(b *testing.B, n int, prev map[string]string) map[string]string {
 	ctx := context.Background()
 	var hashes map[string]string
 
-	eventually(b, "every benchmark machine converged", func() error {
+	testenv.Eventually(b, waitTimeout, "every benchmark machine converged", func() error {
 		var list ichorv1alpha1.TalosMachineList
 		if err := k8s.List(ctx, &list, client.InNamespace(benchNS)); err != nil {
 			return err

@@ -15,6 +15,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // driftMachine is the machine the drift test changes behind Ichor's back.
@@ -29,19 +30,19 @@ func changeBehindIchor(t *testing.T, name, patch string) {
 	n := adminNode(t, name)
 
 	active, _, err := n.Config(ctx)
-	must(t, err)
+	testenv.Must(t, err)
 
 	p, err := configpatcher.LoadPatch([]byte(patch))
-	must(t, err)
+	testenv.Must(t, err)
 
 	out, err := configpatcher.Apply(configpatcher.WithBytes(active), []configpatcher.Patch{p})
-	must(t, err)
+	testenv.Must(t, err)
 
 	b, err := out.Bytes()
-	must(t, err)
+	testenv.Must(t, err)
 
 	_, err = n.Client().ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: b, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
-	must(t, err)
+	testenv.Must(t, err)
 }
 
 func setDriftPolicy(t *testing.T, policy string) {
@@ -49,9 +50,9 @@ func setDriftPolicy(t *testing.T, policy string) {
 
 	ctx := context.Background()
 	c := &ichorv1alpha1.TalosCluster{}
-	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, c))
+	testenv.Must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, c))
 	c.Spec.Drift.Policy = policy
-	must(t, k8s.Update(ctx, c))
+	testenv.Must(t, k8s.Update(ctx, c))
 }
 
 // awaitDrift waits until the machine reports drift naming path.
@@ -62,7 +63,7 @@ func awaitDrift(t *testing.T, path string) *ichorv1alpha1.TalosMachine {
 
 	var m *ichorv1alpha1.TalosMachine
 
-	eventually(t, name+" reports drift at "+path, func() error {
+	testenv.Eventually(t, waitTimeout, name+" reports drift at "+path, func() error {
 		m = getMachine(t, name)
 		c := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.DriftedCondition)
 
@@ -145,7 +146,7 @@ func TestTalosMachineReconciler_Drift(t *testing.T) {
 	// Put the node back the way provisioning left it; the machine is in sync again.
 	_, err := adminNode(t, name).Client().ApplyConfiguration(context.Background(),
 		&machine.ApplyConfigurationRequest{Data: currentRender(t, name), Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
-	must(t, err)
+	testenv.Must(t, err)
 
 	if m := inSync(t, name); m.Status.RenderedConfigHash != rendered {
 		t.Errorf("rendered hash %s, want %s", m.Status.RenderedConfigHash, rendered)
@@ -158,16 +159,16 @@ func currentRender(t *testing.T, name string) []byte {
 
 	ctx := context.Background()
 	c := &ichorv1alpha1.TalosCluster{}
-	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, c))
+	testenv.Must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, c))
 
 	var patches ichorv1alpha1.TalosConfigPatchList
-	must(t, k8s.List(ctx, &patches, client.InNamespace(ns)))
+	testenv.Must(t, k8s.List(ctx, &patches, client.InNamespace(ns)))
 
 	var storages ichorv1alpha1.TalosStorageList
-	must(t, k8s.List(ctx, &storages, client.InNamespace(ns)))
+	testenv.Must(t, k8s.List(ctx, &storages, client.InNamespace(ns)))
 
 	res, err := render.Render(render.Input{Cluster: c, Machine: getMachine(t, name), Bundle: theBun, Patches: patches.Items, Storages: storages.Items})
-	must(t, err)
+	testenv.Must(t, err)
 
 	return res.Bytes
 }
@@ -187,7 +188,7 @@ func TestTalosMachineReconciler_RenderVersionChangeIsNotDrift(t *testing.T) {
 	awaitDrift(t, path)
 
 	// The last apply came from an older renderer.
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		m := getMachine(t, name)
 		m.Status.RenderVersion = render.Version - 1
 

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // TestNodeIdentityMismatchApplyRefused: a machine whose address answers as
@@ -27,9 +28,9 @@ func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 	}
 
 	w1, err := world.Machine("w-1")
-	must(t, err)
+	testenv.Must(t, err)
 	w2, err := world.Machine("w-2")
-	must(t, err)
+	testenv.Must(t, err)
 
 	w2.ResetRPCCounts()
 
@@ -40,13 +41,13 @@ func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 	moved.Spec.Identity.UUID = w1.UUID()
 	moved.Spec.Hostname = "w-1"
 	moved.Labels = map[string]string{"pool": "w-1"}
-	must(t, k8s.Create(ctx, moved))
+	testenv.Must(t, k8s.Create(ctx, moved))
 
 	t.Cleanup(func() {
 		_ = k8s.Delete(ctx, moved)
 
 		// Later tests list the cluster's machines through the manager's cache.
-		eventually(t, "w-1-moved gone from the cache", func() error {
+		testenv.Eventually(t, waitTimeout, "w-1-moved gone from the cache", func() error {
 			err := cached.Get(ctx, client.ObjectKeyFromObject(moved), &ichorv1alpha1.TalosMachine{})
 			if apierrors.IsNotFound(err) {
 				return nil
@@ -62,7 +63,7 @@ func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 	apimeta.SetStatusCondition(&moved.Status.Conditions, metav1.Condition{
 		Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: "Provisioned", Message: "test setup",
 	})
-	must(t, k8s.Status().Update(ctx, moved))
+	testenv.Must(t, k8s.Status().Update(ctx, moved))
 
 	refused := func() error {
 		m := getMachine(t, "w-1-moved")
@@ -83,7 +84,7 @@ func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 		return nil
 	}
 
-	eventually(t, "w-1-moved refused for its identity", refused)
+	testenv.Eventually(t, waitTimeout, "w-1-moved refused for its identity", refused)
 	awaitEvent(t, "w-1-moved", ichorv1alpha1.IdentityMismatchReason, w2.UUID())
 
 	before := getMachine(t, "w-1-moved").Status.RenderedConfigHash
@@ -95,7 +96,7 @@ func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 	p := patchObj("identity-neighbour", ichorv1alpha1.LayerSelector,
 		ichorv1alpha1.PatchTarget{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "w-1"}}},
 		sysctl("net.ipv4.tcp_keepalive_time", "600"))
-	must(t, k8s.Create(ctx, p))
+	testenv.Must(t, k8s.Create(ctx, p))
 
 	t.Cleanup(func() {
 		_ = k8s.Delete(ctx, p)
@@ -108,7 +109,7 @@ func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 		t.Errorf("the right machine got no ApplyConfiguration (%d before, %d after)", w1Applies, n)
 	}
 
-	eventually(t, "w-1-moved rendered the change and stayed refused", func() error {
+	testenv.Eventually(t, waitTimeout, "w-1-moved rendered the change and stayed refused", func() error {
 		if h := getMachine(t, "w-1-moved").Status.RenderedConfigHash; h == before {
 			return fmt.Errorf("rendered hash still %s", h)
 		}

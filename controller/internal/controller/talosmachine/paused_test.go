@@ -88,4 +88,9 @@ func TestPausedStops_TalosMachine(t *testing.T) {
 
 	setPaused(t, false)
 	awaitNodeValue(t, "w-1", sysctlPath("net.ipv4.tcp_keepalive_time"), "600")
+
+	// Leave w-1 as the other tests expect it: without the patch, in sync.
+	testenv.Must(t, k8s.Delete(ctx, p))
+	awaitNodeValue(t, "w-1", sysctlPath("net.ipv4.tcp_keepalive_time"), nil)
+	inSync(t, "w-1")
 }

@@ -12,6 +12,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 func storageObj(name string, sel *metav1.LabelSelector) *ichorv1alpha1.TalosStorage {
@@ -26,7 +27,7 @@ func storageObj(name string, sel *metav1.LabelSelector) *ichorv1alpha1.TalosStor
 func setDisks(t *testing.T, name string, disks []ichorv1alpha1.DiskRole) {
 	t.Helper()
 
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		m := getMachine(t, name)
 		m.Spec.Disks = disks
 
@@ -112,11 +113,11 @@ func TestTalosMachineReconciler_StoragePresetRendered(t *testing.T) {
 
 	t.Cleanup(func() {
 		setDisks(t, name, nil)
-		eventually(t, name+" observed the disks removed", observed)
+		testenv.Eventually(t, waitTimeout, name+" observed the disks removed", observed)
 		inSync(t, name)
 	})
 
-	eventually(t, name+" observed the disk", func() error {
+	testenv.Eventually(t, waitTimeout, name+" observed the disk", func() error {
 		m := getMachine(t, name)
 		if m.Status.ObservedGeneration != m.Generation {
 			return fmt.Errorf("observed %d of %d", m.Status.ObservedGeneration, m.Generation)
@@ -130,19 +131,19 @@ func TestTalosMachineReconciler_StoragePresetRendered(t *testing.T) {
 	})
 
 	s := storageObj("longhorn", &metav1.LabelSelector{MatchLabels: map[string]string{"pool": name}})
-	must(t, k8s.Create(ctx, s))
+	testenv.Must(t, k8s.Create(ctx, s))
 	t.Cleanup(func() { _ = k8s.Delete(ctx, s) })
 
 	want := currentRender(t, name)
 
 	vals, err := render.ConfigValues(want)
-	must(t, err)
+	testenv.Must(t, err)
 
 	if x, ok := valueAt(vals, "UserVolumeConfig/longhorn:provisioning.diskSelector.match"); !ok || x != `disk.wwid == "naa.storage"` {
 		t.Fatalf("the render with the storage has no longhorn volume: %v", x)
 	}
 
-	eventually(t, name+" renders the storage preset", func() error {
+	testenv.Eventually(t, waitTimeout, name+" renders the storage preset", func() error {
 		if got := getMachine(t, name).Status.RenderedConfigHash; got != render.Hash(want) {
 			return fmt.Errorf("rendered %s, want %s", got, render.Hash(want))
 		}
@@ -156,9 +157,9 @@ func TestTalosMachineReconciler_StoragePresetRendered(t *testing.T) {
 		}
 	}
 
-	must(t, k8s.Delete(ctx, s))
+	testenv.Must(t, k8s.Delete(ctx, s))
 
-	eventually(t, name+" drops the storage preset", func() error {
+	testenv.Eventually(t, waitTimeout, name+" drops the storage preset", func() error {
 		var list ichorv1alpha1.TalosStorageList
 		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return err

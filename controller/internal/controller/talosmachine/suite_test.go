@@ -217,26 +217,7 @@ func adminNode(t testing.TB, name string) *talosnode.Node {
 
 // eventually polls cond until it returns nil or the deadline passes.
 // waitTimeout bounds every wait of the tests.
-const waitTimeout = 20 * time.Second
-
-func eventually(t testing.TB, what string, cond func() error) {
-	t.Helper()
-
-	deadline := time.Now().Add(waitTimeout)
-
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
-		}
-
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+const waitTimeout = testenv.WaitTimeout
 
 func getMachine(t testing.TB, name string) *ichorv1alpha1.TalosMachine {
 	t.Helper()
@@ -247,14 +228,6 @@ func getMachine(t testing.TB, name string) *ichorv1alpha1.TalosMachine {
 	}
 
 	return m
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 var _ = corev1.EventTypeNormal

@@ -18,6 +18,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	mirror "github.com/maeshinshin/ichor/contracts/api/v1alpha1/config"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // inSync waits until the machine reports that its node runs the render.
@@ -26,7 +27,7 @@ func inSync(t *testing.T, name string) *ichorv1alpha1.TalosMachine {
 
 	var m *ichorv1alpha1.TalosMachine
 
-	eventually(t, name+" in sync", func() error {
+	testenv.Eventually(t, waitTimeout, name+" in sync", func() error {
 		m = getMachine(t, name)
 		if !apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ReadyCondition) {
 			return fmt.Errorf("not ready: %+v", m.Status.Conditions)
@@ -72,14 +73,14 @@ func nodeValues(t *testing.T, name string) (active, persistent render.Values) {
 	t.Helper()
 
 	a, p, err := adminNode(t, name).Config(context.Background())
-	must(t, err)
+	testenv.Must(t, err)
 
 	active, err = render.ConfigValues(a)
-	must(t, err)
+	testenv.Must(t, err)
 
 	if p != nil {
 		persistent, err = render.ConfigValues(p)
-		must(t, err)
+		testenv.Must(t, err)
 	}
 
 	return active, persistent
@@ -105,7 +106,7 @@ func eventNotes(t *testing.T, machine, reason string) []string {
 	t.Helper()
 
 	var list eventsv1.EventList
-	must(t, k8s.List(context.Background(), &list, client.InNamespace(ns)))
+	testenv.Must(t, k8s.List(context.Background(), &list, client.InNamespace(ns)))
 
 	var out []string
 
@@ -121,7 +122,7 @@ func eventNotes(t *testing.T, machine, reason string) []string {
 func awaitEvent(t *testing.T, machine, reason, contains string) {
 	t.Helper()
 
-	eventually(t, fmt.Sprintf("%s Event %s with %q", machine, reason, contains), func() error {
+	testenv.Eventually(t, waitTimeout, fmt.Sprintf("%s Event %s with %q", machine, reason, contains), func() error {
 		notes := eventNotes(t, machine, reason)
 		for _, n := range notes {
 			if strings.Contains(n, contains) {
@@ -138,7 +139,7 @@ func awaitEvent(t *testing.T, machine, reason, contains string) {
 func awaitNodeValue(t *testing.T, name, path string, want any) {
 	t.Helper()
 
-	eventually(t, fmt.Sprintf("%s: %s = %v", name, path, want), func() error {
+	testenv.Eventually(t, waitTimeout, fmt.Sprintf("%s: %s = %v", name, path, want), func() error {
 		active, _ := nodeValues(t, name)
 		got, ok := valueAt(active, path)
 
@@ -179,7 +180,7 @@ func TestTalosMachineReconciler_PatchLayers(t *testing.T) {
 	}
 
 	for _, p := range patches {
-		must(t, k8s.Create(ctx, p.p))
+		testenv.Must(t, k8s.Create(ctx, p.p))
 	}
 
 	t.Cleanup(func() {
@@ -228,15 +229,15 @@ func TestTalosMachineReconciler_InstallOnlyStaged(t *testing.T) {
 
 	setInstaller := func(v string) {
 		c := &ichorv1alpha1.TalosCluster{}
-		must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, c))
+		testenv.Must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, c))
 		c.Spec.Registry.InstallerImage = v
-		must(t, k8s.Update(ctx, c))
+		testenv.Must(t, k8s.Update(ctx, c))
 	}
 
 	setInstaller(image)
 
 	for _, n := range machineNames {
-		eventually(t, "the installer image staged on "+n, func() error {
+		testenv.Eventually(t, waitTimeout, "the installer image staged on "+n, func() error {
 			active, persistent := nodeValues(t, n)
 			if p, ok := pathWithValue(persistent, stagedImage); !ok {
 				p2, ok2 := pathWithValue(active, stagedImage)
@@ -256,7 +257,7 @@ func TestTalosMachineReconciler_InstallOnlyStaged(t *testing.T) {
 		// The Event goes out before the reconcile's status write lands.
 		var m *ichorv1alpha1.TalosMachine
 
-		eventually(t, n+" Ready with reason Staged", func() error {
+		testenv.Eventually(t, waitTimeout, n+" Ready with reason Staged", func() error {
 			m = inSync(t, n)
 			if c := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.ReadyCondition); c.Reason != ichorv1alpha1.StagedReason {
 				return fmt.Errorf("Ready reason %q", c.Reason)
@@ -280,7 +281,7 @@ func TestTalosMachineReconciler_InstallOnlyStaged(t *testing.T) {
 	setInstaller("")
 
 	for _, n := range machineNames {
-		eventually(t, "the staged change withdrawn on "+n, func() error {
+		testenv.Eventually(t, waitTimeout, "the staged change withdrawn on "+n, func() error {
 			_, persistent := nodeValues(t, n)
 			if p, ok := pathWithValue(persistent, stagedImage); ok {
 				return fmt.Errorf("persistent config still has %s", p)
@@ -307,7 +308,7 @@ func applyCalls(t *testing.T, name string) int {
 	t.Helper()
 
 	em, err := world.Machine(name)
-	must(t, err)
+	testenv.Must(t, err)
 
 	return em.RPCCounts()["/machine.MachineService/ApplyConfiguration"]
 }
@@ -331,9 +332,9 @@ func TestTalosMachineReconciler_APIServerRestartWaits(t *testing.T) {
 
 	p := patchObj("apiserver-env", ichorv1alpha1.LayerRole, ichorv1alpha1.PatchTarget{Role: ichorv1alpha1.RoleControlPlane},
 		mirror.PatchDocument{KubeAPIServerConfig: &mirror.KubeAPIServerConfig{Env: map[string]string{"ICHOR_TEST": "1"}}})
-	must(t, k8s.Create(ctx, p))
+	testenv.Must(t, k8s.Create(ctx, p))
 
-	eventually(t, "cp-1 waits for a rollout", func() error {
+	testenv.Eventually(t, waitTimeout, "cp-1 waits for a rollout", func() error {
 		m := getMachine(t, "cp-1")
 		c := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.APIServerRestartRequiredCondition)
 		if c == nil || c.Status != metav1.ConditionTrue {
@@ -371,7 +372,7 @@ func TestTalosMachineReconciler_APIServerRestartWaits(t *testing.T) {
 
 	awaitEvent(t, "cp-1", ichorv1alpha1.WaitingForRolloutReason, "ICHOR_TEST")
 
-	must(t, k8s.Delete(ctx, p))
+	testenv.Must(t, k8s.Delete(ctx, p))
 
 	m := inSync(t, "cp-1")
 	if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.APIServerRestartRequiredCondition) || len(m.Status.RebootRequiredPaths) > 0 {

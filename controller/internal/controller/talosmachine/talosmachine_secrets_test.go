@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // bundleSecrets are the secret values of the test bundle, raw and in the
@@ -62,10 +63,10 @@ func TestTalosMachineReconciler_NoSecretsInStatusOrEvents(t *testing.T) {
 	}
 
 	var machines ichorv1alpha1.TalosMachineList
-	must(t, k8s.List(ctx, &machines, client.InNamespace(ns)))
+	testenv.Must(t, k8s.List(ctx, &machines, client.InNamespace(ns)))
 
 	var events eventsv1.EventList
-	must(t, k8s.List(ctx, &events, client.InNamespace(ns)))
+	testenv.Must(t, k8s.List(ctx, &events, client.InNamespace(ns)))
 
 	// The tests before this one (file order) applied, staged, waited and corrected.
 	reasons := map[string]bool{}
@@ -87,13 +88,13 @@ func TestTalosMachineReconciler_NoSecretsInStatusOrEvents(t *testing.T) {
 
 	for _, m := range machines.Items {
 		b, err := json.Marshal(m.Status)
-		must(t, err)
+		testenv.Must(t, err)
 		texts = append(texts, string(b))
 	}
 
 	for _, e := range events.Items {
 		b, err := json.Marshal(e)
-		must(t, err)
+		testenv.Must(t, err)
 		texts = append(texts, string(b))
 	}
 
@@ -101,7 +102,7 @@ func TestTalosMachineReconciler_NoSecretsInStatusOrEvents(t *testing.T) {
 	for what, v := range bundleSecrets(t) {
 		// As JSON holds it (a PEM key's newlines escaped), and its first line alone.
 		quoted, err := json.Marshal(strings.TrimSpace(v))
-		must(t, err)
+		testenv.Must(t, err)
 
 		forms := []string{strings.Trim(string(quoted), `"`)}
 		if lines := strings.Split(strings.TrimSpace(v), "\n"); len(lines) > 2 {

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // writeCounter counts the updates the API server reports for each
@@ -24,7 +25,7 @@ func countWrites(t testing.TB, namespace string) *writeCounter {
 	t.Helper()
 
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
-	must(t, err)
+	testenv.Must(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())
 
@@ -87,14 +88,14 @@ func TestTalosMachineReconciler_OneStatusWritePerChange(t *testing.T) {
 
 	for _, n := range machineNames {
 		em, err := world.Machine(n)
-		must(t, err)
+		testenv.Must(t, err)
 		em.ResetRPCCounts()
 	}
 
 	writes := countWrites(t, ns)
 	key := "net.core.netdev_max_backlog"
 	p := patchObj("writes-cluster", ichorv1alpha1.LayerCluster, ichorv1alpha1.PatchTarget{}, sysctl(key, "5000"))
-	must(t, k8s.Create(ctx, p))
+	testenv.Must(t, k8s.Create(ctx, p))
 
 	for _, n := range machineNames {
 		awaitNodeValue(t, n, sysctlPath(key), "5000")
@@ -115,7 +116,7 @@ func TestTalosMachineReconciler_OneStatusWritePerChange(t *testing.T) {
 		}
 	}
 
-	must(t, k8s.Delete(ctx, p))
+	testenv.Must(t, k8s.Delete(ctx, p))
 
 	for _, n := range machineNames {
 		awaitNodeValue(t, n, sysctlPath(key), nil)

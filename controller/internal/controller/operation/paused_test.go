@@ -1,0 +1,64 @@
+package operation_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
+)
+
+func setClusterPaused(t *testing.T, paused bool) {
+	t.Helper()
+
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &ichorv1alpha1.TalosCluster{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: clusterName}, c); err != nil {
+			return err
+		}
+
+		c.Spec.Paused = paused
+
+		return k8s.Update(context.Background(), c)
+	}))
+}
+
+// TestPausedStops_Operation: a config operation of a paused cluster takes no
+// lock and starts no step (its Paused condition says why); unpausing runs it.
+func TestPausedStops_Operation(t *testing.T) {
+	ctx := context.Background()
+
+	setClusterPaused(t, true)
+	t.Cleanup(func() { setClusterPaused(t, false) })
+
+	testenv.Must(t, k8s.Create(ctx, configOp("paused-rollout")))
+
+	var op *ichorv1alpha1.TalosOperation
+
+	testenv.Eventually(t, waitTimeout, "the operation shows the pause", func() error {
+		op = getOp(t, "paused-rollout")
+		if c := apimeta.FindStatusCondition(op.Status.Conditions, ichorv1alpha1.PausedCondition); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Paused %v, phase %q", c, op.Status.Phase)
+		}
+
+		return nil
+	})
+
+	if op.Status.StartedAt != nil || apimeta.FindStatusCondition(op.Status.Conditions, ichorv1alpha1.LockAcquiredCondition) != nil ||
+		op.Status.Phase != ichorv1alpha1.OperationPending || len(op.Status.Machines) != 0 {
+		t.Fatalf("an operation of a paused cluster started: %+v", op.Status)
+	}
+
+	setClusterPaused(t, false)
+	op = waitPhase(t, "paused-rollout", ichorv1alpha1.OperationSucceeded)
+
+	if apimeta.FindStatusCondition(op.Status.Conditions, ichorv1alpha1.PausedCondition) != nil {
+		t.Errorf("Paused stays after unpausing: %+v", op.Status.Conditions)
+	}
+}
