@@ -67,7 +67,7 @@ func (w *world) rpcs(ctx context.Context, name string) (map[string]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 
 	var out map[string]int
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maeshinshin/ichor/tools/testenv"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 func kubeClientAt(t testing.TB, kubeconfig []byte, host string) *kubernetes.Clientset {

@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maeshinshin/ichor/tools/testenv"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // etcdChecks are the part-2 checks: the etcd RPCs act on a real member, Kubeconfig renders

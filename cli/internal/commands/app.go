@@ -62,8 +62,8 @@ const (
 	colReason  = "REASON"
 	colStatus  = "STATUS"
 	colMessage = "MESSAGE"
-	// annotationTrue is the value of a consent annotation.
-	annotationTrue = "true"
+	// wordYes is how a table shows a true flag.
+	wordYes = "yes"
 )
 
 // New returns the ichor command.

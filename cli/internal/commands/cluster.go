@@ -164,7 +164,7 @@ func (r *run) printCluster(c *ichorv1alpha1.TalosCluster, now time.Time) error {
 	b.Add("Endpoint", fmt.Sprintf("%s %s", c.Spec.Endpoint.Type, net.JoinHostPort(c.Spec.Endpoint.Host, itoa(int(port)))))
 	sched := "no"
 	if c.Spec.ControlPlane.Schedulable != nil && *c.Spec.ControlPlane.Schedulable {
-		sched = "yes"
+		sched = wordYes
 	}
 	b.Add("Control planes", fmt.Sprintf("%d ready of %d declared (schedulable: %s)", c.Status.ControlPlanes.Ready, c.Spec.ControlPlane.Count, sched))
 	b.Add("Workers", fmt.Sprintf("%d ready of %d approved", c.Status.Workers.Ready, c.Status.Workers.Approved))

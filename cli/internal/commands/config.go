@@ -212,7 +212,7 @@ func configEffective(ctx context.Context, cmd *cli.Command) error {
 	for _, e := range entries {
 		priv := ""
 		if e.Privileged {
-			priv, marked = "yes", true
+			priv, marked = wordYes, true
 		}
 		t.Add(e.Path, formatValue(e.Value, true), origin(e), priv)
 	}

@@ -341,7 +341,7 @@ func (r *run) printMachine(m *ichorv1alpha1.TalosMachine, now time.Time) error {
 			}
 			parts := "no"
 			if d.HasPartitions {
-				parts = "yes"
+				parts = wordYes
 			}
 			t.Add(d.DevicePath, output.Bytes(d.SizeBytes), key, parts, diskRoleOf(m, d))
 		}

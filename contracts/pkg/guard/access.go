@@ -87,7 +87,7 @@ func CheckReclaimCredential(r *ichorv1alpha1.MachineReclaim, secretType *string)
 func ReclaimRequirements(old, r *ichorv1alpha1.MachineReclaim) []Requirement {
 	perm := Permission{Verb: VerbReclaim, Resource: ResourceMachineReclaims, Namespace: r.Namespace, Name: r.Name}
 	if old == nil {
-		return []Requirement{{Permission: perm, Field: "spec", Action: "resetting a machine of another cluster"}}
+		return []Requirement{{Permission: perm, Field: fieldSpec, Action: "resetting a machine of another cluster"}}
 	}
 	if old.Spec.ConfirmUUID != r.Spec.ConfirmUUID {
 		return []Requirement{{Permission: perm, Field: "spec.confirmUUID", Action: "confirming the reset of a machine of another cluster"}}

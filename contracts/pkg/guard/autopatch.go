@@ -30,7 +30,7 @@ func CheckAutoPatch(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 	rest.TalosVersion, rest.KubernetesVersion = oldRest.TalosVersion, oldRest.KubernetesVersion
 	var out []Refusal
 	if !reflect.DeepEqual(rest, oldRest) {
-		out = append(out, Refusal{Field: "spec", Rule: "the auto-patch ServiceAccount changed a field other than talosVersion and kubernetesVersion", WayOut: wayOut})
+		out = append(out, Refusal{Field: fieldSpec, Rule: "the auto-patch ServiceAccount changed a field other than talosVersion and kubernetesVersion", WayOut: wayOut})
 	}
 	if r := patchOnly("spec.talosVersion", old.Spec.TalosVersion, c.Spec.TalosVersion, wayOut); r != nil {
 		out = append(out, *r)

@@ -157,3 +157,9 @@ func joinQuoted(items []string) string {
 	}
 	return strings.Join(q, ", ")
 }
+
+// Field paths several rules name.
+const (
+	fieldSpec     = "spec"
+	fieldSpecType = "spec.type"
+)

@@ -111,7 +111,7 @@ func CheckDeletingUnchanged(old, m *ichorv1alpha1.TalosMachine) *Refusal {
 		return nil
 	}
 	return &Refusal{
-		Field:  "spec",
+		Field:  fieldSpec,
 		Rule:   fmt.Sprintf("machine %s is being removed: its spec is fixed until the removal ends, except spec.forceRemove", m.Name),
 		WayOut: "wait until the removal finishes and approve the machine again when it reappears; set spec.forceRemove: true to skip drain and reset for dead hardware",
 	}

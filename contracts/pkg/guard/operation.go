@@ -57,7 +57,7 @@ func CheckRunnable(op *ichorv1alpha1.TalosOperation) *Refusal {
 		way = "this release has no way to do it"
 	}
 	return &Refusal{
-		Field: "spec.type",
+		Field: fieldSpecType,
 		Rule: fmt.Sprintf("this release of Ichor does not run operations of type %q (it runs %s); nothing was created",
 			op.Spec.Type, joinQuoted(RunnableOperationTypes)),
 		WayOut: way,
@@ -85,7 +85,7 @@ func CheckOperationUnchanged(old, op *ichorv1alpha1.TalosOperation) *Refusal {
 		return nil
 	}
 	return &Refusal{
-		Field:  "spec",
+		Field:  fieldSpec,
 		Rule:   fmt.Sprintf("operation %s is immutable except spec.paused: its spec is what was checked when it was created", op.Name),
 		WayOut: "pause it (`ichor operation pause`) or delete it, and create a new operation with the new spec",
 	}
@@ -131,7 +131,7 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 		}
 	case ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy:
 		if c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetUnmanaged {
-			out = append(out, Refusal{Field: "spec.type",
+			out = append(out, Refusal{Field: fieldSpecType,
 				Rule:   fmt.Sprintf("cluster %q has an unmanaged CNI; Ichor does not upgrade or configure it", c.Name),
 				WayOut: "manage the CNI with its own tooling"})
 		}
@@ -169,15 +169,15 @@ func OperationRequirements(op *ichorv1alpha1.TalosOperation) []Requirement {
 	}
 	switch op.Spec.Type {
 	case ichorv1alpha1.OperationShutdown:
-		return []Requirement{verbOn(VerbShutdown, "spec.type", "shutting the whole cluster down")}
+		return []Requirement{verbOn(VerbShutdown, fieldSpecType, "shutting the whole cluster down")}
 	case ichorv1alpha1.OperationCARotation:
-		return []Requirement{verbOn(VerbRotateCA, "spec.type", "rotating the cluster's CAs")}
+		return []Requirement{verbOn(VerbRotateCA, fieldSpecType, "rotating the cluster's CAs")}
 	case ichorv1alpha1.OperationKeyRotation:
-		return []Requirement{verbOn(VerbRotateKeys, "spec.type", "rotating the service-account or secretbox key")}
+		return []Requirement{verbOn(VerbRotateKeys, fieldSpecType, "rotating the service-account or secretbox key")}
 	case ichorv1alpha1.OperationEtcdRestore:
 		return []Requirement{
-			verbOn(VerbRestoreEtcd, "spec.type", "restoring etcd into the live cluster"),
-			override("spec.type", "restoring etcd into the live cluster"),
+			verbOn(VerbRestoreEtcd, fieldSpecType, "restoring etcd into the live cluster"),
+			override(fieldSpecType, "restoring etcd into the live cluster"),
 		}
 	case ichorv1alpha1.OperationNode:
 		if op.Spec.Node == nil {

@@ -104,7 +104,7 @@ func ConfigRolloutRequirements(op *ichorv1alpha1.TalosOperation, patches []privi
 	}
 	return []Requirement{{
 		Permission: PrivilegedPatchPermission(op.Namespace, ""),
-		Field:      "spec.type",
+		Field:      fieldSpecType,
 		Action: fmt.Sprintf("starting a config rollout of cluster %q (it applies the privileged TalosConfigPatches %s)",
 			op.Spec.ClusterName, strings.Join(names, ", ")),
 	}}

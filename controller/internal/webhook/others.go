@@ -33,7 +33,7 @@ func (v *operationValidator) ValidateCreate(ctx context.Context, op *ichorv1alph
 	if w, err := v.checkPrivilegedRollout(ctx, op); err != nil {
 		return w, err
 	}
-	s := subject{kind: "TalosOperation", resource: guard.ResourceTalosOperations, namespace: op.Namespace, name: op.Name, cluster: op.Spec.ClusterName}
+	s := operationSubject(op)
 	return v.decideRunnable(ctx, s, op, guard.CheckOperation(op, facts), guard.OperationRequirements(op))
 }
 
@@ -64,7 +64,7 @@ func (v *operationValidator) ValidateUpdate(ctx context.Context, old, op *ichorv
 	if err != nil {
 		return nil, internal(err)
 	}
-	s := subject{kind: "TalosOperation", resource: guard.ResourceTalosOperations, namespace: op.Namespace, name: op.Name, cluster: op.Spec.ClusterName}
+	s := operationSubject(op)
 	return v.decide(ctx, s, append([]guard.Refusal{*changed}, guard.ValidateOperation(op, facts)...), guard.OperationRequirements(op))
 }
 
@@ -183,4 +183,9 @@ func (v *credentialRequestValidator) ValidateUpdate(_ context.Context, old, r *i
 
 func (v *credentialRequestValidator) ValidateDelete(context.Context, *ichorv1alpha1.TalosCredentialRequest) (admission.Warnings, error) {
 	return nil, nil
+}
+
+// operationSubject is the subject of a decision about a TalosOperation.
+func operationSubject(op *ichorv1alpha1.TalosOperation) subject {
+	return subject{kind: "TalosOperation", resource: guard.ResourceTalosOperations, namespace: op.Namespace, name: op.Name, cluster: op.Spec.ClusterName}
 }

@@ -82,6 +82,6 @@ func (v *operationValidator) checkPrivilegedRollout(ctx context.Context, op *ich
 		return nil, apierrors.NewInternalError(fmt.Errorf("listing TalosConfigPatches in %s: %w", op.Namespace, err))
 	}
 	reqs := guard.ConfigRolloutRequirements(op, privileged.OfCluster(op.Spec.ClusterName, list.Items))
-	s := subject{kind: "TalosOperation", resource: guard.ResourceTalosOperations, namespace: op.Namespace, name: op.Name, cluster: op.Spec.ClusterName}
+	s := operationSubject(op)
 	return v.decide(ctx, s, nil, reqs)
 }

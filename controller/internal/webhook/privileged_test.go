@@ -18,10 +18,10 @@ import (
 
 const privilegedVerb = "`update` on `talosconfigpatches/privileged`"
 
-func newPatch(ns, name, cluster string, docs ...mirror.PatchDocument) *ichorv1alpha1.TalosConfigPatch {
+func newPatch(ns, name string, docs ...mirror.PatchDocument) *ichorv1alpha1.TalosConfigPatch {
 	return &ichorv1alpha1.TalosConfigPatch{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       ichorv1alpha1.TalosConfigPatchSpec{ClusterName: cluster, Layer: ichorv1alpha1.LayerCluster, Documents: docs},
+		Spec:       ichorv1alpha1.TalosConfigPatchSpec{ClusterName: "c", Layer: ichorv1alpha1.LayerCluster, Documents: docs},
 	}
 }
 
@@ -42,10 +42,10 @@ func TestPrivilegedPatchCreateNeedsTheVerb(t *testing.T) {
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 
-	err := operator.Create(ctx, newPatch(ns, "owned", "c", sysctlDoc(), inlineManifestDoc()))
+	err := operator.Create(ctx, newPatch(ns, "owned", sysctlDoc(), inlineManifestDoc()))
 	refused(t, err, "Forbidden", "spec.documents[1].kubeInlineManifestConfig", "KubeInlineManifestConfig", "cluster-admin",
 		`creating TalosConfigPatch "owned"`, privilegedVerb, `user "otto"`, "ichor-admin")
-	err = operator.Create(ctx, newPatch(ns, "kubelet", "c", mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{
+	err = operator.Create(ctx, newPatch(ns, "kubelet", mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{
 		ExtraArgs: map[string]mirror.ArgValue{"authorization-mode": {Value: "AlwaysAllow"}},
 	}}))
 	refused(t, err, "Forbidden", "spec.documents[0].kubeletConfig.extraArgs", "KubeletConfig:extraArgs", privilegedVerb)
@@ -55,10 +55,10 @@ func TestPrivilegedPatchCreateNeedsTheVerb(t *testing.T) {
 
 	// The neighbours: an operator's plain patch (the kubelet's other fields
 	// too), and the admin's privileged one.
-	testenv.Must(t, operator.Create(ctx, newPatch(ns, "tuning", "c", sysctlDoc(), mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{
+	testenv.Must(t, operator.Create(ctx, newPatch(ns, "tuning", sysctlDoc(), mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{
 		ClusterDNS: []string{"10.96.0.10"},
 	}})))
-	testenv.Must(t, admin.Create(ctx, newPatch(ns, "owned", "c", sysctlDoc(), inlineManifestDoc())))
+	testenv.Must(t, admin.Create(ctx, newPatch(ns, "owned", sysctlDoc(), inlineManifestDoc())))
 }
 
 // Rule: changing a patch so that it carries privileged configuration, or
@@ -67,34 +67,34 @@ func TestPrivilegedPatchUpdateNeedsTheVerb(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
-	testenv.Must(t, operator.Create(ctx, newPatch(ns, "apiserver", "c", mirror.PatchDocument{KubeAPIServerConfig: &mirror.KubeAPIServerConfig{
+	testenv.Must(t, operator.Create(ctx, newPatch(ns, "apiserver", mirror.PatchDocument{KubeAPIServerConfig: &mirror.KubeAPIServerConfig{
 		CertExtraSANs: []string{"api.example.com"},
 	}})))
-	testenv.Must(t, admin.Create(ctx, newPatch(ns, "owned", "c", inlineManifestDoc())))
+	testenv.Must(t, admin.Create(ctx, newPatch(ns, "owned", inlineManifestDoc())))
 
-	err := update(t, operator, newPatch(ns, "apiserver", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
+	err := update(t, operator, newPatch(ns, "apiserver"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Spec.Documents[0].KubeAPIServerConfig.Image = "registry.example.com/kube-apiserver:evil"
 	})
 	refused(t, err, "Forbidden", "spec.documents[0].kubeAPIServerConfig.image", "KubeAPIServerConfig:image",
 		`changing TalosConfigPatch "apiserver"`, privilegedVerb, `user "otto"`)
-	err = update(t, operator, newPatch(ns, "owned", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
+	err = update(t, operator, newPatch(ns, "owned"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Spec.Documents[0].KubeInlineManifestConfig.Manifest = "kind: ConfigMap\n"
 	})
 	refused(t, err, "Forbidden", "spec.documents[0].kubeInlineManifestConfig", `changing TalosConfigPatch "owned"`, privilegedVerb)
-	err = update(t, operator, newPatch(ns, "owned", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
+	err = update(t, operator, newPatch(ns, "owned"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Spec.Documents = []mirror.PatchDocument{sysctlDoc()}
 	})
 	refused(t, err, "Forbidden", "spec.documents[0].kubeInlineManifestConfig (before the change)", privilegedVerb)
 
 	// The neighbours: an operator's plain change of a plain patch, a label on
 	// the admin's patch, and the admin's privileged change.
-	testenv.Must(t, update(t, operator, newPatch(ns, "apiserver", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
+	testenv.Must(t, update(t, operator, newPatch(ns, "apiserver"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Spec.Documents[0].KubeAPIServerConfig.CertExtraSANs = []string{"api.example.org"}
 	}))
-	testenv.Must(t, update(t, operator, newPatch(ns, "owned", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
+	testenv.Must(t, update(t, operator, newPatch(ns, "owned"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Labels = map[string]string{"team": "platform"}
 	}))
-	testenv.Must(t, update(t, admin, newPatch(ns, "apiserver", "c"), func(p *ichorv1alpha1.TalosConfigPatch) {
+	testenv.Must(t, update(t, admin, newPatch(ns, "apiserver"), func(p *ichorv1alpha1.TalosConfigPatch) {
 		p.Spec.Documents[0].KubeAPIServerConfig.Image = "registry.example.com/kube-apiserver:v1.37.2"
 	}))
 }
@@ -105,21 +105,21 @@ func TestPrivilegedPatchDeleteNeedsTheVerb(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
-	testenv.Must(t, admin.Create(ctx, newPatch(ns, "roots", "c", mirror.PatchDocument{TrustedRootsConfig: &mirror.TrustedRootsConfig{Name: "corp"}})))
-	testenv.Must(t, admin.Create(ctx, newPatch(ns, "env", "c", mirror.PatchDocument{EnvironmentConfig: &mirror.EnvironmentConfig{
+	testenv.Must(t, admin.Create(ctx, newPatch(ns, "roots", mirror.PatchDocument{TrustedRootsConfig: &mirror.TrustedRootsConfig{Name: "corp"}})))
+	testenv.Must(t, admin.Create(ctx, newPatch(ns, "env", mirror.PatchDocument{EnvironmentConfig: &mirror.EnvironmentConfig{
 		Variables: map[string]string{"HTTPS_PROXY": "http://proxy:3128"},
 	}})))
-	testenv.Must(t, operator.Create(ctx, newPatch(ns, "tuning", "c", sysctlDoc())))
+	testenv.Must(t, operator.Create(ctx, newPatch(ns, "tuning", sysctlDoc())))
 
-	err := operator.Delete(ctx, newPatch(ns, "roots", "c"))
+	err := operator.Delete(ctx, newPatch(ns, "roots"))
 	refused(t, err, "Forbidden", "spec.documents[0].trustedRootsConfig", "TrustedRootsConfig", `deleting TalosConfigPatch "roots"`, privilegedVerb, `user "otto"`)
 	if err := root.Get(ctx, client.ObjectKey{Namespace: ns, Name: "roots"}, &ichorv1alpha1.TalosConfigPatch{}); err != nil {
 		t.Fatalf("the refused delete removed the patch: %v", err)
 	}
 
 	// The neighbours: an operator deletes a plain patch, the admin a privileged one.
-	testenv.Must(t, operator.Delete(ctx, newPatch(ns, "tuning", "c")))
-	testenv.Must(t, admin.Delete(ctx, newPatch(ns, "roots", "c")))
+	testenv.Must(t, operator.Delete(ctx, newPatch(ns, "tuning")))
+	testenv.Must(t, admin.Delete(ctx, newPatch(ns, "roots")))
 
 	// Once the cluster is gone the patch reaches no node, and anyone who may
 	// delete patches may clean it up.
@@ -136,7 +136,7 @@ func TestPrivilegedPatchDeleteNeedsTheVerb(t *testing.T) {
 		}
 		return err
 	})
-	testenv.Must(t, operator.Delete(ctx, newPatch(ns, "env", "c")))
+	testenv.Must(t, operator.Delete(ctx, newPatch(ns, "env")))
 }
 
 // Rule: starting a config rollout of a cluster with a privileged patch (one
@@ -147,14 +147,14 @@ func TestPrivilegedPatchRolloutNeedsTheVerb(t *testing.T) {
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "other")))
-	testenv.Must(t, operator.Create(ctx, newPatch(ns, "tuning", "c", sysctlDoc())))
+	testenv.Must(t, operator.Create(ctx, newPatch(ns, "tuning", sysctlDoc())))
 
 	// No privileged patch yet: the rollout is an operator's.
 	testenv.Must(t, operator.Create(ctx, newOperation(ns, "before", ichorv1alpha1.OperationConfig)))
 
 	// A patch written before the rule existed: root (system:masters) stands
 	// for it, as the webhook would have let anyone through.
-	testenv.Must(t, root.Create(ctx, newPatch(ns, "kubelet-image", "c", mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{Image: "registry.example.com/kubelet:custom"}})))
+	testenv.Must(t, root.Create(ctx, newPatch(ns, "kubelet-image", mirror.PatchDocument{KubeletConfig: &mirror.KubeletConfig{Image: "registry.example.com/kubelet:custom"}})))
 
 	err := operator.Create(ctx, newOperation(ns, "after", ichorv1alpha1.OperationConfig))
 	refused(t, err, "Forbidden", "spec.type", `config rollout of cluster "c"`, "kubelet-image (KubeletConfig:image)", privilegedVerb, `user "otto"`)

@@ -79,43 +79,48 @@ func generate(dir string) ([]byte, error) {
 func stringConstants(dir string) (map[string]string, error) {
 	fset := token.NewFileSet()
 
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go") && !strings.HasPrefix(fi.Name(), "zz_generated")
-	}, 0)
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		return nil, err
 	}
 
+	sort.Strings(names)
+
+	var files []*ast.File
+
+	for _, name := range names {
+		base := filepath.Base(name)
+		if strings.HasSuffix(base, "_test.go") || strings.HasPrefix(base, "zz_generated") {
+			continue
+		}
+
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			return nil, err
+		}
+
+		files = append(files, f)
+	}
+
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no Go files in %s", filepath.Clean(dir))
+	}
+
+	// Only constants are needed: type-check with errors ignored, since the
+	// imports (apimachinery) are not loaded.
+	conf := types.Config{Error: func(error) {}, Importer: nil}
+	info := &types.Info{Defs: map[*ast.Ident]types.Object{}}
+	_, _ = conf.Check(files[0].Name.Name, fset, files, info)
+
 	out := map[string]string{}
 
-	for _, pkg := range pkgs {
-		files := make([]*ast.File, 0, len(pkg.Files))
-
-		paths := make([]string, 0, len(pkg.Files))
-		for p := range pkg.Files {
-			paths = append(paths, p)
+	for id, obj := range info.Defs {
+		c, ok := obj.(*types.Const)
+		if !ok || !id.IsExported() || c.Parent() != c.Pkg().Scope() || c.Val().Kind() != constant.String {
+			continue
 		}
 
-		sort.Strings(paths)
-
-		for _, p := range paths {
-			files = append(files, pkg.Files[p])
-		}
-
-		// Only constants are needed: type-check with errors ignored, since the
-		// imports (apimachinery) are not loaded.
-		conf := types.Config{Error: func(error) {}, Importer: nil}
-		info := &types.Info{Defs: map[*ast.Ident]types.Object{}}
-		_, _ = conf.Check(pkg.Name, fset, files, info)
-
-		for id, obj := range info.Defs {
-			c, ok := obj.(*types.Const)
-			if !ok || !id.IsExported() || c.Parent() != c.Pkg().Scope() || c.Val().Kind() != constant.String {
-				continue
-			}
-
-			out[id.Name] = constant.StringVal(c.Val())
-		}
+		out[id.Name] = constant.StringVal(c.Val())
 	}
 
 	if len(out) == 0 {

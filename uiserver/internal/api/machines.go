@@ -95,8 +95,6 @@ func (s *MachineService) machineProto(m *ichorv1alpha1.TalosMachine) *ichorv1.Ma
 	return msg
 }
 
-const annotationTrue = "true"
-
 // ListMachines implements MachineService.
 func (s *MachineService) ListMachines(ctx context.Context, req *ichorv1.ListMachinesRequest) (*ichorv1.ListMachinesResponse, error) {
 	switch req.GetApprovalState() {

@@ -246,10 +246,11 @@ func (w *world) signIn(t *testing.T, user, password string) *oidc.AccessTokenRes
 }
 
 // wantRefused checks an OAuth refusal of the token endpoint.
-func wantRefused(t *testing.T, what string, status int, e *oidc.Error, errType, says string) {
+// wantRefused checks an invalid_grant refusal (RFC 6749 §5.2) saying says.
+func wantRefused(t *testing.T, what string, status int, e *oidc.Error, says string) {
 	t.Helper()
-	if status != http.StatusBadRequest || e == nil || string(e.ErrorType) != errType || !strings.Contains(e.Description, says) {
-		t.Fatalf("%s: got %d %+v, want 400 %s saying %q", what, status, e, errType, says)
+	if status != http.StatusBadRequest || e == nil || e.ErrorType != oidc.InvalidGrant || !strings.Contains(e.Description, says) {
+		t.Fatalf("%s: got %d %+v, want 400 %s saying %q", what, status, e, oidc.InvalidGrant, says)
 	}
 }
 
@@ -313,14 +314,14 @@ func TestIssuerPKCEVerifier(t *testing.T) {
 	other, _ := newVerifier()
 
 	status, _, e := w.exchange(t, c, w.code(t, c, "alice", "alice-password", challenge), other)
-	wantRefused(t, "a wrong code_verifier", status, e, string(oidc.InvalidGrant), "code_verifier does not match")
+	wantRefused(t, "a wrong code_verifier", status, e, "code_verifier does not match")
 
 	status, _, e = w.exchange(t, c, w.code(t, c, "alice", "alice-password", challenge), "")
-	wantRefused(t, "no code_verifier", status, e, string(oidc.InvalidGrant), "code_verifier does not match")
+	wantRefused(t, "no code_verifier", status, e, "code_verifier does not match")
 
 	// The challenge itself is not the verifier (what plain would accept).
 	status, _, e = w.exchange(t, c, w.code(t, c, "alice", "alice-password", challenge), challenge)
-	wantRefused(t, "the challenge sent as the verifier", status, e, string(oidc.InvalidGrant), "code_verifier does not match")
+	wantRefused(t, "the challenge sent as the verifier", status, e, "code_verifier does not match")
 
 	// The neighbour: the right verifier gets tokens for the user.
 	code := w.code(t, c, "alice", "alice-password", challenge)
@@ -337,9 +338,9 @@ func TestIssuerPKCEVerifier(t *testing.T) {
 	// A code refused for its verifier does not come back for the right one.
 	code = w.code(t, c, "alice", "alice-password", challenge)
 	status, _, e = w.exchange(t, c, code, other)
-	wantRefused(t, "a wrong code_verifier", status, e, string(oidc.InvalidGrant), "code_verifier does not match")
+	wantRefused(t, "a wrong code_verifier", status, e, "code_verifier does not match")
 	status, _, e = w.exchange(t, c, code, verifier)
-	wantRefused(t, "the right verifier after a wrong one", status, e, string(oidc.InvalidGrant), "already used")
+	wantRefused(t, "the right verifier after a wrong one", status, e, "already used")
 }
 
 // TestIssuerCodeReuseRevokesItsTokens: a second exchange of a code is
@@ -360,11 +361,11 @@ func TestIssuerCodeReuseRevokesItsTokens(t *testing.T) {
 	w.wantLive(t, "after the first exchange", tok.AccessToken)
 
 	status, _, e = w.exchange(t, c, code, verifier)
-	wantRefused(t, "the second exchange", status, e, string(oidc.InvalidGrant), "already used")
+	wantRefused(t, "the second exchange", status, e, "already used")
 
 	w.wantRevoked(t, "the first exchange's access token after the code's reuse", tok.AccessToken)
 	status, _, e = w.refresh(t, c, tok.RefreshToken)
-	wantRefused(t, "the first exchange's refresh token after the code's reuse", status, e, string(oidc.InvalidGrant), "presented twice")
+	wantRefused(t, "the first exchange's refresh token after the code's reuse", status, e, "presented twice")
 
 	// The neighbour: another user's session lives on.
 	w.wantLive(t, "another sign-in", bystander.AccessToken)
@@ -386,7 +387,7 @@ func TestIssuerCodeReuseByAnotherClient(t *testing.T) {
 		t.Fatalf("the first exchange: %d %+v", status, e)
 	}
 	status, _, e = w.exchange(t, w.browser(t), code, "")
-	wantRefused(t, "the copy's exchange", status, e, string(oidc.InvalidGrant), "already used")
+	wantRefused(t, "the copy's exchange", status, e, "already used")
 	w.wantRevoked(t, "the access token after the code's reuse", tok.AccessToken)
 }
 
@@ -416,11 +417,11 @@ func TestIssuerRefreshReuseRevokesTheFamily(t *testing.T) {
 
 	// Reuse of a spent token.
 	status, _, e = w.refresh(t, c, first.RefreshToken)
-	wantRefused(t, "a spent refresh token", status, e, string(oidc.InvalidGrant), "already used")
+	wantRefused(t, "a spent refresh token", status, e, "already used")
 
 	// The whole family is gone: the newest refresh token and every access token.
 	status, _, e = w.refresh(t, c, third.RefreshToken)
-	wantRefused(t, "the newest refresh token after the reuse", status, e, string(oidc.InvalidGrant), "sign in again")
+	wantRefused(t, "the newest refresh token after the reuse", status, e, "sign in again")
 	for n, access := range []string{first.AccessToken, second.AccessToken, third.AccessToken} {
 		w.wantRevoked(t, "access token "+string(rune('1'+n))+" of the family", access)
 	}

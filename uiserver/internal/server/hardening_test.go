@@ -316,7 +316,12 @@ func TestMetricsNotOnThePublicListener(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeAll(ctx, server.Listeners{Console: console, Metrics: metricsLn}) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Logf("the server stopped with: %v", err)
+		}
+	})
 	get := func(u string) (int, string) {
 		resp := do(t, httpClient(), http.MethodGet, u, nil)
 		return resp.status, resp.body
@@ -354,7 +359,12 @@ func TestLongStreamOutlivesReadTimeout(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Logf("the server stopped with: %v", err)
+		}
+	})
 
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer rcancel()

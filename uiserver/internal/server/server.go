@@ -371,11 +371,19 @@ func tooLarge(w http.ResponseWriter) {
 		fmt.Sprintf("the request body is larger than %d KiB, the most ichor-ui accepts; send a smaller request", MaxRequestBody>>10))
 }
 
-// writeAPIError answers in the REST API's error shape (grpc-gateway's).
+// apiErrorBody is the REST API's error shape (grpc-gateway's).
+type apiErrorBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeAPIError answers in the REST API's error shape.
 func writeAPIError(w http.ResponseWriter, httpCode int, code codes.Code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpCode)
-	_ = json.NewEncoder(w).Encode(map[string]any{"code": int(code), "message": msg})
+	if err := json.NewEncoder(w).Encode(apiErrorBody{Code: int(code), Message: msg}); err != nil {
+		return // the client is gone; there is no one left to tell
+	}
 }
 
 // ConsoleCSP is the console's Content-Security-Policy: its own scripts,

@@ -92,11 +92,12 @@ func (s *scan) do(ctx context.Context, full bool, removed []netip.Addr) error {
 	s.machines = list.Items
 	s.results = map[string]ichorv1alpha1.DiscoveryResult{}
 
-	// The status is written even when a machine could not be created: its
-	// address's result says why.
+	// The status is written even when a machine could not be created (the
+	// skeleton writes it after a failed phase too): its address's result says why.
 	err := s.handle(ctx, found, removed)
+	s.setStatus(full, explicit, strings.Join(problems, "; "))
 
-	return errors.Join(err, s.patchStatus(ctx, full, explicit, strings.Join(problems, "; ")))
+	return err
 }
 
 func (r *Reconciler) probeAll(ctx context.Context, addrs []netip.Addr) []probe.Found {
@@ -518,9 +519,9 @@ func (s *scan) set(addr, result, machine, msg string) {
 	}
 }
 
-// patchStatus sets status.discovery and status.pendingMachines, the fields of
+// setStatus sets status.discovery and status.pendingMachines, the fields of
 // the cluster's status discovery owns; the skeleton writes them.
-func (s *scan) patchStatus(_ context.Context, full bool, explicit []netip.Addr, message string) error {
+func (s *scan) setStatus(full bool, explicit []netip.Addr, message string) {
 	c := s.cluster
 	results := s.results
 
@@ -584,8 +585,6 @@ func (s *scan) patchStatus(_ context.Context, full bool, explicit []netip.Addr, 
 	}
 
 	c.Status.PendingMachines = s.pending()
-
-	return nil
 }
 
 // pending counts the cluster's pending machines, those created in this run included.

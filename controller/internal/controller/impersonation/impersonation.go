@@ -51,9 +51,10 @@ const (
 	Placeholder = "ichor-ui:impersonates-nobody"
 	// DefaultResync bounds the time until a hand edit of the role is undone.
 	DefaultResync = 10 * time.Minute
-	// IchorPrefix and OIDCPrefix are the user name prefixes ichor-ui impersonates.
+	// IchorPrefix is the user name prefix of Ichor's own users.
 	IchorPrefix = "ichor:"
-	OIDCPrefix  = "oidc:"
+	// OIDCPrefix is the user name prefix of an external provider's users.
+	OIDCPrefix = "oidc:"
 )
 
 // CheckExtraUser returns an error when name may not be given as an extra

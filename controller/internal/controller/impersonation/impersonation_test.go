@@ -105,10 +105,10 @@ func refused(t *testing.T, err error, what string) {
 	}
 }
 
-func user(name string, disabled bool) *ichorv1alpha1.IchorUser {
+func user(name string) *ichorv1alpha1.IchorUser {
 	return &ichorv1alpha1.IchorUser{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       ichorv1alpha1.IchorUserSpec{DisplayName: name, Roles: []string{ichorv1alpha1.UserRoleViewer}, Disabled: disabled},
+		Spec:       ichorv1alpha1.IchorUserSpec{DisplayName: name, Roles: []string{ichorv1alpha1.UserRoleViewer}},
 	}
 }
 
@@ -116,10 +116,10 @@ func user(name string, disabled bool) *ichorv1alpha1.IchorUser {
 // user with a built-in group works.
 func TestImpersonationBoundedRefusesSystemIdentities(t *testing.T) {
 	ctx := context.Background()
-	if err := admin.Create(ctx, user("sam", false)); err != nil {
+	if err := admin.Create(ctx, user("sam")); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.Delete(ctx, user("sam", false)) })
+	t.Cleanup(func() { _ = admin.Delete(ctx, user("sam")) })
 	testenv.Eventually(t, 0, "the listed user ichor:sam", func() error { return impersonate(t, "ichor:sam", "ichor:viewer") })
 
 	refused(t, impersonate(t, "system:kube-controller-manager"), "system:kube-controller-manager")
@@ -136,7 +136,7 @@ func TestImpersonationBoundedRefusesSystemIdentities(t *testing.T) {
 func TestImpersonationBoundedFollowsIchorUsers(t *testing.T) {
 	ctx := context.Background()
 	refused(t, impersonate(t, "ichor:nina", "ichor:viewer"), "ichor:nina before the IchorUser exists")
-	u := user("nina", false)
+	u := user("nina")
 	if err := admin.Create(ctx, u); err != nil {
 		t.Fatal(err)
 	}
@@ -181,13 +181,13 @@ func TestImpersonationBoundedIgnoresOtherNamespaces(t *testing.T) {
 	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}}); err != nil {
 		t.Fatal(err)
 	}
-	other := user("otto", false)
+	other := user("otto")
 	other.Namespace = "elsewhere"
 	if err := admin.Create(ctx, other); err != nil {
 		t.Fatal(err)
 	}
 	// A positive marker after otto: a user of the namespace is listed.
-	marker := user("mark", false)
+	marker := user("mark")
 	if err := admin.Create(ctx, marker); err != nil {
 		t.Fatal(err)
 	}

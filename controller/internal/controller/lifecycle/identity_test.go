@@ -9,7 +9,6 @@ import (
 	"time"
 
 	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"

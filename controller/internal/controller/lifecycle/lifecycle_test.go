@@ -30,9 +30,9 @@ import (
 // quorum and then allowed, a wiped worker re-installed, the removal of a
 // machine whose address answers as a control plane refused, a worker removed and
 // back in maintenance, a forced removal, a control-plane removal with the
-// controller killed between every step, a machine with no recorded
-// fingerprint whose first probe records it and sends nothing, and a removal
-// that waits while the cluster is paused.
+// controller killed between every step, and a machine with no recorded
+// fingerprint whose first probe records it and sends nothing. The worker's
+// removal first waits while the cluster is paused.
 func TestLifecycle(t *testing.T) {
 	steps := []struct {
 		name string
@@ -45,11 +45,10 @@ func TestLifecycle(t *testing.T) {
 		{"QuorumBreakRefused", quorumRefused},
 		{"WipedWorkerReinstalled", wipedWorkerReinstalled},
 		{"NodeIdentityMismatchResetRefused", identityMismatchRemoval},
-		{"WorkerRemovedAndBackInMaintenance", workerRemoved},
+		{"PausedStopsWorkerRemovalThenBackInMaintenance", workerRemoved},
 		{"ForcedRemovalWithoutWipe", forcedRemoval},
 		{"ChaosOneResetPerRemoval", chaosRemoval},
 		{"FirstProbeRecordsFingerprintSendsLater", firstProbeRecords},
-		{"PausedClusterStopsTheRemoval", pausedStops},
 	}
 
 	for _, s := range steps {
@@ -275,7 +274,9 @@ func wipedWorkerReinstalled(t *testing.T) {
 func workerRemoved(t *testing.T) {
 	before := rpcs(t, "w-1", "Reset")
 
-	remove(t, "w-1", map[string]string{ichorv1alpha1.RemoveRebootAnnotation: "true"}, false)
+	// While the cluster is paused the removal waits (TestPausedStops for the
+	// lifecycle reconciler, paused_test.go); then it runs.
+	pausedRemoval(t, "w-1", map[string]string{ichorv1alpha1.RemoveRebootAnnotation: "true"})
 	waitGone(t, "w-1")
 
 	if n := rpcs(t, "w-1", "Reset") - before; n != 1 {

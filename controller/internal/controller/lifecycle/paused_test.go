@@ -27,44 +27,38 @@ func setClusterPaused(t *testing.T, paused bool) {
 	}))
 }
 
-// pausedStops (TestPausedStops_Lifecycle's step): while the cluster's
-// spec.paused is true, a machine's removal sends nothing (no drain, no
-// Reset) and the machine says so in its Paused condition; unpausing lets the
-// removal run, with one Reset.
-func pausedStops(t *testing.T) {
-	waitProvisioned(t, "w-1")
+// pausedRemoval removes the machine name on a paused cluster: the
+// lifecycle reconciler marks it Paused and sends nothing (no drain, no
+// Reset) until the pause ends, which it then ends.
+func pausedRemoval(t *testing.T, name string, annotations map[string]string) {
+	t.Helper()
 
-	resets := rpcs(t, "w-1", "Reset")
+	resets := rpcs(t, name, "Reset")
 
 	setClusterPaused(t, true)
 	t.Cleanup(func() { setClusterPaused(t, false) })
 
-	// The marker: the lifecycle reconciler looked at w-1 on the paused cluster.
-	eventually(t, "w-1 shows the pause", func() error {
-		if c := cond(getMachine(t, "w-1"), ichorv1alpha1.PausedCondition); c == nil || c.Status != metav1.ConditionTrue {
+	// The marker: the lifecycle reconciler looked at the machine on the paused cluster.
+	eventually(t, name+" shows the pause", func() error {
+		if c := cond(getMachine(t, name), ichorv1alpha1.PausedCondition); c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("Paused %v", c)
 		}
 
 		return nil
 	})
 
-	remove(t, "w-1", nil, false)
+	remove(t, name, annotations, false)
 
 	// One pass over the deleted machine, on the paused cluster.
-	reconcileOnceInFreshController(t, "w-1")
+	reconcileOnceInFreshController(t, name)
 
-	if n := rpcs(t, "w-1", "Reset") - resets; n != 0 {
-		t.Fatalf("w-1 got %d Reset calls while its cluster was paused", n)
+	if n := rpcs(t, name, "Reset") - resets; n != 0 {
+		t.Fatalf("%s got %d Reset calls while its cluster was paused", name, n)
 	}
 
-	if m := getMachine(t, "w-1"); m.DeletionTimestamp == nil || m.Status.Removal.Phase != "" {
+	if m := getMachine(t, name); m.DeletionTimestamp == nil || m.Status.Removal != nil {
 		t.Fatalf("the paused removal moved on: deletion %v, removal %+v", m.DeletionTimestamp, m.Status.Removal)
 	}
 
 	setClusterPaused(t, false)
-	waitGone(t, "w-1")
-
-	if n := rpcs(t, "w-1", "Reset") - resets; n != 1 {
-		t.Errorf("w-1 got %d Reset calls after unpausing, want 1", n)
-	}
 }

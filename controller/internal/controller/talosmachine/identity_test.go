@@ -53,7 +53,7 @@ func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 				return nil
 			}
 
-			return fmt.Errorf("still there (%v)", err)
+			return fmt.Errorf("still there (%w)", err)
 		})
 	})
 
