@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // The web console in Debian's chromium against the world the CLI scenario
@@ -191,7 +193,7 @@ func TestBrowserConsole(t *testing.T) {
 		run(t, tab, "confirm", chromedp.Click(chromedp.CSS(`[data-testid=remove-confirm-button]`)))
 		waitJS(t, tab, 30*time.Second, "the dialog closes without an error", `!document.querySelector("dialog[open]")`)
 		navigate(t, tab, "/nodes")
-		eventually(t, ctx, 4*time.Minute, "the removed worker back as pending", func() (bool, string) {
+		testenv.EventuallyEvery(t, 4*time.Minute, 2*time.Second, "the removed worker back as pending", func() (bool, string) {
 			ms, err := w.list(ctx)
 			if err != nil {
 				return false, err.Error()

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // The scenario of issue 9 through the CLI, as a person runs it: ichor init
@@ -299,30 +301,6 @@ func (w *world) list(ctx context.Context) ([]machine, error) {
 	return l.Items, nil
 }
 
-// eventually polls cond until it holds or timeout passes; the failure names
-// what was last seen.
-func eventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-
-	deadline := time.Now().Add(timeout)
-	last := ""
-
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-
-		last = seen
-
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: not reached within %s; last seen:\n%s", what, timeout, last)
-		}
-
-		time.Sleep(2 * time.Second)
-	}
-}
-
 func describe(ms []machine) string {
 	var b strings.Builder
 	for _, m := range ms {
@@ -467,7 +445,7 @@ func initDiscoverApproveRemove(t *testing.T) {
 
 	byAddr := map[string]machine{}
 
-	eventually(t, ctx, 2*time.Minute, "4 pending machines", func() (bool, string) {
+	testenv.EventuallyEvery(t, 2*time.Minute, 2*time.Second, "4 pending machines", func() (bool, string) {
 		ms, err := w.list(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -496,7 +474,7 @@ func initDiscoverApproveRemove(t *testing.T) {
 
 	approveStart := time.Now()
 
-	eventually(t, ctx, 4*time.Minute, "5 Ready machines", func() (bool, string) {
+	testenv.EventuallyEvery(t, 4*time.Minute, 2*time.Second, "5 Ready machines", func() (bool, string) {
 		ms, err := w.list(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -521,7 +499,7 @@ func initDiscoverApproveRemove(t *testing.T) {
 		t.Fatalf("`ichor node remove --wait` did not say the machine was removed:\n%s", out)
 	}
 
-	eventually(t, ctx, 3*time.Minute, "the removed worker back as pending", func() (bool, string) {
+	testenv.EventuallyEvery(t, 3*time.Minute, 2*time.Second, "the removed worker back as pending", func() (bool, string) {
 		ms, err := w.list(ctx)
 		if err != nil {
 			return false, err.Error()

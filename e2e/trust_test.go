@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // Issue 17, "Who the node is": an operator deletes a worker and repoints its
@@ -174,7 +176,7 @@ func TestOperatorRepointsDeletedWorkerNoReset(t *testing.T) {
 		}
 	}
 
-	eventually(t, ctx, 4*time.Minute, "two Ready workers", func() (bool, string) {
+	testenv.EventuallyEvery(t, 4*time.Minute, 2*time.Second, "two Ready workers", func() (bool, string) {
 		ms, err := w.list(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -295,7 +297,7 @@ func cordoned(t *testing.T, ctx context.Context, w *world, address string) bool 
 func identityRefused(t *testing.T, ctx context.Context, w *world, name string, worker, cp emuMachine, cpResets int) {
 	t.Helper()
 
-	eventually(t, ctx, 3*time.Minute, "the removal refused by the identity check", func() (bool, string) {
+	testenv.EventuallyEvery(t, 3*time.Minute, 2*time.Second, "the removal refused by the identity check", func() (bool, string) {
 		ms, err := w.talosMachines(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -327,7 +329,7 @@ func identityRefused(t *testing.T, ctx context.Context, w *world, name string, w
 func waitRemoved(t *testing.T, ctx context.Context, w *world, name string) {
 	t.Helper()
 
-	eventually(t, ctx, 4*time.Minute, name+" removed", func() (bool, string) {
+	testenv.EventuallyEvery(t, 4*time.Minute, 2*time.Second, name+" removed", func() (bool, string) {
 		ms, err := w.talosMachines(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -381,7 +383,7 @@ func (w *world) admissionOnly(t *testing.T, ctx context.Context, ns, probe strin
 	w.installWebhooks(t, ctx, port, ca)
 
 	// A dry-run write goes through the validating webhook: once it passes, admission runs.
-	eventually(t, ctx, 2*time.Minute, "the admission webhooks answer", func() (bool, string) {
+	testenv.EventuallyEvery(t, 2*time.Minute, 2*time.Second, "the admission webhooks answer", func() (bool, string) {
 		out, err := w.kubectl(ctx, "-n", ns, "annotate", "--dry-run=server", "--overwrite", "talosmachine", probe, "e2e.ichor.dev/probe=1")
 
 		return err == nil, out

@@ -21,6 +21,24 @@ const pollInterval = 100 * time.Millisecond
 // Event, an observedGeneration, an RPC count on a sibling), never a sleep.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
+	every(t, timeout, pollInterval, what, cond)
+}
+
+// EventuallyEvery is EventuallyOK polling every interval, for conditions
+// that are costly to ask (a CLI run, a kubectl call) on a busy machine.
+func EventuallyEvery(t testing.TB, timeout, interval time.Duration, what string, cond func() (ok bool, why string)) {
+	t.Helper()
+	every(t, timeout, interval, what, func() error {
+		if ok, why := cond(); !ok {
+			return errors.New(why)
+		}
+
+		return nil
+	})
+}
+
+func every(t testing.TB, timeout, interval time.Duration, what string, cond func() error) {
+	t.Helper()
 
 	if timeout <= 0 {
 		timeout = WaitTimeout
@@ -38,7 +56,7 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 			t.Fatalf("%s: not within %s: %v", what, timeout, err)
 		}
 
-		time.Sleep(pollInterval)
+		time.Sleep(interval)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // identityMismatchRemoval: the removal of a worker whose address answers as
@@ -36,7 +37,7 @@ func identityMismatchRemoval(t *testing.T) {
 	m.Spec.Role = ichorv1alpha1.RoleWorker
 	m.Spec.Hostname = "w-1"
 	m.Spec.Install.Disk = &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}
-	must(t, k8s.Create(ctx, m))
+	testenv.Must(t, k8s.Create(ctx, m))
 
 	t.Cleanup(func() {
 		cur := &ichorv1alpha1.TalosMachine{}
@@ -56,10 +57,10 @@ func identityMismatchRemoval(t *testing.T) {
 	m.Status.Conditions = []metav1.Condition{{
 		Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.JoinedReason, Message: "test setup", LastTransitionTime: now,
 	}}
-	must(t, k8s.Status().Update(ctx, m))
+	testenv.Must(t, k8s.Status().Update(ctx, m))
 
 	// Approved once its status says what provisioning recorded.
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur := getMachine(t, "w-1-at-cp-1")
 		cur.Spec.Approval = ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now}
 
@@ -67,7 +68,7 @@ func identityMismatchRemoval(t *testing.T) {
 	}))
 
 	// The monitor finds another machine at the address before anyone deletes it.
-	eventually(t, "w-1-at-cp-1 paused for its identity", func() error {
+	testenv.Eventually(t, waitTimeout, "w-1-at-cp-1 paused for its identity", func() error {
 		if c := cond(getMachine(t, "w-1-at-cp-1"), ichorv1alpha1.IdentityConflictCondition); c == nil || c.Reason != ichorv1alpha1.IdentityMismatchReason {
 			return fmt.Errorf("IdentityConflict %v", c)
 		}
@@ -76,9 +77,9 @@ func identityMismatchRemoval(t *testing.T) {
 	})
 
 	// An operator deletes it.
-	must(t, k8s.Delete(ctx, getMachine(t, "w-1-at-cp-1")))
+	testenv.Must(t, k8s.Delete(ctx, getMachine(t, "w-1-at-cp-1")))
 
-	eventually(t, "the removal refused at the drain for the node's identity", func() error {
+	testenv.Eventually(t, waitTimeout, "the removal refused at the drain for the node's identity", func() error {
 		got := getMachine(t, "w-1-at-cp-1")
 
 		c := cond(got, ichorv1alpha1.IdentityConflictCondition)
@@ -109,7 +110,7 @@ func identityMismatchRemoval(t *testing.T) {
 	}
 
 	node, err := workload(t).CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
-	must(t, err)
+	testenv.Must(t, err)
 
 	if node.Spec.Unschedulable {
 		t.Fatal("cp-1's Node was cordoned by another machine's removal")
@@ -126,7 +127,7 @@ func firstProbeRecords(t *testing.T) {
 	em := emu(t, "w-1")
 	_ = em.PowerOn()
 
-	eventually(t, "w-1 in maintenance", func() error {
+	testenv.Eventually(t, waitTimeout, "w-1 in maintenance", func() error {
 		if s := em.Stage(); s != talosruntime.MachineStageMaintenance {
 			return fmt.Errorf("stage %s", s)
 		}
@@ -134,7 +135,7 @@ func firstProbeRecords(t *testing.T) {
 		return nil
 	})
 
-	must(t, k8s.Create(ctx, pendingMachine("w-1", em)))
+	testenv.Must(t, k8s.Create(ctx, pendingMachine("w-1", em)))
 	approve(t, "w-1", ichorv1alpha1.RoleWorker)
 
 	before := rpcs(t, "w-1", "ApplyConfiguration")

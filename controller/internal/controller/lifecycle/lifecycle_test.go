@@ -22,6 +22,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // TestLifecycle is the life of a cluster's machines, in order: the first
@@ -63,7 +64,7 @@ func firstControlPlane(t *testing.T) {
 
 	// The RPC returning means "stored"; the machine follows the stages and
 	// waits for the etcd bootstrap (ichor init's step).
-	eventually(t, "cp-1 runs and waits for the bootstrap", func() error {
+	testenv.Eventually(t, waitTimeout, "cp-1 runs and waits for the bootstrap", func() error {
 		m := getMachine(t, "cp-1")
 		if c := cond(m, ichorv1alpha1.ReadyCondition); c == nil || c.Reason != ichorv1alpha1.JoiningReason || m.Status.Stage != ichorv1alpha1.StageRunning {
 			return fmt.Errorf("stage %q, Ready %v", m.Status.Stage, c)
@@ -82,7 +83,7 @@ func firstControlPlane(t *testing.T) {
 	}
 
 	_, err := cp1(t).Client().MachineClient.Bootstrap(context.Background(), &machine.BootstrapRequest{})
-	must(t, err)
+	testenv.Must(t, err)
 
 	m = waitProvisioned(t, "cp-1")
 	if !m.Status.Installed || m.Status.NodeName != "cp-1" || cond(m, ichorv1alpha1.ReadyCondition).Status != metav1.ConditionTrue {
@@ -96,7 +97,7 @@ func firstControlPlane(t *testing.T) {
 	// The join is written to status before the topology is read and the lock
 	// given up (provision.go), so the release follows the Provisioned
 	// condition by a step: wait for it rather than read it once.
-	eventually(t, "the cluster lock released after the join", func() error {
+	testenv.Eventually(t, waitTimeout, "the cluster lock released after the join", func() error {
 		if h := lockHolder(t); h != "" {
 			return fmt.Errorf("still held by %q", h)
 		}
@@ -111,11 +112,11 @@ func firstControlPlane(t *testing.T) {
 
 func changedFingerprint(t *testing.T) {
 	fp, err := emu(t, "w-1").ReplaceMaintenanceCert()
-	must(t, err)
+	testenv.Must(t, err)
 
 	approve(t, "w-1", ichorv1alpha1.RoleWorker)
 
-	eventually(t, "w-1 refused for its fingerprint", func() error {
+	testenv.Eventually(t, waitTimeout, "w-1 refused for its fingerprint", func() error {
 		c := cond(getMachine(t, "w-1"), ichorv1alpha1.FingerprintTrustedCondition)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ichorv1alpha1.FingerprintChangedReason || !strings.Contains(c.Message, fp) {
 			return fmt.Errorf("FingerprintTrusted %v", c)
@@ -140,7 +141,7 @@ func changedFingerprint(t *testing.T) {
 	// A person verified the new fingerprint.
 	m := getMachine(t, "w-1")
 	m.Annotations = map[string]string{ichorv1alpha1.TrustMaintenanceFingerprintAnnotation: fp}
-	must(t, k8s.Update(context.Background(), m))
+	testenv.Must(t, k8s.Update(context.Background(), m))
 
 	m = waitProvisioned(t, "w-1")
 	if m.Status.MaintenanceFingerprint != fp {
@@ -155,7 +156,7 @@ func moreControlPlanes(t *testing.T) {
 	waitProvisioned(t, "cp-3")
 
 	members, err := cp1(t).EtcdMembers(context.Background())
-	must(t, err)
+	testenv.Must(t, err)
 
 	voters := 0
 
@@ -169,7 +170,7 @@ func moreControlPlanes(t *testing.T) {
 		t.Errorf("etcd has %d voters, want 3: %+v", voters, members)
 	}
 
-	eventually(t, "three control planes are not a transition", func() error { return transitioning(t, false) })
+	testenv.Eventually(t, waitTimeout, "three control planes are not a transition", func() error { return transitioning(t, false) })
 
 	if h := lockHolder(t); h != "" {
 		t.Errorf("the cluster lock is held by %q with an odd number of control planes", h)
@@ -181,7 +182,7 @@ func transitioning(t *testing.T, want bool) error {
 	t.Helper()
 
 	c := &ichorv1alpha1.TalosCluster{}
-	must(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: clusterName}, c))
+	testenv.Must(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: clusterName}, c))
 
 	got := apimeta.IsStatusConditionTrue(c.Status.Conditions, ichorv1alpha1.TopologyTransitioningCondition)
 	if got != want || apimeta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.TopologyTransitioningCondition) == nil {
@@ -194,7 +195,7 @@ func transitioning(t *testing.T, want bool) error {
 func belowCountRefused(t *testing.T) {
 	remove(t, "cp-3", nil, false)
 
-	eventually(t, "removal of cp-3 refused below the declared count", func() error {
+	testenv.Eventually(t, waitTimeout, "removal of cp-3 refused below the declared count", func() error {
 		return refused(t, "cp-3", "fewer")
 	})
 
@@ -206,21 +207,21 @@ func belowCountRefused(t *testing.T) {
 // quorumRefused: with cp-2 down, removing the healthy cp-3 would leave
 // {cp-1, cp-2} with one healthy member of two: refused. cp-2 back, it goes on.
 func quorumRefused(t *testing.T) {
-	must(t, emu(t, "cp-2").PowerOff())
+	testenv.Must(t, emu(t, "cp-2").PowerOff())
 
 	// The person lowers the declared count: the count no longer refuses.
 	c := &ichorv1alpha1.TalosCluster{}
-	must(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: clusterName}, c))
+	testenv.Must(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: clusterName}, c))
 	c.Spec.ControlPlane.Count = 1
-	must(t, k8s.Update(context.Background(), c))
+	testenv.Must(t, k8s.Update(context.Background(), c))
 
-	eventually(t, "removal of cp-3 refused for quorum", func() error { return refused(t, "cp-3", "quorum") })
+	testenv.Eventually(t, waitTimeout, "removal of cp-3 refused for quorum", func() error { return refused(t, "cp-3", "quorum") })
 
 	if n := rpcs(t, "cp-3", "Reset"); n != 0 {
 		t.Fatalf("a removal refused for quorum reset the node (%d calls)", n)
 	}
 
-	must(t, emu(t, "cp-2").PowerOn())
+	testenv.Must(t, emu(t, "cp-2").PowerOn())
 	waitGone(t, "cp-3")
 
 	if n := rpcs(t, "cp-3", "Reset"); n != 1 {
@@ -228,13 +229,13 @@ func quorumRefused(t *testing.T) {
 	}
 
 	members, err := cp1(t).EtcdMembers(context.Background())
-	must(t, err)
+	testenv.Must(t, err)
 
 	if len(members) != 2 {
 		t.Errorf("etcd still has %d members after cp-3's removal: %+v", len(members), members)
 	}
 
-	eventually(t, "two control planes show as transitioning", func() error { return transitioning(t, true) })
+	testenv.Eventually(t, waitTimeout, "two control planes show as transitioning", func() error { return transitioning(t, true) })
 }
 
 func refused(t *testing.T, name, why string) error {
@@ -252,11 +253,11 @@ func refused(t *testing.T, name, why string) error {
 
 func wipedWorkerReinstalled(t *testing.T) {
 	em := emu(t, "w-1")
-	must(t, em.WipeSystemDisk())
-	must(t, em.PowerOff())
-	must(t, em.PowerOn())
+	testenv.Must(t, em.WipeSystemDisk())
+	testenv.Must(t, em.PowerOff())
+	testenv.Must(t, em.PowerOn())
 
-	eventually(t, "w-1 re-installed", func() error {
+	testenv.Eventually(t, waitTimeout, "w-1 re-installed", func() error {
 		m := getMachine(t, "w-1")
 		c := cond(m, ichorv1alpha1.ProvisionedCondition)
 		if m.Status.Reinstalls != 1 || c == nil || c.Status != metav1.ConditionTrue || c.Reason != ichorv1alpha1.ReinstalledReason {
@@ -283,7 +284,7 @@ func workerRemoved(t *testing.T) {
 		t.Errorf("w-1 got %d Reset calls, want exactly 1", n)
 	}
 
-	eventually(t, "w-1 back in maintenance", func() error {
+	testenv.Eventually(t, waitTimeout, "w-1 back in maintenance", func() error {
 		if s := emu(t, "w-1").Stage(); s != talosruntime.MachineStageMaintenance {
 			return fmt.Errorf("stage %s", s)
 		}
@@ -313,13 +314,13 @@ func forcedRemoval(t *testing.T) {
 	}
 
 	members, err := cp1(t).EtcdMembers(context.Background())
-	must(t, err)
+	testenv.Must(t, err)
 
 	if len(members) != 1 {
 		t.Errorf("etcd has %d members after cp-2's forced removal: %+v", len(members), members)
 	}
 
-	must(t, emu(t, "cp-2").PowerOff()) // dead hardware, as forceRemove says
+	testenv.Must(t, emu(t, "cp-2").PowerOff()) // dead hardware, as forceRemove says
 }
 
 // chaosRemoval stops the controller, then removes cp-3 (provisioned again)
@@ -353,7 +354,7 @@ func chaosRemoval(t *testing.T) {
 
 		m := &ichorv1alpha1.TalosMachine{}
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "cp-3"}, m); err != nil {
-			must(t, client.IgnoreNotFound(err))
+			testenv.Must(t, client.IgnoreNotFound(err))
 
 			break
 		}
@@ -384,8 +385,8 @@ func reconcileOnceInFreshController(t *testing.T, name string) bool {
 	defer cancel()
 
 	mgr, err := suite().NewManager()
-	must(t, err)
-	must(t, machinestate.RegisterIndexes(context.Background(), mgr.GetFieldIndexer()))
+	testenv.Must(t, err)
+	testenv.Must(t, machinestate.RegisterIndexes(context.Background(), mgr.GetFieldIndexer()))
 
 	r := newLifecycle()
 	r.Client, r.APIReader = mgr.GetClient(), mgr.GetAPIReader()
@@ -416,7 +417,7 @@ func remove(t *testing.T, name string, annotations map[string]string, force bool
 	t.Helper()
 
 	// The controllers write the machine too: a conflict is retried on a fresh read.
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		m := getMachine(t, name)
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}
@@ -431,13 +432,13 @@ func remove(t *testing.T, name string, annotations map[string]string, force bool
 
 		return k8s.Update(context.Background(), m)
 	}))
-	must(t, k8s.Delete(context.Background(), getMachine(t, name)))
+	testenv.Must(t, k8s.Delete(context.Background(), getMachine(t, name)))
 }
 
 func waitGone(t *testing.T, name string) {
 	t.Helper()
 
-	eventually(t, name+" removed", func() error {
+	testenv.Eventually(t, waitTimeout, name+" removed", func() error {
 		m := &ichorv1alpha1.TalosMachine{}
 
 		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m)
@@ -456,7 +457,7 @@ func recreate(t *testing.T, name string) {
 	em := emu(t, name)
 	_ = em.PowerOn() // a reset without reboot powered it off; an error means it runs
 
-	eventually(t, name+" in maintenance", func() error {
+	testenv.Eventually(t, waitTimeout, name+" in maintenance", func() error {
 		if s := em.Stage(); s != talosruntime.MachineStageMaintenance {
 			return fmt.Errorf("stage %s", s)
 		}
@@ -465,16 +466,16 @@ func recreate(t *testing.T, name string) {
 	})
 
 	tm := pendingMachine(name, em)
-	must(t, k8s.Create(context.Background(), tm))
+	testenv.Must(t, k8s.Create(context.Background(), tm))
 	tm.Status.MaintenanceFingerprint = em.MaintenanceFingerprint()
-	must(t, k8s.Status().Update(context.Background(), tm))
+	testenv.Must(t, k8s.Status().Update(context.Background(), tm))
 }
 
 func lockHolder(t *testing.T) string {
 	t.Helper()
 
 	h, err := (&lock.Locker{Client: k8s}).Holder(context.Background(), types.NamespacedName{Namespace: ns, Name: clusterName})
-	must(t, err)
+	testenv.Must(t, err)
 
 	return h
 }
@@ -483,13 +484,13 @@ func workload(t *testing.T) kubernetes.Interface {
 	t.Helper()
 
 	kc, err := cp1(t).Kubeconfig(context.Background())
-	must(t, err)
+	testenv.Must(t, err)
 
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	must(t, err)
+	testenv.Must(t, err)
 
 	k, err := kubernetes.NewForConfig(cfg)
-	must(t, err)
+	testenv.Must(t, err)
 
 	return k
 }

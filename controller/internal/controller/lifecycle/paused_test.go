@@ -10,12 +10,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 func setClusterPaused(t *testing.T, paused bool) {
 	t.Helper()
 
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		c := &ichorv1alpha1.TalosCluster{}
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: clusterName}, c); err != nil {
 			return err
@@ -39,7 +40,7 @@ func pausedRemoval(t *testing.T, name string, annotations map[string]string) {
 	t.Cleanup(func() { setClusterPaused(t, false) })
 
 	// The marker: the lifecycle reconciler looked at the machine on the paused cluster.
-	eventually(t, name+" shows the pause", func() error {
+	testenv.Eventually(t, waitTimeout, name+" shows the pause", func() error {
 		if c := cond(getMachine(t, name), ichorv1alpha1.PausedCondition); c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("Paused %v", c)
 		}

@@ -214,7 +214,7 @@ func approve(t *testing.T, name, role string) {
 	m.Spec.Role = role
 	m.Spec.Hostname = name
 	m.Spec.Install.Disk = &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}
-	must(t, k8s.Update(context.Background(), m))
+	testenv.Must(t, k8s.Update(context.Background(), m))
 }
 
 func emu(t testing.TB, name string) *talosemu.Machine {
@@ -248,30 +248,11 @@ func rpcs(t testing.TB, name, method string) int {
 	return emu(t, name).RPCCounts()["/machine.MachineService/"+method]
 }
 
-func eventually(t testing.TB, what string, cond func() error) {
-	t.Helper()
-
-	deadline := time.Now().Add(waitTimeout)
-
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, waitTimeout, err)
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func getMachine(t testing.TB, name string) *ichorv1alpha1.TalosMachine {
 	t.Helper()
 
 	m := &ichorv1alpha1.TalosMachine{}
-	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m))
+	testenv.Must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m))
 
 	return m
 }
@@ -286,7 +267,7 @@ func waitProvisioned(t *testing.T, name string) *ichorv1alpha1.TalosMachine {
 
 	var m *ichorv1alpha1.TalosMachine
 
-	eventually(t, name+" provisioned", func() error {
+	testenv.Eventually(t, waitTimeout, name+" provisioned", func() error {
 		m = getMachine(t, name)
 		if c := cond(m, ichorv1alpha1.ProvisionedCondition); c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("stage %q, Ready %v", m.Status.Stage, cond(m, ichorv1alpha1.ReadyCondition))
@@ -304,7 +285,7 @@ func events(t testing.TB, name string) []string {
 
 	var list eventsv1.EventList
 
-	must(t, k8s.List(context.Background(), &list, client.InNamespace(ns)))
+	testenv.Must(t, k8s.List(context.Background(), &list, client.InNamespace(ns)))
 
 	var out []string
 
@@ -315,12 +296,4 @@ func events(t testing.TB, name string) []string {
 	}
 
 	return out
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-
-	if err != nil {
-		t.Fatal(err)
-	}
 }
