@@ -1,9 +1,15 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 )
 
 // WaitTimeout bounds a wait when a test gives none. It is generous on
@@ -92,4 +98,21 @@ func Holds(cond func() bool) func() error {
 
 		return nil
 	}
+}
+
+// SetClusterPaused sets spec.paused of the TalosCluster namespace/name
+// through c, retrying on a conflict (the controllers write the cluster too).
+func SetClusterPaused(t testing.TB, c client.Client, namespace, name string, paused bool) {
+	t.Helper()
+
+	Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		tc := &ichorv1alpha1.TalosCluster{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, tc); err != nil {
+			return err
+		}
+
+		tc.Spec.Paused = paused
+
+		return c.Update(context.Background(), tc)
+	}))
 }

@@ -10,10 +10,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -21,17 +19,7 @@ import (
 
 func setPaused(t *testing.T, paused bool) {
 	t.Helper()
-
-	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c := &ichorv1alpha1.TalosCluster{}
-		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: clusterName}, c); err != nil {
-			return err
-		}
-
-		c.Spec.Paused = paused
-
-		return k8s.Update(context.Background(), c)
-	}))
+	testenv.SetClusterPaused(t, k8s, ns, clusterName, paused)
 }
 
 // TestPausedStops_KubeletCSR: while the cluster's spec.paused is true the

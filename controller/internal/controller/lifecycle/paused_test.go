@@ -1,13 +1,10 @@
 package lifecycle_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -15,17 +12,7 @@ import (
 
 func setClusterPaused(t *testing.T, paused bool) {
 	t.Helper()
-
-	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c := &ichorv1alpha1.TalosCluster{}
-		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: clusterName}, c); err != nil {
-			return err
-		}
-
-		c.Spec.Paused = paused
-
-		return k8s.Update(context.Background(), c)
-	}))
+	testenv.SetClusterPaused(t, k8s, ns, clusterName, paused)
 }
 
 // pausedRemoval removes the machine name on a paused cluster: the

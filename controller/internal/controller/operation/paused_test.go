@@ -7,8 +7,6 @@ import (
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -16,17 +14,7 @@ import (
 
 func setClusterPaused(t *testing.T, paused bool) {
 	t.Helper()
-
-	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c := &ichorv1alpha1.TalosCluster{}
-		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: clusterName}, c); err != nil {
-			return err
-		}
-
-		c.Spec.Paused = paused
-
-		return k8s.Update(context.Background(), c)
-	}))
+	testenv.SetClusterPaused(t, k8s, ns, clusterName, paused)
 }
 
 // TestPausedStops_Operation: a config operation of a paused cluster takes no

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -22,16 +21,7 @@ func setPaused(t *testing.T, paused bool) {
 
 	key := types.NamespacedName{Namespace: ns, Name: clusterName}
 
-	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c := &ichorv1alpha1.TalosCluster{}
-		if err := k8s.Get(context.Background(), key, c); err != nil {
-			return err
-		}
-
-		c.Spec.Paused = paused
-
-		return k8s.Update(context.Background(), c)
-	}))
+	testenv.SetClusterPaused(t, k8s, ns, clusterName, paused)
 
 	testenv.Eventually(t, 0, "the cache shows the pause", func() error {
 		c := &ichorv1alpha1.TalosCluster{}
