@@ -31,6 +31,26 @@ func InstallationRequirements(old, inst *ichorv1alpha1.IchorInstallation) []Requ
 	return out
 }
 
+// BackupsRunnable is false while this release takes no etcd backups: a
+// TalosEtcdBackup would be accepted and then nothing would happen.
+const BackupsRunnable = false
+
+// CheckBackupRunnable refuses a new TalosEtcdBackup while this release takes
+// no backups (engineering rule 9: what a release cannot do is refused at
+// admission), saying how to take a snapshot without one.
+func CheckBackupRunnable(b *ichorv1alpha1.TalosEtcdBackup) []Refusal {
+	if BackupsRunnable {
+		return nil
+	}
+
+	return []Refusal{{
+		Field: fieldSpec,
+		Rule:  fmt.Sprintf("this release of Ichor does not take etcd backups, so TalosEtcdBackup %q would never run; nothing was created", b.Name),
+		WayOut: "take a snapshot with `talosctl etcd snapshot FILE` and " + adminTalosconfig +
+			", and keep it beside the cluster's secrets bundle",
+	}}
+}
+
 // BackupRequirements returns the permissions a create (old nil) or update of a
 // TalosEtcdBackup needs: the fields that name Secrets.
 func BackupRequirements(old, b *ichorv1alpha1.TalosEtcdBackup) []Requirement {

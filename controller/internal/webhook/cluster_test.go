@@ -8,6 +8,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
@@ -172,7 +173,15 @@ func TestSecretReferencesNeedTheirOwnVerb(t *testing.T) {
 	refused(t, err, "Forbidden", "spec.secretsBundleRef", "talosclusters/secret-references")
 	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.SecretsBundleRef.Name = "rotated" }))
 
-	// The same for the backup's credentials and encryption key.
+}
+
+// Rule 9: this release takes no etcd backups, so a TalosEtcdBackup is
+// refused at admission for everyone, with the way to take a snapshot
+// without it; it is not accepted and then left to do nothing.
+func TestEtcdBackupRefusedWhileBackupsAreNotBuilt(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	backup := &ichorv1alpha1.TalosEtcdBackup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b"},
 		Spec: ichorv1alpha1.TalosEtcdBackupSpec{
@@ -182,9 +191,9 @@ func TestSecretReferencesNeedTheirOwnVerb(t *testing.T) {
 			EncryptionKeyRef: ichorv1alpha1.SecretReference{Name: "age"},
 		},
 	}
-	refused(t, operator.Create(ctx, backup.DeepCopy()), "Forbidden", "spec.s3.credentialsRef", "`update` on `talosetcdbackups/secret-references`")
-	testenv.Must(t, admin.Create(ctx, backup))
-	testenv.Must(t, update(t, operator, backup, func(b *ichorv1alpha1.TalosEtcdBackup) { b.Spec.Schedule = "0 * * * *" }))
+	for _, c := range []ctrlclient.Client{operator, admin} {
+		refused(t, c.Create(ctx, backup.DeepCopy()), "Invalid", "does not take etcd backups", "talosctl etcd snapshot", "ichor secrets export")
+	}
 }
 
 // Rule: Cilium values need update on talosclusters/cilium-values and may not set Ichor-owned keys.

@@ -80,7 +80,7 @@ func (v *backupValidator) subject(b *ichorv1alpha1.TalosEtcdBackup) subject {
 }
 
 func (v *backupValidator) ValidateCreate(ctx context.Context, b *ichorv1alpha1.TalosEtcdBackup) (admission.Warnings, error) {
-	return v.decide(ctx, v.subject(b), nil, guard.BackupRequirements(nil, b))
+	return v.decide(ctx, v.subject(b), guard.CheckBackupRunnable(b), guard.BackupRequirements(nil, b))
 }
 
 func (v *backupValidator) ValidateUpdate(ctx context.Context, old, b *ichorv1alpha1.TalosEtcdBackup) (admission.Warnings, error) {
