@@ -172,7 +172,6 @@ func TestSecretReferencesNeedTheirOwnVerb(t *testing.T) {
 	err = update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.SecretsBundleRef.Name = "attacker" })
 	refused(t, err, "Forbidden", "spec.secretsBundleRef", "talosclusters/secret-references")
 	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.SecretsBundleRef.Name = "rotated" }))
-
 }
 
 // Rule 9: this release takes no etcd backups, so a TalosEtcdBackup is
