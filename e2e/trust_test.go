@@ -146,34 +146,65 @@ func TestOperatorRepointsDeletedWorkerNoReset(t *testing.T) {
 	}
 
 	// The world: machines 1–3 control planes (the first runs the cluster's
-	// API server), machine 4 a Ready worker (machine 5 was removed).
-	cp, worker := w.machines[1], w.machines[3]
+	// API server), machines 4 and 5 workers; the earlier scenarios (the CLI's
+	// and the console's) each removed a worker, so which one is approved now
+	// depends on which ran: take the approved one, and approve the other again.
+	cp := w.machines[1]
 
 	ms, err := w.talosMachines(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	var tm talosMachine
+	var (
+		tm     talosMachine
+		worker = w.machines[3]
+	)
 
-	for _, m := range ms {
-		if m.Spec.Address == worker.ip() && m.Spec.Approval.State == "approved" {
-			tm = m
+	for _, em := range w.machines[3:] {
+		for _, m := range ms {
+			if m.Spec.Address == em.ip() && m.Spec.Approval.State == "approved" && m.Metadata.DeletionTimestamp == nil && tm.Metadata.Name == "" {
+				tm, worker = m, em
+			}
 		}
 	}
 
 	if tm.Metadata.Name == "" || tm.Spec.Role != "worker" || tm.Spec.Identity.UUID != worker.UUID {
-		t.Fatalf("no approved worker at %s with UUID %s: %+v", worker.ip(), worker.UUID, tm)
+		t.Fatalf("no approved worker at %s or %s:\n%s", w.machines[3].ip(), w.machines[4].ip(), describeTM(ms))
 	}
 
 	name, ns := tm.Metadata.Name, tm.Metadata.Namespace
 
 	// The admission rules keep a last worker of a cluster whose control planes
-	// take no workloads: the worker removed by the CLI scenario comes back first.
-	for _, m := range ms {
-		if m.Spec.Address == w.machines[4].ip() && m.Spec.Approval.State == "pending" && m.Metadata.DeletionTimestamp == nil {
-			w.mustIchor(t, ctx, "machine", "approve", m.Metadata.Name, "--role", "worker")
+	// take no workloads: the worker an earlier scenario removed comes back first.
+	for _, em := range w.machines[3:] {
+		if em == worker {
+			continue
 		}
+
+		testenv.EventuallyEvery(t, 4*time.Minute, 2*time.Second, em.ip()+" pending again", func() (bool, string) {
+			ms, err := w.talosMachines(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+
+			for _, m := range ms {
+				if m.Spec.Address != em.ip() || m.Metadata.DeletionTimestamp != nil {
+					continue
+				}
+
+				switch m.Spec.Approval.State {
+				case "approved":
+					return true, ""
+				case "pending":
+					w.mustIchor(t, ctx, "machine", "approve", m.Metadata.Name, "--role", "worker")
+
+					return true, ""
+				}
+			}
+
+			return false, describeTM(ms)
+		})
 	}
 
 	testenv.EventuallyEvery(t, 4*time.Minute, 2*time.Second, "two Ready workers", func() (bool, string) {
@@ -514,4 +545,20 @@ func (w *world) installWebhooks(t *testing.T, ctx context.Context, port int, ca 
 	if _, err := w.kubectl(ctx, "apply", "-f", path); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// describeTM lists the TalosMachines for a failure message.
+func describeTM(ms []talosMachine) string {
+	var b strings.Builder
+
+	for _, m := range ms {
+		deleting := ""
+		if m.Metadata.DeletionTimestamp != nil {
+			deleting = " (being deleted)"
+		}
+
+		fmt.Fprintf(&b, "  %s %s %s %s%s\n", m.Metadata.Name, m.Spec.Address, m.Spec.Role, m.Spec.Approval.State, deleting)
+	}
+
+	return b.String()
 }
