@@ -128,7 +128,7 @@ func (r *Reconciler) dropStaleMember(ctx context.Context, s *scope) (ctrl.Result
 
 	if sv == nil {
 		msg := fmt.Sprintf("the node at %s was wiped and no other control plane of cluster %s answers: nothing was sent. "+
-			"Recover the cluster from an etcd snapshot with `ichor restore --recover-cluster`", m.Spec.Address, m.Spec.ClusterName)
+			"Recover etcd from a snapshot with `talosctl bootstrap --recover-from` and the os:admin talosconfig of the cluster's secrets (`ichor secrets export`)", m.Spec.Address, m.Spec.ClusterName)
 		if c := findCond(m, ichorv1alpha1.ReadyCondition); c == nil || c.Reason != ichorv1alpha1.RecoverClusterReason {
 			warnf(r, m, ichorv1alpha1.RecoverClusterReason, "Provision", "%s", msg)
 		}
