@@ -26,6 +26,7 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -129,6 +130,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	want := Rules(Users(list.Items, r.ExtraUsers))
 	role := &rbacv1.ClusterRole{}
 	if err := r.Reader.Get(ctx, client.ObjectKey{Name: r.roleName()}, role); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Nothing to keep: ichor-ui is not installed from Ichor's manifests
+			// here (the demo runs it as a local process). Said once per resync,
+			// not retried as an error.
+			ctrl.LoggerFrom(ctx).Info("the ClusterRole is not installed: no impersonation rights to keep", "clusterRole", r.roleName())
+
+			return reconcile.Result{RequeueAfter: resync}, nil
+		}
+
 		return reconcile.Result{}, fmt.Errorf("reading the ClusterRole %s (installed with Ichor's manifests; reinstall them if it was deleted): %w", r.roleName(), err)
 	}
 	if equalRules(role.Rules, want) {
