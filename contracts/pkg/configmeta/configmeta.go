@@ -46,7 +46,7 @@ func Lookup(path string) Meta {
 	best := -1
 
 	for i, e := range table {
-		if covers(e.path, path) && (best < 0 || len(e.path) > len(table[best].path)) {
+		if privileged.Covers(e.path, path) && (best < 0 || len(e.path) > len(table[best].path)) {
 			best = i
 		}
 	}
@@ -64,27 +64,6 @@ func Lookup(path string) Meta {
 	}
 
 	return m
-}
-
-// covers reports whether the entry at prefix applies to path: the same path,
-// or a path below it.
-func covers(prefix, path string) bool {
-	if prefix == path {
-		return true
-	}
-
-	if !strings.HasPrefix(path, prefix) {
-		return false
-	}
-
-	switch path[len(prefix)] {
-	case '.', '[', '{':
-		return true
-	case ':':
-		return !strings.Contains(prefix, ":")
-	default:
-		return false
-	}
 }
 
 func kindSince(path string) string {

@@ -136,7 +136,7 @@ func Entries() []Entry {
 func Lookup(path string) (Entry, bool) {
 	best := -1
 	for i, e := range table {
-		if covers(e.Path, path) && (best < 0 || len(e.Path) > len(table[best].Path)) {
+		if Covers(e.Path, path) && (best < 0 || len(e.Path) > len(table[best].Path)) {
 			best = i
 		}
 	}
@@ -160,16 +160,17 @@ func Contains(path string) bool {
 		return true
 	}
 	for _, e := range table {
-		if covers(path, e.Path) {
+		if Covers(path, e.Path) {
 			return true
 		}
 	}
 	return false
 }
 
-// covers reports whether the entry at prefix applies to path: the same path,
-// or a path below it (configmeta's rule).
-func covers(prefix, path string) bool {
+// Covers reports whether the entry at prefix applies to path: the same path,
+// or a path below it. It is configmeta's rule too (configmeta imports this
+// package, so the rule lives here once).
+func Covers(prefix, path string) bool {
 	if prefix == path {
 		return true
 	}
