@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -115,4 +116,24 @@ func SetClusterPaused(t testing.TB, c client.Client, namespace, name string, pau
 
 		return c.Update(context.Background(), tc)
 	}))
+}
+
+// TalosCluster is a valid cluster for tests that need one to exist: Talos
+// v1.14.1 and Kubernetes 1.37.2, one unschedulable control plane at a VIP,
+// Cilium, its bundle Secret named <name>-secrets (which need not exist).
+func TalosCluster(namespace, name string) *ichorv1alpha1.TalosCluster {
+	schedulable := false
+
+	return &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion:      "v1.14.1",
+			VersionContract:   "v1.14",
+			KubernetesVersion: "1.37.2",
+			Endpoint:          ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeVIP, Host: "10.0.0.10"},
+			SecretsBundleRef:  ichorv1alpha1.SecretReference{Name: name + "-secrets"},
+			ControlPlane:      ichorv1alpha1.ControlPlaneTopology{Count: 1, Schedulable: &schedulable},
+			CNI:               ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: ichorv1alpha1.KubeProxyReplaced},
+		},
+	}
 }

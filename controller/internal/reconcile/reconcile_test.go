@@ -32,21 +32,6 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-func cluster(name string) *ichorv1alpha1.TalosCluster {
-	return &ichorv1alpha1.TalosCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: ichorv1alpha1.TalosClusterSpec{
-			TalosVersion:      "v1.14.1",
-			VersionContract:   "v1.14",
-			KubernetesVersion: "1.37.2",
-			Endpoint:          ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeVIP, Host: "10.0.0.10"},
-			SecretsBundleRef:  ichorv1alpha1.SecretReference{Name: name + "-secrets"},
-			ControlPlane:      ichorv1alpha1.ControlPlaneTopology{Count: 1, Schedulable: new(false)},
-			CNI:               ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: ichorv1alpha1.KubeProxyReplaced},
-		},
-	}
-}
-
 func storage(name, clusterName string) *ichorv1alpha1.TalosStorage {
 	return &ichorv1alpha1.TalosStorage{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -215,7 +200,7 @@ func TestSkeleton_ObservedGenerationOnSuccessOnly(t *testing.T) {
 // runs the phases again and removes it.
 func TestPausedStops_Skeleton(t *testing.T) {
 	ctx := context.Background()
-	c := cluster("paused")
+	c := testenv.TalosCluster(ns, "paused")
 	c.Spec.Paused = true
 	testenv.Must(t, k8s.Create(ctx, c))
 

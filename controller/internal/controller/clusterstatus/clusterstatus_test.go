@@ -130,17 +130,9 @@ func create(t *testing.T, m ichorv1alpha1.TalosMachine) {
 func newCluster(t *testing.T, name string, paused bool) *ichorv1alpha1.TalosCluster {
 	t.Helper()
 
-	c := &ichorv1alpha1.TalosCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: ichorv1alpha1.TalosClusterSpec{
-			TalosVersion: "v1.14.1", VersionContract: "v1.14", KubernetesVersion: "1.37.2",
-			Endpoint:         ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeVIP, Host: "10.5.0.10"},
-			SecretsBundleRef: ichorv1alpha1.SecretReference{Name: name + "-secrets"},
-			ControlPlane:     ichorv1alpha1.ControlPlaneTopology{Count: 1, Schedulable: new(false)},
-			CNI:              ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: ichorv1alpha1.KubeProxyReplaced},
-			Paused:           paused,
-		},
-	}
+	c := testenv.TalosCluster(ns, name)
+	c.Spec.Endpoint.Host = "10.5.0.10"
+	c.Spec.Paused = paused
 	testenv.Must(t, k8s.Create(context.Background(), c))
 
 	return c
