@@ -3,6 +3,8 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -136,4 +138,34 @@ func TalosCluster(namespace, name string) *ichorv1alpha1.TalosCluster {
 			CNI:               ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: ichorv1alpha1.KubeProxyReplaced},
 		},
 	}
+}
+
+// UpdateStatus writes a status onto the object as the API server holds it:
+// it reads obj again, lets set change the fresh copy's status, and updates
+// the status subresource, again when a controller wrote in between (every
+// Ichor kind has a controller writing its status as soon as it exists).
+func UpdateStatus[T client.Object](t testing.TB, c client.Client, obj T, set func(cur T)) {
+	t.Helper()
+
+	Must(t, retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		cur, ok := obj.DeepCopyObject().(T)
+		if !ok {
+			return fmt.Errorf("cannot copy %T", obj)
+		}
+
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), cur); err != nil {
+			return err
+		}
+
+		set(cur)
+
+		if err := c.Status().Update(context.Background(), cur); err != nil {
+			return err
+		}
+
+		// The caller's object is what was written.
+		reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(cur).Elem())
+
+		return nil
+	}))
 }

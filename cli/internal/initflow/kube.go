@@ -248,13 +248,12 @@ func (k *kubeSteps) firstMachine(ctx context.Context) error {
 		}
 
 		apimeta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{
-			Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.InstallingReason,
-			Message: "ichor init sent the configuration and bootstrapped etcd; the controller follows the node to Ready", ObservedGeneration: cur.Generation,
+			Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.JoiningReason,
+			Message: "ichor init sent the configuration and bootstrapped etcd; waiting for the controller to confirm the etcd member and the Ready Node",
+			ObservedGeneration: cur.Generation,
 		})
-		apimeta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{
-			Type: ichorv1alpha1.ReadyCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.JoiningReason,
-			Message: "waiting for the controller to confirm the etcd member and the Ready Node", ObservedGeneration: cur.Generation,
-		})
+		// Ready is the summary of the others, decided in one place.
+		ichorv1alpha1.SummarizeTalosMachine(cur)
 
 		return k.c().Status().Patch(ctx, cur, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 	}); err != nil {

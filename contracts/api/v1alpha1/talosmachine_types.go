@@ -25,6 +25,19 @@ const (
 	IdentityConflictCondition = "IdentityConflict"
 	// DiskRolesEffectiveCondition is false when a changed disk role was accepted by Talos but has no effect.
 	DiskRolesEffectiveCondition = "DiskRolesEffective"
+	// InSyncCondition is true when the node runs (or has staged) the rendered
+	// configuration; its reason says why not otherwise. The configuration
+	// reconciler owns it, with Drifted, RebootRequired,
+	// APIServerRestartRequired and DiskRolesEffective.
+	InSyncCondition = "InSync"
+	// NodeHealthyCondition is false when a provisioned node stopped answering
+	// as configured and waits (wiped, held, no etcd survivor); the lifecycle
+	// reconciler owns it, with Provisioned, Deleting, FingerprintTrusted and
+	// IdentityConflict.
+	NodeHealthyCondition = "NodeHealthy"
+	// DeletingCondition is true while the removal sequence runs; its reason
+	// and message say what it waits for.
+	DeletingCondition = "Deleting"
 )
 
 // TalosMachine condition reasons.
@@ -87,6 +100,8 @@ const (
 	RecoverClusterReason = "RecoverClusterNeeded"
 	// HeldReason means the hold-apply annotation stops provisioning.
 	HeldReason = "Held"
+	// RunningReason means the provisioned node answers with the cluster's credentials.
+	RunningReason = "Running"
 )
 
 // Removal phases, recorded in status before each step that is not idempotent.
@@ -357,8 +372,11 @@ type TalosMachineStatus struct {
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: Ready, Approved, Provisioned, Drifted, RebootRequired,
-	// APIServerRestartRequired, AdoptionHeld, FingerprintTrusted, IdentityConflict, DiskRolesEffective.
+	// conditions: the machine lifecycle reconciler's Provisioned, NodeHealthy,
+	// Deleting, FingerprintTrusted and IdentityConflict; the configuration
+	// reconciler's InSync, Drifted, RebootRequired, APIServerRestartRequired
+	// and DiskRolesEffective, and Paused; Ready, Reconciling and Stalled are
+	// their summary (SummarizeTalosMachine).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

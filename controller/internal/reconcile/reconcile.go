@@ -125,6 +125,10 @@ type Controller[T Object] struct {
 	// Finalizer, when set, is added before the phases run and removed after
 	// Finalize succeeds on a deleted object.
 	Finalizer string
+	// NeedsFinalizer, when set, says whether an object needs the finalizer
+	// yet (a machine needs it once it is approved, before anything is sent
+	// to its node); nil means every object does.
+	NeedsFinalizer func(T) bool
 	// Finalize runs instead of the phases once the object is being deleted.
 	// The finalizer is removed when it returns neither an error nor a requeue.
 	Finalize Phase[T]
@@ -226,10 +230,14 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 		return c.finalize(ctx, s)
 	}
 
-	if c.Finalizer != "" && !controllerutil.ContainsFinalizer(obj, c.Finalizer) {
+	if c.Finalizer != "" && !controllerutil.ContainsFinalizer(obj, c.Finalizer) && (c.NeedsFinalizer == nil || c.NeedsFinalizer(obj)) {
 		if err := c.addFinalizer(ctx, obj); err != nil {
 			return ctrl.Result{}, err
 		}
+
+		// The status writes start from the object the patch returned.
+		before.SetResourceVersion(obj.GetResourceVersion())
+		before.SetFinalizers(obj.GetFinalizers())
 	}
 
 	return c.runPhases(ctx, s, c.Phases)
@@ -415,9 +423,18 @@ func (c *Controller[T]) writeStatus(ctx context.Context, before, after T, succee
 // merge copies the owned part of src's status onto dst; from is the object
 // as the reconcile read it, so an owned condition the phases removed is
 // removed (and one a stale read did not show is left alone).
+//
+// Only what this reconcile changed is copied: an owned field or condition
+// the phases left as they read it is not written back over a newer value
+// (a reconcile that read a stale cache does not undo the one before it).
 func (c *Controller[T]) merge(dst, from, src T, succeeded bool) {
 	if c.OwnStatus != nil {
-		c.OwnStatus(dst, src)
+		probe := from.DeepCopyObject().(T) //nolint:forcetypeassert // DeepCopyObject of T is a T
+		c.OwnStatus(probe, src)
+
+		if !equality.Semantic.DeepEqual(probe, from) {
+			c.OwnStatus(dst, src)
+		}
 	}
 
 	if succeeded && c.Primary {
@@ -433,11 +450,23 @@ func (c *Controller[T]) merge(dst, from, src T, succeeded bool) {
 	}
 
 	for _, sc := range src.GetConditions() {
-		if c.owns(sc.Type) {
-			// SetStatusCondition keeps lastTransitionTime while the status holds.
-			apimeta.SetStatusCondition(&conds, sc)
+		if !c.owns(sc.Type) {
+			continue
 		}
+
+		if fc := apimeta.FindStatusCondition(from.GetConditions(), sc.Type); fc != nil && sameCondition(*fc, sc) {
+			continue
+		}
+
+		// SetStatusCondition keeps lastTransitionTime while the status holds.
+		apimeta.SetStatusCondition(&conds, sc)
 	}
 
 	dst.SetConditions(conds)
+}
+
+// sameCondition reports whether a condition says the same (the generation it
+// was computed from included).
+func sameCondition(a, b metav1.Condition) bool {
+	return a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration
 }

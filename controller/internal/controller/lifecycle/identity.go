@@ -58,7 +58,7 @@ func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talosno
 
 	was := findCond(m, ichorv1alpha1.IdentityConflictCondition)
 	setCond(m, ichorv1alpha1.IdentityConflictCondition, metav1.ConditionTrue, ichorv1alpha1.IdentityMismatchReason, msg)
-	notReady(m, ichorv1alpha1.IdentityMismatchReason, msg)
+	progress(m, ichorv1alpha1.IdentityMismatchReason, msg)
 
 	if m.Status.Removal != nil {
 		m.Status.Removal.Message = step + " refused: " + msg

@@ -57,7 +57,8 @@ func identityMismatchRemoval(t *testing.T) {
 	m.Status.Conditions = []metav1.Condition{{
 		Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.JoinedReason, Message: "test setup", LastTransitionTime: now,
 	}}
-	testenv.Must(t, k8s.Status().Update(ctx, m))
+	status := m.Status
+	testenv.UpdateStatus(t, k8s, m, func(cur *ichorv1alpha1.TalosMachine) { cur.Status = status })
 
 	// Approved once its status says what provisioning recorded.
 	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -13,16 +13,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -77,6 +75,8 @@ type Reconciler struct {
 	// Workload reaches a cluster's Kubernetes API; nil means through a
 	// control plane's admin kubeconfig.
 	Workload WorkloadFunc
+	// Clock is the controller's clock; nil means the real one.
+	Clock clock.PassiveClock
 
 	PollInterval    time.Duration
 	MonitorInterval time.Duration
@@ -147,102 +147,80 @@ func (r *Reconciler) fill() {
 // scope is what one reconcile of one machine shares.
 type scope struct {
 	machine *ichorv1alpha1.TalosMachine
-	before  *ichorv1alpha1.TalosMachine
-	state   *machinestate.State
+	// before is the machine as the reconcile read it.
+	before *ichorv1alpha1.TalosMachine
+	state  *machinestate.State
+	sk     *ichorreconcile.Scope[*ichorv1alpha1.TalosMachine]
 }
 
-// Reconcile dispatches: removal when deleting, provisioning while not
+// persist writes the status now, strictly (a stale read fails instead of
+// deciding twice): before a step that must be recorded first.
+func (s *scope) persist(ctx context.Context) error { return s.sk.Persist(ctx) }
+
+// Reconcile runs the reconciler on the skeleton (reconcile.Controller):
+// removal through the finalizer when deleting, provisioning while not
 // provisioned, monitoring (re-provisioning) once provisioned. Each call does
-// at most one step that is not idempotent and writes status before returning,
-// so a controller killed between two steps resumes at the recorded one.
+// at most one step that is not idempotent and its status is written before
+// the next one runs, so a controller killed between two steps resumes at the
+// recorded one.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.fill()
 
-	m := &ichorv1alpha1.TalosMachine{}
-	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	return r.controller().Reconcile(ctx, req)
+}
+
+// controller is the reconciler on the skeleton. It owns the lifecycle's
+// conditions (Provisioned, NodeHealthy, Deleting, FingerprintTrusted,
+// IdentityConflict) and status fields; the configuration reconciler is the
+// kind's primary (Paused, observedGeneration), and Ready, Reconciling and
+// Stalled are the summary of both (SummarizeTalosMachine). The cluster's
+// pause stops every step, a removal's included (as Cluster API's does).
+func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.TalosMachine] {
+	return &ichorreconcile.Controller[*ichorv1alpha1.TalosMachine]{
+		Name: ControllerName, Client: r.Client, APIReader: r.APIReader, Clock: r.Clock,
+		New: func() *ichorv1alpha1.TalosMachine { return &ichorv1alpha1.TalosMachine{} },
+		Owned: []string{
+			ichorv1alpha1.ProvisionedCondition, ichorv1alpha1.NodeHealthyCondition, ichorv1alpha1.DeletingCondition,
+			ichorv1alpha1.FingerprintTrustedCondition, ichorv1alpha1.IdentityConflictCondition,
+		},
+		OwnStatus: func(dst, src *ichorv1alpha1.TalosMachine) {
+			dst.Status.Stage, dst.Status.Installed, dst.Status.NodeName = src.Status.Stage, src.Status.Installed, src.Status.NodeName
+			dst.Status.MaintenanceFingerprint = src.Status.MaintenanceFingerprint
+			dst.Status.ResetRequestedAt, dst.Status.ConfigSentAt = src.Status.ResetRequestedAt, src.Status.ConfigSentAt
+			dst.Status.Reinstalls, dst.Status.Removal = src.Status.Reinstalls, src.Status.Removal
+		},
+		Summarize: ichorv1alpha1.SummarizeTalosMachine,
+		// The finalizer goes on an approved machine before anything is sent
+		// to its node: from then on a deletion runs the removal sequence.
+		Finalizer:      ichorv1alpha1.MachineFinalizer,
+		NeedsFinalizer: approved,
+		Finalize:       r.step(r.remove),
+		Phases:         []ichorreconcile.Phase[*ichorv1alpha1.TalosMachine]{r.step(r.lifecycle)},
 	}
+}
 
-	s := &scope{machine: m, before: m.DeepCopy()}
-
-	// The cluster's pause stops every step, a removal's included (as Cluster
-	// API's does); the machine says so in its Paused condition, which this
-	// reconciler owns, and the cluster's watch wakes it when the pause ends.
-	why, err := ichorreconcile.ClusterPaused(ctx, r.Client, m.Namespace, m.Spec.ClusterName)
-	if err != nil {
-		return ctrl.Result{}, err
+// step adapts a step of the lifecycle to a phase of the skeleton.
+func (r *Reconciler) step(f func(context.Context, *scope) (ctrl.Result, error)) ichorreconcile.Phase[*ichorv1alpha1.TalosMachine] {
+	return func(ctx context.Context, sk *ichorreconcile.Scope[*ichorv1alpha1.TalosMachine]) (ctrl.Result, error) {
+		return f(ctx, &scope{machine: sk.Object, before: sk.Object.DeepCopy(), sk: sk})
 	}
+}
 
-	if why != "" {
-		ctrl.LoggerFrom(ctx).V(1).Info("paused: nothing done", "by", why)
-		ichorreconcile.CountPausedSkip(ControllerName)
-		apimeta.SetStatusCondition(&m.Status.Conditions, ichorreconcile.PausedCondition(why))
+func approved(m *ichorv1alpha1.TalosMachine) bool {
+	return m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved
+}
 
-		return ctrl.Result{}, client.IgnoreNotFound(r.writeStatus(ctx, s))
-	}
-
-	apimeta.RemoveStatusCondition(&m.Status.Conditions, ichorv1alpha1.PausedCondition)
-
-	if !m.DeletionTimestamp.IsZero() {
-		if !controllerutil.ContainsFinalizer(m, ichorv1alpha1.MachineFinalizer) {
-			return ctrl.Result{}, nil
-		}
-
-		return r.finish(ctx, s, r.remove)
-	}
-
-	if m.Spec.Approval.State != ichorv1alpha1.ApprovalApproved {
+// lifecycle provisions an approved machine, or monitors a provisioned one.
+func (r *Reconciler) lifecycle(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if !approved(s.machine) {
 		return ctrl.Result{}, nil
 	}
 
-	if !controllerutil.ContainsFinalizer(m, ichorv1alpha1.MachineFinalizer) {
-		// The finalizer goes on before anything is sent to the node: from
-		// then on a deletion runs the removal sequence.
-		patch := client.MergeFrom(m.DeepCopy())
-		controllerutil.AddFinalizer(m, ichorv1alpha1.MachineFinalizer)
-
-		if err := r.Client.Patch(ctx, m, patch); err != nil {
-			return ctrl.Result{}, err
-		}
-
-		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // one step per reconcile
+	if provisioned(s.machine) {
+		return r.monitor(ctx, s)
 	}
 
-	if provisioned(m) {
-		return r.finish(ctx, s, r.monitor)
-	}
-
-	return r.finish(ctx, s, r.provision)
-}
-
-// finish runs step and writes the status it changed (with an optimistic
-// lock: a concurrent writer makes this reconcile run again on what is current).
-func (r *Reconciler) finish(ctx context.Context, s *scope, step func(context.Context, *scope) (ctrl.Result, error)) (ctrl.Result, error) {
-	res, err := step(ctx, s)
-
-	if perr := r.writeStatus(ctx, s); perr != nil {
-		if apierrors.IsNotFound(perr) {
-			return ctrl.Result{}, err
-		}
-
-		return ctrl.Result{}, errors.Join(err, perr)
-	}
-
-	return res, err
-}
-
-func (r *Reconciler) writeStatus(ctx context.Context, s *scope) error {
-	if equality.Semantic.DeepEqual(s.before.Status, s.machine.Status) {
-		return nil
-	}
-
-	if err := r.Client.Status().Patch(ctx, s.machine, client.MergeFromWithOptions(s.before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return err
-	}
-
-	s.before = s.machine.DeepCopy()
-
-	return nil
+	return r.provision(ctx, s)
 }
 
 // load reads the cluster and bundle and renders, once per reconcile.
@@ -280,8 +258,19 @@ func setCond(m *ichorv1alpha1.TalosMachine, t string, st metav1.ConditionStatus,
 	})
 }
 
-func notReady(m *ichorv1alpha1.TalosMachine, reason, msg string) {
-	setCond(m, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, reason, msg)
+// progress records what the lifecycle does or waits for, on the condition
+// of the machine's stage: Deleting while it is removed, NodeHealthy once it
+// is provisioned, Provisioned before. Ready summarizes it
+// (SummarizeTalosMachine).
+func progress(m *ichorv1alpha1.TalosMachine, reason, msg string) {
+	switch {
+	case !m.DeletionTimestamp.IsZero():
+		setCond(m, ichorv1alpha1.DeletingCondition, metav1.ConditionTrue, reason, msg)
+	case provisioned(m):
+		setCond(m, ichorv1alpha1.NodeHealthyCondition, metav1.ConditionFalse, reason, msg)
+	default:
+		setCond(m, ichorv1alpha1.ProvisionedCondition, metav1.ConditionFalse, reason, msg)
+	}
 }
 
 func (r *Reconciler) lockKey(m *ichorv1alpha1.TalosMachine) types.NamespacedName {
@@ -307,7 +296,7 @@ func (r *Reconciler) takeLock(ctx context.Context, m *ichorv1alpha1.TalosMachine
 	}
 
 	if !res.Acquired {
-		notReady(m, ichorv1alpha1.ClusterLockHeldReason, fmt.Sprintf("%s waits for the cluster lock, held by %s", what, res.Holder))
+		progress(m, ichorv1alpha1.ClusterLockHeldReason, fmt.Sprintf("%s waits for the cluster lock, held by %s", what, res.Holder))
 
 		return false, nil
 	}

@@ -12,6 +12,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
 // monitor looks at a provisioned machine: its stage, and whether its node
@@ -31,8 +32,12 @@ func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error)
 
 			// Who answers is checked at every look: a machine that answers as
 			// another is paused before any step would send it something.
-			_, verr := r.verify(ctx, m, n, "monitoring")
+			v, verr := r.verify(ctx, m, n, "monitoring")
 			n.Close()
+
+			if v != nil || verr == nil && !identityPaused(m) {
+				nodeHealthy(m)
+			}
 
 			return ctrl.Result{RequeueAfter: r.MonitorInterval}, errors.Join(verr, r.holdWhileEven(ctx, m))
 		}
@@ -45,6 +50,8 @@ func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error)
 	if err != nil || mn == nil {
 		if err != nil {
 			m.Status.Stage = ichorv1alpha1.StageUnreachable
+			progress(m, ichorv1alpha1.NodeUnreachableReason, fmt.Sprintf("the node at %s answers neither with the cluster's credentials nor in maintenance mode: %s",
+				m.Spec.Address, talosnode.Message(err)))
 		}
 
 		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
@@ -54,14 +61,14 @@ func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error)
 	m.Status.Stage = ichorv1alpha1.StageMaintenance
 
 	if m.Spec.Identity.UUID == "" {
-		notReady(m, ichorv1alpha1.WeakIdentityReason, fmt.Sprintf("the node at %s answers in maintenance mode, but the machine has no SMBIOS UUID to confirm it is the approved one: "+
+		progress(m, ichorv1alpha1.WeakIdentityReason, fmt.Sprintf("the node at %s answers in maintenance mode, but the machine has no SMBIOS UUID to confirm it is the approved one: "+
 			"it is not re-installed automatically; remove the machine and approve the node again", m.Spec.Address))
 
 		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
 	}
 
 	if _, held := m.Annotations[ichorv1alpha1.HoldApplyAnnotation]; held {
-		notReady(m, ichorv1alpha1.HeldReason, "the node answers in maintenance mode with its approved identity (disk wiped or replaced); the annotation "+
+		progress(m, ichorv1alpha1.HeldReason, "the node answers in maintenance mode with its approved identity (disk wiped or replaced); the annotation "+
 			ichorv1alpha1.HoldApplyAnnotation+" stops its re-installation")
 
 		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
@@ -77,11 +84,17 @@ func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error)
 	m.Status.Reinstalls++
 	setCond(m, ichorv1alpha1.ProvisionedCondition, metav1.ConditionFalse, ichorv1alpha1.ReinstalledReason,
 		"the node answered in maintenance mode with its approved identity: its disk was wiped or replaced")
-	notReady(m, ichorv1alpha1.ReinstalledReason, "re-installing the node: it answered in maintenance mode with its approved identity, so its disk was wiped or replaced")
+	progress(m, ichorv1alpha1.ReinstalledReason, "re-installing the node: it answered in maintenance mode with its approved identity, so its disk was wiped or replaced")
 	warnf(r, m, ichorv1alpha1.ReinstalledReason, "Provision",
 		"the node at %s answers in maintenance mode with its approved identity (disk wiped or replaced): sending its configuration again", m.Spec.Address)
 
 	return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+}
+
+// nodeHealthy records that the provisioned node answers as configured.
+func nodeHealthy(m *ichorv1alpha1.TalosMachine) {
+	setCond(m, ichorv1alpha1.NodeHealthyCondition, metav1.ConditionTrue, ichorv1alpha1.RunningReason,
+		"the node answers with the cluster's credentials as this machine")
 }
 
 // holdWhileEven renews the cluster lock a control plane holds after its join
@@ -133,7 +146,7 @@ func (r *Reconciler) dropStaleMember(ctx context.Context, s *scope) (ctrl.Result
 			warnf(r, m, ichorv1alpha1.RecoverClusterReason, "Provision", "%s", msg)
 		}
 
-		notReady(m, ichorv1alpha1.RecoverClusterReason, msg)
+		progress(m, ichorv1alpha1.RecoverClusterReason, msg)
 
 		return ctrl.Result{RequeueAfter: r.MonitorInterval}, r.releaseLock(ctx, m), true
 	}
@@ -151,7 +164,7 @@ func (r *Reconciler) dropStaleMember(ctx context.Context, s *scope) (ctrl.Result
 
 	// No count floor: the member comes back as soon as the node is re-installed.
 	if ref := guard.CheckEtcdMemberRemoval(r.guardMembers(ctx, s.state.Bundle, members), stale.ID, 0, false); ref != nil {
-		notReady(m, ichorv1alpha1.RemovalRefusedReason, "the wiped node's old etcd member cannot be removed: "+ref.Rule+"; "+ref.WayOut)
+		progress(m, ichorv1alpha1.RemovalRefusedReason, "the wiped node's old etcd member cannot be removed: "+ref.Rule+"; "+ref.WayOut)
 
 		return ctrl.Result{RequeueAfter: pausedWait}, nil, true
 	}

@@ -15,7 +15,6 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
-	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
@@ -27,7 +26,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	m := s.machine
 
 	if m.Spec.Address == "" {
-		notReady(m, ichorv1alpha1.ProvisioningReason, "spec.address is empty: set the address the machine answers on in maintenance mode")
+		progress(m, ichorv1alpha1.ProvisioningReason, "spec.address is empty: set the address the machine answers on in maintenance mode")
 
 		return ctrl.Result{}, nil
 	}
@@ -38,7 +37,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 
 	if m.Status.ConfigSentAt == nil {
 		if _, held := m.Annotations[ichorv1alpha1.HoldApplyAnnotation]; held {
-			notReady(m, ichorv1alpha1.HeldReason, "the annotation "+ichorv1alpha1.HoldApplyAnnotation+" stops provisioning; remove it to send the configuration")
+			progress(m, ichorv1alpha1.HeldReason, "the annotation "+ichorv1alpha1.HoldApplyAnnotation+" stops provisioning; remove it to send the configuration")
 
 			return ctrl.Result{}, nil
 		}
@@ -58,7 +57,7 @@ func (r *Reconciler) loadOrStall(ctx context.Context, s *scope) (ctrl.Result, er
 	}
 
 	if machinestate.IsStalled(err) {
-		notReady(s.machine, ichorv1alpha1.RenderFailedReason, err.Error())
+		progress(s.machine, ichorv1alpha1.RenderFailedReason, err.Error())
 
 		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil, true
 	}
@@ -105,7 +104,7 @@ func (r *Reconciler) maintenance(ctx context.Context, s *scope) (*talosnode.Main
 
 	if stage != ichorv1alpha1.StageMaintenance {
 		mn.Close()
-		notReady(m, ichorv1alpha1.ProvisioningReason, fmt.Sprintf("the node at %s is in stage %s, not maintenance: nothing was sent", m.Spec.Address, stage))
+		progress(m, ichorv1alpha1.ProvisioningReason, fmt.Sprintf("the node at %s is in stage %s, not maintenance: nothing was sent", m.Spec.Address, stage))
 
 		return nil, nil
 	}
@@ -137,7 +136,7 @@ func (r *Reconciler) maintenance(ctx context.Context, s *scope) (*talosnode.Main
 		m.Status.MaintenanceFingerprint = seen
 		setCond(m, ichorv1alpha1.FingerprintTrustedCondition, metav1.ConditionTrue, "Recorded",
 			"recorded the maintenance certificate "+seen+"; the configuration is sent at the next step to a node that presents it")
-		notReady(m, ichorv1alpha1.ProvisioningReason, fmt.Sprintf("recorded the maintenance certificate of the node at %s: nothing was sent in this step", m.Spec.Address))
+		progress(m, ichorv1alpha1.ProvisioningReason, fmt.Sprintf("recorded the maintenance certificate of the node at %s: nothing was sent in this step", m.Spec.Address))
 
 		return nil, nil
 	}
@@ -165,7 +164,7 @@ func (r *Reconciler) fingerprintChanged(m *ichorv1alpha1.TalosMachine, want, see
 
 	was := findCond(m, ichorv1alpha1.FingerprintTrustedCondition)
 	setCond(m, ichorv1alpha1.FingerprintTrustedCondition, metav1.ConditionFalse, ichorv1alpha1.FingerprintChangedReason, msg)
-	notReady(m, ichorv1alpha1.FingerprintChangedReason, msg)
+	progress(m, ichorv1alpha1.FingerprintChangedReason, msg)
 
 	if was == nil || was.Message != msg {
 		warnf(r, m, ichorv1alpha1.FingerprintChangedReason, "Provision", "%s", msg)
@@ -200,13 +199,13 @@ func (r *Reconciler) sendConfig(ctx context.Context, s *scope) (ctrl.Result, err
 		// Not in maintenance: a node that already runs this render (sent by a
 		// controller that stopped before recording it) is followed, not sent to again.
 		if r.runsOurConfig(ctx, s) {
-			r.markSent(m, s.state.Result)
+			r.markSent(m)
 
 			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 		}
 
 		m.Status.Stage = ichorv1alpha1.StageUnreachable
-		notReady(m, ichorv1alpha1.NodeUnreachableReason, fmt.Sprintf("the node at %s does not answer in maintenance mode: %v", m.Spec.Address, err))
+		progress(m, ichorv1alpha1.NodeUnreachableReason, fmt.Sprintf("the node at %s does not answer in maintenance mode: %v", m.Spec.Address, err))
 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
@@ -222,29 +221,28 @@ func (r *Reconciler) sendConfig(ctx context.Context, s *scope) (ctrl.Result, err
 	defer mn.Close()
 
 	if err := mn.Apply(ctx, s.state.Result.Bytes); err != nil {
-		notReady(m, ichorv1alpha1.ApplyFailedReason, err.Error())
+		progress(m, ichorv1alpha1.ApplyFailedReason, err.Error())
 		warnf(r, m, ichorv1alpha1.ApplyFailedReason, "Provision", "the node refused the configuration: %v", err)
 
 		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
 	}
 
-	r.markSent(m, s.state.Result)
+	r.markSent(m)
 	r.eventf(m, corev1.EventTypeNormal, "ConfigSent", "Provision",
 		"sent the rendered configuration to %s in maintenance mode (maintenance certificate %s); following the install", m.Spec.Address, m.Status.MaintenanceFingerprint)
 
 	return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 }
 
-func (r *Reconciler) markSent(m *ichorv1alpha1.TalosMachine, res *render.Result) {
+func (r *Reconciler) markSent(m *ichorv1alpha1.TalosMachine) {
 	now := metav1.Now()
 	m.Status.ConfigSentAt = &now
 	m.Status.Stage = ichorv1alpha1.StageInstalling
-	m.Status.RenderedConfigHash = res.Hash
-	m.Status.AppliedConfigHash = res.Hash
-	m.Status.RenderVersion = render.Version
+	// The configuration reconciler records the hash the node runs (it owns
+	// the configuration fields) at its first look at the provisioned node.
 	m.Status.ResetRequestedAt = nil
 	setCond(m, ichorv1alpha1.ProvisionedCondition, metav1.ConditionFalse, ichorv1alpha1.InstallingReason, "the node stored its configuration; following its install")
-	notReady(m, ichorv1alpha1.InstallingReason, reinstallNote(m)+"the node stored its configuration; following its install")
+	progress(m, ichorv1alpha1.InstallingReason, reinstallNote(m)+"the node stored its configuration; following its install")
 }
 
 func reinstallNote(m *ichorv1alpha1.TalosMachine) string {
@@ -292,7 +290,7 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 			m.Status.Stage = ichorv1alpha1.StageRebooting
 		}
 
-		notReady(m, ichorv1alpha1.InstallingReason, note+"the node does not answer yet (it reboots after the install)")
+		progress(m, ichorv1alpha1.InstallingReason, note+"the node does not answer yet (it reboots after the install)")
 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
@@ -300,7 +298,7 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 	m.Status.Stage = stage
 
 	if stage != ichorv1alpha1.StageRunning {
-		notReady(m, ichorv1alpha1.InstallingReason, note+"the node is "+stage)
+		progress(m, ichorv1alpha1.InstallingReason, note+"the node is "+stage)
 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
@@ -320,7 +318,7 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 		}
 
 		if self == nil || self.Learner {
-			notReady(m, ichorv1alpha1.JoiningReason, note+"the node runs; waiting for its etcd member to join as a voter "+
+			progress(m, ichorv1alpha1.JoiningReason, note+"the node runs; waiting for its etcd member to join as a voter "+
 				"(the first control plane waits for the etcd bootstrap of `ichor init`)")
 
 			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
@@ -329,7 +327,7 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 
 	k, err := r.Workload(ctx, s.state.Cluster, s.state.Bundle)
 	if err != nil {
-		notReady(m, ichorv1alpha1.JoiningReason, note+"the node runs; the cluster's Kubernetes API does not answer yet: "+err.Error())
+		progress(m, ichorv1alpha1.JoiningReason, note+"the node runs; the cluster's Kubernetes API does not answer yet: "+err.Error())
 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
@@ -339,13 +337,13 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 
 	node, err := workload.NodeByAddress(wctx, k, m.Spec.Address)
 	if err != nil || node == nil || !workload.NodeReady(node) {
-		notReady(m, ichorv1alpha1.JoiningReason, note+"the node runs; waiting for its Kubernetes Node to be Ready")
+		progress(m, ichorv1alpha1.JoiningReason, note+"the node runs; waiting for its Kubernetes Node to be Ready")
 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
 
 	if own := v.Identity().NodeName; own != "" && !strings.EqualFold(own, node.Name) {
-		notReady(m, ichorv1alpha1.JoiningReason, fmt.Sprintf("%sthe node runs as Node %s; the Node at %s is %s: waiting for its own Node", note, own, m.Spec.Address, node.Name))
+		progress(m, ichorv1alpha1.JoiningReason, fmt.Sprintf("%sthe node runs as Node %s; the Node at %s is %s: waiting for its own Node", note, own, m.Spec.Address, node.Name))
 
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
@@ -359,11 +357,11 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 	}
 
 	setCond(m, ichorv1alpha1.ProvisionedCondition, metav1.ConditionTrue, reason, msg)
-	setCond(m, ichorv1alpha1.ReadyCondition, metav1.ConditionTrue, reason, msg)
+	nodeHealthy(m)
 
 	if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
 		// The join is recorded before the count is read (other machines see it).
-		if err := r.writeStatus(ctx, s); err != nil {
+		if err := s.persist(ctx); err != nil {
 			return ctrl.Result{}, err
 		}
 

@@ -12,12 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
+	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
@@ -33,19 +32,19 @@ func (r *Reconciler) remove(ctx context.Context, s *scope) (ctrl.Result, error) 
 	if m.Status.Removal == nil {
 		if m.Status.ConfigSentAt == nil && !provisioned(m) {
 			// Nothing was ever sent to the node: nothing to undo.
-			return ctrl.Result{}, r.dropFinalizer(ctx, s, "nothing had been sent to the node")
+			return ctrl.Result{}, r.dropFinalizer(m, "nothing had been sent to the node")
 		}
 
 		now := metav1.Now()
 		m.Status.Removal = &ichorv1alpha1.MachineRemoval{Phase: ichorv1alpha1.RemovalEvacuating, StartedAt: &now}
-		notReady(m, ichorv1alpha1.RemovingReason, "removal started")
+		progress(m, ichorv1alpha1.RemovingReason, "removal started")
 		r.eventf(m, corev1.EventTypeNormal, ichorv1alpha1.RemovingReason, "Remove", "removal of %s started", m.Name)
 
-		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // one step per reconcile
+		return ichorreconcile.NextStep(), nil
 	}
 
 	if res, err, done := r.loadOrStall(ctx, s); done {
-		m.Status.Removal.Message = "the removal waits: " + readyMessage(m) + "; or set spec.forceRemove to remove the machine without drain and reset"
+		m.Status.Removal.Message = "the removal waits: " + progressMessage(m) + "; or set spec.forceRemove to remove the machine without drain and reset"
 
 		return res, err
 	}
@@ -74,29 +73,30 @@ func (r *Reconciler) remove(ctx context.Context, s *scope) (ctrl.Result, error) 
 	if next != "" {
 		m.Status.Removal.Phase = next
 		m.Status.Removal.Message = ""
-		notReady(m, ichorv1alpha1.RemovingReason, "removal: "+next)
+		progress(m, ichorv1alpha1.RemovingReason, "removal: "+next)
 
-		return ctrl.Result{Requeue: true}, err //nolint:staticcheck // one step per reconcile
+		return ichorreconcile.NextStep(), err
 	}
 
 	return res, err
 }
 
-func readyMessage(m *ichorv1alpha1.TalosMachine) string {
-	if c := findCond(m, ichorv1alpha1.ReadyCondition); c != nil {
+// progressMessage is what the lifecycle last said it waits for.
+func progressMessage(m *ichorv1alpha1.TalosMachine) string {
+	if c := findCond(m, ichorv1alpha1.DeletingCondition); c != nil && !m.DeletionTimestamp.IsZero() {
 		return c.Message
 	}
 
 	return ""
 }
 
-// pause records why the removal waits, on Ready and in status.removal.
+// pause records why the removal waits, on Deleting and in status.removal.
 func (r *Reconciler) pause(m *ichorv1alpha1.TalosMachine, reason, msg string) (string, ctrl.Result, error) {
-	if c := findCond(m, ichorv1alpha1.ReadyCondition); c == nil || c.Message != msg {
+	if c := findCond(m, ichorv1alpha1.DeletingCondition); c == nil || c.Message != msg {
 		warnf(r, m, reason, "Remove", "%s", msg)
 	}
 
-	notReady(m, reason, msg)
+	progress(m, reason, msg)
 	m.Status.Removal.Message = msg
 
 	return "", ctrl.Result{RequeueAfter: pausedWait}, nil
@@ -201,7 +201,7 @@ func (r *Reconciler) leaveEtcd(ctx context.Context, s *scope) (string, ctrl.Resu
 
 	ok, err := r.takeLock(ctx, m, "removal of control plane "+m.Name)
 	if err != nil || !ok {
-		m.Status.Removal.Message = readyMessage(m)
+		m.Status.Removal.Message = progressMessage(m)
 
 		return "", ctrl.Result{RequeueAfter: lockWait}, err
 	}
@@ -298,7 +298,7 @@ func (r *Reconciler) reset(ctx context.Context, s *scope) (string, ctrl.Result, 
 
 	// Written before the call, with the optimistic lock: a stale read, or a
 	// second controller, fails here instead of sending a second Reset.
-	if err := r.writeStatus(ctx, s); err != nil {
+	if err := s.persist(ctx); err != nil {
 		return "", ctrl.Result{}, fmt.Errorf("record the reset request: %w", err)
 	}
 
@@ -416,21 +416,12 @@ func (r *Reconciler) done(ctx context.Context, s *scope) error {
 		how = "removed WITHOUT a reset: its disks were not wiped"
 	}
 
-	return r.dropFinalizer(ctx, s, how)
+	return r.dropFinalizer(m, how)
 }
 
-func (r *Reconciler) dropFinalizer(ctx context.Context, s *scope, how string) error {
-	m := s.machine
-	patch := client.MergeFrom(m.DeepCopy())
-	controllerutil.RemoveFinalizer(m, ichorv1alpha1.MachineFinalizer)
-
-	if err := r.Client.Patch(ctx, m, patch); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-
-	// The object is gone (or going): nothing more to write.
-	s.before = m.DeepCopy()
-	s.machine.Status = s.before.Status
+// dropFinalizer ends the removal: the skeleton removes the finalizer once
+// the removal phase returns without an error or a requeue.
+func (r *Reconciler) dropFinalizer(m *ichorv1alpha1.TalosMachine, how string) error {
 	r.eventf(m, corev1.EventTypeNormal, "Removed", "Remove", "%s: %s", m.Name, how)
 
 	return nil

@@ -66,7 +66,8 @@ func TestNodeIdentityMismatchRebootRefused(t *testing.T) {
 	apimeta.SetStatusCondition(&moved.Status.Conditions, metav1.Condition{
 		Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.JoinedReason, Message: "test setup",
 	})
-	testenv.Must(t, k8s.Status().Update(ctx, moved))
+	status := moved.Status
+	testenv.UpdateStatus(t, k8s, moved, func(cur *ichorv1alpha1.TalosMachine) { cur.Status = status })
 
 	// Approved once its status says what provisioning recorded.
 	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {

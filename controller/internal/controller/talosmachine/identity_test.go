@@ -17,8 +17,8 @@ import (
 
 // TestNodeIdentityMismatchApplyRefused: a machine whose address answers as
 // another machine (here: w-1's machine, at w-2's address) gets no
-// configuration: the reconcile is refused before any apply, IdentityConflict
-// names both SMBIOS UUIDs, and a Warning Event says so. The allowed
+// configuration: the reconcile is refused before any apply, InSync (reason
+// IdentityMismatch) names both SMBIOS UUIDs, and a Warning Event says so. The allowed
 // neighbour: the same change reaches w-1 at its own address.
 func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 	ctx := context.Background()
@@ -63,14 +63,17 @@ func TestNodeIdentityMismatchApplyRefused(t *testing.T) {
 	apimeta.SetStatusCondition(&moved.Status.Conditions, metav1.Condition{
 		Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: "Provisioned", Message: "test setup",
 	})
-	testenv.Must(t, k8s.Status().Update(ctx, moved))
+	status := moved.Status
+	testenv.UpdateStatus(t, k8s, moved, func(cur *ichorv1alpha1.TalosMachine) { cur.Status = status })
 
 	refused := func() error {
 		m := getMachine(t, "w-1-moved")
 
-		c := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.IdentityConflictCondition)
-		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ichorv1alpha1.IdentityMismatchReason {
-			return fmt.Errorf("IdentityConflict %+v", c)
+		// The configuration reconciler says so in its own condition
+		// (IdentityConflict belongs to the lifecycle reconciler, not running here).
+		c := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.InSyncCondition)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ichorv1alpha1.IdentityMismatchReason {
+			return fmt.Errorf("InSync %+v", c)
 		}
 
 		if !strings.Contains(c.Message, w1.UUID()) || !strings.Contains(c.Message, w2.UUID()) {

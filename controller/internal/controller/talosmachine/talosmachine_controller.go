@@ -7,15 +7,12 @@ package talosmachine
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +55,8 @@ type Reconciler struct {
 	DriftInterval time.Duration
 	// Nodes connects to Talos nodes; nil means a Dialer.
 	Nodes *talosnode.Dialer
+	// Clock is the controller's clock; nil means the real one.
+	Clock clock.PassiveClock
 }
 
 // SetupWithManager registers the reconciler. Only spec, label and
@@ -195,7 +194,7 @@ func configured(m *ichorv1alpha1.TalosMachine) bool {
 		apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ProvisionedCondition)
 }
 
-// scope is what the phases share.
+// scope is what the steps of one configuration reconcile share.
 type scope struct {
 	machine *ichorv1alpha1.TalosMachine
 	cluster *ichorv1alpha1.TalosCluster
@@ -205,55 +204,58 @@ type scope struct {
 	active, persistent []byte
 }
 
-type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
+// Reconcile runs the reconciler on the skeleton (reconcile.Controller).
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return r.controller().Reconcile(ctx, req)
+}
 
-// Reconcile is get → deferred status patch with owned conditions → phases.
-// The machine reconciler keeps no finalizer: it leaves nothing outside the API to clean up.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
-	m := &ichorv1alpha1.TalosMachine{}
-	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+// controller is the reconciler on the skeleton. It is the TalosMachine's
+// primary controller (Paused, status.observedGeneration) and owns the
+// configuration conditions and fields; Ready, Reconciling and Stalled are the
+// summary of every controller's conditions (SummarizeTalosMachine). It keeps
+// no finalizer: it leaves nothing outside the API to clean up.
+func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.TalosMachine] {
+	return &ichorreconcile.Controller[*ichorv1alpha1.TalosMachine]{
+		Name: ControllerName, Client: r.Client, APIReader: r.APIReader, Clock: r.Clock,
+		New:     func() *ichorv1alpha1.TalosMachine { return &ichorv1alpha1.TalosMachine{} },
+		Primary: true,
+		Owned: []string{
+			ichorv1alpha1.InSyncCondition, ichorv1alpha1.DriftedCondition, ichorv1alpha1.RebootRequiredCondition,
+			ichorv1alpha1.APIServerRestartRequiredCondition, ichorv1alpha1.DiskRolesEffectiveCondition,
+		},
+		OwnStatus: func(dst, src *ichorv1alpha1.TalosMachine) {
+			dst.Status.RenderedConfigHash, dst.Status.AppliedConfigHash = src.Status.RenderedConfigHash, src.Status.AppliedConfigHash
+			dst.Status.RenderVersion = src.Status.RenderVersion
+			dst.Status.DriftPaths, dst.Status.RebootRequiredPaths = src.Status.DriftPaths, src.Status.RebootRequiredPaths
+		},
+		Summarize: ichorv1alpha1.SummarizeTalosMachine,
+		Phases:    []ichorreconcile.Phase[*ichorv1alpha1.TalosMachine]{r.reconcileConfig},
 	}
+}
 
+// reconcileConfig renders, reads the node and acts on the difference; a
+// machine that is not configured (not approved, not provisioned, being
+// deleted) is left alone.
+func (r *Reconciler) reconcileConfig(ctx context.Context, sk *ichorreconcile.Scope[*ichorv1alpha1.TalosMachine]) (ctrl.Result, error) {
+	m := sk.Object
 	if !m.DeletionTimestamp.IsZero() || !configured(m) {
 		ctrl.LoggerFrom(ctx).V(1).Info("not configured: nothing to apply")
 
 		return ctrl.Result{}, nil
 	}
 
-	// The cluster's pause stops everything, drift correction included; the
-	// machine lifecycle reconciler (the kind's primary) shows it as Paused,
-	// and the cluster's watch wakes the machines when it ends.
-	if why, err := ichorreconcile.ClusterPaused(ctx, r.Client, m.Namespace, m.Spec.ClusterName); err != nil || why != "" {
-		if why != "" {
-			ctrl.LoggerFrom(ctx).V(1).Info("paused: nothing done", "by", why)
-			ichorreconcile.CountPausedSkip(ControllerName)
-		}
-
-		return ctrl.Result{}, err
-	}
-
-	before := m.DeepCopy()
 	s := &scope{machine: m}
-	start := time.Now()
 
 	defer func() {
-		ctrl.LoggerFrom(ctx).V(1).Info("reconciled", "duration", time.Since(start).String(), "error", retErr)
-
 		if s.node != nil {
 			s.node.Close()
 		}
-
-		if err := r.patchStatus(ctx, before, m, retErr); err != nil {
-			retErr = errors.Join(retErr, err)
-		}
 	}()
 
-	phases := []phase{r.reconcileRender, r.reconcileNode}
-	for _, p := range phases {
-		pr, err := p(ctx, s)
-		if err != nil || pr.RequeueAfter > 0 {
-			return pr, err
+	for _, step := range []func(context.Context, *scope) (ctrl.Result, error){r.reconcileRender, r.reconcileNode} {
+		res, err := step(ctx, s)
+		if err != nil || res.RequeueAfter > 0 {
+			return res, err
 		}
 	}
 
@@ -314,16 +316,6 @@ func (r *Reconciler) reconcileRender(ctx context.Context, s *scope) (ctrl.Result
 	}
 
 	s.node = v
-
-	if identityPaused(m) {
-		// The right machine answers again: the pause is lifted, and the
-		// work resumes at the next reconcile, not in this one.
-		msg := fmt.Sprintf("the node at %s is this machine again (%s); the work resumes", m.Spec.Address, v.Identity())
-		set(m, ichorv1alpha1.IdentityConflictCondition, metav1.ConditionFalse, ichorv1alpha1.IdentityConfirmedReason, msg)
-		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ichorv1alpha1.IdentityConfirmedReason, "Compare", "%s", msg)
-
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	}
 
 	if s.active, s.persistent, err = node.Config(ctx); err != nil {
 		markUnreachable(m, err)
