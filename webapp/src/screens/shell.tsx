@@ -40,18 +40,23 @@ function Connection() {
 function ThemeToggle() {
   const [theme, setTheme] = useState<Theme>(storedTheme());
   const next: Record<Theme, Theme> = { system: "dark", dark: "light", light: "system" };
+  const label: Record<Theme, string> = { system: "Auto", dark: "Dark", light: "Light" };
   return (
     <Button
       variant="ghost"
       size="sm"
       data-testid="theme"
-      aria-label={`Colour theme: ${theme}. Switch to ${next[theme]}.`}
       onClick={() => {
         applyTheme(next[theme]);
         setTheme(next[theme]);
       }}
     >
-      {theme === "dark" ? "☾ Dark" : theme === "light" ? "☀ Light" : "◐ Auto"}
+      <span aria-hidden="true">{theme === "dark" ? "☾" : theme === "light" ? "☀" : "◐"}</span>
+      <span>
+        <span class="sr-only">Colour theme: </span>
+        {label[theme]}
+        <span class="sr-only">; switch to {label[next[theme]].toLowerCase()}</span>
+      </span>
     </Button>
   );
 }
