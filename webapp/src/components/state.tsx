@@ -6,9 +6,7 @@ import { Badge } from "./ui/badge";
 export function StateBadge({ m }: { m: Machine }) {
   const s = stateOf(m);
   return (
-    <Badge tone={s.tone} title={s.detail}>
-      {s.text}
-    </Badge>
+    <Badge tone={s.tone}>{s.text}</Badge>
   );
 }
 
