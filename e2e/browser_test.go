@@ -212,11 +212,23 @@ func TestBrowserConsole(t *testing.T) {
 
 	step("narrow screen", func(t *testing.T) {
 		run(t, tab, "a 390 px viewport", chromedp.EmulateViewport(390, 844))
-		for _, s := range []struct{ path, shot string }{{"/", "overview"}, {"/nodes", "nodes"}, {"/add-node", "add-node"}, {"/nodes/" + worker, "node"}} {
+		for _, s := range []struct{ path, shot string }{
+			{"/", "overview"}, {"/nodes", "nodes"}, {"/add-node", "add-node"}, {"/nodes/" + worker, "node"},
+			{"/nodes/" + worker + "/config", "node-config"}, {"/nodes/" + worker + "/talos", "node-talos"}, {"/operations", "operations"}, {"/settings", "settings"},
+		} {
 			navigate(t, tab, s.path)
-			time.Sleep(700 * time.Millisecond)
+			waitJS(t, tab, 30*time.Second, s.shot+" at 390 px", `document.querySelector("#main h1") && !document.querySelector("[data-loading]")`)
+			time.Sleep(300 * time.Millisecond) // the layout settles
 			screenshot(t, tab, "10-390px-"+s.shot)
-			noOverflow(t, tab, s.shot+" at 390 px")
+			checkFits(t, tab, s.shot+" at 390 px")
+		}
+		// The navigation is a menu on a phone: every item whole, the current one marked.
+		run(t, tab, "open the menu", chromedp.Click(chromedp.CSS(`[data-testid=menu]`)))
+		waitJS(t, tab, 5*time.Second, "the menu open", `document.querySelector("#main-nav a[aria-current=page]")?.offsetParent !== null`)
+		screenshot(t, tab, "10-390px-menu")
+		checkFits(t, tab, "the menu at 390 px")
+		if got, _ := eval[string](tab, `document.querySelector("#main-nav a[aria-current=page]")?.textContent ?? ""`); got != "Settings" {
+			t.Errorf("the menu marks %q as the current page on Settings", got)
 		}
 		run(t, tab, "back to 1280 px", chromedp.EmulateViewport(1280, 900))
 	})
@@ -315,4 +327,93 @@ func TestBrowserConsole(t *testing.T) {
 	})
 
 	t.Logf("browser test: %s (with the CLI scenario when it ran first)", time.Since(start).Round(time.Second))
+}
+
+// TestBrowserAccessibility runs axe-core on every page of the console and
+// on the issuer's login form, at 1280 px in the light theme and at 390 px in
+// the dark one: no serious or critical violation (contrast among them). It
+// only reads: it starts from the world the browser test leaves.
+func TestBrowserAccessibility(t *testing.T) {
+	w := approvedWorld(t)
+	ui := startedUI(t, w)
+	script := axeScript(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	user := w.createUser(t, ctx, "e2e-a11y", "admin")
+
+	ms, err := w.list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var cp string
+
+	for _, m := range ms {
+		if m.Spec.Role == "controlplane" && m.ready() {
+			cp = m.Metadata.Name
+
+			break
+		}
+	}
+
+	if cp == "" {
+		t.Fatalf("no Ready control plane to open:\n%s", describe(ms))
+	}
+
+	tab := newBrowser(t)
+
+	run(t, tab, "open the console", chromedp.Navigate(ui.url+"/"))
+	waitJS(t, tab, 30*time.Second, "the issuer's login form", `document.querySelector("input#password")`)
+	checkAccessibility(t, tab, script, "the login form")
+	run(t, tab, "a wrong password",
+		chromedp.SendKeys(chromedp.ID("username"), user.Name),
+		chromedp.SendKeys(chromedp.ID("password"), "not-the-password"),
+		chromedp.Click(chromedp.CSS(`button[type=submit]`)),
+	)
+	waitJS(t, tab, 30*time.Second, "the login form again, with the focus on the password",
+		`document.querySelector("#login-error") && document.activeElement?.id === "password"`)
+	screenshot(t, tab, "20-login-failed")
+	checkAccessibility(t, tab, script, "the login form after a failure")
+	run(t, tab, "the right password",
+		chromedp.SendKeys(chromedp.ID("password"), user.Password),
+		chromedp.Click(chromedp.CSS(`button[type=submit]`)),
+	)
+	waitJS(t, tab, 30*time.Second, "the console after the sign-in", `document.querySelector("[data-testid=user]")?.textContent === "ichor:e2e-a11y"`)
+	waitJS(t, tab, 30*time.Second, "live", `document.querySelector("[data-testid=connection]")?.dataset.state === "live"`)
+
+	pages := []string{"/", "/nodes", "/add-node", "/nodes/" + cp, "/nodes/" + cp + "/storage", "/nodes/" + cp + "/talos",
+		"/nodes/" + cp + "/kubernetes", "/nodes/" + cp + "/config", "/operations", "/settings"}
+
+	for _, v := range []struct {
+		name          string
+		width, height int64
+		dark          bool
+	}{{"1280 px, light", 1280, 900, false}, {"390 px, dark", 390, 844, true}} {
+		run(t, tab, v.name, chromedp.EmulateViewport(v.width, v.height))
+
+		if _, err := eval[bool](tab, fmt.Sprintf(`(document.documentElement.classList.toggle("dark", %t), true)`, v.dark)); err != nil {
+			t.Fatal(err)
+		}
+
+		for i, p := range pages {
+			navigate(t, tab, p)
+			waitJS(t, tab, time.Minute, p+" loaded", `document.querySelector("#main h1") && !document.querySelector("[data-loading]")`)
+			// Focus is on the page's heading (the first page is where the
+			// sign-in left the browser), and the title names the page.
+			if !(i == 0 && !v.dark) {
+				waitJS(t, tab, 5*time.Second, p+": focus on the page's heading", `document.activeElement === document.querySelector("#main h1")`)
+			}
+			if title, _ := eval[string](tab, `document.title`); !strings.HasSuffix(title, " · e2e · Ichor") || strings.HasPrefix(title, "Ichor") {
+				t.Errorf("%s: the title %q does not name the page and the cluster", p, title)
+			}
+			time.Sleep(300 * time.Millisecond) // the colour transitions
+			checkAccessibility(t, tab, script, p+" at "+v.name)
+			if v.width < 640 {
+				screenshot(t, tab, fmt.Sprintf("21-a11y-390px-dark-%02d", i))
+				checkFits(t, tab, p+" at "+v.name)
+			}
+		}
+	}
 }

@@ -187,19 +187,18 @@ func noOverflow(t *testing.T, ctx context.Context, where string) {
 	}
 }
 
-// signIn signs a user in through the console's sign-in page and the issuer's form.
+// signIn signs a user in through the issuer's form, where the console sends a browser that is not signed in.
 func signIn(t *testing.T, ctx context.Context, ui *uiServer, u uiUser, shot string) {
 	t.Helper()
 
+	// Not signed in, the console goes straight to the issuer's form: no
+	// page with one button before it.
 	run(t, ctx, "open the console", chromedp.Navigate(ui.url+"/"))
-	waitJS(t, ctx, 30*time.Second, "the sign-in page", `document.querySelector("#sign-in")`)
+	waitJS(t, ctx, 30*time.Second, "the issuer's login form, straight away", `document.querySelector("input#password")`)
 
 	if shot != "" {
 		screenshot(t, ctx, shot)
 	}
-
-	run(t, ctx, "start the sign-in", chromedp.Click(chromedp.ID("sign-in")))
-	waitJS(t, ctx, 30*time.Second, "the issuer's login form", `document.querySelector("input#password")`)
 	run(t, ctx, "fill the login form",
 		chromedp.SendKeys(chromedp.ID("username"), u.Name),
 		chromedp.SendKeys(chromedp.ID("password"), u.Password),
@@ -219,5 +218,105 @@ func navigate(t *testing.T, ctx context.Context, path string) {
 
 	if _, err := eval[bool](ctx, fmt.Sprintf(`(history.pushState(null, "", %s), dispatchEvent(new PopStateEvent("popstate")), true)`, jsString(path))); err != nil {
 		t.Fatalf("navigate to %s: %v", path, err)
+	}
+}
+
+// axeScript is axe-core, the accessibility engine, from the web console's
+// npm packages (webapp/package.json pins it; `go tool task webapp:deps`
+// installs it, and the test task runs that first).
+func axeScript(t *testing.T) string {
+	t.Helper()
+
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b, err := os.ReadFile(filepath.Join(root, "webapp", "node_modules", "axe-core", "axe.min.js"))
+	if err != nil {
+		t.Fatalf("the accessibility check needs axe-core from the web console's packages (%v): run `go tool task webapp:deps`", err)
+	}
+
+	return string(b)
+}
+
+// axeViolation is one serious or critical finding of axe-core.
+type axeViolation struct {
+	ID     string   `json:"id"`
+	Impact string   `json:"impact"`
+	Help   string   `json:"help"`
+	Nodes  []string `json:"nodes"`
+}
+
+// checkAccessibility runs axe-core on the page (injected once per document)
+// and fails on a serious or critical violation; moderate and minor ones are
+// logged.
+func checkAccessibility(t *testing.T, ctx context.Context, script, where string) {
+	t.Helper()
+
+	if loaded, _ := eval[bool](ctx, `typeof window.axe === "object"`); !loaded {
+		if _, err := eval[bool](ctx, script+"\n;true"); err != nil {
+			t.Fatalf("%s: injecting axe-core: %v", where, err)
+		}
+	}
+
+	out, err := eval[string](ctx, `(async () => {
+		const r = await axe.run(document, { resultTypes: ["violations"] });
+		return JSON.stringify(r.violations.map(v => ({ id: v.id, impact: v.impact, help: v.help,
+			nodes: v.nodes.slice(0, 3).map(n => n.target.join(" ") + ": " + n.html.slice(0, 160)) })));
+	})()`)
+	if err != nil {
+		t.Fatalf("%s: axe-core: %v", where, err)
+	}
+
+	var vs []axeViolation
+	if err := json.Unmarshal([]byte(out), &vs); err != nil {
+		t.Fatalf("%s: reading axe-core's answer: %v", where, err)
+	}
+
+	for _, v := range vs {
+		msg := fmt.Sprintf("%s: %s (%s): %s\n  %s", where, v.ID, v.Impact, v.Help, strings.Join(v.Nodes, "\n  "))
+		if v.Impact == "serious" || v.Impact == "critical" {
+			t.Error(msg)
+		} else {
+			t.Log(msg)
+		}
+	}
+}
+
+// checkFits checks what a narrow screen breaks first: the page scrolls
+// sideways, a table is wider than its card, a shown navigation item or the
+// selected tab is cut.
+func checkFits(t *testing.T, ctx context.Context, where string) {
+	t.Helper()
+	noOverflow(t, ctx, where)
+
+	out, err := eval[string](ctx, `JSON.stringify({
+		tables: [...document.querySelectorAll("main table")].filter(tb => {
+			const card = tb.closest("section, dialog, details, [data-pending]") || tb.parentElement;
+			return tb.getBoundingClientRect().width > card.getBoundingClientRect().width + 1;
+		}).map(tb => tb.getAttribute("aria-label") + " (" + Math.round(tb.getBoundingClientRect().width) + " px)"),
+		cut: [...document.querySelectorAll("#main-nav a, [role=tab][aria-selected=true]")].filter(a => a.offsetParent !== null &&
+			(a.scrollWidth > a.clientWidth + 1 || a.getBoundingClientRect().right > innerWidth + 1 || a.getBoundingClientRect().left < -1))
+			.map(a => a.textContent),
+	})`)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var got struct {
+		Tables []string `json:"tables"`
+		Cut    []string `json:"cut"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+
+	if len(got.Tables) > 0 {
+		t.Errorf("%s: tables wider than their card: %s", where, strings.Join(got.Tables, ", "))
+	}
+
+	if len(got.Cut) > 0 {
+		t.Errorf("%s: navigation items or tabs cut off: %q", where, got.Cut)
 	}
 }

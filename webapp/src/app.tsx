@@ -16,6 +16,8 @@ import { NodePage } from "./screens/node";
 import { OperationPage, Operations } from "./screens/operations";
 import { SettingsPage } from "./screens/settings";
 import { Alert } from "./components/ui/alert";
+import { connectionOf, pollMs, staleAfterMs } from "./lib/connection";
+import { describe } from "./api/errors";
 
 type Phase = { kind: "starting" } | { kind: "signedOut"; reason?: string } | { kind: "ready" };
 
@@ -51,12 +53,15 @@ export function App() {
   if (phase.kind === "starting") {
     return (
       <p class="p-6 text-sm text-muted-foreground" role="status">
-        Loading…
+        Connecting…
       </p>
     );
   }
   if (phase.kind === "signedOut") {
-    return <SignIn reason={phase.reason} onSignIn={() => startSignIn(route.screen === "callback" ? "/" : location.pathname + location.search)} />;
+    const signIn = () => startSignIn(route.screen === "callback" ? "/" : location.pathname + location.search);
+    // Nothing to tell: straight to the issuer's form, no page with one button.
+    if (!phase.reason) return <Redirect go={signIn} />;
+    return <SignIn reason={phase.reason} onSignIn={signIn} />;
   }
   return (
     <Signed
@@ -71,6 +76,20 @@ export function App() {
   );
 }
 
+/** Redirect starts the sign-in at once and says so while the browser leaves. */
+function Redirect({ go }: { go: () => Promise<void> }) {
+  const [error, setError] = useState<unknown>(null);
+  useEffect(() => {
+    go().catch(setError);
+  }, []);
+  if (error) return <SignIn reason={`The sign-in could not start: ${describe(error)}`} onSignIn={() => go().catch(setError)} />;
+  return (
+    <p class="p-6 text-sm text-muted-foreground" role="status">
+      Signing in…
+    </p>
+  );
+}
+
 function Signed({ session, route, onSignOut }: { session: Session; route: ReturnType<typeof match>; onSignOut: () => void }) {
   const client = useMemo(() => createClient(fetchTransport(session)), [session]);
   const [me, setMe] = useState<WhoAmIResponse | null>(null);
@@ -81,6 +100,9 @@ function Signed({ session, route, onSignOut }: { session: Session; route: Return
   const [synced, setSynced] = useState(false);
   const [live, setLive] = useState(false);
   const [watchError, setWatchError] = useState<unknown>(null);
+  // The heartbeat: when ichor-ui last answered (a cluster read or a machine event).
+  const [lastBeat, setLastBeat] = useState(0);
+  const [, setWake] = useState(0);
 
   useEffect(() => {
     client.whoAmI().then(setMe, () => setMe(null));
@@ -94,12 +116,13 @@ function Signed({ session, route, onSignOut }: { session: Session; route: Return
           if (!stop) {
             setCluster(r.cluster ?? null);
             setClusterError(null);
+            setLastBeat(Date.now());
           }
         },
         (e) => !stop && setClusterError(e),
       );
     load();
-    const t = setInterval(load, 5000);
+    const t = setInterval(load, pollMs);
     return () => {
       stop = true;
       clearInterval(t);
@@ -113,9 +136,19 @@ function Signed({ session, route, onSignOut }: { session: Session; route: Return
       setSynced(set.synced);
       setLive(isLive);
       setWatchError(err ?? null);
+      if (isLive) setLastBeat(Date.now());
     });
     return () => ac.abort();
   }, [client]);
+
+  // Render again when the heartbeat goes stale, so that the dot and the
+  // "data as of" say so without any other event.
+  useEffect(() => {
+    if (!lastBeat) return;
+    const t = setTimeout(() => setWake((n) => n + 1), lastBeat + staleAfterMs + 50 - Date.now());
+    return () => clearTimeout(t);
+  }, [lastBeat]);
+  const connection = connectionOf({ now: Date.now(), lastBeat, watchLive: live, error: clusterError ? describe(clusterError) : undefined });
 
   const value: Console = {
     client,
@@ -127,6 +160,7 @@ function Signed({ session, route, onSignOut }: { session: Session; route: Return
     synced,
     live,
     watchError,
+    connection,
     canWrite: canWrite(me?.groups),
   };
 

@@ -1,6 +1,7 @@
 import { createContext } from "preact";
 import { useContext } from "preact/hooks";
 import type { Client, Cluster, Machine, WhoAmIResponse } from "./api/generated";
+import type { Connection } from "./lib/connection";
 
 /** Console is what every screen reads: the API client, the user, the cluster and the live machines. */
 export interface Console {
@@ -13,6 +14,8 @@ export interface Console {
   synced: boolean;
   live: boolean;
   watchError: unknown;
+  /** How current the data is: the link to ichor-ui, not the cluster's health. */
+  connection: Connection;
   canWrite: boolean;
 }
 

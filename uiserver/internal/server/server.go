@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -36,6 +35,7 @@ import (
 
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/auth"
+	"github.com/maeshinshin/ichor/uiserver/internal/frontend"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
 
@@ -197,7 +197,7 @@ func New(opts Options) (*Server, error) {
 	r.Handle("/metrics", http.NotFoundHandler())
 	s.metricsHandler = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
 	r.Route("/api", func(api chi.Router) {
-		api.Use(limitBody)
+		api.Use(limitBody, frontend.CompressJSON)
 		if opts.Encodings != nil && opts.Machines != nil {
 			api.Get("/v1/machines", s.listMachinesREST)
 		}
@@ -207,7 +207,11 @@ func New(opts Options) (*Server, error) {
 		opts.Mount(r)
 	}
 	if opts.Frontend != nil {
-		r.NotFound(spa(opts.Frontend))
+		console, err := frontend.NewHandler(opts.Frontend, consoleHeaders)
+		if err != nil {
+			return nil, fmt.Errorf("the console's files: %w", err)
+		}
+		r.NotFound(console.ServeHTTP)
 	}
 	s.handler = r
 	return s, nil
@@ -311,28 +315,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return s.ServeListeners(ctx, ln, nil)
 }
 
-// spa serves the embedded single-page application: a file when it exists,
-// else index.html (client-side routes).
-func spa(files fs.FS) http.HandlerFunc {
-	fileServer := http.FileServerFS(files)
-	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			http.Error(w, "not found", http.StatusNotFound)
-			return
-		}
-		p := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
-		if p == "" {
-			p = "index.html"
-		}
-		if _, err := fs.Stat(files, p); err != nil {
-			r = r.Clone(r.Context())
-			r.URL.Path = "/"
-		}
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("X-Frame-Options", "DENY")
-		w.Header().Set("Content-Security-Policy", ConsoleCSP)
-		fileServer.ServeHTTP(w, r)
-	}
+// consoleHeaders are the security headers of the console's pages and assets.
+func consoleHeaders(h http.Header) {
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", ConsoleCSP)
 }
 
 // MaxRequestBody bounds the body of an /api request (REST) and a gRPC

@@ -17,21 +17,70 @@ function url(path: string, query: Query | undefined): string {
   return s ? `${path}?${s}` : path;
 }
 
-async function errorOf(resp: Response): Promise<ApiError> {
-  let status: RpcStatus | undefined;
+/** httpReasons are the reason phrases of the statuses ichor-ui and a proxy in front of it answer (HTTP/2 carries none). */
+const httpReasons: Record<number, string> = {
+  400: "Bad Request",
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  408: "Request Timeout",
+  409: "Conflict",
+  413: "Content Too Large",
+  429: "Too Many Requests",
+  500: "Internal Server Error",
+  501: "Not Implemented",
+  502: "Bad Gateway",
+  503: "Service Unavailable",
+  504: "Gateway Timeout",
+};
+
+/**
+ * errorOf reads a failed answer's cause: grpc-gateway's status (a unary
+ * call's body, or {"error": status} when a stream fails before its first
+ * message), else the first line of a text body (a proxy's page), else the
+ * status with its reason phrase.
+ */
+export async function errorOf(resp: Response): Promise<ApiError> {
+  const status = `${resp.status} ${resp.statusText || httpReasons[resp.status] || "error"}`;
+  let text = "";
   try {
-    status = (await resp.json()) as RpcStatus;
+    text = await resp.text();
   } catch {
-    status = undefined;
+    text = "";
   }
-  return new ApiError(resp.status, status, `${resp.status} ${resp.statusText}`);
+  try {
+    const v = JSON.parse(text) as RpcStatus & { error?: RpcStatus };
+    const st = v.error && typeof v.error === "object" ? v.error : v;
+    if (st.message) return new ApiError(resp.status, st, status);
+  } catch {
+    // not JSON: a proxy's or the server's text
+  }
+  const line = text.replace(/<[^>]*>/g, " ").replace(/\s+/g, " ").trim().slice(0, 200);
+  return new ApiError(resp.status, undefined, line ? `${status}: ${line}` : `ichor-ui answered ${status}`);
+}
+
+/** NetworkError is a call that got no answer at all: ichor-ui or the network is down. */
+export class NetworkError extends Error {
+  constructor(cause: unknown) {
+    super(`ichor-ui did not answer (${cause instanceof Error ? cause.message : String(cause)}): check that it runs and that this browser reaches it`);
+    this.name = "NetworkError";
+  }
+}
+
+async function fetchOrNetworkError(input: string, init: RequestInit): Promise<Response> {
+  try {
+    return await fetch(input, init);
+  } catch (e) {
+    if (init.signal?.aborted) throw e;
+    throw new NetworkError(e);
+  }
 }
 
 /** fetchTransport calls the REST mapping of the UI API with a bearer token. */
 export function fetchTransport(tokens: TokenSource): Transport {
   async function send(method: string, path: string, query: Query | undefined, body: unknown, options?: CallOptions): Promise<Response> {
     const go = async (token: string) =>
-      fetch(url(path, query), {
+      fetchOrNetworkError(url(path, query), {
         method,
         headers: {
           Authorization: `Bearer ${token}`,
@@ -56,11 +105,17 @@ export function fetchTransport(tokens: TokenSource): Transport {
     async stream<T>(method: string, path: string, query: Query | undefined, onMessage: (m: T) => void, options?: CallOptions) {
       const resp = await send(method, path, query, undefined, options);
       if (!resp.body) return;
-      await readNDJSON(resp.body, (v) => {
-        const frame = v as { result?: T; error?: RpcStatus };
-        if (frame.error) throw new ApiError(200, frame.error, "the stream failed");
-        if (frame.result !== undefined) onMessage(frame.result);
-      });
+      try {
+        await readNDJSON(resp.body, (v) => {
+          const frame = v as { result?: T; error?: RpcStatus };
+          if (frame.error) throw new ApiError(200, frame.error, "the stream failed");
+          if (frame.result !== undefined) onMessage(frame.result);
+        });
+      } catch (e) {
+        // A connection cut mid-stream is a TypeError of the body's reader.
+        if (e instanceof TypeError && !options?.signal?.aborted) throw new NetworkError(e);
+        throw e;
+      }
     },
   };
 }

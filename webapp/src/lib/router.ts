@@ -46,3 +46,52 @@ export function match(path: string): Route {
   return { screen: "missing", path };
 }
 
+
+const tabTitles: Record<string, string> = { storage: "Storage & network", talos: "Talos", kubernetes: "Kubernetes & etcd", config: "Configuration" };
+
+/** pageTitle is the document title of a route: the page, the cluster, Ichor. */
+export function pageTitle(route: Route, cluster?: string): string {
+  let page: string;
+  switch (route.screen) {
+    case "overview":
+    case "callback":
+      page = "Overview";
+      break;
+    case "nodes":
+      page = "Nodes";
+      break;
+    case "add":
+      page = "Add node";
+      break;
+    case "node":
+      page = tabTitles[route.tab] ? `${route.name} · ${tabTitles[route.tab]}` : route.name;
+      break;
+    case "operations":
+      page = "Operations";
+      break;
+    case "operation":
+      page = `Operation ${route.name}`;
+      break;
+    case "settings":
+      page = "Settings";
+      break;
+    default:
+      page = "No such page";
+  }
+  return [page, cluster, "Ichor"].filter(Boolean).join(" · ");
+}
+
+/** pageKey names the page a route shows, without the node page's tab: focus moves to the heading when it changes, not on a tab change. */
+export function pageKey(route: Route): string {
+  switch (route.screen) {
+    case "node":
+    case "operation":
+      return `${route.screen}/${route.name}`;
+    case "missing":
+      return `missing/${route.path}`;
+    case "callback":
+      return "overview";
+    default:
+      return route.screen;
+  }
+}

@@ -6,7 +6,7 @@ import { timeAgo } from "../lib/status";
 import { discoveryTone } from "../lib/discovery";
 import { Card, CardContent, CardDescription, CardHeader, CardTitle } from "../components/ui/card";
 import { Button } from "../components/ui/button";
-import { Checkbox, Field, Input, Select } from "../components/ui/input";
+import { Checkbox, Field, Input, Select, focusFirst } from "../components/ui/input";
 import { Alert } from "../components/ui/alert";
 import { Badge } from "../components/ui/badge";
 import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
@@ -22,13 +22,15 @@ export function splitList(s: string): string[] {
     .filter(Boolean);
 }
 
-function Register() {
+/** Register registers addresses and subnets for discovery and shows what it found; onReclaim, for admins, starts a reset of a machine another cluster configured. */
+function Register({ onReclaim }: { onReclaim?: (address: string) => void }) {
   const { client, cluster, refreshCluster, canWrite } = useConsole();
   const [addresses, setAddresses] = useState("");
   const [subnets, setSubnets] = useState("");
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
   const [done, setDone] = useState("");
+  const [fieldError, setFieldError] = useState("");
   const d = cluster?.discovery;
 
   async function submit(e: Event) {
@@ -37,9 +39,11 @@ function Register() {
     setDone("");
     const body = { addresses: splitList(addresses), subnets: splitList(subnets) };
     if (body.addresses.length + body.subnets.length === 0) {
-      setError(new Error("Give at least one address or subnet."));
+      setFieldError("Give at least one address or subnet.");
+      focusFirst({ "disc-addresses": "x" }, ["disc-addresses"]);
       return;
     }
+    setFieldError("");
     setBusy(true);
     try {
       await client.addDiscovery({ body });
@@ -65,7 +69,7 @@ function Register() {
       <CardContent class="flex flex-col gap-4">
         {canWrite && (
           <form onSubmit={submit} class="grid grid-cols-1 gap-3 md:grid-cols-[1fr_1fr_auto] md:items-end">
-            <Field id="disc-addresses" label="Addresses" hint="IP addresses, separated by commas or spaces">
+            <Field id="disc-addresses" label="Addresses" hint="IP addresses, separated by commas or spaces" error={fieldError}>
               <Input id="disc-addresses" value={addresses} onInput={(e) => setAddresses(e.currentTarget.value)} placeholder="192.168.1.20" aria-describedby="disc-addresses-hint" />
             </Field>
             <Field id="disc-subnets" label="Subnets to scan" hint="CIDRs, for example 192.168.1.0/24">
@@ -95,15 +99,18 @@ function Register() {
             <TBody>
               {d!.results!.map((r) => (
                 <TR key={r.address}>
-                  <TD class="font-mono text-xs">{r.address}</TD>
-                  <TD>
-                    <Badge tone={discoveryTone(r.result)} title={r.message}>
-                      {r.result}
-                    </Badge>
+                  <TD label="Address" class="font-mono text-xs">{r.address}</TD>
+                  <TD label="Result">
+                    <Badge tone={discoveryTone(r.result)}>{r.result}</Badge>
                     {r.message && <div class="text-xs text-muted-foreground">{r.message}</div>}
+                    {onReclaim && r.result === api.DiscoveryResultAlreadyConfigured && r.address && (
+                      <Button size="sm" variant="outline" class="mt-1" data-testid={`reclaim-${r.address}`} onClick={() => onReclaim(r.address ?? "")}>
+                        Reset and add…
+                      </Button>
+                    )}
                   </TD>
-                  <TD>{r.machine || "—"}</TD>
-                  <TD>{timeAgo(r.probedAt)}</TD>
+                  <TD label="Machine">{r.machine || "—"}</TD>
+                  <TD label="Probed">{timeAgo(r.probedAt)}</TD>
                 </TR>
               ))}
             </TBody>
@@ -130,9 +137,9 @@ function DiskTable({ disks }: { disks: DiscoveredDisk[] }) {
           const s = stableKey(d);
           return (
             <TR key={d.devicePath}>
-              <TD class="font-mono text-xs">{d.devicePath}</TD>
-              <TD>{bytes(d.sizeBytes)}</TD>
-              <TD>
+              <TD label="Device" class="font-mono text-xs">{d.devicePath}</TD>
+              <TD label="Size">{bytes(d.sizeBytes)}</TD>
+              <TD label="Stable id">
                 {s ? (
                   <span class="break-all">
                     <Badge tone={isStable(s.key) ? "neutral" : "warn"}>{stableLabel[s.key]}</Badge> <span class="font-mono text-xs">{s.value}</span>
@@ -141,7 +148,7 @@ function DiskTable({ disks }: { disks: DiscoveredDisk[] }) {
                   "—"
                 )}
               </TD>
-              <TD>{d.hasPartitions ? <Badge tone="warn">has partitions</Badge> : "empty"}</TD>
+              <TD label="Contents">{d.hasPartitions ? <Badge tone="warn">has partitions</Badge> : "empty"}</TD>
             </TR>
           );
         })}
@@ -185,6 +192,9 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
 
+  const [errors, setErrors] = useState<Record<string, string>>({});
+  const diskId = (dp: string) => id(`disk-${dp.replace(/\W+/g, "-")}`);
+
   const installDisk = disks.find((d) => d.devicePath === install);
   const installKey = installDisk ? stableKey(installDisk) : null;
 
@@ -198,34 +208,41 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
   async function submit(e: Event) {
     e.preventDefault();
     setError(null);
-    const problems: string[] = [];
+    // Problems by the id of the field that has them, in the form's order.
+    const problems: Record<string, string> = {};
+    const order: string[] = [];
+    const problem = (field: string, text: string) => {
+      problems[field] = text;
+      order.push(field);
+    };
     const labelMap: Record<string, string> = {};
     for (const l of labels) {
       if (!l.key.trim()) continue;
       labelMap[l.key.trim()] = l.value.trim();
     }
-    if (disks.length > 1 && !installDisk) problems.push("Choose the install disk.");
-    if (installDisk?.hasPartitions && !confirmWipe) problems.push(`The install disk ${installDisk.devicePath} holds partitions: tick the box to confirm wiping it.`);
+    if (disks.length > 1 && !installDisk) problem(id("install"), "Choose the install disk.");
+    if (installDisk?.hasPartitions && !confirmWipe) problem(id("wipe"), `The install disk ${installDisk.devicePath} holds partitions: tick the box to confirm wiping it.`);
     const roles: DiskRole[] = [];
     for (const d of disks) {
       if (d.devicePath === install) continue;
       const c = choice(d.devicePath ?? "");
       if (!c.role) continue;
-      if (c.role === api.DiskRoleUserVolume && !c.volumeName.trim()) problems.push(`Name the user volume on ${d.devicePath}.`);
-      if (d.hasPartitions && !c.confirmWipe) problems.push(`${d.devicePath} holds partitions: confirm wiping it or leave it unused.`);
+      if (c.role === api.DiskRoleUserVolume && !c.volumeName.trim()) problem(`${diskId(d.devicePath ?? "")}-name`, `Name the user volume on ${d.devicePath}.`);
+      if (d.hasPartitions && !c.confirmWipe) problem(`${diskId(d.devicePath ?? "")}-wipe`, `${d.devicePath} holds partitions: confirm wiping it or leave it unused.`);
       roles.push({ disk: selectorOf(d), role: c.role, volumeName: c.volumeName.trim() || undefined, maxSize: c.maxSize.trim() || undefined, confirmWipe: c.confirmWipe || undefined });
     }
     let network: MachineNetwork | undefined;
     if (nic) {
       const v = vlan.trim() === "" ? 0 : Number(vlan);
-      if (!Number.isInteger(v) || v < 0 || v > 4094) problems.push("The VLAN ID is a number from 1 to 4094 (empty for none).");
+      if (!Number.isInteger(v) || v < 0 || v > 4094) problem(id("vlan"), "The VLAN ID is a number from 1 to 4094 (empty for none).");
       network = dhcp
         ? { macAddress: nic, dhcp: true, nameservers: splitList(nameservers), vlan: v || undefined }
         : { macAddress: nic, dhcp: false, addresses: splitList(staticAddrs), gateway: gateway.trim() || undefined, nameservers: splitList(nameservers), vlan: v || undefined };
-      if (!dhcp && splitList(staticAddrs).length === 0) problems.push("A static configuration needs at least one address in CIDR form (10.0.0.5/24).");
+      if (!dhcp && splitList(staticAddrs).length === 0) problem(id("addrs"), "A static configuration needs at least one address in CIDR form (10.0.0.5/24).");
     }
-    if (problems.length) {
-      setError(new Error(problems.join(" ")));
+    setErrors(problems);
+    if (order.length) {
+      focusFirst(problems, order);
       return;
     }
     setBusy(true);
@@ -262,7 +279,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
         <Field id={id("hostname")} label="Hostname" hint="Empty keeps the machine's">
           <Input id={id("hostname")} value={hostname} onInput={(e) => setHostname(e.currentTarget.value)} />
         </Field>
-        <Field id={id("install")} label="Install disk" hint={installKey ? `Keyed on its ${stableLabel[installKey.key]}: ${installKey.value}` : disks.length === 0 ? "No disk was discovered" : "The disk Talos installs to"}>
+        <Field id={id("install")} label="Install disk" error={errors[id("install")]} hint={installKey ? `Keyed on its ${stableLabel[installKey.key]}: ${installKey.value}` : disks.length === 0 ? "No disk was discovered" : "The disk Talos installs to"}>
           <Select id={id("install")} value={install} onChange={(e) => setInstall(e.currentTarget.value)} required={disks.length > 1}>
             {disks.length !== 1 && <option value="">Choose…</option>}
             {disks.map((d) => (
@@ -278,7 +295,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
           The disk has no WWID, serial, by-id or bus path, so it is chosen by its device path ({installKey.value}), which can change across boots.
         </Alert>
       )}
-      {installDisk?.hasPartitions && <Checkbox id={id("wipe")} checked={confirmWipe} onChange={(e) => setConfirmWipe(e.currentTarget.checked)} label={`Wipe ${installDisk.devicePath}: it holds partitions or filesystems`} />}
+      {installDisk?.hasPartitions && <Checkbox id={id("wipe")} error={errors[id("wipe")]} checked={confirmWipe} onChange={(e) => setConfirmWipe(e.currentTarget.checked)} label={`Wipe ${installDisk.devicePath}: it holds partitions or filesystems`} />}
 
       <fieldset class="flex flex-col gap-2">
         <legend class="text-sm font-medium">Labels</legend>
@@ -307,7 +324,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
               const dp = d.devicePath ?? "";
               const c = choice(dp);
               const s = stableKey(d);
-              const rid = id(`disk-${dp.replace(/\W+/g, "-")}`);
+              const rid = diskId(dp);
               return (
                 <div key={dp} class="grid grid-cols-1 gap-2 rounded-md border p-2 md:grid-cols-[12rem_1fr_1fr_1fr] md:items-end">
                   <div class="text-sm">
@@ -324,7 +341,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
                     </Select>
                   </Field>
                   {c.role === api.DiskRoleUserVolume ? (
-                    <Field id={`${rid}-name`} label="Volume name">
+                    <Field id={`${rid}-name`} label="Volume name" error={errors[`${rid}-name`]}>
                       <Input id={`${rid}-name`} value={c.volumeName} onInput={(e) => setChoice(dp, { volumeName: e.currentTarget.value })} />
                     </Field>
                   ) : (
@@ -337,7 +354,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
                   ) : (
                     <div />
                   )}
-                  {c.role && d.hasPartitions && <Checkbox id={`${rid}-wipe`} checked={c.confirmWipe} onChange={(e) => setChoice(dp, { confirmWipe: e.currentTarget.checked })} label={`Wipe ${dp}`} />}
+                  {c.role && d.hasPartitions && <Checkbox id={`${rid}-wipe`} error={errors[`${rid}-wipe`]} checked={c.confirmWipe} onChange={(e) => setChoice(dp, { confirmWipe: e.currentTarget.checked })} label={`Wipe ${dp}`} />}
                 </div>
               );
             })}
@@ -359,7 +376,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
             </Select>
           </Field>
           {nic && (
-            <Field id={id("vlan")} label="VLAN ID" hint="Empty for none">
+            <Field id={id("vlan")} label="VLAN ID" hint="Empty for none" error={errors[id("vlan")]}>
               <Input id={id("vlan")} inputMode="numeric" value={vlan} onInput={(e) => setVlan(e.currentTarget.value)} />
             </Field>
           )}
@@ -376,7 +393,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
         </div>
         {nic && !dhcp && (
           <div class="grid grid-cols-1 gap-3 md:grid-cols-3">
-            <Field id={id("addrs")} label="Addresses" hint="CIDR form, 10.0.0.5/24">
+            <Field id={id("addrs")} label="Addresses" hint="CIDR form, 10.0.0.5/24" error={errors[id("addrs")]}>
               <Input id={id("addrs")} value={staticAddrs} onInput={(e) => setStaticAddrs(e.currentTarget.value)} />
             </Field>
             <Field id={id("gw")} label="Gateway">
@@ -475,21 +492,51 @@ function Pending({ m }: { m: Machine }) {
   );
 }
 
+/**
+ * AddNode is the page's main job first: the machines waiting for approval,
+ * then registering addresses to discover, then (collapsed, for admins) the
+ * reset of a machine another cluster configured, prefilled from the
+ * discovery row that found it.
+ */
 export function AddNode() {
   const { machines, synced, canWrite, me } = useConsole();
   const pending = machines.filter((m) => m.approval?.state === api.ApprovalPending && !m.deleting);
+  const admin = !!me?.groups?.includes("ichor:admin");
+  const [reclaimOpen, setReclaimOpen] = useState(false);
+  const [prefill, setPrefill] = useState<{ address: string; n: number } | null>(null);
   return (
     <>
       <h1 class="text-xl font-semibold">Add node</h1>
       {!canWrite && <Alert tone="info">You can look, but approving and registering machines needs the operator or admin role.</Alert>}
-      <Register />
-      {me?.groups?.includes("ichor:admin") && <ResetAndAdd />}
-      <h2 class="text-lg font-semibold">Waiting for approval</h2>
-      {!synced && <p class="text-sm text-muted-foreground" role="status">Loading…</p>}
-      {synced && pending.length === 0 && <p class="text-sm text-muted-foreground" data-testid="no-pending">No machine waits for approval.</p>}
-      {pending.map((m) => (
-        <Pending key={m.name} m={m} />
-      ))}
+      <section aria-labelledby="pending-title" class="flex flex-col gap-4">
+        <h2 id="pending-title" class="text-lg font-semibold">
+          Waiting for approval{synced ? ` (${pending.length})` : ""}
+        </h2>
+        {!synced && (
+          <p class="text-sm text-muted-foreground" role="status">
+            Loading…
+          </p>
+        )}
+        {synced && pending.length === 0 && (
+          <p class="text-sm text-muted-foreground" data-testid="no-pending">
+            No machine waits for approval. Register an address or a subnet below; the machines discovery finds in maintenance mode show here.
+          </p>
+        )}
+        {pending.map((m) => (
+          <Pending key={m.name} m={m} />
+        ))}
+      </section>
+      <Register
+        onReclaim={
+          admin
+            ? (address) => {
+                setReclaimOpen(true);
+                setPrefill((p) => ({ address, n: (p?.n ?? 0) + 1 }));
+              }
+            : undefined
+        }
+      />
+      {admin && <ResetAndAdd open={reclaimOpen} onToggle={setReclaimOpen} prefill={prefill} />}
     </>
   );
 }

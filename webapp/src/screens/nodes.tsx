@@ -1,5 +1,5 @@
 import { useConsole } from "../context";
-import { StateBadge } from "../components/state";
+import { StateBadge, StateDetail } from "../components/state";
 import { Card, CardContent } from "../components/ui/card";
 import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { LinkButton } from "../components/ui/button";
@@ -7,19 +7,16 @@ import { ErrorAlert } from "../components/errors";
 import * as api from "../api/v1alpha1";
 
 export function Nodes() {
-  const { machines, synced, live, watchError, canWrite } = useConsole();
+  const { machines, synced, watchError, canWrite } = useConsole();
   return (
     <>
       <div class="flex flex-wrap items-center justify-between gap-2">
         <h1 class="text-xl font-semibold">Nodes</h1>
-        <div class="flex items-center gap-2 text-sm text-muted-foreground">
-          <span>{live ? "Live" : "Reconnecting…"}</span>
-          {canWrite && (
-            <LinkButton href="/add-node" variant="default" size="sm">
-              Add node
-            </LinkButton>
-          )}
-        </div>
+        {canWrite && (
+          <LinkButton href="/add-node" variant="default">
+            Add node
+          </LinkButton>
+        )}
       </div>
       <ErrorAlert error={watchError} what="Watching the machines" />
       <Card>
@@ -38,7 +35,7 @@ export function Nodes() {
             <TBody>
               {machines.map((m) => (
                 <TR key={m.name} data-machine={m.name}>
-                  <TD>
+                  <TD label="Name">
                     {m.approval?.state === api.ApprovalPending ? (
                       <a href="/add-node" class="font-medium hover:underline">
                         {m.name}
@@ -50,13 +47,14 @@ export function Nodes() {
                     )}
                     {m.hostname && m.hostname !== m.name && <div class="text-xs text-muted-foreground">{m.hostname}</div>}
                   </TD>
-                  <TD data-col="state">
+                  <TD label="State" data-col="state">
                     <StateBadge m={m} />
+                    <StateDetail m={m} />
                   </TD>
-                  <TD data-col="role">{m.role || "—"}</TD>
-                  <TD class="font-mono text-xs" data-col="address">{m.address || "—"}</TD>
-                  <TD class="font-mono text-xs">{m.talosVersion || "—"}</TD>
-                  <TD data-col="stage">{m.stage || "—"}</TD>
+                  <TD label="Role" data-col="role">{m.role || "—"}</TD>
+                  <TD label="Address" class="font-mono text-xs" data-col="address">{m.address || "—"}</TD>
+                  <TD label="Talos" class="font-mono text-xs">{m.talosVersion || "—"}</TD>
+                  <TD label="Stage" data-col="stage">{m.stage || "—"}</TD>
                 </TR>
               ))}
             </TBody>

@@ -13,9 +13,7 @@ import { Detail } from "./overview";
 
 export function PhaseBadge({ op }: { op: Operation }) {
   return (
-    <Badge tone={phaseTone(op)} title={op.failureReason}>
-      {phaseText(op)}
-    </Badge>
+    <Badge tone={phaseTone(op)}>{phaseText(op)}</Badge>
   );
 }
 
@@ -81,22 +79,25 @@ export function Operations() {
             <TBody>
               {(ops ?? []).map((op) => (
                 <TR key={op.name} data-operation={op.name}>
-                  <TD>
+                  <TD label="Name">
                     <a href={`/operations/${encodeURIComponent(op.name ?? "")}`} class="font-medium hover:underline">
                       {op.name}
                     </a>
                   </TD>
-                  <TD>{op.type}</TD>
-                  <TD data-col="phase">
+                  <TD label="Type">{op.type}</TD>
+                  <TD label="Phase" data-col="phase">
                     <PhaseBadge op={op} />
                   </TD>
-                  <TD class="text-xs">{op.step || "—"}</TD>
-                  <TD class="font-mono text-xs">{fromTo(op)}</TD>
-                  <TD class="text-xs">
-                    <span title={op.startedAt}>{op.startedAt ? timeAgo(op.startedAt) : "not yet"}</span>
+                  <TD label="Step" class="text-xs">
+                    {op.step || "—"}
+                    {op.failureReason && <div class="text-destructive-foreground break-words">Failed: {op.failureReason}</div>}
+                  </TD>
+                  <TD label="From → to" class="font-mono text-xs">{fromTo(op)}</TD>
+                  <TD label="Started" class="text-xs">
+                    {op.startedAt ? <time dateTime={op.startedAt}>{timeAgo(op.startedAt)}</time> : "not yet"}
                   </TD>
                   {canWrite && (
-                    <TD>
+                    <TD label="Actions">
                       <PauseResume op={op} onDone={reload} />
                     </TD>
                   )}
@@ -175,15 +176,15 @@ export function OperationPage({ name }: { name: string }) {
                 <TBody>
                   {(op.machines ?? []).map((m) => (
                     <TR key={m.name}>
-                      <TD>
+                      <TD label="Machine">
                         <a href={`/nodes/${encodeURIComponent(m.name ?? "")}`} class="hover:underline">
                           {m.name}
                         </a>
                       </TD>
-                      <TD>
+                      <TD label="State">
                         <Badge tone={machineTone(m.state)}>{m.state}</Badge>
                       </TD>
-                      <TD class="text-xs">{m.message || "—"}</TD>
+                      <TD label="Detail" class="text-xs">{m.message || "—"}</TD>
                     </TR>
                   ))}
                 </TBody>

@@ -1,7 +1,9 @@
 import { useState } from "preact/hooks";
 import { useConsole } from "../context";
 import { needsAttention, readyOf } from "../lib/status";
-import { Card, CardContent, CardDescription, CardHeader, CardTitle } from "../components/ui/card";
+import { Card, CardContent, CardHeader, CardTitle } from "../components/ui/card";
+import { Alert } from "../components/ui/alert";
+import { NetworkError } from "../api/transport";
 import { Badge } from "../components/ui/badge";
 import { Button, LinkButton } from "../components/ui/button";
 import { ErrorAlert } from "../components/errors";
@@ -11,18 +13,17 @@ import { waitsForRollout } from "../lib/rollout";
 import { ConfigRolloutDialog } from "./rollout";
 import * as api from "../api/v1alpha1";
 
+/** Tile is one figure of the overview: its label is the heading, the figure the text under it. */
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
   const body = (
     <Card class="h-full">
       <CardHeader>
-        <CardDescription>{title}</CardDescription>
-        <CardTitle>
-          <span class="text-3xl font-semibold" data-testid={testid}>
-            {value}
-          </span>
-        </CardTitle>
+        <h2 class="text-sm font-medium text-muted-foreground">{title}</h2>
+        <p class="text-3xl font-semibold leading-tight break-words" data-testid={testid}>
+          {value}
+        </p>
       </CardHeader>
-      {detail && <CardContent class="text-sm text-muted-foreground">{detail}</CardContent>}
+      {detail && <CardContent class="text-sm text-muted-foreground break-words">{detail}</CardContent>}
     </Card>
   );
   return href ? (
@@ -55,7 +56,13 @@ export function Overview() {
           </LinkButton>
         )}
       </div>
-      <ErrorAlert error={clusterError} what="Reading the cluster" />
+      {/* ichor-ui not answering is told once, by the shell, with the time of the data. */}
+      {!(clusterError instanceof NetworkError) && <ErrorAlert error={clusterError} what="Reading the cluster" />}
+      {cluster && cluster.ready !== "True" && cluster.readyMessage && (
+        <Alert tone={cluster.ready === "False" ? "error" : "warn"} title={cluster.ready === "False" ? "The cluster is not ready" : "The cluster's health is not known yet"}>
+          <span data-testid="ready-message">{cluster.readyMessage}</span>
+        </Alert>
+      )}
       <div class="grid grid-cols-1 gap-4 sm:grid-cols-2 lg:grid-cols-4">
         <Tile title="Nodes ready" testid="tile-nodes" value={synced ? `${ready.length} / ${approved.length}` : "…"} detail={`${cps} control plane${cps === 1 ? "" : "s"}, ${approved.length - cps} worker${approved.length - cps === 1 ? "" : "s"}`} href="/nodes" />
         <Tile title="Waiting for approval" testid="tile-pending" value={synced ? pending.length : "…"} detail={pending.length ? "Review them on Add node" : "No machine waits"} href="/add-node" />

@@ -1,10 +1,10 @@
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { useConsole } from "../context";
 import type { Reclaim } from "../api/generated";
 import { canConfirm, isIP, reclaimFinished, reclaimTone, reclaimable, uuidMatches } from "../lib/reclaim";
-import { Card, CardContent, CardDescription, CardHeader, CardTitle } from "../components/ui/card";
+import { CardContent, CardDescription, CardHeader } from "../components/ui/card";
 import { Button } from "../components/ui/button";
-import { Checkbox, Field, Input, Select, Textarea } from "../components/ui/input";
+import { Checkbox, Field, Input, Select, Textarea, focusFirst } from "../components/ui/input";
 import { Alert } from "../components/ui/alert";
 import { Badge } from "../components/ui/badge";
 import { ErrorAlert } from "../components/errors";
@@ -19,7 +19,7 @@ const pollMs = 2000;
  * lives only in this form's state until the request is sent, and is cleared
  * when it is; the backend keeps it in a Secret that expires.
  */
-export function ResetAndAdd() {
+export function ResetAndAdd({ open, onToggle, prefill }: { open: boolean; onToggle: (open: boolean) => void; prefill: { address: string; n: number } | null }) {
   const { client, cluster, refreshCluster } = useConsole();
   const found = reclaimable(cluster?.discovery?.results);
   const [address, setAddress] = useState("");
@@ -33,6 +33,18 @@ export function ResetAndAdd() {
   const [reclaim, setReclaim] = useState<Reclaim | null>(null);
   const [typed, setTyped] = useState("");
   const [cancelled, setCancelled] = useState(false);
+  const [errors, setErrors] = useState<Record<string, string>>({});
+
+  // A discovery row's "Reset and add…": its address, and the talosconfig next.
+  const box = useRef<HTMLElement>(null);
+  useEffect(() => {
+    if (!prefill) return;
+    setAddress(prefill.address);
+    requestAnimationFrame(() => {
+      box.current?.scrollIntoView({ block: "start" });
+      document.getElementById("reclaim-talosconfig")?.focus();
+    });
+  }, [prefill?.n]);
 
   // Follow the reclaim until it ends.
   const name = reclaim?.name;
@@ -54,12 +66,14 @@ export function ResetAndAdd() {
   async function start(e: Event) {
     e.preventDefault();
     setError(null);
-    const problems: string[] = [];
-    if (!isIP(address)) problems.push("Give the machine's IP address, such as 192.168.1.20.");
-    if (!talosconfig.trim()) problems.push("Paste the other cluster's talosconfig.");
-    if (force && !forceConfirmed) problems.push("Overriding the quorum refusals needs the second box ticked too.");
-    if (problems.length) {
-      setError(new Error(problems.join(" ")));
+    const problems: Record<string, string> = {};
+    const addressField = found.length ? "reclaim-address-typed" : "reclaim-address";
+    if (!isIP(address)) problems[addressField] = "Give the machine's IP address, such as 192.168.1.20.";
+    if (!talosconfig.trim()) problems["reclaim-talosconfig"] = "Paste the other cluster's talosconfig.";
+    if (force && !forceConfirmed) problems["reclaim-force-confirm"] = "Overriding the quorum refusals needs this box ticked too.";
+    setErrors(problems);
+    if (Object.keys(problems).length) {
+      focusFirst(problems, [addressField, "reclaim-talosconfig", "reclaim-force-confirm"]);
       return;
     }
     setBusy(true);
@@ -111,11 +125,15 @@ export function ResetAndAdd() {
 
   const ins = reclaim?.inspection;
   return (
-    <Card aria-labelledby="reclaim-title">
-      <CardHeader>
-        <CardTitle>
-          <span id="reclaim-title">Reset and add</span>
-        </CardTitle>
+    <section ref={box} aria-labelledby="reclaim-title" class="rounded-lg border bg-card shadow-sm">
+      <details open={open} onToggle={(e) => onToggle((e.currentTarget as HTMLDetailsElement).open)}>
+      <summary class="cursor-pointer p-4">
+        <h2 id="reclaim-title" class="inline text-base font-semibold">
+          Machine configured by another cluster
+        </h2>
+        <span class="block text-sm text-muted-foreground">Reset it with that cluster's talosconfig and add it here.</span>
+      </summary>
+      <CardHeader class="pt-0">
         <CardDescription>
           A machine another Talos cluster configured answers only that cluster's talosconfig. Paste it to wipe the machine's STATE and EPHEMERAL (user disks
           stay) so it comes back in maintenance mode and waits for approval here. Only the address below is dialled; the talosconfig is kept in an expiring
@@ -126,7 +144,7 @@ export function ResetAndAdd() {
         {!reclaim && (
           <form onSubmit={start} class="flex flex-col gap-3" aria-label="Start a reset and add">
             <div class="grid grid-cols-1 gap-3 md:grid-cols-2">
-              <Field id="reclaim-address" label="Address" hint={found.length ? "Discovery found these configured by another cluster" : "The machine's IP address"}>
+              <Field id="reclaim-address" label="Address" error={found.length ? undefined : errors["reclaim-address"]} hint={found.length ? "Discovery found these configured by another cluster" : "The machine's IP address"}>
                 {found.length ? (
                   <Select id="reclaim-address" value={address} onChange={(e) => setAddress(e.currentTarget.value)}>
                     <option value="">Choose or type below…</option>
@@ -145,11 +163,11 @@ export function ResetAndAdd() {
               </Field>
             </div>
             {found.length > 0 && (
-              <Field id="reclaim-address-typed" label="Or another address">
+              <Field id="reclaim-address-typed" label="Or another address" error={errors["reclaim-address-typed"]}>
                 <Input id="reclaim-address-typed" value={address} onInput={(e) => setAddress(e.currentTarget.value)} placeholder="192.168.1.20" />
               </Field>
             )}
-            <Field id="reclaim-talosconfig" label="The other cluster's talosconfig" hint="Its current context's ca, crt and key are used; its endpoints are ignored">
+            <Field id="reclaim-talosconfig" label="The other cluster's talosconfig" error={errors["reclaim-talosconfig"]} hint="Its current context's ca, crt and key are used; its endpoints are ignored">
               <Textarea
                 id="reclaim-talosconfig"
                 rows={8}
@@ -165,6 +183,7 @@ export function ResetAndAdd() {
             {force && (
               <Checkbox
                 id="reclaim-force-confirm"
+                error={errors["reclaim-force-confirm"]}
                 checked={forceConfirmed}
                 onChange={(e) => setForceConfirmed(e.currentTarget.checked)}
                 label="I understand this can break the other cluster's etcd"
@@ -256,6 +275,7 @@ export function ResetAndAdd() {
         )}
         <ErrorAlert error={error} what="Reset and add" />
       </CardContent>
-    </Card>
+    </details>
+    </section>
   );
 }

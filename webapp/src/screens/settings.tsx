@@ -14,7 +14,7 @@ import * as api from "../api/v1alpha1";
 const aborted = 10; // gRPC ABORTED: the settings changed since they were read.
 
 export function SettingsPage() {
-  const { client, me } = useConsole();
+  const { client, me, cluster } = useConsole();
   const [read, setRead] = useState<Settings | undefined>(undefined);
   const [form, setForm] = useState<SettingsForm>(formOf(undefined));
   const [loadError, setLoadError] = useState<unknown>(null);
@@ -124,7 +124,11 @@ export function SettingsPage() {
       {read && (
         <Card>
           <dl class="grid grid-cols-1 gap-x-6 gap-y-2 p-4 text-sm sm:grid-cols-2">
-            <Detail k="Installed Ichor release" v={read.installedVersion || "not reported yet"} mono />
+            <Detail
+              k="Installed Ichor release"
+              v={read.installedVersion || (cluster?.ichorVersion ? `${cluster.ichorVersion} (as the cluster reports it; the installation has not recorded its release)` : "not reported yet")}
+              mono
+            />
             <Detail k="Console may change settings" v={read.readOnly ? "No (--settings-read-only)" : "Yes, for admins"} />
           </dl>
         </Card>

@@ -3,7 +3,7 @@ import { cn } from "./cn";
 
 const tones = {
   info: "border-border bg-muted/50",
-  warn: "border-warn/50 bg-warn/10",
+  warn: "border-warn/60 bg-warn/10",
   error: "border-destructive/50 bg-destructive/10",
 } as const;
 

@@ -1,16 +1,24 @@
 import type { ButtonHTMLAttributes, ComponentChildren } from "preact";
 import { cn } from "./cn";
 
-const variants = {
+/**
+ * The button variants: default (Ichor's blue) for the page's main action,
+ * outline for the others, ghost for tool buttons, and destructive (red) only
+ * for an action that deletes or wipes. src/lib/contrast.test.ts checks their
+ * text against their background in both themes.
+ */
+export const buttonVariants = {
   default: "bg-primary text-primary-foreground hover:opacity-90",
-  outline: "border bg-background hover:bg-muted",
-  ghost: "hover:bg-muted",
-  destructive: "bg-destructive text-white hover:opacity-90",
+  outline: "border bg-background text-foreground hover:bg-muted",
+  ghost: "text-foreground hover:bg-muted",
+  destructive: "bg-destructive text-on-destructive hover:opacity-90",
 } as const;
+const variants = buttonVariants;
 
+/** Two sizes: default for a page's or a form's actions, sm for actions inside a row, a list item or a card's header. */
 const sizes = {
   default: "h-9 px-4",
-  sm: "h-8 px-3 text-xs",
+  sm: "h-8 px-3",
   icon: "h-9 w-9",
 } as const;
 

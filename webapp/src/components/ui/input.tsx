@@ -1,7 +1,7 @@
-import type { ComponentChildren, InputHTMLAttributes, LabelHTMLAttributes, SelectHTMLAttributes, TextareaHTMLAttributes } from "preact";
+import { cloneElement, isValidElement, type ComponentChildren, type InputHTMLAttributes, type LabelHTMLAttributes, type SelectHTMLAttributes, type TextareaHTMLAttributes, type VNode } from "preact";
 import { cn } from "./cn";
 
-const field = "flex h-9 w-full rounded-md border bg-background px-3 py-1 text-sm placeholder:text-muted-foreground disabled:opacity-50";
+const field = "flex h-9 w-full rounded-md border bg-background px-3 py-1 text-sm placeholder:text-muted-foreground disabled:opacity-50 aria-invalid:border-destructive";
 
 export function Input({ class: cls, ...rest }: InputHTMLAttributes<HTMLInputElement>) {
   return <input class={cn(field, cls as string)} {...rest} />;
@@ -19,28 +19,62 @@ export function Label({ class: cls, ...rest }: LabelHTMLAttributes<HTMLLabelElem
   return <label class={cn("text-sm font-medium leading-none", cls as string)} {...rest} />;
 }
 
-/** Field is a label, a control and an optional hint, tied together by id. */
-export function Field({ id, label, hint, children, class: cls }: { id: string; label: string; hint?: ComponentChildren; children: ComponentChildren; class?: string }) {
+/**
+ * Field is a label, a control, an optional hint and an optional error, tied
+ * together by id: the control gets aria-describedby (hint and error) and
+ * aria-invalid when there is an error, so a screen reader reads why.
+ */
+export function Field({ id, label, hint, error, children, class: cls }: { id: string; label: string; hint?: ComponentChildren; error?: string; children: ComponentChildren; class?: string }) {
+  const describedBy = [hint ? `${id}-hint` : "", error ? `${id}-error` : ""].filter(Boolean).join(" ") || undefined;
+  const control = isValidElement(children)
+    ? cloneElement(children as VNode<Record<string, unknown>>, { "aria-describedby": describedBy, "aria-invalid": error ? true : undefined })
+    : children;
   return (
     <div class={cn("flex flex-col gap-1.5", cls)}>
       <Label for={id}>{label}</Label>
-      {children}
+      {control}
       {hint && (
         <p id={`${id}-hint`} class="text-xs text-muted-foreground">
           {hint}
+        </p>
+      )}
+      {error && (
+        <p id={`${id}-error`} class="text-xs font-medium text-destructive-foreground" data-testid="field-error">
+          {error}
         </p>
       )}
     </div>
   );
 }
 
-export function Checkbox({ id, label, checked, onChange }: { id: string; label: ComponentChildren; checked: boolean; onChange: (e: { currentTarget: HTMLInputElement }) => void }) {
+/** focusFirst moves focus to the first of the ids that has an error, after the errors render. */
+export function focusFirst(errors: Record<string, string>, order: string[]): void {
+  const id = order.find((k) => errors[k]);
+  if (id) requestAnimationFrame(() => document.getElementById(id)?.focus());
+}
+
+export function Checkbox({ id, label, checked, onChange, error }: { id: string; label: ComponentChildren; checked: boolean; onChange: (e: { currentTarget: HTMLInputElement }) => void; error?: string }) {
   return (
-    <div class="flex items-center gap-2">
-      <input id={id} type="checkbox" class="h-4 w-4 accent-[var(--primary)]" checked={checked} onChange={onChange} />
-      <label for={id} class="text-sm">
-        {label}
-      </label>
+    <div class="flex flex-col gap-1">
+      <div class="flex items-center gap-2">
+        <input
+          id={id}
+          type="checkbox"
+          class="h-4 w-4 accent-[var(--primary)]"
+          checked={checked}
+          onChange={onChange}
+          aria-invalid={error ? true : undefined}
+          aria-describedby={error ? `${id}-error` : undefined}
+        />
+        <label for={id} class="text-sm">
+          {label}
+        </label>
+      </div>
+      {error && (
+        <p id={`${id}-error`} class="text-xs font-medium text-destructive-foreground" data-testid="field-error">
+          {error}
+        </p>
+      )}
     </div>
   );
 }

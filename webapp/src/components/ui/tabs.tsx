@@ -1,7 +1,14 @@
+import { useEffect, useRef } from "preact/hooks";
 import { cn } from "./cn";
+import { scrollIntoRow } from "../../lib/scroll";
 
 /** Tabs is a tab list of links (each tab has its own URL); arrow keys move between tabs. */
 export function Tabs({ tabs, active, hrefOf, label }: { tabs: { id: string; label: string }[]; active: string; hrefOf: (id: string) => string; label: string }) {
+  const list = useRef<HTMLDivElement>(null);
+  // The selected tab shows on a narrow screen: the list scrolls to it (not the page).
+  useEffect(() => {
+    scrollIntoRow(list.current, list.current?.querySelector<HTMLElement>("[aria-selected=true]"));
+  }, [active]);
   function onKey(e: KeyboardEvent) {
     if (e.key !== "ArrowRight" && e.key !== "ArrowLeft") return;
     const list = (e.currentTarget as HTMLElement).querySelectorAll<HTMLAnchorElement>("[role=tab]");
@@ -11,7 +18,7 @@ export function Tabs({ tabs, active, hrefOf, label }: { tabs: { id: string; labe
     e.preventDefault();
   }
   return (
-    <div role="tablist" aria-label={label} onKeyDown={onKey} class="flex gap-1 overflow-x-auto border-b">
+    <div ref={list} role="tablist" aria-label={label} onKeyDown={onKey} class="flex gap-1 overflow-x-auto border-b">
       {tabs.map((t) => (
         <a
           key={t.id}

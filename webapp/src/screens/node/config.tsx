@@ -48,13 +48,13 @@ export function Configuration({ m, client }: { m: Machine; client: Client }) {
               <TBody>
                 {entries.map((e, i) => (
                   <TR key={i}>
-                    <TD class="text-xs">
+                    <TD label="Document" class="text-xs">
                       {e.kind}
                       {e.documentName ? `/${e.documentName}` : ""}
                     </TD>
-                    <TD class="font-mono text-xs break-all">{e.field}</TD>
-                    <TD class="font-mono text-xs break-all">{e.secret ? <Badge tone="warn" title="Secret: masked">●●●●●● secret</Badge> : e.valueJson}</TD>
-                    <TD class="text-xs">
+                    <TD label="Field" class="font-mono text-xs break-all">{e.field}</TD>
+                    <TD label="Value" class="font-mono text-xs break-all">{e.secret ? <Badge tone="warn">●●●●●● secret (masked)</Badge> : e.valueJson}</TD>
+                    <TD label="Set by" class="text-xs">
                       <Badge>{e.originLayer}</Badge> {e.originPatch}
                     </TD>
                   </TR>

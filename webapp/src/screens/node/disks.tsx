@@ -59,11 +59,11 @@ export function Disks({ m, client }: { m: Machine; client: Client }) {
               const s = stableKey(d);
               return (
                 <TR key={d.devicePath}>
-                  <TD class="font-mono text-xs">{d.devicePath}</TD>
-                  <TD>{bytes(d.sizeBytes)}</TD>
-                  <TD>{"model" in d ? (d.model as string) : "—"}</TD>
-                  <TD>{"transport" in d ? (d.transport as string) : "—"}</TD>
-                  <TD class="break-all">{s ? `${stableLabel[s.key]} ${s.value}` : "—"}</TD>
+                  <TD label="Device" class="font-mono text-xs">{d.devicePath}</TD>
+                  <TD label="Size">{bytes(d.sizeBytes)}</TD>
+                  <TD label="Model">{"model" in d ? (d.model as string) : "—"}</TD>
+                  <TD label="Transport">{"transport" in d ? (d.transport as string) : "—"}</TD>
+                  <TD label="Stable id" class="break-all">{s ? `${stableLabel[s.key]} ${s.value}` : "—"}</TD>
                 </TR>
               );
             })}

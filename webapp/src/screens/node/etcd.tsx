@@ -32,11 +32,11 @@ export function EtcdMembers({ m, client }: { m: Machine; client: Client }) {
             <TBody>
               {(etcd.data.members ?? []).map((e) => (
                 <TR key={e.id}>
-                  <TD class="font-mono text-xs">
+                  <TD label="Member" class="font-mono text-xs">
                     {e.id} {e.learner && <Badge tone="warn">learner</Badge>}
                   </TD>
-                  <TD>{e.hostname}</TD>
-                  <TD class="font-mono text-xs break-all">{e.peerUrls?.join(", ")}</TD>
+                  <TD label="Hostname">{e.hostname}</TD>
+                  <TD label="Peer URLs" class="font-mono text-xs break-all">{e.peerUrls?.join(", ")}</TD>
                 </TR>
               ))}
             </TBody>

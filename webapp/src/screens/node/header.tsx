@@ -1,20 +1,23 @@
 import type { Machine } from "../../api/generated";
 import { Badge } from "../../components/ui/badge";
 import { Button } from "../../components/ui/button";
-import { StateBadge } from "../../components/state";
+import { StateBadge, StateDetail } from "../../components/state";
 
 /** NodeHeader is the node's name, state and role, and the remove button when onRemove is given. */
 export function NodeHeader({ m, onRemove }: { m: Machine; onRemove?: () => void }) {
   return (
+    <div class="flex flex-col gap-1">
     <div class="flex flex-wrap items-center gap-3">
       <h1 class="text-xl font-semibold break-all">{m.name}</h1>
       <StateBadge m={m} />
       {m.role && <Badge>{m.role}</Badge>}
       {onRemove && (
-        <Button variant="destructive" size="sm" class="ml-auto" onClick={onRemove} data-testid="remove-node">
+        <Button variant="destructive" class="ml-auto" onClick={onRemove} data-testid="remove-node">
           Remove node…
         </Button>
       )}
+    </div>
+      <StateDetail m={m} class="text-sm text-muted-foreground break-words" />
     </div>
   );
 }

@@ -29,20 +29,20 @@ export function Links({ m, client }: { m: Machine; client: Client }) {
             {links.data?.links
               ? links.data.links.map((l) => (
                   <TR key={l.name}>
-                    <TD>
+                    <TD label="Name">
                       {l.name} {l.aliases?.length ? <span class="text-xs text-muted-foreground">({l.aliases.join(", ")})</span> : null}
                     </TD>
-                    <TD class="font-mono text-xs">{l.permanentAddr || l.hardwareAddr}</TD>
-                    <TD>{l.operationalState}</TD>
-                    <TD class="font-mono text-xs">{l.addresses?.join(", ")}</TD>
+                    <TD label="MAC" class="font-mono text-xs">{l.permanentAddr || l.hardwareAddr}</TD>
+                    <TD label="State">{l.operationalState}</TD>
+                    <TD label="Addresses" class="font-mono text-xs">{l.addresses?.join(", ")}</TD>
                   </TR>
                 ))
               : (m.hardware?.links ?? []).map((l) => (
                   <TR key={l.name}>
-                    <TD>{l.name}</TD>
-                    <TD class="font-mono text-xs">{l.permanentMac}</TD>
-                    <TD>—</TD>
-                    <TD class="font-mono text-xs">{l.addresses?.join(", ")}</TD>
+                    <TD label="Name">{l.name}</TD>
+                    <TD label="MAC" class="font-mono text-xs">{l.permanentMac}</TD>
+                    <TD label="State">—</TD>
+                    <TD label="Addresses" class="font-mono text-xs">{l.addresses?.join(", ")}</TD>
                   </TR>
                 ))}
           </TBody>

@@ -35,14 +35,13 @@ export function Services({ svc }: { svc: Call<GetNodeServicesResponse> }) {
                 const h = serviceHealth(s);
                 return (
                   <TR key={s.id}>
-                    <TD class="font-medium">{s.id}</TD>
-                    <TD>{s.state}</TD>
-                    <TD>
-                      <Badge tone={h.tone} title={h.title}>
-                        {h.text}
-                      </Badge>
+                    <TD label="Service" class="font-medium">{s.id}</TD>
+                    <TD label="State">{s.state}</TD>
+                    <TD label="Health">
+                      <Badge tone={h.tone}>{h.text}</Badge>
+                      {h.title && <div class="text-xs text-muted-foreground break-words">{h.title}</div>}
                     </TD>
-                    <TD class="text-muted-foreground">
+                    <TD label="Last event" class="text-muted-foreground">
                       {s.lastEvent} {s.lastEventTime && `(${timeAgo(s.lastEventTime)})`}
                     </TD>
                   </TR>

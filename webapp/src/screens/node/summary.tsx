@@ -16,7 +16,7 @@ function MachineDetails({ m }: { m: Machine }) {
           <Detail k="Role" v={m.role} />
           <Detail k="Stage" v={m.stage} />
           <Detail k="Address" v={m.address} mono />
-          <Detail k="Hostname" v={m.hostname} />
+          <Detail k="Hostname" v={m.hostname || (m.nodeName ? `${m.nodeName} (its Kubernetes node name; no hostname reported)` : undefined)} />
           <Detail k="Talos version" v={m.talosVersion} />
           <Detail k="Installed" v={m.installed ? "yes" : "no"} />
           <Detail k="Approved by" v={m.approval?.decidedBy ? `${m.approval.decidedBy}, ${timeAgo(m.approval.decidedAt)}` : undefined} />
