@@ -78,3 +78,35 @@ func TestSummarizeTalosMachine(t *testing.T) {
 		})
 	}
 }
+
+// TestConditionAbnormal: a condition is abnormal in the status that is not
+// its type's healthy one, Unknown included; types the table does not list
+// only inform.
+func TestConditionAbnormal(t *testing.T) {
+	for _, tt := range []struct {
+		c    metav1.Condition
+		want bool
+	}{
+		{metav1.Condition{Type: ReadyCondition, Status: metav1.ConditionTrue}, false},
+		{metav1.Condition{Type: ReadyCondition, Status: metav1.ConditionFalse}, true},
+		{metav1.Condition{Type: ReadyCondition, Status: metav1.ConditionUnknown}, true},
+		{metav1.Condition{Type: DriftedCondition, Status: metav1.ConditionFalse}, false},
+		{metav1.Condition{Type: DriftedCondition, Status: metav1.ConditionTrue}, true},
+		{metav1.Condition{Type: NodeHealthyCondition, Status: metav1.ConditionFalse}, true},
+		{metav1.Condition{Type: SecureBootCondition, Status: metav1.ConditionFalse}, false},
+	} {
+		if got := ConditionAbnormal(tt.c); got != tt.want {
+			t.Errorf("ConditionAbnormal(%s=%s) = %t, want %t", tt.c.Type, tt.c.Status, got, tt.want)
+		}
+	}
+
+	// Every condition the machine summary reads has a healthy status.
+	for _, typ := range []string{
+		DeletingCondition, IdentityConflictCondition, FingerprintTrustedCondition, ProvisionedCondition,
+		NodeHealthyCondition, InSyncCondition, DriftedCondition, RebootRequiredCondition, APIServerRestartRequiredCondition,
+	} {
+		if _, ok := ConditionHealthyStatus[typ]; !ok {
+			t.Errorf("%s has no healthy status in ConditionHealthyStatus", typ)
+		}
+	}
+}

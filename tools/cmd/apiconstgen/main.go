@@ -3,7 +3,9 @@
 // them (contracts/api/v1alpha1): every exported, untyped string constant —
 // condition types, reasons, phases, stages, annotations, labels — under its
 // Go name, so the console never spells "RebootRequired" by hand and a renamed
-// constant breaks its build. The output depends only on the input (names are
+// constant breaks its build — and the table of each condition type's healthy
+// status (ConditionHealthyStatus), so the console judges a condition as the
+// API package does. The output depends only on the input (names are
 // sorted), so `go tool task verify` checks the committed file for drift.
 //
 //	go run ./cmd/apiconstgen -in ../contracts/api/v1alpha1 -out ../webapp/src/api/v1alpha1.ts
@@ -49,7 +51,12 @@ func main() {
 
 // generate returns the TypeScript module of the package's exported string constants.
 func generate(dir string) ([]byte, error) {
-	consts, err := stringConstants(dir)
+	consts, files, err := stringConstants(dir)
+	if err != nil {
+		return nil, err
+	}
+
+	healthy, err := healthyStatus(files, consts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,18 +77,91 @@ func generate(dir string) ([]byte, error) {
 		fmt.Fprintf(&b, "export const %s = %s;\n", n, strconv.Quote(consts[n]))
 	}
 
+	types := make([]string, 0, len(healthy))
+	for t := range healthy {
+		types = append(types, t)
+	}
+
+	sort.Strings(types)
+
+	fmt.Fprintf(&b, "\n/** The status of each condition type when all is well (ConditionHealthyStatus). */\n")
+	fmt.Fprintf(&b, "export const %s: Readonly<Record<string, \"True\" | \"False\">> = {\n", healthyTable)
+
+	for _, t := range types {
+		fmt.Fprintf(&b, "  %s: %s,\n", strconv.Quote(t), strconv.Quote(healthy[t]))
+	}
+
+	fmt.Fprintf(&b, "};\n")
+
 	return b.Bytes(), nil
+}
+
+// healthyTable is the Go variable that maps condition types to their healthy status.
+const healthyTable = "ConditionHealthyStatus"
+
+// healthyStatus reads the ConditionHealthyStatus map literal: keys are the
+// package's condition type constants, values metav1.ConditionTrue or False.
+func healthyStatus(files []*ast.File, consts map[string]string) (map[string]string, error) {
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR {
+				continue
+			}
+
+			for _, spec := range g.Specs {
+				vs, ok := spec.(*ast.ValueSpec)
+				if !ok || len(vs.Names) != 1 || vs.Names[0].Name != healthyTable || len(vs.Values) != 1 {
+					continue
+				}
+
+				lit, ok := vs.Values[0].(*ast.CompositeLit)
+				if !ok {
+					return nil, fmt.Errorf("%s is not a map literal", healthyTable)
+				}
+
+				return healthyEntries(lit, consts)
+			}
+		}
+	}
+
+	return nil, fmt.Errorf("no %s in the package", healthyTable)
+}
+
+func healthyEntries(lit *ast.CompositeLit, consts map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+
+	for _, e := range lit.Elts {
+		kv, ok := e.(*ast.KeyValueExpr)
+		if !ok {
+			return nil, fmt.Errorf("%s: an entry is not key: value", healthyTable)
+		}
+
+		key, ok := kv.Key.(*ast.Ident)
+		if !ok || consts[key.Name] == "" {
+			return nil, fmt.Errorf("%s: a key is not one of the package's string constants", healthyTable)
+		}
+
+		sel, ok := kv.Value.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "ConditionTrue" && sel.Sel.Name != "ConditionFalse" {
+			return nil, fmt.Errorf("%s[%s]: the value is not metav1.ConditionTrue or metav1.ConditionFalse", healthyTable, key.Name)
+		}
+
+		out[consts[key.Name]] = strings.TrimPrefix(sel.Sel.Name, "Condition")
+	}
+
+	return out, nil
 }
 
 // stringConstants evaluates the package's exported constants whose value is a
 // string, declared without a named type or with one of the package's string
 // types.
-func stringConstants(dir string) (map[string]string, error) {
+func stringConstants(dir string) (map[string]string, []*ast.File, error) {
 	fset := token.NewFileSet()
 
 	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	sort.Strings(names)
@@ -96,14 +176,14 @@ func stringConstants(dir string) (map[string]string, error) {
 
 		f, err := parser.ParseFile(fset, name, nil, 0)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 
 		files = append(files, f)
 	}
 
 	if len(files) == 0 {
-		return nil, fmt.Errorf("no Go files in %s", filepath.Clean(dir))
+		return nil, nil, fmt.Errorf("no Go files in %s", filepath.Clean(dir))
 	}
 
 	// Only constants are needed: type-check with errors ignored, since the
@@ -124,8 +204,8 @@ func stringConstants(dir string) (map[string]string, error) {
 	}
 
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no string constants in %s", filepath.Clean(dir))
+		return nil, nil, fmt.Errorf("no string constants in %s", filepath.Clean(dir))
 	}
 
-	return out, nil
+	return out, files, nil
 }

@@ -187,3 +187,35 @@ export const ValidCondition = "Valid";
 export const VersionsCompatibleCondition = "VersionsCompatible";
 export const WaitingForRolloutReason = "WaitingForRollout";
 export const WeakIdentityReason = "WeakIdentity";
+
+/** The status of each condition type when all is well (ConditionHealthyStatus). */
+export const ConditionHealthyStatus: Readonly<Record<string, "True" | "False">> = {
+  "APIServerRestartRequired": "False",
+  "AdoptionHeld": "False",
+  "Approved": "True",
+  "CARotationAdvised": "False",
+  "CNIUnsupported": "False",
+  "Deleting": "False",
+  "Denied": "False",
+  "DiskRolesEffective": "True",
+  "Drifted": "False",
+  "ExtensionsPresent": "True",
+  "FingerprintTrusted": "True",
+  "IdentityConflict": "False",
+  "InSync": "True",
+  "Issued": "True",
+  "NetworkPoliciesApplied": "True",
+  "NodeHealthy": "True",
+  "Paused": "False",
+  "PreChecksPassed": "True",
+  "Provisioned": "True",
+  "Ready": "True",
+  "RebootRequired": "False",
+  "Reconciling": "False",
+  "Stale": "False",
+  "Stalled": "False",
+  "StorageConsistent": "True",
+  "TopologyTransitioning": "False",
+  "Valid": "True",
+  "VersionsCompatible": "True",
+};

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { Machine } from "../api/generated";
 import * as api from "../api/v1alpha1";
-import { activeTab, canRemove, configEntryMatches, isControlPlane, networkText, nodeTabs, selectorText, serviceHealth, statusTone, tabHref } from "./node";
+import { activeTab, canRemove, configEntryMatches, isControlPlane, networkText, nodeTabs, selectorText, serviceHealth, conditionTone, tabHref } from "./node";
 
 describe("node tabs", () => {
   it("opens the tab the address names, the summary for an unknown one", () => {
@@ -37,10 +37,14 @@ describe("node details", () => {
     expect(isControlPlane({})).toBe(false);
   });
   it("tones a condition's status: True ok, False bad, else neutral", () => {
-    expect(statusTone("True")).toBe("ok");
-    expect(statusTone("False")).toBe("bad");
-    expect(statusTone("Unknown")).toBe("neutral");
-    expect(statusTone(undefined)).toBe("neutral");
+    // By meaning, not by True/False: a healthy worker shows no red badge.
+    expect(conditionTone({ type: api.ReadyCondition, status: "True" })).toBe("ok");
+    expect(conditionTone({ type: api.ReadyCondition, status: "False" })).toBe("bad");
+    expect(conditionTone({ type: api.DriftedCondition, status: "False" })).toBe("ok");
+    expect(conditionTone({ type: api.DriftedCondition, status: "True" })).toBe("warn");
+    expect(conditionTone({ type: api.IdentityConflictCondition, status: "False" })).toBe("ok");
+    expect(conditionTone({ type: api.ReadyCondition, status: "Unknown" })).toBe("bad");
+    expect(conditionTone({ type: api.SecureBootCondition, status: "False" })).toBe("neutral");
   });
   it("writes a disk selector as its set key=value", () => {
     expect(selectorText({ serial: "S1" })).toBe("serial=S1");

@@ -1,4 +1,4 @@
-import type { ConfigEntry, DiskSelector, Machine, MachineNetwork, TalosService } from "../api/generated";
+import type { Condition, ConfigEntry, DiskSelector, Machine, MachineNetwork, TalosService } from "../api/generated";
 import * as api from "../api/v1alpha1";
 import type { Tone } from "../components/ui/badge";
 
@@ -34,9 +34,15 @@ export function isControlPlane(m: Machine): boolean {
   return m.role === api.RoleControlPlane;
 }
 
-/** statusTone is the badge tone of a condition's status as listed: True ok, False bad, else neutral. */
-export function statusTone(status: string | undefined): Tone {
-  return status === "True" ? "ok" : status === "False" ? "bad" : "neutral";
+/** conditionTone is the badge tone of a condition by meaning: ok in its
+ * type's healthy status (ConditionHealthyStatus), bad when a condition that
+ * should be True is not, warn when one that should be False is True, and
+ * neutral for the types that only inform. */
+export function conditionTone(c: Condition): Tone {
+  const healthy = api.ConditionHealthyStatus[c.type ?? ""];
+  if (healthy === undefined) return "neutral";
+  if (c.status === healthy) return "ok";
+  return healthy === "True" ? "bad" : "warn";
 }
 
 /** selectorText is a disk selector as key=value (its first set key), undefined when none is set. */

@@ -32,27 +32,13 @@ export interface Attention {
   tone: Tone;
 }
 
-/** Conditions that are bad when True (the rest of the named ones are bad when False). */
-const badWhenTrue = new Set<string>([
-  api.StalledCondition,
-  api.CNIUnsupportedCondition,
-  api.CARotationAdvisedCondition,
-  api.DriftedCondition,
-  api.RebootRequiredCondition,
-  api.APIServerRestartRequiredCondition,
-  api.IdentityConflictCondition,
-  api.AdoptionHeldCondition,
-  api.StaleCondition,
-  api.PausedCondition,
-]);
-const badWhenFalse = new Set<string>([
-  api.VersionsCompatibleCondition,
-  api.NetworkPoliciesAppliedCondition,
-  api.ProvisionedCondition,
-  api.FingerprintTrustedCondition,
-  api.DiskRolesEffectiveCondition,
-  api.ValidCondition,
-]);
+/** abnormal reports whether a condition is not in its type's healthy status
+ * (ConditionHealthyStatus, declared in the API package); types the table
+ * does not list only inform. */
+export function abnormal(c: Condition): boolean {
+  const healthy = api.ConditionHealthyStatus[c.type ?? ""];
+  return healthy !== undefined && c.status !== healthy;
+}
 
 /** problems are the conditions that say something is wrong, Ready first. */
 export function problems(conds: Condition[] | undefined): { c: Condition; tone: Tone }[] {
@@ -60,8 +46,7 @@ export function problems(conds: Condition[] | undefined): { c: Condition; tone: 
   for (const c of conds ?? []) {
     const t = c.type ?? "";
     if (t === api.ReadyCondition && c.status !== "True") out.unshift({ c, tone: c.status === "False" ? "bad" : "neutral" });
-    else if (badWhenTrue.has(t) && c.status === "True") out.push({ c, tone: "warn" });
-    else if (badWhenFalse.has(t) && c.status === "False") out.push({ c, tone: "bad" });
+    else if (t !== api.ReadyCondition && abnormal(c)) out.push({ c, tone: api.ConditionHealthyStatus[t] === "True" ? "bad" : "warn" });
   }
   return out;
 }
