@@ -27,16 +27,6 @@ import (
 // ControllerName names the controller in logs and metrics.
 const ControllerName = "clusterstatus"
 
-// Ready condition reasons of a TalosCluster.
-const (
-	// AllReadyReason: every approved machine is Ready.
-	AllReadyReason = "AllMachinesReady"
-	// NoControlPlaneReason: no control plane is Ready.
-	NoControlPlaneReason = "NoControlPlaneReady"
-	// MachinesNotReadyReason: some approved machines are not Ready.
-	MachinesNotReadyReason = "MachinesNotReady"
-)
-
 // maxNamed is how many machines a condition message names.
 const maxNamed = 5
 
@@ -157,7 +147,7 @@ func Summarise(c *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMach
 
 	switch {
 	case cps.Ready == 0:
-		cond.Status, cond.Reason = metav1.ConditionFalse, NoControlPlaneReason
+		cond.Status, cond.Reason = metav1.ConditionFalse, ichorv1alpha1.NoControlPlaneReadyReason
 		cond.Message = "no control plane is Ready: " + counts
 	case len(notReady) > 0:
 		sort.Strings(notReady)
@@ -167,10 +157,10 @@ func Summarise(c *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMach
 			named = append(named[:maxNamed:maxNamed], fmt.Sprintf("and %d more", len(notReady)-maxNamed))
 		}
 
-		cond.Status, cond.Reason = metav1.ConditionFalse, MachinesNotReadyReason
+		cond.Status, cond.Reason = metav1.ConditionFalse, ichorv1alpha1.MachinesNotReadyReason
 		cond.Message = fmt.Sprintf("%s; not Ready: %s (`ichor machine get NAME` says why)", counts, strings.Join(named, ", "))
 	default:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, AllReadyReason, counts
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, ichorv1alpha1.AllMachinesReadyReason, counts
 	}
 
 	apimeta.SetStatusCondition(&c.Status.Conditions, cond)

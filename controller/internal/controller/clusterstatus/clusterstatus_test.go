@@ -74,18 +74,18 @@ func TestSummarise(t *testing.T) {
 		contains []string
 	}{
 		{"nothing approved", []ichorv1alpha1.TalosMachine{machine("p", "prod", "", ichorv1alpha1.ApprovalPending, "", false)},
-			ichorv1alpha1.MachineCounts{}, ichorv1alpha1.MachineCounts{}, metav1.ConditionFalse, NoControlPlaneReason, "", []string{"0/0 control planes"}},
+			ichorv1alpha1.MachineCounts{}, ichorv1alpha1.MachineCounts{}, metav1.ConditionFalse, ichorv1alpha1.NoControlPlaneReadyReason, "", []string{"0/0 control planes"}},
 		{"all ready", []ichorv1alpha1.TalosMachine{
 			machine("cp-1", "prod", cp, ok, "v1.14.1", true), machine("cp-2", "prod", cp, ok, "v1.13.4", true),
 			machine("w-1", "prod", w, ok, "v1.14.1", true), machine("other", "staging", w, ok, "v1.10.0", false),
 		}, ichorv1alpha1.MachineCounts{Approved: 2, Ready: 2}, ichorv1alpha1.MachineCounts{Approved: 1, Ready: 1},
-			metav1.ConditionTrue, AllReadyReason, "v1.13.4", []string{"2/2 control planes and 1/1 workers Ready", "declares 3"}},
+			metav1.ConditionTrue, ichorv1alpha1.AllMachinesReadyReason, "v1.13.4", []string{"2/2 control planes and 1/1 workers Ready", "declares 3"}},
 		{"a worker not ready", []ichorv1alpha1.TalosMachine{
 			machine("cp-1", "prod", cp, ok, "v1.14.1", true), machine("w-2", "prod", w, ok, "", false), machine("w-1", "prod", w, ok, "v1.14.1", true),
 		}, ichorv1alpha1.MachineCounts{Approved: 1, Ready: 1}, ichorv1alpha1.MachineCounts{Approved: 2, Ready: 1},
-			metav1.ConditionFalse, MachinesNotReadyReason, "v1.14.1", []string{"not Ready: w-2"}},
+			metav1.ConditionFalse, ichorv1alpha1.MachinesNotReadyReason, "v1.14.1", []string{"not Ready: w-2"}},
 		{"no control plane ready", []ichorv1alpha1.TalosMachine{machine("cp-1", "prod", cp, ok, "v1.14.1", false)},
-			ichorv1alpha1.MachineCounts{Approved: 1}, ichorv1alpha1.MachineCounts{}, metav1.ConditionFalse, NoControlPlaneReason, "v1.14.1", []string{"0/1 control planes"}},
+			ichorv1alpha1.MachineCounts{Approved: 1}, ichorv1alpha1.MachineCounts{}, metav1.ConditionFalse, ichorv1alpha1.NoControlPlaneReadyReason, "v1.14.1", []string{"0/1 control planes"}},
 		{"many not ready are cut", func() []ichorv1alpha1.TalosMachine {
 			out := make([]ichorv1alpha1.TalosMachine, 0, 8)
 			out = append(out, machine("cp-1", "prod", cp, ok, "", true))
@@ -93,7 +93,7 @@ func TestSummarise(t *testing.T) {
 				out = append(out, machine(fmt.Sprintf("w-%d", i), "prod", w, ok, "", false))
 			}
 			return out
-		}(), ichorv1alpha1.MachineCounts{Approved: 1, Ready: 1}, ichorv1alpha1.MachineCounts{Approved: 7}, metav1.ConditionFalse, MachinesNotReadyReason, "",
+		}(), ichorv1alpha1.MachineCounts{Approved: 1, Ready: 1}, ichorv1alpha1.MachineCounts{Approved: 7}, metav1.ConditionFalse, ichorv1alpha1.MachinesNotReadyReason, "",
 			[]string{"w-0, w-1, w-2, w-3, w-4, and 2 more"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,18 +44,6 @@ const ControllerName = "credentialrequest"
 // DefaultRetention is how long an answered request stays after it expired or was denied.
 const DefaultRetention = time.Hour
 
-// Condition reasons.
-const (
-	ReasonIssued          = "Issued"
-	ReasonUnknownCluster  = "UnknownCluster"
-	ReasonBundleMissing   = "BundleUnavailable"
-	ReasonBadPublicKey    = "BadPublicKey"
-	ReasonNotSupported    = "NotSupported"
-	ReasonSigningFailed   = "SigningFailed"
-	ReasonUnknownPurpose  = "UnknownPurpose"
-	reasonDeniedCondition = "NotDenied"
-)
-
 // Reconciler reconciles TalosCredentialRequests.
 type Reconciler struct {
 	Client client.Client
@@ -200,12 +188,12 @@ func (r *Reconciler) answer(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	tcr.Status.CA = string(cert.CA)
 	tcr.Status.ExpiresAt = &expires
 	apimeta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{
-		Type: ichorv1alpha1.IssuedCondition, Status: metav1.ConditionTrue, Reason: ReasonIssued,
+		Type: ichorv1alpha1.IssuedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.IssuedReason,
 		ObservedGeneration: tcr.Generation, LastTransitionTime: metav1.NewTime(now),
 		Message: fmt.Sprintf("signed for %s until %s", cert.Role, cert.NotAfter.UTC().Format(time.RFC3339)),
 	})
 	apimeta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{
-		Type: ichorv1alpha1.DeniedCondition, Status: metav1.ConditionFalse, Reason: reasonDeniedCondition,
+		Type: ichorv1alpha1.DeniedCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.NotDeniedReason,
 		ObservedGeneration: tcr.Generation, LastTransitionTime: metav1.NewTime(now), Message: "the request was signed",
 	})
 
@@ -213,7 +201,7 @@ func (r *Reconciler) answer(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	// first (a failed write re-signs on the next reconcile, at the cost of a
 	// second Event).
 
-	r.Recorder.Eventf(tcr, nil, corev1.EventTypeNormal, ReasonIssued, "Sign",
+	r.Recorder.Eventf(tcr, nil, corev1.EventTypeNormal, ichorv1alpha1.IssuedReason, "Sign",
 		"signed a %s certificate (%s) for TalosCluster %s, valid until %s",
 		cert.Role, tcr.Spec.Purpose, tcr.Spec.ClusterName, cert.NotAfter.UTC().Format(time.RFC3339))
 	logf.FromContext(ctx).Info("signed a Talos client certificate", "purpose", tcr.Spec.Purpose, "role", cert.Role, "expiresAt", cert.NotAfter.UTC())
@@ -226,9 +214,9 @@ func (r *Reconciler) answer(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, now time.Time) (*credential.Certificate, error) {
 	tr, err := credential.Role(tcr.Spec.Purpose)
 	if err != nil {
-		reason := ReasonUnknownPurpose
+		reason := ichorv1alpha1.UnknownPurposeReason
 		if errors.Is(err, credential.ErrNotSupported) {
-			reason = ReasonNotSupported
+			reason = ichorv1alpha1.NotSupportedReason
 		}
 
 		return nil, &denial{reason, err.Error()}
@@ -236,13 +224,13 @@ func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 
 	pub, err := credential.ParsePublicKey(tcr.Spec.PublicKey)
 	if err != nil {
-		return nil, &denial{ReasonBadPublicKey, err.Error() + "; create a new request"}
+		return nil, &denial{ichorv1alpha1.BadPublicKeyReason, err.Error() + "; create a new request"}
 	}
 
 	cl := &ichorv1alpha1.TalosCluster{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tcr.Namespace, Name: tcr.Spec.ClusterName}, cl); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &denial{ReasonUnknownCluster, fmt.Sprintf(
+			return nil, &denial{ichorv1alpha1.UnknownClusterReason, fmt.Sprintf(
 				"TalosCluster %q not found in namespace %q: name an existing cluster in spec.clusterName and create a new request",
 				tcr.Spec.ClusterName, tcr.Namespace)}
 		}
@@ -254,7 +242,7 @@ func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 	if err != nil {
 		if machinestate.IsStalled(err) {
 			// the message names the Secret and key, never the content
-			return nil, &denial{ReasonBundleMissing, fmt.Sprintf(
+			return nil, &denial{ichorv1alpha1.BundleUnavailableReason, fmt.Sprintf(
 				"the secrets bundle of TalosCluster %q cannot be used: %v; restore it (ichor secrets push) and create a new request",
 				cl.Name, err)}
 		}
@@ -264,7 +252,7 @@ func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 
 	cert, err := credential.Sign(b, pub, tr, commonName(tcr), now, credential.Duration(tcr.Spec))
 	if err != nil {
-		return nil, &denial{ReasonSigningFailed, err.Error()}
+		return nil, &denial{ichorv1alpha1.SigningFailedReason, err.Error()}
 	}
 
 	return cert, nil

@@ -207,7 +207,7 @@ func TestReaderIsIssuedAndAcceptedByTheNodeForReadsOnly(t *testing.T) {
 				t.Fatalf("an Event holds key material: %q", e.Note)
 			}
 
-			if e.Reason == ReasonIssued && strings.Contains(e.Note, "os:reader") {
+			if e.Reason == ichorv1alpha1.IssuedReason && strings.Contains(e.Note, "os:reader") {
 				return nil
 			}
 		}
@@ -326,12 +326,12 @@ func TestDeniedWithAClearMessageAndNotRetried(t *testing.T) {
 	for _, tc := range []struct {
 		name, cluster, purpose, key, reason, msg string
 	}{
-		{"unknown-cluster", "nope", ichorv1alpha1.PurposeReader, pub, ReasonUnknownCluster, `TalosCluster "nope" not found`},
-		{"no-bundle", "orphan", ichorv1alpha1.PurposeReader, pub, ReasonBundleMissing, `"orphan-secrets" not found`},
-		{"garbage-key", clusterName, ichorv1alpha1.PurposeReader, "hello", ReasonBadPublicKey, "not PEM"},
-		{"private-key", clusterName, ichorv1alpha1.PurposeReader, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: privDER})), ReasonBadPublicKey, "never send a private key"},
-		{"weak-rsa", clusterName, ichorv1alpha1.PurposeReader, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: weakDER})), ReasonBadPublicKey, "1024 bits is too short"},
-		{"rotation", clusterName, ichorv1alpha1.PurposeRotationCredentials, pub, ReasonNotSupported, "not yet supported"},
+		{"unknown-cluster", "nope", ichorv1alpha1.PurposeReader, pub, ichorv1alpha1.UnknownClusterReason, `TalosCluster "nope" not found`},
+		{"no-bundle", "orphan", ichorv1alpha1.PurposeReader, pub, ichorv1alpha1.BundleUnavailableReason, `"orphan-secrets" not found`},
+		{"garbage-key", clusterName, ichorv1alpha1.PurposeReader, "hello", ichorv1alpha1.BadPublicKeyReason, "not PEM"},
+		{"private-key", clusterName, ichorv1alpha1.PurposeReader, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: privDER})), ichorv1alpha1.BadPublicKeyReason, "never send a private key"},
+		{"weak-rsa", clusterName, ichorv1alpha1.PurposeReader, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: weakDER})), ichorv1alpha1.BadPublicKeyReason, "1024 bits is too short"},
+		{"rotation", clusterName, ichorv1alpha1.PurposeRotationCredentials, pub, ichorv1alpha1.NotSupportedReason, "not yet supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			createRequest(t, "deny-"+tc.name, tc.cluster, tc.purpose, tc.key, 0)

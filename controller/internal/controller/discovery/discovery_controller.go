@@ -54,16 +54,6 @@ const (
 	maxResults = 512
 )
 
-// Event reasons (on the TalosCluster).
-const (
-	// MachineDiscoveredReason: a pending TalosMachine was created for a node.
-	MachineDiscoveredReason = "MachineDiscovered"
-	// DiscoveryConfigInvalidReason: a subnet or address of spec.discovery cannot be used.
-	DiscoveryConfigInvalidReason = "DiscoveryConfigInvalid"
-	// uniqueIdentityReason is IdentityConflict=False's reason on a pending machine.
-	uniqueIdentityReason = "UniqueIdentity"
-)
-
 // Reconciler reconciles the discovery of one TalosCluster.
 type Reconciler struct {
 	Client   client.Client

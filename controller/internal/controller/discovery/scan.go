@@ -80,7 +80,7 @@ func (s *scan) do(ctx context.Context, full bool, removed []netip.Addr) error {
 	if len(problems) > 0 && full {
 		msg := strings.Join(problems, "; ")
 		if msg != c.Status.Discovery.Message {
-			s.eventf(corev1.EventTypeWarning, DiscoveryConfigInvalidReason, "%s", msg)
+			s.eventf(corev1.EventTypeWarning, ichorv1alpha1.DiscoveryConfigInvalidReason, "%s", msg)
 		}
 	}
 
@@ -370,7 +370,7 @@ func (s *scan) conflict(self string, cd *candidate, all []*candidate, address st
 	}
 
 	return metav1.Condition{
-		Type: ichorv1alpha1.IdentityConflictCondition, Status: metav1.ConditionFalse, Reason: uniqueIdentityReason,
+		Type: ichorv1alpha1.IdentityConflictCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.UniqueIdentityReason,
 		Message: "the UUID, serial and MACs belong to no other TalosMachine",
 	}
 }
@@ -427,7 +427,7 @@ func (s *scan) create(ctx context.Context, cd *candidate, all []*candidate) (*ic
 		note += "; its identity needs a person's check (" + c.Reason + ")"
 	}
 
-	s.eventf(corev1.EventTypeNormal, MachineDiscoveredReason, "%s", note)
+	s.eventf(corev1.EventTypeNormal, ichorv1alpha1.MachineDiscoveredReason, "%s", note)
 
 	return m, nil
 }

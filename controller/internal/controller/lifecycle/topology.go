@@ -13,12 +13,6 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 )
 
-// Reasons of the TopologyTransitioning condition.
-const (
-	transitioningReason = "EvenControlPlanes"
-	stableReason        = "OddControlPlanes"
-)
-
 // topology reports an even number of provisioned control planes as
 // TopologyTransitioning on the cluster and keeps the cluster lock held by the
 // control plane that made it even (so no other disruptive work starts until a
@@ -46,9 +40,9 @@ func (r *Reconciler) topology(ctx context.Context, m *ichorv1alpha1.TalosMachine
 	even := n%2 == 0 && n > 0
 	before := c.DeepCopy()
 
-	st, reason, msg := metav1.ConditionFalse, stableReason, fmt.Sprintf("%d control planes (declared %d)", n, c.Spec.ControlPlane.Count)
+	st, reason, msg := metav1.ConditionFalse, ichorv1alpha1.OddControlPlanesReason, fmt.Sprintf("%d control planes (declared %d)", n, c.Spec.ControlPlane.Count)
 	if even {
-		st, reason = metav1.ConditionTrue, transitioningReason
+		st, reason = metav1.ConditionTrue, ichorv1alpha1.EvenControlPlanesReason
 		msg = fmt.Sprintf("%d control planes (declared %d): an even number exists only while one is replaced (add, then remove); "+
 			"the cluster lock is held until the count is odd again", n, c.Spec.ControlPlane.Count)
 	}

@@ -57,19 +57,6 @@ const DefaultTTL = 15 * time.Minute
 // DefaultResetTimeout is how long a reset machine has to answer in maintenance mode.
 const DefaultResetTimeout = 15 * time.Minute
 
-// Condition reasons.
-const (
-	ReasonInspecting           = "Inspecting"
-	ReasonInspectionFailed     = "InspectionFailed"
-	ReasonAwaitingConfirmation = "AwaitingConfirmation"
-	ReasonRefused              = "Refused"
-	ReasonResetRequested       = "ResetRequested"
-	ReasonReclaimed            = "Reclaimed"
-	ReasonResetFailed          = "ResetFailed"
-	ReasonExpired              = "Expired"
-	ReasonBadCredential        = "BadCredential" //nolint:gosec // a condition reason, not a credential
-)
-
 // Reconciler reconciles MachineReclaims.
 type Reconciler struct {
 	Client client.Client
@@ -178,14 +165,14 @@ func (r *Reconciler) reclaim(ctx context.Context, s *ichorreconcile.Scope[*ichor
 
 	deadline := mr.CreationTimestamp.Add(ttlOf(mr))
 	if !s.Now.Before(deadline) {
-		return r.finish(ctx, s, ichorv1alpha1.ReclaimExpired, ReasonExpired,
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimExpired, ichorv1alpha1.ExpiredReason,
 			fmt.Sprintf("the credential's TTL of %s ran out before the reset was confirmed; the credential was deleted. Create a new reclaim to try again", ttlOf(mr)))
 	}
 
 	if mr.Status.Phase == "" {
 		mr.Status.Phase = ichorv1alpha1.ReclaimInspecting
 		mr.Status.Audit.RequestedAt = &mr.CreationTimestamp
-		r.setReady(mr, ReasonInspecting, "reading the machine at "+mr.Spec.Address+" with the foreign talosconfig")
+		r.setReady(mr, ichorv1alpha1.InspectingReason, "reading the machine at "+mr.Spec.Address+" with the foreign talosconfig")
 
 		if err := s.Persist(ctx); err != nil {
 			return ctrl.Result{}, err
@@ -207,7 +194,7 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, s *ichorreconcile
 	if err != nil {
 		var bad badCredentialError
 		if errors.As(err, &bad) {
-			return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonBadCredential, bad.Error())
+			return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ichorv1alpha1.BadCredentialReason, bad.Error())
 		}
 
 		return ctrl.Result{}, err
@@ -215,7 +202,7 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, s *ichorreconcile
 
 	c, err := reclaim.Dial(ctx, mr.Spec.Address, r.port(), talosconfig)
 	if err != nil {
-		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonBadCredential, redact(err.Error(), talosconfig))
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ichorv1alpha1.BadCredentialReason, redact(err.Error(), talosconfig))
 	}
 
 	defer func() { _ = c.Close() }()
@@ -224,13 +211,13 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, s *ichorreconcile
 	if err != nil {
 		msg := redact(fmt.Sprintf("cannot inspect the machine at %s: %v", mr.Spec.Address, err), talosconfig)
 		log.Info("inspection failed; retrying", "address", mr.Spec.Address, "reason", msg)
-		r.setReady(mr, ReasonInspectionFailed, msg+"; retrying until the TTL runs out")
+		r.setReady(mr, ichorv1alpha1.InspectionFailedReason, msg+"; retrying until the TTL runs out")
 
 		return retry, s.Persist(ctx)
 	}
 
 	if mr.Status.Inspection.UUID != "" && mr.Status.Inspection.UUID != in.UUID {
-		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonRefused,
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ichorv1alpha1.RefusedReason,
 			fmt.Sprintf("the machine at %s now reports UUID %s, not the %s inspected before: another machine answers at this address", mr.Spec.Address, in.UUID, mr.Status.Inspection.UUID))
 	}
 
@@ -246,19 +233,19 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, s *ichorreconcile
 	mr.Status.Phase = ichorv1alpha1.ReclaimAwaitingConfirmation
 
 	if len(refusals) > 0 {
-		r.setReady(mr, ReasonRefused, "the reset is refused: "+joinRefusals(refusals))
+		r.setReady(mr, ichorv1alpha1.RefusedReason, "the reset is refused: "+joinRefusals(refusals))
 		if firstLook {
-			r.Recorder.Eventf(mr, nil, corev1.EventTypeWarning, ReasonRefused, "Inspect", "resetting %s is refused: %s", in.UUID, joinRefusals(refusals))
+			r.Recorder.Eventf(mr, nil, corev1.EventTypeWarning, ichorv1alpha1.RefusedReason, "Inspect", "resetting %s is refused: %s", in.UUID, joinRefusals(refusals))
 		}
 
 		return ctrl.Result{RequeueAfter: time.Until(deadline) + time.Second}, s.Persist(ctx)
 	}
 
 	if refusal := reclaim.CheckConfirmation(in, mr.Spec.ConfirmUUID); refusal != nil {
-		r.setReady(mr, ReasonAwaitingConfirmation, refusal.Message())
+		r.setReady(mr, ichorv1alpha1.AwaitingConfirmationReason, refusal.Message())
 
 		if firstLook {
-			r.Recorder.Eventf(mr, nil, corev1.EventTypeNormal, ReasonAwaitingConfirmation, "Inspect",
+			r.Recorder.Eventf(mr, nil, corev1.EventTypeNormal, ichorv1alpha1.AwaitingConfirmationReason, "Inspect",
 				"machine %s (%s) inspected; type its UUID to reset it", in.UUID, in.Hostname)
 		}
 
@@ -273,7 +260,7 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, s *ichorreconcile
 	mr.Status.Audit.ConfirmedAt = &now
 	// The user whose write set the UUID just checked, as the webhook stamped it.
 	mr.Status.Audit.ConfirmedBy = mr.Annotations[ichorv1alpha1.ConfirmedByAnnotation]
-	r.setReady(mr, ReasonResetRequested, "the reset of STATE and EPHEMERAL was requested; waiting for the machine to answer in maintenance mode")
+	r.setReady(mr, ichorv1alpha1.ResetRequestedReason, "the reset of STATE and EPHEMERAL was requested; waiting for the machine to answer in maintenance mode")
 
 	if err := s.Persist(ctx); err != nil {
 		return ctrl.Result{}, err
@@ -281,11 +268,11 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, s *ichorreconcile
 
 	graceful := reclaim.Graceful(in, mr.Spec.ForceUngraceful)
 	if err := c.ResetGeneric(ctx, reclaim.ResetRequest(graceful, true)); err != nil {
-		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonResetFailed,
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ichorv1alpha1.ResetFailedReason,
 			redact(fmt.Sprintf("the reset request to %s failed: %v; Ichor does not send it twice, create a new reclaim to try again", mr.Spec.Address, err), talosconfig))
 	}
 
-	r.Recorder.Eventf(mr, nil, corev1.EventTypeNormal, ReasonResetRequested, "Reset",
+	r.Recorder.Eventf(mr, nil, corev1.EventTypeNormal, ichorv1alpha1.ResetRequestedReason, "Reset",
 		"reset of %s (%s) requested: STATE and EPHEMERAL, graceful=%v", in.UUID, mr.Spec.Address, graceful)
 	log.Info("reset requested", "address", mr.Spec.Address, "uuid", in.UUID)
 
@@ -310,12 +297,12 @@ func (r *Reconciler) resetting(ctx context.Context, s *ichorreconcile.Scope[*ich
 	}
 
 	if mr.Status.ResetRequestedAt == nil {
-		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonResetFailed, "the reclaim is Resetting but no reset is recorded; create a new reclaim")
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ichorv1alpha1.ResetFailedReason, "the reclaim is Resetting but no reset is recorded; create a new reclaim")
 	}
 
 	uuid, err := r.maintenanceUUID(ctx, mr.Spec.Address)
 	if err == nil && strings.EqualFold(uuid, mr.Status.Inspection.UUID) {
-		return r.finish(ctx, s, ichorv1alpha1.ReclaimDone, ReasonReclaimed,
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimDone, ichorv1alpha1.ReclaimedReason,
 			fmt.Sprintf("the machine %s answers in maintenance mode at %s; add it by address (or let discovery find it) to register it as pending", uuid, mr.Spec.Address))
 	}
 
@@ -325,7 +312,7 @@ func (r *Reconciler) resetting(ctx context.Context, s *ichorreconcile.Scope[*ich
 			reason = fmt.Sprintf("a machine with UUID %s answers in maintenance mode instead", uuid)
 		}
 
-		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ReasonResetFailed,
+		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ichorv1alpha1.ResetFailedReason,
 			fmt.Sprintf("%s after the reset requested at %s: %s (if the controller restarted between recording and sending, the reset may not have been sent); check the machine's console", timeout, mr.Status.ResetRequestedAt.UTC().Format(time.RFC3339), reason))
 	}
 
@@ -480,7 +467,7 @@ func joinRefusals(refusals []guard.Refusal) string {
 
 func (r *Reconciler) setReady(mr *ichorv1alpha1.MachineReclaim, reason, msg string) {
 	status := metav1.ConditionFalse
-	if reason == ReasonReclaimed {
+	if reason == ichorv1alpha1.ReclaimedReason {
 		status = metav1.ConditionTrue
 	}
 
