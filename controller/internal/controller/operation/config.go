@@ -24,6 +24,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
 	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
@@ -68,16 +69,31 @@ const apiServerDownPolls = 3
 // heldWait is how often an operation whose remaining machines are all held looks again.
 const heldWait = time.Minute
 
-// config runs one step of a config rollout.
-func (r *Reconciler) config(ctx context.Context, s *scope) (ctrl.Result, error) {
-	op := s.op
+// selectPhase records, as the operation's first step, the machines the
+// rollout covers.
+func (r *Reconciler) selectPhase(ctx context.Context, s *scope) (ctrl.Result, error) {
+	op := s.Object
+	if halted(op) {
+		return ctrl.Result{}, nil
+	}
 
 	if op.Status.Step == "" {
 		op.Status.Step = opStepSelect
 	}
 
-	if op.Status.Step == opStepSelect {
-		return r.selectMachines(ctx, s)
+	if op.Status.Step != opStepSelect {
+		return ctrl.Result{}, nil
+	}
+
+	return r.selectMachines(ctx, s)
+}
+
+// rolloutPhase runs one step of each machine the rollout works on now, and
+// ends the operation once none is left.
+func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, error) {
+	op := s.Object
+	if halted(op) {
+		return ctrl.Result{}, nil
 	}
 
 	active, held, err := r.activeMachines(ctx, op)
@@ -127,10 +143,8 @@ func (r *Reconciler) config(ctx context.Context, s *scope) (ctrl.Result, error) 
 		}
 	}
 
-	r.finish(op, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason,
+	return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason,
 		fmt.Sprintf("rolled the rendered configuration out to %d machine(s); %d already ran it", done, skipped))
-
-	return ctrl.Result{}, nil
 }
 
 // candidate is a machine the rollout may work on now.
@@ -260,7 +274,7 @@ func holdOf(m *ichorv1alpha1.TalosMachine) string {
 // takes them: control planes first, then workers, each by spec.orderBy's
 // label value, then by name.
 func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result, error) {
-	op := s.op
+	op := s.Object
 
 	sel := labels.Everything()
 
@@ -298,7 +312,7 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 		fmt.Sprintf("rolling the rendered configuration out to %d machine(s): control planes first, one at a time; then workers, %d at a time (spec.maxUnavailable)",
 			len(ms), workerBudget(op)))
 
-	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	return ichorreconcile.NextStep(), nil
 }
 
 func roleOrder(role string) int {
@@ -324,10 +338,10 @@ func (r *Reconciler) machine(ctx context.Context, op *ichorv1alpha1.TalosOperati
 
 // machineStep runs one step of one machine.
 func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1.TalosMachine, mp *ichorv1alpha1.MachineProgress) (ctrl.Result, error) {
-	op := s.op
+	op := s.Object
 
 	if mp.Phase == ichorv1alpha1.MachinePending {
-		now := metav1.NewTime(r.Now())
+		now := metav1.NewTime(r.now())
 		mp.Phase, mp.StartedAt = ichorv1alpha1.MachineInProgress, &now
 		r.next(op, mp, stepPlan, "")
 	}
@@ -343,7 +357,7 @@ func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1
 		return ctrl.Result{}, err
 	}
 
-	w := &work{r: r, op: op, m: m, mp: mp, st: st}
+	w := &work{r: r, s: s, op: op, m: m, mp: mp, st: st}
 
 	switch mp.Step {
 	case stepPlan:
@@ -369,7 +383,7 @@ func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1
 
 // next moves a machine to a step.
 func (r *Reconciler) next(op *ichorv1alpha1.TalosOperation, mp *ichorv1alpha1.MachineProgress, step, msg string) {
-	now := metav1.NewTime(r.Now())
+	now := metav1.NewTime(r.now())
 	mp.Step, mp.StepStartedAt, mp.Message = step, &now, msg
 	op.Status.ProgressSequence++
 }
@@ -377,6 +391,7 @@ func (r *Reconciler) next(op *ichorv1alpha1.TalosOperation, mp *ichorv1alpha1.Ma
 // work is one machine's step with what it needs.
 type work struct {
 	r  *Reconciler
+	s  *scope
 	op *ichorv1alpha1.TalosOperation
 	m  *ichorv1alpha1.TalosMachine
 	mp *ichorv1alpha1.MachineProgress
@@ -394,7 +409,7 @@ func (w *work) fail(msg string) (ctrl.Result, error) {
 func (w *work) next(step, msg string) (ctrl.Result, error) {
 	w.r.next(w.op, w.mp, step, msg)
 
-	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	return ichorreconcile.NextStep(), nil
 }
 
 func (w *work) cp() bool { return w.m.Spec.Role == ichorv1alpha1.RoleControlPlane }
@@ -456,7 +471,7 @@ func (w *work) elapsed() time.Duration {
 		return 0
 	}
 
-	return w.r.Now().Sub(w.mp.StepStartedAt.Time)
+	return w.r.now().Sub(w.mp.StepStartedAt.Time)
 }
 
 // nodePlans connects to the node and plans the render against its running
@@ -496,7 +511,7 @@ func (w *work) plan(ctx context.Context) (ctrl.Result, error) {
 		w.mp.Step = stepDone
 		w.op.Status.ProgressSequence++
 
-		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		return ichorreconcile.NextStep(), nil
 	}
 
 	p := running
@@ -589,6 +604,15 @@ func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	if p.Action != plan.ActionNone || stored.Action != plan.ActionNone {
+		// What the machine went through so far is recorded before the
+		// configuration goes out, and a decision taken on a stale read
+		// (a conflict) sends nothing.
+		w.mp.Message = fmt.Sprintf("applying the rendered configuration in mode %s", mode)
+
+		if err := w.s.Persist(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+
 		warnings, err := n.Apply(ctx, w.st.Result.Bytes, mode)
 		if len(warnings) > 0 {
 			w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, "ApplyWarnings", "DryRun",
@@ -624,13 +648,27 @@ func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
 	}
 	defer n.Close()
 
+	// Recorded before it is sent (engineering rule 10): a Reboot is not
+	// idempotent, so a reconcile that comes after a crash, a lost write or a
+	// stale read finds the machine waiting for its boot and never sends a
+	// second one; a Persist that conflicts sends none.
+	w.r.next(w.op, w.mp, stepWaitBoot, "reboot requested")
+
+	if err := w.s.Persist(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+
 	if err := n.Reboot(ctx); err != nil {
+		// Not sent, or not known to be: resuming sends it again.
+		w.mp.Step = stepReboot
+
 		return w.fail(talosnode.Message(err))
 	}
 
 	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "rebooting %s to run the staged configuration", w.m.Name)
+	w.mp.Message = "rebooting"
 
-	return w.next(stepWaitBoot, "rebooting")
+	return ichorreconcile.NextStep(), nil
 }
 
 // waitBoot waits until the node runs the render (a staged configuration
@@ -755,7 +793,7 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 // stay ready for APIServerSettle after the apply (a restart quicker than the
 // polls). Both are measured from the machine's start, which the apply follows.
 func (w *work) waitAPIServer(ctx context.Context) (ctrl.Result, error) {
-	since := w.r.Now().Sub(w.mp.StartedAt.Time)
+	since := w.r.now().Sub(w.mp.StartedAt.Time)
 	if limit := w.r.APIServerTimeout + w.r.APIServerSettle; since > limit {
 		return w.fail(fmt.Sprintf("the kube-apiserver on %s did not restart and answer /readyz within %s of the apply", w.m.Spec.Address, limit))
 	}
@@ -806,7 +844,7 @@ func (w *work) apiServerReady(ctx context.Context) error {
 
 // finishMachine marks the machine done and asks its reconciler to look now.
 func (w *work) finishMachine(ctx context.Context, msg string) (ctrl.Result, error) {
-	now := metav1.NewTime(w.r.Now())
+	now := metav1.NewTime(w.r.now())
 	w.mp.Phase, w.mp.Step, w.mp.Message, w.mp.CompletedAt = ichorv1alpha1.MachineDone, stepDone, msg, &now
 	w.op.Status.ProgressSequence++
 
@@ -814,7 +852,7 @@ func (w *work) finishMachine(ctx context.Context, msg string) (ctrl.Result, erro
 		ctrl.LoggerFrom(ctx).Error(err, "asking the machine reconciler to look at the machine", "machine", w.m.Name)
 	}
 
-	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	return ichorreconcile.NextStep(), nil
 }
 
 // controlPlanes are the cluster's configured control planes.
