@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -153,85 +152,52 @@ type candidate struct {
 	m *ichorv1alpha1.TalosMachine
 }
 
-// activeMachines are the machines to work on in this pass: a control plane
-// alone (control planes always go one at a time, before any worker), or the
-// workers in progress plus, in order, pending ones up to spec.maxUnavailable
-// (empty: 1). held names the machines skipped for a hold annotation; machines
-// that are gone are marked Skipped.
+// activeMachines are the machines to work on in this pass, as rollout.Next
+// chooses them from status.machines and the TalosMachines as they are now.
+// held names the machines skipped for a hold annotation (marked Held);
+// machines the operation no longer covers are marked Skipped.
 func (r *Reconciler) activeMachines(ctx context.Context, op *ichorv1alpha1.TalosOperation) (active []candidate, held []string, err error) {
-	var pending []candidate
+	slots := make([]rollout.Slot, len(op.Status.Machines))
 
-	for i := range op.Status.Machines {
-		p := &op.Status.Machines[i]
+	for i, p := range op.Status.Machines {
+		slots[i].Progress = p
+
 		if p.Phase != ichorv1alpha1.MachinePending && p.Phase != ichorv1alpha1.MachineInProgress && p.Phase != ichorv1alpha1.MachineHeld {
 			continue
 		}
 
-		m, err := r.machine(ctx, op, p.Name)
-		if err != nil {
+		if slots[i].Machine, err = r.machine(ctx, op, p.Name); err != nil {
 			return nil, nil, err
 		}
-
-		if m == nil {
-			p.Phase, p.Message = ichorv1alpha1.MachineSkipped, "the TalosMachine is gone"
-			op.Status.ProgressSequence++
-
-			continue
-		}
-
-		if p.Phase == ichorv1alpha1.MachineInProgress {
-			// A started machine finishes, held or not.
-			if p.Role == ichorv1alpha1.RoleControlPlane {
-				return []candidate{{p, m}}, nil, nil
-			}
-
-			active = append(active, candidate{p, m})
-
-			continue
-		}
-
-		if hold := holdOf(m); hold != "" {
-			if p.Phase != ichorv1alpha1.MachineHeld {
-				p.Phase, p.Message = ichorv1alpha1.MachineHeld, "skipped while it carries the annotation "+hold
-				op.Status.ProgressSequence++
-			}
-
-			held = append(held, p.Name)
-
-			continue
-		}
-
-		pending = append(pending, candidate{p, m})
 	}
 
-	budget := workerBudget(op)
+	choice := rollout.Next(slots, op.Spec.MaxUnavailable)
 
-	for _, c := range pending {
-		if c.p.Role == ichorv1alpha1.RoleControlPlane {
-			if len(active) == 0 {
-				return []candidate{c}, held, nil
-			}
+	for _, d := range choice.Dropped {
+		p := &op.Status.Machines[d.Index]
+		p.Phase, p.Message = ichorv1alpha1.MachineSkipped, d.Why
+		op.Status.ProgressSequence++
+	}
 
-			break
+	for _, i := range choice.Held {
+		p := &op.Status.Machines[i]
+		if p.Phase != ichorv1alpha1.MachineHeld {
+			p.Phase, p.Message = ichorv1alpha1.MachineHeld, "skipped while it carries the annotation "+rollout.HoldOf(slots[i].Machine)
+			op.Status.ProgressSequence++
 		}
 
-		if len(active) >= budget {
-			break
-		}
+		held = append(held, p.Name)
+	}
 
-		active = append(active, c)
+	for _, i := range choice.Active {
+		active = append(active, candidate{&op.Status.Machines[i], slots[i].Machine})
 	}
 
 	return active, held, nil
 }
 
-// workerBudget is spec.maxUnavailable resolved against the operation's
-// workers (a percentage rounds down), at least 1.
+// workerBudget is how many workers the operation rolls out at a time.
 func workerBudget(op *ichorv1alpha1.TalosOperation) int {
-	if op.Spec.MaxUnavailable == nil {
-		return 1
-	}
-
 	workers := 0
 
 	for _, p := range op.Status.Machines {
@@ -240,12 +206,7 @@ func workerBudget(op *ichorv1alpha1.TalosOperation) int {
 		}
 	}
 
-	v, err := intstr.GetScaledValueFromIntOrPercent(op.Spec.MaxUnavailable, workers, false)
-	if err != nil || v < 1 {
-		return 1
-	}
-
-	return v
+	return rollout.WorkerBudget(op.Spec.MaxUnavailable, workers)
 }
 
 // sooner is the result that comes back first (a zero RequeueAfter never).
@@ -258,16 +219,6 @@ func sooner(a, b ctrl.Result) ctrl.Result {
 	default:
 		return b
 	}
-}
-
-func holdOf(m *ichorv1alpha1.TalosMachine) string {
-	for _, a := range []string{ichorv1alpha1.HoldUpgradeAnnotation, ichorv1alpha1.HoldApplyAnnotation} {
-		if _, ok := m.Annotations[a]; ok {
-			return a
-		}
-	}
-
-	return ""
 }
 
 // selectMachines records the machines the rollout covers, in the order it
