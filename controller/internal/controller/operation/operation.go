@@ -21,7 +21,6 @@ package operation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -29,7 +28,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -334,173 +332,4 @@ func summarize(op *ichorv1alpha1.TalosOperation) {
 	if op.Status.Phase == "" {
 		op.Status.Phase = ichorv1alpha1.OperationPending
 	}
-}
-
-func stepName(op *ichorv1alpha1.TalosOperation) string {
-	if op.Status.Step == "" {
-		return "(none yet)"
-	}
-
-	return op.Status.Step
-}
-
-func completed(op *ichorv1alpha1.TalosOperation) bool {
-	return op.Status.Phase == ichorv1alpha1.OperationSucceeded || op.Status.Phase == ichorv1alpha1.OperationFailed
-}
-
-func (r *Reconciler) clusterKey(op *ichorv1alpha1.TalosOperation) types.NamespacedName {
-	return types.NamespacedName{Namespace: op.Namespace, Name: op.Spec.ClusterName}
-}
-
-// acquire takes or renews the lock; when another holder has it, the
-// operation waits (Pending before its first step) naming the holder.
-func (r *Reconciler) acquire(ctx context.Context, op *ichorv1alpha1.TalosOperation) (bool, error) {
-	res, err := r.Locker.Acquire(ctx, r.clusterKey(op), lock.OperationIdentity(op.Namespace, op.Name))
-	if errors.Is(err, lock.ErrConflict) {
-		return false, nil
-	}
-
-	if err != nil {
-		return false, fmt.Errorf("take the cluster lock: %w", err)
-	}
-
-	if !res.Acquired {
-		msg := fmt.Sprintf("waits for the cluster lock of %s, held by %s", op.Spec.ClusterName, res.Holder)
-		if c := apimeta.FindStatusCondition(op.Status.Conditions, ichorv1alpha1.LockAcquiredCondition); c == nil || c.Message != msg {
-			r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, ichorv1alpha1.ClusterLockHeldReason, "Lock", "%s", msg)
-		}
-
-		setCond(op, ichorv1alpha1.LockAcquiredCondition, metav1.ConditionFalse, ichorv1alpha1.ClusterLockHeldReason, msg)
-		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ClusterLockHeldReason, msg)
-
-		if op.Status.StartedAt == nil {
-			op.Status.Phase = ichorv1alpha1.OperationPending
-		}
-
-		return false, nil
-	}
-
-	if res.TakenOverFrom != "" {
-		r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, "LockTakenOver", "Lock",
-			"took the cluster lock over from %s, whose work is no longer active", res.TakenOverFrom)
-	}
-
-	setCond(op, ichorv1alpha1.LockAcquiredCondition, metav1.ConditionTrue, "Held", "holds the cluster lock as "+res.Holder)
-
-	if op.Status.StartedAt == nil {
-		now := metav1.NewTime(r.now())
-		op.Status.StartedAt = &now
-		r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, "Started", "Lock", "took the cluster lock of %s and started", op.Spec.ClusterName)
-	}
-
-	return true, nil
-}
-
-func (r *Reconciler) release(ctx context.Context, op *ichorv1alpha1.TalosOperation) error {
-	if _, err := r.Locker.Release(ctx, r.clusterKey(op), lock.OperationIdentity(op.Namespace, op.Name)); err != nil && !errors.Is(err, lock.ErrConflict) {
-		return err
-	}
-
-	return nil
-}
-
-// resume clears a failure when the resume annotation carries a new token,
-// and puts the failed machine back on its failed step.
-func (r *Reconciler) resume(op *ichorv1alpha1.TalosOperation) bool {
-	token := op.Annotations[ichorv1alpha1.ResumeAnnotation]
-	if op.Status.FailedStep == "" || token == "" || token == op.Status.LastHandledResume {
-		return false
-	}
-
-	op.Status.LastHandledResume = token
-	op.Status.FailedStep = ""
-	op.Status.FailureReason = ""
-
-	for i := range op.Status.Machines {
-		if mp := &op.Status.Machines[i]; mp.Phase == ichorv1alpha1.MachineFailed {
-			mp.Phase = ichorv1alpha1.MachineInProgress
-			now := metav1.NewTime(r.now())
-			mp.StepStartedAt = &now
-		}
-	}
-
-	op.Status.Phase = ichorv1alpha1.OperationRunning
-	op.Status.ProgressSequence++
-
-	return true
-}
-
-// fail pauses the operation on a failed step of a machine (or of the
-// operation when mp is nil); the lock becomes Inactive.
-func (r *Reconciler) fail(op *ichorv1alpha1.TalosOperation, mp *ichorv1alpha1.MachineProgress, step, msg string) {
-	where := "step " + step
-	if mp != nil {
-		mp.Phase = ichorv1alpha1.MachineFailed
-		mp.Message = msg
-		where = fmt.Sprintf("step %s of machine %s", step, mp.Name)
-	}
-
-	op.Status.Phase = ichorv1alpha1.OperationPaused
-	op.Status.FailedStep = step
-	op.Status.FailureReason = truncate(fmt.Sprintf("%s failed: %s. Fix the cause, then resume: `ichor operation resume %s` (or annotate %s with a new value)",
-		where, msg, op.Name, ichorv1alpha1.ResumeAnnotation), 4096)
-	op.Status.ProgressSequence++
-	setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.FailedReason, op.Status.FailureReason)
-	r.Recorder.Eventf(op, nil, corev1.EventTypeWarning, ichorv1alpha1.FailedReason, "Step", "%s", op.Status.FailureReason)
-}
-
-// complete ends the operation: it records the end (strictly, so a stale
-// reconcile does not end it) and gives the lock back at once, not at the
-// next event.
-func (r *Reconciler) complete(ctx context.Context, s *scope, phase, reason, msg string) error {
-	op := s.Object
-	now := metav1.NewTime(r.now())
-	op.Status.Phase = phase
-	op.Status.CompletedAt = &now
-	op.Status.Step = ""
-	op.Status.ProgressSequence++
-
-	status := metav1.ConditionTrue
-	typ := corev1.EventTypeNormal
-
-	if phase != ichorv1alpha1.OperationSucceeded {
-		status, typ = metav1.ConditionFalse, corev1.EventTypeWarning
-	}
-
-	setCond(op, ichorv1alpha1.ReadyCondition, status, reason, msg)
-
-	if err := s.Persist(ctx); err != nil {
-		return err
-	}
-
-	r.Recorder.Eventf(op, nil, typ, reason, "Complete", "%s", msg)
-
-	return r.release(ctx, op)
-}
-
-func setCond(op *ichorv1alpha1.TalosOperation, typ string, status metav1.ConditionStatus, reason, msg string) {
-	apimeta.SetStatusCondition(&op.Status.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: op.Generation,
-	})
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-
-	return s[:n-3] + "..."
-}
-
-// requestMachineReconcile asks the machine reconciler to look at m now.
-func (r *Reconciler) requestMachineReconcile(ctx context.Context, m *ichorv1alpha1.TalosMachine) error {
-	patch := client.MergeFrom(m.DeepCopy())
-
-	if m.Annotations == nil {
-		m.Annotations = map[string]string{}
-	}
-
-	m.Annotations[ichorv1alpha1.ReconcileRequestedAnnotation] = r.now().UTC().Format(time.RFC3339Nano)
-
-	return r.Client.Patch(ctx, m, patch)
 }
