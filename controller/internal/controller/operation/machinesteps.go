@@ -196,7 +196,11 @@ func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
 // runs only after the reboot) and Talos reports it running and ready.
 func (w *work) waitBoot(ctx context.Context) (ctrl.Result, error) {
 	if w.elapsed() > w.r.RebootTimeout {
-		return w.fail(fmt.Sprintf("the node did not come back running the rendered configuration within %s of its reboot", w.r.RebootTimeout))
+		// The Reboot is recorded before it is sent and never sent twice: a
+		// node that never went down may not have got it.
+		return w.fail(fmt.Sprintf("the node did not come back running the rendered configuration within %s of its reboot request; "+
+			"if it never went down (Ichor sends a Reboot once, and this one may not have reached it), reboot it with `talosctl -n %s reboot`",
+			w.r.RebootTimeout, w.m.Spec.Address))
 	}
 
 	n, err := w.dial(ctx)
