@@ -3,8 +3,10 @@
 // would work on and why, read from the TalosMachines' status, and whether
 // another config rollout of the cluster has not finished. `ichor config
 // apply` and ichor-ui's StartConfigRollout both decide with it, so the CLI
-// and the console refuse and plan alike. The functions are pure: the callers
-// list the objects.
+// and the console refuse and plan alike. Next is the running rollout's choice
+// of the machines it works on in a pass (the worker budget), which the
+// controller's config operation makes with it. The functions are pure: the
+// callers list the objects.
 package rollout
 
 import (

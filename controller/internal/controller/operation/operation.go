@@ -8,7 +8,11 @@
 //
 // The state machine lives in status (status.step, and per machine
 // status.machines[].step), so a controller restart resumes where it stopped.
-// One reconcile runs at most one step.
+// One reconcile runs at most one step of each machine it works on. The
+// reconciler runs on the reconcile skeleton (controller/internal/reconcile):
+// its phases are completed → refused type → resume → lock and pause →
+// machine selection → rollout, and every Talos write (Apply, Reboot) is
+// preceded by a strict status write that records it.
 //
 // This release runs operations of type config (the rollout of changes the
 // machine reconciler does not apply by itself); the other types are refused
@@ -17,18 +21,15 @@ package operation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,7 +75,7 @@ const (
 // Reconciler reconciles TalosOperations.
 type Reconciler struct {
 	Client client.Client
-	// APIReader reads the bundle Secret uncached.
+	// APIReader reads the operation (see controller) and the bundle Secret uncached.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Nodes dials configured nodes; nil means a Dialer on Talos's port.
@@ -91,9 +92,16 @@ type Reconciler struct {
 	RebootTimeout    time.Duration
 	APIServerSettle  time.Duration
 	APIServerTimeout time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the controller's clock; nil means the real one.
+	Clock clock.PassiveClock
+
+	skeleton *ichorreconcile.Controller[*ichorv1alpha1.TalosOperation]
 }
+
+// scope is what the phases of one reconcile share: the operation
+// (s.Object), its cluster (s.Cluster, nil when it does not exist) and the
+// strict status write (s.Persist).
+type scope = ichorreconcile.Scope[*ichorv1alpha1.TalosOperation]
 
 // SetupWithManager registers the reconciler. The operation's own status
 // writes do not wake it (it requeues itself while it runs); its spec
@@ -135,9 +143,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	def(&r.APIServerSettle, DefaultAPIServerSettle)
 	def(&r.APIServerTimeout, DefaultAPIServerTimeout)
 
-	if r.Now == nil {
-		r.Now = time.Now
-	}
+	r.skeleton = r.controller()
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
@@ -148,45 +154,109 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// scope is what one reconcile's steps share.
-type scope struct {
-	op      *ichorv1alpha1.TalosOperation
-	cluster *ichorv1alpha1.TalosCluster
+// controller is the reconciler on the skeleton, the only writer of an
+// operation's status. The skeleton reads the operation from the API, not
+// the cache: the steps have side effects (Reboot is not idempotent), so a
+// step must never run again from a status the cache has not caught up with
+// after this reconciler's own last write; and every Talos write is preceded
+// by the strict s.Persist, which refuses a decision taken on a stale read.
+//
+// The cluster's spec.paused is the skeleton's check (no lock is taken or
+// renewed, the state stays in status; summarize says so in Ready). The
+// operation's own spec.paused is not the skeleton's Paused: it stops the
+// operation between steps while it keeps the cluster lock (lockPhase).
+func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.TalosOperation] {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+
+	return &ichorreconcile.Controller[*ichorv1alpha1.TalosOperation]{
+		Name: ControllerName, Client: apiOperations{Client: r.Client, api: r.APIReader}, APIReader: r.APIReader, Clock: r.Clock,
+		New:     func() *ichorv1alpha1.TalosOperation { return &ichorv1alpha1.TalosOperation{} },
+		Owned:   []string{ichorv1alpha1.ReadyCondition, ichorv1alpha1.LockAcquiredCondition},
+		Primary: true,
+		OwnStatus: func(dst, src *ichorv1alpha1.TalosOperation) {
+			conds, gen := dst.Status.Conditions, dst.Status.ObservedGeneration
+			dst.Status = *src.Status.DeepCopy()
+			dst.Status.Conditions, dst.Status.ObservedGeneration = conds, gen
+		},
+		Summarize: summarize,
+		Phases: []ichorreconcile.Phase[*ichorv1alpha1.TalosOperation]{
+			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.selectPhase, r.rolloutPhase,
+		},
+	}
 }
 
-// Reconcile is get → deferred status patch → refusal, failure pause, lock,
-// person's pause → one step of the operation's type.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
-	// Read from the API, not the cache: the steps have side effects (Reboot
-	// is not idempotent), so a step must never run again from a status the
-	// cache has not caught up with after this reconciler's own last write.
-	op := &ichorv1alpha1.TalosOperation{}
-	if err := r.APIReader.Get(ctx, req.NamespacedName, op); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+// apiOperations reads TalosOperations from the API server and everything
+// else through Client (the cache).
+type apiOperations struct {
+	client.Client
+
+	api client.Reader
+}
+
+// Get reads a TalosOperation uncached.
+func (c apiOperations) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*ichorv1alpha1.TalosOperation); ok {
+		return c.api.Get(ctx, key, obj, opts...)
 	}
 
-	if !op.DeletionTimestamp.IsZero() || completed(op) {
-		// A finished operation holds nothing: give the lock back if it still has it.
-		return ctrl.Result{}, r.release(ctx, op)
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// Reconcile runs the skeleton.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if r.skeleton == nil {
+		r.skeleton = r.controller()
 	}
 
-	before := op.DeepCopy()
+	return r.skeleton.Reconcile(ctx, req)
+}
 
-	defer func() {
-		if err := r.patchStatus(ctx, before, op); err != nil {
-			retErr = errors.Join(retErr, err)
-		}
-	}()
+func (r *Reconciler) now() time.Time { return r.Clock.Now() }
 
-	op.Status.ObservedGeneration = op.Generation
+// halted is an operation no later phase acts on: completed, or paused on a
+// failed step.
+func halted(op *ichorv1alpha1.TalosOperation) bool {
+	return completed(op) || op.Status.FailedStep != ""
+}
 
-	if refused := guard.CheckRunnable(op); refused != nil {
-		// The webhook refuses such a type at admission; this one got in before
-		// that rule existed (or with the webhook off).
-		r.finish(op, ichorv1alpha1.OperationFailed, ichorv1alpha1.InvalidSpecReason, fmt.Sprintf(
-			"operations of type %q are not implemented by this release of Ichor (it runs %s); nothing was done and the cluster lock was not taken: "+
-				"delete this operation; %s", op.Spec.Type, strings.Join(guard.RunnableOperationTypes, ", "), refused.WayOut))
+// completedPhase: a finished operation holds nothing; it gives the lock
+// back if it still has it.
+func (r *Reconciler) completedPhase(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if !completed(s.Object) {
+		return ctrl.Result{}, nil
+	}
 
+	return ctrl.Result{}, r.release(ctx, s.Object)
+}
+
+// refusePhase fails an operation of a type this release does not run,
+// before it takes the lock.
+func (r *Reconciler) refusePhase(ctx context.Context, s *scope) (ctrl.Result, error) {
+	op := s.Object
+	if halted(op) {
+		return ctrl.Result{}, nil
+	}
+
+	refused := guard.CheckRunnable(op)
+	if refused == nil {
+		return ctrl.Result{}, nil
+	}
+
+	// The webhook refuses such a type at admission; this one got in before
+	// that rule existed (or with the webhook off).
+	return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationFailed, ichorv1alpha1.InvalidSpecReason, fmt.Sprintf(
+		"operations of type %q are not implemented by this release of Ichor (it runs %s); nothing was done and the cluster lock was not taken: "+
+			"delete this operation; %s", op.Spec.Type, strings.Join(guard.RunnableOperationTypes, ", "), refused.WayOut))
+}
+
+// resumePhase acts on a new resume token; an operation still paused on a
+// failed step stays so (the lock is Inactive and not renewed; a resume
+// re-runs the step, taking the lock again first).
+func (r *Reconciler) resumePhase(_ context.Context, s *scope) (ctrl.Result, error) {
+	op := s.Object
+	if completed(op) {
 		return ctrl.Result{}, nil
 	}
 
@@ -195,46 +265,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 
 	if op.Status.FailedStep != "" {
-		// Paused on a failed step: the lock is Inactive and not renewed; a
-		// resume re-runs the step (taking the lock again first).
 		op.Status.Phase = ichorv1alpha1.OperationPaused
+	}
 
+	return ctrl.Result{}, nil
+}
+
+// lockPhase waits for the cluster to exist, takes or renews the cluster
+// lock, and holds a person's pause (spec.paused) between steps, keeping the
+// lock.
+func (r *Reconciler) lockPhase(ctx context.Context, s *scope) (ctrl.Result, error) {
+	op := s.Object
+	if halted(op) {
 		return ctrl.Result{}, nil
 	}
 
-	s := &scope{op: op, cluster: &ichorv1alpha1.TalosCluster{}}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: op.Namespace, Name: op.Spec.ClusterName}, s.cluster); err != nil {
-		if apierrors.IsNotFound(err) {
-			setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.InvalidSpecReason,
-				fmt.Sprintf("TalosCluster %q not found in namespace %s; the operation waits for it", op.Spec.ClusterName, op.Namespace))
-
-			if op.Status.Phase == "" {
-				op.Status.Phase = ichorv1alpha1.OperationPending
-			}
-
-			return ctrl.Result{RequeueAfter: r.LockWait * 6}, nil
-		}
-
-		return ctrl.Result{}, err
-	}
-
-	// The cluster's pause stops the operation where it stands (its state
-	// stays in status; no lock is taken or renewed); the cluster's watch
-	// wakes it when the pause ends.
-	if s.cluster.Spec.Paused {
-		paused := ichorreconcile.PausedCondition("TalosCluster " + s.cluster.Name + "'s spec.paused")
-		ichorreconcile.CountPausedSkip(ControllerName)
-		apimeta.SetStatusCondition(&op.Status.Conditions, paused)
-		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.PausedReason, paused.Message)
+	if s.Cluster == nil {
+		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.InvalidSpecReason,
+			fmt.Sprintf("TalosCluster %q not found in namespace %s; the operation waits for it", op.Spec.ClusterName, op.Namespace))
 
 		if op.Status.Phase == "" {
 			op.Status.Phase = ichorv1alpha1.OperationPending
 		}
 
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: r.LockWait * 6}, nil
 	}
-
-	apimeta.RemoveStatusCondition(&op.Status.Conditions, ichorv1alpha1.PausedCondition)
 
 	held, err := r.acquire(ctx, op)
 	if err != nil || !held {
@@ -249,187 +304,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{RequeueAfter: pausedRenew}, nil
 	}
 
-	op.Status.Phase = ichorv1alpha1.OperationRunning
-
-	return r.config(ctx, s)
-}
-
-func stepName(op *ichorv1alpha1.TalosOperation) string {
-	if op.Status.Step == "" {
-		return "(none yet)"
-	}
-
-	return op.Status.Step
-}
-
-func completed(op *ichorv1alpha1.TalosOperation) bool {
-	return op.Status.Phase == ichorv1alpha1.OperationSucceeded || op.Status.Phase == ichorv1alpha1.OperationFailed
-}
-
-func (r *Reconciler) clusterKey(op *ichorv1alpha1.TalosOperation) types.NamespacedName {
-	return types.NamespacedName{Namespace: op.Namespace, Name: op.Spec.ClusterName}
-}
-
-// acquire takes or renews the lock; when another holder has it, the
-// operation waits (Pending before its first step) naming the holder.
-func (r *Reconciler) acquire(ctx context.Context, op *ichorv1alpha1.TalosOperation) (bool, error) {
-	res, err := r.Locker.Acquire(ctx, r.clusterKey(op), lock.OperationIdentity(op.Namespace, op.Name))
-	if errors.Is(err, lock.ErrConflict) {
-		return false, nil
-	}
-
-	if err != nil {
-		return false, fmt.Errorf("take the cluster lock: %w", err)
-	}
-
-	if !res.Acquired {
-		msg := fmt.Sprintf("waits for the cluster lock of %s, held by %s", op.Spec.ClusterName, res.Holder)
-		if c := apimeta.FindStatusCondition(op.Status.Conditions, ichorv1alpha1.LockAcquiredCondition); c == nil || c.Message != msg {
-			r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, ichorv1alpha1.ClusterLockHeldReason, "Lock", "%s", msg)
-		}
-
-		setCond(op, ichorv1alpha1.LockAcquiredCondition, metav1.ConditionFalse, ichorv1alpha1.ClusterLockHeldReason, msg)
-		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ClusterLockHeldReason, msg)
-
-		if op.Status.StartedAt == nil {
-			op.Status.Phase = ichorv1alpha1.OperationPending
-		}
-
-		return false, nil
-	}
-
-	if res.TakenOverFrom != "" {
-		r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, "LockTakenOver", "Lock",
-			"took the cluster lock over from %s, whose work is no longer active", res.TakenOverFrom)
-	}
-
-	setCond(op, ichorv1alpha1.LockAcquiredCondition, metav1.ConditionTrue, "Held", "holds the cluster lock as "+res.Holder)
-
-	if op.Status.StartedAt == nil {
-		now := metav1.NewTime(r.Now())
-		op.Status.StartedAt = &now
-		r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, "Started", "Lock", "took the cluster lock of %s and started", op.Spec.ClusterName)
-	}
-
-	return true, nil
-}
-
-func (r *Reconciler) release(ctx context.Context, op *ichorv1alpha1.TalosOperation) error {
-	if _, err := r.Locker.Release(ctx, r.clusterKey(op), lock.OperationIdentity(op.Namespace, op.Name)); err != nil && !errors.Is(err, lock.ErrConflict) {
-		return err
-	}
-
-	return nil
-}
-
-// resume clears a failure when the resume annotation carries a new token,
-// and puts the failed machine back on its failed step.
-func (r *Reconciler) resume(op *ichorv1alpha1.TalosOperation) bool {
-	token := op.Annotations[ichorv1alpha1.ResumeAnnotation]
-	if op.Status.FailedStep == "" || token == "" || token == op.Status.LastHandledResume {
-		return false
-	}
-
-	op.Status.LastHandledResume = token
-	op.Status.FailedStep = ""
-	op.Status.FailureReason = ""
-
-	for i := range op.Status.Machines {
-		if mp := &op.Status.Machines[i]; mp.Phase == ichorv1alpha1.MachineFailed {
-			mp.Phase = ichorv1alpha1.MachineInProgress
-			now := metav1.NewTime(r.Now())
-			mp.StepStartedAt = &now
-		}
+	if c := apimeta.FindStatusCondition(op.Status.Conditions, ichorv1alpha1.ReadyCondition); c != nil && c.Reason == ichorv1alpha1.PausedReason {
+		// The pause (its own or its cluster's) ended.
+		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason, "running again from step "+stepName(op))
 	}
 
 	op.Status.Phase = ichorv1alpha1.OperationRunning
-	op.Status.ProgressSequence++
 
-	return true
+	return ctrl.Result{}, nil
 }
 
-// fail pauses the operation on a failed step of a machine (or of the
-// operation when mp is nil); the lock becomes Inactive.
-func (r *Reconciler) fail(op *ichorv1alpha1.TalosOperation, mp *ichorv1alpha1.MachineProgress, step, msg string) {
-	where := "step " + step
-	if mp != nil {
-		mp.Phase = ichorv1alpha1.MachineFailed
-		mp.Message = msg
-		where = fmt.Sprintf("step %s of machine %s", step, mp.Name)
-	}
-
-	op.Status.Phase = ichorv1alpha1.OperationPaused
-	op.Status.FailedStep = step
-	op.Status.FailureReason = truncate(fmt.Sprintf("%s failed: %s. Fix the cause, then resume: `ichor operation resume %s` (or annotate %s with a new value)",
-		where, msg, op.Name, ichorv1alpha1.ResumeAnnotation), 4096)
-	op.Status.ProgressSequence++
-	setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.FailedReason, op.Status.FailureReason)
-	r.Recorder.Eventf(op, nil, corev1.EventTypeWarning, ichorv1alpha1.FailedReason, "Step", "%s", op.Status.FailureReason)
-}
-
-// finish ends the operation.
-func (r *Reconciler) finish(op *ichorv1alpha1.TalosOperation, phase, reason, msg string) {
-	now := metav1.NewTime(r.Now())
-	op.Status.Phase = phase
-	op.Status.CompletedAt = &now
-	op.Status.Step = ""
-	op.Status.ProgressSequence++
-
-	status := metav1.ConditionTrue
-	typ := corev1.EventTypeNormal
-
-	if phase != ichorv1alpha1.OperationSucceeded {
-		status, typ = metav1.ConditionFalse, corev1.EventTypeWarning
-	}
-
-	setCond(op, ichorv1alpha1.ReadyCondition, status, reason, msg)
-	r.Recorder.Eventf(op, nil, typ, reason, "Complete", "%s", msg)
-}
-
-func (r *Reconciler) patchStatus(ctx context.Context, before, op *ichorv1alpha1.TalosOperation) error {
-	if equality.Semantic.DeepEqual(before.Status, op.Status) {
-		return nil
-	}
-
-	// Only this reconciler writes an operation's status, one reconcile at a
-	// time per object: a plain merge patch cannot lose a write, and a
-	// conflict with a person's spec edit (pause, resume) must not undo a step
-	// whose side effect already happened.
-	if err := r.Client.Status().Patch(ctx, op, client.MergeFrom(before)); err != nil {
-		return err
-	}
-
+// summarize is the skeleton's summary of an operation about to be written:
+// while its cluster's pause holds it (the Paused condition), Ready says so,
+// and an operation that has not started is Pending.
+func summarize(op *ichorv1alpha1.TalosOperation) {
 	if completed(op) {
-		// Completed: the lock goes back now, not at the next event.
-		return r.release(ctx, op)
+		return
 	}
 
-	return nil
-}
-
-func setCond(op *ichorv1alpha1.TalosOperation, typ string, status metav1.ConditionStatus, reason, msg string) {
-	apimeta.SetStatusCondition(&op.Status.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: op.Generation,
-	})
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+	c := apimeta.FindStatusCondition(op.Status.Conditions, ichorv1alpha1.PausedCondition)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return
 	}
 
-	return s[:n-3] + "..."
-}
+	setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.PausedReason, c.Message)
 
-// requestMachineReconcile asks the machine reconciler to look at m now.
-func (r *Reconciler) requestMachineReconcile(ctx context.Context, m *ichorv1alpha1.TalosMachine) error {
-	patch := client.MergeFrom(m.DeepCopy())
-
-	if m.Annotations == nil {
-		m.Annotations = map[string]string{}
+	if op.Status.Phase == "" {
+		op.Status.Phase = ichorv1alpha1.OperationPending
 	}
-
-	m.Annotations[ichorv1alpha1.ReconcileRequestedAnnotation] = r.Now().UTC().Format(time.RFC3339Nano)
-
-	return r.Client.Patch(ctx, m, patch)
 }

@@ -1,0 +1,310 @@
+package operation
+
+// The machine steps of a config rollout: plan, drain, apply, reboot, wait for the boot, uncordon.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/plan"
+	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
+	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/controller/internal/workload"
+)
+
+// plan decides what the machine needs; a machine that runs the render is skipped.
+func (w *work) plan(ctx context.Context) (ctrl.Result, error) {
+	n, running, stored, failure := w.nodePlans(ctx)
+	if failure != "" {
+		return w.fail(failure)
+	}
+	defer n.Close()
+
+	if running.Action == plan.ActionNone && stored.Action == plan.ActionNone {
+		w.mp.Phase, w.mp.Message = ichorv1alpha1.MachineSkipped, "the node runs the rendered configuration"
+		w.mp.Step = stepDone
+		w.op.Status.ProgressSequence++
+
+		return ichorreconcile.NextStep(), nil
+	}
+
+	p := running
+	if p.Action == plan.ActionNone {
+		p = stored
+	}
+
+	summary := fmt.Sprintf("%s: %s", p.Class, strings.Join(firstPaths(p.AllPaths(), 10), ", "))
+
+	if p.Reboot {
+		if w.cp() {
+			if msg := w.r.etcdHealthy(ctx, w.op, w.st.Bundle); msg != "" {
+				return w.fail("etcd is not healthy on every control plane, so rebooting " + w.m.Name + " could lose quorum: " + msg)
+			}
+		}
+
+		return w.next(stepDrain, summary)
+	}
+
+	return w.next(stepApply, summary)
+}
+
+func firstPaths(paths []string, n int) []string {
+	if len(paths) > n {
+		return append(slices.Clone(paths[:n]), fmt.Sprintf("and %d more", len(paths)-n))
+	}
+
+	return paths
+}
+
+// drain runs the storage hook, then cordons and drains the machine's Node.
+func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
+	done, msg, err := w.r.Storage.Evacuate(ctx, w.m)
+	if err != nil {
+		return w.fail("the storage hook failed: " + err.Error())
+	}
+
+	if !done {
+		w.mp.Message = "waiting for the storage system to evacuate the node: " + msg
+
+		return w.poll(), nil
+	}
+
+	k, err := w.r.workload(ctx, w.op, w.st.Bundle)
+	if err != nil {
+		return w.fail("cannot reach the cluster's Kubernetes API to drain the node: " + err.Error())
+	}
+
+	node, err := workload.NodeByAddress(ctx, k, w.m.Spec.Address)
+	if err != nil {
+		return w.fail(err.Error())
+	}
+
+	if node == nil {
+		return w.next(stepApply, "no Kubernetes Node has the machine's address: nothing to drain")
+	}
+
+	if own := w.m.Status.NodeName; own != "" && !strings.EqualFold(own, node.Name) {
+		return w.mismatch(&talosnode.IdentityMismatchError{
+			Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talosnode.MachineIdentity(w.m),
+			Got: talosnode.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
+		})
+	}
+
+	if err := workload.Drain(ctx, k, node, w.r.DrainTimeout, false); err != nil {
+		return w.fail(fmt.Sprintf("draining Node %s did not finish: %v (check PodDisruptionBudgets and pods without a controller)", node.Name, err))
+	}
+
+	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Drained", "Drain", "cordoned and drained Node %s of machine %s", node.Name, w.m.Name)
+
+	return w.next(stepApply, "cordoned and drained Node "+node.Name)
+}
+
+// apply sends the render: STAGED before a reboot, else in the plan's mode.
+func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
+	n, running, stored, failure := w.nodePlans(ctx)
+	if failure != "" {
+		return w.fail(failure)
+	}
+	defer n.Close()
+
+	p := running
+	if p.Action == plan.ActionNone {
+		p = stored
+	}
+
+	mode := p.Mode
+	if !p.Reboot && mode == machine.ApplyConfigurationRequest_STAGED && running.Action != plan.ActionNone {
+		mode = machine.ApplyConfigurationRequest_NO_REBOOT
+	}
+
+	if p.Action != plan.ActionNone || stored.Action != plan.ActionNone {
+		// What the machine went through so far is recorded before the
+		// configuration goes out, and a decision taken on a stale read
+		// (a conflict) sends nothing.
+		w.mp.Message = fmt.Sprintf("applying the rendered configuration in mode %s", mode)
+
+		if err := w.s.Persist(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+
+		warnings, err := n.Apply(ctx, w.st.Result.Bytes, mode)
+		if len(warnings) > 0 {
+			w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, "ApplyWarnings", "DryRun",
+				"the node %s warns about the configuration: %s", w.m.Name, strings.Join(warnings, "; "))
+		}
+
+		if err != nil {
+			return w.fail("the node refused the configuration: " + talosnode.Message(err))
+		}
+
+		w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, ichorv1alpha1.AppliedReason, "Apply",
+			"applied the rendered configuration to %s in mode %s", w.m.Name, mode)
+	}
+
+	switch {
+	case p.Reboot:
+		return w.next(stepReboot, fmt.Sprintf("applied in mode %s; rebooting", mode))
+	case p.Class == plan.APIServerRestart && w.cp():
+		return w.next(stepWaitAPIServer, "applied; waiting for the kube-apiserver to restart and answer /readyz")
+	default:
+		return w.finishMachine(ctx, fmt.Sprintf("applied in mode %s", mode))
+	}
+}
+
+func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
+	n, err := w.dial(ctx)
+	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+		return w.mismatch(mm)
+	}
+
+	if err != nil {
+		return w.fail("cannot reach the node: " + talosnode.Message(err))
+	}
+	defer n.Close()
+
+	// Recorded before it is sent (engineering rule 10): a Reboot is not
+	// idempotent, so a reconcile that comes after a crash, a lost write or a
+	// stale read finds the machine waiting for its boot and never sends a
+	// second one; a Persist that conflicts sends none.
+	w.r.next(w.op, w.mp, stepWaitBoot, "reboot requested")
+
+	if err := w.s.Persist(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	if err := n.Reboot(ctx); err != nil {
+		// Not sent, or not known to be: resuming sends it again.
+		w.mp.Step = stepReboot
+
+		return w.fail(talosnode.Message(err))
+	}
+
+	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "rebooting %s to run the staged configuration", w.m.Name)
+	w.mp.Message = "rebooting"
+
+	return ichorreconcile.NextStep(), nil
+}
+
+// waitBoot waits until the node runs the render (a staged configuration
+// runs only after the reboot) and Talos reports it running and ready.
+func (w *work) waitBoot(ctx context.Context) (ctrl.Result, error) {
+	if w.elapsed() > w.r.RebootTimeout {
+		// The Reboot is recorded before it is sent and never sent twice: a
+		// node that never went down may not have got it.
+		return w.fail(fmt.Sprintf("the node did not come back running the rendered configuration within %s of its reboot request; "+
+			"if it never went down (Ichor sends a Reboot once, and this one may not have reached it), reboot it with `talosctl -n %s reboot`",
+			w.r.RebootTimeout, w.m.Spec.Address))
+	}
+
+	n, err := w.dial(ctx)
+	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+		return w.mismatch(mm)
+	}
+
+	if err != nil {
+		w.mp.Message = "rebooting: the node does not answer yet"
+
+		return w.poll(), nil
+	}
+	defer n.Close()
+
+	stage, ready, err := n.Stage(ctx)
+	if err != nil || stage != ichorv1alpha1.StageRunning || !ready {
+		w.mp.Message = fmt.Sprintf("rebooting: the node is %s (ready %t)", orUnknown(stage), ready)
+
+		return w.poll(), nil
+	}
+
+	running, _, err := w.diff(ctx, n)
+	if err != nil || running.Action != plan.ActionNone {
+		w.mp.Message = "rebooting: the node does not run the rendered configuration yet"
+
+		return w.poll(), nil
+	}
+
+	return w.next(stepUncordon, "the node runs the rendered configuration")
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+
+	return s
+}
+
+// uncordon waits for the Node to be Ready, makes it schedulable, and for a
+// control plane waits for its etcd member to answer.
+func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
+	if w.elapsed() > w.r.RebootTimeout {
+		return w.fail(fmt.Sprintf("the node's Kubernetes Node or etcd member was not back within %s", w.r.RebootTimeout))
+	}
+
+	k, err := w.r.workload(ctx, w.op, w.st.Bundle)
+	if err != nil {
+		w.mp.Message = "waiting for the cluster's Kubernetes API: " + err.Error()
+
+		return w.poll(), nil //nolint:nilerr // a node or API not back yet is waited for, not an error
+	}
+
+	node, err := workload.NodeByAddress(ctx, k, w.m.Spec.Address)
+	if err != nil {
+		w.mp.Message = err.Error()
+
+		return w.poll(), nil //nolint:nilerr // a node or API not back yet is waited for, not an error
+	}
+
+	if node != nil {
+		if own := w.m.Status.NodeName; own != "" && !strings.EqualFold(own, node.Name) {
+			return w.mismatch(&talosnode.IdentityMismatchError{
+				Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talosnode.MachineIdentity(w.m),
+				Got: talosnode.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
+			})
+		}
+
+		if !workload.NodeReady(node) {
+			w.mp.Message = "waiting for Node " + node.Name + " to be Ready"
+
+			return w.poll(), nil
+		}
+
+		if node.Spec.Unschedulable {
+			if err := workload.Uncordon(ctx, k, node); err != nil {
+				w.mp.Message = err.Error()
+
+				return w.poll(), nil //nolint:nilerr // a node or API not back yet is waited for, not an error
+			}
+		}
+	}
+
+	if w.cp() {
+		n, err := w.dial(ctx)
+		if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+			return w.mismatch(mm)
+		}
+
+		if err != nil {
+			w.mp.Message = "waiting for the node's etcd member: " + talosnode.Message(err)
+
+			return w.poll(), nil
+		}
+
+		healthy := n.EtcdHealthy(ctx)
+		n.Close()
+
+		if !healthy {
+			w.mp.Message = "waiting for the node's etcd member to answer"
+
+			return w.poll(), nil
+		}
+	}
+
+	return w.finishMachine(ctx, "rebooted into the rendered configuration")
+}
