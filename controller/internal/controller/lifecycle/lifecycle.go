@@ -157,6 +157,9 @@ type scope struct {
 // deciding twice): before a step that must be recorded first.
 func (s *scope) persist(ctx context.Context) error { return s.sk.Persist(ctx) }
 
+// now is the time the reconcile started, from the controller's clock.
+func (s *scope) now() metav1.Time { return metav1.NewTime(s.sk.Now) }
+
 // Reconcile runs the reconciler on the skeleton (reconcile.Controller):
 // removal through the finalizer when deleting, provisioning while not
 // provisioned, monitoring (re-provisioning) once provisioned. Each call does

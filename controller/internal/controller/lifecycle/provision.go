@@ -199,7 +199,7 @@ func (r *Reconciler) sendConfig(ctx context.Context, s *scope) (ctrl.Result, err
 		// Not in maintenance: a node that already runs this render (sent by a
 		// controller that stopped before recording it) is followed, not sent to again.
 		if r.runsOurConfig(ctx, s) {
-			r.markSent(m)
+			r.markSent(m, s.now())
 
 			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 		}
@@ -227,15 +227,14 @@ func (r *Reconciler) sendConfig(ctx context.Context, s *scope) (ctrl.Result, err
 		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
 	}
 
-	r.markSent(m)
+	r.markSent(m, s.now())
 	r.eventf(m, corev1.EventTypeNormal, "ConfigSent", "Provision",
 		"sent the rendered configuration to %s in maintenance mode (maintenance certificate %s); following the install", m.Spec.Address, m.Status.MaintenanceFingerprint)
 
 	return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 }
 
-func (r *Reconciler) markSent(m *ichorv1alpha1.TalosMachine) {
-	now := metav1.Now()
+func (r *Reconciler) markSent(m *ichorv1alpha1.TalosMachine, now metav1.Time) {
 	m.Status.ConfigSentAt = &now
 	m.Status.Stage = ichorv1alpha1.StageInstalling
 	// The configuration reconciler records the hash the node runs (it owns
@@ -353,7 +352,7 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 
 	reason, msg := ichorv1alpha1.JoinedReason, "the node installed Talos and joined the cluster"
 	if note != "" {
-		reason, msg = ichorv1alpha1.ReinstalledReason, fmt.Sprintf("re-installed the node at %s: its disk was wiped or replaced", time.Now().UTC().Format(time.RFC3339))
+		reason, msg = ichorv1alpha1.ReinstalledReason, fmt.Sprintf("re-installed the node at %s: its disk was wiped or replaced", s.now().UTC().Format(time.RFC3339))
 	}
 
 	setCond(m, ichorv1alpha1.ProvisionedCondition, metav1.ConditionTrue, reason, msg)

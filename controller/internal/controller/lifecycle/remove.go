@@ -35,7 +35,7 @@ func (r *Reconciler) remove(ctx context.Context, s *scope) (ctrl.Result, error) 
 			return ctrl.Result{}, r.dropFinalizer(m, "nothing had been sent to the node")
 		}
 
-		now := metav1.Now()
+		now := s.now()
 		m.Status.Removal = &ichorv1alpha1.MachineRemoval{Phase: ichorv1alpha1.RemovalEvacuating, StartedAt: &now}
 		progress(m, ichorv1alpha1.RemovingReason, "removal started")
 		r.eventf(m, corev1.EventTypeNormal, ichorv1alpha1.RemovingReason, "Remove", "removal of %s started", m.Name)
@@ -292,7 +292,7 @@ func (r *Reconciler) reset(ctx context.Context, s *scope) (string, ctrl.Result, 
 		return "", ctrl.Result{RequeueAfter: pausedWait}, err
 	}
 
-	now := metav1.Now()
+	now := s.now()
 	m.Status.ResetRequestedAt = &now
 	m.Status.Removal.Wiped = new(true)
 
@@ -341,7 +341,7 @@ func (r *Reconciler) awaitReset(ctx context.Context, s *scope) (string, ctrl.Res
 	if live {
 		n.Close()
 
-		if m.Status.Stage == ichorv1alpha1.StageRunning && time.Since(m.Status.ResetRequestedAt.Time) > r.ResetGrace {
+		if m.Status.Stage == ichorv1alpha1.StageRunning && s.now().Sub(m.Status.ResetRequestedAt.Time) > r.ResetGrace {
 			m.Status.Removal.Message = fmt.Sprintf("the reset requested at %s has not started: the node still runs its configuration. "+
 				"It is not sent twice; check the node, or set spec.forceRemove", m.Status.ResetRequestedAt.UTC().Format(time.RFC3339))
 		}

@@ -7,14 +7,33 @@ import (
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
+// setClusterPaused sets the cluster's spec.paused and waits until the
+// manager's cache shows it: the machines' Paused condition (written by the
+// configuration reconciler from the same cache) follows it.
 func setClusterPaused(t *testing.T, paused bool) {
 	t.Helper()
 	testenv.SetClusterPaused(t, k8s, ns, clusterName, paused)
+
+	testenv.Eventually(t, waitTimeout, fmt.Sprintf("the machines show paused=%t", paused), func() error {
+		for _, name := range machineNames {
+			m := &ichorv1alpha1.TalosMachine{}
+			if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m); err != nil {
+				return err
+			}
+
+			if got := apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.PausedCondition); got != paused {
+				return fmt.Errorf("%s: Paused %t", name, got)
+			}
+		}
+
+		return nil
+	})
 }
 
 // TestPausedStops_Operation: a config operation of a paused cluster takes no

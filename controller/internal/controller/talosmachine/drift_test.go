@@ -108,7 +108,7 @@ func TestTalosMachineReconciler_Drift(t *testing.T) {
 	awaitEvent(t, name, ichorv1alpha1.DriftDetectedReason, path)
 
 	applies := applyCalls(t, name)
-	pollsPass(t)
+	pollsPass(t, name)
 
 	if after := applyCalls(t, name); after != applies {
 		t.Errorf("under Warn the node was sent a configuration: %d ApplyConfiguration calls, then %d", applies, after)
@@ -135,7 +135,7 @@ func TestTalosMachineReconciler_Drift(t *testing.T) {
 	awaitDrift(t, envPath)
 
 	applies = applyCalls(t, name)
-	pollsPass(t)
+	pollsPass(t, name)
 
 	if after := applyCalls(t, name); after != applies {
 		t.Errorf("a reboot-requiring drift was applied under AutoCorrect: %d ApplyConfiguration calls, then %d", applies, after)

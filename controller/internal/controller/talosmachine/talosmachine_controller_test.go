@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -272,7 +271,7 @@ func TestTalosMachineReconciler_InstallOnlyStaged(t *testing.T) {
 	}
 
 	before := applyCalls(t, "w-1")
-	pollsPass(t)
+	pollsPass(t, "w-1")
 
 	if after := applyCalls(t, "w-1"); after != before {
 		t.Errorf("a staged configuration was applied again: %d ApplyConfiguration calls, then %d", before, after)
@@ -313,14 +312,33 @@ func applyCalls(t *testing.T, name string) int {
 	return em.RPCCounts()["/machine.MachineService/ApplyConfiguration"]
 }
 
-// pollsPass waits for four drift polling periods (the jittered interval's upper bound each).
-func pollsPass(t *testing.T) {
+// cosiGetsPerPass is how many COSI Gets one configuration reconcile makes
+// on a node it reaches: SystemInformation, HostnameStatus and Nodename for
+// the identity, the active and the persistent MachineConfig.
+const cosiGetsPerPass = 5
+
+// pollsPass waits until the reconciler has looked at name's node four more
+// times (the positive marker that drift polls ran; what they must not have
+// done is asserted after it).
+func pollsPass(t *testing.T, name string) {
 	t.Helper()
 
-	deadline := time.Now().Add(4 * driftInterval * 6 / 5)
-	for time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	gets := func() int {
+		em, err := world.Machine(name)
+		testenv.Must(t, err)
+
+		return em.RPCCounts()["/cosi.resource.State/Get"]
 	}
+
+	before := gets()
+
+	testenv.Eventually(t, waitTimeout, "four drift polls of "+name, func() error {
+		if n := gets() - before; n < 4*cosiGetsPerPass {
+			return fmt.Errorf("%d COSI Gets since, want %d", n, 4*cosiGetsPerPass)
+		}
+
+		return nil
+	})
 }
 
 // TestTalosMachineReconciler_APIServerRestartWaits: a change that restarts
@@ -357,7 +375,7 @@ func TestTalosMachineReconciler_APIServerRestartWaits(t *testing.T) {
 	})
 
 	before := applyCalls(t, "cp-1")
-	pollsPass(t)
+	pollsPass(t, "cp-1")
 
 	if after := applyCalls(t, "cp-1"); after != before {
 		t.Errorf("the control plane was sent a configuration: %d ApplyConfiguration calls, then %d", before, after)

@@ -102,7 +102,10 @@ func TestTalosMachineReconciler_OneStatusWritePerChange(t *testing.T) {
 		inSync(t, n)
 	}
 
-	pollsPass(t)
+	for _, n := range machineNames {
+		pollsPass(t, n)
+	}
+
 	writes.stop()
 
 	got := writes.get()
