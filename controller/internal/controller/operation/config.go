@@ -23,8 +23,8 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
 	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
 
@@ -400,16 +400,16 @@ func (w *work) next(step, msg string) (ctrl.Result, error) {
 func (w *work) cp() bool { return w.m.Spec.Role == ichorv1alpha1.RoleControlPlane }
 
 // dial connects to the machine's node and checks that it is this machine
-// (talosnode.Verified is what can apply or reboot). A node that answers as
-// another machine is an *talosnode.IdentityMismatchError: the step fails
+// (talos.Verified is what can apply or reboot). A node that answers as
+// another machine is an *talos.IdentityMismatchError: the step fails
 // with both identities named (mismatch), and nothing is sent.
-func (w *work) dial(ctx context.Context) (*talosnode.Verified, error) {
+func (w *work) dial(ctx context.Context) (*talos.Verified, error) {
 	n, err := w.r.Nodes.Dial(ctx, w.m.Spec.Address, w.st.Bundle)
 	if err != nil {
 		return nil, err
 	}
 
-	v, err := n.VerifyIdentity(ctx, talosnode.MachineIdentity(w.m))
+	v, err := n.VerifyIdentity(ctx, talos.MachineIdentity(w.m))
 	if err != nil {
 		n.Close()
 
@@ -422,7 +422,7 @@ func (w *work) dial(ctx context.Context) (*talosnode.Verified, error) {
 // mismatch fails the step of a machine whose address answers as another
 // machine, with a Warning Event on both objects; the operation pauses on the
 // failed step (resumed with the resume annotation once the address is right).
-func (w *work) mismatch(mm *talosnode.IdentityMismatchError) (ctrl.Result, error) {
+func (w *work) mismatch(mm *talos.IdentityMismatchError) (ctrl.Result, error) {
 	msg := fmt.Sprintf("%s refused for %s: %s. Check which machine answers on %s, then resume the operation",
 		w.mp.Step, w.m.Name, mm.Error(), w.m.Spec.Address)
 	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Verify", "%s", msg)
@@ -431,7 +431,7 @@ func (w *work) mismatch(mm *talosnode.IdentityMismatchError) (ctrl.Result, error
 }
 
 // diff plans the render against the node's running and stored configurations.
-func (w *work) diff(ctx context.Context, n *talosnode.Verified) (running, stored plan.Plan, err error) {
+func (w *work) diff(ctx context.Context, n *talos.Verified) (running, stored plan.Plan, err error) {
 	active, persistent, err := n.Config(ctx)
 	if err != nil {
 		return plan.Plan{}, plan.Plan{}, err
@@ -461,9 +461,9 @@ func (w *work) elapsed() time.Duration {
 
 // nodePlans connects to the node and plans the render against its running
 // and stored configurations; failure says what went wrong (nothing is left open then).
-func (w *work) nodePlans(ctx context.Context) (n *talosnode.Verified, running, stored plan.Plan, failure string) {
+func (w *work) nodePlans(ctx context.Context) (n *talos.Verified, running, stored plan.Plan, failure string) {
 	n, err := w.dial(ctx)
-	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+	if mm := talos.AsIdentityMismatch(err); mm != nil {
 		msg := fmt.Sprintf("%s refused for %s: %s. Check which machine answers on %s, then resume the operation", w.mp.Step, w.m.Name, mm.Error(), w.m.Spec.Address)
 		w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Verify", "%s", msg)
 
@@ -471,13 +471,13 @@ func (w *work) nodePlans(ctx context.Context) (n *talosnode.Verified, running, s
 	}
 
 	if err != nil {
-		return nil, plan.Plan{}, plan.Plan{}, "cannot reach the node: " + talosnode.Message(err)
+		return nil, plan.Plan{}, plan.Plan{}, "cannot reach the node: " + talos.Message(err)
 	}
 
 	if running, stored, err = w.diff(ctx, n); err != nil {
 		n.Close()
 
-		return nil, plan.Plan{}, plan.Plan{}, "cannot read the node's configuration: " + talosnode.Message(err)
+		return nil, plan.Plan{}, plan.Plan{}, "cannot read the node's configuration: " + talos.Message(err)
 	}
 
 	return n, running, stored, ""
@@ -555,9 +555,9 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	if own := w.m.Status.NodeName; own != "" && !strings.EqualFold(own, node.Name) {
-		return w.mismatch(&talosnode.IdentityMismatchError{
-			Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talosnode.MachineIdentity(w.m),
-			Got: talosnode.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
+		return w.mismatch(&talos.IdentityMismatchError{
+			Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talos.MachineIdentity(w.m),
+			Got: talos.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
 		})
 	}
 
@@ -596,7 +596,7 @@ func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
 		}
 
 		if err != nil {
-			return w.fail("the node refused the configuration: " + talosnode.Message(err))
+			return w.fail("the node refused the configuration: " + talos.Message(err))
 		}
 
 		w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, ichorv1alpha1.AppliedReason, "Apply",
@@ -615,17 +615,17 @@ func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
 
 func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
 	n, err := w.dial(ctx)
-	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+	if mm := talos.AsIdentityMismatch(err); mm != nil {
 		return w.mismatch(mm)
 	}
 
 	if err != nil {
-		return w.fail("cannot reach the node: " + talosnode.Message(err))
+		return w.fail("cannot reach the node: " + talos.Message(err))
 	}
 	defer n.Close()
 
 	if err := n.Reboot(ctx); err != nil {
-		return w.fail(talosnode.Message(err))
+		return w.fail(talos.Message(err))
 	}
 
 	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "rebooting %s to run the staged configuration", w.m.Name)
@@ -641,7 +641,7 @@ func (w *work) waitBoot(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	n, err := w.dial(ctx)
-	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+	if mm := talos.AsIdentityMismatch(err); mm != nil {
 		return w.mismatch(mm)
 	}
 
@@ -700,9 +700,9 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 
 	if node != nil {
 		if own := w.m.Status.NodeName; own != "" && !strings.EqualFold(own, node.Name) {
-			return w.mismatch(&talosnode.IdentityMismatchError{
-				Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talosnode.MachineIdentity(w.m),
-				Got: talosnode.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
+			return w.mismatch(&talos.IdentityMismatchError{
+				Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talos.MachineIdentity(w.m),
+				Got: talos.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
 			})
 		}
 
@@ -723,12 +723,12 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 
 	if w.cp() {
 		n, err := w.dial(ctx)
-		if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+		if mm := talos.AsIdentityMismatch(err); mm != nil {
 			return w.mismatch(mm)
 		}
 
 		if err != nil {
-			w.mp.Message = "waiting for the node's etcd member: " + talosnode.Message(err)
+			w.mp.Message = "waiting for the node's etcd member: " + talos.Message(err)
 
 			return w.poll(), nil
 		}

@@ -13,7 +13,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 // patchStatus writes the status once, and only when it changed, as a merge
@@ -134,7 +134,7 @@ func markStalled(m *ichorv1alpha1.TalosMachine, msg string) {
 
 // markUnreachable records that the node did not answer; it is retried.
 func markUnreachable(m *ichorv1alpha1.TalosMachine, err error) {
-	msg := talosnode.Message(err)
+	msg := talos.Message(err)
 	set(m, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.NodeUnreachableReason, msg)
 	set(m, ichorv1alpha1.ReconcilingCondition, metav1.ConditionTrue, ichorv1alpha1.NodeUnreachableReason, msg)
 	set(m, ichorv1alpha1.StalledCondition, metav1.ConditionFalse, ichorv1alpha1.NodeUnreachableReason, msg)
@@ -142,7 +142,7 @@ func markUnreachable(m *ichorv1alpha1.TalosMachine, err error) {
 
 // markApplyFailed records that the node refused the configuration.
 func markApplyFailed(m *ichorv1alpha1.TalosMachine, err error) {
-	msg := talosnode.Message(err)
+	msg := talos.Message(err)
 	set(m, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ApplyFailedReason, msg)
 	set(m, ichorv1alpha1.ReconcilingCondition, metav1.ConditionTrue, ichorv1alpha1.ApplyFailedReason, msg)
 }
@@ -158,7 +158,7 @@ func identityPaused(m *ichorv1alpha1.TalosMachine) bool {
 // identityMismatch refuses the reconcile: nothing is read from or applied to
 // the node at the address; IdentityConflict names both identities and says
 // how to go on; a Warning Event is left once per message.
-func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talosnode.IdentityMismatchError) {
+func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talos.IdentityMismatchError) {
 	msg := mm.Paused(m.Name, m.Spec.Address)
 
 	was := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.IdentityConflictCondition)
