@@ -61,6 +61,7 @@ func run(m *testing.M) int {
 			{Name: "no-uuid", Identity: talosemu.Identity{UUID: &noUUID, Serial: "SER-2"}},
 			{Name: "configured", Role: talosemu.RoleHintControlPlane},
 			{Name: "hung"},
+			{Name: "pinned"},
 		},
 	}
 
@@ -274,6 +275,7 @@ func TestScanFindsWhatAnswers(t *testing.T) {
 		mustMachine("no-uuid").IP():    string(discovery.KindMaintenance),
 		mustMachine("configured").IP(): string(discovery.KindAlreadyConfigured),
 		mustMachine("hung").IP():       "error",
+		mustMachine("pinned").IP():     string(discovery.KindMaintenance),
 	}
 
 	if fmt.Sprint(got) != fmt.Sprint(want) {
