@@ -9,23 +9,17 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 )
-
-func newBundle(t *testing.T) *secrets.Bundle {
-	t.Helper()
-
-	b, err := secrets.NewBundle(secrets.NewFixedClock(secrets.NewClock().Now()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	return b
-}
 
 // TestDialErrorsNeverQuoteTheTalosconfig feeds DialTalosconfig broken talosconfigs that
 // carry a recognisable secret and checks that no error repeats it.
 func TestDialErrorsNeverQuoteTheTalosconfig(t *testing.T) {
-	b := newBundle(t)
+	b, err := bundle.Generate(secrets.NewClock(), "v1.14")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	admin, err := b.GenerateTalosAPIClientCertificate(role.MakeSet(role.Admin))
 	if err != nil {
@@ -34,6 +28,11 @@ func TestDialErrorsNeverQuoteTheTalosconfig(t *testing.T) {
 
 	good := clientconfig.NewConfig("foreign", []string{"192.0.2.1"}, b.Certs.OS.Crt, admin)
 	ctxOf := func(c *clientconfig.Config) *clientconfig.Context { return c.Contexts["foreign"] }
+
+	// The allowed neighbour: the talosconfig `talosctl config` writes parses.
+	if _, _, err := ParseTalosconfig(mustBytes(t, good)); err != nil {
+		t.Fatalf("a good talosconfig was refused: %v", err)
+	}
 
 	const secret = "SECRET-KEY-MATERIAL-DO-NOT-LEAK"
 
