@@ -15,8 +15,8 @@ import (
 // the emulator: contracts may not import tools/talosemu (.golangci.yml), and
 // discovery is the reader that dials without a pin.
 
-// cosiGets is how many COSI Get calls reached the machine.
-func cosiGets(name string) int { return mustMachine(name).RPCCounts()["/cosi.resource.State/Get"] }
+// pinnedGets is how many COSI Get calls reached the machine "pinned".
+func pinnedGets() int { return mustMachine("pinned").RPCCounts()["/cosi.resource.State/Get"] }
 
 func TestMaintenancePinRefusesAnotherCertificate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -35,7 +35,7 @@ func TestMaintenancePinRefusesAnotherCertificate(t *testing.T) {
 		t.Fatalf("with the node's own pin: stage %q, %v", stage, err)
 	}
 
-	before := cosiGets("pinned")
+	before := pinnedGets()
 
 	other := mustMachine("m-1").MaintenanceFingerprint()
 
@@ -54,7 +54,7 @@ func TestMaintenancePinRefusesAnotherCertificate(t *testing.T) {
 		t.Errorf("Fingerprint() = %q, want the certificate the node presented, %q", got, em.MaintenanceFingerprint())
 	}
 
-	if n := cosiGets("pinned") - before; n != 0 {
+	if n := pinnedGets() - before; n != 0 {
 		t.Errorf("%d reads reached the node behind a refused certificate", n)
 	}
 }
@@ -99,7 +99,7 @@ func TestMaintenancePinsTheFirstCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	before := cosiGets("pinned")
+	before := pinnedGets()
 
 	// Wait for the positive marker, a handshake with the new certificate, then
 	// look at what the read that met it gave.
@@ -120,7 +120,7 @@ func TestMaintenancePinsTheFirstCertificate(t *testing.T) {
 		t.Fatalf("a read after the certificate changed: %v, want %q", err, talos.ErrCertificateChanged)
 	}
 
-	if n := cosiGets("pinned") - before; n != 0 {
+	if n := pinnedGets() - before; n != 0 {
 		t.Errorf("%d reads reached the node behind the changed certificate", n)
 	}
 
