@@ -14,6 +14,7 @@ import (
 
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 // reclaimCommand is `ichor machine reclaim ADDRESS --talosconfig FILE`: the
@@ -72,7 +73,7 @@ func machineReclaim(ctx context.Context, cmd *cli.Command) error {
 		return r.conn.Explain(err, "listing the clusters Ichor manages (to refuse an Ichor machine)")
 	}
 
-	c, err := reclaim.Dial(ctx, address, cmd.Int("port"), talosconfig)
+	c, err := talos.DialTalosconfig(ctx, address, cmd.Int("port"), talosconfig)
 	if err != nil {
 		return err
 	}

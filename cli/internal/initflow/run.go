@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,6 +23,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 // Env is what init runs with besides its options: the secrets store, how it
@@ -253,10 +253,11 @@ func (s *state) secretsBundle(_ context.Context) error {
 // the configuration), or in maintenance mode, whose identity and disks it reads.
 func (s *state) firstNode(ctx context.Context) error {
 	if c, err := s.dialConfigured(ctx); err == nil {
-		defer func() { _ = c.Close() }()
+		defer c.Close()
 
-		n, err := readNode(ctx, c, s.o.Node)
+		inv, err := talos.ReadInventory(ctx, c.Client())
 		if err == nil {
+			n := &Node{Address: s.o.Node, Inventory: *inv}
 			s.node, s.configured = n, true
 			s.p.Detailf("the node already runs this cluster's configuration (stage %s): continuing", n.Stage)
 
@@ -267,26 +268,28 @@ func (s *state) firstNode(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 
-	mn, err := dialMaintenance(rctx, s.o.Node, s.o.TalosPort, s.o.Fingerprint)
+	mn, err := talos.DialMaintenance(rctx, s.o.Node, s.o.TalosPort, s.o.Fingerprint)
 	if err != nil {
 		return err
 	}
-	defer mn.close()
+	defer mn.Close()
 
-	n, err := mn.read(rctx, s.o.Node)
+	inv, err := mn.Inventory(rctx)
 
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrFingerprint) || (s.o.Fingerprint != "" && mn.fingerprint() != "" && mn.fingerprint() != s.o.Fingerprint):
+	case errors.Is(err, talos.ErrFingerprintMismatch) || (s.o.Fingerprint != "" && mn.Fingerprint() != "" && mn.Fingerprint() != s.o.Fingerprint):
 		return fmt.Errorf("the node at %s presents maintenance certificate %s, not %s given with --node-fingerprint: nothing was sent. "+
-			"Check the fingerprint on the node's console; if another machine answers on this address, fix the address", s.o.Node, mn.fingerprint(), s.o.Fingerprint)
-	case mn.configured(err):
+			"Check the fingerprint on the node's console; if another machine answers on this address, fix the address", s.o.Node, mn.Fingerprint(), s.o.Fingerprint)
+	case mn.Configured(err):
 		return fmt.Errorf("%w (%s): init never reconfigures a running node; boot it into maintenance mode (or reset it) first, "+
 			"this release cannot adopt a running cluster", ErrConfiguredElsewhere, s.o.Node)
 	default:
 		return fmt.Errorf("reading the node at %s in maintenance mode: %w; is it booted from Talos media and reachable on port %d?",
 			s.o.Node, err, portOr(s.o.TalosPort))
 	}
+
+	n := &Node{Address: s.o.Node, Fingerprint: mn.Fingerprint(), Inventory: *inv}
 
 	if n.Stage != ichorv1alpha1.StageMaintenance {
 		return fmt.Errorf("the node at %s is in stage %s, not maintenance: wait for it to reach maintenance mode, then run init again", s.o.Node, n.Stage)
@@ -314,8 +317,13 @@ func orDash(s string) string {
 	return s
 }
 
-func (s *state) dialConfigured(ctx context.Context) (*talosclient.Client, error) {
-	c, err := dialAdmin(ctx, s.o.Node, s.o.TalosPort, s.bundle)
+// dialConfigured connects to the node as os:admin with a certificate issued
+// from the bundle's OS CA, verifying the node against that CA, and checks
+// that it answers.
+func (s *state) dialConfigured(ctx context.Context) (*talos.Node, error) {
+	d := &talos.Dialer{Port: s.o.TalosPort, CertTTL: adminCertTTL}
+
+	c, err := d.Dial(ctx, s.o.Node, s.bundle)
 	if err != nil {
 		return nil, err
 	}
@@ -323,8 +331,8 @@ func (s *state) dialConfigured(ctx context.Context) (*talosclient.Client, error)
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 
-	if _, err := configuredStage(sctx, c); err != nil {
-		_ = c.Close()
+	if _, _, err := c.Stage(sctx); err != nil {
+		c.Close()
 
 		return nil, err
 	}
@@ -485,16 +493,16 @@ func (s *state) configure(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
-	mn, err := dialMaintenance(actx, s.o.Node, s.o.TalosPort, s.node.Fingerprint)
+	mn, err := talos.DialMaintenance(actx, s.o.Node, s.o.TalosPort, s.node.Fingerprint)
 	if err != nil {
 		return err
 	}
-	defer mn.close()
+	defer mn.Close()
 
-	if err := mn.apply(actx, res.Bytes); err != nil {
-		if errors.Is(err, ErrFingerprint) || mn.fingerprint() != s.node.Fingerprint {
+	if err := mn.Apply(actx, res.Bytes); err != nil {
+		if errors.Is(err, talos.ErrFingerprintMismatch) || mn.Fingerprint() != s.node.Fingerprint {
 			return fmt.Errorf("the node at %s changed its maintenance certificate between the read and the apply (%s, then %s): nothing was sent; "+
-				"check which machine answers on the address", s.o.Node, s.node.Fingerprint, mn.fingerprint())
+				"check which machine answers on the address", s.o.Node, s.node.Fingerprint, mn.Fingerprint())
 		}
 
 		return fmt.Errorf("%w; nothing else was changed, fix the cause and run init again", err)
@@ -539,12 +547,12 @@ func (s *state) waitRunning(ctx context.Context) error {
 
 			return false, nil
 		}
-		defer func() { _ = c.Close() }()
+		defer c.Close()
 
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 
-		stage, err := configuredStage(sctx, c)
+		stage, _, err := c.Stage(sctx)
 		if err != nil {
 			return false, nil
 		}
@@ -573,9 +581,9 @@ func (s *state) bootstrap(ctx context.Context) error {
 
 			return false, nil
 		}
-		defer func() { _ = c.Close() }()
+		defer c.Close()
 
-		already, err := bootstrap(ctx, c)
+		already, err := bootstrap(ctx, c.Client())
 
 		switch status.Code(err) {
 		case codes.OK:
@@ -610,7 +618,7 @@ func (s *state) credentials(ctx context.Context) error {
 		if err != nil {
 			return false, nil
 		}
-		defer func() { _ = c.Close() }()
+		defer c.Close()
 
 		kc, err = c.Kubeconfig(ctx)
 

@@ -1,6 +1,6 @@
 // Package reclaim is "Reset and add": it inspects a machine that another
 // cluster configured, over a connection made with that cluster's own
-// (foreign) talosconfig, decides whether resetting it is allowed, checks the
+// (foreign) talosconfig (talos.DialTalosconfig), decides whether resetting it is allowed, checks the
 // typed consent, and builds the one reset request Ichor sends. The CLI
 // (`ichor machine reclaim ADDRESS --talosconfig FILE`) and the MachineReclaim
 // controller run the same code, so a refusal reads the same in both.
@@ -13,6 +13,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 )
+
+// TalosconfigKey is the key of the foreign-talosconfig Secret that holds the
+// talosconfig (talos.DialTalosconfig connects with it).
+const TalosconfigKey = "talosconfig"
 
 // ResetRequest is the one builder of the reset Ichor sends, for reclaim and
 // for node removal: it wipes STATE and EPHEMERAL and leaves the installed

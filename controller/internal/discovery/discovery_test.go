@@ -61,6 +61,7 @@ func run(m *testing.M) int {
 			{Name: "no-uuid", Identity: talosemu.Identity{UUID: &noUUID, Serial: "SER-2"}},
 			{Name: "configured", Role: talosemu.RoleHintControlPlane},
 			{Name: "hung"},
+			{Name: "pinned"},
 		},
 	}
 
@@ -150,11 +151,11 @@ func TestProbeMaintenanceReadsIdentityHardwareAndFingerprint(t *testing.T) {
 		t.Errorf("fingerprint %q, want talosemu's maintenance fingerprint %q", res.Fingerprint, em.MaintenanceFingerprint())
 	}
 
-	if res.UUID == "" || res.UUID != info.UUID || res.Serial != "SER-1" || res.Manufacturer != "Acme" || res.ProductName != "Box" {
-		t.Errorf("identity %q/%q/%q/%q, want %q/SER-1/Acme/Box", res.UUID, res.Serial, res.Manufacturer, res.ProductName, info.UUID)
+	if res.Identity.UUID == "" || res.Identity.UUID != info.UUID || res.Identity.Serial != "SER-1" || res.Hardware.Manufacturer != "Acme" || res.Hardware.ProductName != "Box" {
+		t.Errorf("identity %q/%q/%q/%q, want %q/SER-1/Acme/Box", res.Identity.UUID, res.Identity.Serial, res.Hardware.Manufacturer, res.Hardware.ProductName, info.UUID)
 	}
 
-	if got, want := res.MACs(), []string{"0a:00:00:00:08:01", "0a:00:00:00:08:02"}; !slices.Equal(got, want) {
+	if got, want := res.Identity.MACAddresses, []string{"0a:00:00:00:08:01", "0a:00:00:00:08:02"}; !slices.Equal(got, want) {
 		t.Errorf("MACs %v, want %v (lower case, sorted)", got, want)
 	}
 
@@ -166,17 +167,17 @@ func TestProbeMaintenanceReadsIdentityHardwareAndFingerprint(t *testing.T) {
 		t.Errorf("SecureBoot %v, want true (SecurityState of a machine booted with SecureBoot)", res.SecureBoot)
 	}
 
-	if len(res.Disks) != 2 {
-		t.Fatalf("disks %+v, want 2", res.Disks)
+	if len(res.Hardware.Disks) != 2 {
+		t.Fatalf("disks %+v, want 2", res.Hardware.Disks)
 	}
 
-	byPath := map[string]discovery.Disk{}
-	for _, d := range res.Disks {
+	byPath := map[string]ichorv1alpha1.DiscoveredDisk{}
+	for _, d := range res.Hardware.Disks {
 		byPath[d.DevicePath] = d
 	}
 
 	nvme, vda := byPath["/dev/nvme0n1"], byPath["/dev/vda"]
-	if nvme.WWID == "" || nvme.Serial == "" || !strings.HasPrefix(nvme.ByID, "/dev/disk/by-id/") || nvme.BusPath == "" || nvme.Size != 512<<30 {
+	if nvme.WWID == "" || nvme.Serial == "" || !strings.HasPrefix(nvme.ByID, "/dev/disk/by-id/") || nvme.BusPath == "" || nvme.SizeBytes != 512<<30 {
 		t.Errorf("nvme disk %+v: want WWID, serial, by-id, bus path and 512 GiB", nvme)
 	}
 
@@ -191,7 +192,7 @@ func TestProbeEmptyUUID(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if res.Kind != discovery.KindMaintenance || res.UUID != "" || res.Serial != "SER-2" || len(res.MACs()) != 1 {
+	if res.Kind != discovery.KindMaintenance || res.Identity.UUID != "" || res.Identity.Serial != "SER-2" || len(res.Identity.MACAddresses) != 1 {
 		t.Errorf("got %+v, want a maintenance node with no UUID, serial SER-2 and one MAC", res)
 	}
 
@@ -213,7 +214,7 @@ func TestProbeConfiguredNodeIsAlreadyConfigured(t *testing.T) {
 		t.Fatalf("kind %s, want %s", res.Kind, discovery.KindAlreadyConfigured)
 	}
 
-	if res.UUID != "" || len(res.Disks) != 0 {
+	if res.Identity.UUID != "" || len(res.Hardware.Disks) != 0 {
 		t.Errorf("a configured node's hardware was read: %+v", res)
 	}
 
@@ -274,6 +275,7 @@ func TestScanFindsWhatAnswers(t *testing.T) {
 		mustMachine("no-uuid").IP():    string(discovery.KindMaintenance),
 		mustMachine("configured").IP(): string(discovery.KindAlreadyConfigured),
 		mustMachine("hung").IP():       "error",
+		mustMachine("pinned").IP():     string(discovery.KindMaintenance),
 	}
 
 	if fmt.Sprint(got) != fmt.Sprint(want) {

@@ -23,7 +23,7 @@ import (
 	"k8s.io/kubectl/pkg/drain"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 // Timeout bounds every call to the workload cluster's API.
@@ -38,7 +38,7 @@ type Func func(ctx context.Context, c *ichorv1alpha1.TalosCluster, b *secrets.Bu
 // Config fetches the admin kubeconfig from the first of the control planes
 // that answers and returns its REST configuration. The kubeconfig stays in
 // memory; an error names the machines, never the kubeconfig.
-func Config(ctx context.Context, nodes *talosnode.Dialer, cluster string, cps []ichorv1alpha1.TalosMachine, b *secrets.Bundle) (*rest.Config, error) {
+func Config(ctx context.Context, nodes *talos.Dialer, cluster string, cps []ichorv1alpha1.TalosMachine, b *secrets.Bundle) (*rest.Config, error) {
 	var errs []error
 
 	for _, cp := range cps {
@@ -76,7 +76,7 @@ func Config(ctx context.Context, nodes *talosnode.Dialer, cluster string, cps []
 }
 
 // Client is Config, as a clientset.
-func Client(ctx context.Context, nodes *talosnode.Dialer, cluster string, cps []ichorv1alpha1.TalosMachine, b *secrets.Bundle) (kubernetes.Interface, error) {
+func Client(ctx context.Context, nodes *talos.Dialer, cluster string, cps []ichorv1alpha1.TalosMachine, b *secrets.Bundle) (kubernetes.Interface, error) {
 	cfg, err := Config(ctx, nodes, cluster, cps, b)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 	"github.com/maeshinshin/ichor/uiserver/internal/kube"
@@ -324,7 +325,7 @@ func reclaimTTL(v string) (time.Duration, error) {
 }
 
 // checkTalosconfig checks that b is a talosconfig whose current context
-// holds a CA, a client certificate and its key, the checks reclaim.Dial
+// holds a CA, a client certificate and its key, the checks talos.DialTalosconfig
 // makes before it connects. Its errors name fields only, never a value from
 // the file, not even a context name.
 func checkTalosconfig(b []byte) error {
@@ -334,7 +335,7 @@ func checkTalosconfig(b []byte) error {
 	if len(b) > maxTalosconfigBytes {
 		return fmt.Errorf("is %d bytes, more than a talosconfig's %d; paste the file `talosctl config` writes", len(b), maxTalosconfigBytes)
 	}
-	if _, _, err := reclaim.ParseTalosconfig(b); err != nil {
+	if _, _, err := talos.ParseTalosconfig(b); err != nil {
 		return err
 	}
 	return nil

@@ -2,10 +2,8 @@ package nodes
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,7 +13,6 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -25,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 	"github.com/maeshinshin/ichor/uiserver/internal/kube"
@@ -133,18 +131,7 @@ func (s *Service) connect(ctx context.Context, name string) (*talosclient.Client
 		return nil, nil, err
 	}
 
-	port := s.Port
-	if port == 0 {
-		port = constants.ApidPort
-	}
-
-	c, err := talosclient.New(ctx,
-		talosclient.WithEndpoints(net.JoinHostPort(m.Spec.Address, strconv.Itoa(port))),
-		talosclient.WithTLSConfig(&tls.Config{
-			Certificates: []tls.Certificate{cred.Cert},
-			RootCAs:      cred.Roots,
-			MinVersion:   tls.VersionTLS13,
-		}))
+	c, err := talos.DialWithCertificate(ctx, m.Spec.Address, s.Port, cred.Cert, cred.Roots)
 	if err != nil {
 		return nil, nil, status.Errorf(codes.Unavailable, "node %s (%s): %v", name, m.Spec.Address, err)
 	}

@@ -188,10 +188,6 @@ type candidate struct {
 	machine *ichorv1alpha1.TalosMachine
 }
 
-func identityOf(res *probe.Result) ichorv1alpha1.MachineIdentity {
-	return ichorv1alpha1.MachineIdentity{UUID: strings.ToLower(res.UUID), Serial: res.Serial, MACAddresses: res.MACs()}
-}
-
 // handle turns the probes' outcomes into results, creating and refreshing pending machines.
 func (s *scan) handle(ctx context.Context, found []probe.Found, removed []netip.Addr) error {
 	byAddress := map[string]*ichorv1alpha1.TalosMachine{}
@@ -239,7 +235,7 @@ func (s *scan) handle(ctx context.Context, found []probe.Found, removed []netip.
 
 			s.set(addr, ichorv1alpha1.DiscoveryResultAlreadyConfigured, "", msg)
 		default:
-			id := identityOf(f.Result)
+			id := f.Result.Identity
 			key := id.Key()
 
 			if cd := byCK[key]; cd != nil {
@@ -331,7 +327,7 @@ func (s *scan) ref(m *ichorv1alpha1.TalosMachine) string {
 func (s *scan) conflict(self string, cd *candidate, all []*candidate, address string) metav1.Condition {
 	id := cd.id
 	show := fmt.Sprintf("address %s, MACs %s, serial %q, manufacturer %q",
-		address, strings.Join(id.MACAddresses, " "), id.Serial, cd.res.Manufacturer)
+		address, strings.Join(id.MACAddresses, " "), id.Serial, cd.res.Hardware.Manufacturer)
 
 	if id.UUID == "" {
 		return metav1.Condition{
@@ -463,37 +459,12 @@ func (s *scan) fillStatus(m *ichorv1alpha1.TalosMachine, cd *candidate, all []*c
 	res := cd.res
 	m.Status.Stage = ichorv1alpha1.StageMaintenance
 	m.Status.TalosVersion = res.TalosVersion
-	m.Status.Hardware = hardware(res)
+	m.Status.Hardware = res.Hardware
 	m.Status.SecureBoot = res.SecureBoot
 
 	cond := s.conflict(m.Name, cd, all, m.Spec.Address)
 	cond.ObservedGeneration = m.Generation
 	apimeta.SetStatusCondition(&m.Status.Conditions, cond)
-}
-
-func hardware(res *probe.Result) ichorv1alpha1.MachineHardware {
-	hw := ichorv1alpha1.MachineHardware{Manufacturer: res.Manufacturer, ProductName: res.ProductName}
-
-	for _, d := range res.Disks {
-		if len(hw.Disks) == 64 {
-			break
-		}
-
-		hw.Disks = append(hw.Disks, ichorv1alpha1.DiscoveredDisk{
-			DevicePath: d.DevicePath, WWID: d.WWID, Serial: d.Serial, ByID: d.ByID, BusPath: d.BusPath,
-			SizeBytes: int64(min(d.Size, 1<<62)), HasPartitions: d.HasPartitions,
-		})
-	}
-
-	for _, l := range res.Links {
-		if len(hw.Links) == 64 {
-			break
-		}
-
-		hw.Links = append(hw.Links, ichorv1alpha1.DiscoveredLink{Name: l.Name, PermanentMAC: l.PermanentMAC})
-	}
-
-	return hw
 }
 
 func unreachableMessage(err error) string {

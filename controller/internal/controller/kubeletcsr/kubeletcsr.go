@@ -44,9 +44,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
 
@@ -70,7 +70,7 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Nodes dials configured nodes; nil means a Dialer on Talos's port.
-	Nodes *talosnode.Dialer
+	Nodes *talos.Dialer
 	// Interval is the polling period; zero means DefaultInterval.
 	Interval time.Duration
 
@@ -92,7 +92,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 
 	if r.Nodes == nil {
-		r.Nodes = &talosnode.Dialer{}
+		r.Nodes = &talos.Dialer{}
 	}
 
 	if r.Interval <= 0 {

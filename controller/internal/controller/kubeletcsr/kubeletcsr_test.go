@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -171,7 +171,7 @@ func TestApprover(t *testing.T) {
 func adminClient(t *testing.T, ip string) *kubernetes.Clientset {
 	t.Helper()
 
-	n, err := (&talosnode.Dialer{}).Dial(context.Background(), ip, theBun)
+	n, err := (&talos.Dialer{}).Dial(context.Background(), ip, theBun)
 	testenv.Must(t, err)
 
 	defer n.Close()

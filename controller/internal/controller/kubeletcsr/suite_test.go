@@ -19,11 +19,11 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -176,7 +176,7 @@ func provision(ctx context.Context, em *talosemu.Machine) error {
 		}
 
 		if !bootstrapped && m.Status.Stage == ichorv1alpha1.StageRunning {
-			n, err := (&talosnode.Dialer{}).Dial(ctx, em.IP(), theBun)
+			n, err := (&talos.Dialer{}).Dial(ctx, em.IP(), theBun)
 			if err != nil {
 				return err
 			}

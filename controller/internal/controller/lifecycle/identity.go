@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 // identityPaused reports whether the machine stands paused because the node
@@ -22,14 +22,14 @@ func identityPaused(m *ichorv1alpha1.TalosMachine) bool {
 }
 
 // verify checks that n reaches this machine before a step that changes it
-// (talosnode.Node has no method that changes a node; Verified has). It
+// (talos.Node has no method that changes a node; Verified has). It
 // returns nil when the step must not go on: on a mismatch (the machine is
 // paused, with both identities named) and on the step that finds the right
 // machine again after a pause (the pause is lifted; the work resumes at the
 // next step, not in this one). err is a read that failed.
-func (r *Reconciler) verify(ctx context.Context, m *ichorv1alpha1.TalosMachine, n *talosnode.Node, step string) (*talosnode.Verified, error) {
-	v, err := n.VerifyIdentity(ctx, talosnode.MachineIdentity(m))
-	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+func (r *Reconciler) verify(ctx context.Context, m *ichorv1alpha1.TalosMachine, n *talos.Node, step string) (*talos.Verified, error) {
+	v, err := n.VerifyIdentity(ctx, talos.MachineIdentity(m))
+	if mm := talos.AsIdentityMismatch(err); mm != nil {
 		r.identityMismatch(m, mm, step)
 
 		return nil, nil
@@ -53,7 +53,7 @@ func (r *Reconciler) verify(ctx context.Context, m *ichorv1alpha1.TalosMachine, 
 // identityMismatch refuses the step: IdentityConflict (reason
 // IdentityMismatch) names both identities and says how to go on, Ready says
 // the machine is paused, and a Warning Event is left once per message.
-func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talosnode.IdentityMismatchError, step string) {
+func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talos.IdentityMismatchError, step string) {
 	msg := mm.Paused(m.Name, m.Spec.Address)
 
 	was := findCond(m, ichorv1alpha1.IdentityConflictCondition)
@@ -71,7 +71,7 @@ func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talosno
 
 // survivor dials another provisioned control plane of m's cluster whose etcd
 // answers and which is verified to be its own machine; nil when none is.
-func (r *Reconciler) survivor(ctx context.Context, m *ichorv1alpha1.TalosMachine, b *secrets.Bundle) (*talosnode.Verified, error) {
+func (r *Reconciler) survivor(ctx context.Context, m *ichorv1alpha1.TalosMachine, b *secrets.Bundle) (*talos.Verified, error) {
 	cps, err := r.controlPlanes(ctx, m.Namespace, m.Spec.ClusterName, m.Name)
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func (r *Reconciler) survivor(ctx context.Context, m *ichorv1alpha1.TalosMachine
 		}
 
 		// A control plane whose address answers as another machine is no survivor.
-		v, err := n.VerifyIdentity(ctx, talosnode.MachineIdentity(&cps[i]))
+		v, err := n.VerifyIdentity(ctx, talos.MachineIdentity(&cps[i]))
 		if err == nil && v.EtcdHealthy(ctx) {
 			return v, nil
 		}
@@ -97,10 +97,10 @@ func (r *Reconciler) survivor(ctx context.Context, m *ichorv1alpha1.TalosMachine
 
 // removeMember removes m's etcd member through sv; a member whose name is not
 // m's (another machine's member at a reused address) pauses m instead.
-func (r *Reconciler) removeMember(ctx context.Context, m *ichorv1alpha1.TalosMachine, sv *talosnode.Verified, member *talosnode.EtcdMember, step string) (bool, error) {
-	err := sv.RemoveEtcdMember(ctx, *member, talosnode.MachineIdentity(m))
+func (r *Reconciler) removeMember(ctx context.Context, m *ichorv1alpha1.TalosMachine, sv *talos.Verified, member *talos.EtcdMember, step string) (bool, error) {
+	err := sv.RemoveEtcdMember(ctx, *member, talos.MachineIdentity(m))
 
-	var mm *talosnode.IdentityMismatchError
+	var mm *talos.IdentityMismatchError
 	if errors.As(err, &mm) {
 		r.identityMismatch(m, mm, step)
 

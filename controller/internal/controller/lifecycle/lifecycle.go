@@ -25,10 +25,10 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch;update;patch
@@ -65,7 +65,7 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Nodes dials configured nodes; nil means a Dialer on Talos's port.
-	Nodes *talosnode.Dialer
+	Nodes *talos.Dialer
 	// MaintenancePort is the port of maintenance nodes; zero means Talos's apid port.
 	MaintenancePort int
 	// Locker takes the cluster lock for control-plane joins and removals.
@@ -117,7 +117,7 @@ func (r *Reconciler) defaults(mgr ctrl.Manager) {
 
 func (r *Reconciler) fill() {
 	if r.Nodes == nil {
-		r.Nodes = &talosnode.Dialer{}
+		r.Nodes = &talos.Dialer{}
 	}
 
 	if r.Locker == nil {

@@ -12,7 +12,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 // monitor looks at a provisioned machine: its stage, and whether its node
@@ -51,7 +51,7 @@ func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error)
 		if err != nil {
 			m.Status.Stage = ichorv1alpha1.StageUnreachable
 			progress(m, ichorv1alpha1.NodeUnreachableReason, fmt.Sprintf("the node at %s answers neither with the cluster's credentials nor in maintenance mode: %s",
-				m.Spec.Address, talosnode.Message(err)))
+				m.Spec.Address, talos.Message(err)))
 		}
 
 		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil

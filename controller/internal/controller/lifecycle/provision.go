@@ -15,8 +15,8 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
 
@@ -79,11 +79,11 @@ func pin(m *ichorv1alpha1.TalosMachine) string {
 // maintenance dials the node in maintenance mode with the fingerprint pinned
 // and checks its stage, fingerprint and identity. It returns nil (with Ready
 // or FingerprintTrusted saying why) when nothing may be sent.
-func (r *Reconciler) maintenance(ctx context.Context, s *scope) (*talosnode.Maintenance, error) {
+func (r *Reconciler) maintenance(ctx context.Context, s *scope) (*talos.Maintenance, error) {
 	m := s.machine
 	want := pin(m)
 
-	mn, err := talosnode.DialMaintenance(ctx, m.Spec.Address, r.MaintenancePort, want)
+	mn, err := talos.DialMaintenance(ctx, m.Spec.Address, r.MaintenancePort, want)
 	if err != nil {
 		return nil, err
 	}
@@ -118,9 +118,9 @@ func (r *Reconciler) maintenance(ctx context.Context, s *scope) (*talosnode.Main
 
 	if m.Spec.Identity.UUID != "" && !strings.EqualFold(uuid, m.Spec.Identity.UUID) {
 		mn.Close()
-		r.identityMismatch(m, &talosnode.IdentityMismatchError{
-			Where: "the node at " + m.Spec.Address + " (maintenance mode)", Want: talosnode.Identity{UUID: m.Spec.Identity.UUID},
-			Got: talosnode.Identity{UUID: uuid}, Fields: []string{"SMBIOS UUID"},
+		r.identityMismatch(m, &talos.IdentityMismatchError{
+			Where: "the node at " + m.Spec.Address + " (maintenance mode)", Want: talos.Identity{UUID: m.Spec.Identity.UUID},
+			Got: talos.Identity{UUID: uuid}, Fields: []string{"SMBIOS UUID"},
 		}, "sending the configuration")
 
 		return nil, nil
@@ -311,7 +311,7 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 	if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
 		members, err := n.EtcdMembers(ctx)
 
-		var self *talosnode.EtcdMember
+		var self *talos.EtcdMember
 		if err == nil {
 			self = memberAt(members, m.Spec.Address)
 		}
@@ -382,7 +382,7 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 }
 
 // memberAt finds the etcd member whose peer URL is on address.
-func memberAt(members []talosnode.EtcdMember, address string) *talosnode.EtcdMember {
+func memberAt(members []talos.EtcdMember, address string) *talos.EtcdMember {
 	want := net.ParseIP(address)
 
 	for i := range members {
@@ -403,7 +403,7 @@ func memberAt(members []talosnode.EtcdMember, address string) *talosnode.EtcdMem
 
 // guardMembers turns the member list into the guard's view, with each
 // member's health read from its own control plane.
-func (r *Reconciler) guardMembers(ctx context.Context, b *secrets.Bundle, members []talosnode.EtcdMember) []guard.EtcdMember {
+func (r *Reconciler) guardMembers(ctx context.Context, b *secrets.Bundle, members []talos.EtcdMember) []guard.EtcdMember {
 	out := make([]guard.EtcdMember, 0, len(members))
 
 	for _, mem := range members {
@@ -422,7 +422,7 @@ func (r *Reconciler) guardMembers(ctx context.Context, b *secrets.Bundle, member
 	return out
 }
 
-func peerHost(mem talosnode.EtcdMember) string {
+func peerHost(mem talos.EtcdMember) string {
 	for _, p := range mem.PeerURLs {
 		if u, err := url.Parse(p); err == nil && u.Hostname() != "" {
 			return u.Hostname()

@@ -16,8 +16,8 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
 
@@ -103,7 +103,7 @@ func (r *Reconciler) pause(m *ichorv1alpha1.TalosMachine, reason, msg string) (s
 }
 
 // reachable reports whether the node answers with the cluster's credentials.
-func (r *Reconciler) reachable(ctx context.Context, s *scope) (*talosnode.Node, bool) {
+func (r *Reconciler) reachable(ctx context.Context, s *scope) (*talos.Node, bool) {
 	n, err := r.Nodes.Dial(ctx, s.machine.Spec.Address, s.state.Bundle)
 	if err != nil {
 		return nil, false
@@ -431,7 +431,7 @@ func (r *Reconciler) dropFinalizer(m *ichorv1alpha1.TalosMachine, how string) er
 // is its own (the Node name recorded at the join); another machine's Node is
 // neither drained nor deleted, and the machine is paused.
 func (r *Reconciler) ownNode(m *ichorv1alpha1.TalosMachine, node, step string) bool {
-	want := talosnode.MachineIdentity(m)
+	want := talos.MachineIdentity(m)
 	expected := want.NodeName
 	if expected == "" {
 		// Not joined yet: Talos names the Node after the hostname.
@@ -442,8 +442,8 @@ func (r *Reconciler) ownNode(m *ichorv1alpha1.TalosMachine, node, step string) b
 		return true
 	}
 
-	r.identityMismatch(m, &talosnode.IdentityMismatchError{
-		Where: "Kubernetes Node " + node + " at " + m.Spec.Address, Want: want, Got: talosnode.Identity{NodeName: node}, Fields: []string{"Node name"},
+	r.identityMismatch(m, &talos.IdentityMismatchError{
+		Where: "Kubernetes Node " + node + " at " + m.Spec.Address, Want: want, Got: talos.Identity{NodeName: node}, Fields: []string{"Node name"},
 	}, step)
 
 	return false
@@ -451,12 +451,12 @@ func (r *Reconciler) ownNode(m *ichorv1alpha1.TalosMachine, node, step string) b
 
 // memberOf reports whether an etcd member is named after the machine
 // (Talos names the member after the hostname).
-func memberOf(m *ichorv1alpha1.TalosMachine, mem *talosnode.EtcdMember) bool {
+func memberOf(m *ichorv1alpha1.TalosMachine, mem *talos.EtcdMember) bool {
 	return memberMismatch(m, mem) == nil
 }
 
-func memberMismatch(m *ichorv1alpha1.TalosMachine, mem *talosnode.EtcdMember) *talosnode.IdentityMismatchError {
-	want := talosnode.MachineIdentity(m)
+func memberMismatch(m *ichorv1alpha1.TalosMachine, mem *talos.EtcdMember) *talos.IdentityMismatchError {
+	want := talos.MachineIdentity(m)
 
-	return talosnode.AsIdentityMismatch(talosnode.CompareMember(*mem, want))
+	return talos.AsIdentityMismatch(talos.CompareMember(*mem, want))
 }

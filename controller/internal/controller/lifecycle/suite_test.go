@@ -19,10 +19,10 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -229,10 +229,10 @@ func emu(t testing.TB, name string) *talosemu.Machine {
 }
 
 // cp1 connects to the first control plane as Ichor does.
-func cp1(t testing.TB) *talosnode.Node {
+func cp1(t testing.TB) *talos.Node {
 	t.Helper()
 
-	n, err := (&talosnode.Dialer{}).Dial(context.Background(), emu(t, "cp-1").IP(), theBun)
+	n, err := (&talos.Dialer{}).Dial(context.Background(), emu(t, "cp-1").IP(), theBun)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
 
@@ -200,7 +201,7 @@ func (r *Reconciler) inspectAndMaybeReset(ctx context.Context, s *ichorreconcile
 		return ctrl.Result{}, err
 	}
 
-	c, err := reclaim.Dial(ctx, mr.Spec.Address, r.port(), talosconfig)
+	c, err := talos.DialTalosconfig(ctx, mr.Spec.Address, r.port(), talosconfig)
 	if err != nil {
 		return r.finish(ctx, s, ichorv1alpha1.ReclaimFailed, ichorv1alpha1.BadCredentialReason, redact(err.Error(), talosconfig))
 	}

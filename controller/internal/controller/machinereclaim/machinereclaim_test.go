@@ -20,6 +20,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -155,7 +156,7 @@ func TestInspectForeignWorker(t *testing.T) {
 	em, err := world.Machine("fw-1")
 	testenv.Must(t, err)
 
-	c, err := reclaim.Dial(context.Background(), em.IP(), 0, foreignTalosconfig())
+	c, err := talos.DialTalosconfig(context.Background(), em.IP(), 0, foreignTalosconfig())
 	testenv.Must(t, err)
 
 	defer func() { _ = c.Close() }()
@@ -194,7 +195,7 @@ func TestInspectForeignControlPlane(t *testing.T) {
 	em, err := world.Machine("fcp-1")
 	testenv.Must(t, err)
 
-	c, err := reclaim.Dial(context.Background(), em.IP(), 0, foreignTalosconfig())
+	c, err := talos.DialTalosconfig(context.Background(), em.IP(), 0, foreignTalosconfig())
 	testenv.Must(t, err)
 
 	defer func() { _ = c.Close() }()

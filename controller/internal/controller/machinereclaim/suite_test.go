@@ -20,8 +20,8 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
-	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -239,7 +239,7 @@ func bootstrap(ctx context.Context, name string) error {
 		return err
 	}
 
-	c, err := reclaim.Dial(ctx, em.IP(), 0, foreignTalosconfig())
+	c, err := talos.DialTalosconfig(ctx, em.IP(), 0, foreignTalosconfig())
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
 
@@ -91,9 +91,9 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	if own := w.m.Status.NodeName; own != "" && !strings.EqualFold(own, node.Name) {
-		return w.mismatch(&talosnode.IdentityMismatchError{
-			Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talosnode.MachineIdentity(w.m),
-			Got: talosnode.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
+		return w.mismatch(&talos.IdentityMismatchError{
+			Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talos.MachineIdentity(w.m),
+			Got: talos.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
 		})
 	}
 
@@ -141,7 +141,7 @@ func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
 		}
 
 		if err != nil {
-			return w.fail("the node refused the configuration: " + talosnode.Message(err))
+			return w.fail("the node refused the configuration: " + talos.Message(err))
 		}
 
 		w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, ichorv1alpha1.AppliedReason, "Apply",
@@ -160,12 +160,12 @@ func (w *work) apply(ctx context.Context) (ctrl.Result, error) {
 
 func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
 	n, err := w.dial(ctx)
-	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+	if mm := talos.AsIdentityMismatch(err); mm != nil {
 		return w.mismatch(mm)
 	}
 
 	if err != nil {
-		return w.fail("cannot reach the node: " + talosnode.Message(err))
+		return w.fail("cannot reach the node: " + talos.Message(err))
 	}
 	defer n.Close()
 
@@ -183,7 +183,7 @@ func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
 		// Not sent, or not known to be: resuming sends it again.
 		w.mp.Step = stepReboot
 
-		return w.fail(talosnode.Message(err))
+		return w.fail(talos.Message(err))
 	}
 
 	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "rebooting %s to run the staged configuration", w.m.Name)
@@ -204,7 +204,7 @@ func (w *work) waitBoot(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	n, err := w.dial(ctx)
-	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+	if mm := talos.AsIdentityMismatch(err); mm != nil {
 		return w.mismatch(mm)
 	}
 
@@ -263,9 +263,9 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 
 	if node != nil {
 		if own := w.m.Status.NodeName; own != "" && !strings.EqualFold(own, node.Name) {
-			return w.mismatch(&talosnode.IdentityMismatchError{
-				Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talosnode.MachineIdentity(w.m),
-				Got: talosnode.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
+			return w.mismatch(&talos.IdentityMismatchError{
+				Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talos.MachineIdentity(w.m),
+				Got: talos.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
 			})
 		}
 
@@ -286,12 +286,12 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 
 	if w.cp() {
 		n, err := w.dial(ctx)
-		if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+		if mm := talos.AsIdentityMismatch(err); mm != nil {
 			return w.mismatch(mm)
 		}
 
 		if err != nil {
-			w.mp.Message = "waiting for the node's etcd member: " + talosnode.Message(err)
+			w.mp.Message = "waiting for the node's etcd member: " + talos.Message(err)
 
 			return w.poll(), nil
 		}

@@ -38,9 +38,9 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosoperations,verbs=get;list;watch
@@ -79,7 +79,7 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Nodes dials configured nodes; nil means a Dialer on Talos's port.
-	Nodes *talosnode.Dialer
+	Nodes *talos.Dialer
 	// Locker takes the cluster lock; nil means one on Client with the
 	// API-backed liveness check.
 	Locker *lock.Locker
@@ -120,7 +120,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 
 	if r.Nodes == nil {
-		r.Nodes = &talosnode.Dialer{}
+		r.Nodes = &talos.Dialer{}
 	}
 
 	if r.Locker == nil {

@@ -14,9 +14,9 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
 // machineStep runs one step of one machine.
@@ -98,16 +98,16 @@ func (w *work) next(step, msg string) (ctrl.Result, error) {
 func (w *work) cp() bool { return w.m.Spec.Role == ichorv1alpha1.RoleControlPlane }
 
 // dial connects to the machine's node and checks that it is this machine
-// (talosnode.Verified is what can apply or reboot). A node that answers as
-// another machine is an *talosnode.IdentityMismatchError: the step fails
+// (talos.Verified is what can apply or reboot). A node that answers as
+// another machine is an *talos.IdentityMismatchError: the step fails
 // with both identities named (mismatch), and nothing is sent.
-func (w *work) dial(ctx context.Context) (*talosnode.Verified, error) {
+func (w *work) dial(ctx context.Context) (*talos.Verified, error) {
 	n, err := w.r.Nodes.Dial(ctx, w.m.Spec.Address, w.st.Bundle)
 	if err != nil {
 		return nil, err
 	}
 
-	v, err := n.VerifyIdentity(ctx, talosnode.MachineIdentity(w.m))
+	v, err := n.VerifyIdentity(ctx, talos.MachineIdentity(w.m))
 	if err != nil {
 		n.Close()
 
@@ -120,7 +120,7 @@ func (w *work) dial(ctx context.Context) (*talosnode.Verified, error) {
 // mismatch fails the step of a machine whose address answers as another
 // machine, with a Warning Event on both objects; the operation pauses on the
 // failed step (resumed with the resume annotation once the address is right).
-func (w *work) mismatch(mm *talosnode.IdentityMismatchError) (ctrl.Result, error) {
+func (w *work) mismatch(mm *talos.IdentityMismatchError) (ctrl.Result, error) {
 	msg := fmt.Sprintf("%s refused for %s: %s. Check which machine answers on %s, then resume the operation",
 		w.mp.Step, w.m.Name, mm.Error(), w.m.Spec.Address)
 	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Verify", "%s", msg)
@@ -129,7 +129,7 @@ func (w *work) mismatch(mm *talosnode.IdentityMismatchError) (ctrl.Result, error
 }
 
 // diff plans the render against the node's running and stored configurations.
-func (w *work) diff(ctx context.Context, n *talosnode.Verified) (running, stored plan.Plan, err error) {
+func (w *work) diff(ctx context.Context, n *talos.Verified) (running, stored plan.Plan, err error) {
 	active, persistent, err := n.Config(ctx)
 	if err != nil {
 		return plan.Plan{}, plan.Plan{}, err
@@ -159,9 +159,9 @@ func (w *work) elapsed() time.Duration {
 
 // nodePlans connects to the node and plans the render against its running
 // and stored configurations; failure says what went wrong (nothing is left open then).
-func (w *work) nodePlans(ctx context.Context) (n *talosnode.Verified, running, stored plan.Plan, failure string) {
+func (w *work) nodePlans(ctx context.Context) (n *talos.Verified, running, stored plan.Plan, failure string) {
 	n, err := w.dial(ctx)
-	if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+	if mm := talos.AsIdentityMismatch(err); mm != nil {
 		msg := fmt.Sprintf("%s refused for %s: %s. Check which machine answers on %s, then resume the operation", w.mp.Step, w.m.Name, mm.Error(), w.m.Spec.Address)
 		w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Verify", "%s", msg)
 
@@ -169,13 +169,13 @@ func (w *work) nodePlans(ctx context.Context) (n *talosnode.Verified, running, s
 	}
 
 	if err != nil {
-		return nil, plan.Plan{}, plan.Plan{}, "cannot reach the node: " + talosnode.Message(err)
+		return nil, plan.Plan{}, plan.Plan{}, "cannot reach the node: " + talos.Message(err)
 	}
 
 	if running, stored, err = w.diff(ctx, n); err != nil {
 		n.Close()
 
-		return nil, plan.Plan{}, plan.Plan{}, "cannot read the node's configuration: " + talosnode.Message(err)
+		return nil, plan.Plan{}, plan.Plan{}, "cannot read the node's configuration: " + talos.Message(err)
 	}
 
 	return n, running, stored, ""

@@ -24,11 +24,11 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -251,7 +251,7 @@ func bootstrap(ctx context.Context, deadline time.Time) error {
 		}
 
 		if m.Status.Stage == ichorv1alpha1.StageRunning {
-			n, err := (&talosnode.Dialer{}).Dial(ctx, em.IP(), theBun)
+			n, err := (&talos.Dialer{}).Dial(ctx, em.IP(), theBun)
 			if err != nil {
 				return err
 			}
@@ -284,10 +284,10 @@ func emu(t testing.TB, name string) *talosemu.Machine {
 }
 
 // adminNode connects to an emulated machine as Ichor does.
-func adminNode(t testing.TB, name string) *talosnode.Node {
+func adminNode(t testing.TB, name string) *talos.Node {
 	t.Helper()
 
-	n, err := (&talosnode.Dialer{}).Dial(context.Background(), emu(t, name).IP(), theBun)
+	n, err := (&talos.Dialer{}).Dial(context.Background(), emu(t, name).IP(), theBun)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -68,7 +68,7 @@ func TestPausedStops_TalosMachine(t *testing.T) {
 		return cached.Get(ctx, types.NamespacedName{Namespace: ns, Name: p.Name}, &ichorv1alpha1.TalosConfigPatch{})
 	})
 
-	r := &Reconciler{Client: cached, APIReader: k8s, Recorder: nil, Nodes: &talosnode.Dialer{}, DriftInterval: driftInterval}
+	r := &Reconciler{Client: cached, APIReader: k8s, Recorder: nil, Nodes: &talos.Dialer{}, DriftInterval: driftInterval}
 	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "w-1"}})
 	testenv.Must(t, err)
 

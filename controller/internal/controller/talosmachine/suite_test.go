@@ -17,8 +17,8 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -197,7 +197,7 @@ func configure(ctx context.Context, c *ichorv1alpha1.TalosCluster, tm *ichorv1al
 }
 
 // adminNode connects to an emulated machine as Ichor does.
-func adminNode(t testing.TB, name string) *talosnode.Node {
+func adminNode(t testing.TB, name string) *talos.Node {
 	t.Helper()
 
 	em, err := world.Machine(name)
@@ -205,7 +205,7 @@ func adminNode(t testing.TB, name string) *talosnode.Node {
 		t.Fatal(err)
 	}
 
-	n, err := (&talosnode.Dialer{}).Dial(context.Background(), em.IP(), theBun)
+	n, err := (&talos.Dialer{}).Dial(context.Background(), em.IP(), theBun)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,9 +23,9 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
@@ -54,7 +54,7 @@ type Reconciler struct {
 	// zero means DefaultDriftInterval.
 	DriftInterval time.Duration
 	// Nodes connects to Talos nodes; nil means a Dialer.
-	Nodes *talosnode.Dialer
+	Nodes *talos.Dialer
 	// Clock is the controller's clock; nil means the real one.
 	Clock clock.PassiveClock
 }
@@ -76,7 +76,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 
 	if r.Nodes == nil {
-		r.Nodes = &talosnode.Dialer{}
+		r.Nodes = &talos.Dialer{}
 	}
 
 	return ctrl.NewControllerManagedBy(mgr).
@@ -199,7 +199,7 @@ type scope struct {
 	machine *ichorv1alpha1.TalosMachine
 	cluster *ichorv1alpha1.TalosCluster
 	result  *render.Result
-	node    *talosnode.Verified
+	node    *talos.Verified
 	// active and persistent are the node's running and stored configurations.
 	active, persistent []byte
 }
@@ -300,11 +300,11 @@ func (r *Reconciler) reconcileRender(ctx context.Context, s *scope) (ctrl.Result
 
 	// Every call this reconciler makes to change the node goes through the
 	// verified handle: the node at the address must be this machine.
-	v, err := node.VerifyIdentity(ctx, talosnode.MachineIdentity(m))
+	v, err := node.VerifyIdentity(ctx, talos.MachineIdentity(m))
 	if err != nil {
 		node.Close()
 
-		if mm := talosnode.AsIdentityMismatch(err); mm != nil {
+		if mm := talos.AsIdentityMismatch(err); mm != nil {
 			r.identityMismatch(m, mm)
 
 			return ctrl.Result{RequeueAfter: r.driftInterval()}, nil

@@ -10,7 +10,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 func conditionTrue(m *ichorv1alpha1.TalosMachine, t string) bool {
@@ -104,12 +104,12 @@ func markStalled(m *ichorv1alpha1.TalosMachine, msg string) {
 
 // markUnreachable records that the node did not answer; it is retried.
 func markUnreachable(m *ichorv1alpha1.TalosMachine, err error) {
-	notInSync(m, ichorv1alpha1.NodeUnreachableReason, talosnode.Message(err))
+	notInSync(m, ichorv1alpha1.NodeUnreachableReason, talos.Message(err))
 }
 
 // markApplyFailed records that the node refused the configuration.
 func markApplyFailed(m *ichorv1alpha1.TalosMachine, err error) {
-	notInSync(m, ichorv1alpha1.ApplyFailedReason, talosnode.Message(err))
+	notInSync(m, ichorv1alpha1.ApplyFailedReason, talos.Message(err))
 }
 
 // identityMismatch refuses the reconcile: nothing is read from or applied to
@@ -117,7 +117,7 @@ func markApplyFailed(m *ichorv1alpha1.TalosMachine, err error) {
 // identities and says how to go on; a Warning Event is left once per
 // message. The machine lifecycle reconciler, which owns IdentityConflict,
 // finds the same at its next look.
-func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talosnode.IdentityMismatchError) {
+func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talos.IdentityMismatchError) {
 	msg := mm.Paused(m.Name, m.Spec.Address)
 
 	was := apimeta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.InSyncCondition)

@@ -1,4 +1,4 @@
-package reclaim
+package talos
 
 import (
 	"context"
@@ -15,13 +15,39 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 )
 
-// TalosconfigKey is the key of the foreign-talosconfig Secret that holds the talosconfig.
-const TalosconfigKey = "talosconfig"
+// endpoint is address:port, port zero meaning Talos's apid port.
+func endpoint(address string, port int) string {
+	if port == 0 {
+		port = constants.ApidPort
+	}
+
+	return net.JoinHostPort(address, strconv.Itoa(port))
+}
+
+// DialWithCertificate connects to the Talos API at address (port zero:
+// Talos's apid port) with a client certificate, verifying the node against
+// roots: the connection of a configured node, whose role (os:reader, os:admin)
+// is the certificate's. TLS 1.3 is the floor, as apid's own (siderolabs/crypto
+// tls/tls.go defaultConfig).
+func DialWithCertificate(ctx context.Context, address string, port int, cert tls.Certificate, roots *stdx509.CertPool) (*talosclient.Client, error) {
+	c, err := talosclient.New(ctx,
+		talosclient.WithEndpoints(endpoint(address, port)),
+		talosclient.WithTLSConfig(&tls.Config{
+			Certificates: []tls.Certificate{cert},
+			RootCAs:      roots,
+			MinVersion:   tls.VersionTLS13,
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", address, err)
+	}
+
+	return c, nil
+}
 
 // ParseTalosconfig reads the client certificate and the CA of talosconfig's
-// current context: what Dial connects with, and what ichor-ui checks before it
-// stores a pasted talosconfig. Its errors name fields only, never a value
-// from the file, not even a context name.
+// current context: what DialTalosconfig connects with, and what ichor-ui
+// checks before it stores a pasted talosconfig. Its errors name fields only,
+// never a value from the file, not even a context name.
 func ParseTalosconfig(talosconfig []byte) (tls.Certificate, *stdx509.CertPool, error) {
 	cfg, err := clientconfig.FromBytes(talosconfig)
 	if err != nil {
@@ -78,31 +104,17 @@ func ParseTalosconfig(talosconfig []byte) (tls.Certificate, *stdx509.CertPool, e
 	return pair, roots, nil
 }
 
-// Dial connects to the Talos API at address (port zero: Talos's apid port)
-// with the credentials of talosconfig's current context. The talosconfig's
-// endpoints and nodes are ignored: address is the only place it is used.
+// DialTalosconfig connects to the Talos API at address (port zero: Talos's
+// apid port) with the credentials of talosconfig's current context. The
+// talosconfig's endpoints and nodes are ignored: address is the only place it
+// is used.
 //
 // Errors never quote the talosconfig (ParseTalosconfig).
-func Dial(ctx context.Context, address string, port int, talosconfig []byte) (*talosclient.Client, error) {
+func DialTalosconfig(ctx context.Context, address string, port int, talosconfig []byte) (*talosclient.Client, error) {
 	pair, roots, err := ParseTalosconfig(talosconfig)
 	if err != nil {
 		return nil, err
 	}
 
-	if port == 0 {
-		port = constants.ApidPort
-	}
-
-	cl, err := talosclient.New(ctx,
-		talosclient.WithEndpoints(net.JoinHostPort(address, strconv.Itoa(port))),
-		talosclient.WithTLSConfig(&tls.Config{
-			Certificates: []tls.Certificate{pair},
-			RootCAs:      roots,
-			MinVersion:   tls.VersionTLS12,
-		}))
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", address, err)
-	}
-
-	return cl, nil
+	return DialWithCertificate(ctx, address, port, pair, roots)
 }

@@ -1,4 +1,4 @@
-package talosnode_test
+package talos_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/maeshinshin/ichor/controller/internal/talosnode"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 func TestMessage(t *testing.T) {
@@ -34,7 +34,7 @@ func TestMessage(t *testing.T) {
 
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := talosnode.Message(c.err)
+			got := talos.Message(c.err)
 			if got != c.want {
 				t.Errorf("Message = %q, want %q", got, c.want)
 			}
@@ -47,7 +47,7 @@ func TestMessage(t *testing.T) {
 		})
 	}
 
-	long := talosnode.Message(errors.New(strings.Repeat("a.b ", 1000)))
+	long := talos.Message(errors.New(strings.Repeat("a.b ", 1000)))
 	if len(long) > 1024 || !strings.HasSuffix(long, "...") {
 		t.Errorf("a long message is %d bytes, ends %q", len(long), long[len(long)-5:])
 	}

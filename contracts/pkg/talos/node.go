@@ -1,8 +1,14 @@
-// Package talosnode connects the controller to Talos nodes: configured nodes
-// with an admin client certificate issued from the cluster's bundle, and
+// Package talos is Ichor's one client of the Talos API, shared by the
+// controller, the CLI and ichor-ui: configured nodes are reached with an
+// admin client certificate issued from the cluster's bundle (Dialer), or with
+// a given certificate or talosconfig (DialWithCertificate, DialTalosconfig);
 // nodes in maintenance mode over the unauthenticated connection with the
-// maintenance certificate's fingerprint pinned.
-package talosnode
+// maintenance certificate's fingerprint pinned (DialMaintenance), where
+// ReadInventory reads who the machine is and what hardware it has. A call that
+// changes a configured node goes through VerifyIdentity's Verified, which
+// checks first that the node is the machine the caller means; Message turns a
+// node's error into text safe for a status or an Event.
+package talos
 
 import (
 	"context"
@@ -10,8 +16,6 @@ import (
 	stdx509 "crypto/x509"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -20,19 +24,22 @@ import (
 	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 )
 
-// clientCertTTL is the lifetime of the admin client certificate made for one reconcile.
-const clientCertTTL = 10 * time.Minute
+// DefaultCertTTL is the lifetime of the admin client certificate Dialer
+// issues for one connection when CertTTL is zero.
+const DefaultCertTTL = 10 * time.Minute
 
 // Dialer connects to configured Talos nodes with an admin client certificate
 // issued from the cluster's bundle. Port zero means Talos's apid port.
 type Dialer struct {
 	Port int
+	// CertTTL is the lifetime of the certificate issued for each connection;
+	// zero means DefaultCertTTL.
+	CertTTL time.Duration
 }
 
 // Node is a connection to one node's Talos API.
@@ -47,7 +54,12 @@ func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*
 		return nil, errors.New("the secrets bundle has no OS CA")
 	}
 
-	pem, err := b.GenerateTalosAPIClientCertificateWithTTL(role.MakeSet(role.Admin), clientCertTTL)
+	ttl := d.CertTTL
+	if ttl == 0 {
+		ttl = DefaultCertTTL
+	}
+
+	pem, err := b.GenerateTalosAPIClientCertificateWithTTL(role.MakeSet(role.Admin), ttl)
 	if err != nil {
 		return nil, fmt.Errorf("issue a Talos API client certificate: %w", err)
 	}
@@ -62,20 +74,9 @@ func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*
 		return nil, errors.New("the secrets bundle's OS CA does not parse")
 	}
 
-	port := d.Port
-	if port == 0 {
-		port = constants.ApidPort
-	}
-
-	c, err := talosclient.New(ctx,
-		talosclient.WithEndpoints(net.JoinHostPort(address, strconv.Itoa(port))),
-		talosclient.WithTLSConfig(&tls.Config{
-			Certificates: []tls.Certificate{cert},
-			RootCAs:      roots,
-			MinVersion:   tls.VersionTLS13,
-		}))
+	c, err := DialWithCertificate(ctx, address, d.Port, cert, roots)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", address, err)
+		return nil, err
 	}
 
 	return &Node{c: c, address: address}, nil

@@ -1,4 +1,4 @@
-package talosnode
+package talos
 
 import (
 	"context"
