@@ -76,6 +76,11 @@ type Machine struct {
 	rpcCounts     map[string]int
 	forwardCounts map[string]int // requests this machine's apid forwarded to another node (proxy.go)
 
+	// events is machined's runtime event stream of the current boot, actor the actor ID of
+	// the lifecycle request being run (events.go)
+	events *eventStream
+	actor  string
+
 	// bootedAt is when the current boot started: the service logs and the
 	// kernel log are anchored to it (nodeinfo.go).
 	bootedAt time.Time
@@ -494,6 +499,13 @@ func (m *Machine) setStage(stage runtime.MachineStage, ready bool) {
 
 	if stage == runtime.MachineStageRunning && ready {
 		m.startServices()
+		m.publishServices(machine.ServiceStateEvent_RUNNING, "Health check successful", "")
+	}
+
+	m.publishStage(stage, ready, unmet)
+
+	if stage == runtime.MachineStageRunning || stage == runtime.MachineStageMaintenance {
+		m.publishSequence("boot", machine.SequenceEvent_STOP, "")
 	}
 }
 
@@ -519,6 +531,9 @@ func (m *Machine) boot(ctx context.Context) error {
 
 	m.p.BootID = newBootID()
 	m.bootedAt = time.Now().UTC()
+	// a new machined: a new, empty event stream
+	m.events, m.actor = newEventStream(), ""
+	m.events.publish(&machine.SequenceEvent{Sequence: "boot", Action: machine.SequenceEvent_START}, "")
 
 	if pend := m.p.Pending; pend != nil {
 		m.p.Pending = nil
@@ -629,8 +644,16 @@ func (m *Machine) bootSeq(ctx context.Context) {
 
 // goDown shows the shutdown stage for half of the reboot duration, then stops answering.
 func (m *Machine) goDown(ctx context.Context, stage runtime.MachineStage) bool {
+	actor := m.currentActor()
+
 	m.setStage(stage, false)
+	// the sequences' StopAllServices task (t:…/v1alpha1_sequencer_tasks.go), which talosctl's
+	// shutdown and reset --wait watch for (t:cmd/talosctl/pkg/talos/action/tracker.go)
+	m.publishTask("stopAllServices", machine.TaskEvent_START, actor)
+	m.publishServices(machine.ServiceStateEvent_STOPPING, "Service is stopping", actor)
 	m.stopServices()
+	m.publishServices(machine.ServiceStateEvent_FINISHED, "Service finished successfully", actor)
+	m.publishTask("stopAllServices", machine.TaskEvent_STOP, actor)
 
 	if !sleepCtx(ctx, m.durations().Reboot.D()/2) {
 		return false
