@@ -3,10 +3,12 @@ package talosemu
 import (
 	"context"
 
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
@@ -129,6 +131,18 @@ func (m *Machine) callerRoles(ctx context.Context) role.Set {
 
 	roles, _ := role.Parse(info.State.PeerCertificates[0].Subject.Organization)
 
+	// another apid forwarding a request (or a user with the os:impersonator role) passes the
+	// caller's roles in the metadata (injector.go, Enabled; proxy.go)
+	if roles.Includes(role.Impersonator) {
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if values := md.Get(constants.APIAuthzRoleMetadataKey); len(values) > 0 {
+				mdRoles, _ := role.Parse(values)
+
+				return mdRoles
+			}
+		}
+	}
+
 	return roles
 }
 
@@ -152,7 +166,17 @@ func (m *Machine) authorize(ctx context.Context, method string) (context.Context
 
 func (m *Machine) unaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := m.authorize(ctx, info.FullMethod)
+		// apid routes first; only the node that handles the request authorizes it
+		mode, targets, err := m.director(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+
+		if mode != routeLocal {
+			return m.proxyUnary(ctx, info.FullMethod, req, mode, targets)
+		}
+
+		ctx, err = m.authorize(ctx, info.FullMethod)
 		if err != nil {
 			return nil, err
 		}
@@ -171,6 +195,15 @@ func (w *wrappedStream) Context() context.Context { return w.ctx }
 
 func (m *Machine) streamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		mode, targets, err := m.director(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+
+		if mode != routeLocal {
+			return m.proxyStream(ss, info.FullMethod, mode, targets)
+		}
+
 		ctx, err := m.authorize(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/role"
 )
 
 // newKeyAndSerial makes the P-256 key and the random 127-bit serial number of
@@ -168,6 +169,49 @@ func issueServerCert(ca *x509.PEMEncodedCertificateAndKey, address, hostname str
 	der, err := stdx509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("issuing API certificate: %w", err)
+	}
+
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+// issueProxyClientCert issues the client certificate a control plane's apid presents when it
+// forwards a request to another node: Organization os:impersonator, ExtKeyUsage [ClientAuth]
+// (t:internal/app/machined/pkg/controllers/secrets/api.go generateControlPlane; workers get
+// none, generateWorker sets Client to nil).
+func issueProxyClientCert(ca *x509.PEMEncodedCertificateAndKey, hostname string) (tls.Certificate, error) {
+	caCert, err := ca.GetCert()
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("parsing OS CA certificate: %w", err)
+	}
+
+	caKeyAny, err := ca.GetKey()
+	if err != nil {
+		return tls.Certificate{}, errors.New("parsing OS CA key failed")
+	}
+
+	caKey, ok := caKeyAny.(crypto.Signer)
+	if !ok {
+		return tls.Certificate{}, errors.New("OS CA key cannot sign")
+	}
+
+	key, serial, err := newKeyAndSerial()
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+
+	now := time.Now()
+	tmpl := &stdx509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: hostname, Organization: []string{string(role.Impersonator)}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(1, 0, 0),
+		KeyUsage:     stdx509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth},
+	}
+
+	der, err := stdx509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("issuing API client certificate: %w", err)
 	}
 
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/state"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/block/blockhelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
@@ -141,6 +142,7 @@ func (m *Machine) leaveMaintenance() {
 
 // install runs the installing stage, records Talos on the system disk and reboots into it.
 func (m *Machine) install(ctx context.Context) {
+	m.publishSequence("install", machineapi.SequenceEvent_START, "")
 	m.setStage(runtime.MachineStageInstalling, false)
 
 	if !sleepCtx(ctx, m.durations().Install.D()) {

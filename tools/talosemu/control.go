@@ -229,6 +229,7 @@ func (w *World) controlHandler() http.Handler {
 	})
 	action("DELETE /machines/{name}/durations", func(m *Machine, _ *http.Request) (any, error) { return nil, m.SetDurations(nil) })
 	action("GET /machines/{name}/rpcs", func(m *Machine, _ *http.Request) (any, error) { return m.RPCCounts(), nil })
+	action("GET /machines/{name}/forwarded", func(m *Machine, _ *http.Request) (any, error) { return m.ForwardedCounts(), nil })
 	action("DELETE /machines/{name}/rpcs", func(m *Machine, _ *http.Request) (any, error) {
 		m.ResetRPCCounts()
 

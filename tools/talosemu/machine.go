@@ -46,6 +46,7 @@ type Machine struct {
 	maintCert     tls.Certificate
 	apiCert       *tls.Certificate
 	clientCAs     *stdx509.CertPool
+	proxyCert     *tls.Certificate     // apid's client certificate for forwarding (control planes only; proxy.go)
 	active        talosconfig.Provider // running config (may be a TRY config)
 	persistentCfg talosconfig.Provider // config on the STATE partition
 	stage         runtime.MachineStage
@@ -71,8 +72,14 @@ type Machine struct {
 	kube        *kubeControlPlane
 	kubeletUp   atomic.Bool // the kubelet registered its Node and runs (kwok.go)
 
-	rpcMu     sync.Mutex
-	rpcCounts map[string]int
+	rpcMu         sync.Mutex
+	rpcCounts     map[string]int
+	forwardCounts map[string]int // requests this machine's apid forwarded to another node (proxy.go)
+
+	// events is machined's runtime event stream of the current boot, actor the actor ID of
+	// the lifecycle request being run (events.go)
+	events *eventStream
+	actor  string
 
 	// bootedAt is when the current boot started: the service logs and the
 	// kernel log are anchored to it (nodeinfo.go).
@@ -119,7 +126,7 @@ func newMachine(ctx context.Context, w *World, hw hwSpec, dir string) (*Machine,
 		p.Hardware.Address, p.Hardware.Port, p.Hardware.Role = hw.Address, hw.Port, hw.Role
 	}
 
-	m := &Machine{world: w, dir: dir, p: *p, rpcCounts: map[string]int{}}
+	m := &Machine{world: w, dir: dir, p: *p, rpcCounts: map[string]int{}, forwardCounts: map[string]int{}}
 
 	m.maintCert, err = loadOrCreateMaintenanceCert(dir, hw.Address, false)
 	if err != nil {
@@ -199,11 +206,33 @@ func (m *Machine) RPCCounts() map[string]int {
 	return out
 }
 
-// ResetRPCCounts sets every counter back to zero.
+// ResetRPCCounts sets every counter (handled and forwarded) back to zero.
 func (m *Machine) ResetRPCCounts() {
 	m.rpcMu.Lock()
 	m.rpcCounts = map[string]int{}
+	m.forwardCounts = map[string]int{}
 	m.rpcMu.Unlock()
+}
+
+func (m *Machine) countForward(method string, targets int) {
+	m.rpcMu.Lock()
+	m.forwardCounts[method] += targets
+	m.rpcMu.Unlock()
+}
+
+// ForwardedCounts returns how many calls of each full gRPC method this machine's apid
+// forwarded to other nodes (one per target node) instead of handling them: RPCCounts counts
+// only the calls the machine handled itself.
+func (m *Machine) ForwardedCounts() map[string]int {
+	m.rpcMu.Lock()
+	defer m.rpcMu.Unlock()
+
+	out := make(map[string]int, len(m.forwardCounts))
+	for k, v := range m.forwardCounts {
+		out[k] = v
+	}
+
+	return out
 }
 
 // tlsForClient picks the server TLS mode per handshake: maintenance (self-signed, no client
@@ -244,7 +273,7 @@ func (m *Machine) tlsForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 // key in machine.ca; workers only get the certificate (m:config/generate/worker.go) and obtain
 // theirs from trustd on a control plane, which the world emulates with the keys it has seen.
 func (m *Machine) refreshAPICertLocked() error {
-	m.apiCert, m.clientCAs = nil, nil
+	m.apiCert, m.clientCAs, m.proxyCert = nil, nil, nil
 
 	if m.active == nil || m.active.Machine() == nil {
 		return errors.New("no machine configuration")
@@ -279,6 +308,18 @@ func (m *Machine) refreshAPICertLocked() error {
 	}
 
 	m.apiCert, m.clientCAs = &cert, pool
+
+	// only control planes forward requests: they alone get a client certificate
+	// (t:internal/app/machined/pkg/controllers/secrets/api.go; t:internal/app/apid/service.go
+	// builds no remote backend factory without one)
+	if m.active.Machine().Type().IsControlPlane() && len(sec.IssuingCA().Key) > 0 {
+		pc, err := issueProxyClientCert(ca, m.hostnameLocked())
+		if err != nil {
+			return err
+		}
+
+		m.proxyCert = &pc
+	}
 
 	return nil
 }
@@ -458,6 +499,13 @@ func (m *Machine) setStage(stage runtime.MachineStage, ready bool) {
 
 	if stage == runtime.MachineStageRunning && ready {
 		m.startServices()
+		m.publishServices(machine.ServiceStateEvent_RUNNING, "Health check successful", "")
+	}
+
+	m.publishStage(stage, ready, unmet)
+
+	if stage == runtime.MachineStageRunning || stage == runtime.MachineStageMaintenance {
+		m.publishSequence("boot", machine.SequenceEvent_STOP, "")
 	}
 }
 
@@ -483,6 +531,9 @@ func (m *Machine) boot(ctx context.Context) error {
 
 	m.p.BootID = newBootID()
 	m.bootedAt = time.Now().UTC()
+	// a new machined: a new, empty event stream
+	m.events, m.actor = newEventStream(), ""
+	m.events.publish(&machine.SequenceEvent{Sequence: "boot", Action: machine.SequenceEvent_START}, "")
 
 	if pend := m.p.Pending; pend != nil {
 		m.p.Pending = nil
@@ -593,8 +644,16 @@ func (m *Machine) bootSeq(ctx context.Context) {
 
 // goDown shows the shutdown stage for half of the reboot duration, then stops answering.
 func (m *Machine) goDown(ctx context.Context, stage runtime.MachineStage) bool {
+	actor := m.currentActor()
+
 	m.setStage(stage, false)
+	// the sequences' StopAllServices task (t:…/v1alpha1_sequencer_tasks.go), which talosctl's
+	// shutdown and reset --wait watch for (t:cmd/talosctl/pkg/talos/action/tracker.go)
+	m.publishTask("stopAllServices", machine.TaskEvent_START, actor)
+	m.publishServices(machine.ServiceStateEvent_STOPPING, "Service is stopping", actor)
 	m.stopServices()
+	m.publishServices(machine.ServiceStateEvent_FINISHED, "Service finished successfully", actor)
+	m.publishTask("stopAllServices", machine.TaskEvent_STOP, actor)
 
 	if !sleepCtx(ctx, m.durations().Reboot.D()/2) {
 		return false

@@ -223,6 +223,8 @@ func (s *apiServer) ApplyConfiguration(ctx context.Context, in *machine.ApplyCon
 func (s *apiServer) Reboot(context.Context, *machine.RebootRequest) (*machine.RebootResponse, error) {
 	actor := uuid.New().String()
 
+	s.m.setActor(actor)
+	s.m.publishSequence("reboot", machine.SequenceEvent_START, actor)
 	s.m.sequence(s.m.rebootSeq(talosruntime.MachineStageRebooting, nil))
 
 	return &machine.RebootResponse{Messages: []*machine.Reboot{{ActorId: actor}}}, nil
@@ -232,6 +234,8 @@ func (s *apiServer) Reboot(context.Context, *machine.RebootRequest) (*machine.Re
 func (s *apiServer) Shutdown(context.Context, *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
 	actor := uuid.New().String()
 
+	s.m.setActor(actor)
+	s.m.publishSequence("shutdown", machine.SequenceEvent_START, actor)
 	s.m.sequence(s.m.powerOffSeq(talosruntime.MachineStageShuttingDown, nil))
 
 	return &machine.ShutdownResponse{Messages: []*machine.Shutdown{{ActorId: actor}}}, nil
@@ -326,7 +330,10 @@ func (s *apiServer) Reset(_ context.Context, in *machine.ResetRequest) (*machine
 	}
 
 	graceful := in.GetGraceful()
+	actor := uuid.New().String()
 
+	m.setActor(actor)
+	m.publishSequence("reset", machine.SequenceEvent_START, actor)
 	m.sequence(func(ctx context.Context) {
 		// a graceful reset cordons and drains the node, then leaves etcd before wiping
 		// (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go Reset:
@@ -345,7 +352,7 @@ func (s *apiServer) Reset(_ context.Context, in *machine.ResetRequest) (*machine
 		next(ctx)
 	})
 
-	return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: uuid.New().String()}}}, nil
+	return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: actor}}}, nil
 }
 
 // Upgrade is the legacy upgrade RPC (t:…/v1alpha1_server.go Upgrade): FailedPrecondition when
@@ -367,7 +374,10 @@ func (s *apiServer) Upgrade(_ context.Context, in *machine.UpgradeRequest) (*mac
 	}
 
 	upgrade := m.rebootSeq(talosruntime.MachineStageUpgrading, func() { m.stageUpgrade(pend) })
+	actor := uuid.New().String()
 
+	m.setActor(actor)
+	m.publishSequence("upgrade", machine.SequenceEvent_START, actor)
 	m.sequence(func(ctx context.Context) {
 		// Talos cordons and drains the node before upgrading
 		// (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go Upgrade)
@@ -378,7 +388,7 @@ func (s *apiServer) Upgrade(_ context.Context, in *machine.UpgradeRequest) (*mac
 
 	return &machine.UpgradeResponse{Messages: []*machine.Upgrade{{
 		Ack:     "Upgrade request received",
-		ActorId: uuid.New().String(),
+		ActorId: actor,
 	}}}, nil
 }
 
