@@ -102,6 +102,10 @@ func machineRow(m *ichorv1alpha1.TalosMachine, now time.Time) []string {
 	ready := ""
 	if c := meta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.ReadyCondition); c != nil {
 		ready = string(c.Status)
+		// Why not, in the summary's words (SummarizeTalosMachine).
+		if c.Status != metav1.ConditionTrue && c.Reason != "" {
+			ready += " (" + c.Reason + ")"
+		}
 	}
 	return []string{m.Name, m.Spec.ClusterName, m.Spec.Role, m.Spec.Approval.State, m.Status.Stage, m.Spec.Address, ready,
 		output.Age(m.CreationTimestamp.Time, now)}

@@ -538,6 +538,7 @@ type DiscoveredLink struct {
 // +kubebuilder:printcolumn:name="Stage",type=string,JSONPath=`.status.stage`
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.spec.address`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.spec.approval.state != 'approved' || has(self.spec.role)",message="spec.role is required to approve a machine: set controlplane or worker"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.role) || oldSelf.spec.approval.state != 'approved' || (has(self.spec.role) && self.spec.role == oldSelf.spec.role)",message="spec.role is fixed once approved: remove the machine and approve it again with another role"
