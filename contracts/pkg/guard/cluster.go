@@ -311,3 +311,19 @@ func FinalizerRequirements(namespace, clusterName string, old, updated []string)
 		Action:     "removing the Ichor finalizer " + joinQuoted(removed) + " (it orphans whatever the removal sequence left half-done)",
 	}}
 }
+
+// MaxPauseReason is the longest reason a pause may record (the
+// ichor.maesh.dev/paused-reason annotation).
+const MaxPauseReason = 512
+
+// PauseReason refuses a pause reason that is too long to record.
+func PauseReason(reason string) []Refusal {
+	if n := len([]rune(reason)); n > MaxPauseReason {
+		return []Refusal{{
+			Field:  "metadata.annotations[" + ichorv1alpha1.PausedReasonAnnotation + "]",
+			Rule:   fmt.Sprintf("the pause reason is %d characters long; it may be at most %d", n, MaxPauseReason),
+			WayOut: "say it in fewer words (link to a ticket for the details)",
+		}}
+	}
+	return nil
+}
