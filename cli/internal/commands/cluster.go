@@ -58,7 +58,7 @@ func clusterCommand() *cli.Command {
 						Usage:     "register machines by IP address, or a subnet to scan for the Talos API",
 						ArgsUsage: "ADDRESS|CIDR...",
 						Flags: []cli.Flag{
-							&cli.StringFlag{Name: flagCluster, Usage: "TalosCluster `NAME` (default: the only one in the namespace)"},
+							&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 						},
 						Action: discoveryAdd,
 					},
@@ -68,9 +68,9 @@ func clusterCommand() *cli.Command {
 							"(within seconds, or 30 s after the last scan)",
 						ArgsUsage: "[CLUSTER]",
 						Flags: []cli.Flag{
-							&cli.StringFlag{Name: flagCluster, Usage: "TalosCluster `NAME` (default: the only one in the namespace)"},
+							&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 							&cli.BoolFlag{Name: flagWait, Usage: "wait until the scan ran and print what it found"},
-							&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "how long --wait waits"},
+							&cli.DurationFlag{Name: flagTimeout, Value: 2 * time.Minute, Usage: "how long --wait waits"},
 						},
 						Action: discoveryScan,
 					},

@@ -125,7 +125,7 @@ func discoveryScan(ctx context.Context, cmd *cli.Command) error {
 			"New machines appear as pending in `ichor machine list --watch`\n", c.Name)
 		return nil
 	}
-	return r.waitScan(ctx, c, cmd.Duration("timeout"))
+	return r.waitScan(ctx, c, cmd.Duration(flagTimeout))
 }
 
 // waitScan waits until a scan answered the cluster's request and prints its results.
@@ -168,7 +168,7 @@ func (r *run) printScan(c *ichorv1alpha1.TalosCluster) error {
 		r.printf("nothing answered on the Talos API port\n")
 		return nil
 	}
-	t := &output.Rows{Header: []string{"ADDRESS", "RESULT", "MACHINE", colMessage}}
+	t := &output.Rows{Header: []string{colAddress, "RESULT", "MACHINE", colMessage}}
 	for _, a := range d.Addresses {
 		t.Add(a.Address, a.Result, a.Machine, a.Message)
 	}
