@@ -65,7 +65,7 @@ func clusterCommand() *cli.Command {
 					{
 						Name: "scan",
 						Usage: "scan the cluster's subnets and addresses now instead of at the next interval " +
-							"(within seconds, or 30 s after the last scan)",
+							"(within seconds, or " + guard.MinScanRequestGap.String() + " after the last scan)",
 						ArgsUsage: "[CLUSTER]",
 						Flags: []cli.Flag{
 							&cli.StringFlag{Name: flagCluster, Usage: usageCluster},

@@ -13,6 +13,7 @@ import (
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
 // argCluster is the positional argument of the cluster commands.
@@ -121,8 +122,8 @@ func discoveryScan(ctx context.Context, cmd *cli.Command) error {
 	}
 	c := res.Cluster
 	if !cmd.Bool(flagWait) {
-		r.printf("asked cluster %s for a scan; it runs within seconds (or 30 s after the last scan). "+
-			"New machines appear as pending in `ichor machine list --watch`\n", c.Name)
+		r.printf("asked cluster %s for a scan; it runs within seconds (or %s after the last scan). "+
+			"New machines appear as pending in `ichor machine list --watch`\n", c.Name, guard.MinScanRequestGap)
 		return nil
 	}
 	return r.waitScan(ctx, c, cmd.Duration(flagTimeout))

@@ -95,6 +95,9 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 	out = append(out, checkCNI(old, c)...)
 	out = append(out, checkVersions(old, c)...)
 	out = append(out, checkDiscovery(old, c)...)
+	if reason := c.Annotations[ichorv1alpha1.PausedReasonAnnotation]; old == nil || old.Annotations[ichorv1alpha1.PausedReasonAnnotation] != reason {
+		out = append(out, PauseReason(reason)...)
+	}
 	if c.Spec.CNI.Cilium != nil {
 		out = append(out, CheckCiliumValues(c.Spec.CNI.Cilium.Values)...)
 	}

@@ -601,7 +601,24 @@ func TestPauseReason(t *testing.T) {
 	if rf := PauseReason(strings.Repeat("é", MaxPauseReason)); len(rf) != 0 {
 		t.Fatalf("a reason of %d characters refused: %v", MaxPauseReason, rf)
 	}
-	if rf := PauseReason(strings.Repeat("x", MaxPauseReason+1)); len(rf) != 1 || !strings.Contains(rf[0].Rule, "at most 512") {
+	long := strings.Repeat("x", MaxPauseReason+1)
+	if rf := PauseReason(long); len(rf) != 1 || !strings.Contains(rf[0].Rule, "at most 512") {
 		t.Fatalf("a reason too long: %v", rf)
+	}
+	// Admission refuses a new or changed reason that is too long, and keeps
+	// one written before the rule.
+	withReason := func(r string) func(*ichorv1alpha1.TalosCluster) {
+		return func(c *ichorv1alpha1.TalosCluster) {
+			c.Annotations = map[string]string{ichorv1alpha1.PausedReasonAnnotation: r}
+		}
+	}
+	if rf := ValidateCluster(cluster(), cluster(withReason(long)), ClusterFacts{}); len(rf) != 1 || rf[0].Field != "metadata.annotations[ichor.maesh.dev/paused-reason]" {
+		t.Fatalf("a long reason admitted: %v", rf)
+	}
+	if rf := ValidateCluster(cluster(withReason(long)), cluster(withReason(long), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true }), ClusterFacts{}); len(rf) != 0 {
+		t.Fatalf("an unchanged reason refused: %v", rf)
+	}
+	if rf := ValidateCluster(cluster(), cluster(withReason("ticket 42")), ClusterFacts{}); len(rf) != 0 {
+		t.Fatalf("a short reason refused: %v", rf)
 	}
 }
