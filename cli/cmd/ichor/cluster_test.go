@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,4 +91,119 @@ func TestWritesRefusedAcrossMinors(t *testing.T) {
 	inst.Status.InstalledVersion = "v0.5.3"
 	must(t, k8s.Status().Update(ctx, inst))
 	mustSucceed(t, ichor(t, "cluster", "discovery", "add", "10.1.0.9", "-n", ns))
+}
+
+// TestClusterPauseResume: `cluster pause` sets spec.paused and the reason,
+// `cluster get` says since when once the controller confirmed it, `cluster
+// resume` clears both; a refused pause changes nothing.
+func TestClusterPauseResume(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "pause")
+	must(t, k8s.Create(ctx, newCluster(ns, "prod")))
+
+	mustFail(t, ichor(t, "cluster", "pause", "-n", ns), "takes one CLUSTER")
+	mustFail(t, ichor(t, "cluster", "pause", "nope", "-n", ns), `TalosCluster "nope" not found`, "prod")
+	mustFail(t, ichor(t, "cluster", "pause", "prod", "-n", ns, "--reason", strings.Repeat("x", 513)), "at most 512", "nothing was changed")
+	if c := getCluster(t, ns, "prod"); c.Spec.Paused || c.Annotations[ichorv1alpha1.PausedReasonAnnotation] != "" {
+		t.Fatalf("a refused pause changed the cluster: paused %t, annotations %v", c.Spec.Paused, c.Annotations)
+	}
+
+	r := mustSucceed(t, ichor(t, "cluster", "pause", "prod", "-n", ns, "--reason", "disk swap on cp-2"))
+	if !strings.Contains(r.stdout, "cluster prod is paused") || !strings.Contains(r.stdout, "ichor cluster resume prod") {
+		t.Fatalf("output: %s", r.stdout)
+	}
+	c := getCluster(t, ns, "prod")
+	if !c.Spec.Paused || c.Annotations[ichorv1alpha1.PausedReasonAnnotation] != "disk swap on cp-2" {
+		t.Fatalf("paused %t, annotations %v; want paused with the reason", c.Spec.Paused, c.Annotations)
+	}
+	if out := mustSucceed(t, ichor(t, "cluster", "get", "prod", "-n", ns)).stdout; !strings.Contains(out, "not confirmed it yet") || !strings.Contains(out, "disk swap on cp-2") {
+		t.Fatalf("cluster get before the controller confirmed:\n%s", out)
+	}
+
+	// The controller confirms with the Paused condition; its transition time is "since".
+	since := metav1.NewTime(time.Date(2026, 5, 4, 3, 2, 1, 0, time.UTC))
+	c.Status.Conditions = []metav1.Condition{{Type: ichorv1alpha1.PausedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.PausedReason, Message: "paused", LastTransitionTime: since}}
+	must(t, k8s.Status().Update(ctx, c))
+	if out := mustSucceed(t, ichor(t, "cluster", "get", "prod", "-n", ns)).stdout; !strings.Contains(out, "yes, since 2026-05-04T03:02:01Z") {
+		t.Fatalf("cluster get after the controller confirmed:\n%s", out)
+	}
+
+	if r := mustSucceed(t, ichor(t, "cluster", "pause", "prod", "-n", ns)); !strings.Contains(r.stdout, "already paused; nothing changed") {
+		t.Fatalf("pausing twice: %s", r.stdout)
+	}
+	if got := getCluster(t, ns, "prod").Annotations[ichorv1alpha1.PausedReasonAnnotation]; got != "disk swap on cp-2" {
+		t.Fatalf("a second pause without a reason dropped the first one's: %q", got)
+	}
+
+	r = mustSucceed(t, ichor(t, "cluster", "resume", "prod", "-n", ns))
+	if !strings.Contains(r.stdout, "cluster prod is resumed") {
+		t.Fatalf("output: %s", r.stdout)
+	}
+	c = getCluster(t, ns, "prod")
+	if c.Spec.Paused {
+		t.Fatal("resume left the cluster paused")
+	}
+	if _, ok := c.Annotations[ichorv1alpha1.PausedReasonAnnotation]; ok {
+		t.Fatalf("resume kept the pause reason: %v", c.Annotations)
+	}
+	if r := mustSucceed(t, ichor(t, "cluster", "resume", "prod", "-n", ns)); !strings.Contains(r.stdout, "not paused; nothing changed") {
+		t.Fatalf("resuming twice: %s", r.stdout)
+	}
+}
+
+// TestDiscoveryScan: `cluster discovery scan` writes the scan request, and
+// with --wait follows it until the controller's answer (written here as the
+// controller writes it) and prints the results; a paused cluster and one
+// with nothing to scan are refused, with nothing written.
+func TestDiscoveryScan(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "scan")
+	must(t, k8s.Create(ctx, newCluster(ns, "prod")))
+
+	mustFail(t, ichor(t, "cluster", "discovery", "scan", "-n", ns), "registers no address or subnet", "ichor cluster discovery add")
+	mustSucceed(t, ichor(t, "cluster", "discovery", "add", "192.168.30.0/24", "-n", ns))
+	mustSucceed(t, ichor(t, "cluster", "pause", "prod", "-n", ns))
+	mustFail(t, ichor(t, "cluster", "discovery", "scan", "prod", "-n", ns), "is paused", "ichor cluster resume prod", "nothing was changed")
+	if _, ok := getCluster(t, ns, "prod").Annotations[ichorv1alpha1.ScanRequestedAnnotation]; ok {
+		t.Fatal("a refused scan request was written")
+	}
+	mustSucceed(t, ichor(t, "cluster", "resume", "prod", "-n", ns))
+
+	r := mustSucceed(t, ichor(t, "cluster", "discovery", "scan", "prod", "-n", ns))
+	if !strings.Contains(r.stdout, "asked cluster prod for a scan") {
+		t.Fatalf("output: %s", r.stdout)
+	}
+	first := getCluster(t, ns, "prod").Annotations[ichorv1alpha1.ScanRequestedAnnotation]
+	if _, err := time.Parse(time.RFC3339Nano, first); err != nil {
+		t.Fatalf("the request %q is not an RFC 3339 time: %v", first, err)
+	}
+	mustFail(t, ichor(t, "cluster", "discovery", "scan", "prod", "-n", ns, "--cluster", "staging"), "name it once")
+
+	// --wait follows a new request until a scan answered it.
+	done := make(chan result, 1)
+	go func() { done <- ichor(t, "cluster", "discovery", "scan", "-n", ns, "--wait", "--timeout", "90s") }()
+	var c *ichorv1alpha1.TalosCluster
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		c = getCluster(t, ns, "prod")
+		if v := c.Annotations[ichorv1alpha1.ScanRequestedAnnotation]; v != first && v != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting scan request was never written")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	scanned := metav1.NewTime(time.Date(2026, 5, 4, 3, 2, 1, 0, time.UTC))
+	c.Status.Discovery = ichorv1alpha1.DiscoveryStatus{
+		LastScanTime: &scanned, LastHandledScanRequest: c.Annotations[ichorv1alpha1.ScanRequestedAnnotation],
+		Addresses: []ichorv1alpha1.DiscoveryResult{{Address: "192.168.30.7", Result: ichorv1alpha1.DiscoveryResultPending, Machine: "prod-7f3a", ProbedAt: scanned}},
+	}
+	must(t, k8s.Status().Update(ctx, c))
+	r = mustSucceed(t, <-done)
+	for _, want := range []string{"cluster prod scanned at 2026-05-04T03:02:01Z", "192.168.30.7", "Pending", "prod-7f3a"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("--wait output lacks %q:\n%s", want, r.stdout)
+		}
+	}
 }

@@ -64,6 +64,13 @@ const (
 	colMessage = "MESSAGE"
 	// wordYes is how a table shows a true flag.
 	wordYes = "yes"
+	// colAddress heads the address columns; argAddress is the address argument.
+	colAddress = "ADDRESS"
+	argAddress = colAddress
+	// flagTimeout bounds a --wait.
+	flagTimeout = "timeout"
+	// usageCluster is the usage of the --cluster flag of the commands on one cluster.
+	usageCluster = "TalosCluster `NAME` (default: the only one in the namespace)"
 )
 
 // New returns the ichor command.

@@ -16,13 +16,14 @@ import (
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
 func clusterCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "cluster",
-		Usage:  "inspect clusters and where they discover machines",
+		Usage:  "inspect clusters, pause and resume them, and say where they discover machines",
 		Action: unknownSubcommand,
 		Commands: []*cli.Command{
 			{
@@ -30,6 +31,22 @@ func clusterCommand() *cli.Command {
 				Usage:     "list the clusters of the namespace, or show one",
 				ArgsUsage: "[CLUSTER]",
 				Action:    clusterGet,
+			},
+			{
+				Name: "pause",
+				Usage: "stop every controller acting on the cluster (no provisioning, removal, configuration or drift " +
+					"correction, operations or discovery) until it is resumed",
+				ArgsUsage: argCluster,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "reason", Usage: "why, recorded on the cluster for the others to read (`TEXT`)"},
+				},
+				Action: clusterPause,
+			},
+			{
+				Name:      "resume",
+				Usage:     "let the controllers act on a paused cluster again",
+				ArgsUsage: argCluster,
+				Action:    clusterResume,
 			},
 			{
 				Name:   "discovery",
@@ -41,9 +58,21 @@ func clusterCommand() *cli.Command {
 						Usage:     "register machines by IP address, or a subnet to scan for the Talos API",
 						ArgsUsage: "ADDRESS|CIDR...",
 						Flags: []cli.Flag{
-							&cli.StringFlag{Name: flagCluster, Usage: "TalosCluster `NAME` (default: the only one in the namespace)"},
+							&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 						},
 						Action: discoveryAdd,
+					},
+					{
+						Name: "scan",
+						Usage: "scan the cluster's subnets and addresses now instead of at the next interval " +
+							"(within seconds, or " + guard.MinScanRequestGap.String() + " after the last scan)",
+						ArgsUsage: "[CLUSTER]",
+						Flags: []cli.Flag{
+							&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
+							&cli.BoolFlag{Name: flagWait, Usage: "wait until the scan ran and print what it found"},
+							&cli.DurationFlag{Name: flagTimeout, Value: 2 * time.Minute, Usage: "how long --wait waits"},
+						},
+						Action: discoveryScan,
 					},
 				},
 			},
@@ -174,7 +203,11 @@ func (r *run) printCluster(c *ichorv1alpha1.TalosCluster, now time.Time) error {
 	b.Add("Discovery addresses", strings.Join(c.Spec.Discovery.Addresses, ", "))
 	b.Add("Secrets bundle", "Secret "+c.Spec.SecretsBundleRef.Name)
 	b.Add("Lock holder", c.Status.LockHolder)
-	b.Add("Paused", fmt.Sprint(c.Spec.Paused))
+	b.Add("Paused", pausedText(c))
+	if reason := c.Annotations[ichorv1alpha1.PausedReasonAnnotation]; reason != "" {
+		b.Add("Pause reason", reason)
+	}
+	b.Add("Discovery", clusterreq.Describe(c))
 	b.Add("Age", output.Age(c.CreationTimestamp.Time, now))
 	if err := b.Write(r.out); err != nil {
 		return err

@@ -43,7 +43,7 @@ func initCommand() *cli.Command {
 			&cli.StringFlag{Name: "kubernetes-version", Usage: "Kubernetes `VERSION` (default: this release's)"},
 			&cli.StringFlag{Name: "install", Value: initflow.InstallManifest, Usage: "`MODE`: manifest (install Ichor in the cluster) or none (only its CRDs; the controller runs elsewhere)"},
 			&cli.BoolFlag{Name: "wait", Value: true, Usage: "wait for the controller to take over the first control plane"},
-			&cli.DurationFlag{Name: "timeout", Value: 15 * time.Minute, Usage: "how long each wait lasts"},
+			&cli.DurationFlag{Name: flagTimeout, Value: 15 * time.Minute, Usage: "how long each wait lasts"},
 			&cli.StringFlag{Name: "write-kubeconfig", Usage: "also write the admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
 			&cli.StringFlag{Name: "passphrase-file", Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
 			&cli.BoolFlag{Name: "generate-passphrase", Usage: "generate the passphrase of a new secrets store and show it once"},
@@ -80,7 +80,7 @@ func initAction(ctx context.Context, cmd *cli.Command) error {
 		KubernetesVersion: cmd.String("kubernetes-version"),
 		Install:           cmd.String("install"),
 		Wait:              cmd.Bool("wait"),
-		Timeout:           cmd.Duration("timeout"),
+		Timeout:           cmd.Duration(flagTimeout),
 		WriteKubeconfig:   cmd.String("write-kubeconfig"),
 	}
 

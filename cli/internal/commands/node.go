@@ -33,7 +33,7 @@ func nodeCommand() *cli.Command {
 					&cli.BoolFlag{Name: "force", Usage: "dead hardware: skip drain and reset (the node is not wiped)"},
 					&cli.BoolFlag{Name: "dry-run", Usage: "print the steps, the effects on the cluster and any refusal, and change nothing"},
 					&cli.BoolFlag{Name: "wait", Usage: "follow the removal until the TalosMachine is gone"},
-					&cli.DurationFlag{Name: "timeout", Value: 30 * time.Minute, Usage: "how long --wait follows the removal"},
+					&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the removal"},
 				},
 				Action: nodeRemove,
 			},
@@ -67,7 +67,7 @@ func nodeRemove(ctx context.Context, cmd *cli.Command) error {
 	if m.DeletionTimestamp != nil {
 		r.printf("machine %s is already being removed\n", name)
 		if cmd.Bool("wait") {
-			return r.waitGone(ctx, m, cmd.Duration("timeout"))
+			return r.waitGone(ctx, m, cmd.Duration(flagTimeout))
 		}
 		return nil
 	}
@@ -105,7 +105,7 @@ func nodeRemove(ctx context.Context, cmd *cli.Command) error {
 		r.printf("follow it with `ichor node remove %s --wait` or `ichor machine list --watch`\n", name)
 		return nil
 	}
-	return r.waitGone(ctx, marked, cmd.Duration("timeout"))
+	return r.waitGone(ctx, marked, cmd.Duration(flagTimeout))
 }
 
 // previewRemoval prints what removing m would do (`node remove --dry-run`)

@@ -26,7 +26,7 @@ func reclaimCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "reclaim",
 		Usage:     "reset a machine another cluster configured (STATE and EPHEMERAL), so that it can be discovered and approved",
-		ArgsUsage: "ADDRESS",
+		ArgsUsage: argAddress,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "talosconfig", Usage: "the foreign cluster's talosconfig `FILE` (its current context's credentials; its endpoints are ignored)"},
 			&cli.StringFlag{Name: "confirm-uuid", Usage: "the machine's SMBIOS `UUID`, typed as consent (asked for on a terminal when omitted)"},

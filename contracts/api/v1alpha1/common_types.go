@@ -38,6 +38,20 @@ const (
 	// next drift poll; a config operation sets it when it leaves a machine.
 	// Its value is any new token (for example a timestamp).
 	ReconcileRequestedAnnotation = "ichor.maesh.dev/reconcile-requested-at"
+	// PausedReasonAnnotation on a TalosCluster is why a person set
+	// spec.paused (`ichor cluster pause --reason`, the console's Pause); it
+	// is removed when the cluster is resumed. Who paused it is in the API
+	// server's audit log; since when is the Paused condition's
+	// lastTransitionTime.
+	PausedReasonAnnotation = "ichor.maesh.dev/paused-reason"
+	// ScanRequestedAnnotation on a TalosCluster asks discovery to scan its
+	// subnets and addresses now instead of at the next interval
+	// (`ichor cluster discovery scan`, the console's Scan now). Its value is
+	// any new token, by convention the RFC 3339 time of the request; the
+	// scan that answers it copies it to status.discovery.lastHandledScanRequest.
+	// A request within guard.MinScanRequestGap of the last scan waits until
+	// that much time has passed.
+	ScanRequestedAnnotation = "ichor.maesh.dev/scan-requested-at"
 )
 
 // Labels Ichor sets.

@@ -40,3 +40,13 @@ func (d *DiscoverySpec) Add(addresses, subnets []string) []string {
 	}
 	return added
 }
+
+// PendingScanRequest returns the value of the cluster's scan request
+// (ScanRequestedAnnotation) when no scan has answered it yet, "" otherwise.
+func (c *TalosCluster) PendingScanRequest() string {
+	v := c.Annotations[ScanRequestedAnnotation]
+	if v == "" || v == c.Status.Discovery.LastHandledScanRequest {
+		return ""
+	}
+	return v
+}

@@ -448,6 +448,16 @@ type DiscoveryStatus struct {
 	// lastScanTime is when the subnets were last scanned.
 	// +optional
 	LastScanTime *metav1.Time `json:"lastScanTime,omitempty"`
+	// nextScanTime is when the next scan is due: the interval after the last
+	// one, or sooner for a scan request (the ichor.maesh.dev/scan-requested-at
+	// annotation) that waits for the shortest gap between two scans.
+	// +optional
+	NextScanTime *metav1.Time `json:"nextScanTime,omitempty"`
+	// lastHandledScanRequest is the value of the ichor.maesh.dev/scan-requested-at
+	// annotation the last scan answered; a request is pending while the two differ.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	LastHandledScanRequest string `json:"lastHandledScanRequest,omitempty"`
 	// message reports a problem with the discovery settings, such as a subnet too large to scan.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024

@@ -340,6 +340,10 @@ func (in *DiscoveryStatus) DeepCopyInto(out *DiscoveryStatus) {
 		in, out := &in.LastScanTime, &out.LastScanTime
 		*out = (*in).DeepCopy()
 	}
+	if in.NextScanTime != nil {
+		in, out := &in.NextScanTime, &out.NextScanTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Addresses != nil {
 		in, out := &in.Addresses, &out.Addresses
 		*out = make([]DiscoveryResult, len(*in))

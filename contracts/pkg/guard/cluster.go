@@ -95,6 +95,9 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 	out = append(out, checkCNI(old, c)...)
 	out = append(out, checkVersions(old, c)...)
 	out = append(out, checkDiscovery(old, c)...)
+	if reason := c.Annotations[ichorv1alpha1.PausedReasonAnnotation]; old == nil || old.Annotations[ichorv1alpha1.PausedReasonAnnotation] != reason {
+		out = append(out, PauseReason(reason)...)
+	}
 	if c.Spec.CNI.Cilium != nil {
 		out = append(out, CheckCiliumValues(c.Spec.CNI.Cilium.Values)...)
 	}
@@ -310,4 +313,20 @@ func FinalizerRequirements(namespace, clusterName string, old, updated []string)
 		Field:      "metadata.finalizers",
 		Action:     "removing the Ichor finalizer " + joinQuoted(removed) + " (it orphans whatever the removal sequence left half-done)",
 	}}
+}
+
+// MaxPauseReason is the longest reason a pause may record (the
+// ichor.maesh.dev/paused-reason annotation).
+const MaxPauseReason = 512
+
+// PauseReason refuses a pause reason that is too long to record.
+func PauseReason(reason string) []Refusal {
+	if n := len([]rune(reason)); n > MaxPauseReason {
+		return []Refusal{{
+			Field:  "metadata.annotations[" + ichorv1alpha1.PausedReasonAnnotation + "]",
+			Rule:   fmt.Sprintf("the pause reason is %d characters long; it may be at most %d", n, MaxPauseReason),
+			WayOut: "say it in fewer words (link to a ticket for the details)",
+		}}
+	}
+	return nil
 }

@@ -24,6 +24,11 @@ const (
 	// MaxScanAddresses is the most addresses all the subnets together may hold
 	// (two /20s, or thirty-two /24s).
 	MaxScanAddresses = 2 * MaxScanSubnetAddresses
+	// MinScanRequestGap is the shortest time between two scans of one
+	// cluster that a scan request (ichor.maesh.dev/scan-requested-at) can
+	// bring about: a request made sooner after the last scan is answered
+	// this long after it, not dropped.
+	MinScanRequestGap = 30 * time.Second
 )
 
 const fieldDiscoverySubnets = "spec.discovery.subnets"
@@ -85,4 +90,25 @@ func checkDiscovery(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 		})
 	}
 	return out
+}
+
+// ScanRequest refuses a scan request (`ichor cluster discovery scan`, the
+// console's Scan now) that nothing would answer: the cluster is paused, or it
+// registers no address or subnet to scan.
+func ScanRequest(c *ichorv1alpha1.TalosCluster) []Refusal {
+	if c.Spec.Paused {
+		return []Refusal{{
+			Field:  "spec.paused",
+			Rule:   fmt.Sprintf("cluster %s is paused: discovery scans nothing until it is resumed", c.Name),
+			WayOut: fmt.Sprintf("resume it first (`ichor cluster resume %s`, or Resume on the console's Overview)", c.Name),
+		}}
+	}
+	if len(c.Spec.Discovery.Subnets)+len(c.Spec.Discovery.Addresses) == 0 {
+		return []Refusal{{
+			Field:  "spec.discovery",
+			Rule:   fmt.Sprintf("cluster %s registers no address or subnet for discovery to scan", c.Name),
+			WayOut: "register one first (`ichor cluster discovery add ADDRESS|CIDR`, or Register on the console's Add node page)",
+		}}
+	}
+	return nil
 }

@@ -568,3 +568,57 @@ func TestCheckApprovalRecord(t *testing.T) {
 		t.Errorf("a pending machine needs no record: %v", r)
 	}
 }
+
+func TestScanRequest(t *testing.T) {
+	withSubnet := func(c *ichorv1alpha1.TalosCluster) { c.Spec.Discovery.Subnets = []string{"10.0.0.0/24"} }
+	for _, tc := range []struct {
+		name  string
+		c     *ichorv1alpha1.TalosCluster
+		field string
+		way   string
+	}{
+		{"a subnet to scan", cluster(withSubnet), "", ""},
+		{"an address to probe", cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.Discovery.Addresses = []string{"10.0.0.5"} }), "", ""},
+		{"nothing to scan", cluster(), "spec.discovery", "ichor cluster discovery add"},
+		{"paused", cluster(withSubnet, func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true }), "spec.paused", "ichor cluster resume prod"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rf := ScanRequest(tc.c)
+			if tc.field == "" {
+				if len(rf) != 0 {
+					t.Fatalf("refused: %v", rf)
+				}
+				return
+			}
+			if len(rf) != 1 || rf[0].Field != tc.field || !strings.Contains(rf[0].WayOut, tc.way) {
+				t.Fatalf("refusals %v, want one on %s naming %q", rf, tc.field, tc.way)
+			}
+		})
+	}
+}
+
+func TestPauseReason(t *testing.T) {
+	if rf := PauseReason(strings.Repeat("é", MaxPauseReason)); len(rf) != 0 {
+		t.Fatalf("a reason of %d characters refused: %v", MaxPauseReason, rf)
+	}
+	long := strings.Repeat("x", MaxPauseReason+1)
+	if rf := PauseReason(long); len(rf) != 1 || !strings.Contains(rf[0].Rule, "at most 512") {
+		t.Fatalf("a reason too long: %v", rf)
+	}
+	// Admission refuses a new or changed reason that is too long, and keeps
+	// one written before the rule.
+	withReason := func(r string) func(*ichorv1alpha1.TalosCluster) {
+		return func(c *ichorv1alpha1.TalosCluster) {
+			c.Annotations = map[string]string{ichorv1alpha1.PausedReasonAnnotation: r}
+		}
+	}
+	if rf := ValidateCluster(cluster(), cluster(withReason(long)), ClusterFacts{}); len(rf) != 1 || rf[0].Field != "metadata.annotations[ichor.maesh.dev/paused-reason]" {
+		t.Fatalf("a long reason admitted: %v", rf)
+	}
+	if rf := ValidateCluster(cluster(withReason(long)), cluster(withReason(long), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true }), ClusterFacts{}); len(rf) != 0 {
+		t.Fatalf("an unchanged reason refused: %v", rf)
+	}
+	if rf := ValidateCluster(cluster(), cluster(withReason("ticket 42")), ClusterFacts{}); len(rf) != 0 {
+		t.Fatalf("a short reason refused: %v", rf)
+	}
+}

@@ -237,3 +237,35 @@ func TestAutoPatchIsLimitedToNewerPatches(t *testing.T) {
 	// A person is not limited to patches.
 	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.37.0" }))
 }
+
+// Rule: an operator or admin pauses and resumes a cluster (update on
+// talosclusters); a viewer cannot; a pause reason is at most
+// guard.MaxPauseReason characters, and a refused write changes nothing.
+func TestPauseIsAnUpdateWithAShortReason(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	pause := func(reason string) func(c *ichorv1alpha1.TalosCluster) {
+		return func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.Paused = true
+			c.Annotations = map[string]string{ichorv1alpha1.PausedReasonAnnotation: reason}
+		}
+	}
+
+	err := update(t, operator, newCluster(ns, "c"), pause(strings.Repeat("x", guard.MaxPauseReason+1)))
+	refused(t, err, "Invalid", ichorv1alpha1.PausedReasonAnnotation, "at most 512", "fewer words")
+	if err := update(t, viewer, newCluster(ns, "c"), pause("short")); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("a viewer paused the cluster: %v", err)
+	}
+	got := &ichorv1alpha1.TalosCluster{}
+	testenv.Must(t, admin.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "c"}, got))
+	if got.Spec.Paused || got.Annotations[ichorv1alpha1.PausedReasonAnnotation] != "" {
+		t.Fatalf("a refused pause changed the cluster: paused %t, annotations %v", got.Spec.Paused, got.Annotations)
+	}
+
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), pause("disk swap on cp-2")))
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
+		c.Spec.Paused = false
+		delete(c.Annotations, ichorv1alpha1.PausedReasonAnnotation)
+	}))
+}

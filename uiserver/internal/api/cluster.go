@@ -2,15 +2,20 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
@@ -56,7 +61,15 @@ func (s *ClusterService) clusterProto(ctx context.Context, c *ichorv1alpha1.Talo
 			Addresses:    append([]string(nil), c.Spec.Discovery.Addresses...),
 			Subnets:      append([]string(nil), c.Spec.Discovery.Subnets...),
 			LastScanTime: ts(c.Status.Discovery.LastScanTime), Message: c.Status.Discovery.Message,
+			NextScanTime: ts(c.Status.Discovery.NextScanTime), ScanPending: c.PendingScanRequest() != "",
 		},
+		Paused: c.Spec.Paused,
+	}
+	if c.Spec.Paused {
+		out.PausedReason = c.Annotations[ichorv1alpha1.PausedReasonAnnotation]
+		if p := apimeta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.PausedCondition); p != nil && p.Status == metav1.ConditionTrue {
+			out.PausedSince = ts(&p.LastTransitionTime)
+		}
 	}
 	for _, r := range c.Status.Discovery.Addresses {
 		out.Discovery.Results = append(out.Discovery.Results, &ichorv1.DiscoveryResult{
@@ -128,6 +141,58 @@ func (s *ClusterService) AddDiscovery(ctx context.Context, req *ichorv1.AddDisco
 		return nil, err
 	}
 	return &ichorv1.AddDiscoveryResponse{Cluster: out}, nil
+}
+
+// clusterWrite runs one of the shared cluster writes (package clusterreq) as
+// the signed-in user, after checking that they may update the cluster, and
+// returns the cluster as written.
+func (s *ClusterService) clusterWrite(ctx context.Context, what string,
+	do func(context.Context, client.Client, client.ObjectKey) (clusterreq.Result, error),
+) (*ichorv1.Cluster, error) {
+	what += " TalosCluster " + s.ClusterName
+	if err := s.Clients.Authorize(ctx, "update", resClusters); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	res, err := do(ctx, s.Clients.User, client.ObjectKey{Namespace: s.Clients.Namespace, Name: s.ClusterName})
+	var rf *clusterreq.Refused
+	if errors.As(err, &rf) {
+		return nil, refused(codes.FailedPrecondition, what, rf.Refusals)
+	}
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	return s.clusterProto(ctx, res.Cluster)
+}
+
+// ScanDiscovery implements ClusterService: it writes the scan request as the signed-in user.
+func (s *ClusterService) ScanDiscovery(ctx context.Context, _ *ichorv1.ScanDiscoveryRequest) (*ichorv1.ScanDiscoveryResponse, error) {
+	out, err := s.clusterWrite(ctx, "asking for a scan of", func(ctx context.Context, c client.Client, key client.ObjectKey) (clusterreq.Result, error) {
+		return clusterreq.RequestScan(ctx, c, key, time.Now())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.ScanDiscoveryResponse{Cluster: out}, nil
+}
+
+// PauseCluster implements ClusterService: it pauses the cluster as the signed-in user.
+func (s *ClusterService) PauseCluster(ctx context.Context, req *ichorv1.PauseClusterRequest) (*ichorv1.PauseClusterResponse, error) {
+	out, err := s.clusterWrite(ctx, "pausing", func(ctx context.Context, c client.Client, key client.ObjectKey) (clusterreq.Result, error) {
+		return clusterreq.Pause(ctx, c, key, req.GetReason())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.PauseClusterResponse{Cluster: out}, nil
+}
+
+// ResumeCluster implements ClusterService: it resumes the cluster as the signed-in user.
+func (s *ClusterService) ResumeCluster(ctx context.Context, _ *ichorv1.ResumeClusterRequest) (*ichorv1.ResumeClusterResponse, error) {
+	out, err := s.clusterWrite(ctx, "resuming", clusterreq.Resume)
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.ResumeClusterResponse{Cluster: out}, nil
 }
 
 // WhoAmI implements ClusterService.

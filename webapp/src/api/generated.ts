@@ -121,6 +121,16 @@ export interface Cluster {
   name?: string;
   /** The namespace of the TalosCluster and its machines. */
   namespace?: string;
+  /** Whether the cluster is paused (spec.paused): the controllers do nothing on it. */
+  paused?: boolean;
+  /** Why, as the person who paused it said. */
+  pausedReason?: string;
+  /**
+   * Since when the controllers have stopped acting on it (the Paused
+   * condition's transition time); empty while paused until the controller
+   * confirms it.
+   */
+  pausedSince?: string;
   /** The Ready condition's status: True, False or Unknown. */
   ready?: string;
   /** The Ready condition's message. */
@@ -223,8 +233,15 @@ export interface Discovery {
   lastScanTime?: string;
   /** A problem with the discovery settings. */
   message?: string;
+  /**
+   * When the next scan is due: the interval after the last one, or sooner
+   * for a scan request.
+   */
+  nextScanTime?: string;
   /** What was found at each address. */
   results?: DiscoveryResult[];
+  /** True while a scan request (ScanDiscovery) waits for a scan to answer it. */
+  scanPending?: boolean;
   /** The scanned subnets (spec.discovery.subnets). */
   subnets?: string[];
 }
@@ -573,6 +590,18 @@ export interface OperationMachine {
   state?: string;
 }
 
+/** PauseClusterRequest says why. */
+export interface PauseClusterRequest {
+  /** Why the cluster is paused, for the others to read; at most 512 characters. */
+  reason?: string;
+}
+
+/** PauseClusterResponse is the cluster after the change. */
+export interface PauseClusterResponse {
+  /** The cluster. */
+  cluster?: Cluster;
+}
+
 /** PauseOperationResponse is the operation after the change. */
 export interface PauseOperationResponse {
   /** The operation. */
@@ -710,6 +739,16 @@ export interface RemoveMachineResponse {
   machine?: Machine;
 }
 
+/** ResumeClusterRequest has no fields. */
+export interface ResumeClusterRequest {
+}
+
+/** ResumeClusterResponse is the cluster after the change. */
+export interface ResumeClusterResponse {
+  /** The cluster. */
+  cluster?: Cluster;
+}
+
 /** ResumeOperationResponse is the operation after the change. */
 export interface ResumeOperationResponse {
   /** The operation. */
@@ -730,6 +769,16 @@ export interface RolloutMachine {
   role?: string;
   /** What the operation does to it: reboot or kube-apiserver-restart, then drift. */
   rollout?: string[];
+}
+
+/** ScanDiscoveryRequest has no fields: ichor-ui serves one cluster. */
+export interface ScanDiscoveryRequest {
+}
+
+/** ScanDiscoveryResponse is the cluster with the request written. */
+export interface ScanDiscoveryResponse {
+  /** The cluster; its discovery.scan_pending is true until a scan answers. */
+  cluster?: Cluster;
 }
 
 /** Settings are Ichor's runtime settings. */
@@ -925,6 +974,14 @@ export interface Client {
   listOperations(options?: CallOptions): Promise<ListOperationsResponse>;
   /** ListReclaims returns the reclaims, newest first. */
   listReclaims(options?: CallOptions): Promise<ListReclaimsResponse>;
+  /**
+   * PauseCluster sets the TalosCluster's spec.paused as the signed-in user,
+   * with the reason in the ichor.maesh.dev/paused-reason annotation: every
+   * controller stops acting on the cluster (no provisioning, removal,
+   * configuration or drift correction, operations or discovery) until it is
+   * resumed. Pausing a paused cluster changes only the reason, when one is given.
+   */
+  pauseCluster(args: { body: PauseClusterRequest }, options?: CallOptions): Promise<PauseClusterResponse>;
   /** PauseOperation sets spec.paused: the operation stops before its next step. */
   pauseOperation(args: { name: string; body: OperationServicePauseOperationBody }, options?: CallOptions): Promise<PauseOperationResponse>;
   /**
@@ -947,8 +1004,18 @@ export interface Client {
    * leaves etcd, resets and deletes the Node, and the machine comes back pending.
    */
   removeMachine(args: { name: string; body: MachineServiceRemoveMachineBody }, options?: CallOptions): Promise<RemoveMachineResponse>;
+  /** ResumeCluster clears spec.paused and the pause reason as the signed-in user. */
+  resumeCluster(args: { body: ResumeClusterRequest }, options?: CallOptions): Promise<ResumeClusterResponse>;
   /** ResumeOperation clears spec.paused. */
   resumeOperation(args: { name: string; body: OperationServiceResumeOperationBody }, options?: CallOptions): Promise<ResumeOperationResponse>;
+  /**
+   * ScanDiscovery asks discovery to scan the cluster's subnets and addresses
+   * now (the ichor.maesh.dev/scan-requested-at annotation, written as the
+   * signed-in user). The controller answers within seconds, or 30 s after its
+   * last scan when that was more recent (Discovery.next_scan_time); refused
+   * while the cluster is paused or registers nothing to scan.
+   */
+  scanDiscovery(args: { body: ScanDiscoveryRequest }, options?: CallOptions): Promise<ScanDiscoveryResponse>;
   /**
    * StartConfigRollout creates a TalosOperation of type config, as the
    * signed-in user, after the checks `ichor config apply` makes: something
@@ -1042,6 +1109,9 @@ export function createClient(t: Transport): Client {
     listReclaims(options) {
       return t.unary<ListReclaimsResponse>("GET", "/api/v1/reclaims", undefined, undefined, options);
     },
+    pauseCluster(args, options) {
+      return t.unary<PauseClusterResponse>("POST", "/api/v1/cluster:pause", undefined, args.body, options);
+    },
     pauseOperation(args, options) {
       return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
     },
@@ -1057,8 +1127,14 @@ export function createClient(t: Transport): Client {
     removeMachine(args, options) {
       return t.unary<RemoveMachineResponse>("POST", `/api/v1/machines/${enc(args.name)}:remove`, undefined, args.body, options);
     },
+    resumeCluster(args, options) {
+      return t.unary<ResumeClusterResponse>("POST", "/api/v1/cluster:resume", undefined, args.body, options);
+    },
     resumeOperation(args, options) {
       return t.unary<ResumeOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:resume`, undefined, args.body, options);
+    },
+    scanDiscovery(args, options) {
+      return t.unary<ScanDiscoveryResponse>("POST", "/api/v1/cluster/discovery:scan", undefined, args.body, options);
     },
     startConfigRollout(args, options) {
       return t.unary<StartConfigRolloutResponse>("POST", "/api/v1/operations:startConfigRollout", undefined, args.body, options);
@@ -1101,12 +1177,15 @@ export const operationPaths = {
   listMachines: { method: "GET", path: "/api/v1/machines" },
   listOperations: { method: "GET", path: "/api/v1/operations" },
   listReclaims: { method: "GET", path: "/api/v1/reclaims" },
+  pauseCluster: { method: "POST", path: "/api/v1/cluster:pause" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
   previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
   rejectMachine: { method: "POST", path: "/api/v1/machines/{name}:reject" },
   removeMachine: { method: "POST", path: "/api/v1/machines/{name}:remove" },
+  resumeCluster: { method: "POST", path: "/api/v1/cluster:resume" },
   resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
+  scanDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:scan" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
   startReclaim: { method: "POST", path: "/api/v1/reclaims" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },

@@ -12,6 +12,7 @@ import { Badge } from "../components/ui/badge";
 import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { ErrorAlert } from "../components/errors";
 import { ResetAndAdd } from "./reclaim";
+import { ScanNow } from "./pause";
 import * as api from "../api/v1alpha1";
 
 /** splitList splits a text of addresses on commas, spaces and new lines. */
@@ -83,9 +84,8 @@ function Register({ onReclaim }: { onReclaim?: (address: string) => void }) {
         <ErrorAlert error={error} what="Registering" />
         {done && <Alert tone="info">{done}</Alert>}
         {d?.message && <Alert tone="warn" title="Discovery settings">{d.message}</Alert>}
-        <div class="text-sm text-muted-foreground">
-          Registered: {[...(d?.addresses ?? []), ...(d?.subnets ?? [])].join(", ") || "nothing yet"} · last scan {timeAgo(d?.lastScanTime)}
-        </div>
+        <div class="text-sm text-muted-foreground">Registered: {[...(d?.addresses ?? []), ...(d?.subnets ?? [])].join(", ") || "nothing yet"}</div>
+        <ScanNow />
         {(d?.results?.length ?? 0) > 0 && (
           <Table label="Discovery results">
             <THead>

@@ -12,6 +12,8 @@ import { describe } from "../api/errors";
 import { waitsForRollout } from "../lib/rollout";
 import { ConfigRolloutDialog } from "./rollout";
 import * as api from "../api/v1alpha1";
+import { PauseControl, PausedNotice } from "./pause";
+import { pausedSince } from "../lib/pause";
 
 /** Tile is one figure of the overview: its label is the heading, the figure the text under it. */
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
@@ -50,12 +52,16 @@ export function Overview() {
     <>
       <div class="flex flex-wrap items-center justify-between gap-2">
         <h1 class="text-xl font-semibold">Overview</h1>
-        {canWrite && (
-          <LinkButton href="/add-node" variant="default">
-            Add node
-          </LinkButton>
-        )}
+        <div class="flex flex-wrap items-start gap-2">
+          <PauseControl />
+          {canWrite && (
+            <LinkButton href="/add-node" variant="default">
+              Add node
+            </LinkButton>
+          )}
+        </div>
       </div>
+      {cluster && <PausedNotice cluster={cluster} />}
       {/* ichor-ui not answering is told once, by the shell, with the time of the data. */}
       {!(clusterError instanceof NetworkError) && <ErrorAlert error={clusterError} what="Reading the cluster" />}
       {cluster && cluster.ready !== "True" && cluster.readyMessage && (
@@ -121,6 +127,7 @@ export function Overview() {
               <Detail k="Control planes declared" v={String(cluster.controlPlaneCount ?? 0)} />
               <Detail k="Ready" v={`${cluster.ready ?? "Unknown"}${cluster.readyMessage ? ` — ${cluster.readyMessage}` : ""}`} />
               <Detail k="Version contract" v={cluster.versionContract} />
+              <Detail k="Paused" v={cluster.paused ? `yes — ${pausedSince(cluster)}` : "no"} />
             </dl>
           </details>
         </Card>

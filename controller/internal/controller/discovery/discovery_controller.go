@@ -5,6 +5,12 @@
 // weak or repeated identity silently: such a machine is pending with
 // IdentityConflict true for a person to resolve. A configured node is
 // reported AlreadyConfigured and nothing is created.
+//
+// A person can ask for a scan now (the ichor.maesh.dev/scan-requested-at
+// annotation, `ichor cluster discovery scan`, the console's Scan now): the
+// request is answered within seconds, or guard.MinScanRequestGap after the
+// last scan when that was more recent, and status.discovery records which
+// request the last scan answered and when the next one is due.
 package discovery
 
 import (
@@ -15,6 +21,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -69,6 +76,9 @@ type Reconciler struct {
 	// RecheckInterval and RecheckWindow: how often and how long the address of
 	// a removed TalosMachine is probed again; zero means the defaults.
 	RecheckInterval, RecheckWindow time.Duration
+	// ScanRequestGap replaces guard.MinScanRequestGap (tests); zero means
+	// guard.MinScanRequestGap.
+	ScanRequestGap time.Duration
 
 	// Clock is the controller's clock; nil means the real one.
 	Clock clock.PassiveClock
@@ -88,8 +98,9 @@ type clusterState struct {
 }
 
 // SetupWithManager registers the reconciler: a cluster's spec changes wake it
-// (an added address is probed at once), and so does the deletion of one of
-// its TalosMachines (whose address is probed again until the node returns).
+// (an added address is probed at once), and so do a scan request and the
+// deletion of one of its TalosMachines (whose address is probed again until
+// the node returns).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -103,7 +114,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, scanRequested()))).
 		Watches(&ichorv1alpha1.TalosMachine{}, handler.Funcs{DeleteFunc: r.machineDeleted}).
 		Complete(r)
 }
@@ -125,6 +136,32 @@ func (r *Reconciler) machineDeleted(_ context.Context, e event.DeleteEvent, q wo
 	}
 
 	q.Add(reconcile.Request{NamespacedName: key})
+}
+
+// scanRequested lets through an update that changes the cluster's scan request.
+func scanRequested() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			if e.ObjectOld == nil || e.ObjectNew == nil {
+				return false
+			}
+
+			k := ichorv1alpha1.ScanRequestedAnnotation
+
+			return e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k]
+		},
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+func (r *Reconciler) scanRequestGap() time.Duration {
+	if r.ScanRequestGap > 0 {
+		return r.ScanRequestGap
+	}
+
+	return guard.MinScanRequestGap
 }
 
 func (r *Reconciler) stateLocked(key types.NamespacedName) *clusterState {
@@ -202,8 +239,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // discover scans when a scan is due (first sight, a spec change, the
-// interval passed) and otherwise only rechecks the addresses of removed
-// machines; it sets status.discovery and status.pendingMachines.
+// interval passed, a scan request at least the request gap after the last
+// scan) and otherwise only rechecks the addresses of removed machines; it
+// sets status.discovery and status.pendingMachines. A scan request that
+// comes sooner is deferred to the gap's end (status.discovery.nextScanTime),
+// never dropped.
 func (r *Reconciler) discover(ctx context.Context, sc *ichorreconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
 	c := sc.Object
 	key := client.ObjectKeyFromObject(c)
@@ -213,6 +253,19 @@ func (r *Reconciler) discover(ctx context.Context, sc *ichorreconcile.Scope[*ich
 	r.mu.Lock()
 	st := r.stateLocked(key)
 	full := st.lastScan.IsZero() || st.scannedGeneration != c.Generation || now.Sub(st.lastScan) >= interval
+
+	// A scan request waits for the gap after the last scan; any scan answers it.
+	request := c.PendingScanRequest()
+
+	var deferredTo time.Time
+
+	if request != "" && !full {
+		if due := st.lastScan.Add(r.scanRequestGap()); now.Before(due) {
+			deferredTo = due
+		} else {
+			full = true
+		}
+	}
 
 	var removed []netip.Addr
 
@@ -228,7 +281,15 @@ func (r *Reconciler) discover(ctx context.Context, sc *ichorreconcile.Scope[*ich
 	slices.SortFunc(removed, func(a, b netip.Addr) int { return a.Compare(b) })
 
 	run := &scan{r: r, cluster: c, now: now}
-	if err := run.do(ctx, full, removed); err != nil {
+
+	err := run.do(ctx, full, removed)
+	if full && request != "" {
+		// The scan ran (its results are in the status even when acting on
+		// one of them failed): the request is answered.
+		c.Status.Discovery.LastHandledScanRequest = request
+	}
+
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -241,13 +302,31 @@ func (r *Reconciler) discover(ctx context.Context, sc *ichorreconcile.Scope[*ich
 		delete(st.removed, a)
 	}
 
-	next := st.lastScan.Add(interval).Sub(now)
+	nextScan := st.lastScan.Add(interval)
+	if !deferredTo.IsZero() {
+		nextScan = deferredTo
+	}
+
+	next := nextScan.Sub(now)
 	if len(st.removed) > 0 {
 		next = min(next, r.recheckInterval())
 	}
 	r.mu.Unlock()
 
+	setTime(&c.Status.Discovery.NextScanTime, nextScan)
+
 	return ctrl.Result{RequeueAfter: max(next, time.Second)}, nil
+}
+
+// setTime sets *p to t unless it already says the same second (the API keeps
+// seconds), so that an unchanged time is not written again.
+func setTime(p **metav1.Time, t time.Time) {
+	if *p != nil && (*p).Unix() == t.Unix() {
+		return
+	}
+
+	v := metav1.NewTime(t.Truncate(time.Second))
+	*p = &v
 }
 
 // eventf records an Event on the cluster.

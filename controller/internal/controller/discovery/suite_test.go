@@ -38,6 +38,9 @@ const (
 	scanSubnet = "127.77.16.0/28"
 	// nobody is an address where nothing listens.
 	nobody = "127.77.16.99"
+	// scanRequestGap is the suite's shortest time between a scan and the
+	// next one a scan request brings about (guard.MinScanRequestGap in production).
+	scanRequestGap = 5 * time.Second
 )
 
 // worldSpec: machines of the scan subnet, then one machine per other test.
@@ -63,6 +66,8 @@ func worldSpec() *talosemu.Spec {
 			{Name: "held", Address: "127.77.16.25"},
 			{Name: "returner", Address: "127.77.16.23"},
 			{Name: "approved", Address: "127.77.16.24"},
+			// late is powered off until TestDiscoveryScanNow turns it on.
+			{Name: "late", Address: "127.77.16.41"},
 		},
 	}
 }
@@ -91,7 +96,12 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	// Scans repeat only on spec changes within the tests; rechecks are quick.
 	cached = mgr.GetClient()
 
-	r := &Reconciler{DefaultInterval: time.Hour, RecheckInterval: 200 * time.Millisecond, ProbeTimeout: 2 * time.Second}
+	// late waits powered off: only a scan after it boots can find it.
+	if err := emMachine("late").PowerOff(); err != nil {
+		return world.Close, err
+	}
+
+	r := &Reconciler{DefaultInterval: time.Hour, RecheckInterval: 200 * time.Millisecond, ProbeTimeout: 2 * time.Second, ScanRequestGap: scanRequestGap}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return world.Close, err
 	}

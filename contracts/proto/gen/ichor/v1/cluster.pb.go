@@ -23,6 +23,264 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ScanDiscoveryRequest has no fields: ichor-ui serves one cluster.
+type ScanDiscoveryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanDiscoveryRequest) Reset() {
+	*x = ScanDiscoveryRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanDiscoveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanDiscoveryRequest) ProtoMessage() {}
+
+func (x *ScanDiscoveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanDiscoveryRequest.ProtoReflect.Descriptor instead.
+func (*ScanDiscoveryRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+// ScanDiscoveryResponse is the cluster with the request written.
+type ScanDiscoveryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster; its discovery.scan_pending is true until a scan answers.
+	Cluster       *Cluster `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanDiscoveryResponse) Reset() {
+	*x = ScanDiscoveryResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanDiscoveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanDiscoveryResponse) ProtoMessage() {}
+
+func (x *ScanDiscoveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanDiscoveryResponse.ProtoReflect.Descriptor instead.
+func (*ScanDiscoveryResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ScanDiscoveryResponse) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// PauseClusterRequest says why.
+type PauseClusterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why the cluster is paused, for the others to read; at most 512 characters.
+	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseClusterRequest) Reset() {
+	*x = PauseClusterRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseClusterRequest) ProtoMessage() {}
+
+func (x *PauseClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseClusterRequest.ProtoReflect.Descriptor instead.
+func (*PauseClusterRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PauseClusterRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// PauseClusterResponse is the cluster after the change.
+type PauseClusterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster.
+	Cluster       *Cluster `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseClusterResponse) Reset() {
+	*x = PauseClusterResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseClusterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseClusterResponse) ProtoMessage() {}
+
+func (x *PauseClusterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseClusterResponse.ProtoReflect.Descriptor instead.
+func (*PauseClusterResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PauseClusterResponse) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// ResumeClusterRequest has no fields.
+type ResumeClusterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeClusterRequest) Reset() {
+	*x = ResumeClusterRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeClusterRequest) ProtoMessage() {}
+
+func (x *ResumeClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeClusterRequest.ProtoReflect.Descriptor instead.
+func (*ResumeClusterRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+// ResumeClusterResponse is the cluster after the change.
+type ResumeClusterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster.
+	Cluster       *Cluster `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeClusterResponse) Reset() {
+	*x = ResumeClusterResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeClusterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeClusterResponse) ProtoMessage() {}
+
+func (x *ResumeClusterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeClusterResponse.ProtoReflect.Descriptor instead.
+func (*ResumeClusterResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ResumeClusterResponse) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
 // AddDiscoveryRequest names addresses and subnets; at least one of either.
 type AddDiscoveryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -36,7 +294,7 @@ type AddDiscoveryRequest struct {
 
 func (x *AddDiscoveryRequest) Reset() {
 	*x = AddDiscoveryRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +306,7 @@ func (x *AddDiscoveryRequest) String() string {
 func (*AddDiscoveryRequest) ProtoMessage() {}
 
 func (x *AddDiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +319,7 @@ func (x *AddDiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*AddDiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddDiscoveryRequest) GetAddresses() []string {
@@ -89,7 +347,7 @@ type AddDiscoveryResponse struct {
 
 func (x *AddDiscoveryResponse) Reset() {
 	*x = AddDiscoveryResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -101,7 +359,7 @@ func (x *AddDiscoveryResponse) String() string {
 func (*AddDiscoveryResponse) ProtoMessage() {}
 
 func (x *AddDiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -114,7 +372,7 @@ func (x *AddDiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*AddDiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AddDiscoveryResponse) GetCluster() *Cluster {
@@ -136,14 +394,19 @@ type Discovery struct {
 	// A problem with the discovery settings.
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// What was found at each address.
-	Results       []*DiscoveryResult `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*DiscoveryResult `protobuf:"bytes,5,rep,name=results,proto3" json:"results,omitempty"`
+	// When the next scan is due: the interval after the last one, or sooner
+	// for a scan request.
+	NextScanTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=next_scan_time,json=nextScanTime,proto3" json:"next_scan_time,omitempty"`
+	// True while a scan request (ScanDiscovery) waits for a scan to answer it.
+	ScanPending   bool `protobuf:"varint,7,opt,name=scan_pending,json=scanPending,proto3" json:"scan_pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Discovery) Reset() {
 	*x = Discovery{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -155,7 +418,7 @@ func (x *Discovery) String() string {
 func (*Discovery) ProtoMessage() {}
 
 func (x *Discovery) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -168,7 +431,7 @@ func (x *Discovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Discovery.ProtoReflect.Descriptor instead.
 func (*Discovery) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Discovery) GetAddresses() []string {
@@ -206,6 +469,20 @@ func (x *Discovery) GetResults() []*DiscoveryResult {
 	return nil
 }
 
+func (x *Discovery) GetNextScanTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextScanTime
+	}
+	return nil
+}
+
+func (x *Discovery) GetScanPending() bool {
+	if x != nil {
+		return x.ScanPending
+	}
+	return false
+}
+
 // DiscoveryResult is what discovery found at one address.
 type DiscoveryResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -225,7 +502,7 @@ type DiscoveryResult struct {
 
 func (x *DiscoveryResult) Reset() {
 	*x = DiscoveryResult{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +514,7 @@ func (x *DiscoveryResult) String() string {
 func (*DiscoveryResult) ProtoMessage() {}
 
 func (x *DiscoveryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +527,7 @@ func (x *DiscoveryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryResult.ProtoReflect.Descriptor instead.
 func (*DiscoveryResult) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DiscoveryResult) GetAddress() string {
@@ -297,7 +574,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +586,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +599,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 // GetClusterResponse carries the cluster.
@@ -336,7 +613,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +625,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +638,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetClusterResponse) GetCluster() *Cluster {
@@ -403,14 +680,22 @@ type Cluster struct {
 	// The Ichor version serving the API.
 	IchorVersion string `protobuf:"bytes,14,opt,name=ichor_version,json=ichorVersion,proto3" json:"ichor_version,omitempty"`
 	// The cluster's API endpoint.
-	Endpoint      string `protobuf:"bytes,15,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Endpoint string `protobuf:"bytes,15,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Whether the cluster is paused (spec.paused): the controllers do nothing on it.
+	Paused bool `protobuf:"varint,16,opt,name=paused,proto3" json:"paused,omitempty"`
+	// Why, as the person who paused it said.
+	PausedReason string `protobuf:"bytes,17,opt,name=paused_reason,json=pausedReason,proto3" json:"paused_reason,omitempty"`
+	// Since when the controllers have stopped acting on it (the Paused
+	// condition's transition time); empty while paused until the controller
+	// confirms it.
+	PausedSince   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=paused_since,json=pausedSince,proto3" json:"paused_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +707,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +720,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Cluster) GetName() string {
@@ -543,6 +828,27 @@ func (x *Cluster) GetEndpoint() string {
 	return ""
 }
 
+func (x *Cluster) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Cluster) GetPausedReason() string {
+	if x != nil {
+		return x.PausedReason
+	}
+	return ""
+}
+
+func (x *Cluster) GetPausedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedSince
+	}
+	return nil
+}
+
 // Condition mirrors a Kubernetes status condition.
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -562,7 +868,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +880,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +893,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Condition) GetType() string {
@@ -634,7 +940,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +952,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +965,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 // WhoAmIResponse is the signed-in user.
@@ -675,7 +981,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +993,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +1006,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WhoAmIResponse) GetUsername() string {
@@ -721,18 +1027,30 @@ var File_ichor_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"M\n" +
+	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x16\n" +
+	"\x14ScanDiscoveryRequest\"D\n" +
+	"\x15ScanDiscoveryResponse\x12+\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"-\n" +
+	"\x13PauseClusterRequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"C\n" +
+	"\x14PauseClusterResponse\x12+\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\x16\n" +
+	"\x14ResumeClusterRequest\"D\n" +
+	"\x15ResumeClusterResponse\x12+\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"M\n" +
 	"\x13AddDiscoveryRequest\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x18\n" +
 	"\asubnets\x18\x02 \x03(\tR\asubnets\"C\n" +
 	"\x14AddDiscoveryResponse\x12+\n" +
-	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xd4\x01\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xb9\x02\n" +
 	"\tDiscovery\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x18\n" +
 	"\asubnets\x18\x02 \x03(\tR\asubnets\x12@\n" +
 	"\x0elast_scan_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\flastScanTime\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x123\n" +
-	"\aresults\x18\x05 \x03(\v2\x19.ichor.v1.DiscoveryResultR\aresults\"\xb0\x01\n" +
+	"\aresults\x18\x05 \x03(\v2\x19.ichor.v1.DiscoveryResultR\aresults\x12@\n" +
+	"\x0enext_scan_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fnextScanTime\x12!\n" +
+	"\fscan_pending\x18\a \x01(\bR\vscanPending\"\xb0\x01\n" +
 	"\x0fDiscoveryResult\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06result\x18\x02 \x01(\tR\x06result\x12\x18\n" +
@@ -741,7 +1059,7 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\tprobed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bprobedAt\"\x13\n" +
 	"\x11GetClusterRequest\"A\n" +
 	"\x12GetClusterResponse\x12+\n" +
-	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xd1\x04\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xcd\x05\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12#\n" +
@@ -760,7 +1078,10 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\x10resource_version\x18\f \x01(\tR\x0fresourceVersion\x121\n" +
 	"\tdiscovery\x18\r \x01(\v2\x13.ichor.v1.DiscoveryR\tdiscovery\x12#\n" +
 	"\richor_version\x18\x0e \x01(\tR\fichorVersion\x12\x1a\n" +
-	"\bendpoint\x18\x0f \x01(\tR\bendpoint\"\xb7\x01\n" +
+	"\bendpoint\x18\x0f \x01(\tR\bendpoint\x12\x16\n" +
+	"\x06paused\x18\x10 \x01(\bR\x06paused\x12#\n" +
+	"\rpaused_reason\x18\x11 \x01(\tR\fpausedReason\x12=\n" +
+	"\fpaused_since\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vpausedSince\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -770,12 +1091,15 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\rWhoAmIRequest\"D\n" +
 	"\x0eWhoAmIResponse\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x16\n" +
-	"\x06groups\x18\x02 \x03(\tR\x06groups2\xc0\x02\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups2\xa3\x05\n" +
 	"\x0eClusterService\x12`\n" +
 	"\n" +
 	"GetCluster\x12\x1b.ichor.v1.GetClusterRequest\x1a\x1c.ichor.v1.GetClusterResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/cluster\x12S\n" +
 	"\x06WhoAmI\x12\x17.ichor.v1.WhoAmIRequest\x1a\x18.ichor.v1.WhoAmIResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/whoami\x12w\n" +
-	"\fAddDiscovery\x12\x1d.ichor.v1.AddDiscoveryRequest\x1a\x1e.ichor.v1.AddDiscoveryResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/api/v1/cluster/discovery:addBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\fAddDiscovery\x12\x1d.ichor.v1.AddDiscoveryRequest\x1a\x1e.ichor.v1.AddDiscoveryResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/api/v1/cluster/discovery:add\x12{\n" +
+	"\rScanDiscovery\x12\x1e.ichor.v1.ScanDiscoveryRequest\x1a\x1f.ichor.v1.ScanDiscoveryResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/api/v1/cluster/discovery:scan\x12o\n" +
+	"\fPauseCluster\x12\x1d.ichor.v1.PauseClusterRequest\x1a\x1e.ichor.v1.PauseClusterResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/api/v1/cluster:pause\x12s\n" +
+	"\rResumeCluster\x12\x1e.ichor.v1.ResumeClusterRequest\x1a\x1f.ichor.v1.ResumeClusterResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/api/v1/cluster:resumeBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_cluster_proto_rawDescOnce sync.Once
@@ -789,40 +1113,57 @@ func file_ichor_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_cluster_proto_rawDescData
 }
 
-var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ichor_v1_cluster_proto_goTypes = []any{
-	(*AddDiscoveryRequest)(nil),   // 0: ichor.v1.AddDiscoveryRequest
-	(*AddDiscoveryResponse)(nil),  // 1: ichor.v1.AddDiscoveryResponse
-	(*Discovery)(nil),             // 2: ichor.v1.Discovery
-	(*DiscoveryResult)(nil),       // 3: ichor.v1.DiscoveryResult
-	(*GetClusterRequest)(nil),     // 4: ichor.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),    // 5: ichor.v1.GetClusterResponse
-	(*Cluster)(nil),               // 6: ichor.v1.Cluster
-	(*Condition)(nil),             // 7: ichor.v1.Condition
-	(*WhoAmIRequest)(nil),         // 8: ichor.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),        // 9: ichor.v1.WhoAmIResponse
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*ScanDiscoveryRequest)(nil),  // 0: ichor.v1.ScanDiscoveryRequest
+	(*ScanDiscoveryResponse)(nil), // 1: ichor.v1.ScanDiscoveryResponse
+	(*PauseClusterRequest)(nil),   // 2: ichor.v1.PauseClusterRequest
+	(*PauseClusterResponse)(nil),  // 3: ichor.v1.PauseClusterResponse
+	(*ResumeClusterRequest)(nil),  // 4: ichor.v1.ResumeClusterRequest
+	(*ResumeClusterResponse)(nil), // 5: ichor.v1.ResumeClusterResponse
+	(*AddDiscoveryRequest)(nil),   // 6: ichor.v1.AddDiscoveryRequest
+	(*AddDiscoveryResponse)(nil),  // 7: ichor.v1.AddDiscoveryResponse
+	(*Discovery)(nil),             // 8: ichor.v1.Discovery
+	(*DiscoveryResult)(nil),       // 9: ichor.v1.DiscoveryResult
+	(*GetClusterRequest)(nil),     // 10: ichor.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),    // 11: ichor.v1.GetClusterResponse
+	(*Cluster)(nil),               // 12: ichor.v1.Cluster
+	(*Condition)(nil),             // 13: ichor.v1.Condition
+	(*WhoAmIRequest)(nil),         // 14: ichor.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),        // 15: ichor.v1.WhoAmIResponse
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_ichor_v1_cluster_proto_depIdxs = []int32{
-	6,  // 0: ichor.v1.AddDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
-	10, // 1: ichor.v1.Discovery.last_scan_time:type_name -> google.protobuf.Timestamp
-	3,  // 2: ichor.v1.Discovery.results:type_name -> ichor.v1.DiscoveryResult
-	10, // 3: ichor.v1.DiscoveryResult.probed_at:type_name -> google.protobuf.Timestamp
-	6,  // 4: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	7,  // 5: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
-	2,  // 6: ichor.v1.Cluster.discovery:type_name -> ichor.v1.Discovery
-	10, // 7: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	4,  // 8: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
-	8,  // 9: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
-	0,  // 10: ichor.v1.ClusterService.AddDiscovery:input_type -> ichor.v1.AddDiscoveryRequest
-	5,  // 11: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
-	9,  // 12: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
-	1,  // 13: ichor.v1.ClusterService.AddDiscovery:output_type -> ichor.v1.AddDiscoveryResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	12, // 0: ichor.v1.ScanDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	12, // 1: ichor.v1.PauseClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	12, // 2: ichor.v1.ResumeClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	12, // 3: ichor.v1.AddDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	16, // 4: ichor.v1.Discovery.last_scan_time:type_name -> google.protobuf.Timestamp
+	9,  // 5: ichor.v1.Discovery.results:type_name -> ichor.v1.DiscoveryResult
+	16, // 6: ichor.v1.Discovery.next_scan_time:type_name -> google.protobuf.Timestamp
+	16, // 7: ichor.v1.DiscoveryResult.probed_at:type_name -> google.protobuf.Timestamp
+	12, // 8: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	13, // 9: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
+	8,  // 10: ichor.v1.Cluster.discovery:type_name -> ichor.v1.Discovery
+	16, // 11: ichor.v1.Cluster.paused_since:type_name -> google.protobuf.Timestamp
+	16, // 12: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	10, // 13: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
+	14, // 14: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
+	6,  // 15: ichor.v1.ClusterService.AddDiscovery:input_type -> ichor.v1.AddDiscoveryRequest
+	0,  // 16: ichor.v1.ClusterService.ScanDiscovery:input_type -> ichor.v1.ScanDiscoveryRequest
+	2,  // 17: ichor.v1.ClusterService.PauseCluster:input_type -> ichor.v1.PauseClusterRequest
+	4,  // 18: ichor.v1.ClusterService.ResumeCluster:input_type -> ichor.v1.ResumeClusterRequest
+	11, // 19: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
+	15, // 20: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
+	7,  // 21: ichor.v1.ClusterService.AddDiscovery:output_type -> ichor.v1.AddDiscoveryResponse
+	1,  // 22: ichor.v1.ClusterService.ScanDiscovery:output_type -> ichor.v1.ScanDiscoveryResponse
+	3,  // 23: ichor.v1.ClusterService.PauseCluster:output_type -> ichor.v1.PauseClusterResponse
+	5,  // 24: ichor.v1.ClusterService.ResumeCluster:output_type -> ichor.v1.ResumeClusterResponse
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_cluster_proto_init() }
@@ -836,7 +1177,7 @@ func file_ichor_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_cluster_proto_rawDesc), len(file_ichor_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_GetCluster_FullMethodName   = "/ichor.v1.ClusterService/GetCluster"
-	ClusterService_WhoAmI_FullMethodName       = "/ichor.v1.ClusterService/WhoAmI"
-	ClusterService_AddDiscovery_FullMethodName = "/ichor.v1.ClusterService/AddDiscovery"
+	ClusterService_GetCluster_FullMethodName    = "/ichor.v1.ClusterService/GetCluster"
+	ClusterService_WhoAmI_FullMethodName        = "/ichor.v1.ClusterService/WhoAmI"
+	ClusterService_AddDiscovery_FullMethodName  = "/ichor.v1.ClusterService/AddDiscovery"
+	ClusterService_ScanDiscovery_FullMethodName = "/ichor.v1.ClusterService/ScanDiscovery"
+	ClusterService_PauseCluster_FullMethodName  = "/ichor.v1.ClusterService/PauseCluster"
+	ClusterService_ResumeCluster_FullMethodName = "/ichor.v1.ClusterService/ResumeCluster"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -40,6 +43,20 @@ type ClusterServiceClient interface {
 	// already there are kept; the response is the cluster after the change.
 	// The results appear in Cluster.discovery as the controller probes.
 	AddDiscovery(ctx context.Context, in *AddDiscoveryRequest, opts ...grpc.CallOption) (*AddDiscoveryResponse, error)
+	// ScanDiscovery asks discovery to scan the cluster's subnets and addresses
+	// now (the ichor.maesh.dev/scan-requested-at annotation, written as the
+	// signed-in user). The controller answers within seconds, or 30 s after its
+	// last scan when that was more recent (Discovery.next_scan_time); refused
+	// while the cluster is paused or registers nothing to scan.
+	ScanDiscovery(ctx context.Context, in *ScanDiscoveryRequest, opts ...grpc.CallOption) (*ScanDiscoveryResponse, error)
+	// PauseCluster sets the TalosCluster's spec.paused as the signed-in user,
+	// with the reason in the ichor.maesh.dev/paused-reason annotation: every
+	// controller stops acting on the cluster (no provisioning, removal,
+	// configuration or drift correction, operations or discovery) until it is
+	// resumed. Pausing a paused cluster changes only the reason, when one is given.
+	PauseCluster(ctx context.Context, in *PauseClusterRequest, opts ...grpc.CallOption) (*PauseClusterResponse, error)
+	// ResumeCluster clears spec.paused and the pause reason as the signed-in user.
+	ResumeCluster(ctx context.Context, in *ResumeClusterRequest, opts ...grpc.CallOption) (*ResumeClusterResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -80,6 +97,36 @@ func (c *clusterServiceClient) AddDiscovery(ctx context.Context, in *AddDiscover
 	return out, nil
 }
 
+func (c *clusterServiceClient) ScanDiscovery(ctx context.Context, in *ScanDiscoveryRequest, opts ...grpc.CallOption) (*ScanDiscoveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScanDiscoveryResponse)
+	err := c.cc.Invoke(ctx, ClusterService_ScanDiscovery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) PauseCluster(ctx context.Context, in *PauseClusterRequest, opts ...grpc.CallOption) (*PauseClusterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseClusterResponse)
+	err := c.cc.Invoke(ctx, ClusterService_PauseCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) ResumeCluster(ctx context.Context, in *ResumeClusterRequest, opts ...grpc.CallOption) (*ResumeClusterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeClusterResponse)
+	err := c.cc.Invoke(ctx, ClusterService_ResumeCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -96,6 +143,20 @@ type ClusterServiceServer interface {
 	// already there are kept; the response is the cluster after the change.
 	// The results appear in Cluster.discovery as the controller probes.
 	AddDiscovery(context.Context, *AddDiscoveryRequest) (*AddDiscoveryResponse, error)
+	// ScanDiscovery asks discovery to scan the cluster's subnets and addresses
+	// now (the ichor.maesh.dev/scan-requested-at annotation, written as the
+	// signed-in user). The controller answers within seconds, or 30 s after its
+	// last scan when that was more recent (Discovery.next_scan_time); refused
+	// while the cluster is paused or registers nothing to scan.
+	ScanDiscovery(context.Context, *ScanDiscoveryRequest) (*ScanDiscoveryResponse, error)
+	// PauseCluster sets the TalosCluster's spec.paused as the signed-in user,
+	// with the reason in the ichor.maesh.dev/paused-reason annotation: every
+	// controller stops acting on the cluster (no provisioning, removal,
+	// configuration or drift correction, operations or discovery) until it is
+	// resumed. Pausing a paused cluster changes only the reason, when one is given.
+	PauseCluster(context.Context, *PauseClusterRequest) (*PauseClusterResponse, error)
+	// ResumeCluster clears spec.paused and the pause reason as the signed-in user.
+	ResumeCluster(context.Context, *ResumeClusterRequest) (*ResumeClusterResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -114,6 +175,15 @@ func (UnimplementedClusterServiceServer) WhoAmI(context.Context, *WhoAmIRequest)
 }
 func (UnimplementedClusterServiceServer) AddDiscovery(context.Context, *AddDiscoveryRequest) (*AddDiscoveryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddDiscovery not implemented")
+}
+func (UnimplementedClusterServiceServer) ScanDiscovery(context.Context, *ScanDiscoveryRequest) (*ScanDiscoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ScanDiscovery not implemented")
+}
+func (UnimplementedClusterServiceServer) PauseCluster(context.Context, *PauseClusterRequest) (*PauseClusterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseCluster not implemented")
+}
+func (UnimplementedClusterServiceServer) ResumeCluster(context.Context, *ResumeClusterRequest) (*ResumeClusterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeCluster not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -190,6 +260,60 @@ func _ClusterService_AddDiscovery_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_ScanDiscovery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScanDiscoveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).ScanDiscovery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_ScanDiscovery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).ScanDiscovery(ctx, req.(*ScanDiscoveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_PauseCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).PauseCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_PauseCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).PauseCluster(ctx, req.(*PauseClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_ResumeCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).ResumeCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_ResumeCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).ResumeCluster(ctx, req.(*ResumeClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -208,6 +332,18 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AddDiscovery",
 			Handler:    _ClusterService_AddDiscovery_Handler,
+		},
+		{
+			MethodName: "ScanDiscovery",
+			Handler:    _ClusterService_ScanDiscovery_Handler,
+		},
+		{
+			MethodName: "PauseCluster",
+			Handler:    _ClusterService_PauseCluster_Handler,
+		},
+		{
+			MethodName: "ResumeCluster",
+			Handler:    _ClusterService_ResumeCluster_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
