@@ -66,7 +66,7 @@ func TestEvacuationStatus(t *testing.T) {
 }
 
 func TestEvacuationStatusListsAtMostFive(t *testing.T) {
-	var rs []storage.Replica
+	rs := make([]storage.Replica, 0, 7)
 	for _, n := range []string{"r1", "r2", "r3", "r4", "r5", "r6", "r7"} {
 		rs = append(rs, storage.Replica{Name: n, Volume: "v-" + n, Node: "w-1"})
 	}
