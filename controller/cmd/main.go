@@ -33,7 +33,9 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/servingca"
+	"github.com/maeshinshin/ichor/controller/internal/controller/storagestatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
+	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
@@ -143,6 +145,10 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	// The storage hook every disruptive step runs before its drain (removal,
+	// reboot-requiring rollouts, upgrades, node operations): Longhorn's, for
+	// the machines a longhorn TalosStorage selects; the others go at once.
+	storageHook := &hook.Longhorn{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	// Every reconciler, in one table (STYLE.md, habit 10): what it owns and
 	// what it is called in the logs.
 	for _, r := range []struct {
@@ -150,8 +156,8 @@ func main() {
 		setup interface{ SetupWithManager(ctrl.Manager) error }
 	}{
 		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{}},
-		{"the machine lifecycle reconciler", &lifecycle.Reconciler{}},
-		{"the TalosOperation reconciler", &operation.Reconciler{}},
+		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook}},
+		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook}},
 		{"the kubelet serving certificate approver", &kubeletcsr.Reconciler{}},
 		{"the discovery reconciler", &discovery.Reconciler{}},
 		{"the MachineReclaim reconciler", &machinereclaim.Reconciler{}},
@@ -160,6 +166,8 @@ func main() {
 		// The users ichor-ui may impersonate, bounded in RBAC (architecture, "Trust").
 		{"the impersonation reconciler", &impersonation.Reconciler{Namespace: namespace, ExtraUsers: impersonate}},
 		{"the cluster status reconciler", &clusterstatus.Reconciler{}},
+		// TalosStorage's status: the selected machines and ExtensionsPresent.
+		{"the TalosStorage status reconciler", &storagestatus.Reconciler{}},
 		// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.
 		{"the serving CA keeper", &servingca.Keeper{Namespace: namespace}},
 	} {

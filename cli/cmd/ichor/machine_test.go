@@ -231,8 +231,12 @@ func TestApprove(t *testing.T) {
 	mustFail(t, ichor(t, "machine", "approve", "m-two", "-n", ns, "--role", "worker", "--dhcp", "--address", "10.0.0.5/24",
 		"--install-disk", "wwid=eui.0025388b91c2a1b2"), "exclude each other")
 	mustFail(t, ichor(t, "machine", "approve", "m-two", "-n", ns, "--install-disk", "wwid=eui.0025388b91c2a1b2"), "--role is required")
+	// A storage disk is not an install candidate, so the install disk is the
+	// other one; the storage disk holds partitions and needs the confirmation.
 	mustFail(t, ichor(t, "machine", "approve", "m-two", "-n", ns, "--role", "worker", "--disk", "storage=serial=ZA1B2C3D"),
-		"use ephemeral or userVolume")
+		"--disk storage=serial=ZA1B2C3D: /dev/sdb holds partitions", "add ,confirmWipe")
+	mustFail(t, ichor(t, "machine", "approve", "m-two", "-n", ns, "--role", "worker", "--disk", "scratch=serial=ZA1B2C3D"),
+		`role "scratch" is not a disk role`, "ephemeral, storage, userVolume, unused")
 
 	mustFail(t, ichor(t, "machine", "approve", "m-two", "-n", ns, "--role", "worker", "--install-disk", "serial=ZA1B2C3D"),
 		"/dev/sdb holds partitions", "--confirm-wipe")
@@ -252,6 +256,24 @@ func TestApprove(t *testing.T) {
 		!got.Spec.Disks[0].ConfirmWipe || n.MACAddress != "52:54:00:00:00:02" || n.Gateway != "192.168.10.1" || n.VLAN == nil || *n.VLAN != 20 ||
 		len(n.Nameservers) != 1 || got.Spec.Hostname != "cp-1" {
 		t.Fatalf("approval fields: %+v", got.Spec)
+	}
+
+	// Storage and unused roles at approval: an unused disk is left alone and
+	// needs no wipe confirmation even with partitions; a storage disk with
+	// its confirmation is admitted, and neither is guessed as the install disk.
+	createMachine(t, hardwareMachine(ns, "m-unused"))
+	mustSucceed(t, ichor(t, "machine", "approve", "m-unused", "-n", ns, "--role", "worker", "--disk", "unused=serial=ZA1B2C3D"))
+	got = getMachine(t, ns, "m-unused")
+	if got.Spec.Install.Disk == nil || got.Spec.Install.Disk.WWID != "eui.0025388b91c2a1b2" || len(got.Spec.Disks) != 1 ||
+		got.Spec.Disks[0].Role != ichorv1alpha1.DiskRoleUnused || got.Spec.Disks[0].ConfirmWipe {
+		t.Fatalf("approval with an unused disk: %+v", got.Spec)
+	}
+	createMachine(t, hardwareMachine(ns, "m-storage"))
+	mustSucceed(t, ichor(t, "machine", "approve", "m-storage", "-n", ns, "--role", "worker", "--disk", "storage=serial=ZA1B2C3D,confirmWipe"))
+	got = getMachine(t, ns, "m-storage")
+	if got.Spec.Install.Disk == nil || got.Spec.Install.Disk.WWID != "eui.0025388b91c2a1b2" || len(got.Spec.Disks) != 1 ||
+		got.Spec.Disks[0].Role != ichorv1alpha1.DiskRoleStorage || !got.Spec.Disks[0].ConfirmWipe {
+		t.Fatalf("approval with a storage disk: %+v", got.Spec)
 	}
 
 	// The cluster declares one control plane: a second is refused by the

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,19 +49,14 @@ var diskFields = approval.Fields{
 
 // parseDiskRole reads ROLE=SELECTOR[,volume=NAME][,maxSize=SIZE][,confirmWipe].
 func parseDiskRole(s string) (ichorv1alpha1.DiskRole, error) {
-	const syntax = "ROLE=SELECTOR[,volume=NAME][,maxSize=SIZE][,confirmWipe], for example userVolume=serial=S3Z9NB0K,volume=data"
+	const syntax = "ROLE=SELECTOR[,volume=NAME][,maxSize=SIZE][,confirmWipe] with ROLE ephemeral, storage, userVolume or unused, for example userVolume=serial=S3Z9NB0K,volume=data"
 	role, rest, ok := strings.Cut(s, "=")
 	if !ok {
 		return ichorv1alpha1.DiskRole{}, fmt.Errorf("--disk %q: write it as %s", s, syntax)
 	}
-	var dr ichorv1alpha1.DiskRole
-	switch role {
-	case ichorv1alpha1.DiskRoleEphemeral, ichorv1alpha1.DiskRoleUserVolume:
-		dr.Role = role
-	case ichorv1alpha1.DiskRoleSystem:
-		return dr, fmt.Errorf("--disk %q: the system disk is set with --install-disk", s)
-	default:
-		return dr, fmt.Errorf("--disk %q: role %q is not offered at approval: use ephemeral or userVolume (storage and unused are not implemented yet)", s, role)
+	dr := ichorv1alpha1.DiskRole{Role: role}
+	if role == ichorv1alpha1.DiskRoleSystem || !slices.Contains(approval.ApprovalRoles, role) {
+		return dr, approval.CheckRole(dr, fmt.Sprintf("--disk %q", s), "add ,volume=NAME", "set it with --install-disk")
 	}
 	parts := strings.Split(rest, ",")
 	sel, err := parseDiskSelector(parts[0])
@@ -81,11 +77,8 @@ func parseDiskRole(s string) (ichorv1alpha1.DiskRole, error) {
 			return dr, fmt.Errorf("--disk %q: unknown option %q; write it as %s", s, opt, syntax)
 		}
 	}
-	if dr.Role == ichorv1alpha1.DiskRoleUserVolume && dr.VolumeName == "" {
-		return dr, fmt.Errorf("--disk %q: a userVolume needs a name: add ,volume=NAME", s)
-	}
-	if dr.Role != ichorv1alpha1.DiskRoleUserVolume && dr.VolumeName != "" {
-		return dr, fmt.Errorf("--disk %q: only a userVolume has a volume name", s)
+	if err := approval.CheckRole(dr, fmt.Sprintf("--disk %q", s), "add ,volume=NAME", "set it with --install-disk"); err != nil {
+		return dr, err
 	}
 	return dr, nil
 }

@@ -39,16 +39,30 @@ func TestParseDiskRole(t *testing.T) {
 		t.Fatalf("%+v", dr)
 	}
 	for in, want := range map[string]string{
-		"userVolume=serial=S":   "volume=NAME",
-		"system=wwid=x":         "--install-disk",
-		"storage=wwid=x":        "not implemented yet",
-		"ephemeral=wwid=x,oops": "unknown option",
-		"ephemeral":             "ROLE=SELECTOR",
-		"ephemeral=size=10":     "not a disk attribute",
+		"userVolume=serial=S":        "volume=NAME",
+		"system=wwid=x":              "--install-disk",
+		"scratch=wwid=x":             "not a disk role",
+		"storage=wwid=x,volume=lh":   "only a userVolume has a volume name",
+		"unused=wwid=x,maxSize=1GiB": "an unused disk is left alone",
+		"ephemeral=wwid=x,oops":      "unknown option",
+		"ephemeral":                  "ROLE=SELECTOR",
+		"ephemeral=size=10":          "not a disk attribute",
 	} {
 		if _, err := parseDiskRole(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: want an error containing %q, got %v", in, want, err)
 		}
+	}
+}
+
+// TestParseDiskRoleStorageAndUnused: storage and unused are offered at approval.
+func TestParseDiskRoleStorageAndUnused(t *testing.T) {
+	dr, err := parseDiskRole("storage=wwid=naa.5000,maxSize=-10%,confirmWipe")
+	if err != nil || dr.Role != ichorv1alpha1.DiskRoleStorage || dr.Disk.WWID != "naa.5000" || dr.MaxSize != "-10%" || !dr.ConfirmWipe {
+		t.Fatalf("%+v %v", dr, err)
+	}
+	dr, err = parseDiskRole("unused=serial=S9")
+	if err != nil || dr.Role != ichorv1alpha1.DiskRoleUnused || dr.Disk.Serial != "S9" {
+		t.Fatalf("%+v %v", dr, err)
 	}
 }
 

@@ -30,16 +30,17 @@ var stalledReasons = map[string]bool{
 // reconcilingReasons are the reasons of a machine a controller is working on,
 // or retrying (kstatus's Reconciling).
 var reconcilingReasons = map[string]bool{
-	ProvisioningReason:    true,
-	NotProvisionedReason:  true,
-	InstallingReason:      true,
-	JoiningReason:         true,
-	ReinstalledReason:     true,
-	RemovingReason:        true,
-	DrainPausedReason:     true,
-	ClusterLockHeldReason: true,
-	NodeUnreachableReason: true,
-	ApplyFailedReason:     true,
+	ProvisioningReason:     true,
+	NotProvisionedReason:   true,
+	InstallingReason:       true,
+	JoiningReason:          true,
+	ReinstalledReason:      true,
+	RemovingReason:         true,
+	DrainPausedReason:      true,
+	EvacuationPausedReason: true,
+	ClusterLockHeldReason:  true,
+	NodeUnreachableReason:  true,
+	ApplyFailedReason:      true,
 }
 
 // SummarizeTalosMachine sets the machine's Ready, Reconciling and Stalled

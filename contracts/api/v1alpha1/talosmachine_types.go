@@ -91,6 +91,9 @@ const (
 	RemovingReason = "Removing"
 	// DrainPausedReason means the drain timed out; the removal waits and retries.
 	DrainPausedReason = "DrainPaused"
+	// EvacuationPausedReason means the storage evacuation reached its timeout with
+	// replicas still on the node; the removal waits and never drains.
+	EvacuationPausedReason = "EvacuationPaused"
 	// RemovalRefusedReason means removing the machine would break etcd quorum, drop below the
 	// declared control-plane count or remove the last control plane.
 	RemovalRefusedReason = "RemovalRefused"

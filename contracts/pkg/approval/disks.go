@@ -101,6 +101,40 @@ func ChooseInstallDisk(given *ichorv1alpha1.DiskSelector, disks []ichorv1alpha1.
 	return &sel, fmt.Sprintf("install disk %s by %s", d.DevicePath, sel.String()), nil
 }
 
+// ApprovalRoles are the disk roles a person gives disks at approval, besides
+// the install disk (the system role, chosen as the install disk): ephemeral
+// moves EPHEMERAL to its own disk, storage hands a disk to the storage
+// system through the TalosStorage preset that selects the machine,
+// userVolume makes a Talos user volume, and unused records that a disk is
+// left alone (so the install disk is not guessed among the others).
+var ApprovalRoles = []string{
+	ichorv1alpha1.DiskRoleEphemeral, ichorv1alpha1.DiskRoleStorage, ichorv1alpha1.DiskRoleUserVolume, ichorv1alpha1.DiskRoleUnused,
+}
+
+// CheckRole checks one disk role given at approval: a role offered at
+// approval, a volume name exactly for a userVolume, and nothing to size or
+// wipe on an unused disk. name says how the front end names the role's
+// input ("--disk storage=serial=S", "disks[1]"); volumeName and system how
+// it asks for a volume name and for the install disk.
+func CheckRole(dr ichorv1alpha1.DiskRole, name, volumeName, system string) error {
+	switch dr.Role {
+	case ichorv1alpha1.DiskRoleEphemeral, ichorv1alpha1.DiskRoleStorage, ichorv1alpha1.DiskRoleUserVolume, ichorv1alpha1.DiskRoleUnused:
+	case ichorv1alpha1.DiskRoleSystem:
+		return fmt.Errorf("%s: the system disk is the install disk: %s", name, system)
+	default:
+		return fmt.Errorf("%s: role %q is not a disk role: use one of %s", name, dr.Role, strings.Join(ApprovalRoles, ", "))
+	}
+	switch {
+	case dr.Role == ichorv1alpha1.DiskRoleUserVolume && dr.VolumeName == "":
+		return fmt.Errorf("%s: a userVolume needs a name: %s", name, volumeName)
+	case dr.Role != ichorv1alpha1.DiskRoleUserVolume && dr.VolumeName != "":
+		return fmt.Errorf("%s: only a userVolume has a volume name; a storage disk's volume is named by the TalosStorage preset", name)
+	case dr.Role == ichorv1alpha1.DiskRoleUnused && (dr.MaxSize != "" || dr.ConfirmWipe):
+		return fmt.Errorf("%s: an unused disk is left alone, so it takes no size and no wipe confirmation; give it the role storage or userVolume to use it", name)
+	}
+	return nil
+}
+
 // CheckWipes refuses disks that hold partitions or filesystems unless the
 // person confirmed: the install wipes the system disk (machine.install.wipe
 // defaults to true), and Talos does not provision a volume over existing data.
@@ -111,7 +145,8 @@ func CheckWipes(install *ichorv1alpha1.DiskSelector, confirmInstall bool, roles 
 		}
 	}
 	for _, dr := range roles {
-		if dr.ConfirmWipe {
+		if dr.ConfirmWipe || dr.Role == ichorv1alpha1.DiskRoleUnused {
+			// Nothing is ever written to an unused disk.
 			continue
 		}
 		if d, _ := Find(dr.Disk, disks); d != nil && d.HasPartitions {

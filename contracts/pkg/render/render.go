@@ -29,7 +29,7 @@ import (
 // same inputs would render different bytes (a new system-layer document, a
 // changed default), so that a change is recognised as Ichor's, a
 // desired-state change rather than drift.
-const Version = 2
+const Version = 3
 
 // Layers, bottom-up. LayerBase is the configuration machinery generates; the
 // others are the patch layers of the architecture ("Patch layers").

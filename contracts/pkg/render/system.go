@@ -206,7 +206,7 @@ func SystemPatches(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine,
 		return nil, err
 	}
 
-	storage, err := storageDocs(m, storages)
+	storage, err := storageDocs(m, storages, vc)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -358,7 +360,9 @@ func TestStoragePresetLonghornV1(t *testing.T) {
 
 			return m
 		}(), []ichorv1alpha1.TalosStorage{storage("lh", ichorv1alpha1.StoragePresetLonghornV1, nil)}},
-		{"other preset", storageWorker(), []ichorv1alpha1.TalosStorage{storage("raw", ichorv1alpha1.StoragePresetRaw, nil)}},
+		{"other preset's storage elsewhere", storageWorker(), []ichorv1alpha1.TalosStorage{
+			storage("raw", ichorv1alpha1.StoragePresetRaw, &metav1.LabelSelector{MatchLabels: map[string]string{"zone": "b"}}),
+		}},
 		{"no storage disk", machine("w-1", ichorv1alpha1.RoleWorker), []ichorv1alpha1.TalosStorage{storage("lh", ichorv1alpha1.StoragePresetLonghornV1, nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -430,4 +434,171 @@ func TestStorageSelects(t *testing.T) {
 			t.Errorf("selector %v on %s: %t, %v; want %t", tc.sel, tc.m.Name, got, err, tc.want)
 		}
 	}
+}
+
+// dump lists a render's values of the kinds as "path=value", for a failure message.
+func dump(t *testing.T, r *render.Result, kinds ...string) []string {
+	t.Helper()
+
+	var out []string
+
+	for p, x := range values(t, r) {
+		for _, k := range kinds {
+			if p.Kind == k {
+				out = append(out, fmt.Sprintf("%s=%v", p, x))
+			}
+		}
+	}
+
+	return out
+}
+
+// kernelModuleDocs are the names of the render's KernelModuleConfig
+// documents, in order (a document with only a name has no value path).
+func kernelModuleDocs(t *testing.T, r *render.Result) []string {
+	t.Helper()
+
+	c, err := configloader.NewFromBytes(r.Bytes, configloader.WithNoValidation())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var out []string
+
+	for _, d := range c.Documents() {
+		if n, ok := d.(talosconfig.NamedDocument); ok && d.Kind() == "KernelModuleConfig" {
+			out = append(out, n.Name())
+		}
+	}
+
+	return out
+}
+
+func TestStoragePresetFilesystem(t *testing.T) {
+	t.Parallel()
+
+	in := input(t)
+	in.Machine = storageWorker()
+	in.Storages = []ichorv1alpha1.TalosStorage{storage("fs", ichorv1alpha1.StoragePresetFilesystem, nil)}
+
+	r := renderOK(t, in)
+	wantSystem(t, r, render.PatchStorage, map[string]any{
+		"UserVolumeConfig/storage:provisioning.diskSelector.match":   `disk.wwid == "naa.s1"`,
+		"UserVolumeConfig/storage:provisioning.maxSize":              "100%",
+		"UserVolumeConfig/storage-2:provisioning.diskSelector.match": `disk.serial == "S2"`,
+		"UserVolumeConfig/storage-2:provisioning.maxSize":            "500GiB",
+	})
+	validates(t, r)
+
+	if hasKind(values(t, r), "RawVolumeConfig") {
+		t.Errorf("the filesystem preset rendered a raw volume: %v", dump(t, r, "RawVolumeConfig"))
+	}
+}
+
+func TestStoragePresetRaw(t *testing.T) {
+	t.Parallel()
+
+	in := input(t)
+	in.Machine = storageWorker()
+	in.Storages = []ichorv1alpha1.TalosStorage{storage("ceph", ichorv1alpha1.StoragePresetRaw, nil)}
+
+	r := renderOK(t, in)
+	wantSystem(t, r, render.PatchStorage, map[string]any{
+		"RawVolumeConfig/storage:provisioning.diskSelector.match":   `disk.wwid == "naa.s1"`,
+		"RawVolumeConfig/storage:provisioning.maxSize":              "100%",
+		"RawVolumeConfig/storage-2:provisioning.diskSelector.match": `disk.serial == "S2"`,
+		"RawVolumeConfig/storage-2:provisioning.maxSize":            "500GiB",
+	})
+	validates(t, r)
+
+	// No storage disk becomes a formatted user volume.
+	for _, name := range []string{"storage", "storage-2"} {
+		if _, ok := get(values(t, r), "UserVolumeConfig/"+name+":provisioning.diskSelector.match"); ok {
+			t.Errorf("the raw preset formats storage disk %s: %v", name, dump(t, r, "UserVolumeConfig"))
+		}
+	}
+}
+
+func TestStoragePresetLonghornV2(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		contract string
+		want     map[string]any
+		modules  []string
+	}{
+		{"v1.14", map[string]any{`SysctlConfig:params["vm.nr_hugepages"]`: render.LonghornV2HugePages}, render.LonghornV2KernelModules},
+		{"v1.12", map[string]any{
+			`v1alpha1:machine.sysctls["vm.nr_hugepages"]`: render.LonghornV2HugePages,
+			"v1alpha1:machine.kernel.modules":             "[map[name:nvme_tcp] map[name:vfio_pci] map[name:uio_pci_generic]]",
+		}, nil},
+	} {
+		t.Run(tc.contract, func(t *testing.T) {
+			t.Parallel()
+
+			in := input(t)
+			in.Cluster.Spec.VersionContract = tc.contract
+			in.Machine = storageWorker()
+			in.Machine.Spec.Install.Disk = &ichorv1alpha1.DiskSelector{WWID: "naa.system"}
+			in.Storages = []ichorv1alpha1.TalosStorage{storage("lh2", ichorv1alpha1.StoragePresetLonghornV2, nil)}
+
+			r := renderOK(t, in)
+			wantSystem(t, r, render.PatchStorage, tc.want)
+			validates(t, r)
+
+			if got := kernelModuleDocs(t, r); fmt.Sprint(got) != fmt.Sprint(tc.modules) {
+				t.Errorf("KernelModuleConfig documents %v, want %v", got, tc.modules)
+			}
+
+			// V2 takes its block disks whole: no volume on a storage disk.
+			v := values(t, r)
+			if hasKind(v, "RawVolumeConfig") {
+				t.Errorf("raw volumes rendered: %v", dump(t, r, "RawVolumeConfig"))
+			}
+
+			for _, name := range []string{"longhorn", "storage"} {
+				if _, ok := get(v, "UserVolumeConfig/"+name+":provisioning.diskSelector.match"); ok {
+					t.Errorf("a volume %s rendered on a storage disk", name)
+				}
+			}
+		})
+	}
+
+	t.Run("with longhorn-v1", func(t *testing.T) {
+		t.Parallel()
+
+		in := input(t)
+		in.Machine = storageWorker()
+		in.Storages = []ichorv1alpha1.TalosStorage{
+			storage("lh2", ichorv1alpha1.StoragePresetLonghornV2, nil), storage("lh", ichorv1alpha1.StoragePresetLonghornV1, nil),
+		}
+
+		r := renderOK(t, in)
+		wantSystem(t, r, render.PatchStorage, map[string]any{
+			`SysctlConfig:params["vm.nr_hugepages"]`:                    render.LonghornV2HugePages,
+			"UserVolumeConfig/longhorn:provisioning.diskSelector.match": `disk.wwid == "naa.s1"`,
+		})
+		validates(t, r)
+	})
+}
+
+// TestStoragePresetsClaimingDisksRefused: two presets that each make volumes
+// of the storage disks cannot select one machine; each alone can.
+func TestStoragePresetsClaimingDisksRefused(t *testing.T) {
+	t.Parallel()
+
+	in := input(t)
+	in.Machine = storageWorker()
+	in.Storages = []ichorv1alpha1.TalosStorage{
+		storage("lh", ichorv1alpha1.StoragePresetLonghornV1, nil), storage("ceph", ichorv1alpha1.StoragePresetRaw, nil),
+	}
+
+	_, err := render.Render(in)
+	if err == nil || !strings.Contains(err.Error(), "longhorn-v1 (TalosStorage lh) and raw (TalosStorage ceph)") ||
+		!strings.Contains(err.Error(), "spec.nodeSelector") {
+		t.Errorf("two disk-claiming presets on w-1: %v", err)
+	}
+
+	in.Storages[1].Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"zone": "b"}}
+	renderOK(t, in)
 }

@@ -532,22 +532,14 @@ func diskRolesFromProto(in []*ichorv1.DiskRole, disks []ichorv1alpha1.Discovered
 		if sel == nil {
 			return nil, invalid("disks[%d].disk is required: name the disk by wwid, serial, by_id, bus_path or device_path", i)
 		}
-		switch d.GetRole() {
-		case ichorv1alpha1.DiskRoleEphemeral:
-		case ichorv1alpha1.DiskRoleUserVolume:
-			if d.GetVolumeName() == "" {
-				return nil, invalid("disks[%d]: a userVolume needs volume_name", i)
-			}
-		case ichorv1alpha1.DiskRoleSystem:
-			return nil, invalid("disks[%d]: the system disk is set with install_disk", i)
-		default:
-			return nil, invalid("disks[%d].role %q: use ephemeral or userVolume", i, d.GetRole())
+		dr := ichorv1alpha1.DiskRole{Disk: *sel, Role: d.GetRole(), VolumeName: d.GetVolumeName(), MaxSize: d.GetMaxSize(), ConfirmWipe: d.GetConfirmWipe()}
+		if err := approval.CheckRole(dr, fmt.Sprintf("disks[%d]", i), "set volume_name", "set it with install_disk"); err != nil {
+			return nil, invalid("%s", err.Error())
 		}
 		if _, err := approval.Find(*sel, disks); err != nil {
 			return nil, invalid("disks[%d]: %s", i, err.Error())
 		}
-		out = append(out, ichorv1alpha1.DiskRole{Disk: *sel, Role: d.GetRole(), VolumeName: d.GetVolumeName(),
-			MaxSize: d.GetMaxSize(), ConfirmWipe: d.GetConfirmWipe()})
+		out = append(out, dr)
 	}
 	return out, nil
 }

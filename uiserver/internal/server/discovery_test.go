@@ -123,9 +123,14 @@ func TestApproveWithNetworkAndDiskRoles(t *testing.T) {
 		{"dhcp and static", func(r *ichorv1.ApproveMachineRequest) { r.Network.Dhcp = true }, "network.dhcp and network.addresses exclude each other"},
 		{"bad vlan", func(r *ichorv1.ApproveMachineRequest) { r.Network.Vlan = 5000 }, "not a VLAN ID"},
 		{"no wipe consent", func(r *ichorv1.ApproveMachineRequest) { r.Disks[0].ConfirmWipe = false }, "set its confirm_wipe"},
-		{"user volume without name", func(r *ichorv1.ApproveMachineRequest) { r.Disks[0].VolumeName = "" }, "needs volume_name"},
+		{"user volume without name", func(r *ichorv1.ApproveMachineRequest) { r.Disks[0].VolumeName = "" }, "needs a name: set volume_name"},
+		{"storage with a volume name", func(r *ichorv1.ApproveMachineRequest) { r.Disks[0].Role = "storage" }, "only a userVolume has a volume name"},
+		{"storage without wipe consent", func(r *ichorv1.ApproveMachineRequest) {
+			r.Disks[0].Role, r.Disks[0].VolumeName, r.Disks[0].ConfirmWipe = "storage", "", false
+		}, "disk role storage on serial=DATA-1: /dev/sdb holds partitions"},
+		{"unused with a wipe consent", func(r *ichorv1.ApproveMachineRequest) { r.Disks[0].Role, r.Disks[0].VolumeName = "unused", "" }, "an unused disk is left alone"},
 		{"unknown disk", func(r *ichorv1.ApproveMachineRequest) { r.Disks[0].Disk.Serial = "NOPE" }, "matches serial=NOPE"},
-		{"system role", func(r *ichorv1.ApproveMachineRequest) { r.Disks[0].Role = "system" }, "set with install_disk"},
+		{"system role", func(r *ichorv1.ApproveMachineRequest) { r.Disks[0].Role = "system" }, "set it with install_disk"},
 	} {
 		r := base()
 		tc.change(r)

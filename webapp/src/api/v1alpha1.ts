@@ -56,6 +56,7 @@ export const DuplicateIdentityReason = "DuplicateIdentity";
 export const EndpointTypeLoadBalancer = "loadBalancer";
 export const EndpointTypeNode = "node";
 export const EndpointTypeVIP = "vip";
+export const EvacuationPausedReason = "EvacuationPaused";
 export const EvenControlPlanesReason = "EvenControlPlanes";
 export const ExpiredReason = "Expired";
 export const ExtensionsPresentCondition = "ExtensionsPresent";

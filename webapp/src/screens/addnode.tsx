@@ -157,7 +157,7 @@ function DiskTable({ disks }: { disks: DiscoveredDisk[] }) {
   );
 }
 
-type Role = "" | typeof api.DiskRoleEphemeral | typeof api.DiskRoleUserVolume;
+type Role = "" | typeof api.DiskRoleEphemeral | typeof api.DiskRoleStorage | typeof api.DiskRoleUserVolume;
 
 interface DiskChoice {
   role: Role;
@@ -337,6 +337,7 @@ function ApproveForm({ m, onDone }: { m: Machine; onDone: (msg: string) => void 
                     <Select id={`${rid}-role`} value={c.role} onChange={(e) => setChoice(dp, { role: e.currentTarget.value as Role })}>
                       <option value="">Unused</option>
                       <option value={api.DiskRoleEphemeral}>Ephemeral (EPHEMERAL on its own disk)</option>
+                      <option value={api.DiskRoleStorage}>Storage (prepared by the TalosStorage preset)</option>
                       <option value={api.DiskRoleUserVolume}>User volume</option>
                     </Select>
                   </Field>

@@ -17,6 +17,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/reclaim"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/hook"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
@@ -121,8 +122,21 @@ func (r *Reconciler) reachable(ctx context.Context, s *scope) (*talos.Node, bool
 	return n, true
 }
 
+// evacuate runs the storage hook. A forced removal skips it, as it skips
+// the drain: the hardware is dead, and its replicas with it. An evacuation
+// that reached its timeout pauses the removal, which never drains a node
+// with replicas still on it.
 func (r *Reconciler) evacuate(ctx context.Context, s *scope) (string, ctrl.Result, error) {
+	if s.machine.Spec.ForceRemove {
+		return ichorv1alpha1.RemovalDraining, ctrl.Result{}, nil
+	}
+
 	done, msg, err := r.Storage.Evacuate(ctx, s.machine)
+	if p, paused := hook.IsPaused(err); paused {
+		return r.pause(s.machine, ichorv1alpha1.EvacuationPausedReason, "the storage evacuation is paused: "+p.Message+
+			" (or set spec.forceRemove to remove the machine without evacuation, drain and reset)")
+	}
+
 	if err != nil {
 		return "", ctrl.Result{}, err
 	}
