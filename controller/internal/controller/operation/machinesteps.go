@@ -15,6 +15,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/hook"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
@@ -282,6 +283,14 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 				return w.poll(), nil //nolint:nilerr // a node or API not back yet is waited for, not an error
 			}
 		}
+	}
+
+	// The storage system may schedule onto the node again (the evacuation
+	// before the drain switched it off).
+	if err := hook.Restore(ctx, w.r.Storage, w.m); err != nil {
+		w.mp.Message = "re-enabling storage scheduling on the node: " + err.Error()
+
+		return w.poll(), nil //nolint:nilerr // retried at the next poll, like the uncordon
 	}
 
 	if w.cp() {
