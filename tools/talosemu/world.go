@@ -38,6 +38,7 @@ type World struct {
 	logger      *log.Logger
 
 	kwokState // kwok.go: one kwok controller per emulated cluster
+	releaseState // upgrade.go: the release source and the installer tags that exist
 }
 
 // Options tune Start.

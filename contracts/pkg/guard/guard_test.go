@@ -392,7 +392,7 @@ func TestOperations(t *testing.T) {
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationCNI), OperationFacts{Cluster: unmanaged}), map[string][]string{"spec.type": {"unmanaged CNI"}})
 
 	// The types this release does not run are refused, each with a way out.
-	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationIchor,
+	for _, typ := range []string{ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationIchor,
 		ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationCARotation,
 		ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationNode, ichorv1alpha1.OperationEtcdRestore} {
 		r := CheckRunnable(op(typ))
@@ -401,6 +401,10 @@ func TestOperations(t *testing.T) {
 		}
 	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), facts), nil)
+	// A Talos upgrade runs.
+	if r := CheckRunnable(op(ichorv1alpha1.OperationTalos)); r != nil {
+		t.Errorf("type talos is refused: %+v", r)
+	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionReboot)), facts),
 		map[string][]string{"spec.type": {`does not run operations of type "node"`, "talosctl reboot"}})
 }
