@@ -34,6 +34,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/servingca"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
+	"github.com/maeshinshin/ichor/controller/internal/controller/talosupgrade"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
@@ -160,6 +161,8 @@ func main() {
 		// The users ichor-ui may impersonate, bounded in RBAC (architecture, "Trust").
 		{"the impersonation reconciler", &impersonation.Reconciler{Namespace: namespace, ExtraUsers: impersonate}},
 		{"the cluster status reconciler", &clusterstatus.Reconciler{}},
+		// Talos upgrade candidates, and the talos operation a spec.talosVersion change starts.
+		{"the Talos upgrade starter", &talosupgrade.Reconciler{}},
 		// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.
 		{"the serving CA keeper", &servingca.Keeper{Namespace: namespace}},
 	} {
