@@ -98,6 +98,7 @@ func New() *cli.Command {
 			nodeCommand(),
 			configCommand(),
 			operationCommand(),
+			upgradeCommand(),
 			secretsCommand(),
 			userCommand(),
 			uiCommand(),

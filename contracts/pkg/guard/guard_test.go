@@ -572,3 +572,24 @@ func TestCheckApprovalRecord(t *testing.T) {
 		t.Errorf("a pending machine needs no record: %v", r)
 	}
 }
+
+func TestCheckTalosUpgrade(t *testing.T) {
+	c := cluster()
+	running := ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "talos-1"},
+		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: c.Name, Type: ichorv1alpha1.OperationTalos},
+		Status:     ichorv1alpha1.TalosOperationStatus{Phase: ichorv1alpha1.OperationRunning},
+	}
+	done := *running.DeepCopy()
+	done.Status.Phase = ichorv1alpha1.OperationSucceeded
+
+	expect(t, CheckTalosUpgrade(c, []ichorv1alpha1.TalosOperation{done}, "v1.14.2"), nil)
+	expect(t, CheckTalosUpgrade(c, nil, c.Spec.TalosVersion), map[string][]string{"spec.talosVersion": {"already at Talos"}})
+	expect(t, CheckTalosUpgrade(c, nil, "v1.14.0"), map[string][]string{"spec.talosVersion": {"downgrade"}})
+	if rs := CheckTalosUpgrade(c, nil, "v1.99.0"); len(rs) != 2 || !strings.Contains(rs[0].Error(), "upgrade path refused") ||
+		!strings.Contains(rs[1].Error(), "incompatible pair") || !rs[1].Overridable {
+		t.Errorf("an unknown minor: %v", rs)
+	}
+	expect(t, CheckTalosUpgrade(c, []ichorv1alpha1.TalosOperation{running}, "v1.14.2"),
+		map[string][]string{"spec.talosVersion": {"talos-1", "has not finished"}})
+}
