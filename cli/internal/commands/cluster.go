@@ -41,7 +41,7 @@ func clusterCommand() *cli.Command {
 						Usage:     "register machines by IP address, or a subnet to scan for the Talos API",
 						ArgsUsage: "ADDRESS|CIDR...",
 						Flags: []cli.Flag{
-							&cli.StringFlag{Name: flagCluster, Usage: "TalosCluster `NAME` (default: the only one in the namespace)"},
+							&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 						},
 						Action: discoveryAdd,
 					},

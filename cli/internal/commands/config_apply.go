@@ -27,7 +27,7 @@ func configApplyCommand() *cli.Command {
 		Usage: "roll out the changes that wait for a reboot or a kube-apiserver restart (and correct drift): " +
 			"print the plan, ask, then start a config operation",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: flagCluster, Usage: "TalosCluster `NAME` (default: the only one in the namespace)"},
+			&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 			&cli.StringSliceFlag{Name: "machine", Usage: "only machine `NAME` (repeatable); refused: machines carry no label naming them, use --selector"},
 			&cli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "only the TalosMachines whose labels match `SELECTOR` (as kubectl -l)"},
 			&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends; the exit status is non-zero unless it succeeded"},

@@ -14,6 +14,12 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
+// usageCluster is the usage of --cluster.
+const usageCluster = "TalosCluster `NAME` (default: the only one in the namespace)"
+
+// flagList prints the candidates of an upgrade.
+const flagList = cmdList
+
 // startWait bounds the wait for the controller to start the operation after
 // spec.talosVersion was written.
 const startWait = 2 * time.Minute
@@ -29,8 +35,8 @@ func upgradeCommand() *cli.Command {
 				Usage:     "upgrade Talos on every machine (control planes first, one at a time), or list the versions to upgrade to",
 				ArgsUsage: "[VERSION]",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: flagCluster, Usage: "TalosCluster `NAME` (default: the only one in the namespace)"},
-					&cli.BoolFlag{Name: "list", Usage: "print the candidates (recommended, patch, next minor; the default marked) and change nothing"},
+					&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
+					&cli.BoolFlag{Name: flagList, Usage: "print the candidates (recommended, patch, next minor; the default marked) and change nothing"},
 					&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends; the exit status is non-zero unless it succeeded"},
 				},
 				Action: upgradeTalos,
@@ -66,7 +72,7 @@ func upgradeTalos(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	u := c.Status.TalosUpgrade
-	if cmd.Bool("list") {
+	if cmd.Bool(flagList) {
 		if r.format != output.Table {
 			return output.Object(r.out, r.format, u)
 		}

@@ -164,7 +164,7 @@ func (r *Reconciler) candidatesPhase(ctx context.Context, s *reconcile.Scope[*ic
 	if err != nil {
 		u.Message = truncate(err.Error()+"; the candidates are from the last successful read", 1024)
 
-		return ctrl.Result{RequeueAfter: r.RefreshInterval / 12}, nil
+		return ctrl.Result{RequeueAfter: r.RefreshInterval / 12}, nil //nolint:nilerr // an unreadable source is reported in status and read again later
 	}
 
 	cs, err := release.TalosCandidates(current, release.Pinned.Talos, vs)

@@ -17,7 +17,7 @@ import (
 )
 
 // watchOp polls an operation until stop, calling see with each snapshot.
-func watchOp(t *testing.T, name string, see func(op *ichorv1alpha1.TalosOperation)) (stop func()) {
+func watchOp(name string, see func(op *ichorv1alpha1.TalosOperation)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 
 	var wg sync.WaitGroup
@@ -70,7 +70,7 @@ func TestTalosUpgrade(t *testing.T) {
 		unhealthy []string
 	)
 
-	stop := watchOp(t, name, func(op *ichorv1alpha1.TalosOperation) {
+	stop := watchOp(name, func(op *ichorv1alpha1.TalosOperation) {
 		mu.Lock()
 		defer mu.Unlock()
 
