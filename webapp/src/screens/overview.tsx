@@ -11,6 +11,7 @@ import { current, phaseText, useOperations } from "../lib/operations";
 import { describe } from "../api/errors";
 import { waitsForRollout } from "../lib/rollout";
 import { ConfigRolloutDialog } from "./rollout";
+import { TalosUpgradeDialog } from "./talosupgrade";
 import * as api from "../api/v1alpha1";
 
 /** Tile is one figure of the overview: its label is the heading, the figure the text under it. */
@@ -45,15 +46,23 @@ export function Overview() {
   const cps = approved.filter((m) => m.role === api.RoleControlPlane).length;
   const attention = needsAttention(cluster?.conditions, machines);
   const [applyOpen, setApplyOpen] = useState(false);
+  const [upgradeOpen, setUpgradeOpen] = useState(false);
   const offerApply = canWrite && !!cluster?.name && waitsForRollout(machines);
   return (
     <>
       <div class="flex flex-wrap items-center justify-between gap-2">
         <h1 class="text-xl font-semibold">Overview</h1>
         {canWrite && (
-          <LinkButton href="/add-node" variant="default">
-            Add node
-          </LinkButton>
+          <div class="flex flex-wrap gap-2">
+            {!!cluster?.name && (
+              <Button variant="outline" onClick={() => setUpgradeOpen(true)} data-testid="talos-upgrade-open">
+                Upgrade Talos…
+              </Button>
+            )}
+            <LinkButton href="/add-node" variant="default">
+              Add node
+            </LinkButton>
+          </div>
         )}
       </div>
       {/* ichor-ui not answering is told once, by the shell, with the time of the data. */}
@@ -109,6 +118,7 @@ export function Overview() {
           )}
         </CardContent>
       </Card>
+      {upgradeOpen && <TalosUpgradeDialog client={client} cluster={cluster?.name ?? ""} open={upgradeOpen} onClose={() => setUpgradeOpen(false)} />}
       {(offerApply || applyOpen) && <ConfigRolloutDialog client={client} cluster={cluster?.name ?? ""} open={applyOpen} onClose={() => setApplyOpen(false)} />}
       {cluster && (
         <Card>

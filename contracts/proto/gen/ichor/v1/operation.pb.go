@@ -142,10 +142,12 @@ type PreviewTalosUpgradeResponse struct {
 	Current string `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
 	// The candidates: Recommended, Patch, then Next minor, newest first within each.
 	Candidates []*VersionCandidate `protobuf:"bytes,3,rep,name=candidates,proto3" json:"candidates,omitempty"`
-	// The release source they were read from, when, and why it could not be read.
-	Source        string                 `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
-	CheckedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
-	SourceMessage string                 `protobuf:"bytes,6,opt,name=source_message,json=sourceMessage,proto3" json:"source_message,omitempty"`
+	// The release source (an Image Factory) the candidates were read from.
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// When the release source was last read.
+	CheckedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
+	// Why the release source could not be read, when it could not.
+	SourceMessage string `protobuf:"bytes,6,opt,name=source_message,json=sourceMessage,proto3" json:"source_message,omitempty"`
 	// The version checked, normalized; empty when none was given.
 	Version string `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
 	// What refuses that version (empty: it may be started).
