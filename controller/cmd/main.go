@@ -59,6 +59,7 @@ func main() {
 		enableWebhooks bool
 		manageCerts    bool
 		namespace      string
+		releaseSource  string
 		certOpts       certs.Options
 		impersonate    stringList
 	)
@@ -73,6 +74,8 @@ func main() {
 	flag.BoolVar(&manageCerts, "manage-webhook-certs", true,
 		"Keep the webhook serving certificate in a Secret and the caBundle of the webhook configuration up to date.")
 	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "ichor-system"), "Namespace Ichor runs in.")
+	flag.StringVar(&releaseSource, "release-source", "",
+		"Image Factory whose /versions lists the Talos releases offered as upgrade candidates; empty means each cluster's spec.registry.imageFactoryURL, else https://factory.talos.dev.")
 	flag.StringVar(&certOpts.SecretName, "webhook-secret", "ichor-webhook-tls", "Secret holding the webhook CA and serving certificate.")
 	flag.StringVar(&certOpts.ServiceName, "webhook-service", "ichor-webhook", "Service the API server reaches the webhooks through.")
 	flag.StringVar(&certOpts.WebhookConfiguration, "webhook-configuration", "ichor-validating-webhook",
@@ -162,7 +165,7 @@ func main() {
 		{"the impersonation reconciler", &impersonation.Reconciler{Namespace: namespace, ExtraUsers: impersonate}},
 		{"the cluster status reconciler", &clusterstatus.Reconciler{}},
 		// Talos upgrade candidates, and the talos operation a spec.talosVersion change starts.
-		{"the Talos upgrade starter", &talosupgrade.Reconciler{}},
+		{"the Talos upgrade starter", &talosupgrade.Reconciler{ReleaseSource: releaseSource}},
 		// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.
 		{"the serving CA keeper", &servingca.Keeper{Namespace: namespace}},
 	} {
