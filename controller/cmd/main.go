@@ -36,6 +36,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/storagestatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
+	"github.com/maeshinshin/ichor/controller/internal/controller/talosupgrade"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
@@ -60,6 +61,7 @@ func main() {
 		enableWebhooks bool
 		manageCerts    bool
 		namespace      string
+		releaseSource  string
 		certOpts       certs.Options
 		impersonate    stringList
 	)
@@ -74,6 +76,8 @@ func main() {
 	flag.BoolVar(&manageCerts, "manage-webhook-certs", true,
 		"Keep the webhook serving certificate in a Secret and the caBundle of the webhook configuration up to date.")
 	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "ichor-system"), "Namespace Ichor runs in.")
+	flag.StringVar(&releaseSource, "release-source", "",
+		"Image Factory whose /versions lists the Talos releases offered as upgrade candidates; empty means each cluster's spec.registry.imageFactoryURL, else https://factory.talos.dev.")
 	flag.StringVar(&certOpts.SecretName, "webhook-secret", "ichor-webhook-tls", "Secret holding the webhook CA and serving certificate.")
 	flag.StringVar(&certOpts.ServiceName, "webhook-service", "ichor-webhook", "Service the API server reaches the webhooks through.")
 	flag.StringVar(&certOpts.WebhookConfiguration, "webhook-configuration", "ichor-validating-webhook",
@@ -168,6 +172,8 @@ func main() {
 		{"the cluster status reconciler", &clusterstatus.Reconciler{}},
 		// TalosStorage's status: the selected machines and ExtensionsPresent.
 		{"the TalosStorage status reconciler", &storagestatus.Reconciler{}},
+		// Talos upgrade candidates, and the talos operation a spec.talosVersion change starts.
+		{"the Talos upgrade starter", &talosupgrade.Reconciler{ReleaseSource: releaseSource}},
 		// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.
 		{"the serving CA keeper", &servingca.Keeper{Namespace: namespace}},
 	} {

@@ -246,6 +246,7 @@ func (w *World) controlHandler() http.Handler {
 		return w.durations(), nil
 	})
 	handle("GET /durations", func(*http.Request) (any, error) { return w.durations(), nil })
+	w.releaseRoutes(handle)
 
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")

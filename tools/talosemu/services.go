@@ -369,6 +369,10 @@ func (s *apiServer) Upgrade(_ context.Context, in *machine.UpgradeRequest) (*mac
 	}
 
 	pend, err := parseInstallerImage(in.GetImage())
+	if err == nil {
+		err = m.world.checkInstallerImage(pend)
+	}
+
 	if err != nil {
 		return nil, fmt.Errorf("error validating installer image %q: %w", in.GetImage(), err)
 	}
@@ -511,6 +515,10 @@ func (s *lifecycleServer) Upgrade(in *machine.LifecycleServiceUpgradeRequest, sr
 		}
 
 		return exit(1)
+	}
+
+	if err := m.world.checkInstallerImage(pend); err != nil {
+		return lifecycleUpgradeError(err)
 	}
 
 	for _, line := range []string{

@@ -37,7 +37,8 @@ type World struct {
 	controlAddr string
 	logger      *log.Logger
 
-	kwokState // kwok.go: one kwok controller per emulated cluster
+	kwokState    // kwok.go: one kwok controller per emulated cluster
+	releaseState // upgrade.go: the release source and the installer tags that exist
 }
 
 // Options tune Start.

@@ -105,6 +105,7 @@ func New() *cli.Command {
 			nodeCommand(),
 			configCommand(),
 			operationCommand(),
+			upgradeCommand(),
 			secretsCommand(),
 			userCommand(),
 			uiCommand(),

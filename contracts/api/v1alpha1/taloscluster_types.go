@@ -425,6 +425,67 @@ type TalosClusterStatus struct {
 	// clusterID is the Talos cluster ID from the secrets bundle.
 	// +optional
 	ClusterID string `json:"clusterID,omitempty"`
+	// talosUpgrade is what the controller found about Talos upgrades: the
+	// candidates from the release source and the target the machines were last
+	// upgraded to.
+	// +optional
+	TalosUpgrade TalosUpgradeStatus `json:"talosUpgrade,omitempty"`
+}
+
+// TalosUpgradeStatus is the Talos upgrade state of a cluster.
+type TalosUpgradeStatus struct {
+	// source is the release source the candidates were read from (an Image Factory).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Source string `json:"source,omitempty"`
+	// checkedAt is when the release source was last read.
+	// +optional
+	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
+	// message says why the release source could not be read, when it could not.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// candidates are the versions an upgrade may move to: Recommended, Patch,
+	// then Next minor, newest first within each; the newest patch of the
+	// running minor is the default.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	Candidates []VersionCandidate `json:"candidates,omitempty"`
+	// version is the spec.talosVersion the machines were last upgraded to (or
+	// installed with): a spec.talosVersion that differs starts a talos operation.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version,omitempty"`
+	// schematic is the spec.schematic the machines were last upgraded to (or installed with).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Schematic string `json:"schematic,omitempty"`
+}
+
+// Candidate groups.
+const (
+	// CandidateRecommended is the version of the release set the running Ichor pins.
+	CandidateRecommended = "Recommended"
+	// CandidatePatch is a newer patch of the running minor.
+	CandidatePatch = "Patch"
+	// CandidateNextMinor is a release of the next minor.
+	CandidateNextMinor = "Next minor"
+)
+
+// VersionCandidate is one version an upgrade may move to.
+type VersionCandidate struct {
+	// version is the release, for example v1.14.2.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version"`
+	// group is Recommended, Patch or Next minor.
+	// +required
+	// +kubebuilder:validation:Enum=Recommended;Patch;Next minor
+	Group string `json:"group"`
+	// default marks the newest patch of the running minor.
+	// +optional
+	Default bool `json:"default,omitempty"`
 }
 
 // Discovery results of one address.

@@ -355,6 +355,15 @@ type MachineProgress struct {
 	// completedAt is when work on the machine finished.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// bootID is the node's boot ID when its reboot was requested, so that the
+	// wait knows the node came back on a new boot.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	BootID string `json:"bootID,omitempty"`
+	// version is the Talos version the node ran before the operation's upgrade.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version,omitempty"`
 }
 
 // TalosOperation is a Job-style run of one action over the cluster or a node:

@@ -392,7 +392,7 @@ func TestOperations(t *testing.T) {
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationCNI), OperationFacts{Cluster: unmanaged}), map[string][]string{"spec.type": {"unmanaged CNI"}})
 
 	// The types this release does not run are refused, each with a way out.
-	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationIchor,
+	for _, typ := range []string{ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationIchor,
 		ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationCARotation,
 		ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationNode, ichorv1alpha1.OperationEtcdRestore} {
 		r := CheckRunnable(op(typ))
@@ -401,6 +401,10 @@ func TestOperations(t *testing.T) {
 		}
 	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), facts), nil)
+	// A Talos upgrade runs.
+	if r := CheckRunnable(op(ichorv1alpha1.OperationTalos)); r != nil {
+		t.Errorf("type talos is refused: %+v", r)
+	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionReboot)), facts),
 		map[string][]string{"spec.type": {`does not run operations of type "node"`, "talosctl reboot"}})
 }
@@ -621,4 +625,23 @@ func TestPauseReason(t *testing.T) {
 	if rf := ValidateCluster(cluster(), cluster(withReason("ticket 42")), ClusterFacts{}); len(rf) != 0 {
 		t.Fatalf("a short reason refused: %v", rf)
 	}
+func TestCheckTalosUpgrade(t *testing.T) {
+	c := cluster()
+	running := ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "talos-1"},
+		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: c.Name, Type: ichorv1alpha1.OperationTalos},
+		Status:     ichorv1alpha1.TalosOperationStatus{Phase: ichorv1alpha1.OperationRunning},
+	}
+	done := *running.DeepCopy()
+	done.Status.Phase = ichorv1alpha1.OperationSucceeded
+
+	expect(t, CheckTalosUpgrade(c, []ichorv1alpha1.TalosOperation{done}, "v1.14.2"), nil)
+	expect(t, CheckTalosUpgrade(c, nil, c.Spec.TalosVersion), map[string][]string{"spec.talosVersion": {"already at Talos"}})
+	expect(t, CheckTalosUpgrade(c, nil, "v1.14.0"), map[string][]string{"spec.talosVersion": {"downgrade"}})
+	if rs := CheckTalosUpgrade(c, nil, "v1.99.0"); len(rs) != 2 || !strings.Contains(rs[0].Error(), "upgrade path refused") ||
+		!strings.Contains(rs[1].Error(), "incompatible pair") || !rs[1].Overridable {
+		t.Errorf("an unknown minor: %v", rs)
+	}
+	expect(t, CheckTalosUpgrade(c, []ichorv1alpha1.TalosOperation{running}, "v1.14.2"),
+		map[string][]string{"spec.talosVersion": {"talos-1", "has not finished"}})
 }

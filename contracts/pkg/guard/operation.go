@@ -19,7 +19,7 @@ type OperationFacts struct {
 // RunnableOperationTypes are the operation types this release of Ichor runs.
 // The webhook refuses every other type at admission (CheckRunnable) and the
 // operation controller fails one that got in before the rule existed.
-var RunnableOperationTypes = []string{ichorv1alpha1.OperationConfig}
+var RunnableOperationTypes = []string{ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos}
 
 // OperationRunnable reports whether this release runs operations of type t.
 func OperationRunnable(t string) bool {
@@ -31,8 +31,6 @@ const adminTalosconfig = "the os:admin talosconfig of the cluster's secrets (`ic
 
 // notRunnableWayOut says, per type, what a person can do without the operation.
 var notRunnableWayOut = map[string]string{
-	ichorv1alpha1.OperationTalos: "upgrade the nodes one at a time, control planes first, with `talosctl upgrade` and " + adminTalosconfig +
-		", then set spec.talosVersion on the TalosCluster to the version they run",
 	ichorv1alpha1.OperationKubernetes: "upgrade with `talosctl upgrade-k8s` and " + adminTalosconfig +
 		", then set spec.kubernetesVersion on the TalosCluster to the version it runs",
 	ichorv1alpha1.OperationIchor:       "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",

@@ -32,3 +32,25 @@ func CiliumVersions() []string {
 func CheckKubernetesSupported(talosVersion, kubernetesVersion string) error {
 	return CheckPair(talosVersion, kubernetesVersion)
 }
+
+// DefaultVersionContract is the Talos configuration contract of DefaultTalosVersion.
+const DefaultVersionContract = "v1.14"
+
+// Set is one set of versions: a Talos release and its version contract, a
+// Kubernetes release and a Cilium chart.
+type Set struct {
+	Talos           string
+	VersionContract string
+	Kubernetes      string
+	Cilium          string
+}
+
+// Pinned is the set this build of Ichor embeds (architecture, "Upgrades"):
+// it decides a first install's versions and is the Recommended upgrade
+// candidate when newer than what a cluster runs; it does not bound an upgrade.
+var Pinned = Set{
+	Talos:           DefaultTalosVersion,
+	VersionContract: DefaultVersionContract,
+	Kubernetes:      DefaultKubernetesVersion,
+	Cilium:          DefaultCiliumVersion,
+}

@@ -39,3 +39,15 @@ func TestCheckKubernetesSupported(t *testing.T) {
 		})
 	}
 }
+
+func TestPinnedSetIsCompatible(t *testing.T) {
+	if err := CheckPair(Pinned.Talos, Pinned.Kubernetes); err != nil {
+		t.Fatalf("the pinned Talos and Kubernetes must be a supported pair: %v", err)
+	}
+	if err := CheckContract(Pinned.VersionContract, Pinned.Talos); err != nil {
+		t.Fatalf("the pinned contract must render for the pinned Talos: %v", err)
+	}
+	if _, err := CheckCiliumPair(Pinned.Cilium, Pinned.Kubernetes); err != nil {
+		t.Fatalf("the pinned Cilium must run on the pinned Kubernetes: %v", err)
+	}
+}

@@ -149,12 +149,15 @@ func TestOperationTypeNotRunnableIsRefused(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
-	err := admin.Create(ctx, newOperation(ns, "up", ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
-		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.2"}
+	err := admin.Create(ctx, newOperation(ns, "up", ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.3"}
 	}))
-	notRunnable(t, err, ichorv1alpha1.OperationTalos)
-	refused(t, err, "Invalid", `it runs "config"`, "talosctl upgrade", "ichor secrets export")
+	notRunnable(t, err, ichorv1alpha1.OperationKubernetes)
+	refused(t, err, "Invalid", `it runs "config", "talos"`, "talosctl upgrade-k8s", "ichor secrets export")
 	testenv.Must(t, admin.Create(ctx, newOperation(ns, "cfg", ichorv1alpha1.OperationConfig)))
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "talos", ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.2"}
+	})))
 }
 
 // Rule: machines being deleted do not count as remaining control planes.

@@ -646,6 +646,28 @@ export interface PreviewRemovalResponse {
   steps?: string[];
 }
 
+/** PreviewTalosUpgradeResponse is the dialog's content. */
+export interface PreviewTalosUpgradeResponse {
+  /** The candidates: Recommended, Patch, then Next minor, newest first within each. */
+  candidates?: VersionCandidate[];
+  /** When the release source was last read. */
+  checkedAt?: string;
+  /** The cluster: what the confirmation must repeat. */
+  cluster?: string;
+  /** spec.talosVersion. */
+  current?: string;
+  /** What refuses that version (empty: it may be started). */
+  refusals?: Refusal[];
+  /** The release source (an Image Factory) the candidates were read from. */
+  source?: string;
+  /** Why the release source could not be read, when it could not. */
+  sourceMessage?: string;
+  /** The talos operation of the cluster that has not finished, if any. */
+  unfinished?: Operation;
+  /** The version checked, normalized; empty when none was given. */
+  version?: string;
+}
+
 /** PrivilegedPatch is a TalosConfigPatch that carries privileged configuration. */
 export interface PrivilegedPatch {
   /** The TalosConfigPatch. */
@@ -839,6 +861,22 @@ export interface StartReclaimResponse {
   reclaim?: Reclaim;
 }
 
+/** StartTalosUpgradeRequest asks for a Talos upgrade. */
+export interface StartTalosUpgradeRequest {
+  /** The served cluster's name, typed by the user: their consent. */
+  confirmClusterName: string;
+  /** The target Talos version. */
+  version: string;
+}
+
+/** StartTalosUpgradeResponse says what was written. */
+export interface StartTalosUpgradeResponse {
+  /** spec.talosVersion before. */
+  from?: string;
+  /** spec.talosVersion now. */
+  to?: string;
+}
+
 /** StreamNodeLogsResponse is one log line. */
 export interface StreamNodeLogsResponse {
   /** The line, without its newline. */
@@ -885,6 +923,16 @@ export interface UpdateSettingsRequest {
 export interface UpdateSettingsResponse {
   /** The settings. */
   settings?: Settings;
+}
+
+/** VersionCandidate is one version an upgrade may move to. */
+export interface VersionCandidate {
+  /** True for the newest patch of the running minor. */
+  default?: boolean;
+  /** Recommended, Patch or Next minor. */
+  group?: string;
+  /** The release, for example v1.14.2. */
+  version?: string;
 }
 
 /** WatchMachinesResponse is one event of a watch. */
@@ -996,6 +1044,12 @@ export interface Client {
    * dangerous-operation checks allow it, without changing anything.
    */
   previewRemoval(args: { name: string; reboot?: boolean; force?: boolean }, options?: CallOptions): Promise<PreviewRemovalResponse>;
+  /**
+   * PreviewTalosUpgrade is what the upgrade dialog shows: the candidates the
+   * controller found (grouped, the default marked), and, for a version typed
+   * or chosen, the checks `ichor upgrade talos VERSION` makes. It changes nothing.
+   */
+  previewTalosUpgrade(args?: { version?: string }, options?: CallOptions): Promise<PreviewTalosUpgradeResponse>;
   /** RejectMachine rejects a pending machine. */
   rejectMachine(args: { name: string; body: MachineServiceRejectMachineBody }, options?: CallOptions): Promise<RejectMachineResponse>;
   /**
@@ -1028,6 +1082,12 @@ export interface Client {
    * controller then inspects the machine and stops at AwaitingConfirmation.
    */
   startReclaim(args: { body: StartReclaimRequest }, options?: CallOptions): Promise<StartReclaimResponse>;
+  /**
+   * StartTalosUpgrade sets the served cluster's spec.talosVersion as the
+   * signed-in user, after the same checks and the typed cluster name; the
+   * controller then starts the talos operation.
+   */
+  startTalosUpgrade(args: { body: StartTalosUpgradeRequest }, options?: CallOptions): Promise<StartTalosUpgradeResponse>;
   /**
    * StreamNodeLogs streams a service's log: the last tail_lines lines, then
    * new lines as they come when follow is set. A client that lost the stream
@@ -1121,6 +1181,9 @@ export function createClient(t: Transport): Client {
     previewRemoval(args, options) {
       return t.unary<PreviewRemovalResponse>("GET", `/api/v1/machines/${enc(args.name)}/removal-preview`, { reboot: args?.reboot, force: args?.force }, undefined, options);
     },
+    previewTalosUpgrade(args, options) {
+      return t.unary<PreviewTalosUpgradeResponse>("GET", "/api/v1/operations:previewTalosUpgrade", { version: args?.version }, undefined, options);
+    },
     rejectMachine(args, options) {
       return t.unary<RejectMachineResponse>("POST", `/api/v1/machines/${enc(args.name)}:reject`, undefined, args.body, options);
     },
@@ -1141,6 +1204,9 @@ export function createClient(t: Transport): Client {
     },
     startReclaim(args, options) {
       return t.unary<StartReclaimResponse>("POST", "/api/v1/reclaims", undefined, args.body, options);
+    },
+    startTalosUpgrade(args, options) {
+      return t.unary<StartTalosUpgradeResponse>("POST", "/api/v1/operations:startTalosUpgrade", undefined, args.body, options);
     },
     streamNodeLogs(args, onMessage, options) {
       return t.stream<StreamNodeLogsResponse>("GET", `/api/v1/nodes/${enc(args.name)}/services/${enc(args.service)}/logs`, { tailLines: args?.tailLines, follow: args?.follow, resumeToken: args?.resumeToken }, onMessage, options);
@@ -1181,6 +1247,7 @@ export const operationPaths = {
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
   previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
+  previewTalosUpgrade: { method: "GET", path: "/api/v1/operations:previewTalosUpgrade" },
   rejectMachine: { method: "POST", path: "/api/v1/machines/{name}:reject" },
   removeMachine: { method: "POST", path: "/api/v1/machines/{name}:remove" },
   resumeCluster: { method: "POST", path: "/api/v1/cluster:resume" },
@@ -1188,6 +1255,7 @@ export const operationPaths = {
   scanDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:scan" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
   startReclaim: { method: "POST", path: "/api/v1/reclaims" },
+  startTalosUpgrade: { method: "POST", path: "/api/v1/operations:startTalosUpgrade" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },
   updateSettings: { method: "POST", path: "/api/v1/settings" },
   watchMachines: { method: "GET", path: "/api/v1/machines:watch" },

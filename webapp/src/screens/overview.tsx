@@ -11,6 +11,7 @@ import { current, phaseText, useOperations } from "../lib/operations";
 import { describe } from "../api/errors";
 import { waitsForRollout } from "../lib/rollout";
 import { ConfigRolloutDialog } from "./rollout";
+import { TalosUpgradeDialog } from "./talosupgrade";
 import * as api from "../api/v1alpha1";
 import { PauseControl, PausedNotice } from "./pause";
 import { pausedSince } from "../lib/pause";
@@ -47,6 +48,7 @@ export function Overview() {
   const cps = approved.filter((m) => m.role === api.RoleControlPlane).length;
   const attention = needsAttention(cluster?.conditions, machines);
   const [applyOpen, setApplyOpen] = useState(false);
+  const [upgradeOpen, setUpgradeOpen] = useState(false);
   const offerApply = canWrite && !!cluster?.name && waitsForRollout(machines);
   return (
     <>
@@ -54,6 +56,11 @@ export function Overview() {
         <h1 class="text-xl font-semibold">Overview</h1>
         <div class="flex flex-wrap items-start gap-2">
           <PauseControl />
+          {canWrite && !!cluster?.name && (
+            <Button variant="outline" onClick={() => setUpgradeOpen(true)} data-testid="talos-upgrade-open">
+              Upgrade Talos…
+            </Button>
+          )}
           {canWrite && (
             <LinkButton href="/add-node" variant="default">
               Add node
@@ -115,6 +122,7 @@ export function Overview() {
           )}
         </CardContent>
       </Card>
+      {upgradeOpen && <TalosUpgradeDialog client={client} cluster={cluster?.name ?? ""} open={upgradeOpen} onClose={() => setUpgradeOpen(false)} />}
       {(offerApply || applyOpen) && <ConfigRolloutDialog client={client} cluster={cluster?.name ?? ""} open={applyOpen} onClose={() => setApplyOpen(false)} />}
       {cluster && (
         <Card>

@@ -122,6 +122,13 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 		}
 	}
 
+	if isTalos(op) {
+		version, _ := talosTarget(op, s.Cluster)
+
+		return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason,
+			fmt.Sprintf("upgraded %d machine(s) to Talos %s; %d already ran it", done, version, skipped))
+	}
+
 	return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason,
 		fmt.Sprintf("rolled the rendered configuration out to %d machine(s); %d already ran it", done, skipped))
 }

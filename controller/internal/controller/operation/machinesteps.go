@@ -87,8 +87,13 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 		return w.fail(err.Error())
 	}
 
+	after := stepApply
+	if isTalos(w.op) {
+		after = stepUpgrade
+	}
+
 	if node == nil {
-		return w.next(stepApply, "no Kubernetes Node has the machine's address: nothing to drain")
+		return w.next(after, "no Kubernetes Node has the machine's address: nothing to drain")
 	}
 
 	if own := w.m.Status.NodeName; own != "" && !strings.EqualFold(own, node.Name) {
@@ -104,7 +109,7 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 
 	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Drained", "Drain", "cordoned and drained Node %s of machine %s", node.Name, w.m.Name)
 
-	return w.next(stepApply, "cordoned and drained Node "+node.Name)
+	return w.next(after, "cordoned and drained Node "+node.Name)
 }
 
 // apply sends the render: STAGED before a reboot, else in the plan's mode.
@@ -306,6 +311,12 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 		}
 
 		healthy := n.EtcdHealthy(ctx)
+
+		member, why := true, ""
+		if healthy && isTalos(w.op) {
+			member, why = w.etcdMember(ctx, n)
+		}
+
 		n.Close()
 
 		if !healthy {
@@ -313,6 +324,18 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 
 			return w.poll(), nil
 		}
+
+		if !member {
+			w.mp.Message = "waiting for etcd membership: " + why
+
+			return w.poll(), nil
+		}
+	}
+
+	if isTalos(w.op) {
+		version, _ := talosTarget(w.op, w.st.Cluster)
+
+		return w.finishMachine(ctx, "upgraded to "+version)
 	}
 
 	return w.finishMachine(ctx, "rebooted into the rendered configuration")

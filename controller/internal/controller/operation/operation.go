@@ -11,12 +11,13 @@
 // One reconcile runs at most one step of each machine it works on. The
 // reconciler runs on the reconcile skeleton (controller/internal/reconcile):
 // its phases are completed → refused type → resume → lock and pause →
-// machine selection → rollout, and every Talos write (Apply, Reboot) is
-// preceded by a strict status write that records it.
+// machine selection → pre-checks (talos) → rollout, and every Talos write
+// (Apply, Upgrade, Reboot) is preceded by a strict status write that records it.
 //
 // This release runs operations of type config (the rollout of changes the
-// machine reconciler does not apply by itself); the other types are refused
-// with a message that says so, before they take the lock.
+// machine reconciler does not apply by itself, config.go) and talos (Talos
+// upgrades, talos.go); the other types are refused with a message that says
+// so, before they take the lock.
 package operation
 
 import (
@@ -173,7 +174,7 @@ func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.Talo
 	return &ichorreconcile.Controller[*ichorv1alpha1.TalosOperation]{
 		Name: ControllerName, Client: apiOperations{Client: r.Client, api: r.APIReader}, APIReader: r.APIReader, Clock: r.Clock,
 		New:     func() *ichorv1alpha1.TalosOperation { return &ichorv1alpha1.TalosOperation{} },
-		Owned:   []string{ichorv1alpha1.ReadyCondition, ichorv1alpha1.LockAcquiredCondition},
+		Owned:   []string{ichorv1alpha1.ReadyCondition, ichorv1alpha1.LockAcquiredCondition, ichorv1alpha1.PreChecksPassedCondition},
 		Primary: true,
 		OwnStatus: func(dst, src *ichorv1alpha1.TalosOperation) {
 			conds, gen := dst.Status.Conditions, dst.Status.ObservedGeneration
@@ -182,7 +183,7 @@ func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.Talo
 		},
 		Summarize: summarize,
 		Phases: []ichorreconcile.Phase[*ichorv1alpha1.TalosOperation]{
-			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.selectPhase, r.rolloutPhase,
+			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.selectPhase, r.precheckPhase, r.rolloutPhase,
 		},
 	}
 }

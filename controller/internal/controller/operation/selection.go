@@ -120,10 +120,18 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 	}
 
 	op.Status.Step = opStepRollout
+	what := "rolling the rendered configuration out to"
+
+	if isTalos(op) {
+		op.Status.Step = opStepPreCheck
+		version, _ := talosTarget(op, s.Cluster)
+		what = "upgrading Talos to " + version + " on"
+	}
+
 	op.Status.ProgressSequence++
 	setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason,
-		fmt.Sprintf("rolling the rendered configuration out to %d machine(s): control planes first, one at a time; then workers, %d at a time (spec.maxUnavailable)",
-			len(ms), workerBudget(op)))
+		fmt.Sprintf("%s %d machine(s): control planes first, one at a time; then workers, %d at a time (spec.maxUnavailable)",
+			what, len(ms), workerBudget(op)))
 
 	return ichorreconcile.NextStep(), nil
 }

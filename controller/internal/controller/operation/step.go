@@ -26,7 +26,13 @@ func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1
 	if mp.Phase == ichorv1alpha1.MachinePending {
 		now := metav1.NewTime(r.now())
 		mp.Phase, mp.StartedAt = ichorv1alpha1.MachineInProgress, &now
-		r.next(op, mp, stepPlan, "")
+
+		first := stepPlan
+		if isTalos(op) {
+			first = stepCheck
+		}
+
+		r.next(op, mp, first, "")
 	}
 
 	st, err := machinestate.Load(ctx, r.Client, r.APIReader, m)
@@ -57,6 +63,16 @@ func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1
 		return w.uncordon(ctx)
 	case stepWaitAPIServer, stepAPIServerDown, stepAPIServerBack:
 		return w.waitAPIServer(ctx)
+	case stepCheck:
+		return w.check(ctx)
+	case stepUpgrade:
+		return w.upgrade(ctx)
+	case stepUpgrading:
+		return w.upgradeUnknown()
+	case stepRebootUpgrade:
+		return w.rebootUpgrade(ctx)
+	case stepWaitUpgrade:
+		return w.waitUpgrade(ctx)
 	default:
 		r.fail(op, mp, mp.Step, "unknown step "+mp.Step)
 

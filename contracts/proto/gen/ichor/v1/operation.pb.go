@@ -23,6 +23,344 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// VersionCandidate is one version an upgrade may move to.
+type VersionCandidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The release, for example v1.14.2.
+	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Recommended, Patch or Next minor.
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// True for the newest patch of the running minor.
+	Default       bool `protobuf:"varint,3,opt,name=default,proto3" json:"default,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VersionCandidate) Reset() {
+	*x = VersionCandidate{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VersionCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VersionCandidate) ProtoMessage() {}
+
+func (x *VersionCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VersionCandidate.ProtoReflect.Descriptor instead.
+func (*VersionCandidate) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *VersionCandidate) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *VersionCandidate) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *VersionCandidate) GetDefault() bool {
+	if x != nil {
+		return x.Default
+	}
+	return false
+}
+
+// PreviewTalosUpgradeRequest names the version to check; empty checks none.
+type PreviewTalosUpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target Talos version, for example v1.14.2.
+	Version       string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewTalosUpgradeRequest) Reset() {
+	*x = PreviewTalosUpgradeRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewTalosUpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewTalosUpgradeRequest) ProtoMessage() {}
+
+func (x *PreviewTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewTalosUpgradeRequest.ProtoReflect.Descriptor instead.
+func (*PreviewTalosUpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PreviewTalosUpgradeRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// PreviewTalosUpgradeResponse is the dialog's content.
+type PreviewTalosUpgradeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster: what the confirmation must repeat.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// spec.talosVersion.
+	Current string `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
+	// The candidates: Recommended, Patch, then Next minor, newest first within each.
+	Candidates []*VersionCandidate `protobuf:"bytes,3,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// The release source (an Image Factory) the candidates were read from.
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// When the release source was last read.
+	CheckedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
+	// Why the release source could not be read, when it could not.
+	SourceMessage string `protobuf:"bytes,6,opt,name=source_message,json=sourceMessage,proto3" json:"source_message,omitempty"`
+	// The version checked, normalized; empty when none was given.
+	Version string `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	// What refuses that version (empty: it may be started).
+	Refusals []*Refusal `protobuf:"bytes,8,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// The talos operation of the cluster that has not finished, if any.
+	Unfinished    *Operation `protobuf:"bytes,9,opt,name=unfinished,proto3" json:"unfinished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewTalosUpgradeResponse) Reset() {
+	*x = PreviewTalosUpgradeResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewTalosUpgradeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewTalosUpgradeResponse) ProtoMessage() {}
+
+func (x *PreviewTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewTalosUpgradeResponse.ProtoReflect.Descriptor instead.
+func (*PreviewTalosUpgradeResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PreviewTalosUpgradeResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *PreviewTalosUpgradeResponse) GetCurrent() string {
+	if x != nil {
+		return x.Current
+	}
+	return ""
+}
+
+func (x *PreviewTalosUpgradeResponse) GetCandidates() []*VersionCandidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+func (x *PreviewTalosUpgradeResponse) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PreviewTalosUpgradeResponse) GetCheckedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckedAt
+	}
+	return nil
+}
+
+func (x *PreviewTalosUpgradeResponse) GetSourceMessage() string {
+	if x != nil {
+		return x.SourceMessage
+	}
+	return ""
+}
+
+func (x *PreviewTalosUpgradeResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *PreviewTalosUpgradeResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewTalosUpgradeResponse) GetUnfinished() *Operation {
+	if x != nil {
+		return x.Unfinished
+	}
+	return nil
+}
+
+// StartTalosUpgradeRequest asks for a Talos upgrade.
+type StartTalosUpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target Talos version.
+	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	// The served cluster's name, typed by the user: their consent.
+	ConfirmClusterName string `protobuf:"bytes,2,opt,name=confirm_cluster_name,json=confirmClusterName,proto3" json:"confirm_cluster_name,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *StartTalosUpgradeRequest) Reset() {
+	*x = StartTalosUpgradeRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartTalosUpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartTalosUpgradeRequest) ProtoMessage() {}
+
+func (x *StartTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartTalosUpgradeRequest.ProtoReflect.Descriptor instead.
+func (*StartTalosUpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StartTalosUpgradeRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StartTalosUpgradeRequest) GetConfirmClusterName() string {
+	if x != nil {
+		return x.ConfirmClusterName
+	}
+	return ""
+}
+
+// StartTalosUpgradeResponse says what was written.
+type StartTalosUpgradeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// spec.talosVersion before.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// spec.talosVersion now.
+	To            string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartTalosUpgradeResponse) Reset() {
+	*x = StartTalosUpgradeResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartTalosUpgradeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartTalosUpgradeResponse) ProtoMessage() {}
+
+func (x *StartTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartTalosUpgradeResponse.ProtoReflect.Descriptor instead.
+func (*StartTalosUpgradeResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StartTalosUpgradeResponse) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *StartTalosUpgradeResponse) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
 // Operation is a TalosOperation as the UI shows it.
 type Operation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -60,7 +398,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[0]
+	mi := &file_ichor_v1_operation_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -72,7 +410,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[0]
+	mi := &file_ichor_v1_operation_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -85,7 +423,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{0}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Operation) GetName() string {
@@ -201,7 +539,7 @@ type OperationMachine struct {
 
 func (x *OperationMachine) Reset() {
 	*x = OperationMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[1]
+	mi := &file_ichor_v1_operation_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -213,7 +551,7 @@ func (x *OperationMachine) String() string {
 func (*OperationMachine) ProtoMessage() {}
 
 func (x *OperationMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[1]
+	mi := &file_ichor_v1_operation_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -226,7 +564,7 @@ func (x *OperationMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMachine.ProtoReflect.Descriptor instead.
 func (*OperationMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{1}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OperationMachine) GetName() string {
@@ -259,7 +597,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[2]
+	mi := &file_ichor_v1_operation_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +609,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[2]
+	mi := &file_ichor_v1_operation_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +622,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{2}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{7}
 }
 
 // ListOperationsResponse is the operations, newest first.
@@ -298,7 +636,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[3]
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +648,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[3]
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +661,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{3}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -344,7 +682,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +694,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +707,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -390,7 +728,7 @@ type GetOperationResponse struct {
 
 func (x *GetOperationResponse) Reset() {
 	*x = GetOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +740,7 @@ func (x *GetOperationResponse) String() string {
 func (*GetOperationResponse) ProtoMessage() {}
 
 func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +753,7 @@ func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationResponse.ProtoReflect.Descriptor instead.
 func (*GetOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetOperationResponse) GetOperation() *Operation {
@@ -436,7 +774,7 @@ type PauseOperationRequest struct {
 
 func (x *PauseOperationRequest) Reset() {
 	*x = PauseOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +786,7 @@ func (x *PauseOperationRequest) String() string {
 func (*PauseOperationRequest) ProtoMessage() {}
 
 func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +799,7 @@ func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationRequest.ProtoReflect.Descriptor instead.
 func (*PauseOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PauseOperationRequest) GetName() string {
@@ -482,7 +820,7 @@ type PauseOperationResponse struct {
 
 func (x *PauseOperationResponse) Reset() {
 	*x = PauseOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +832,7 @@ func (x *PauseOperationResponse) String() string {
 func (*PauseOperationResponse) ProtoMessage() {}
 
 func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +845,7 @@ func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationResponse.ProtoReflect.Descriptor instead.
 func (*PauseOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PauseOperationResponse) GetOperation() *Operation {
@@ -528,7 +866,7 @@ type ResumeOperationRequest struct {
 
 func (x *ResumeOperationRequest) Reset() {
 	*x = ResumeOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +878,7 @@ func (x *ResumeOperationRequest) String() string {
 func (*ResumeOperationRequest) ProtoMessage() {}
 
 func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +891,7 @@ func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResumeOperationRequest) GetName() string {
@@ -574,7 +912,7 @@ type ResumeOperationResponse struct {
 
 func (x *ResumeOperationResponse) Reset() {
 	*x = ResumeOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +924,7 @@ func (x *ResumeOperationResponse) String() string {
 func (*ResumeOperationResponse) ProtoMessage() {}
 
 func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +937,7 @@ func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResumeOperationResponse) GetOperation() *Operation {
@@ -630,7 +968,7 @@ type RolloutMachine struct {
 
 func (x *RolloutMachine) Reset() {
 	*x = RolloutMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +980,7 @@ func (x *RolloutMachine) String() string {
 func (*RolloutMachine) ProtoMessage() {}
 
 func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +993,7 @@ func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutMachine.ProtoReflect.Descriptor instead.
 func (*RolloutMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RolloutMachine) GetName() string {
@@ -712,7 +1050,7 @@ type PreviewConfigRolloutRequest struct {
 
 func (x *PreviewConfigRolloutRequest) Reset() {
 	*x = PreviewConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +1062,7 @@ func (x *PreviewConfigRolloutRequest) String() string {
 func (*PreviewConfigRolloutRequest) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +1075,7 @@ func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PreviewConfigRolloutRequest) GetSelector() string {
@@ -772,7 +1110,7 @@ type PreviewConfigRolloutResponse struct {
 
 func (x *PreviewConfigRolloutResponse) Reset() {
 	*x = PreviewConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +1122,7 @@ func (x *PreviewConfigRolloutResponse) String() string {
 func (*PreviewConfigRolloutResponse) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +1135,7 @@ func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PreviewConfigRolloutResponse) GetCluster() string {
@@ -855,7 +1193,7 @@ type PrivilegedPatch struct {
 
 func (x *PrivilegedPatch) Reset() {
 	*x = PrivilegedPatch{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +1205,7 @@ func (x *PrivilegedPatch) String() string {
 func (*PrivilegedPatch) ProtoMessage() {}
 
 func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1218,7 @@ func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrivilegedPatch.ProtoReflect.Descriptor instead.
 func (*PrivilegedPatch) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PrivilegedPatch) GetName() string {
@@ -911,7 +1249,7 @@ type StartConfigRolloutRequest struct {
 
 func (x *StartConfigRolloutRequest) Reset() {
 	*x = StartConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1261,7 @@ func (x *StartConfigRolloutRequest) String() string {
 func (*StartConfigRolloutRequest) ProtoMessage() {}
 
 func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1274,7 @@ func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StartConfigRolloutRequest) GetSelector() string {
@@ -966,7 +1304,7 @@ type StartConfigRolloutResponse struct {
 
 func (x *StartConfigRolloutResponse) Reset() {
 	*x = StartConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1316,7 @@ func (x *StartConfigRolloutResponse) String() string {
 func (*StartConfigRolloutResponse) ProtoMessage() {}
 
 func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1329,7 @@ func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StartConfigRolloutResponse) GetOperation() *Operation {
@@ -1012,7 +1350,34 @@ var File_ichor_v1_operation_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\n" +
-	"\x18ichor/v1/operation.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ichor/v1/cluster.proto\"\x8d\x04\n" +
+	"\x18ichor/v1/operation.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ichor/v1/cluster.proto\x1a\x15ichor/v1/errors.proto\"\\\n" +
+	"\x10VersionCandidate\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
+	"\adefault\x18\x03 \x01(\bR\adefault\"6\n" +
+	"\x1aPreviewTalosUpgradeRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\"\x85\x03\n" +
+	"\x1bPreviewTalosUpgradeResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
+	"\acurrent\x18\x02 \x01(\tR\acurrent\x12:\n" +
+	"\n" +
+	"candidates\x18\x03 \x03(\v2\x1a.ichor.v1.VersionCandidateR\n" +
+	"candidates\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x129\n" +
+	"\n" +
+	"checked_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckedAt\x12%\n" +
+	"\x0esource_message\x18\x06 \x01(\tR\rsourceMessage\x12\x18\n" +
+	"\aversion\x18\a \x01(\tR\aversion\x12-\n" +
+	"\brefusals\x18\b \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x123\n" +
+	"\n" +
+	"unfinished\x18\t \x01(\v2\x13.ichor.v1.OperationR\n" +
+	"unfinished\"p\n" +
+	"\x18StartTalosUpgradeRequest\x12\x1d\n" +
+	"\aversion\x18\x01 \x01(\tB\x03\xe0A\x02R\aversion\x125\n" +
+	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"?\n" +
+	"\x19StartTalosUpgradeResponse\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\"\x8d\x04\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
@@ -1081,14 +1446,16 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x85\x01\n" +
 	"\x1aStartConfigRolloutResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\x124\n" +
-	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xa9\x06\n" +
+	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xce\b\n" +
 	"\x10OperationService\x12o\n" +
 	"\x0eListOperations\x12\x1f.ichor.v1.ListOperationsRequest\x1a .ichor.v1.ListOperationsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/operations\x12p\n" +
 	"\fGetOperation\x12\x1d.ichor.v1.GetOperationRequest\x1a\x1e.ichor.v1.GetOperationResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/operations/{name}\x12\x7f\n" +
 	"\x0ePauseOperation\x12\x1f.ichor.v1.PauseOperationRequest\x1a .ichor.v1.PauseOperationResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/api/v1/operations/{name}:pause\x12\x83\x01\n" +
 	"\x0fResumeOperation\x12 .ichor.v1.ResumeOperationRequest\x1a!.ichor.v1.ResumeOperationResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /api/v1/operations/{name}:resume\x12\x96\x01\n" +
 	"\x14PreviewConfigRollout\x12%.ichor.v1.PreviewConfigRolloutRequest\x1a&.ichor.v1.PreviewConfigRolloutResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/operations:previewConfigRollout\x12\x91\x01\n" +
-	"\x12StartConfigRollout\x12#.ichor.v1.StartConfigRolloutRequest\x1a$.ichor.v1.StartConfigRolloutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startConfigRolloutBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\x12StartConfigRollout\x12#.ichor.v1.StartConfigRolloutRequest\x1a$.ichor.v1.StartConfigRolloutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startConfigRollout\x12\x92\x01\n" +
+	"\x13PreviewTalosUpgrade\x12$.ichor.v1.PreviewTalosUpgradeRequest\x1a%.ichor.v1.PreviewTalosUpgradeResponse\".\x82\xd3\xe4\x93\x02(\x12&/api/v1/operations:previewTalosUpgrade\x12\x8d\x01\n" +
+	"\x11StartTalosUpgrade\x12\".ichor.v1.StartTalosUpgradeRequest\x1a#.ichor.v1.StartTalosUpgradeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/api/v1/operations:startTalosUpgradeBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_operation_proto_rawDescOnce sync.Once
@@ -1102,59 +1469,73 @@ func file_ichor_v1_operation_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_operation_proto_rawDescData
 }
 
-var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ichor_v1_operation_proto_goTypes = []any{
-	(*Operation)(nil),                    // 0: ichor.v1.Operation
-	(*OperationMachine)(nil),             // 1: ichor.v1.OperationMachine
-	(*ListOperationsRequest)(nil),        // 2: ichor.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),       // 3: ichor.v1.ListOperationsResponse
-	(*GetOperationRequest)(nil),          // 4: ichor.v1.GetOperationRequest
-	(*GetOperationResponse)(nil),         // 5: ichor.v1.GetOperationResponse
-	(*PauseOperationRequest)(nil),        // 6: ichor.v1.PauseOperationRequest
-	(*PauseOperationResponse)(nil),       // 7: ichor.v1.PauseOperationResponse
-	(*ResumeOperationRequest)(nil),       // 8: ichor.v1.ResumeOperationRequest
-	(*ResumeOperationResponse)(nil),      // 9: ichor.v1.ResumeOperationResponse
-	(*RolloutMachine)(nil),               // 10: ichor.v1.RolloutMachine
-	(*PreviewConfigRolloutRequest)(nil),  // 11: ichor.v1.PreviewConfigRolloutRequest
-	(*PreviewConfigRolloutResponse)(nil), // 12: ichor.v1.PreviewConfigRolloutResponse
-	(*PrivilegedPatch)(nil),              // 13: ichor.v1.PrivilegedPatch
-	(*StartConfigRolloutRequest)(nil),    // 14: ichor.v1.StartConfigRolloutRequest
-	(*StartConfigRolloutResponse)(nil),   // 15: ichor.v1.StartConfigRolloutResponse
-	(*timestamppb.Timestamp)(nil),        // 16: google.protobuf.Timestamp
-	(*Condition)(nil),                    // 17: ichor.v1.Condition
+	(*VersionCandidate)(nil),             // 0: ichor.v1.VersionCandidate
+	(*PreviewTalosUpgradeRequest)(nil),   // 1: ichor.v1.PreviewTalosUpgradeRequest
+	(*PreviewTalosUpgradeResponse)(nil),  // 2: ichor.v1.PreviewTalosUpgradeResponse
+	(*StartTalosUpgradeRequest)(nil),     // 3: ichor.v1.StartTalosUpgradeRequest
+	(*StartTalosUpgradeResponse)(nil),    // 4: ichor.v1.StartTalosUpgradeResponse
+	(*Operation)(nil),                    // 5: ichor.v1.Operation
+	(*OperationMachine)(nil),             // 6: ichor.v1.OperationMachine
+	(*ListOperationsRequest)(nil),        // 7: ichor.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),       // 8: ichor.v1.ListOperationsResponse
+	(*GetOperationRequest)(nil),          // 9: ichor.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),         // 10: ichor.v1.GetOperationResponse
+	(*PauseOperationRequest)(nil),        // 11: ichor.v1.PauseOperationRequest
+	(*PauseOperationResponse)(nil),       // 12: ichor.v1.PauseOperationResponse
+	(*ResumeOperationRequest)(nil),       // 13: ichor.v1.ResumeOperationRequest
+	(*ResumeOperationResponse)(nil),      // 14: ichor.v1.ResumeOperationResponse
+	(*RolloutMachine)(nil),               // 15: ichor.v1.RolloutMachine
+	(*PreviewConfigRolloutRequest)(nil),  // 16: ichor.v1.PreviewConfigRolloutRequest
+	(*PreviewConfigRolloutResponse)(nil), // 17: ichor.v1.PreviewConfigRolloutResponse
+	(*PrivilegedPatch)(nil),              // 18: ichor.v1.PrivilegedPatch
+	(*StartConfigRolloutRequest)(nil),    // 19: ichor.v1.StartConfigRolloutRequest
+	(*StartConfigRolloutResponse)(nil),   // 20: ichor.v1.StartConfigRolloutResponse
+	(*timestamppb.Timestamp)(nil),        // 21: google.protobuf.Timestamp
+	(*Refusal)(nil),                      // 22: ichor.v1.Refusal
+	(*Condition)(nil),                    // 23: ichor.v1.Condition
 }
 var file_ichor_v1_operation_proto_depIdxs = []int32{
-	16, // 0: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	16, // 1: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	16, // 2: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	17, // 3: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
-	1,  // 4: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
-	0,  // 5: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
-	0,  // 6: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
-	0,  // 7: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
-	0,  // 8: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
-	10, // 9: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	0,  // 10: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
-	13, // 11: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
-	0,  // 12: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
-	10, // 13: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	2,  // 14: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	4,  // 15: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	6,  // 16: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	8,  // 17: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	11, // 18: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
-	14, // 19: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
-	3,  // 20: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	5,  // 21: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	7,  // 22: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	9,  // 23: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	12, // 24: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
-	15, // 25: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 0: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	21, // 1: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	22, // 2: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	5,  // 3: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	21, // 4: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	21, // 5: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	21, // 6: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	23, // 7: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	6,  // 8: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
+	5,  // 9: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
+	5,  // 10: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
+	5,  // 11: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
+	5,  // 12: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
+	15, // 13: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	5,  // 14: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
+	18, // 15: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
+	5,  // 16: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	15, // 17: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	7,  // 18: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	9,  // 19: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	11, // 20: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	13, // 21: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	16, // 22: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	19, // 23: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	1,  // 24: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
+	3,  // 25: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
+	8,  // 26: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	10, // 27: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	12, // 28: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	14, // 29: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	17, // 30: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	20, // 31: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	2,  // 32: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
+	4,  // 33: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }
@@ -1163,13 +1544,14 @@ func file_ichor_v1_operation_proto_init() {
 		return
 	}
 	file_ichor_v1_cluster_proto_init()
+	file_ichor_v1_errors_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_operation_proto_rawDesc), len(file_ichor_v1_operation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

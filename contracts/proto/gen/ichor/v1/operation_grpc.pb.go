@@ -25,6 +25,8 @@ const (
 	OperationService_ResumeOperation_FullMethodName      = "/ichor.v1.OperationService/ResumeOperation"
 	OperationService_PreviewConfigRollout_FullMethodName = "/ichor.v1.OperationService/PreviewConfigRollout"
 	OperationService_StartConfigRollout_FullMethodName   = "/ichor.v1.OperationService/StartConfigRollout"
+	OperationService_PreviewTalosUpgrade_FullMethodName  = "/ichor.v1.OperationService/PreviewTalosUpgrade"
+	OperationService_StartTalosUpgrade_FullMethodName    = "/ichor.v1.OperationService/StartTalosUpgrade"
 )
 
 // OperationServiceClient is the client API for OperationService service.
@@ -54,6 +56,14 @@ type OperationServiceClient interface {
 	// waits, no other config rollout of the cluster is unfinished, and the
 	// typed cluster name confirms it.
 	StartConfigRollout(ctx context.Context, in *StartConfigRolloutRequest, opts ...grpc.CallOption) (*StartConfigRolloutResponse, error)
+	// PreviewTalosUpgrade is what the upgrade dialog shows: the candidates the
+	// controller found (grouped, the default marked), and, for a version typed
+	// or chosen, the checks `ichor upgrade talos VERSION` makes. It changes nothing.
+	PreviewTalosUpgrade(ctx context.Context, in *PreviewTalosUpgradeRequest, opts ...grpc.CallOption) (*PreviewTalosUpgradeResponse, error)
+	// StartTalosUpgrade sets the served cluster's spec.talosVersion as the
+	// signed-in user, after the same checks and the typed cluster name; the
+	// controller then starts the talos operation.
+	StartTalosUpgrade(ctx context.Context, in *StartTalosUpgradeRequest, opts ...grpc.CallOption) (*StartTalosUpgradeResponse, error)
 }
 
 type operationServiceClient struct {
@@ -124,6 +134,26 @@ func (c *operationServiceClient) StartConfigRollout(ctx context.Context, in *Sta
 	return out, nil
 }
 
+func (c *operationServiceClient) PreviewTalosUpgrade(ctx context.Context, in *PreviewTalosUpgradeRequest, opts ...grpc.CallOption) (*PreviewTalosUpgradeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewTalosUpgradeResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewTalosUpgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartTalosUpgrade(ctx context.Context, in *StartTalosUpgradeRequest, opts ...grpc.CallOption) (*StartTalosUpgradeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartTalosUpgradeResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartTalosUpgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperationServiceServer is the server API for OperationService service.
 // All implementations must embed UnimplementedOperationServiceServer
 // for forward compatibility.
@@ -151,6 +181,14 @@ type OperationServiceServer interface {
 	// waits, no other config rollout of the cluster is unfinished, and the
 	// typed cluster name confirms it.
 	StartConfigRollout(context.Context, *StartConfigRolloutRequest) (*StartConfigRolloutResponse, error)
+	// PreviewTalosUpgrade is what the upgrade dialog shows: the candidates the
+	// controller found (grouped, the default marked), and, for a version typed
+	// or chosen, the checks `ichor upgrade talos VERSION` makes. It changes nothing.
+	PreviewTalosUpgrade(context.Context, *PreviewTalosUpgradeRequest) (*PreviewTalosUpgradeResponse, error)
+	// StartTalosUpgrade sets the served cluster's spec.talosVersion as the
+	// signed-in user, after the same checks and the typed cluster name; the
+	// controller then starts the talos operation.
+	StartTalosUpgrade(context.Context, *StartTalosUpgradeRequest) (*StartTalosUpgradeResponse, error)
 	mustEmbedUnimplementedOperationServiceServer()
 }
 
@@ -178,6 +216,12 @@ func (UnimplementedOperationServiceServer) PreviewConfigRollout(context.Context,
 }
 func (UnimplementedOperationServiceServer) StartConfigRollout(context.Context, *StartConfigRolloutRequest) (*StartConfigRolloutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartConfigRollout not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewTalosUpgrade(context.Context, *PreviewTalosUpgradeRequest) (*PreviewTalosUpgradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewTalosUpgrade not implemented")
+}
+func (UnimplementedOperationServiceServer) StartTalosUpgrade(context.Context, *StartTalosUpgradeRequest) (*StartTalosUpgradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartTalosUpgrade not implemented")
 }
 func (UnimplementedOperationServiceServer) mustEmbedUnimplementedOperationServiceServer() {}
 func (UnimplementedOperationServiceServer) testEmbeddedByValue()                          {}
@@ -308,6 +352,42 @@ func _OperationService_StartConfigRollout_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperationService_PreviewTalosUpgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewTalosUpgradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewTalosUpgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewTalosUpgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewTalosUpgrade(ctx, req.(*PreviewTalosUpgradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartTalosUpgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartTalosUpgradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartTalosUpgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartTalosUpgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartTalosUpgrade(ctx, req.(*StartTalosUpgradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperationService_ServiceDesc is the grpc.ServiceDesc for OperationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -338,6 +418,14 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartConfigRollout",
 			Handler:    _OperationService_StartConfigRollout_Handler,
+		},
+		{
+			MethodName: "PreviewTalosUpgrade",
+			Handler:    _OperationService_PreviewTalosUpgrade_Handler,
+		},
+		{
+			MethodName: "StartTalosUpgrade",
+			Handler:    _OperationService_StartTalosUpgrade_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

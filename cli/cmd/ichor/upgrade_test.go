@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+// `ichor upgrade talos --list` prints the candidates the controller recorded,
+// grouped, the default marked; `ichor upgrade talos VERSION` refuses a
+// downgrade and a second upgrade while one is unfinished (nothing written),
+// and otherwise sets spec.talosVersion (the controller starts the operation).
+func TestUpgradeTalos(t *testing.T) {
+	ns := namespace(t, "upgrade-talos")
+	c := newCluster(ns, "prod")
+	must(t, k8s.Create(context.Background(), c))
+
+	mustSucceed(t, ichor(t, "upgrade", "talos", "--list", "-n", ns)) // not read yet: says so
+
+	checked := metav1.NewTime(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	c.Status.TalosUpgrade = ichorv1alpha1.TalosUpgradeStatus{
+		Source: "https://factory.talos.dev", CheckedAt: &checked, Version: "v1.14.1",
+		Candidates: []ichorv1alpha1.VersionCandidate{
+			{Version: "v1.14.3", Group: ichorv1alpha1.CandidatePatch, Default: true},
+			{Version: "v1.14.2", Group: ichorv1alpha1.CandidatePatch},
+		},
+	}
+	must(t, k8s.Status().Update(context.Background(), c))
+
+	out := mustSucceed(t, ichor(t, "upgrade", "talos", "--list", "-n", ns)).stdout
+	if !strings.Contains(out, "GROUP") || !strings.Contains(out, "v1.14.3") || !strings.Contains(out, "*") ||
+		strings.Index(out, "v1.14.3") > strings.Index(out, "v1.14.2") {
+		t.Fatalf("--list printed:\n%s", out)
+	}
+
+	mustFail(t, ichor(t, "upgrade", "talos", "-n", ns, "-y"), "needs a VERSION", "the default is v1.14.3")
+	mustFail(t, ichor(t, "upgrade", "talos", "v1.14.0", "-n", ns, "-y"), "spec.talosVersion", "downgrade", "nothing was changed")
+
+	op := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "talos-running"},
+		Spec: ichorv1alpha1.TalosOperationSpec{ClusterName: "prod", Type: ichorv1alpha1.OperationTalos,
+			Talos: &ichorv1alpha1.TalosUpgrade{Version: "v1.14.2"}},
+	}
+	createOperation(t, op)
+	mustFail(t, ichor(t, "upgrade", "talos", "v1.14.3", "-n", ns, "-y"), "talos-running", "has not finished")
+	if got := getTalosVersion(t, ns); got != "v1.14.1" {
+		t.Fatalf("a refused upgrade wrote spec.talosVersion %s", got)
+	}
+
+	must(t, k8s.Delete(context.Background(), op))
+	mustSucceed(t, ichor(t, "upgrade", "talos", "v1.14.3", "-n", ns, "-y"))
+	if got := getTalosVersion(t, ns); got != "v1.14.3" {
+		t.Fatalf("spec.talosVersion %s after the upgrade", got)
+	}
+}
+
+func getTalosVersion(t *testing.T, ns string) string {
+	t.Helper()
+	c := &ichorv1alpha1.TalosCluster{}
+	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "prod"}, c))
+	return c.Spec.TalosVersion
+}

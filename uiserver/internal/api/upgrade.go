@@ -1,0 +1,125 @@
+package api
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+)
+
+// normalizeVersion accepts 1.14.2 for v1.14.2, as people type it.
+func normalizeVersion(v string) string {
+	v = strings.TrimSpace(v)
+	if v != "" && !strings.HasPrefix(v, "v") {
+		v = "v" + v
+	}
+
+	return v
+}
+
+// PreviewTalosUpgrade implements OperationService: the served cluster's
+// candidates (status.talosUpgrade, which the controller reads from the
+// release source) and, for a version, the checks of `ichor upgrade talos`
+// (guard.CheckTalosUpgrade), so that a typed version not in the list is
+// validated by the server the same way.
+func (s *OperationService) PreviewTalosUpgrade(ctx context.Context, req *ichorv1.PreviewTalosUpgradeRequest) (*ichorv1.PreviewTalosUpgradeResponse, error) {
+	const what = "planning a Talos upgrade"
+
+	for _, res := range []string{resClusters, resOperations} {
+		if err := s.Clients.Authorize(ctx, "list", res); err != nil {
+			return nil, apiError(ctx, err, what)
+		}
+	}
+
+	c := &ichorv1alpha1.TalosCluster{}
+	if err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: s.ClusterName}, c); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	ops := &ichorv1alpha1.TalosOperationList{}
+	if err := s.Clients.Cache.List(ctx, ops, client.InNamespace(s.Clients.Namespace)); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	u := c.Status.TalosUpgrade
+	out := &ichorv1.PreviewTalosUpgradeResponse{
+		Cluster: s.ClusterName, Current: c.Spec.TalosVersion, Source: u.Source, SourceMessage: u.Message,
+		CheckedAt: ts(u.CheckedAt), Version: normalizeVersion(req.GetVersion()),
+	}
+
+	for _, cand := range u.Candidates {
+		out.Candidates = append(out.Candidates, &ichorv1.VersionCandidate{Version: cand.Version, Group: cand.Group, Default: cand.Default})
+	}
+
+	for i := range ops.Items {
+		op := &ops.Items[i]
+		if op.Spec.ClusterName == s.ClusterName && op.Spec.Type == ichorv1alpha1.OperationTalos &&
+			op.Status.Phase != ichorv1alpha1.OperationSucceeded && op.Status.Phase != ichorv1alpha1.OperationFailed {
+			out.Unfinished = operationToProto(op)
+		}
+	}
+
+	if out.Version != "" {
+		for _, r := range guard.CheckTalosUpgrade(c, ops.Items, out.Version) {
+			out.Refusals = append(out.Refusals, &ichorv1.Refusal{Field: r.Field, Rule: r.Rule, WayOut: r.WayOut, Overridable: r.Overridable})
+		}
+	}
+
+	return out, nil
+}
+
+// StartTalosUpgrade implements OperationService: after the typed cluster name
+// and guard.CheckTalosUpgrade (on the cluster and operations fresh from the
+// API server, as the user), it sets spec.talosVersion as the signed-in user,
+// so the API server's RBAC and the admission webhook decide as for the CLI.
+// The controller starts the talos operation.
+func (s *OperationService) StartTalosUpgrade(ctx context.Context, req *ichorv1.StartTalosUpgradeRequest) (*ichorv1.StartTalosUpgradeResponse, error) {
+	version := normalizeVersion(req.GetVersion())
+	what := "upgrading cluster " + s.ClusterName + " to Talos " + version
+
+	if version == "" {
+		return nil, invalid("version is required: choose one of the candidates or type one, such as v1.14.2; nothing was changed")
+	}
+
+	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
+		if got == "" {
+			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was changed", what, s.ClusterName)
+		}
+
+		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was changed", what, got, s.ClusterName)
+	}
+
+	ops := &ichorv1alpha1.TalosOperationList{}
+	if err := s.Clients.User.List(ctx, ops, client.InNamespace(s.Clients.Namespace)); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	var from string
+
+	c := &ichorv1alpha1.TalosCluster{}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := s.Clients.User.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: s.ClusterName}, c); err != nil {
+			return err
+		}
+
+		if rs := guard.CheckTalosUpgrade(c, ops.Items, version); len(rs) > 0 {
+			return refused(codes.FailedPrecondition, what, rs)
+		}
+
+		from = c.Spec.TalosVersion
+		c.Spec.TalosVersion = version
+
+		return s.Clients.User.Update(ctx, c)
+	})
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	return &ichorv1.StartTalosUpgradeResponse{From: from, To: version}, nil
+}
