@@ -14,9 +14,6 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
-// usageCluster is the usage of --cluster.
-const usageCluster = "TalosCluster `NAME` (default: the only one in the namespace)"
-
 // flagList prints the candidates of an upgrade.
 const flagList = cmdList
 

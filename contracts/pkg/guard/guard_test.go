@@ -625,6 +625,8 @@ func TestPauseReason(t *testing.T) {
 	if rf := ValidateCluster(cluster(), cluster(withReason("ticket 42")), ClusterFacts{}); len(rf) != 0 {
 		t.Fatalf("a short reason refused: %v", rf)
 	}
+}
+
 func TestCheckTalosUpgrade(t *testing.T) {
 	c := cluster()
 	running := ichorv1alpha1.TalosOperation{
