@@ -27,6 +27,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/clusterstatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
+	"github.com/maeshinshin/ichor/controller/internal/controller/etcdbackup"
 	"github.com/maeshinshin/ichor/controller/internal/controller/impersonation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
@@ -35,8 +36,8 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/servingca"
 	"github.com/maeshinshin/ichor/controller/internal/controller/storagestatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
-	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosupgrade"
+	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
@@ -174,6 +175,8 @@ func main() {
 		{"the TalosStorage status reconciler", &storagestatus.Reconciler{}},
 		// Talos upgrade candidates, and the talos operation a spec.talosVersion change starts.
 		{"the Talos upgrade starter", &talosupgrade.Reconciler{ReleaseSource: releaseSource}},
+		// Scheduled and requested etcd snapshots to S3 (architecture, "Backup, recovery, certificates").
+		{"the TalosEtcdBackup reconciler", &etcdbackup.Reconciler{}},
 		// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.
 		{"the serving CA keeper", &servingca.Keeper{Namespace: namespace}},
 	} {

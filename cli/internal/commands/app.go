@@ -106,6 +106,7 @@ func New() *cli.Command {
 			configCommand(),
 			operationCommand(),
 			upgradeCommand(),
+			etcdCommand(),
 			secretsCommand(),
 			userCommand(),
 			uiCommand(),

@@ -13,6 +13,38 @@ const (
 	StaleCondition = "Stale"
 )
 
+// TalosEtcdBackup condition reasons.
+const (
+	// SnapshotStoredReason: the last snapshot was taken, verified, encrypted and stored.
+	SnapshotStoredReason = "SnapshotStored"
+	// WaitingForFirstSnapshotReason: no snapshot has been attempted yet.
+	WaitingForFirstSnapshotReason = "WaitingForFirstSnapshot"
+	// StoreUnavailableReason: the bucket cannot be reached or used.
+	StoreUnavailableReason = "StoreUnavailable"
+	// CredentialsUnavailableReason: the S3 credentials Secret is missing or incomplete.
+	CredentialsUnavailableReason = "CredentialsUnavailable"
+	// EncryptionKeyUnavailableReason: the age recipients Secret is missing or does not parse.
+	EncryptionKeyUnavailableReason = "EncryptionKeyUnavailable"
+	// NoHealthyControlPlaneReason: no control plane's etcd answered.
+	NoHealthyControlPlaneReason = "NoHealthyControlPlane"
+	// SnapshotFailedReason: reading the snapshot from the node failed.
+	SnapshotFailedReason = "SnapshotFailed"
+	// SnapshotCorruptReason: the snapshot failed etcd's own checks.
+	SnapshotCorruptReason = "SnapshotCorrupt"
+	// UploadFailedReason: storing the encrypted snapshot failed.
+	UploadFailedReason = "UploadFailed"
+	// InvalidScheduleReason: spec.schedule is not a cron expression.
+	InvalidScheduleReason = "InvalidSchedule"
+	// StoreInClusterReason: the store is a Service or an address of the cluster's pod or service range.
+	StoreInClusterReason = "StoreInCluster"
+	// StoreOutsideClusterReason: the store does not live inside the cluster.
+	StoreOutsideClusterReason = "StoreOutsideCluster"
+	// SnapshotOverdueReason: no good snapshot since two scheduled runs.
+	SnapshotOverdueReason = "SnapshotOverdue"
+	// SnapshotRecentReason: the last good snapshot is as recent as the schedule asks.
+	SnapshotRecentReason = "SnapshotRecent"
+)
+
 // TalosEtcdBackupSpec is a backup schedule, destination, retention and encryption.
 type TalosEtcdBackupSpec struct {
 	// clusterName is the TalosCluster, in the same namespace, whose etcd is backed up.
@@ -20,9 +52,11 @@ type TalosEtcdBackupSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	ClusterName string `json:"clusterName"`
-	// schedule is a cron expression (five fields) in UTC.
+	// schedule is when snapshots are taken, in UTC: five cron fields (minute
+	// hour day-of-month month day-of-week, such as "0 */6 * * *"), a
+	// descriptor (@hourly, @daily, @weekly) or @every <duration>.
 	// +required
-	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MinLength=6
 	// +kubebuilder:validation:MaxLength=128
 	Schedule string `json:"schedule"`
 	// s3 is the S3-compatible destination. It must live outside the cluster it backs up.
@@ -31,9 +65,11 @@ type TalosEtcdBackupSpec struct {
 	// retention is how many snapshots are kept.
 	// +optional
 	Retention BackupRetention `json:"retention,omitempty"`
-	// encryptionKeyRef names the Secret that holds the age key snapshots are
-	// encrypted with (snapshots contain Secrets). Setting or changing it needs
-	// `update` on `talosetcdbackups/secret-references`.
+	// encryptionKeyRef names the Secret whose key (default `recipients`) holds
+	// the age recipients snapshots are encrypted to (snapshots contain
+	// Secrets): one age1… recipient per line. Keep the matching identities
+	// outside the cluster; a restore asks for them. Setting or changing it
+	// needs `update` on `talosetcdbackups/secret-references`.
 	// +required
 	EncryptionKeyRef SecretReference `json:"encryptionKeyRef"`
 	// suspend stops scheduled snapshots; a requested one still runs.
@@ -63,7 +99,7 @@ type S3Destination struct {
 	// +kubebuilder:validation:MaxLength=64
 	Region string `json:"region,omitempty"`
 	// credentialsRef names the Secret with the access key (keys accessKeyID and
-	// secretAccessKey). Setting or changing it needs `update` on
+	// secretAccessKey; the ref's key is not used). Setting or changing it needs `update` on
 	// `talosetcdbackups/secret-references`.
 	// +required
 	CredentialsRef SecretReference `json:"credentialsRef"`
@@ -98,6 +134,13 @@ type TalosEtcdBackupStatus struct {
 	// lastSuccessfulTime is when the last verified snapshot was stored.
 	// +optional
 	LastSuccessfulTime *metav1.Time `json:"lastSuccessfulTime,omitempty"`
+	// lastFailureTime is when the last snapshot attempt failed.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
+	// lastFailure says why the last failed attempt failed (no secret in it).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastFailure string `json:"lastFailure,omitempty"`
 	// lastHandledRequest echoes the last backup-requested-at annotation acted on.
 	// +optional
 	LastHandledRequest string `json:"lastHandledRequest,omitempty"`
@@ -123,6 +166,9 @@ type SnapshotInfo struct {
 	// etcdRevision is the etcd revision the snapshot holds.
 	// +optional
 	EtcdRevision int64 `json:"etcdRevision,omitempty"`
+	// node is the control plane the snapshot was read from.
+	// +optional
+	Node string `json:"node,omitempty"`
 }
 
 // TalosEtcdBackup takes verified, encrypted etcd snapshots on a schedule and
@@ -134,6 +180,7 @@ type SnapshotInfo struct {
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`
 // +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule`
 // +kubebuilder:printcolumn:name="Last success",type=date,JSONPath=`.status.lastSuccessfulTime`
+// +kubebuilder:printcolumn:name="Stale",type=string,JSONPath=`.status.conditions[?(@.type=="Stale")].status`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TalosEtcdBackup struct {

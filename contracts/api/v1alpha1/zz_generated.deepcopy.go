@@ -1662,6 +1662,10 @@ func (in *TalosEtcdBackupStatus) DeepCopyInto(out *TalosEtcdBackupStatus) {
 		in, out := &in.LastSuccessfulTime, &out.LastSuccessfulTime
 		*out = (*in).DeepCopy()
 	}
+	if in.LastFailureTime != nil {
+		in, out := &in.LastFailureTime, &out.LastFailureTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Snapshots != nil {
 		in, out := &in.Snapshots, &out.Snapshots
 		*out = make([]SnapshotInfo, len(*in))

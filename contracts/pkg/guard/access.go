@@ -6,6 +6,7 @@ import (
 	"time"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/etcdbackup"
 )
 
 // InstallationRequirements returns the permissions a create (old nil) or update
@@ -31,24 +32,41 @@ func InstallationRequirements(old, inst *ichorv1alpha1.IchorInstallation) []Requ
 	return out
 }
 
-// BackupsRunnable is false while this release takes no etcd backups: a
-// TalosEtcdBackup would be accepted and then nothing would happen.
-const BackupsRunnable = false
-
-// CheckBackupRunnable refuses a new TalosEtcdBackup while this release takes
-// no backups (engineering rule 9: what a release cannot do is refused at
-// admission), saying how to take a snapshot without one.
+// CheckBackupRunnable refuses a TalosEtcdBackup the controller could never
+// run (engineering rule 9: what a release cannot do is refused at
+// admission): a schedule that is not a cron expression in UTC, an S3
+// endpoint that is not a bare http(s) URL. Everything else (the Secrets, the
+// bucket, the cluster) may come later, and the controller reports it.
 func CheckBackupRunnable(b *ichorv1alpha1.TalosEtcdBackup) []Refusal {
-	if BackupsRunnable {
-		return nil
+	var out []Refusal
+	if _, err := etcdbackup.ParseSchedule(b.Spec.Schedule); err != nil {
+		out = append(out, Refusal{
+			Field:  "spec.schedule",
+			Rule:   err.Error() + "; nothing was created",
+			WayOut: `write five cron fields in UTC such as "0 */6 * * *" (every six hours), a descriptor such as @daily, or @every 6h`,
+		})
 	}
+	if _, _, err := etcdbackup.ParseEndpoint(b.Spec.S3.Endpoint); err != nil {
+		out = append(out, Refusal{
+			Field:  "spec.s3.endpoint",
+			Rule:   "the S3 endpoint " + err.Error() + "; nothing was created",
+			WayOut: "set spec.s3.endpoint to the service's URL alone, such as https://s3.example.com:9000, and the key prefix in spec.s3.prefix",
+		})
+	}
+	return out
+}
 
-	return []Refusal{{
-		Field: fieldSpec,
-		Rule:  fmt.Sprintf("this release of Ichor does not take etcd backups, so TalosEtcdBackup %q would never run; nothing was created", b.Name),
-		WayOut: "take a snapshot with `talosctl etcd snapshot FILE` and " + adminTalosconfig +
-			", and keep it beside the cluster's secrets bundle",
-	}}
+// BackupStoreInCluster says why a backup's store lives inside the cluster it
+// backs up ("" when it does not seem to): a Service name or an address in
+// the cluster's pod or service range. Backups still run (with the
+// StoreInCluster warning); a restore into the live cluster refuses such a
+// store, since it writes its marker there after the API server is down.
+func BackupStoreInCluster(b *ichorv1alpha1.TalosEtcdBackup, cluster *ichorv1alpha1.TalosCluster) string {
+	n := etcdbackup.ClusterNetworks{}
+	if cluster != nil {
+		n = etcdbackup.ClusterNetworks{PodSubnets: cluster.Spec.Network.PodSubnets, ServiceSubnets: cluster.Spec.Network.ServiceSubnets, DNSDomain: cluster.Spec.Network.DNSDomain}
+	}
+	return etcdbackup.InCluster(b.Spec.S3.Endpoint, n)
 }
 
 // BackupRequirements returns the permissions a create (old nil) or update of a

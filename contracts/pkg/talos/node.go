@@ -16,6 +16,7 @@ import (
 	stdx509 "crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -175,4 +176,75 @@ func (n *Node) Kubeconfig(ctx context.Context) ([]byte, error) {
 	}
 
 	return b, nil
+}
+
+// EtcdStatus is this node's etcd member as it reports itself.
+type EtcdStatus struct {
+	// MemberID is the member's ID; Leader the ID of the member it follows
+	// (its own when it leads).
+	MemberID, Leader uint64
+	// Errors are the member's alarms and errors as etcd reports them.
+	Errors []string
+	// Learner is true for a member that does not vote yet.
+	Learner bool
+}
+
+// IsLeader reports whether the member leads its cluster.
+func (s *EtcdStatus) IsLeader() bool { return s.MemberID != 0 && s.MemberID == s.Leader }
+
+// EtcdMemberStatus reads this node's etcd member status (Talos's EtcdStatus,
+// machined's v1alpha1_server.go, which answers from the local member's
+// maintenance Status call).
+func (n *Node) EtcdMemberStatus(ctx context.Context) (*EtcdStatus, error) {
+	resp, err := n.c.EtcdStatus(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the etcd status: %w", err)
+	}
+
+	for _, msg := range resp.GetMessages() {
+		st := msg.GetMemberStatus()
+		if st == nil {
+			continue
+		}
+
+		return &EtcdStatus{MemberID: st.GetMemberId(), Leader: st.GetLeader(), Errors: st.GetErrors(), Learner: st.GetIsLearner()}, nil
+	}
+
+	return nil, errors.New("read the etcd status: the node answered with no member status")
+}
+
+// EtcdSnapshot streams a snapshot of this node's etcd member (Talos's
+// EtcdSnapshot, the stream `talosctl etcd snapshot` saves) into w and
+// returns how many bytes it wrote. The stream is etcd's own snapshot: the
+// bbolt database followed by its sha256 (etcd's maintenance Snapshot).
+func (n *Node) EtcdSnapshot(ctx context.Context, w io.Writer) (int64, error) {
+	rd, err := n.c.EtcdSnapshot(ctx, &machine.EtcdSnapshotRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("start the etcd snapshot: %w", err)
+	}
+
+	defer rd.Close() //nolint:errcheck // read-only stream
+
+	written, err := io.Copy(w, rd)
+	if err != nil {
+		return written, fmt.Errorf("read the etcd snapshot: %w", err)
+	}
+
+	return written, nil
+}
+
+// TalosVersion is the Talos version the node runs (its Version call's tag).
+func (n *Node) TalosVersion(ctx context.Context) (string, error) {
+	resp, err := n.c.Version(ctx)
+	if err != nil {
+		return "", fmt.Errorf("read the Talos version: %w", err)
+	}
+
+	for _, msg := range resp.GetMessages() {
+		if v := msg.GetVersion(); v != nil {
+			return v.GetTag(), nil
+		}
+	}
+
+	return "", errors.New("read the Talos version: the node answered with none")
 }

@@ -174,25 +174,46 @@ func TestSecretReferencesNeedTheirOwnVerb(t *testing.T) {
 	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.SecretsBundleRef.Name = "rotated" }))
 }
 
-// Rule 9: this release takes no etcd backups, so a TalosEtcdBackup is
-// refused at admission for everyone, with the way to take a snapshot
-// without it; it is not accepted and then left to do nothing.
-func TestEtcdBackupRefusedWhileBackupsAreNotBuilt(t *testing.T) {
+// Rule 9: a TalosEtcdBackup the controller could never run (a schedule that
+// is not cron, an endpoint with a path) is refused at admission with the way
+// to write it; a runnable one is accepted, and one whose store lives inside
+// the cluster is accepted with a warning (restores will refuse that store).
+func TestEtcdBackupRefusedWhenItCannotRun(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
-	backup := &ichorv1alpha1.TalosEtcdBackup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b"},
-		Spec: ichorv1alpha1.TalosEtcdBackupSpec{
-			ClusterName:      "c",
-			Schedule:         "0 */6 * * *",
-			S3:               ichorv1alpha1.S3Destination{Endpoint: "https://s3.example.com", Bucket: "etcd", CredentialsRef: ichorv1alpha1.SecretReference{Name: "s3"}},
-			EncryptionKeyRef: ichorv1alpha1.SecretReference{Name: "age"},
-		},
+	backup := func(name string, mut func(*ichorv1alpha1.TalosEtcdBackup)) *ichorv1alpha1.TalosEtcdBackup {
+		b := &ichorv1alpha1.TalosEtcdBackup{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: ichorv1alpha1.TalosEtcdBackupSpec{
+				ClusterName:      "c",
+				Schedule:         "0 */6 * * *",
+				S3:               ichorv1alpha1.S3Destination{Endpoint: "https://s3.example.com", Bucket: "etcd", CredentialsRef: ichorv1alpha1.SecretReference{Name: "s3"}},
+				EncryptionKeyRef: ichorv1alpha1.SecretReference{Name: "age"},
+			},
+		}
+		mut(b)
+		return b
 	}
-	for _, c := range []ctrlclient.Client{operator, admin} {
-		refused(t, c.Create(ctx, backup.DeepCopy()), "Invalid", "does not take etcd backups", "talosctl etcd snapshot", "ichor secrets export")
+	refused(t, admin.Create(ctx, backup("cron", func(b *ichorv1alpha1.TalosEtcdBackup) { b.Spec.Schedule = "every six hours" })),
+		"Invalid", "spec.schedule", "not a cron expression", "0 */6 * * *")
+	refused(t, admin.Create(ctx, backup("tz", func(b *ichorv1alpha1.TalosEtcdBackup) { b.Spec.Schedule = "TZ=Europe/Paris 0 3 * * *" })),
+		"Invalid", "spec.schedule", "the schedule is in UTC")
+	refused(t, admin.Create(ctx, backup("path", func(b *ichorv1alpha1.TalosEtcdBackup) { b.Spec.S3.Endpoint = "https://s3.example.com/etcd" })),
+		"Invalid", "spec.s3.endpoint", "spec.s3.prefix")
+
+	adminWarnings.take()
+	testenv.Must(t, admin.Create(ctx, backup("ok", func(*ichorv1alpha1.TalosEtcdBackup) {})))
+	if w := adminWarnings.take(); len(w) != 0 {
+		t.Errorf("a store outside the cluster was warned about: %v", w)
 	}
+	testenv.Must(t, admin.Create(ctx, backup("svc", func(b *ichorv1alpha1.TalosEtcdBackup) { b.Spec.S3.Endpoint = "http://minio.minio.svc:9000" })))
+	if w := strings.Join(adminWarnings.take(), "\n"); !strings.Contains(w, "minio.minio.svc is the name of a Service") || !strings.Contains(w, "restore into the live cluster will be refused") {
+		t.Errorf("no StoreInCluster warning for a Service store: %q", w)
+	}
+	// An update that breaks the schedule is refused too.
+	err := update(t, admin, backup("ok", func(*ichorv1alpha1.TalosEtcdBackup) {}), func(b *ichorv1alpha1.TalosEtcdBackup) { b.Spec.Schedule = "61 * * * *" })
+	refused(t, err, "Invalid", "spec.schedule")
 }
 
 // Rule: Cilium values need update on talosclusters/cilium-values and may not set Ichor-owned keys.

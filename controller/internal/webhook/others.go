@@ -80,11 +80,36 @@ func (v *backupValidator) subject(b *ichorv1alpha1.TalosEtcdBackup) subject {
 }
 
 func (v *backupValidator) ValidateCreate(ctx context.Context, b *ichorv1alpha1.TalosEtcdBackup) (admission.Warnings, error) {
-	return v.decide(ctx, v.subject(b), guard.CheckBackupRunnable(b), guard.BackupRequirements(nil, b))
+	return v.withStoreWarning(ctx, b)(v.decide(ctx, v.subject(b), guard.CheckBackupRunnable(b), guard.BackupRequirements(nil, b)))
 }
 
 func (v *backupValidator) ValidateUpdate(ctx context.Context, old, b *ichorv1alpha1.TalosEtcdBackup) (admission.Warnings, error) {
-	return v.decide(ctx, v.subject(b), nil, guard.BackupRequirements(old, b))
+	var refusals []guard.Refusal
+	if old.Spec.Schedule != b.Spec.Schedule || old.Spec.S3.Endpoint != b.Spec.S3.Endpoint {
+		refusals = guard.CheckBackupRunnable(b)
+	}
+	return v.withStoreWarning(ctx, b)(v.decide(ctx, v.subject(b), refusals, guard.BackupRequirements(old, b)))
+}
+
+// withStoreWarning adds a warning to an accepted write when the store lives
+// inside the cluster it backs up: the backup runs, but a restore into the
+// live cluster will refuse that store (the StoreInCluster condition says
+// the same afterwards).
+func (v *backupValidator) withStoreWarning(ctx context.Context, b *ichorv1alpha1.TalosEtcdBackup) func(admission.Warnings, error) (admission.Warnings, error) {
+	return func(w admission.Warnings, err error) (admission.Warnings, error) {
+		if err != nil {
+			return w, err
+		}
+		cluster := &ichorv1alpha1.TalosCluster{}
+		if gerr := v.reader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.ClusterName}, cluster); gerr != nil {
+			cluster = nil
+		}
+		if why := guard.BackupStoreInCluster(b, cluster); why != "" {
+			w = append(w, fmt.Sprintf("spec.s3.endpoint: the store lives inside the cluster it backs up (%s); "+
+				"snapshots are taken, but a restore into the live cluster will be refused: use a store outside the cluster", why))
+		}
+		return w, nil
+	}
 }
 
 func (v *backupValidator) ValidateDelete(context.Context, *ichorv1alpha1.TalosEtcdBackup) (admission.Warnings, error) {

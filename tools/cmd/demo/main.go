@@ -31,6 +31,8 @@ import (
 	"syscall"
 	"time"
 
+	"filippo.io/age"
+
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -61,6 +63,8 @@ type demo struct {
 	kubeconfig string
 	passFile   string
 	uiURL      string
+	s3Endpoint string
+	ageKey     string
 }
 
 func run(stateDir, subnet, binDir, uiListen string, fresh bool) error {
@@ -134,6 +138,16 @@ func run(stateDir, subnet, binDir, uiListen string, fresh bool) error {
 	if err != nil {
 		return err
 	}
+
+	store, err := d.startBackups(ctx)
+	if err != nil {
+		return err
+	}
+
+	defer func() {
+		fmt.Println("ichor-demo: stopping the S3 server")
+		_ = store.Stop()
+	}()
 
 	d.next(world, machines, users)
 
@@ -503,11 +517,13 @@ In another terminal:
   ichor machine list --watch                           # until all are Ready
   ichor node remove MACHINE --reboot                   # a removed machine comes back as pending
   ichor ui                                             # the web console's address
+  ichor etcd backup now demo-hourly --wait             # an etcd snapshot to the demo's S3 server (versitygw at %s)
+  ichor etcd backup list                               # the snapshots; their age identity is %s
 
 Press Ctrl-C to stop everything; `+"`go tool task demo`"+` again resumes this cluster,
 `+"`go tool task demo -- --fresh`"+` starts a new one.
 `, world.ControlURL(), rel(filepath.Join(d.state, "ichor-controller.log")), d.uiURL, describeUsers(users),
-		d.kubeconfig, filepath.Join(d.state, "home"), d.bin)
+		d.kubeconfig, filepath.Join(d.state, "home"), d.bin, d.s3Endpoint, rel(d.ageKey))
 }
 
 func describeUsers(users []demoUser) string {
@@ -517,4 +533,86 @@ func describeUsers(users []demoUser) string {
 	}
 
 	return strings.Join(parts, ";  ")
+}
+
+// demoS3Listen is where the demo's S3 server listens.
+const demoS3Listen = "127.0.0.1:9900"
+
+// startBackups starts a real S3 server (versitygw) for the demo's backups
+// on loopback, with its data in the state directory, and creates the
+// TalosEtcdBackup demo-hourly with its Secrets: the S3 credentials of this
+// run and the age recipient of an identity kept in the state directory (a
+// demo convenience: a real cluster keeps the identity elsewhere).
+func (d *demo) startBackups(ctx context.Context) (*testenv.S3, error) {
+	store, err := testenv.StartS3(ctx, filepath.Join(d.state, "s3"), demoS3Listen, "etcd-backups")
+	if err != nil {
+		return nil, fmt.Errorf("starting the demo's S3 server: %w", err)
+	}
+
+	d.s3Endpoint, d.ageKey = store.Endpoint, filepath.Join(d.state, "backup-age.key")
+
+	if _, err := os.Stat(d.ageKey); errors.Is(err, os.ErrNotExist) {
+		id, err := age.GenerateX25519Identity()
+		if err != nil {
+			_ = store.Stop()
+
+			return nil, err
+		}
+
+		if err := os.WriteFile(d.ageKey, []byte(id.String()+"\n"), 0o600); err != nil {
+			_ = store.Stop()
+
+			return nil, err
+		}
+	}
+
+	key, err := os.ReadFile(d.ageKey)
+	if err != nil {
+		_ = store.Stop()
+
+		return nil, err
+	}
+
+	id, err := age.ParseX25519Identity(strings.TrimSpace(string(key)))
+	if err != nil {
+		_ = store.Stop()
+
+		return nil, fmt.Errorf("%s is not an age identity: remove it to make a new one", d.ageKey)
+	}
+
+	// %q quotes as JSON does, which YAML reads.
+	raw := fmt.Appendf(nil, `apiVersion: v1
+kind: Secret
+metadata: {name: demo-backup-s3, namespace: default}
+stringData: {accessKeyID: %q, secretAccessKey: %q}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: demo-backup-age, namespace: default}
+stringData: {recipients: %q}
+---
+apiVersion: ichor.maesh.dev/v1alpha1
+kind: TalosEtcdBackup
+metadata: {name: demo-hourly, namespace: default}
+spec:
+  clusterName: %q
+  schedule: "0 * * * *"
+  s3: {endpoint: %q, bucket: etcd-backups, credentialsRef: {name: demo-backup-s3}}
+  retention: {count: 24}
+  encryptionKeyRef: {name: demo-backup-age}
+`, store.AccessKeyID, store.SecretAccessKey, id.Recipient().String(), clusterName, store.Endpoint)
+
+	kubectl := filepath.Join(os.Getenv(testenv.AssetsEnv), "kubectl")
+	cmd := exec.CommandContext(ctx, kubectl, flagKubeconfig, d.kubeconfig, "apply", "-f", "-") //nolint:gosec // the test binaries
+	cmd.Env, cmd.Stdin, cmd.Stderr = d.env, bytes.NewReader(raw), os.Stderr
+
+	if err := cmd.Run(); err != nil {
+		_ = store.Stop()
+
+		return nil, fmt.Errorf("creating the demo's TalosEtcdBackup: %w", err)
+	}
+
+	fmt.Printf("ichor-demo: S3 (versitygw) serves etcd backups at %s; TalosEtcdBackup demo-hourly takes one every hour\n", store.Endpoint)
+
+	return store, nil
 }
