@@ -599,6 +599,10 @@ func (m *Machine) boot(ctx context.Context) error {
 		return err
 	}
 
+	if err := m.refreshDerived(bg); err != nil {
+		return err
+	}
+
 	m.setStage(runtime.MachineStageBooting, false)
 
 	m.mu.Lock()

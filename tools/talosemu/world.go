@@ -38,6 +38,8 @@ type World struct {
 	logger      *log.Logger
 
 	kwokState // kwok.go: one kwok controller per emulated cluster
+
+	discoveryState // discovery.go: the discovery service
 }
 
 // Options tune Start.
