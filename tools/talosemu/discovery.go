@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
@@ -20,16 +21,27 @@ import (
 // publishes while its running config enables a registry (cluster.discovery.enabled with the
 // service registry, i.e. DiscoveryServiceConfigs, or the Kubernetes registry), and every
 // publishing machine of the same cluster ID sees every published affiliate, its own
-// included. A machine that goes down stays published — the service keeps an affiliate until
-// its TTL (30 min) expires — so a powered-off machine is still a member, as on Talos; one that
-// stops publishing (config without discovery, reset into maintenance) is withdrawn.
+// included. The service keeps an affiliate for its TTL (defaultDiscoveryTTL, 30 min) after
+// the node last refreshed it: a machine that goes down (power-off, shutdown, reboot) or whose
+// config stops publishing stays a member for 30 minutes, as on Talos; a reset deletes it at
+// once (DeleteLocalAffiliate in the resetting stage).
 //
 // Differences: no KubeSpan data, no raw affiliates in the "cluster-raw" namespace, and no
 // Kubernetes registry of its own (both registries read the same world).
 type discoveryState struct {
 	discoMu sync.Mutex
 	// published: cluster ID → node ID → affiliate
-	published map[string]map[string]cluster.AffiliateSpec
+	published map[string]map[string]*publishedAffiliate
+}
+
+// discoveryTTL is how long the discovery service keeps an affiliate its node no longer
+// refreshes (t:internal/app/machined/pkg/controllers/cluster/discovery_service.go).
+const discoveryTTL = 30 * time.Minute
+
+type publishedAffiliate struct {
+	spec cluster.AffiliateSpec
+	// expires is zero while the node refreshes it
+	expires time.Time
 }
 
 // discoveryKey is the cluster ID a machine publishes under, "" when it does not publish.
@@ -78,46 +90,98 @@ func (m *Machine) localAffiliate() (cluster.AffiliateSpec, bool) {
 	return spec, true
 }
 
-// discoveryChanged publishes or withdraws m's affiliate and rewrites the Affiliates and
-// Members of every machine of the clusters concerned.
+// discoveryChanged publishes m's affiliate (or lets it expire when the running config no
+// longer publishes; withdraws it at once when the machine has no config, after a reset) and
+// rewrites the Affiliates and Members of every machine of the clusters concerned.
 func (w *World) discoveryChanged(m *Machine) {
+	spec, publishes := m.localAffiliate()
+	key := m.discoveryKey()
+	reset := m.activeConfig() == nil
+
 	w.discoMu.Lock()
 	defer w.discoMu.Unlock()
 
 	if w.published == nil {
-		w.published = map[string]map[string]cluster.AffiliateSpec{}
+		w.published = map[string]map[string]*publishedAffiliate{}
 	}
 
 	touched := map[string]bool{}
+	nodeID := seed(m.p.Hardware.Name, "node-id")[:32]
 
-	spec, publishes := m.localAffiliate()
-	key := m.discoveryKey()
-
-	// withdraw it from any other cluster it was in
 	for k, nodes := range w.published {
-		if _, ok := nodes[spec.NodeID]; ok && (k != key || !publishes) {
-			delete(nodes, spec.NodeID)
-
-			touched[k] = true
+		a, ok := nodes[nodeID]
+		if !ok || (publishes && k == key) {
+			continue
 		}
+
+		if reset {
+			delete(nodes, nodeID)
+		} else if a.expires.IsZero() {
+			w.expireLocked(k, nodeID, a)
+		}
+
+		touched[k] = true
 	}
 
 	if publishes {
 		if w.published[key] == nil {
-			w.published[key] = map[string]cluster.AffiliateSpec{}
+			w.published[key] = map[string]*publishedAffiliate{}
 		}
 
-		w.published[key][spec.NodeID] = spec
+		w.published[key][nodeID] = &publishedAffiliate{spec: spec}
 		touched[key] = true
 	}
 
+	w.rewriteDiscoveredLocked(m, touched)
+}
+
+// discoveryDown stops m refreshing its affiliate: it expires after the TTL.
+func (w *World) discoveryDown(m *Machine) {
+	nodeID := seed(m.p.Hardware.Name, "node-id")[:32]
+
+	w.discoMu.Lock()
+	defer w.discoMu.Unlock()
+
+	for k, nodes := range w.published {
+		if a, ok := nodes[nodeID]; ok && a.expires.IsZero() {
+			w.expireLocked(k, nodeID, a)
+		}
+	}
+}
+
+// expireLocked starts a's TTL; when it runs out (and the node did not publish again) the
+// affiliate leaves the cluster's machines.
+func (w *World) expireLocked(key, nodeID string, a *publishedAffiliate) {
+	a.expires = time.Now().Add(discoveryTTL)
+
+	time.AfterFunc(discoveryTTL, func() {
+		w.discoMu.Lock()
+		defer w.discoMu.Unlock()
+
+		if cur, ok := w.published[key][nodeID]; !ok || cur != a {
+			return
+		}
+
+		delete(w.published[key], nodeID)
+		w.rewriteDiscoveredLocked(nil, map[string]bool{key: true})
+	})
+}
+
+func (w *World) rewriteDiscoveredLocked(m *Machine, touched map[string]bool) {
 	for _, o := range w.machines {
 		k := o.discoveryKey()
 
-		if o == m || touched[k] {
-			if err := o.writeDiscovered(w.published[k]); err != nil {
-				w.logf("machine %s: discovery: %v", o.Name(), err)
-			}
+		if o != m && !touched[k] {
+			continue
+		}
+
+		specs := map[string]cluster.AffiliateSpec{}
+		for id, a := range w.published[k] {
+			specs[id] = a.spec
+		}
+
+		if err := o.writeDiscovered(specs); err != nil {
+			w.logf("machine %s: discovery: %v", o.Name(), err)
 		}
 	}
 }
