@@ -154,7 +154,7 @@ func TestDiscoveryMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg.RawV1Alpha1().ClusterConfig.ClusterDiscoveryConfig = &v1alpha1.ClusterDiscoveryConfig{DiscoveryEnabled: new(true)} //nolint:staticcheck // the legacy block is what we test
+	cfg.RawV1Alpha1().ClusterConfig.ClusterDiscoveryConfig = &v1alpha1.ClusterDiscoveryConfig{DiscoveryEnabled: new(true)}                  //nolint:staticcheck // the legacy block is what we test
 	cfg.RawV1Alpha1().ClusterConfig.ClusterID, cfg.RawV1Alpha1().ClusterConfig.ClusterSecret = c.bundle.Cluster.ID, c.bundle.Cluster.Secret //nolint:staticcheck // see above
 
 	on, err := cfg.EncodeBytes()
