@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"net"
 	"os"
 	"path/filepath"
@@ -379,6 +380,7 @@ func (m *Machine) startAPILocked() error {
 	machine.RegisterLifecycleServiceServer(srv, &lifecycleServer{m: m})
 	machine.RegisterImageServiceServer(srv, &imageServer{m: m})
 	storage.RegisterStorageServiceServer(srv, &storageServer{m: m})
+	clusterapi.RegisterClusterServiceServer(srv, &clusterServer{m: m})
 	cosiv1alpha1.RegisterStateServer(srv, server.NewState(state.Filter(m.st, accessPolicy(m.st))))
 
 	m.srv = srv

@@ -191,6 +191,29 @@ var talosctlCases = []talosctlCase{
 			tw.waitHealthy(t)
 		},
 	},
+	// talosctl health's default (--server=true): the node runs the same checks
+	// (ClusterService.HealthCheck) and streams their lines
+	{
+		name: "health on the server", args: []string{"-e", "CP", "-n", "CP", "health", "--wait-timeout", "2m"},
+		want: []string{"discovered nodes:", "CP3", "W2", "waiting for etcd to be healthy: OK", "waiting for all control plane components to be ready: OK", "waiting for coredns to report ready: OK", "waiting for all k8s nodes to report schedulable: OK"},
+	},
+	{
+		name: "health on the server with a control plane powered off", args: []string{"-e", "CP", "-n", "CP", "health", "--wait-timeout", "20s"},
+		before: func(t *testing.T, tw *talosctlWorld) {
+			if err := tw.cp3.PowerOff(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		wantErr: true, want: []string{"waiting for etcd to be healthy: error getting service info for service \"etcd\" from node \"CP3\"", "context deadline exceeded"},
+		check: func(t *testing.T, tw *talosctlWorld, _ string) {
+			if err := tw.cp3.PowerOn(); err != nil {
+				t.Fatal(err)
+			}
+
+			tw.waitHealthy(t)
+		},
+	},
+	{name: "health through a worker", args: []string{"-e", "CP", "-n", "W1", "health"}, wantErr: true, want: []string{"cluster health check is only available on control plane nodes"}},
 	{name: "configured services direct", args: []string{"-e", "CP", "-n", "CP", "services"}, want: []string{"apid", "Running", "trustd"}},
 	// through an endpoint: the answer is the named node's
 	{
