@@ -85,13 +85,13 @@ func bootstrapManifestsConfig(cfg talosconfig.Provider) k8s.BootstrapManifestsCo
 		args := map[string]string{
 			"cluster-cidr":           strings.Join(spec.PodCIDRs, ","),
 			"hostname-override":      "$(NODE_NAME)",
-			"kubeconfig":             "/etc/kubernetes/kubeconfig",
+			kubeconfigFile:           "/etc/kubernetes/kubeconfig",
 			"proxy-mode":             mode,
 			"conntrack-max-per-core": "0",
 		}
 
 		for k, v := range proxy.ExtraArgs() {
-			if k != "kubeconfig" && len(v) > 0 {
+			if k != kubeconfigFile && len(v) > 0 {
 				args[k] = strings.Join(v, ",")
 			}
 		}

@@ -142,7 +142,7 @@ func (s *clusterServer) HealthCheck(in *clusterapi.HealthCheckRequest, srv grpc.
 	last := ""
 	report := func(line string) {
 		if line = strings.TrimSpace("waiting for " + line); line != last {
-			_ = srv.Send(&clusterapi.HealthCheckProgress{Message: line}) //nolint:errcheck // as Talos's reporter
+			_ = srv.Send(&clusterapi.HealthCheckProgress{Message: line}) // as Talos's reporter, a lost line is not an error
 
 			last = line
 		}

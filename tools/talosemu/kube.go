@@ -272,20 +272,6 @@ func (m *Machine) kubeFingerprint() string {
 	return m.kube.fingerprint
 }
 
-// kubeVersion is the Kubernetes version of the config: the apiserver image tag.
-func kubeVersion(cfg talosconfig.Provider) string {
-	if cfg == nil || cfg.K8sAPIServerConfig() == nil {
-		return ""
-	}
-
-	img := cfg.K8sAPIServerConfig().Image()
-	if i := strings.LastIndex(img, ":"); i >= 0 && !strings.Contains(img[i:], "/") {
-		return img[i+1:]
-	}
-
-	return img
-}
-
 func (m *Machine) kubePKIDir() string { return filepath.Join(m.dir, "pki", "kube") }
 
 // writeKubePKI writes the certificates and kubeconfigs the control plane processes read.

@@ -33,8 +33,8 @@ import (
 // the Manifest resources):
 //
 //   - the apply runs under the etcd mutex "talos:v1:manifestApplyMutex" whenever the Manifest
-//     resources change (the inline manifests, or the Kubernetes version, which changes the
-//     bootstrap manifests Talos renders) and at each start of the control plane;
+//     resources change (the rendered bootstrap manifests or the inline manifests) and at each
+//     start of the control plane;
 //   - it only creates: an object recorded in the inventory ConfigMap
 //     kube-system/talos-bootstrap-manifests-inventory is skipped, so one deleted or changed
 //     later is NOT restored, not even on a Kubernetes version change; an object that exists
@@ -72,7 +72,7 @@ func manifestsFingerprint(cfg talosconfig.Provider) string {
 		h.Write([]byte(r.id + "\x00"))
 
 		for _, o := range r.objs {
-			b, _ := o.MarshalJSON() //nolint:errcheck // decoded from YAML, so it encodes
+			b, _ := o.MarshalJSON() // decoded from YAML, so it encodes
 			h.Write(b)
 		}
 	}

@@ -422,7 +422,7 @@ func (m *Machine) setNetworkStatus(ctx context.Context) error {
 		}
 	}
 
-	ip, _ := netip.ParseAddr(hw.Address) //nolint:errcheck // an invalid address has no routes
+	ip, _ := netip.ParseAddr(hw.Address) // an invalid address has no routes
 
 	return setRoutes(ctx, m.st, ip, hw.Links, indexes)
 }

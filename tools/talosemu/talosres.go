@@ -405,12 +405,13 @@ func setVolumeStatuses(ctx context.Context, st state.State, cfg talosconfig.Prov
 
 	if cfg != nil && disk != nil {
 		ps := quirks.New("").PartitionSizes()
-		vols := []systemVolume{
+		vols := make([]systemVolume, 0, 4+len(cfg.UserVolumeConfigs()))
+		vols = append(vols, []systemVolume{
 			{id: "EFI", label: constants.EFIPartitionLabel, size: ps.UKIEFISize(), fs: block.FilesystemTypeVFAT},
 			{id: constants.MetaPartitionLabel, label: constants.MetaPartitionLabel, size: ps.METASize(), fs: block.FilesystemTypeNone},
 			{id: constants.StatePartitionLabel, label: constants.StatePartitionLabel, size: ps.StateSize(), fs: block.FilesystemTypeXFS, mount: constants.StateMountPoint},
 			{id: constants.EphemeralPartitionLabel, label: constants.EphemeralPartitionLabel, fs: block.FilesystemTypeXFS, mount: constants.EphemeralMountPoint},
-		}
+		}...)
 
 		var used uint64 = 1 << 20 // GPT and alignment
 
