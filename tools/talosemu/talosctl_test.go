@@ -325,7 +325,7 @@ var talosctlCases = []talosctlCase{
 	},
 	{
 		name: "reboot --wait of a worker through the control plane",
-		// a reboot drains nothing (talosctl reboot has no --drain); the Node stays schedulable
+		// talosctl reboot drains only with --drain (default false)
 		args: []string{"-e", "CP", "-n", "W1", "reboot", "--wait", "--timeout", "2m"},
 		before: func(t *testing.T, tw *talosctlWorld) {
 			t.Setenv("W1_BOOT", tw.w1.Info().BootID)
