@@ -41,7 +41,11 @@ func (m *Machine) setActive(cfg talosconfig.Provider) error {
 		return err
 	}
 
-	return setHostname(ctx, m.st, hostname)
+	if err := setHostname(ctx, m.st, hostname); err != nil {
+		return err
+	}
+
+	return m.refreshDerived(ctx)
 }
 
 // setPersistent writes cfg to the STATE partition (Talos's SetPersistedConfig).

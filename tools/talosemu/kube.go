@@ -51,7 +51,8 @@ func checkKubeAssets(dir string) error {
 type kubeControlPlane struct {
 	procs       []*exec.Cmd
 	done        []chan struct{}
-	fingerprint string // apiServerFingerprint of the config it started with
+	fingerprint string    // apiServerFingerprint of the config it started with
+	started     time.Time // when all three serve (zero before); guarded by the machine's etcdMu
 }
 
 func kubeCAOf(cfg talosconfig.Provider) *x509.PEMEncodedCertificateAndKey {
@@ -235,8 +236,8 @@ func (m *Machine) kubeService(ctx context.Context) {
 		// Talos's manifest controllers run again when the Manifest resources change
 		// (inline manifests, Kubernetes version); see manifests.go
 		if fp := manifestsFingerprint(cfg); fp != applied {
-			if err := m.applyInlineManifests(ctx); err != nil {
-				m.world.logf("machine %s: inline manifests: %v", m.Name(), err)
+			if err := m.applyManifests(ctx); err != nil {
+				m.world.logf("machine %s: manifests: %v", m.Name(), err)
 			} else {
 				applied = fp
 			}
@@ -269,20 +270,6 @@ func (m *Machine) kubeFingerprint() string {
 	}
 
 	return m.kube.fingerprint
-}
-
-// kubeVersion is the Kubernetes version of the config: the apiserver image tag.
-func kubeVersion(cfg talosconfig.Provider) string {
-	if cfg == nil || cfg.K8sAPIServerConfig() == nil {
-		return ""
-	}
-
-	img := cfg.K8sAPIServerConfig().Image()
-	if i := strings.LastIndex(img, ":"); i >= 0 && !strings.Contains(img[i:], "/") {
-		return img[i+1:]
-	}
-
-	return img
 }
 
 func (m *Machine) kubePKIDir() string { return filepath.Join(m.dir, "pki", "kube") }
@@ -652,6 +639,12 @@ func (m *Machine) startKube(ctx context.Context) error {
 
 	m.world.logf("machine %s: kubernetes control plane running on %s:%d", m.Name(), ip, port)
 
+	m.etcdMu.Lock()
+	kc.started = time.Now()
+	m.etcdMu.Unlock()
+
+	m.setStaticPodStatuses(true, kc.started)
+
 	return nil
 }
 
@@ -715,6 +708,7 @@ func (m *Machine) stopKube() {
 
 	if kc != nil {
 		kc.stop()
+		m.setStaticPodStatuses(false, time.Time{})
 	}
 }
 

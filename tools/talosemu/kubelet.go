@@ -105,6 +105,10 @@ func (m *Machine) kubeletService(ctx context.Context) {
 			}
 		}
 
+		if err := m.syncMirrorPods(ctx, c, name); err != nil {
+			logOnce("mirror pods", err)
+		}
+
 		sleepCtx(ctx, leaseRenew)
 	}
 }

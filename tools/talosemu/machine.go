@@ -19,6 +19,7 @@ import (
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/cosi-project/runtime/pkg/state/protobuf/server"
+	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/api/storage"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
@@ -379,6 +380,7 @@ func (m *Machine) startAPILocked() error {
 	machine.RegisterLifecycleServiceServer(srv, &lifecycleServer{m: m})
 	machine.RegisterImageServiceServer(srv, &imageServer{m: m})
 	storage.RegisterStorageServiceServer(srv, &storageServer{m: m})
+	clusterapi.RegisterClusterServiceServer(srv, &clusterServer{m: m})
 	cosiv1alpha1.RegisterStateServer(srv, server.NewState(state.Filter(m.st, accessPolicy(m.st))))
 
 	m.srv = srv
@@ -596,6 +598,10 @@ func (m *Machine) boot(ctx context.Context) error {
 	}
 
 	if err := m.setNetworkStatus(bg); err != nil {
+		return err
+	}
+
+	if err := m.refreshDerived(bg); err != nil {
 		return err
 	}
 

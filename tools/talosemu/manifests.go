@@ -1,13 +1,11 @@
 package talosemu
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"time"
@@ -21,23 +19,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 )
 
-// Inline manifests, the way Talos v1.14's manifest controllers handle them
-// (t:internal/app/machined/pkg/controllers/k8s/control_plane.go renders each inline manifest
+// Talos's bootstrap manifests (bootstrap_manifests.go) and the inline manifests, the way Talos
+// v1.14's manifest controllers handle them (t:internal/app/machined/pkg/controllers/k8s/control_plane.go renders each inline manifest
 // into an ExtraManifestsConfig entry with priority "99";
 // t:internal/app/machined/pkg/controllers/k8s/extra_manifest.go turns it into a Manifest
 // resource "99-<name>"; t:internal/app/machined/pkg/controllers/k8s/manifest_apply.go applies
 // the Manifest resources):
 //
 //   - the apply runs under the etcd mutex "talos:v1:manifestApplyMutex" whenever the Manifest
-//     resources change (the inline manifests, or the Kubernetes version, which changes the
-//     bootstrap manifests Talos renders) and at each start of the control plane;
+//     resources change (the rendered bootstrap manifests or the inline manifests) and at each
+//     start of the control plane;
 //   - it only creates: an object recorded in the inventory ConfigMap
 //     kube-system/talos-bootstrap-manifests-inventory is skipped, so one deleted or changed
 //     later is NOT restored, not even on a Kubernetes version change; an object that exists
@@ -51,27 +48,33 @@ import (
 // upgrade-k8s`'s job, client side (t:pkg/cluster/kubernetes/talos_managed.go
 // PerformManifestsSync), not the node's.
 //
-// Differences: Talos also applies its own bootstrap manifests (CoreDNS, kube-proxy, flannel,
-// RBAC), so its inventory exists even without inline manifests; the emulator renders none of
-// those. When an apply aborts on a connection error Talos writes an empty inventory (its
+// Differences: the bootstrap manifests' objects are abridged (bootstrap_manifests.go). When an
+// apply aborts on a connection error Talos writes an empty inventory (its
 // apply returns no contents with the error); the emulator leaves the inventory as it was.
 
 // inventoryAnnotation marks the objects an inventory owns (go-kubernetes ssa
 // InventoryAnnotationKey, from cli-utils).
 const inventoryAnnotation = "config.k8s.io/owning-inventory"
 
-// manifestsFingerprint changes when Talos's Manifest resources would change: the inline
-// manifests or the Kubernetes version.
+// manifestsFingerprint changes when Talos's Manifest resources change: the rendered bootstrap
+// manifests (their inputs: images, CIDRs, token, …) and the inline manifests.
 func manifestsFingerprint(cfg talosconfig.Provider) string {
-	if cfg == nil {
+	if cfg == nil || cfg.K8sNetworkConfig() == nil || cfg.K8sClusterConfig() == nil {
 		return ""
 	}
 
-	h := sha256.New()
-	h.Write([]byte(kubeVersion(cfg) + "\x00"))
+	rendered, err := renderManifests(cfg)
 
-	for _, man := range cfg.K8sInlineManifestConfigs() {
-		h.Write([]byte(man.Name() + "\x00" + man.Contents() + "\x00"))
+	h := sha256.New()
+	h.Write([]byte(fmt.Sprint(err) + "\x00"))
+
+	for _, r := range rendered {
+		h.Write([]byte(r.id + "\x00"))
+
+		for _, o := range r.objs {
+			b, _ := o.MarshalJSON() // decoded from YAML, so it encodes
+			h.Write(b)
+		}
 	}
 
 	return hex.EncodeToString(h.Sum(nil))
@@ -93,32 +96,17 @@ func inventoryKey(obj *unstructured.Unstructured) string {
 	return obj.GetNamespace() + "_" + name + "_" + gvk.Group + "_" + gvk.Kind
 }
 
-// manifestObjects decodes the inline manifests in Talos's order: manifests by resource ID
-// ("99-<name>"), namespaces first, then CRDs (each by name), then the rest as they come.
+// manifestObjects returns the objects of the Manifest resources in Talos's order: manifests
+// by resource ID (bootstrap manifests "00-…" to "13-…", inline manifests "99-<name>"),
+// namespaces first, then CRDs (each by name), then the rest as they come
+// (t:internal/app/machined/pkg/controllers/k8s/manifest_apply.go).
 func manifestObjects(cfg talosconfig.Provider) ([]*unstructured.Unstructured, error) {
-	mans := cfg.K8sInlineManifestConfigs()
-
-	sort.SliceStable(mans, func(i, j int) bool { return mans[i].Name() < mans[j].Name() })
+	rendered, err := renderManifests(cfg)
 
 	var objs []*unstructured.Unstructured
 
-	for _, man := range mans {
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(man.Contents())), 4096)
-
-		for {
-			obj := &unstructured.Unstructured{}
-			if err := dec.Decode(&obj.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-
-				return nil, fmt.Errorf("inline manifest %s: %w", man.Name(), err)
-			}
-
-			if len(obj.Object) > 0 {
-				objs = append(objs, obj)
-			}
-		}
+	for _, r := range rendered {
+		objs = append(objs, r.objs...)
 	}
 
 	rank := func(o *unstructured.Unstructured) int {
@@ -143,22 +131,20 @@ func manifestObjects(cfg talosconfig.Provider) ([]*unstructured.Unstructured, er
 		return ri < 2 && objs[i].GetName() < objs[j].GetName()
 	})
 
-	return objs, nil
+	return objs, err
 }
 
-// applyInlineManifests creates the inline manifests' objects that are neither in the
+// applyManifests creates the Manifest resources' objects that are neither in the
 // inventory nor in the cluster, under the etcd mutex, and records them; kubeService runs it
 // after the control plane is up and whenever manifestsFingerprint changes.
-func (m *Machine) applyInlineManifests(ctx context.Context) error {
+func (m *Machine) applyManifests(ctx context.Context) error {
 	cfg := m.activeConfig()
-	if cfg == nil || len(cfg.K8sInlineManifestConfigs()) == 0 {
+	if cfg == nil || cfg.K8sNetworkConfig() == nil || cfg.K8sClusterConfig() == nil {
 		return nil
 	}
 
-	objs, err := manifestObjects(cfg)
-	if err != nil {
-		return err
-	}
+	// a manifest that does not render or decode is reported; the others are still applied
+	objs, renderErr := manifestObjects(cfg)
 
 	rc, err := m.adminRESTConfig()
 	if err != nil {
@@ -188,7 +174,7 @@ func (m *Machine) applyInlineManifests(ctx context.Context) error {
 			return applyErr
 		}
 
-		return errors.Join(applyErr, writeInventory(ctx, kube, inv))
+		return errors.Join(renderErr, applyErr, writeInventory(ctx, kube, inv))
 	})
 }
 
@@ -278,7 +264,7 @@ func (m *Machine) createMissing(ctx context.Context, mapper meta.RESTMapper, dyn
 			return fmt.Errorf("%w: error creating %s: %w", errApplyAborted, objName, err)
 		}
 
-		m.world.logf("machine %s: inline manifests: created %s", m.Name(), objName)
+		m.world.logf("machine %s: manifests: created %s", m.Name(), objName)
 
 		inv[key] = ""
 	}

@@ -414,7 +414,17 @@ func (m *Machine) setNetworkStatus(ctx context.Context) error {
 		}
 	}
 
-	return nil
+	indexes := map[string]uint32{}
+
+	for _, l := range hw.Links {
+		if ls, err := safe.StateGetByID[*network.LinkStatus](ctx, m.st, l.Name); err == nil {
+			indexes[l.Name] = ls.TypedSpec().Index
+		}
+	}
+
+	ip, _ := netip.ParseAddr(hw.Address) // an invalid address has no routes
+
+	return setRoutes(ctx, m.st, ip, hw.Links, indexes)
 }
 
 // linkAliases evaluates the config's LinkAliasConfig documents over the physical links as

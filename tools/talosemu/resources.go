@@ -42,6 +42,12 @@ var resourceTypes = []meta.ResourceDefinitionProvider{
 	&k8s.Nodename{},
 	&etcdres.Member{},
 	&cluster.Identity{},
+	// talosres.go, discovery.go, staticpods.go
+	&cluster.Config{}, &cluster.Affiliate{}, &cluster.Member{},
+	&k8s.KubeletConfig{}, &k8s.StaticPodStatus{},
+	&k8s.APIServerConfig{}, &k8s.ControllerManagerConfig{}, &k8s.SchedulerConfig{},
+	&k8s.BootstrapManifestsConfig{}, &k8s.Manifest{},
+	&network.RouteStatus{}, &block.VolumeStatus{}, &runtime.Diagnostic{},
 }
 
 var namespaces = []struct {
@@ -54,6 +60,7 @@ var namespaces = []struct {
 	{network.NamespaceName, "Networking resources."},
 	{config.NamespaceName, "Talos node configuration."},
 	{k8s.NamespaceName, "Kubernetes all node types resources."},
+	{k8s.ControlPlaneNamespaceName, "Kubernetes control plane resources."},
 	{cluster.NamespaceName, "Cluster configuration and discovery resources."},
 	{etcdres.NamespaceName, "etcd resources."},
 }

@@ -59,6 +59,9 @@ func (m *Machine) stopServices() {
 	m.svcWG.Wait()
 	m.stopKube()
 	m.stopEtcd()
+
+	// machined no longer refreshes its affiliate at the discovery service
+	m.world.discoveryDown(m)
 }
 
 // wipeEphemeral removes what Talos keeps on EPHEMERAL (/var): the etcd data and a pending

@@ -37,8 +37,9 @@ type World struct {
 	controlAddr string
 	logger      *log.Logger
 
-	kwokState    // kwok.go: one kwok controller per emulated cluster
-	releaseState // upgrade.go: the release source and the installer tags that exist
+	kwokState      // kwok.go: one kwok controller per emulated cluster
+	releaseState   // upgrade.go: the release source and the installer tags that exist
+	discoveryState // discovery.go: the discovery service
 }
 
 // Options tune Start.

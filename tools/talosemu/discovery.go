@@ -1,0 +1,250 @@
+package talosemu
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
+)
+
+// Cluster discovery. On Talos each node publishes its affiliate (t:internal/app/machined/pkg/
+// controllers/cluster/local_affiliate.go) to the discovery service
+// (t:…/cluster/discovery_service.go), which hands every node of the same cluster ID the
+// others' affiliates; t:…/cluster/affiliate_merge.go merges them into the Affiliates of the
+// "cluster" namespace (id = node ID) and t:…/cluster/member.go turns each affiliate with a
+// nodename into a Member (id = nodename). The world plays the discovery service: a machine
+// publishes while its running config enables a registry (cluster.discovery.enabled with the
+// service registry, i.e. DiscoveryServiceConfigs, or the Kubernetes registry), and every
+// publishing machine of the same cluster ID sees every published affiliate, its own
+// included. The service keeps an affiliate for its TTL (defaultDiscoveryTTL, 30 min) after
+// the node last refreshed it: a machine that goes down (power-off, shutdown, reboot) or whose
+// config stops publishing stays a member for 30 minutes, as on Talos; a reset deletes it at
+// once (DeleteLocalAffiliate in the resetting stage).
+//
+// Differences: no KubeSpan data, no raw affiliates in the "cluster-raw" namespace, and no
+// Kubernetes registry of its own (both registries read the same world).
+type discoveryState struct {
+	discoMu sync.Mutex
+	// published: cluster ID → node ID → affiliate
+	published map[string]map[string]*publishedAffiliate
+}
+
+// discoveryTTL is how long the discovery service keeps an affiliate its node no longer
+// refreshes (t:internal/app/machined/pkg/controllers/cluster/discovery_service.go).
+const discoveryTTL = 30 * time.Minute
+
+type publishedAffiliate struct {
+	spec cluster.AffiliateSpec
+	// expires is zero while the node refreshes it
+	expires time.Time
+}
+
+// discoveryKey is the cluster ID a machine publishes under, "" when it does not publish.
+func (m *Machine) discoveryKey() string {
+	cfg := m.activeConfig()
+	if !discoveryPublishes(cfg) {
+		return ""
+	}
+
+	if id := cfg.DiscoveryIdentityConfig(); id != nil && id.ClusterID() != "" {
+		return "cluster-id:" + id.ClusterID()
+	}
+
+	// no cluster identity (a hand-written config): the cluster's Kubernetes CA
+	return "kube-ca:" + string(kubeCACert(cfg))
+}
+
+// localAffiliate is what LocalAffiliateController publishes for m.
+func (m *Machine) localAffiliate() (cluster.AffiliateSpec, bool) {
+	cfg := m.activeConfig()
+	if !discoveryPublishes(cfg) {
+		return cluster.AffiliateSpec{}, false
+	}
+
+	m.mu.Lock()
+	hostname := m.hostnameLocked()
+	version, _ := m.runningVersionLocked()
+	m.mu.Unlock()
+
+	spec := cluster.AffiliateSpec{
+		NodeID:          seed(m.p.Hardware.Name, "node-id")[:32],
+		Hostname:        hostname,
+		Nodename:        strings.ToLower(hostname),
+		MachineType:     cfg.Machine().Type(),
+		OperatingSystem: fmt.Sprintf("Talos (%s)", version),
+	}
+
+	if ip, err := netip.ParseAddr(m.IP()); err == nil {
+		spec.Addresses = []netip.Addr{ip}
+	}
+
+	if spec.MachineType.IsControlPlane() && cfg.K8sAPIServerConfig() != nil {
+		spec.ControlPlane = &cluster.ControlPlane{APIServerPort: cfg.K8sAPIServerConfig().APIPort()}
+	}
+
+	return spec, true
+}
+
+// discoveryChanged publishes m's affiliate (or lets it expire when the running config no
+// longer publishes; withdraws it at once when the machine has no config, after a reset) and
+// rewrites the Affiliates and Members of every machine of the clusters concerned.
+func (w *World) discoveryChanged(m *Machine) {
+	spec, publishes := m.localAffiliate()
+	key := m.discoveryKey()
+	reset := m.activeConfig() == nil
+
+	w.discoMu.Lock()
+	defer w.discoMu.Unlock()
+
+	if w.published == nil {
+		w.published = map[string]map[string]*publishedAffiliate{}
+	}
+
+	touched := map[string]bool{}
+	nodeID := seed(m.p.Hardware.Name, "node-id")[:32]
+
+	for k, nodes := range w.published {
+		a, ok := nodes[nodeID]
+		if !ok || (publishes && k == key) {
+			continue
+		}
+
+		if reset {
+			delete(nodes, nodeID)
+		} else if a.expires.IsZero() {
+			w.expireLocked(k, nodeID, a)
+		}
+
+		touched[k] = true
+	}
+
+	if publishes {
+		if w.published[key] == nil {
+			w.published[key] = map[string]*publishedAffiliate{}
+		}
+
+		w.published[key][nodeID] = &publishedAffiliate{spec: spec}
+		touched[key] = true
+	}
+
+	w.rewriteDiscoveredLocked(m, touched)
+}
+
+// discoveryDown stops m refreshing its affiliate: it expires after the TTL.
+func (w *World) discoveryDown(m *Machine) {
+	nodeID := seed(m.p.Hardware.Name, "node-id")[:32]
+
+	w.discoMu.Lock()
+	defer w.discoMu.Unlock()
+
+	for k, nodes := range w.published {
+		if a, ok := nodes[nodeID]; ok && a.expires.IsZero() {
+			w.expireLocked(k, nodeID, a)
+		}
+	}
+}
+
+// expireLocked starts a's TTL; when it runs out (and the node did not publish again) the
+// affiliate leaves the cluster's machines.
+func (w *World) expireLocked(key, nodeID string, a *publishedAffiliate) {
+	a.expires = time.Now().Add(discoveryTTL)
+
+	time.AfterFunc(discoveryTTL, func() {
+		w.discoMu.Lock()
+		defer w.discoMu.Unlock()
+
+		if cur, ok := w.published[key][nodeID]; !ok || cur != a {
+			return
+		}
+
+		delete(w.published[key], nodeID)
+		w.rewriteDiscoveredLocked(nil, map[string]bool{key: true})
+	})
+}
+
+func (w *World) rewriteDiscoveredLocked(m *Machine, touched map[string]bool) {
+	for _, o := range w.machines {
+		k := o.discoveryKey()
+
+		if o != m && !touched[k] {
+			continue
+		}
+
+		specs := map[string]cluster.AffiliateSpec{}
+		for id, a := range w.published[k] {
+			specs[id] = a.spec
+		}
+
+		if err := o.writeDiscovered(specs); err != nil {
+			w.logf("machine %s: discovery: %v", o.Name(), err)
+		}
+	}
+}
+
+// writeDiscovered sets the machine's Affiliates and Members to the cluster's published
+// affiliates (none when the machine does not publish).
+func (m *Machine) writeDiscovered(affiliates map[string]cluster.AffiliateSpec) error {
+	ctx := context.Background()
+
+	if m.discoveryKey() == "" {
+		affiliates = nil
+	}
+
+	members := map[string]cluster.MemberSpec{}
+
+	for _, a := range affiliates {
+		if a.Nodename == "" {
+			continue
+		}
+
+		members[a.Nodename] = cluster.MemberSpec{
+			NodeID: a.NodeID, Addresses: a.Addresses, Hostname: a.Hostname, MachineType: a.MachineType,
+			OperatingSystem: a.OperatingSystem, ControlPlane: a.ControlPlane,
+		}
+	}
+
+	oldA, err := safe.StateListAll[*cluster.Affiliate](ctx, m.st)
+	if err != nil {
+		return err
+	}
+
+	for r := range oldA.All() {
+		if _, ok := affiliates[r.Metadata().ID()]; !ok {
+			if err := destroyIfExists(ctx, m.st, r.Metadata()); err != nil {
+				return err
+			}
+		}
+	}
+
+	oldM, err := safe.StateListAll[*cluster.Member](ctx, m.st)
+	if err != nil {
+		return err
+	}
+
+	for r := range oldM.All() {
+		if _, ok := members[r.Metadata().ID()]; !ok {
+			if err := destroyIfExists(ctx, m.st, r.Metadata()); err != nil {
+				return err
+			}
+		}
+	}
+
+	for id, a := range affiliates {
+		if err := put(ctx, m.st, cluster.NewAffiliate(cluster.NamespaceName, id), func(r *cluster.Affiliate) { *r.TypedSpec() = a }); err != nil {
+			return err
+		}
+	}
+
+	for id, mem := range members {
+		if err := put(ctx, m.st, cluster.NewMember(cluster.NamespaceName, id), func(r *cluster.Member) { *r.TypedSpec() = mem }); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
