@@ -97,6 +97,7 @@ func New() *cli.Command {
 			machineCommand(),
 			nodeCommand(),
 			configCommand(),
+			patchCommand(),
 			operationCommand(),
 			secretsCommand(),
 			userCommand(),
