@@ -47,7 +47,7 @@ export function match(path: string): Route {
 }
 
 
-const tabTitles: Record<string, string> = { storage: "Storage & network", talos: "Talos", kubernetes: "Kubernetes & etcd", config: "Configuration" };
+const tabTitles: Record<string, string> = { storage: "Storage & network", talos: "Talos", kubernetes: "Kubernetes & etcd", config: "Configuration", logs: "Logs" };
 
 /** pageTitle is the document title of a route: the page, the cluster, Ichor. */
 export function pageTitle(route: Route, cluster?: string): string {
