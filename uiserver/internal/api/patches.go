@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -133,8 +134,17 @@ func (s *PatchService) CreatePatch(ctx context.Context, req *ichorv1.CreatePatch
 
 // UpdatePatch implements PatchService.
 func (s *PatchService) UpdatePatch(ctx context.Context, req *ichorv1.UpdatePatchRequest) (*ichorv1.UpdatePatchResponse, error) {
-	what := "changing TalosConfigPatch " + req.GetPatch().GetName()
-	p, err := s.patchFromProto(req.GetPatch())
+	what := "changing TalosConfigPatch " + req.GetName()
+	cp := req.GetPatch()
+	if cp == nil {
+		return nil, invalid("%s: patch is required", what)
+	}
+	if cp.GetName() != "" && cp.GetName() != req.GetName() {
+		return nil, invalid("%s: patch.name %q differs; a patch cannot be renamed, create a new one", what, cp.GetName())
+	}
+	named, _ := proto.Clone(cp).(*ichorv1.ConfigPatch)
+	named.Name = req.GetName()
+	p, err := s.patchFromProto(named)
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
@@ -156,11 +166,11 @@ func (s *PatchService) UpdatePatch(ctx context.Context, req *ichorv1.UpdatePatch
 	if err := s.Clients.User.Update(ctx, updated, strict); err != nil {
 		return nil, apiError(ctx, err, what)
 	}
-	cp, err := patchToProto(updated)
+	out, err := patchToProto(updated)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "%s: %v", what, err)
 	}
-	return &ichorv1.UpdatePatchResponse{Patch: cp}, nil
+	return &ichorv1.UpdatePatchResponse{Patch: out}, nil
 }
 
 // DeletePatch implements PatchService.

@@ -205,12 +205,12 @@ func TestPatchWrites(t *testing.T) {
 	// Edit: the preview of the edit names the changed path, the update lands.
 	edit := &ichorv1.ConfigPatch{Name: "pw-tuning", Layer: ichorv1alpha1.LayerCluster, Priority: 5,
 		DocumentsJson: `[{"sysctlConfig":{"params":{"vm.swappiness":"20"}}}]`, ResourceVersion: got.GetResourceVersion()}
-	updated, err := op.UpdatePatch(ctx, &ichorv1.UpdatePatchRequest{Patch: edit})
+	updated, err := op.UpdatePatch(ctx, &ichorv1.UpdatePatchRequest{Name: "pw-tuning", Patch: edit})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A write from the old resourceVersion is refused: the patch changed since.
-	if _, err := op.UpdatePatch(ctx, &ichorv1.UpdatePatchRequest{Patch: edit}); status.Code(err) != codes.Aborted {
+	if _, err := op.UpdatePatch(ctx, &ichorv1.UpdatePatchRequest{Name: "pw-tuning", Patch: edit}); status.Code(err) != codes.Aborted {
 		t.Fatalf("a stale update must be ABORTED: %v", err)
 	}
 

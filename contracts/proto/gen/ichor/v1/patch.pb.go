@@ -714,8 +714,10 @@ func (x *CreatePatchResponse) GetPatch() *ConfigPatch {
 // UpdatePatchRequest is the patch as it should be.
 type UpdatePatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The patch; name and resource_version select what is replaced.
-	Patch         *ConfigPatch `protobuf:"bytes,1,opt,name=patch,proto3" json:"patch,omitempty"`
+	// metadata.name of the patch to replace; patch.name must be empty or the same.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The patch; its resource_version, when set, must be the stored one.
+	Patch         *ConfigPatch `protobuf:"bytes,2,opt,name=patch,proto3" json:"patch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -748,6 +750,13 @@ func (x *UpdatePatchRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use UpdatePatchRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePatchRequest) Descriptor() ([]byte, []int) {
 	return file_ichor_v1_patch_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *UpdatePatchRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 func (x *UpdatePatchRequest) GetPatch() *ConfigPatch {
@@ -951,20 +960,21 @@ const file_ichor_v1_patch_proto_rawDesc = "" +
 	"\x12CreatePatchRequest\x12+\n" +
 	"\x05patch\x18\x01 \x01(\v2\x15.ichor.v1.ConfigPatchR\x05patch\"B\n" +
 	"\x13CreatePatchResponse\x12+\n" +
-	"\x05patch\x18\x01 \x01(\v2\x15.ichor.v1.ConfigPatchR\x05patch\"A\n" +
-	"\x12UpdatePatchRequest\x12+\n" +
-	"\x05patch\x18\x01 \x01(\v2\x15.ichor.v1.ConfigPatchR\x05patch\"B\n" +
+	"\x05patch\x18\x01 \x01(\v2\x15.ichor.v1.ConfigPatchR\x05patch\"U\n" +
+	"\x12UpdatePatchRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
+	"\x05patch\x18\x02 \x01(\v2\x15.ichor.v1.ConfigPatchR\x05patch\"B\n" +
 	"\x13UpdatePatchResponse\x12+\n" +
 	"\x05patch\x18\x01 \x01(\v2\x15.ichor.v1.ConfigPatchR\x05patch\"S\n" +
 	"\x12DeletePatchRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"\x15\n" +
-	"\x13DeletePatchResponse2\xc0\x04\n" +
+	"\x13DeletePatchResponse2\xba\x04\n" +
 	"\fPatchService\x12c\n" +
 	"\vListPatches\x12\x1c.ichor.v1.ListPatchesRequest\x1a\x1d.ichor.v1.ListPatchesResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/patches\x12q\n" +
 	"\fPreviewPatch\x12\x1d.ichor.v1.PreviewPatchRequest\x1a\x1e.ichor.v1.PreviewPatchResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/api/v1/patches:preview\x12f\n" +
-	"\vCreatePatch\x12\x1c.ichor.v1.CreatePatchRequest\x1a\x1d.ichor.v1.CreatePatchResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/api/v1/patches\x12z\n" +
-	"\vUpdatePatch\x12\x1c.ichor.v1.UpdatePatchRequest\x1a\x1d.ichor.v1.UpdatePatchResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/api/v1/patches/{patch.name}:update\x12t\n" +
+	"\vCreatePatch\x12\x1c.ichor.v1.CreatePatchRequest\x1a\x1d.ichor.v1.CreatePatchResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/api/v1/patches\x12t\n" +
+	"\vUpdatePatch\x12\x1c.ichor.v1.UpdatePatchRequest\x1a\x1d.ichor.v1.UpdatePatchResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/api/v1/patches/{name}:update\x12t\n" +
 	"\vDeletePatch\x12\x1c.ichor.v1.DeletePatchRequest\x1a\x1d.ichor.v1.DeletePatchResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/api/v1/patches/{name}:deleteBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
