@@ -10,11 +10,13 @@ import {
   kindsOffered,
   leaves,
   parse,
+  placeErrors,
   patchOfForm,
   set,
   type ConfigSchema,
   type Field,
   type Json,
+  type PatchDocument,
   type SchemaNode,
 } from "./configform";
 
@@ -147,5 +149,15 @@ describe("the patch form", () => {
     const { patch, errors } = patchOfForm({ name: "Bad_Name", layer: "role", priority: "2000", role: "", labels: "", machine: "", documents: [] });
     expect(patch).toBeUndefined();
     expect(Object.keys(errors).sort()).toEqual(["documents", "name", "priority", "role"]);
+  });
+});
+
+describe("validation errors", () => {
+  it("are placed on the field machinery names, in the document it names", () => {
+    const docs: PatchDocument[] = [{ sysctlConfig: { params: { a: "1" } } }, { vlanConfig: { name: "eth0.10", vlanID: 10 } }];
+    const { byDoc, rest } = placeErrors(schema, docs, ["VLANConfig/eth0.10: parent must be specified", "something else broke"], { privileged: false });
+    expect(byDoc[1].fields["parent"]).toEqual(["parent must be specified"]);
+    expect(byDoc[0]).toEqual({ fields: {}, document: [] });
+    expect(rest).toEqual(["something else broke"]);
   });
 });

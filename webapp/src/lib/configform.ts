@@ -15,6 +15,8 @@ export interface SchemaNode {
   type: string;
   doc?: string;
   enum?: string[];
+  /** The documented keys of a map (suggestions). */
+  keys?: string[];
   default?: unknown;
   format?: string;
   min?: number;
@@ -349,4 +351,62 @@ export function classText(cls: string): string | null {
     default:
       return null;
   }
+}
+
+/** DocumentErrors are machinery's errors placed on a document's fields: by the field's path key (pathKey), or on the document as a whole. */
+export interface DocumentErrors {
+  fields: Record<string, string[]>;
+  document: string[];
+}
+
+/** pathKey is a field's key in DocumentErrors. */
+export function pathKey(path: Path): string {
+  return path.join(".");
+}
+
+/**
+ * placeErrors puts each validation error of the impact preview on the field
+ * it names. machinery's messages name the document ("VLANConfig/eth0.10:
+ * parent must be specified") and the field by its YAML name; an error that
+ * names no document of the patch stays with the patch (what is left over).
+ */
+export function placeErrors(schema: ConfigSchema, docs: PatchDocument[], errors: string[], o: FormOptions): { byDoc: DocumentErrors[]; rest: string[] } {
+  const byDoc: DocumentErrors[] = docs.map(() => ({ fields: {}, document: [] }));
+  const rest: string[] = [];
+  for (const e of errors) {
+    let placed = false;
+    docs.forEach((d, i) => {
+      if (placed) return;
+      const k = kindOf(schema, d);
+      if (!k) return;
+      const body = d[k.key] as Obj | undefined;
+      const name = typeof body?.name === "string" ? body.name : "";
+      const id = name ? `${k.kind}/${name}` : k.kind;
+      const at = e.indexOf(`${id}:`);
+      if (at < 0 || (name === "" && e.slice(at, at + id.length + 1) !== `${k.kind}:`)) return;
+      const msg = e.slice(at + id.length + 1).trim();
+      // The longest field name the message mentions as a word.
+      let best: Field | null = null;
+      const fs = fields(k, body, o);
+      const walk = (list: Field[]) => {
+        for (const f of list) {
+          if (typeof f.path[f.path.length - 1] === "string" && new RegExp(`(^|[^\\w])${escapeRe(f.name)}([^\\w]|$)`).test(msg)) {
+            if (!best || f.name.length > best.name.length || (f.name.length === best.name.length && f.path.length < best.path.length)) best = f;
+          }
+          walk(f.children ?? []);
+        }
+      };
+      walk(fs);
+      const found = best as Field | null;
+      if (found) (byDoc[i].fields[pathKey(found.path)] ??= []).push(msg);
+      else byDoc[i].document.push(msg);
+      placed = true;
+    });
+    if (!placed) rest.push(e);
+  }
+  return { byDoc, rest };
+}
+
+function escapeRe(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
