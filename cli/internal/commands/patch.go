@@ -34,6 +34,11 @@ import (
 const (
 	argPatch     = "PATCH"
 	flagFromFile = "from-file"
+	flagMachine  = "machine"
+	colCluster   = "CLUSTER"
+	kindPatch    = "TalosConfigPatch"
+	// usageCluster is the --cluster flag of a command that defaults to the namespace's one cluster.
+	usageCluster = "TalosCluster `NAME` (default: the only one in the namespace)"
 )
 
 // strictFields asks the API server to refuse an unknown field instead of
@@ -48,12 +53,12 @@ func patchCommand() *cli.Command {
 		&cli.IntFlag{Name: "priority", Usage: "`N` orders patches within a layer (-1000..1000); higher applies later"},
 		&cli.StringFlag{Name: flagRole, Usage: "the `ROLE` of the role layer: controlplane or worker"},
 		&cli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "the TalosMachine label `SELECTOR` of the selector layer (as kubectl -l)"},
-		&cli.StringFlag{Name: "machine", Usage: "the TalosMachine `NAME` of the machine layer"},
+		&cli.StringFlag{Name: flagMachine, Usage: "the TalosMachine `NAME` of the machine layer"},
 		&cli.StringSliceFlag{Name: "sysctl", Usage: "set the kernel parameter `KEY=VALUE` (a SysctlConfig document; repeatable)"},
 		&cli.StringSliceFlag{Name: "sysfs", Usage: "set the sysfs attribute `KEY=VALUE` (a SysfsConfig document; repeatable)"},
 		&cli.StringSliceFlag{Name: "kernel-module", Usage: "load the kernel module `NAME` (a KernelModuleConfig document; repeatable)"},
 		&cli.StringFlag{Name: flagFromFile, Usage: "`FILE` holding a TalosConfigPatch manifest (typed documents; - reads standard input)", TakesFile: true},
-		&cli.StringFlag{Name: flagCluster, Usage: "TalosCluster `NAME` (default: the only one in the namespace)"},
+		&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 	}
 	return &cli.Command{
 		Name:   "patch",
@@ -163,7 +168,7 @@ func patchList(ctx context.Context, cmd *cli.Command) error {
 		r.printf("No TalosConfigPatch in namespace %s; create one with `ichor patch create NAME --layer cluster --sysctl KEY=VALUE`.\n", r.ns())
 		return nil
 	}
-	t := &output.Rows{Header: []string{colName, "CLUSTER", "LAYER", "PRIORITY", "TARGET", "DOCUMENTS", "MACHINES", "PRIVILEGED"}}
+	t := &output.Rows{Header: []string{colName, colCluster, "LAYER", "PRIORITY", "TARGET", "DOCUMENTS", "MACHINES", "PRIVILEGED"}}
 	marked := false
 	for i := range items {
 		p := &items[i]
@@ -186,7 +191,7 @@ func patchList(ctx context.Context, cmd *cli.Command) error {
 // clean drops what a person does not write from a patch printed as data.
 func clean(p *ichorv1alpha1.TalosConfigPatch) {
 	p.APIVersion = ichorv1alpha1.GroupVersion.String()
-	p.Kind = "TalosConfigPatch"
+	p.Kind = kindPatch
 	p.ManagedFields = nil
 }
 
@@ -260,7 +265,7 @@ func decodePatch(data []byte, what string) (*ichorv1alpha1.TalosConfigPatch, err
 		return nil, fmt.Errorf("%s is not a typed TalosConfigPatch (secret fields and raw YAML are not part of the schema; "+
 			"`kubectl explain talosconfigpatch.spec.documents` lists the fields): %w", what, err)
 	}
-	if p.Kind != "" && p.Kind != "TalosConfigPatch" {
+	if p.Kind != "" && p.Kind != kindPatch {
 		return nil, fmt.Errorf("%s is a %q; only a TalosConfigPatch manifest is read", what, p.Kind)
 	}
 	return p, nil
@@ -309,7 +314,7 @@ func (r *run) patchFromFlags(ctx context.Context, cmd *cli.Command, name string)
 		}
 		s.Target.Selector = sel
 	}
-	if v := cmd.String("machine"); v != "" {
+	if v := cmd.String(flagMachine); v != "" {
 		s.Target.MachineName = v
 	}
 	if s.Layer == "" {
@@ -577,7 +582,7 @@ func patchEdit(ctx context.Context, cmd *cli.Command) error {
 		Kind       string                             `json:"kind"`
 		Metadata   map[string]string                  `json:"metadata"`
 		Spec       ichorv1alpha1.TalosConfigPatchSpec `json:"spec"`
-	}{ichorv1alpha1.GroupVersion.String(), "TalosConfigPatch", map[string]string{"name": old.Name}, old.Spec}
+	}{ichorv1alpha1.GroupVersion.String(), kindPatch, map[string]string{"name": old.Name}, old.Spec}
 	body, err := yaml.Marshal(doc)
 	if err != nil {
 		return err

@@ -62,7 +62,7 @@ func TestPreview(t *testing.T) {
 
 	type row struct{ machine, mode, paths string }
 	rows := func(imp plan.Impact) []row {
-		var out []row
+		out := make([]row, 0, len(imp.Machines))
 		for _, m := range imp.Machines {
 			var paths []string
 			for _, ch := range m.Changes {
