@@ -168,6 +168,10 @@ func patchList(ctx context.Context, cmd *cli.Command) error {
 		r.printf("No TalosConfigPatch in namespace %s; create one with `ichor patch create NAME --layer cluster --sysctl KEY=VALUE`.\n", r.ns())
 		return nil
 	}
+	machines := &ichorv1alpha1.TalosMachineList{}
+	if err := r.c().List(ctx, machines, client.InNamespace(r.ns())); err != nil {
+		return r.conn.Explain(err, "listing TalosMachines in namespace "+r.ns())
+	}
 	t := &output.Rows{Header: []string{colName, colCluster, "LAYER", "PRIORITY", "TARGET", "DOCUMENTS", "MACHINES", "PRIVILEGED"}}
 	marked := false
 	for i := range items {
@@ -177,7 +181,7 @@ func patchList(ctx context.Context, cmd *cli.Command) error {
 			priv, marked = wordYes, true
 		}
 		t.Add(p.Name, p.Spec.ClusterName, p.Spec.Layer, fmt.Sprint(p.Spec.Priority), targetOf(p), documentKinds(p),
-			fmt.Sprint(p.Status.MatchedMachines), priv)
+			fmt.Sprint(targeted(p, machines.Items)), priv)
 	}
 	if err := t.Write(r.out); err != nil {
 		return err
@@ -186,6 +190,21 @@ func patchList(ctx context.Context, cmd *cli.Command) error {
 		r.printf("\n%s\n", privilegedNote)
 	}
 	return nil
+}
+
+// targeted counts the machines of the patch's cluster it targets now.
+func targeted(p *ichorv1alpha1.TalosConfigPatch, machines []ichorv1alpha1.TalosMachine) int {
+	n := 0
+	for i := range machines {
+		m := &machines[i]
+		if m.Spec.ClusterName != p.Spec.ClusterName {
+			continue
+		}
+		if ok, err := render.Targets(p, m); err == nil && ok {
+			n++
+		}
+	}
+	return n
 }
 
 // clean drops what a person does not write from a patch printed as data.
@@ -228,7 +247,11 @@ func patchGet(ctx context.Context, cmd *cli.Command) error {
 	b.Add("Layer", p.Spec.Layer)
 	b.Add("Priority", fmt.Sprint(p.Spec.Priority))
 	b.Add("Target", targetOf(p))
-	b.Add("Machines", fmt.Sprint(p.Status.MatchedMachines))
+	machines := &ichorv1alpha1.TalosMachineList{}
+	if err := r.c().List(ctx, machines, client.InNamespace(r.ns())); err != nil {
+		return r.conn.Explain(err, "listing TalosMachines in namespace "+r.ns())
+	}
+	b.Add("Machines", fmt.Sprint(targeted(p, machines.Items)))
 	var paths []string
 	for _, f := range privileged.InPatch(p) {
 		paths = append(paths, f.String())

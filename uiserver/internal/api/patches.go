@@ -49,8 +49,10 @@ var layerOrder = map[string]int{
 // ListPatches implements PatchService.
 func (s *PatchService) ListPatches(ctx context.Context, _ *ichorv1.ListPatchesRequest) (*ichorv1.ListPatchesResponse, error) {
 	const what = "listing the configuration patches"
-	if err := s.Clients.Authorize(ctx, "list", resPatches); err != nil {
-		return nil, apiError(ctx, err, what)
+	for _, res := range []string{resPatches, resMachines} {
+		if err := s.Clients.Authorize(ctx, "list", res); err != nil {
+			return nil, apiError(ctx, err, what)
+		}
 	}
 	list := &ichorv1alpha1.TalosConfigPatchList{}
 	if err := s.Clients.Cache.List(ctx, list, client.InNamespace(s.Clients.Namespace)); err != nil {
@@ -72,11 +74,21 @@ func (s *PatchService) ListPatches(ctx context.Context, _ *ichorv1.ListPatchesRe
 		}
 		return a.Name < b.Name
 	})
+	ms, err := s.clusterMachines(ctx)
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
 	out := &ichorv1.ListPatchesResponse{}
 	for _, p := range items {
 		cp, err := patchToProto(p)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "%s: %v", what, err)
+		}
+		cp.MatchedMachines = 0
+		for _, m := range ms {
+			if ok, err := render.Targets(p, m); err == nil && ok {
+				cp.MatchedMachines++
+			}
 		}
 		out.Patches = append(out.Patches, cp)
 	}
@@ -376,7 +388,7 @@ func patchToProto(p *ichorv1alpha1.TalosConfigPatch) (*ichorv1.ConfigPatch, erro
 	out := &ichorv1.ConfigPatch{
 		Name: p.Name, Layer: p.Spec.Layer, Priority: p.Spec.Priority,
 		TargetRole: p.Spec.Target.Role, TargetMachine: p.Spec.Target.MachineName,
-		DocumentsJson: string(d), ResourceVersion: p.ResourceVersion, MatchedMachines: p.Status.MatchedMachines,
+		DocumentsJson: string(d), ResourceVersion: p.ResourceVersion,
 	}
 	if sel := p.Spec.Target.Selector; sel != nil {
 		b, err := json.Marshal(sel)

@@ -160,6 +160,7 @@ func TestPatchPreview(t *testing.T) {
 func TestPatchWrites(t *testing.T) {
 	ctx := context.Background()
 	op := patchClient(t, operator(t))
+	createMachine(t, "pw-w1", ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleWorker)
 
 	list, err := patchClient(t, viewer(t)).ListPatches(ctx, &ichorv1.ListPatchesRequest{})
 	if err != nil {
@@ -208,6 +209,22 @@ func TestPatchWrites(t *testing.T) {
 	updated, err := op.UpdatePatch(ctx, &ichorv1.UpdatePatchRequest{Name: "pw-tuning", Patch: edit})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The list counts the machines the patch targets now: on the cluster
+	// layer, every machine of the cluster.
+	all := &ichorv1alpha1.TalosMachineList{}
+	if err := admin.List(ctx, all, client.InNamespace(testNS)); err != nil {
+		t.Fatal(err)
+	}
+	_, got = listedPatch(t, operator(t), "pw-tuning", updated.GetPatch().GetResourceVersion())
+	n := 0
+	for _, m := range all.Items {
+		if m.Spec.ClusterName == testCluster {
+			n++
+		}
+	}
+	if int(got.GetMatchedMachines()) != n || n == 0 {
+		t.Errorf("the cluster-layer patch targets the %d machines of the cluster: %v", n, got)
 	}
 	// A write from the old resourceVersion is refused: the patch changed since.
 	if _, err := op.UpdatePatch(ctx, &ichorv1.UpdatePatchRequest{Name: "pw-tuning", Patch: edit}); status.Code(err) != codes.Aborted {

@@ -195,7 +195,10 @@ export interface ConfigPatch {
   invalidMessage?: string;
   /** cluster, role, selector or machine. */
   layer?: string;
-  /** status.matchedMachines. */
+  /**
+   * How many of the cluster's machines the patch targets now, counted from
+   * their layer targets and labels (every machine, approved or not).
+   */
   matchedMachines?: number;
   /** metadata.name. */
   name?: string;

@@ -45,7 +45,8 @@ type ConfigPatch struct {
 	ResourceVersion string `protobuf:"bytes,8,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	// The privileged documents and fields the patch carries (contracts/pkg/privileged), as Kind:field paths.
 	PrivilegedPaths []string `protobuf:"bytes,9,rep,name=privileged_paths,json=privilegedPaths,proto3" json:"privileged_paths,omitempty"`
-	// status.matchedMachines.
+	// How many of the cluster's machines the patch targets now, counted from
+	// their layer targets and labels (every machine, approved or not).
 	MatchedMachines int32 `protobuf:"varint,10,opt,name=matched_machines,json=matchedMachines,proto3" json:"matched_machines,omitempty"`
 	// The Valid condition's message when it is false: why the patch does not render.
 	InvalidMessage string `protobuf:"bytes,11,opt,name=invalid_message,json=invalidMessage,proto3" json:"invalid_message,omitempty"`
