@@ -386,7 +386,8 @@ func TestBrowserAccessibility(t *testing.T) {
 	waitJS(t, tab, 30*time.Second, "live", `document.querySelector("[data-testid=connection]")?.dataset.state === "live"`)
 
 	pages := []string{"/", "/nodes", "/add-node", "/nodes/" + cp, "/nodes/" + cp + "/storage", "/nodes/" + cp + "/talos",
-		"/nodes/" + cp + "/kubernetes", "/nodes/" + cp + "/config", "/nodes/" + cp + "/logs", "/operations", "/settings"}
+		"/nodes/" + cp + "/kubernetes", "/nodes/" + cp + "/config", "/nodes/" + cp + "/logs", "/operations", "/settings",
+		"/configuration", "/configuration/new"}
 
 	for _, v := range []struct {
 		name          string

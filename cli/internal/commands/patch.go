@@ -375,11 +375,14 @@ func (r *run) patchFromFlags(ctx context.Context, cmd *cli.Command, name string)
 		return nil, errors.New("the patch sets nothing: give --sysctl KEY=VALUE, --sysfs KEY=VALUE, --kernel-module NAME, " +
 			"or --from-file FILE with typed documents")
 	}
-	c, err := r.getCluster(ctx, cmd.String(flagCluster))
-	if err != nil {
-		return nil, err
+	if want := cmd.String(flagCluster); want != "" && s.ClusterName != "" && s.ClusterName != want {
+		return nil, fmt.Errorf("--cluster %s differs from the file's spec.clusterName %s; drop one of them", want, s.ClusterName)
 	}
-	if s.ClusterName == "" {
+	if s.ClusterName == "" || cmd.String(flagCluster) != "" {
+		c, err := r.getCluster(ctx, cmd.String(flagCluster))
+		if err != nil {
+			return nil, err
+		}
 		s.ClusterName = c.Name
 	}
 	return p, nil

@@ -85,6 +85,11 @@ export function ConfigurationPage({ edit }: { edit?: string }) {
     const existing = list?.patches?.find((p) => p.name === edit);
     return (
       <>
+        {/* The heading is there from the start: the console moves focus to it on a new page. */}
+        <div class="flex flex-wrap items-center justify-between gap-3">
+          <h1 class="text-xl font-semibold">{edit ? `Patch ${edit}` : "New patch"}</h1>
+          <LinkButton href="/configuration">Back to Configuration</LinkButton>
+        </div>
         <ErrorAlert error={listError ?? schemaError} what="Reading the configuration patches" />
         {(!list || !schema) && !listError && !schemaError ? (
           <p class="text-sm text-muted-foreground" role="status" data-loading>
@@ -391,10 +396,6 @@ function PatchEditor({ schema, existing, canWrite, options, onSaved }: { schema:
         void runPreview();
       }}
     >
-      <div class="flex flex-wrap items-center justify-between gap-3">
-        <h1 class="text-xl font-semibold">{existing ? `Patch ${existing.name}` : "New patch"}</h1>
-        <LinkButton href="/configuration">Back to Configuration</LinkButton>
-      </div>
       {locked && (
         <Alert tone="warn" title="Privileged patch" class="text-sm">
           It carries privileged configuration ({existing?.privilegedPaths?.join(", ")}); only a user with update on talosconfigpatches/privileged (the ichor-admin role) may see all of it or change it.
