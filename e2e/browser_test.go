@@ -142,7 +142,7 @@ func TestBrowserConsole(t *testing.T) {
 
 	step("node page tabs", func(t *testing.T) {
 		for i, tb := range []struct{ path, shot string }{
-			{"", "summary"}, {"/storage", "storage-network"}, {"/talos", "talos"}, {"/kubernetes", "kubernetes-etcd"}, {"/config", "configuration"}, {"/logs", "logs"},
+			{"", "summary"}, {"/storage", "storage-network"}, {"/talos", "talos"}, {"/kubernetes", "kubernetes-etcd"}, {"/logs", "logs"}, {"/config", "configuration"},
 		} {
 			navigate(t, tab, "/nodes/"+worker+tb.path)
 			waitJS(t, tab, 30*time.Second, "the "+tb.shot+" tab", `document.querySelector("#tab-panel") && document.querySelector("[role=tab][aria-selected=true]")`)
