@@ -142,7 +142,7 @@ func TestBrowserConsole(t *testing.T) {
 
 	step("node page tabs", func(t *testing.T) {
 		for i, tb := range []struct{ path, shot string }{
-			{"", "summary"}, {"/storage", "storage-network"}, {"/talos", "talos"}, {"/kubernetes", "kubernetes-etcd"}, {"/config", "configuration"},
+			{"", "summary"}, {"/storage", "storage-network"}, {"/talos", "talos"}, {"/kubernetes", "kubernetes-etcd"}, {"/logs", "logs"}, {"/config", "configuration"},
 		} {
 			navigate(t, tab, "/nodes/"+worker+tb.path)
 			waitJS(t, tab, 30*time.Second, "the "+tb.shot+" tab", `document.querySelector("#tab-panel") && document.querySelector("[role=tab][aria-selected=true]")`)
@@ -160,9 +160,11 @@ func TestBrowserConsole(t *testing.T) {
 		navigate(t, tab, "/nodes/"+worker+"/talos")
 		waitJS(t, tab, time.Minute, "the worker's kubelet among its Talos services",
 			`[...document.querySelectorAll("table[aria-label='Talos services'] tbody tr td:first-child")].some(td => td.textContent === "kubelet")`)
+		screenshot(t, tab, "07-node-talos-services")
+		navigate(t, tab, "/nodes/"+worker+"/logs")
 		waitJS(t, tab, time.Minute, "lines in the log stream",
 			`(() => { const p = document.querySelector("pre[aria-label$=' log']"); return p && p.textContent !== "No lines yet." && p.textContent.includes("\n"); })()`)
-		screenshot(t, tab, "07-node-talos-services-and-log")
+		screenshot(t, tab, "07-node-logs")
 		if len(controlPlanes) == 0 {
 			t.Fatal("no Ready control plane to read etcd members from")
 		}
@@ -384,7 +386,8 @@ func TestBrowserAccessibility(t *testing.T) {
 	waitJS(t, tab, 30*time.Second, "live", `document.querySelector("[data-testid=connection]")?.dataset.state === "live"`)
 
 	pages := []string{"/", "/nodes", "/add-node", "/nodes/" + cp, "/nodes/" + cp + "/storage", "/nodes/" + cp + "/talos",
-		"/nodes/" + cp + "/kubernetes", "/nodes/" + cp + "/config", "/operations", "/settings"}
+		"/nodes/" + cp + "/kubernetes", "/nodes/" + cp + "/config", "/nodes/" + cp + "/logs", "/operations", "/settings",
+		"/configuration", "/configuration/new"}
 
 	for _, v := range []struct {
 		name          string

@@ -104,6 +104,7 @@ func New() *cli.Command {
 			machineCommand(),
 			nodeCommand(),
 			configCommand(),
+			patchCommand(),
 			operationCommand(),
 			upgradeCommand(),
 			etcdCommand(),

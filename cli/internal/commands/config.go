@@ -47,8 +47,9 @@ func configCommand() *cli.Command {
 			{
 				Name: "diff",
 				Usage: "compare a machine's render now with what the controller rendered and applied; " +
-					"with --with, what a TalosConfigPatch file would change",
-				ArgsUsage:     argMachine,
+					"with --with, what a TalosConfigPatch file would change: value by value on MACHINE, " +
+					"or without MACHINE the impact on every machine (changed paths, apply mode, config rollout)",
+				ArgsUsage:     "[" + argMachine + "]",
 				ShellComplete: completeMachines,
 				Flags: []cli.Flag{
 					roleFlag,
@@ -311,7 +312,10 @@ func readPatches(path, namespace string) ([]ichorv1alpha1.TalosConfigPatch, erro
 }
 
 func configDiff(ctx context.Context, cmd *cli.Command) error {
-	if err := requireOneArg(cmd, "one MACHINE"); err != nil {
+	if !cmd.Args().Present() && cmd.String("with") != "" {
+		return impactDiff(ctx, cmd)
+	}
+	if err := requireOneArg(cmd, "one MACHINE, or --with FILE alone for the impact on every machine"); err != nil {
 		return err
 	}
 	r, err := connected(cmd)

@@ -270,3 +270,8 @@ func (p Plan) AllPaths() []string {
 
 	return out
 }
+
+// MarshalText writes a class by its name (NoReboot, …) in JSON and YAML.
+func (c Class) MarshalText() ([]byte, error) {
+	return []byte(c.String()), nil
+}

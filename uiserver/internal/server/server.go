@@ -67,6 +67,8 @@ type Options struct {
 	Settings ichorv1.SettingsServiceServer
 	// Reclaims implements ReclaimService ("Reset and add").
 	Reclaims ichorv1.ReclaimServiceServer
+	// Patches implements PatchService (the Configuration page).
+	Patches ichorv1.PatchServiceServer
 	// Encodings, when set with Machines, serves the shared list of machines
 	// from encodings made once per change (gRPC and REST).
 	Encodings Encodings

@@ -162,6 +162,7 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		Cluster:        &api.ClusterService{Deps: deps}, Machines: machines, Encodings: machines, Nodes: nodeSvc,
 		Operations: &api.OperationService{Deps: deps}, Settings: &api.SettingsService{Deps: deps},
 		Reclaims:      &api.ReclaimService{Deps: deps, Credentials: direct},
+		Patches:       &api.PatchService{Deps: deps},
 		Authenticator: tokens, Frontend: frontend.FS(),
 		Ready: func() bool { return true },
 		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,

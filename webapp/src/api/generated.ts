@@ -41,6 +41,18 @@ export interface OperationServicePauseOperationBody {
 export interface OperationServiceResumeOperationBody {
 }
 
+/** DeletePatchRequest names the patch. */
+export interface PatchServiceDeletePatchBody {
+  /** When set, the delete is refused if the patch changed since. */
+  resourceVersion?: string;
+}
+
+/** UpdatePatchRequest is the patch as it should be. */
+export interface PatchServiceUpdatePatchBody {
+  /** The patch; its resource_version, when set, must be the stored one. */
+  patch?: ConfigPatch;
+}
+
 /** CancelReclaimRequest names a reclaim. */
 export interface ReclaimServiceCancelReclaimBody {
 }
@@ -181,6 +193,39 @@ export interface ConfigEntry {
   valueJson?: string;
 }
 
+/** ConfigPatch is one TalosConfigPatch of the cluster. */
+export interface ConfigPatch {
+  /**
+   * spec.documents as JSON: a list of objects with one key each, named after
+   * the document kind (sysctlConfig, vlanConfig, …), in the typed schema of
+   * the CRD. Unknown fields are refused.
+   */
+  documentsJson?: string;
+  /** The Valid condition's message when it is false: why the patch does not render. */
+  invalidMessage?: string;
+  /** cluster, role, selector or machine. */
+  layer?: string;
+  /**
+   * How many of the cluster's machines the patch targets now, counted from
+   * their layer targets and labels (every machine, approved or not).
+   */
+  matchedMachines?: number;
+  /** metadata.name. */
+  name?: string;
+  /** Orders patches within a layer; higher applies later. */
+  priority?: number;
+  /** The privileged documents and fields the patch carries (contracts/pkg/privileged), as Kind:field paths. */
+  privilegedPaths?: string[];
+  /** metadata.resourceVersion; an update from an older one is ABORTED. */
+  resourceVersion?: string;
+  /** The machine of the machine layer. */
+  targetMachine?: string;
+  /** The role of the role layer: controlplane or worker. */
+  targetRole?: string;
+  /** The label selector of the selector layer, as JSON (metav1.LabelSelector). */
+  targetSelectorJson?: string;
+}
+
 /** ConfigStep is one patch of the render, in order. */
 export interface ConfigStep {
   /** The layer. */
@@ -195,6 +240,22 @@ export interface ConfigStep {
 export interface ConfirmReclaimResponse {
   /** The reclaim. */
   reclaim?: Reclaim;
+}
+
+/** CreatePatchRequest is the patch to create. */
+export interface CreatePatchRequest {
+  /** The patch; resource_version is ignored. */
+  patch?: ConfigPatch;
+}
+
+/** CreatePatchResponse is the patch as stored. */
+export interface CreatePatchResponse {
+  /** The patch. */
+  patch?: ConfigPatch;
+}
+
+/** DeletePatchResponse has no fields. */
+export interface DeletePatchResponse {
 }
 
 /** DiscoveredDisk is one disk discovery saw. */
@@ -384,6 +445,19 @@ export interface ListOperationsResponse {
   operations?: Operation[];
 }
 
+/** ListPatchesResponse is the cluster's patches and the user's rights. */
+export interface ListPatchesResponse {
+  /** The signed-in user may create, update and delete TalosConfigPatches. */
+  canWrite?: boolean;
+  /**
+   * The signed-in user holds `update` on talosconfigpatches/privileged and may
+   * write privileged documents and fields.
+   */
+  canWritePrivileged?: boolean;
+  /** The patches, by layer (cluster, role, selector, machine), then priority, then name. */
+  patches?: ConfigPatch[];
+}
+
 /** ListReclaimsResponse is the reclaims, newest first. */
 export interface ListReclaimsResponse {
   /** The reclaims. */
@@ -476,6 +550,24 @@ export interface MachineIdentity {
   serial?: string;
   /** The SMBIOS UUID. */
   uuid?: string;
+}
+
+/** MachineImpact is what the write does to one machine. */
+export interface MachineImpact {
+  /** The changed paths. */
+  changes?: PathChange[];
+  /** Why the configuration after the write does not render or validate. */
+  errors?: string[];
+  /** The TalosMachine. */
+  machine?: string;
+  /** none, no-reboot, staged, kube-apiserver-restart or reboot. */
+  mode?: string;
+  /** Its role. */
+  role?: string;
+  /** The change waits for a config rollout (`ichor config apply`, Apply in the Overview). */
+  waitsForRollout?: boolean;
+  /** machinery's validation warnings. */
+  warnings?: string[];
 }
 
 /** MachineNetwork is the primary NIC's configuration (TalosMachine spec.network). */
@@ -590,6 +682,16 @@ export interface OperationMachine {
   state?: string;
 }
 
+/** PathChange is one changed path of a machine's configuration, never its value. */
+export interface PathChange {
+  /** NoReboot, InstallOnly, APIServerRestart or RebootRequired. */
+  class?: string;
+  /** added, removed or changed. */
+  op?: string;
+  /** Kind:field or Kind/name:field. */
+  path?: string;
+}
+
 /** PauseClusterRequest says why. */
 export interface PauseClusterRequest {
   /** Why the cluster is paused, for the others to read; at most 512 characters. */
@@ -634,6 +736,29 @@ export interface PreviewConfigRolloutResponse {
   unfinished?: Operation;
 }
 
+/**
+ * PreviewPatchRequest is a proposed write: a create (no existing patch of the
+ * name), an edit, or with delete set, a delete of the patch of the name.
+ */
+export interface PreviewPatchRequest {
+  /** Preview deleting the patch of patch.name. */
+  delete?: boolean;
+  /** The patch as it would be; for a delete only its name is read. */
+  patch?: ConfigPatch;
+}
+
+/** PreviewPatchResponse is the impact preview. */
+export interface PreviewPatchResponse {
+  /** The signed-in user holds what privileged needs. */
+  allowed?: boolean;
+  /** The machines the patch targets before or after the write, by name. */
+  machines?: MachineImpact[];
+  /** What the write needs for its privileged configuration; empty when it carries none. */
+  privileged?: PrivilegedRequirement[];
+  /** True when every machine renders and validates after the write. */
+  valid?: boolean;
+}
+
 /** PreviewRemovalResponse is what the removal would do. */
 export interface PreviewRemovalResponse {
   /** True when the checks allow the removal now. */
@@ -674,6 +799,16 @@ export interface PrivilegedPatch {
   name?: string;
   /** The privileged documents and fields it sets ("Kind" or "Kind:path"). */
   paths?: string[];
+}
+
+/** PrivilegedRequirement is what writing the patch needs beyond `update`. */
+export interface PrivilegedRequirement {
+  /** What the write does, naming the privileged paths. */
+  action?: string;
+  /** The fields, as spec.documents[i]… locations. */
+  field?: string;
+  /** The permission, for example `update` on talosconfigpatches/privileged. */
+  permission?: string;
 }
 
 /** Reclaim is a MachineReclaim as the UI shows it; it never carries the credential. */
@@ -905,6 +1040,12 @@ export interface TalosService {
   state?: string;
 }
 
+/** UpdatePatchResponse is the patch as stored. */
+export interface UpdatePatchResponse {
+  /** The patch. */
+  patch?: ConfigPatch;
+}
+
 /** UpdateSettingsRequest is the settings to change. */
 export interface UpdateSettingsRequest {
   /** Settings to reset to their defaults: id_token_lifetime, refresh_token_lifetime, default_drift_policy. */
@@ -991,6 +1132,10 @@ export interface Client {
    * sends the reset.
    */
   confirmReclaim(args: { name: string; body: ReclaimServiceConfirmReclaimBody }, options?: CallOptions): Promise<ConfirmReclaimResponse>;
+  /** CreatePatch creates a patch of the cluster. */
+  createPatch(args: { body: CreatePatchRequest }, options?: CallOptions): Promise<CreatePatchResponse>;
+  /** DeletePatch deletes a patch. */
+  deletePatch(args: { name: string; body: PatchServiceDeletePatchBody }, options?: CallOptions): Promise<DeletePatchResponse>;
   /** GetCluster returns the cluster's name, versions and health. */
   getCluster(options?: CallOptions): Promise<GetClusterResponse>;
   /**
@@ -1020,6 +1165,11 @@ export interface Client {
   listMachines(args?: { approvalState?: string }, options?: CallOptions): Promise<ListMachinesResponse>;
   /** ListOperations returns the cluster's operations, newest first. */
   listOperations(options?: CallOptions): Promise<ListOperationsResponse>;
+  /**
+   * ListPatches returns the cluster's patches by layer and priority, and what
+   * the signed-in user may do with them.
+   */
+  listPatches(options?: CallOptions): Promise<ListPatchesResponse>;
   /** ListReclaims returns the reclaims, newest first. */
   listReclaims(options?: CallOptions): Promise<ListReclaimsResponse>;
   /**
@@ -1039,6 +1189,12 @@ export interface Client {
    * values). It changes nothing.
    */
   previewConfigRollout(args?: { selector?: string }, options?: CallOptions): Promise<PreviewConfigRolloutResponse>;
+  /**
+   * PreviewPatch renders every machine a proposed create, edit or delete
+   * targets, before and after, and returns per machine the changed paths and
+   * the apply mode; nothing is written.
+   */
+  previewPatch(args: { body: PreviewPatchRequest }, options?: CallOptions): Promise<PreviewPatchResponse>;
   /**
    * PreviewRemoval says what removing the machine would do, and whether the
    * dangerous-operation checks allow it, without changing anything.
@@ -1095,6 +1251,8 @@ export interface Client {
    * the lines after it.
    */
   streamNodeLogs(args: { name: string; service: string; tailLines?: number; follow?: boolean; resumeToken?: string }, onMessage: (message: StreamNodeLogsResponse) => void, options?: CallOptions): Promise<void>;
+  /** UpdatePatch replaces a patch's layer, priority, target and documents. */
+  updatePatch(args: { name: string; body: PatchServiceUpdatePatchBody }, options?: CallOptions): Promise<UpdatePatchResponse>;
   /**
    * UpdateSettings writes the settings that are set in the request; an empty
    * field is left as it is, and a field named in clear is reset to its default.
@@ -1126,6 +1284,12 @@ export function createClient(t: Transport): Client {
     },
     confirmReclaim(args, options) {
       return t.unary<ConfirmReclaimResponse>("POST", `/api/v1/reclaims/${enc(args.name)}:confirm`, undefined, args.body, options);
+    },
+    createPatch(args, options) {
+      return t.unary<CreatePatchResponse>("POST", "/api/v1/patches", undefined, args.body, options);
+    },
+    deletePatch(args, options) {
+      return t.unary<DeletePatchResponse>("POST", `/api/v1/patches/${enc(args.name)}:delete`, undefined, args.body, options);
     },
     getCluster(options) {
       return t.unary<GetClusterResponse>("GET", "/api/v1/cluster", undefined, undefined, options);
@@ -1166,6 +1330,9 @@ export function createClient(t: Transport): Client {
     listOperations(options) {
       return t.unary<ListOperationsResponse>("GET", "/api/v1/operations", undefined, undefined, options);
     },
+    listPatches(options) {
+      return t.unary<ListPatchesResponse>("GET", "/api/v1/patches", undefined, undefined, options);
+    },
     listReclaims(options) {
       return t.unary<ListReclaimsResponse>("GET", "/api/v1/reclaims", undefined, undefined, options);
     },
@@ -1177,6 +1344,9 @@ export function createClient(t: Transport): Client {
     },
     previewConfigRollout(args, options) {
       return t.unary<PreviewConfigRolloutResponse>("GET", "/api/v1/operations:previewConfigRollout", { selector: args?.selector }, undefined, options);
+    },
+    previewPatch(args, options) {
+      return t.unary<PreviewPatchResponse>("POST", "/api/v1/patches:preview", undefined, args.body, options);
     },
     previewRemoval(args, options) {
       return t.unary<PreviewRemovalResponse>("GET", `/api/v1/machines/${enc(args.name)}/removal-preview`, { reboot: args?.reboot, force: args?.force }, undefined, options);
@@ -1211,6 +1381,9 @@ export function createClient(t: Transport): Client {
     streamNodeLogs(args, onMessage, options) {
       return t.stream<StreamNodeLogsResponse>("GET", `/api/v1/nodes/${enc(args.name)}/services/${enc(args.service)}/logs`, { tailLines: args?.tailLines, follow: args?.follow, resumeToken: args?.resumeToken }, onMessage, options);
     },
+    updatePatch(args, options) {
+      return t.unary<UpdatePatchResponse>("POST", `/api/v1/patches/${enc(args.name)}:update`, undefined, args.body, options);
+    },
     updateSettings(args, options) {
       return t.unary<UpdateSettingsResponse>("POST", "/api/v1/settings", undefined, args.body, options);
     },
@@ -1229,6 +1402,8 @@ export const operationPaths = {
   approveMachine: { method: "POST", path: "/api/v1/machines/{name}:approve" },
   cancelReclaim: { method: "POST", path: "/api/v1/reclaims/{name}:cancel" },
   confirmReclaim: { method: "POST", path: "/api/v1/reclaims/{name}:confirm" },
+  createPatch: { method: "POST", path: "/api/v1/patches" },
+  deletePatch: { method: "POST", path: "/api/v1/patches/{name}:delete" },
   getCluster: { method: "GET", path: "/api/v1/cluster" },
   getEffectiveConfig: { method: "GET", path: "/api/v1/machines/{name}/effective-config" },
   getMachine: { method: "GET", path: "/api/v1/machines/{name}" },
@@ -1242,10 +1417,12 @@ export const operationPaths = {
   getSettings: { method: "GET", path: "/api/v1/settings" },
   listMachines: { method: "GET", path: "/api/v1/machines" },
   listOperations: { method: "GET", path: "/api/v1/operations" },
+  listPatches: { method: "GET", path: "/api/v1/patches" },
   listReclaims: { method: "GET", path: "/api/v1/reclaims" },
   pauseCluster: { method: "POST", path: "/api/v1/cluster:pause" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
+  previewPatch: { method: "POST", path: "/api/v1/patches:preview" },
   previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
   previewTalosUpgrade: { method: "GET", path: "/api/v1/operations:previewTalosUpgrade" },
   rejectMachine: { method: "POST", path: "/api/v1/machines/{name}:reject" },
@@ -1257,6 +1434,7 @@ export const operationPaths = {
   startReclaim: { method: "POST", path: "/api/v1/reclaims" },
   startTalosUpgrade: { method: "POST", path: "/api/v1/operations:startTalosUpgrade" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },
+  updatePatch: { method: "POST", path: "/api/v1/patches/{name}:update" },
   updateSettings: { method: "POST", path: "/api/v1/settings" },
   watchMachines: { method: "GET", path: "/api/v1/machines:watch" },
   whoAmI: { method: "GET", path: "/api/v1/whoami" },

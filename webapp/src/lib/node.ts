@@ -2,7 +2,7 @@ import type { Condition, ConfigEntry, DiskSelector, Machine, MachineNetwork, Tal
 import * as api from "../api/v1alpha1";
 import type { Tone } from "../components/ui/badge";
 
-export type NodeTab = "summary" | "storage" | "talos" | "kubernetes" | "config";
+export type NodeTab = "summary" | "storage" | "talos" | "kubernetes" | "config" | "logs";
 
 /** The node page's tabs, in order; the first is the page's own address. */
 export const nodeTabs: { id: NodeTab; label: string }[] = [
@@ -11,6 +11,7 @@ export const nodeTabs: { id: NodeTab; label: string }[] = [
   { id: "talos", label: "Talos" },
   { id: "kubernetes", label: "Kubernetes & etcd" },
   { id: "config", label: "Configuration" },
+  { id: "logs", label: "Logs" },
 ];
 
 /** activeTab is the tab the address names, or the summary for an unknown one. */

@@ -8,8 +8,12 @@ describe("pageTitle", () => {
     expect(pageTitle(match("/add-node"), "prod")).toBe("Add node · prod · Ichor");
     expect(pageTitle(match("/nodes/cp-1"), "prod")).toBe("cp-1 · prod · Ichor");
     expect(pageTitle(match("/nodes/cp-1/talos"), "prod")).toBe("cp-1 · Talos · prod · Ichor");
+    expect(pageTitle(match("/nodes/cp-1/logs"), "prod")).toBe("cp-1 · Logs · prod · Ichor");
     expect(pageTitle(match("/operations/up-1"), "prod")).toBe("Operation up-1 · prod · Ichor");
     expect(pageTitle(match("/settings"))).toBe("Settings · Ichor");
+    expect(pageTitle(match("/configuration"), "prod")).toBe("Configuration · prod · Ichor");
+    expect(pageTitle(match("/configuration/new"), "prod")).toBe("New patch · Configuration · prod · Ichor");
+    expect(match("/configuration/patches/a%20b")).toEqual({ screen: "configuration", edit: "a b" });
     expect(pageTitle(match("/nope"))).toBe("No such page · Ichor");
   });
 });

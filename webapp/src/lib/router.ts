@@ -27,6 +27,7 @@ export type Route =
   | { screen: "operations" }
   | { screen: "operation"; name: string }
   | { screen: "settings" }
+  | { screen: "configuration"; edit?: string }
   | { screen: "callback" }
   | { screen: "missing"; path: string };
 
@@ -39,6 +40,10 @@ export function match(path: string): Route {
   if (p === "/auth/callback") return { screen: "callback" };
   if (p === "/operations") return { screen: "operations" };
   if (p === "/settings") return { screen: "settings" };
+  if (p === "/configuration") return { screen: "configuration" };
+  if (p === "/configuration/new") return { screen: "configuration", edit: "" };
+  const cp = /^\/configuration\/patches\/([^/]+)$/.exec(p);
+  if (cp) return { screen: "configuration", edit: decodeURIComponent(cp[1]) };
   const op = /^\/operations\/([^/]+)$/.exec(p);
   if (op) return { screen: "operation", name: decodeURIComponent(op[1]) };
   const m = /^\/nodes\/([^/]+)(?:\/([a-z-]+))?$/.exec(p);
@@ -47,7 +52,7 @@ export function match(path: string): Route {
 }
 
 
-const tabTitles: Record<string, string> = { storage: "Storage & network", talos: "Talos", kubernetes: "Kubernetes & etcd", config: "Configuration" };
+const tabTitles: Record<string, string> = { storage: "Storage & network", talos: "Talos", kubernetes: "Kubernetes & etcd", config: "Configuration", logs: "Logs" };
 
 /** pageTitle is the document title of a route: the page, the cluster, Ichor. */
 export function pageTitle(route: Route, cluster?: string): string {
@@ -75,6 +80,9 @@ export function pageTitle(route: Route, cluster?: string): string {
     case "settings":
       page = "Settings";
       break;
+    case "configuration":
+      page = route.edit === undefined ? "Configuration" : route.edit === "" ? "New patch · Configuration" : `Patch ${route.edit} · Configuration`;
+      break;
     default:
       page = "No such page";
   }
@@ -87,6 +95,8 @@ export function pageKey(route: Route): string {
     case "node":
     case "operation":
       return `${route.screen}/${route.name}`;
+    case "configuration":
+      return route.edit === undefined ? "configuration" : `configuration/${route.edit}`;
     case "missing":
       return `missing/${route.path}`;
     case "callback":

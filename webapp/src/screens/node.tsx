@@ -7,7 +7,7 @@ import { Alert } from "../components/ui/alert";
 import { NodeHeader } from "./node/header";
 import { Summary } from "./node/summary";
 import { Storage } from "./node/storage";
-import { Talos } from "./node/talos";
+import { LogsTab, Talos } from "./node/talos";
 import { Kubernetes } from "./node/kubernetes";
 import { Configuration } from "./node/config";
 import { RemoveDialog } from "./node/remove";
@@ -39,6 +39,7 @@ export function NodePage({ name, tab }: { name: string; tab: string }) {
         {active === "talos" && <Talos m={m} client={client} />}
         {active === "kubernetes" && <Kubernetes m={m} client={client} />}
         {active === "config" && <Configuration m={m} client={client} />}
+        {active === "logs" && <LogsTab m={m} client={client} />}
       </div>
       <RemoveDialog
         m={m}
