@@ -198,6 +198,7 @@ func run() error {
 		Operations:    &api.OperationService{Deps: deps},
 		Settings:      &api.SettingsService{Deps: deps, ReadOnly: *settingsRO},
 		Reclaims:      &api.ReclaimService{Deps: deps, Credentials: own}, // the foreign talosconfig Secrets of "Reset and add"
+		Health:        &nodes.Health{Nodes: nodeSvc, APIServer: cfg},
 		Authenticator: tokens,
 		Ready: func() bool {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)

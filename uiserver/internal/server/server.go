@@ -67,6 +67,8 @@ type Options struct {
 	Settings ichorv1.SettingsServiceServer
 	// Reclaims implements ReclaimService ("Reset and add").
 	Reclaims ichorv1.ReclaimServiceServer
+	// Health implements HealthService (needs attention, control-plane health).
+	Health ichorv1.HealthServiceServer
 	// Encodings, when set with Machines, serves the shared list of machines
 	// from encodings made once per change (gRPC and REST).
 	Encodings Encodings

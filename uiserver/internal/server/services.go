@@ -34,6 +34,7 @@ func (o *Options) services() []service {
 	add(serviceOf("OperationService", o.Operations, ichorv1.RegisterOperationServiceServer, ichorv1.RegisterOperationServiceHandler))
 	add(serviceOf("SettingsService", o.Settings, ichorv1.RegisterSettingsServiceServer, ichorv1.RegisterSettingsServiceHandler))
 	add(serviceOf("ReclaimService", o.Reclaims, ichorv1.RegisterReclaimServiceServer, ichorv1.RegisterReclaimServiceHandler))
+	add(serviceOf("HealthService", o.Health, ichorv1.RegisterHealthServiceServer, ichorv1.RegisterHealthServiceHandler))
 	return out
 }
 
