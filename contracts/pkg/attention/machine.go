@@ -156,8 +156,8 @@ func machineItems(m *ichorv1alpha1.TalosMachine) []Item {
 		out = append(out, Item{
 			Key: KindMachine + "/" + m.Name + "/approval", Severity: Warning, Kind: KindMachine, Subject: m.Name,
 			Summary: fmt.Sprintf("%s (%s) waits for approval", m.Name, address(m)),
-			Detail:  ichorv1alpha1.AwaitingApprovalReason, Since: m.CreationTimestamp.Time,
-			Action: ActionApprove, Command: command(ActionApprove, m.Name),
+			Since:   m.CreationTimestamp.Time,
+			Action:  ActionApprove, Command: command(ActionApprove, m.Name),
 		})
 
 		return out
