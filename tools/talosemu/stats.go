@@ -33,7 +33,7 @@ func (s *apiServer) SystemStat(context.Context, *emptypb.Empty) (*machine.System
 		return &machine.CPUStat{User: 0.15 * up * n, System: 0.05 * up * n, Idle: 0.8 * up * n}
 	}
 
-	stat := &machine.SystemStat{BootTime: uint64(max(booted.Unix(), 0)), CpuTotal: cpu(emuThreads)} //nolint:gosec // not negative
+	stat := &machine.SystemStat{BootTime: uint64(max(booted.Unix(), 0)), CpuTotal: cpu(emuThreads)}
 
 	for range emuThreads {
 		stat.Cpu = append(stat.Cpu, cpu(1))

@@ -128,22 +128,29 @@ func Cause(msg string) string {
 
 // transportCauses map what gRPC and the network say to a few plain words,
 // most specific first.
+// The causes several transport messages share.
+const (
+	causeTimedOut = "timed out"
+	causeTLS      = "TLS handshake failed"
+	causeDenied   = "permission denied"
+)
+
 var transportCauses = []struct{ match, cause string }{
 	{"connection refused", "connection refused"},
 	{"no route to host", "no route to host"},
 	{"network is unreachable", "network unreachable"},
-	{"i/o timeout", "timed out"},
-	{"deadline exceeded", "timed out"},
-	{"deadlineexceeded", "timed out"},
+	{"i/o timeout", causeTimedOut},
+	{"deadline exceeded", causeTimedOut},
+	{"deadlineexceeded", causeTimedOut},
 	{"connection reset", "connection reset"},
 	{"certificate signed by unknown authority", "its certificate is not signed by the cluster's CA"},
 	{"certificate has expired", "a certificate expired"},
 	{"bad certificate", "it refused Ichor's certificate"},
-	{"authentication handshake failed", "TLS handshake failed"},
-	{"tls:", "TLS handshake failed"},
-	{"x509:", "TLS handshake failed"},
-	{"permissiondenied", "permission denied"},
-	{"permission denied", "permission denied"},
+	{"authentication handshake failed", causeTLS},
+	{"tls:", causeTLS},
+	{"x509:", causeTLS},
+	{"permissiondenied", causeDenied},
+	{"permission denied", causeDenied},
 	{"no such host", "its name does not resolve"},
 	{"error while dialing", "cannot connect"},
 	{"unexpected eof", "the connection closed"},

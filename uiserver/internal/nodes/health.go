@@ -234,7 +234,7 @@ func (h *Health) controlPlanes(ctx context.Context, cps []*ichorv1alpha1.TalosMa
 	etcd := &ichorv1.EtcdHealth{}
 	status := map[string]*ichorv1.EtcdMemberHealth{}
 
-	var out []*ichorv1.ControlPlaneHealth
+	out := make([]*ichorv1.ControlPlaneHealth, 0, len(results))
 
 	for i := range results {
 		r := &results[i]
@@ -418,7 +418,7 @@ func (h *Health) readyz(ctx context.Context, address string) (bool, string) {
 // versions are what each approved machine runs: Talos from its status, the
 // kubelet from its Node when the user may read it.
 func (h *Health) versions(ctx context.Context, c *ichorv1alpha1.TalosCluster, machines []*ichorv1alpha1.TalosMachine) ([]*ichorv1.NodeVersions, bool) {
-	var out []*ichorv1.NodeVersions
+	out := make([]*ichorv1.NodeVersions, 0, len(machines))
 
 	talosSeen, kubeletSeen := map[string]bool{}, map[string]bool{}
 	skew := false

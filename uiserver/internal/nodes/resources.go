@@ -46,7 +46,7 @@ func (s *Service) GetNodeResources(ctx context.Context, req *ichorv1.GetNodeReso
 			out.BootTime = timestamppb.New(time.Unix(int64(bt), 0))
 		}
 
-		out.Cpus = int32(min(len(msg.GetCpu()), math.MaxInt32)) //nolint:gosec // bounded above
+		out.Cpus = int32(min(len(msg.GetCpu()), math.MaxInt32))
 		if t := msg.GetCpuTotal(); t != nil {
 			idle := t.GetIdle() + t.GetIowait()
 			all := idle + t.GetUser() + t.GetNice() + t.GetSystem() + t.GetIrq() + t.GetSoftIrq() + t.GetSteal()
@@ -271,7 +271,7 @@ func eventsToProto(items []corev1.Event) []*ichorv1.NodeEvent {
 
 	slices.SortFunc(items, func(a, b corev1.Event) int { return last(&b).Compare(last(&a)) })
 
-	var out []*ichorv1.NodeEvent
+	out := make([]*ichorv1.NodeEvent, 0, min(len(items), maxEvents))
 
 	for i := range items[:min(len(items), maxEvents)] {
 		e := &items[i]

@@ -29,7 +29,7 @@ const grpcRefused = `Unavailable: connection error: desc = "transport: Error whi
 
 // approvedMachine creates an approved, running machine of the test cluster
 // with the given status, and removes it when the test ends.
-func approvedMachine(t *testing.T, name, role, address string, st ichorv1alpha1.TalosMachineStatus) *ichorv1alpha1.TalosMachine {
+func approvedMachine(t *testing.T, name, role, address string, st ichorv1alpha1.TalosMachineStatus) {
 	t.Helper()
 	ctx := context.Background()
 	now := metav1.Now()
@@ -50,7 +50,6 @@ func approvedMachine(t *testing.T, name, role, address string, st ichorv1alpha1.
 		t.Fatal(err)
 	}
 	waitCached(t, name, m.ResourceVersion)
-	return m
 }
 
 func attentionOf(t *testing.T, tok string, want func([]*ichorv1.AttentionItem) bool) []*ichorv1.AttentionItem {
