@@ -155,7 +155,45 @@ func (h *Health) GetClusterHealth(ctx context.Context, _ *ichorv1.GetClusterHeal
 	out.Etcd, out.ControlPlanes = h.controlPlanes(ctx, cps)
 	out.Nodes, out.VersionSkew = h.versions(ctx, c, approved)
 
+	var unavailable []string
+	if err := h.recentEvents(ctx, out); err != nil {
+		if fatal := readFailure(ctx, err, "the Events", &unavailable); fatal != nil {
+			return nil, fatal
+		}
+
+		out.EventsUnavailable = strings.Join(unavailable, "; ")
+	}
+
 	return out, nil
+}
+
+// maxClusterEvents bounds the Events GetClusterHealth returns.
+const maxClusterEvents = 20
+
+// recentEvents reads, as the signed-in user, the Events of Ichor's objects
+// in the cluster's namespace, newest first.
+func (h *Health) recentEvents(ctx context.Context, out *ichorv1.GetClusterHealthResponse) error {
+	list := &corev1.EventList{}
+	if err := h.Nodes.Clients.User.List(ctx, list, client.InNamespace(h.Nodes.Clients.Namespace)); err != nil {
+		return err
+	}
+
+	ours := list.Items[:0]
+	for i := range list.Items {
+		if strings.HasPrefix(list.Items[i].InvolvedObject.APIVersion, ichorv1alpha1.GroupVersion.Group+"/") {
+			ours = append(ours, list.Items[i])
+		}
+	}
+
+	events := eventsToProto(ours) // sorts ours in place: events[i] is ours[i]
+	for i, e := range events[:min(len(events), maxClusterEvents)] {
+		out.Events = append(out.Events, &ichorv1.ClusterEvent{
+			Type: e.GetType(), Reason: e.GetReason(), Message: e.GetMessage(), Count: e.GetCount(), LastTime: e.GetLastTime(),
+			Kind: ours[i].InvolvedObject.Kind, Name: ours[i].InvolvedObject.Name,
+		})
+	}
+
+	return nil
 }
 
 // certificates are the expiry dates status.certificates records, and what it does not.

@@ -167,6 +167,23 @@ func TestClusterHealth(t *testing.T) {
 		Stage: ichorv1alpha1.StageRunning, TalosVersion: "v1.13.2",
 	})
 
+	// Events: one of Ichor's (shown), one of a pod (not).
+	for _, ev := range []*corev1.Event{
+		{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: testNS, Name: "hc-api.apply"},
+			InvolvedObject: corev1.ObjectReference{APIVersion: ichorv1alpha1.GroupVersion.String(), Kind: "TalosMachine", Namespace: testNS, Name: "hc-api"},
+			Type:           corev1.EventTypeWarning, Reason: "ApplyFailed", Message: "the node refused the configuration", Count: 1, LastTimestamp: metav1.Now(),
+		},
+		{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: testNS, Name: "some-pod.pulled"},
+			InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: testNS, Name: "some-pod"},
+			Type:           corev1.EventTypeNormal, Reason: "Pulled", Message: "image pulled", Count: 1, LastTimestamp: metav1.Now(),
+		},
+	} {
+		must(t, admin.Create(context.Background(), ev))
+		t.Cleanup(func() { _ = admin.Delete(context.Background(), ev) })
+	}
+
 	resp, err := healthClient(t, viewer(t)).GetClusterHealth(context.Background(), &ichorv1.GetClusterHealthRequest{})
 	if err != nil {
 		t.Fatalf("viewer GetClusterHealth: %v", err)
@@ -203,6 +220,10 @@ func TestClusterHealth(t *testing.T) {
 	}
 	if !strings.Contains(resp.GetCertificatesMissing(), "Kubernetes CA") || len(resp.GetCertificates()) != 0 {
 		t.Fatalf("certificates not in status must be said missing: %q %v", resp.GetCertificatesMissing(), resp.GetCertificates())
+	}
+
+	if ev := resp.GetEvents(); len(ev) != 1 || ev[0].GetKind() != "TalosMachine" || ev[0].GetName() != "hc-api" || ev[0].GetReason() != "ApplyFailed" || resp.GetEventsUnavailable() != "" {
+		t.Fatalf("recent Events (Ichor's objects only): %v %q", ev, resp.GetEventsUnavailable())
 	}
 
 	code, body := rest(t, httpClient(), http.MethodGet, "/api/v1/health", viewer(t), "")

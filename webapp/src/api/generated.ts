@@ -176,6 +176,24 @@ export interface Cluster {
   versionContract?: string;
 }
 
+/** ClusterEvent is one Event about one of Ichor's objects. */
+export interface ClusterEvent {
+  /** How many times it happened. */
+  count?: number;
+  /** The object's kind: TalosMachine, TalosCluster, ... */
+  kind?: string;
+  /** When it last happened. */
+  lastTime?: string;
+  /** The message. */
+  message?: string;
+  /** The object's name. */
+  name?: string;
+  /** The reason. */
+  reason?: string;
+  /** Normal or Warning. */
+  type?: string;
+}
+
 /** Condition mirrors a Kubernetes status condition. */
 export interface Condition {
   /** When the status last changed. */
@@ -395,6 +413,13 @@ export interface GetClusterHealthResponse {
   controlPlanes?: ControlPlaneHealth[];
   /** etcd as the control planes see it. */
   etcd?: EtcdHealth;
+  /**
+   * The recent Events of Ichor's objects in the cluster's namespace (the
+   * cluster, its machines, operations, backups), newest first, at most 20.
+   */
+  events?: ClusterEvent[];
+  /** Why the Events could not be read (the user's role), in words; empty when read. */
+  eventsUnavailable?: string;
   /** The Kubernetes version the cluster declares. */
   kubernetesVersion?: string;
   /** The versions each approved machine runs, in name order. */

@@ -102,6 +102,7 @@ const healthy: GetClusterHealthResponse = {
   talosVersion: "v1.14.1",
   kubernetesVersion: "1.37.2",
   certificatesMissing: "the cluster's status.certificates does not record the expiry of Talos API CA",
+  events: [{ type: "Normal", reason: "Applied", kind: "TalosMachine", name: "cp-1", message: "applied the configuration" }],
 };
 
 function overviewConsole(attention: ListAttentionResponse, health: GetClusterHealthResponse): Console {
@@ -146,6 +147,7 @@ describe("Overview", () => {
     expect(root.querySelector("[data-testid=tile-skew]")?.textContent).toContain("None");
     expect(root.querySelector("[data-testid=tile-certificates]")?.textContent).toContain("Not recorded");
     expect(root.textContent).toContain("does not record the expiry of Talos API CA");
+    expect(root.querySelector("[data-testid=recent-events]")?.textContent).toContain("applied the configuration");
     expect(root.querySelectorAll(".bg-destructive\\/12")).toHaveLength(0);
   });
 

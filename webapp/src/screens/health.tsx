@@ -4,6 +4,7 @@ import { Card, CardContent, CardHeader, CardTitle } from "../components/ui/card"
 import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { ErrorAlert } from "../components/errors";
 import { etcdSummary, apiServersSummary, skewed, certificatesSummary } from "../lib/health";
+import { timeAgo } from "../lib/status";
 
 /** HealthTiles are the control plane's figures: etcd quorum, kube-apiservers ready, version skew and certificates. */
 export function HealthTiles({ health }: { health: GetClusterHealthResponse | null }) {
@@ -99,6 +100,47 @@ export function ControlPlanes({ health, error }: { health: GetClusterHealthRespo
             </Table>
           </>
         )}
+      </CardContent>
+    </Card>
+  );
+}
+
+/** RecentEvents are the latest Events of Ichor's objects (the cluster, its machines, operations), newest first. */
+export function RecentEvents({ health }: { health: GetClusterHealthResponse | null }) {
+  if (!health) return null;
+  const events = health.events ?? [];
+  return (
+    <Card>
+      <CardHeader>
+        <CardTitle>Recent events</CardTitle>
+      </CardHeader>
+      <CardContent>
+        {health.eventsUnavailable && <p class="text-sm text-muted-foreground">{health.eventsUnavailable}</p>}
+        <ul class="divide-y text-sm" data-testid="recent-events">
+          {events.map((e, i) => (
+            <li key={i} class="flex flex-col gap-1 py-2">
+              <div class="flex flex-wrap items-center gap-2">
+                <Badge tone={e.type === "Warning" ? "warn" : "neutral"}>{e.type}</Badge>
+                <span class="font-medium">{e.reason}</span>
+                {e.kind === "TalosMachine" ? (
+                  <a href={`/nodes/${encodeURIComponent(e.name ?? "")}`} class="text-muted-foreground hover:underline">
+                    {e.name}
+                  </a>
+                ) : e.kind === "TalosOperation" ? (
+                  <a href={`/operations/${encodeURIComponent(e.name ?? "")}`} class="text-muted-foreground hover:underline">
+                    {e.name}
+                  </a>
+                ) : (
+                  <span class="text-muted-foreground">{e.name}</span>
+                )}
+                {(e.count ?? 1) > 1 && <span class="text-xs text-muted-foreground">×{e.count}</span>}
+                <span class="ml-auto text-xs text-muted-foreground">{timeAgo(e.lastTime)}</span>
+              </div>
+              <p class="break-words text-muted-foreground">{e.message}</p>
+            </li>
+          ))}
+          {events.length === 0 && !health.eventsUnavailable && <li class="py-2 text-muted-foreground">No recent events</li>}
+        </ul>
       </CardContent>
     </Card>
   );

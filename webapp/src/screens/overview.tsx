@@ -16,7 +16,7 @@ import { pausedSince } from "../lib/pause";
 import { useAttention } from "../lib/attention";
 import { useHealth } from "../lib/health";
 import { AttentionList } from "./attention";
-import { ControlPlanes, HealthTiles } from "./health";
+import { ControlPlanes, HealthTiles, RecentEvents } from "./health";
 
 /** Tile is one figure of the overview: its label is the heading, the figure the text under it. */
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
@@ -142,6 +142,7 @@ export function Overview() {
       </Card>
       <HealthTiles health={health} />
       <ControlPlanes health={health} error={healthError} />
+      <RecentEvents health={health} />
       {(offerApply || applyOpen) && <ConfigRolloutDialog client={client} cluster={cluster?.name ?? ""} open={applyOpen} onClose={() => setApplyOpen(false)} />}
       {cluster && (
         <Card>

@@ -293,9 +293,14 @@ type GetClusterHealthResponse struct {
 	// What the status does not record yet, said in words (empty when all is recorded).
 	CertificatesMissing string `protobuf:"bytes,8,opt,name=certificates_missing,json=certificatesMissing,proto3" json:"certificates_missing,omitempty"`
 	// When the reads were made.
-	ReadAt        *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=read_at,json=readAt,proto3" json:"read_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReadAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=read_at,json=readAt,proto3" json:"read_at,omitempty"`
+	// The recent Events of Ichor's objects in the cluster's namespace (the
+	// cluster, its machines, operations, backups), newest first, at most 20.
+	Events []*ClusterEvent `protobuf:"bytes,10,rep,name=events,proto3" json:"events,omitempty"`
+	// Why the Events could not be read (the user's role), in words; empty when read.
+	EventsUnavailable string `protobuf:"bytes,11,opt,name=events_unavailable,json=eventsUnavailable,proto3" json:"events_unavailable,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetClusterHealthResponse) Reset() {
@@ -391,6 +396,120 @@ func (x *GetClusterHealthResponse) GetReadAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GetClusterHealthResponse) GetEvents() []*ClusterEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *GetClusterHealthResponse) GetEventsUnavailable() string {
+	if x != nil {
+		return x.EventsUnavailable
+	}
+	return ""
+}
+
+// ClusterEvent is one Event about one of Ichor's objects.
+type ClusterEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Normal or Warning.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// The reason.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The message.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The object's kind: TalosMachine, TalosCluster, ...
+	Kind string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The object's name.
+	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	// How many times it happened.
+	Count int32 `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	// When it last happened.
+	LastTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_time,json=lastTime,proto3" json:"last_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterEvent) Reset() {
+	*x = ClusterEvent{}
+	mi := &file_ichor_v1_health_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterEvent) ProtoMessage() {}
+
+func (x *ClusterEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_health_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterEvent.ProtoReflect.Descriptor instead.
+func (*ClusterEvent) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_health_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClusterEvent) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ClusterEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ClusterEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ClusterEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ClusterEvent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterEvent) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ClusterEvent) GetLastTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTime
+	}
+	return nil
+}
+
 // EtcdHealth is etcd's membership and quorum.
 type EtcdHealth struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -410,7 +529,7 @@ type EtcdHealth struct {
 
 func (x *EtcdHealth) Reset() {
 	*x = EtcdHealth{}
-	mi := &file_ichor_v1_health_proto_msgTypes[5]
+	mi := &file_ichor_v1_health_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +541,7 @@ func (x *EtcdHealth) String() string {
 func (*EtcdHealth) ProtoMessage() {}
 
 func (x *EtcdHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_health_proto_msgTypes[5]
+	mi := &file_ichor_v1_health_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +554,7 @@ func (x *EtcdHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdHealth.ProtoReflect.Descriptor instead.
 func (*EtcdHealth) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_health_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_health_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EtcdHealth) GetMembers() []*EtcdMemberHealth {
@@ -498,7 +617,7 @@ type EtcdMemberHealth struct {
 
 func (x *EtcdMemberHealth) Reset() {
 	*x = EtcdMemberHealth{}
-	mi := &file_ichor_v1_health_proto_msgTypes[6]
+	mi := &file_ichor_v1_health_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +629,7 @@ func (x *EtcdMemberHealth) String() string {
 func (*EtcdMemberHealth) ProtoMessage() {}
 
 func (x *EtcdMemberHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_health_proto_msgTypes[6]
+	mi := &file_ichor_v1_health_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +642,7 @@ func (x *EtcdMemberHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdMemberHealth.ProtoReflect.Descriptor instead.
 func (*EtcdMemberHealth) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_health_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_health_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EtcdMemberHealth) GetId() string {
@@ -603,7 +722,7 @@ type ControlPlaneHealth struct {
 
 func (x *ControlPlaneHealth) Reset() {
 	*x = ControlPlaneHealth{}
-	mi := &file_ichor_v1_health_proto_msgTypes[7]
+	mi := &file_ichor_v1_health_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +734,7 @@ func (x *ControlPlaneHealth) String() string {
 func (*ControlPlaneHealth) ProtoMessage() {}
 
 func (x *ControlPlaneHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_health_proto_msgTypes[7]
+	mi := &file_ichor_v1_health_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +747,7 @@ func (x *ControlPlaneHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlPlaneHealth.ProtoReflect.Descriptor instead.
 func (*ControlPlaneHealth) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_health_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_health_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ControlPlaneHealth) GetMachine() string {
@@ -692,7 +811,7 @@ type NodeVersions struct {
 
 func (x *NodeVersions) Reset() {
 	*x = NodeVersions{}
-	mi := &file_ichor_v1_health_proto_msgTypes[8]
+	mi := &file_ichor_v1_health_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +823,7 @@ func (x *NodeVersions) String() string {
 func (*NodeVersions) ProtoMessage() {}
 
 func (x *NodeVersions) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_health_proto_msgTypes[8]
+	mi := &file_ichor_v1_health_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +836,7 @@ func (x *NodeVersions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeVersions.ProtoReflect.Descriptor instead.
 func (*NodeVersions) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_health_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_health_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeVersions) GetMachine() string {
@@ -768,7 +887,7 @@ type CertificateExpiry struct {
 
 func (x *CertificateExpiry) Reset() {
 	*x = CertificateExpiry{}
-	mi := &file_ichor_v1_health_proto_msgTypes[9]
+	mi := &file_ichor_v1_health_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +899,7 @@ func (x *CertificateExpiry) String() string {
 func (*CertificateExpiry) ProtoMessage() {}
 
 func (x *CertificateExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_health_proto_msgTypes[9]
+	mi := &file_ichor_v1_health_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +912,7 @@ func (x *CertificateExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateExpiry.ProtoReflect.Descriptor instead.
 func (*CertificateExpiry) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_health_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_health_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CertificateExpiry) GetName() string {
@@ -831,7 +950,7 @@ const file_ichor_v1_health_proto_rawDesc = "" +
 	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
 	"\x06action\x18\b \x01(\tR\x06action\x12\x18\n" +
 	"\acommand\x18\t \x01(\tR\acommand\"\x19\n" +
-	"\x17GetClusterHealthRequest\"\xd7\x03\n" +
+	"\x17GetClusterHealthRequest\"\xb6\x04\n" +
 	"\x18GetClusterHealthResponse\x12(\n" +
 	"\x04etcd\x18\x01 \x01(\v2\x14.ichor.v1.EtcdHealthR\x04etcd\x12C\n" +
 	"\x0econtrol_planes\x18\x02 \x03(\v2\x1c.ichor.v1.ControlPlaneHealthR\rcontrolPlanes\x12,\n" +
@@ -841,7 +960,18 @@ const file_ichor_v1_health_proto_rawDesc = "" +
 	"\fversion_skew\x18\x06 \x01(\bR\vversionSkew\x12?\n" +
 	"\fcertificates\x18\a \x03(\v2\x1b.ichor.v1.CertificateExpiryR\fcertificates\x121\n" +
 	"\x14certificates_missing\x18\b \x01(\tR\x13certificatesMissing\x123\n" +
-	"\aread_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x06readAt\"\xa9\x01\n" +
+	"\aread_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x06readAt\x12.\n" +
+	"\x06events\x18\n" +
+	" \x03(\v2\x16.ichor.v1.ClusterEventR\x06events\x12-\n" +
+	"\x12events_unavailable\x18\v \x01(\tR\x11eventsUnavailable\"\xcb\x01\n" +
+	"\fClusterEvent\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x05R\x05count\x127\n" +
+	"\tlast_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\blastTime\"\xa9\x01\n" +
 	"\n" +
 	"EtcdHealth\x124\n" +
 	"\amembers\x18\x01 \x03(\v2\x1a.ichor.v1.EtcdMemberHealthR\amembers\x12\x18\n" +
@@ -892,39 +1022,42 @@ func file_ichor_v1_health_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_health_proto_rawDescData
 }
 
-var file_ichor_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_ichor_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_ichor_v1_health_proto_goTypes = []any{
 	(*ListAttentionRequest)(nil),     // 0: ichor.v1.ListAttentionRequest
 	(*ListAttentionResponse)(nil),    // 1: ichor.v1.ListAttentionResponse
 	(*AttentionItem)(nil),            // 2: ichor.v1.AttentionItem
 	(*GetClusterHealthRequest)(nil),  // 3: ichor.v1.GetClusterHealthRequest
 	(*GetClusterHealthResponse)(nil), // 4: ichor.v1.GetClusterHealthResponse
-	(*EtcdHealth)(nil),               // 5: ichor.v1.EtcdHealth
-	(*EtcdMemberHealth)(nil),         // 6: ichor.v1.EtcdMemberHealth
-	(*ControlPlaneHealth)(nil),       // 7: ichor.v1.ControlPlaneHealth
-	(*NodeVersions)(nil),             // 8: ichor.v1.NodeVersions
-	(*CertificateExpiry)(nil),        // 9: ichor.v1.CertificateExpiry
-	(*timestamppb.Timestamp)(nil),    // 10: google.protobuf.Timestamp
+	(*ClusterEvent)(nil),             // 5: ichor.v1.ClusterEvent
+	(*EtcdHealth)(nil),               // 6: ichor.v1.EtcdHealth
+	(*EtcdMemberHealth)(nil),         // 7: ichor.v1.EtcdMemberHealth
+	(*ControlPlaneHealth)(nil),       // 8: ichor.v1.ControlPlaneHealth
+	(*NodeVersions)(nil),             // 9: ichor.v1.NodeVersions
+	(*CertificateExpiry)(nil),        // 10: ichor.v1.CertificateExpiry
+	(*timestamppb.Timestamp)(nil),    // 11: google.protobuf.Timestamp
 }
 var file_ichor_v1_health_proto_depIdxs = []int32{
 	2,  // 0: ichor.v1.ListAttentionResponse.items:type_name -> ichor.v1.AttentionItem
-	10, // 1: ichor.v1.AttentionItem.since:type_name -> google.protobuf.Timestamp
-	5,  // 2: ichor.v1.GetClusterHealthResponse.etcd:type_name -> ichor.v1.EtcdHealth
-	7,  // 3: ichor.v1.GetClusterHealthResponse.control_planes:type_name -> ichor.v1.ControlPlaneHealth
-	8,  // 4: ichor.v1.GetClusterHealthResponse.nodes:type_name -> ichor.v1.NodeVersions
-	9,  // 5: ichor.v1.GetClusterHealthResponse.certificates:type_name -> ichor.v1.CertificateExpiry
-	10, // 6: ichor.v1.GetClusterHealthResponse.read_at:type_name -> google.protobuf.Timestamp
-	6,  // 7: ichor.v1.EtcdHealth.members:type_name -> ichor.v1.EtcdMemberHealth
-	10, // 8: ichor.v1.CertificateExpiry.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 9: ichor.v1.HealthService.ListAttention:input_type -> ichor.v1.ListAttentionRequest
-	3,  // 10: ichor.v1.HealthService.GetClusterHealth:input_type -> ichor.v1.GetClusterHealthRequest
-	1,  // 11: ichor.v1.HealthService.ListAttention:output_type -> ichor.v1.ListAttentionResponse
-	4,  // 12: ichor.v1.HealthService.GetClusterHealth:output_type -> ichor.v1.GetClusterHealthResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 1: ichor.v1.AttentionItem.since:type_name -> google.protobuf.Timestamp
+	6,  // 2: ichor.v1.GetClusterHealthResponse.etcd:type_name -> ichor.v1.EtcdHealth
+	8,  // 3: ichor.v1.GetClusterHealthResponse.control_planes:type_name -> ichor.v1.ControlPlaneHealth
+	9,  // 4: ichor.v1.GetClusterHealthResponse.nodes:type_name -> ichor.v1.NodeVersions
+	10, // 5: ichor.v1.GetClusterHealthResponse.certificates:type_name -> ichor.v1.CertificateExpiry
+	11, // 6: ichor.v1.GetClusterHealthResponse.read_at:type_name -> google.protobuf.Timestamp
+	5,  // 7: ichor.v1.GetClusterHealthResponse.events:type_name -> ichor.v1.ClusterEvent
+	11, // 8: ichor.v1.ClusterEvent.last_time:type_name -> google.protobuf.Timestamp
+	7,  // 9: ichor.v1.EtcdHealth.members:type_name -> ichor.v1.EtcdMemberHealth
+	11, // 10: ichor.v1.CertificateExpiry.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 11: ichor.v1.HealthService.ListAttention:input_type -> ichor.v1.ListAttentionRequest
+	3,  // 12: ichor.v1.HealthService.GetClusterHealth:input_type -> ichor.v1.GetClusterHealthRequest
+	1,  // 13: ichor.v1.HealthService.ListAttention:output_type -> ichor.v1.ListAttentionResponse
+	4,  // 14: ichor.v1.HealthService.GetClusterHealth:output_type -> ichor.v1.GetClusterHealthResponse
+	13, // [13:15] is the sub-list for method output_type
+	11, // [11:13] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_health_proto_init() }
@@ -938,7 +1071,7 @@ func file_ichor_v1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_health_proto_rawDesc), len(file_ichor_v1_health_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
