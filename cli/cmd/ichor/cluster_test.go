@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -50,9 +51,38 @@ func TestClusterGetAndDiscoveryAdd(t *testing.T) {
 
 	list := mustSucceed(t, ichor(t, "cluster", "get", "-n", ns))
 	golden(t, "cluster-list.golden", normaliseTableAges(list.stdout))
+	if one := mustSucceed(t, ichor(t, "cluster", "get", "prod", "-n", ns)); !strings.Contains(one.stdout, "Needs attention:\n  nothing\n") {
+		t.Fatalf("a cluster with nothing wrong:\n%s", one.stdout)
+	}
+
+	// What needs attention, in the console's words (contracts/pkg/attention):
+	// a machine waiting for approval, and one whose node does not answer,
+	// told once though two conditions say it.
+	createMachine(t, newMachine(ns, "prod-7f3a", "prod"))
+	down := newMachine(ns, "prod-w1", "prod")
+	down.Spec.Approval.State, down.Spec.Role = ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleWorker
+	since := metav1.NewTime(time.Date(2026, 5, 4, 3, 2, 1, 0, time.UTC))
+	refused := `Unavailable: connection error: desc = "transport: Error while dialing: dial tcp 192.168.10.21:50000: connect: connection refused"`
+	down.Status.Conditions = []metav1.Condition{
+		{Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.JoinedReason, Message: "joined", LastTransitionTime: since},
+		{Type: ichorv1alpha1.NodeHealthyCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.NodeUnreachableReason, Message: refused, LastTransitionTime: since},
+		{Type: ichorv1alpha1.InSyncCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.NodeUnreachableReason, Message: refused, LastTransitionTime: since},
+	}
+	ichorv1alpha1.SummarizeTalosMachine(down)
+	createMachine(t, down)
 	one := mustSucceed(t, ichor(t, "cluster", "get", "prod", "-n", ns))
-	golden(t, "cluster-get.golden", ageLine.ReplaceAllString(one.stdout, "${1}<age>"))
+	out := ageLine.ReplaceAllString(one.stdout, "${1}<age>")
+	out = attentionSince.ReplaceAllString(out, "${1}<age>  ")
+	out = attentionMore.ReplaceAllString(out, "           ${1}: ")
+	golden(t, "cluster-get.golden", out)
 }
+
+var (
+	// attentionSince is the SINCE column of `cluster get`'s Needs attention.
+	attentionSince = regexp.MustCompile(`(?m)^(  (?:Error|Warning|Info) +)\d+[smhd] +`)
+	// attentionMore are its run: and why: lines, indented after SINCE.
+	attentionMore = regexp.MustCompile(`(?m)^ +(run|why): `)
+)
 
 func TestWritesRefusedAcrossMinors(t *testing.T) {
 	ctx := context.Background()

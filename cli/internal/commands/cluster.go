@@ -16,6 +16,7 @@ import (
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/attention"
 	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
@@ -142,7 +143,11 @@ func clusterGet(ctx context.Context, cmd *cli.Command) error {
 			c.APIVersion, c.Kind = ichorv1alpha1.GroupVersion.String(), "TalosCluster"
 			return output.Object(r.out, r.format, c)
 		}
-		return r.printCluster(c, time.Now())
+		items, incomplete := r.attention(ctx, c)
+		if err := r.printCluster(c, time.Now()); err != nil {
+			return err
+		}
+		return r.printAttention(items, incomplete, time.Now())
 	}
 	all, err := r.listClusters(ctx)
 	if err != nil {
@@ -219,6 +224,49 @@ func (r *run) printCluster(c *ichorv1alpha1.TalosCluster, now time.Time) error {
 			t.Add(cd.Type, string(cd.Status), cd.Reason, cd.Message)
 		}
 		return t.Write(r.out)
+	}
+	return nil
+}
+
+// attention is what needs attention in the cluster (contracts/pkg/attention,
+// the console's list); incomplete says what could not be read.
+func (r *run) attention(ctx context.Context, c *ichorv1alpha1.TalosCluster) ([]attention.Item, []string) {
+	var incomplete []string
+	machines := &ichorv1alpha1.TalosMachineList{}
+	if err := r.c().List(ctx, machines, client.InNamespace(r.ns())); err != nil {
+		incomplete = append(incomplete, "machines not read: "+r.conn.Explain(err, "listing TalosMachines").Error())
+	}
+	ops := &ichorv1alpha1.TalosOperationList{}
+	if err := r.c().List(ctx, ops, client.InNamespace(r.ns())); err != nil {
+		incomplete = append(incomplete, "operations not read: "+r.conn.Explain(err, "listing TalosOperations").Error())
+	}
+	return attention.Items(c, machines.Items, ops.Items), incomplete
+}
+
+// printAttention prints the items: severity, how long, the plain summary,
+// then the command to run and the raw detail.
+func (r *run) printAttention(items []attention.Item, incomplete []string, now time.Time) error {
+	r.printf("\nNeeds attention:\n")
+	for _, s := range incomplete {
+		r.printf("  (%s)\n", s)
+	}
+	if len(items) == 0 {
+		r.printf("  nothing\n")
+		return nil
+	}
+	sinceW := 0
+	for _, it := range items {
+		sinceW = max(sinceW, len(attention.Since(it.Since, now)))
+	}
+	indent := strings.Repeat(" ", 2+len(attention.Warning)+2+sinceW+2)
+	for _, it := range items {
+		r.printf("  %-*s  %-*s  %s\n", len(attention.Warning), it.Severity, sinceW, attention.Since(it.Since, now), it.Summary)
+		if it.Command != "" {
+			r.printf("%srun: %s\n", indent, it.Command)
+		}
+		if it.Detail != "" {
+			r.printf("%swhy: %s\n", indent, it.Detail)
+		}
 	}
 	return nil
 }

@@ -199,6 +199,7 @@ func run() error {
 		Settings:      &api.SettingsService{Deps: deps, ReadOnly: *settingsRO},
 		Reclaims:      &api.ReclaimService{Deps: deps, Credentials: own}, // the foreign talosconfig Secrets of "Reset and add"
 		Patches:       &api.PatchService{Deps: deps},
+		Health:        &nodes.Health{Nodes: nodeSvc, APIServer: cfg},
 		Authenticator: tokens,
 		Ready: func() bool {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)

@@ -69,6 +69,8 @@ type Options struct {
 	Reclaims ichorv1.ReclaimServiceServer
 	// Patches implements PatchService (the Configuration page).
 	Patches ichorv1.PatchServiceServer
+	// Health implements HealthService (needs attention, control-plane health).
+	Health ichorv1.HealthServiceServer
 	// Encodings, when set with Machines, serves the shared list of machines
 	// from encodings made once per change (gRPC and REST).
 	Encodings Encodings

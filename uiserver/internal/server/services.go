@@ -35,6 +35,7 @@ func (o *Options) services() []service {
 	add(serviceOf("SettingsService", o.Settings, ichorv1.RegisterSettingsServiceServer, ichorv1.RegisterSettingsServiceHandler))
 	add(serviceOf("ReclaimService", o.Reclaims, ichorv1.RegisterReclaimServiceServer, ichorv1.RegisterReclaimServiceHandler))
 	add(serviceOf("PatchService", o.Patches, ichorv1.RegisterPatchServiceServer, ichorv1.RegisterPatchServiceHandler))
+	add(serviceOf("HealthService", o.Health, ichorv1.RegisterHealthServiceServer, ichorv1.RegisterHealthServiceHandler))
 	return out
 }
 

@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +31,7 @@ import (
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 	"github.com/maeshinshin/ichor/uiserver/internal/issuer"
 	"github.com/maeshinshin/ichor/uiserver/internal/kube"
+	"github.com/maeshinshin/ichor/uiserver/internal/nodes"
 	"github.com/maeshinshin/ichor/uiserver/internal/server"
 	"github.com/maeshinshin/ichor/uiserver/internal/users"
 )
@@ -161,8 +164,11 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil },
 		Cluster:        &api.ClusterService{Deps: deps}, Machines: machines, Encodings: machines, Nodes: nodeSvc,
 		Operations: &api.OperationService{Deps: deps}, Settings: &api.SettingsService{Deps: deps},
-		Reclaims:      &api.ReclaimService{Deps: deps, Credentials: direct},
-		Patches:       &api.PatchService{Deps: deps},
+		Reclaims: &api.ReclaimService{Deps: deps, Credentials: direct},
+		Patches:  &api.PatchService{Deps: deps},
+		// The kube-apiservers are asked at the envtest API server's port: a
+		// control plane at 127.0.0.1 is that one, the emulated node none.
+		Health:        &nodes.Health{Nodes: nodeSvc, APIServer: backendCfg, APIServerPort: apiServerPort(backendCfg.Host)},
 		Authenticator: tokens, Frontend: frontend.FS(),
 		Ready: func() bool { return true },
 		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,
@@ -183,6 +189,16 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(sctx, ln) }()
 	return func() { cancel(); <-done; world.Close() }, nil
+}
+
+// apiServerPort is the port of an API server URL.
+func apiServerPort(host string) int {
+	u, err := url.Parse(host)
+	if err != nil {
+		return 0
+	}
+	p, _ := strconv.Atoi(u.Port())
+	return p
 }
 
 func testImpersonationRole() *rbacv1.ClusterRole {

@@ -105,10 +105,43 @@ export interface ApproveMachineResponse {
   machine?: Machine;
 }
 
+/** AttentionItem is one problem. */
+export interface AttentionItem {
+  /**
+   * What to do: Apply, Approve, OpenNode, ResumeOperation, OpenOperation,
+   * ResumeCluster, or empty.
+   */
+  action?: string;
+  /** The CLI command that does it or shows more. */
+  command?: string;
+  /** The raw text behind it: the condition's reason and message. */
+  detail?: string;
+  /** Names the problem, stable from one read to the next (kind/name/what). */
+  key?: string;
+  /** The subject's kind: TalosCluster, TalosMachine or TalosOperation. */
+  kind?: string;
+  /** Error, Warning or Info. */
+  severity?: string;
+  /** When the problem began (the condition's last transition). */
+  since?: string;
+  /** The name of the cluster, machine or operation. */
+  subject?: string;
+  /** The problem in plain language, one sentence naming the subject. */
+  summary?: string;
+}
+
 /** CancelReclaimResponse is the reclaim, whose credential is gone. */
 export interface CancelReclaimResponse {
   /** The reclaim as it was when the credential was deleted. */
   reclaim?: Reclaim;
+}
+
+/** CertificateExpiry is when one certificate expires. */
+export interface CertificateExpiry {
+  /** When it expires. */
+  expiresAt?: string;
+  /** What it is: Talos API CA, Kubernetes CA, etcd CA, Ichor's client certificate. */
+  name?: string;
 }
 
 /** Cluster is the summary of a TalosCluster. */
@@ -153,6 +186,24 @@ export interface Cluster {
   talosVersion?: string;
   /** The Talos version contract (v1.14, ...). */
   versionContract?: string;
+}
+
+/** ClusterEvent is one Event about one of Ichor's objects. */
+export interface ClusterEvent {
+  /** How many times it happened. */
+  count?: number;
+  /** The object's kind: TalosMachine, TalosCluster, ... */
+  kind?: string;
+  /** When it last happened. */
+  lastTime?: string;
+  /** The message. */
+  message?: string;
+  /** The object's name. */
+  name?: string;
+  /** The reason. */
+  reason?: string;
+  /** Normal or Warning. */
+  type?: string;
 }
 
 /** Condition mirrors a Kubernetes status condition. */
@@ -240,6 +291,22 @@ export interface ConfigStep {
 export interface ConfirmReclaimResponse {
   /** The reclaim. */
   reclaim?: Reclaim;
+}
+
+/** ControlPlaneHealth is one control plane's kube-apiserver and etcd. */
+export interface ControlPlaneHealth {
+  /** Its address. */
+  address?: string;
+  /** What /readyz said, or why it could not be asked. */
+  apiServerMessage?: string;
+  /** True when its kube-apiserver answers /readyz with ok. */
+  apiServerReady?: boolean;
+  /** True when its etcd member answered its status with no error. */
+  etcdHealthy?: boolean;
+  /** What etcd said, or why it could not be asked. */
+  etcdMessage?: string;
+  /** The TalosMachine. */
+  machine?: string;
 }
 
 /** CreatePatchRequest is the patch to create. */
@@ -349,6 +416,20 @@ export interface DiskSelector {
   wwid?: string;
 }
 
+/** EtcdHealth is etcd's membership and quorum. */
+export interface EtcdHealth {
+  /** Why the membership could not be read, when no control plane answered. */
+  error?: string;
+  /** True when the healthy voting members reach quorum. */
+  hasQuorum?: boolean;
+  /** How many voting members answer with no error. */
+  healthy?: number;
+  /** The members, from the first control plane that answered. */
+  members?: EtcdMemberHealth[];
+  /** How many voting members quorum needs (a majority). */
+  quorum?: number;
+}
+
 /** EtcdMember is one etcd member. */
 export interface EtcdMember {
   /** The client URLs. */
@@ -361,6 +442,58 @@ export interface EtcdMember {
   learner?: boolean;
   /** The peer URLs. */
   peerUrls?: string[];
+}
+
+/** EtcdMemberHealth is one member. */
+export interface EtcdMemberHealth {
+  /** The database size in bytes. */
+  dbSizeBytes?: string;
+  /** The member's errors, or why its status could not be read. */
+  error?: string;
+  /** True when the member answered its status with no error. */
+  healthy?: boolean;
+  /** The member's hostname. */
+  hostname?: string;
+  /** The member ID, in hex. */
+  id?: string;
+  /** True for the leader. */
+  leader?: boolean;
+  /** True for a learner (not voting). */
+  learner?: boolean;
+  /** The machine the member runs on, when known. */
+  machine?: string;
+}
+
+/** GetClusterHealthResponse is the control plane's health. */
+export interface GetClusterHealthResponse {
+  /** The certificates whose expiry the cluster's status records. */
+  certificates?: CertificateExpiry[];
+  /** What the status does not record yet, said in words (empty when all is recorded). */
+  certificatesMissing?: string;
+  /** One entry per control-plane machine, in name order. */
+  controlPlanes?: ControlPlaneHealth[];
+  /** etcd as the control planes see it. */
+  etcd?: EtcdHealth;
+  /**
+   * The recent Events of Ichor's objects in the cluster's namespace (the
+   * cluster, its machines, operations, backups), newest first, at most 20.
+   */
+  events?: ClusterEvent[];
+  /** Why the Events could not be read (the user's role), in words; empty when read. */
+  eventsUnavailable?: string;
+  /** The Kubernetes version the cluster declares. */
+  kubernetesVersion?: string;
+  /** The versions each approved machine runs, in name order. */
+  nodes?: NodeVersions[];
+  /** When the reads were made. */
+  readAt?: string;
+  /** The versions the cluster declares. */
+  talosVersion?: string;
+  /**
+   * True when the nodes run more than one Talos or kubelet version, or one
+   * other than the declared.
+   */
+  versionSkew?: boolean;
 }
 
 /** GetClusterResponse carries the cluster. */
@@ -401,10 +534,54 @@ export interface GetNodeEtcdMembersResponse {
   members?: EtcdMember[];
 }
 
+/** GetNodeKubernetesResponse is the machine's Kubernetes Node. */
+export interface GetNodeKubernetesResponse {
+  /** Capacity and allocatable, by resource name (cpu, memory, pods, ...). */
+  capacity?: NodeCapacity[];
+  /** The Node's conditions, as Kubernetes writes them. */
+  conditions?: Condition[];
+  /** The container runtime version. */
+  containerRuntimeVersion?: string;
+  /** The Node's recent Events, newest first. */
+  events?: NodeEvent[];
+  /** The kernel version. */
+  kernelVersion?: string;
+  /** The kubelet version. */
+  kubeletVersion?: string;
+  /** The Node's name (the machine's status.nodeName). */
+  nodeName?: string;
+  /** The pods bound to the Node, by namespace and name. */
+  pods?: NodePod[];
+  /** The taints. */
+  taints?: NodeTaint[];
+  /** What could not be read and why (the user's role, a missing Node), in words. */
+  unavailable?: string[];
+  /** True when the Node is cordoned. */
+  unschedulable?: boolean;
+}
+
 /** GetNodeLinksResponse is the node's links, in name order. */
 export interface GetNodeLinksResponse {
   /** The links. */
   links?: NodeLink[];
+}
+
+/** GetNodeResourcesResponse is the node's resource use. */
+export interface GetNodeResourcesResponse {
+  /** When the node booted. */
+  bootTime?: string;
+  /** The share of CPU time spent busy since boot, 0 to 1. */
+  cpuBusy?: number;
+  /** The number of CPUs. */
+  cpus?: number;
+  /** The filesystems of the node's disks. */
+  filesystems?: NodeFilesystem[];
+  /** The 1-minute load average. */
+  load1?: number;
+  /** Memory available to new work, in bytes. */
+  memoryAvailableBytes?: string;
+  /** Memory in bytes. */
+  memoryTotalBytes?: string;
 }
 
 /** GetNodeServicesResponse is the node's services, in id order. */
@@ -429,6 +606,17 @@ export interface GetReclaimResponse {
 export interface GetSettingsResponse {
   /** The settings. */
   settings?: Settings;
+}
+
+/** ListAttentionResponse is the list. */
+export interface ListAttentionResponse {
+  /**
+   * Why the list may be incomplete: a kind the user may not list (machines,
+   * operations), said in words; empty when complete.
+   */
+  incomplete?: string[];
+  /** The items, errors first, then warnings, then work in progress; oldest first within each. */
+  items?: AttentionItem[];
 }
 
 /** ListMachinesResponse is the machines, in name order. */
@@ -596,6 +784,16 @@ export interface MachineRemoval {
   startedAt?: string;
 }
 
+/** NodeCapacity is one resource of the Node. */
+export interface NodeCapacity {
+  /** What pods may use. */
+  allocatable?: string;
+  /** The capacity, as Kubernetes writes it (4, 8Gi). */
+  capacity?: string;
+  /** The resource name. */
+  name?: string;
+}
+
 /** NodeDisk is one disk. */
 export interface NodeDisk {
   /** The bus path. */
@@ -620,6 +818,32 @@ export interface NodeDisk {
   wwid?: string;
 }
 
+/** NodeEvent is one Event about the Node. */
+export interface NodeEvent {
+  /** How many times it happened. */
+  count?: number;
+  /** When it last happened. */
+  lastTime?: string;
+  /** The message. */
+  message?: string;
+  /** The reason. */
+  reason?: string;
+  /** Normal or Warning. */
+  type?: string;
+}
+
+/** NodeFilesystem is one mounted filesystem. */
+export interface NodeFilesystem {
+  /** The free bytes. */
+  availableBytes?: string;
+  /** The device. */
+  device?: string;
+  /** The mount point. */
+  mountPoint?: string;
+  /** The size in bytes. */
+  sizeBytes?: string;
+}
+
 /** NodeLink is one network link. */
 export interface NodeLink {
   /** The addresses on the link, CIDR form. */
@@ -638,6 +862,46 @@ export interface NodeLink {
   operationalState?: string;
   /** The permanent hardware address, for physical links. */
   permanentAddr?: string;
+}
+
+/** NodePod is one pod on the Node. */
+export interface NodePod {
+  /** When it was created. */
+  createdAt?: string;
+  /** The name. */
+  name?: string;
+  /** The namespace. */
+  namespace?: string;
+  /** Pending, Running, Succeeded, Failed or Unknown. */
+  phase?: string;
+  /** Ready containers over all containers ("2/2"). */
+  ready?: string;
+  /** The restarts of its containers. */
+  restarts?: number;
+}
+
+/** NodeTaint is one taint. */
+export interface NodeTaint {
+  /** NoSchedule, PreferNoSchedule or NoExecute. */
+  effect?: string;
+  /** The key. */
+  key?: string;
+  /** The value. */
+  value?: string;
+}
+
+/** NodeVersions is what one node runs. */
+export interface NodeVersions {
+  /** The kubelet version of its Kubernetes Node, when the user may read Nodes. */
+  kubeletVersion?: string;
+  /** The TalosMachine. */
+  machine?: string;
+  /** controlplane or worker. */
+  role?: string;
+  /** True when a version differs from the cluster's. */
+  skewed?: boolean;
+  /** The Talos version the node runs (status). */
+  talosVersion?: string;
 }
 
 /** Operation is a TalosOperation as the UI shows it. */
@@ -1139,6 +1403,12 @@ export interface Client {
   /** GetCluster returns the cluster's name, versions and health. */
   getCluster(options?: CallOptions): Promise<GetClusterResponse>;
   /**
+   * GetClusterHealth reads the control planes: etcd members and quorum, each
+   * kube-apiserver's readiness, the versions each node runs and their skew,
+   * and the certificate expiry the cluster's status records.
+   */
+  getClusterHealth(options?: CallOptions): Promise<GetClusterHealthResponse>;
+  /**
    * GetEffectiveConfig returns the machine's effective configuration, value by
    * value, each with the layer and patch that set it, secrets masked.
    */
@@ -1151,8 +1421,20 @@ export interface Client {
   getNodeDmesg(args: { name: string; tailLines?: number }, options?: CallOptions): Promise<GetNodeDmesgResponse>;
   /** GetNodeEtcdMembers returns the etcd members as a control plane sees them. */
   getNodeEtcdMembers(args: { name: string }, options?: CallOptions): Promise<GetNodeEtcdMembersResponse>;
+  /**
+   * GetNodeKubernetes returns the machine's Kubernetes Node (conditions,
+   * taints, capacity, versions), the pods bound to it and its recent Events,
+   * read as the signed-in user: what their role may not read is said, not
+   * filled in.
+   */
+  getNodeKubernetes(args: { name: string }, options?: CallOptions): Promise<GetNodeKubernetesResponse>;
   /** GetNodeLinks returns the node's network links and addresses. */
   getNodeLinks(args: { name: string }, options?: CallOptions): Promise<GetNodeLinksResponse>;
+  /**
+   * GetNodeResources returns the node's uptime, CPU, memory and disk use as
+   * Talos reports them (SystemStat, Memory, Mounts).
+   */
+  getNodeResources(args: { name: string }, options?: CallOptions): Promise<GetNodeResourcesResponse>;
   /** GetNodeServices returns the Talos services of the node and their state. */
   getNodeServices(args: { name: string }, options?: CallOptions): Promise<GetNodeServicesResponse>;
   /** GetOperation returns one operation. */
@@ -1161,6 +1443,12 @@ export interface Client {
   getReclaim(args: { name: string }, options?: CallOptions): Promise<GetReclaimResponse>;
   /** GetSettings returns the settings. */
   getSettings(options?: CallOptions): Promise<GetSettingsResponse>;
+  /**
+   * ListAttention returns what needs attention, in plain language, one item
+   * per problem, errors first (contracts/pkg/attention, the list `ichor
+   * cluster get` prints).
+   */
+  listAttention(options?: CallOptions): Promise<ListAttentionResponse>;
   /** ListMachines returns every machine of the cluster, in name order. */
   listMachines(args?: { approvalState?: string }, options?: CallOptions): Promise<ListMachinesResponse>;
   /** ListOperations returns the cluster's operations, newest first. */
@@ -1294,6 +1582,9 @@ export function createClient(t: Transport): Client {
     getCluster(options) {
       return t.unary<GetClusterResponse>("GET", "/api/v1/cluster", undefined, undefined, options);
     },
+    getClusterHealth(options) {
+      return t.unary<GetClusterHealthResponse>("GET", "/api/v1/health", undefined, undefined, options);
+    },
     getEffectiveConfig(args, options) {
       return t.unary<GetEffectiveConfigResponse>("GET", `/api/v1/machines/${enc(args.name)}/effective-config`, undefined, undefined, options);
     },
@@ -1309,8 +1600,14 @@ export function createClient(t: Transport): Client {
     getNodeEtcdMembers(args, options) {
       return t.unary<GetNodeEtcdMembersResponse>("GET", `/api/v1/nodes/${enc(args.name)}/etcd-members`, undefined, undefined, options);
     },
+    getNodeKubernetes(args, options) {
+      return t.unary<GetNodeKubernetesResponse>("GET", `/api/v1/nodes/${enc(args.name)}/kubernetes`, undefined, undefined, options);
+    },
     getNodeLinks(args, options) {
       return t.unary<GetNodeLinksResponse>("GET", `/api/v1/nodes/${enc(args.name)}/links`, undefined, undefined, options);
+    },
+    getNodeResources(args, options) {
+      return t.unary<GetNodeResourcesResponse>("GET", `/api/v1/nodes/${enc(args.name)}/resources`, undefined, undefined, options);
     },
     getNodeServices(args, options) {
       return t.unary<GetNodeServicesResponse>("GET", `/api/v1/nodes/${enc(args.name)}/services`, undefined, undefined, options);
@@ -1323,6 +1620,9 @@ export function createClient(t: Transport): Client {
     },
     getSettings(options) {
       return t.unary<GetSettingsResponse>("GET", "/api/v1/settings", undefined, undefined, options);
+    },
+    listAttention(options) {
+      return t.unary<ListAttentionResponse>("GET", "/api/v1/attention", undefined, undefined, options);
     },
     listMachines(args, options) {
       return t.unary<ListMachinesResponse>("GET", "/api/v1/machines", { approvalState: args?.approvalState }, undefined, options);
@@ -1405,16 +1705,20 @@ export const operationPaths = {
   createPatch: { method: "POST", path: "/api/v1/patches" },
   deletePatch: { method: "POST", path: "/api/v1/patches/{name}:delete" },
   getCluster: { method: "GET", path: "/api/v1/cluster" },
+  getClusterHealth: { method: "GET", path: "/api/v1/health" },
   getEffectiveConfig: { method: "GET", path: "/api/v1/machines/{name}/effective-config" },
   getMachine: { method: "GET", path: "/api/v1/machines/{name}" },
   getNodeDisks: { method: "GET", path: "/api/v1/nodes/{name}/disks" },
   getNodeDmesg: { method: "GET", path: "/api/v1/nodes/{name}/dmesg" },
   getNodeEtcdMembers: { method: "GET", path: "/api/v1/nodes/{name}/etcd-members" },
+  getNodeKubernetes: { method: "GET", path: "/api/v1/nodes/{name}/kubernetes" },
   getNodeLinks: { method: "GET", path: "/api/v1/nodes/{name}/links" },
+  getNodeResources: { method: "GET", path: "/api/v1/nodes/{name}/resources" },
   getNodeServices: { method: "GET", path: "/api/v1/nodes/{name}/services" },
   getOperation: { method: "GET", path: "/api/v1/operations/{name}" },
   getReclaim: { method: "GET", path: "/api/v1/reclaims/{name}" },
   getSettings: { method: "GET", path: "/api/v1/settings" },
+  listAttention: { method: "GET", path: "/api/v1/attention" },
   listMachines: { method: "GET", path: "/api/v1/machines" },
   listOperations: { method: "GET", path: "/api/v1/operations" },
   listPatches: { method: "GET", path: "/api/v1/patches" },

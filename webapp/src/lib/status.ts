@@ -23,63 +23,12 @@ export function stateOf(m: Machine): { text: string; tone: Tone; detail?: string
   return { text: ready?.reason || api.ProvisioningReason, tone: "neutral", detail: ready?.message };
 }
 
-/** Attention is one entry of the needs-attention list. */
-export interface Attention {
-  key: string;
-  subject: string;
-  href?: string;
-  text: string;
-  tone: Tone;
-}
-
 /** abnormal reports whether a condition is not in its type's healthy status
  * (ConditionHealthyStatus, declared in the API package); types the table
  * does not list only inform. */
 export function abnormal(c: Condition): boolean {
   const healthy = api.ConditionHealthyStatus[c.type ?? ""];
   return healthy !== undefined && c.status !== healthy;
-}
-
-/** problems are the conditions that say something is wrong, Ready first. */
-export function problems(conds: Condition[] | undefined): { c: Condition; tone: Tone }[] {
-  const out: { c: Condition; tone: Tone }[] = [];
-  for (const c of conds ?? []) {
-    const t = c.type ?? "";
-    if (t === api.ReadyCondition && c.status !== "True") out.unshift({ c, tone: c.status === "False" ? "bad" : "neutral" });
-    else if (t !== api.ReadyCondition && abnormal(c)) out.push({ c, tone: api.ConditionHealthyStatus[t] === "True" ? "bad" : "warn" });
-  }
-  return out;
-}
-
-function conditionText(c: Condition): string {
-  return `${c.type} ${c.status}${c.reason ? ` (${c.reason})` : ""}${c.message ? ` — ${c.message}` : ""}`;
-}
-
-/** needsAttention lists what a person should look at, from the cluster's and machines' conditions. */
-export function needsAttention(clusterConds: Condition[] | undefined, machines: Machine[]): Attention[] {
-  const out: Attention[] = [];
-  for (const { c, tone } of problems(clusterConds)) {
-    out.push({ key: `cluster-${c.type}`, subject: "Cluster", text: conditionText(c), tone });
-  }
-  for (const m of machines) {
-    const href = `/nodes/${encodeURIComponent(m.name ?? "")}`;
-    if (m.approval?.state === api.ApprovalPending) {
-      out.push({ key: `${m.name}-pending`, subject: m.name ?? "", href: "/add-node", text: `waits for approval (${m.address ?? "no address"})`, tone: "warn" });
-      continue;
-    }
-    if (m.approval?.state !== api.ApprovalApproved) continue;
-    if (m.removal?.phase || m.deleting) {
-      out.push({ key: `${m.name}-removal`, subject: m.name ?? "", href, text: `being removed${m.removal?.phase ? `: ${m.removal.phase}` : ""}${m.removal?.message ? ` — ${m.removal.message}` : ""}`, tone: "warn" });
-      continue;
-    }
-    for (const { c, tone } of problems(m.conditions)) {
-      if (c.type === api.DriftedCondition || c.type === api.RebootRequiredCondition) continue; // told below with their paths
-      out.push({ key: `${m.name}-${c.type}`, subject: m.name ?? "", href, text: conditionText(c), tone });
-    }
-    if (m.driftPaths?.length) out.push({ key: `${m.name}-drift`, subject: m.name ?? "", href, text: `drifted from its configuration at ${m.driftPaths.join(", ")}`, tone: "warn" });
-    if (m.rebootRequiredPaths?.length) out.push({ key: `${m.name}-reboot`, subject: m.name ?? "", href, text: `a configuration change waits for a reboot (${m.rebootRequiredPaths.join(", ")})`, tone: "warn" });
-  }
-  return out;
 }
 
 /** canWrite reports whether the user holds more than ichor:viewer (the backend still checks). */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { apply, emptySet, sorted } from "./watch";
-import { canWrite, needsAttention } from "./status";
+import { canWrite } from "./status";
 import { drain } from "../api/ndjson";
 import { refusalsOf } from "../api/errors";
 
@@ -34,21 +34,6 @@ describe("drain", () => {
 });
 
 describe("status", () => {
-  it("lists pending, not-ready and drifted machines", () => {
-    const list = needsAttention(
-      [
-        { type: "TopologyTransitioning", status: "False", reason: "OddControlPlanes" },
-        { type: "CARotationAdvised", status: "True", reason: "Expiring" },
-        { type: "Ready", status: "False", reason: "QuorumAtRisk", message: "one control plane" },
-      ],
-      [
-        { name: "p", approval: { state: "pending" }, address: "10.0.0.9" },
-        m("r", { conditions: [{ type: "Ready", status: "True" }] }),
-        m("n", { conditions: [{ type: "Ready", status: "False", reason: "Installing" }], driftPaths: ["machine.network"] }),
-      ],
-    );
-    expect(list.map((a) => a.key)).toEqual(["cluster-Ready", "cluster-CARotationAdvised", "p-pending", "n-Ready", "n-drift"]);
-  });
   it("hides writes from a viewer only", () => {
     expect(canWrite(["ichor:viewer"])).toBe(false);
     expect(canWrite(["ichor:viewer", "system:authenticated"])).toBe(false);

@@ -1,10 +1,9 @@
 import { useState } from "preact/hooks";
 import { useConsole } from "../context";
-import { needsAttention, readyOf } from "../lib/status";
+import { readyOf } from "../lib/status";
 import { Card, CardContent, CardHeader, CardTitle } from "../components/ui/card";
 import { Alert } from "../components/ui/alert";
 import { NetworkError } from "../api/transport";
-import { Badge } from "../components/ui/badge";
 import { Button, LinkButton } from "../components/ui/button";
 import { ErrorAlert } from "../components/errors";
 import { current, phaseText, useOperations } from "../lib/operations";
@@ -15,6 +14,10 @@ import { TalosUpgradeDialog } from "./talosupgrade";
 import * as api from "../api/v1alpha1";
 import { PauseControl, PausedNotice } from "./pause";
 import { pausedSince } from "../lib/pause";
+import { useAttention } from "../lib/attention";
+import { useHealth } from "../lib/health";
+import { AttentionList } from "./attention";
+import { ControlPlanes, HealthTiles, RecentEvents } from "./health";
 
 /** Tile is one figure of the overview: its label is the heading, the figure the text under it. */
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
@@ -39,16 +42,29 @@ function Tile({ title, value, detail, href, testid }: { title: string; value: st
 }
 
 export function Overview() {
-  const { client, cluster, clusterError, machines, synced, canWrite } = useConsole();
+  const { client, cluster, clusterError, refreshCluster, machines, synced, canWrite } = useConsole();
   const { ops, error: opsError } = useOperations(client);
   const running = current(ops);
   const approved = machines.filter((m) => m.approval?.state === api.ApprovalApproved);
   const ready = approved.filter((m) => readyOf(m) === "True");
   const pending = machines.filter((m) => m.approval?.state === api.ApprovalPending);
   const cps = approved.filter((m) => m.role === api.RoleControlPlane).length;
-  const attention = needsAttention(cluster?.conditions, machines);
+  // The list is the backend's (contracts/pkg/attention, as `ichor cluster get` prints it): read again when anything changes.
+  const version = `${cluster?.resourceVersion ?? ""}/${machines.map((m) => m.resourceVersion).join(",")}/${ops?.map((o) => `${o.name}:${o.phase}:${o.paused}`).join(",") ?? ""}`;
+  const { items: attention, incomplete, error: attentionError, reload } = useAttention(client, version);
+  const { health, error: healthError } = useHealth(client);
   const [applyOpen, setApplyOpen] = useState(false);
   const [upgradeOpen, setUpgradeOpen] = useState(false);
+  const [actionError, setActionError] = useState<unknown>(null);
+  const act = (what: Promise<unknown>) =>
+    what.then(
+      () => {
+        setActionError(null);
+        refreshCluster();
+        reload();
+      },
+      setActionError,
+    );
   const offerApply = canWrite && !!cluster?.name && waitsForRollout(machines);
   return (
     <>
@@ -100,29 +116,41 @@ export function Overview() {
           )}
         </CardHeader>
         <CardContent>
-          {attention.length === 0 ? (
+          <ErrorAlert error={attentionError} what="Reading what needs attention" />
+          <ErrorAlert error={actionError} what="The action" />
+          {incomplete.map((s) => (
+            <p key={s} class="text-xs text-muted-foreground">
+              {s}
+            </p>
+          ))}
+          {attention === undefined ? (
+            !attentionError && (
+              <p class="text-sm text-muted-foreground" role="status">
+                Reading…
+              </p>
+            )
+          ) : attention.length === 0 ? (
             <p class="text-sm text-muted-foreground" data-testid="attention-empty">
               Nothing needs attention.
             </p>
           ) : (
-            <ul class="divide-y" data-testid="attention">
-              {attention.map((a) => (
-                <li key={a.key} class="flex flex-wrap items-start gap-2 py-2 text-sm">
-                  <Badge tone={a.tone}>{a.subject}</Badge>
-                  {a.href ? (
-                    <a href={a.href} class="min-w-0 flex-1 break-words hover:underline">
-                      {a.text}
-                    </a>
-                  ) : (
-                    <span class="min-w-0 flex-1 break-words">{a.text}</span>
-                  )}
-                </li>
-              ))}
-            </ul>
+            <AttentionList
+              items={attention}
+              canWrite={canWrite}
+              now={Date.now()}
+              on={{
+                apply: () => setApplyOpen(true),
+                resumeOperation: (name) => act(client.resumeOperation({ name, body: {} })),
+                resumeCluster: () => act(client.resumeCluster({ body: {} })),
+              }}
+            />
           )}
         </CardContent>
       </Card>
       {upgradeOpen && <TalosUpgradeDialog client={client} cluster={cluster?.name ?? ""} open={upgradeOpen} onClose={() => setUpgradeOpen(false)} />}
+      <HealthTiles health={health} />
+      <ControlPlanes health={health} error={healthError} />
+      <RecentEvents health={health} />
       {(offerApply || applyOpen) && <ConfigRolloutDialog client={client} cluster={cluster?.name ?? ""} open={applyOpen} onClose={() => setApplyOpen(false)} />}
       {cluster && (
         <Card>

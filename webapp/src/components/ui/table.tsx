@@ -40,9 +40,9 @@ export function TR({ children, class: cls, ...rest }: P & { "data-machine"?: str
     </tr>
   );
 }
-export function TH({ children, class: cls }: P) {
+export function TH({ children, class: cls, sort }: P & { sort?: "ascending" | "descending" | "none" }) {
   return (
-    <th role="columnheader" scope="col" class={cn("px-3 py-2 font-medium whitespace-nowrap", cls)}>
+    <th role="columnheader" scope="col" aria-sort={sort} class={cn("px-3 py-2 font-medium whitespace-nowrap", cls)}>
       {children}
     </th>
   );

@@ -23,6 +23,708 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// GetNodeResourcesRequest names a machine.
+type GetNodeResourcesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosMachine's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeResourcesRequest) Reset() {
+	*x = GetNodeResourcesRequest{}
+	mi := &file_ichor_v1_node_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeResourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeResourcesRequest) ProtoMessage() {}
+
+func (x *GetNodeResourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_node_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeResourcesRequest.ProtoReflect.Descriptor instead.
+func (*GetNodeResourcesRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetNodeResourcesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetNodeResourcesResponse is the node's resource use.
+type GetNodeResourcesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the node booted.
+	BootTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=boot_time,json=bootTime,proto3" json:"boot_time,omitempty"`
+	// The number of CPUs.
+	Cpus int32 `protobuf:"varint,2,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	// The share of CPU time spent busy since boot, 0 to 1.
+	CpuBusy float64 `protobuf:"fixed64,3,opt,name=cpu_busy,json=cpuBusy,proto3" json:"cpu_busy,omitempty"`
+	// The 1-minute load average.
+	Load1 float64 `protobuf:"fixed64,4,opt,name=load1,proto3" json:"load1,omitempty"`
+	// Memory in bytes.
+	MemoryTotalBytes int64 `protobuf:"varint,5,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	// Memory available to new work, in bytes.
+	MemoryAvailableBytes int64 `protobuf:"varint,6,opt,name=memory_available_bytes,json=memoryAvailableBytes,proto3" json:"memory_available_bytes,omitempty"`
+	// The filesystems of the node's disks.
+	Filesystems   []*NodeFilesystem `protobuf:"bytes,7,rep,name=filesystems,proto3" json:"filesystems,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeResourcesResponse) Reset() {
+	*x = GetNodeResourcesResponse{}
+	mi := &file_ichor_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeResourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeResourcesResponse) ProtoMessage() {}
+
+func (x *GetNodeResourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeResourcesResponse.ProtoReflect.Descriptor instead.
+func (*GetNodeResourcesResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetNodeResourcesResponse) GetBootTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BootTime
+	}
+	return nil
+}
+
+func (x *GetNodeResourcesResponse) GetCpus() int32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
+func (x *GetNodeResourcesResponse) GetCpuBusy() float64 {
+	if x != nil {
+		return x.CpuBusy
+	}
+	return 0
+}
+
+func (x *GetNodeResourcesResponse) GetLoad1() float64 {
+	if x != nil {
+		return x.Load1
+	}
+	return 0
+}
+
+func (x *GetNodeResourcesResponse) GetMemoryTotalBytes() int64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *GetNodeResourcesResponse) GetMemoryAvailableBytes() int64 {
+	if x != nil {
+		return x.MemoryAvailableBytes
+	}
+	return 0
+}
+
+func (x *GetNodeResourcesResponse) GetFilesystems() []*NodeFilesystem {
+	if x != nil {
+		return x.Filesystems
+	}
+	return nil
+}
+
+// NodeFilesystem is one mounted filesystem.
+type NodeFilesystem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mount point.
+	MountPoint string `protobuf:"bytes,1,opt,name=mount_point,json=mountPoint,proto3" json:"mount_point,omitempty"`
+	// The device.
+	Device string `protobuf:"bytes,2,opt,name=device,proto3" json:"device,omitempty"`
+	// The size in bytes.
+	SizeBytes int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The free bytes.
+	AvailableBytes int64 `protobuf:"varint,4,opt,name=available_bytes,json=availableBytes,proto3" json:"available_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *NodeFilesystem) Reset() {
+	*x = NodeFilesystem{}
+	mi := &file_ichor_v1_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeFilesystem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeFilesystem) ProtoMessage() {}
+
+func (x *NodeFilesystem) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeFilesystem.ProtoReflect.Descriptor instead.
+func (*NodeFilesystem) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeFilesystem) GetMountPoint() string {
+	if x != nil {
+		return x.MountPoint
+	}
+	return ""
+}
+
+func (x *NodeFilesystem) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *NodeFilesystem) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *NodeFilesystem) GetAvailableBytes() int64 {
+	if x != nil {
+		return x.AvailableBytes
+	}
+	return 0
+}
+
+// GetNodeKubernetesRequest names a machine.
+type GetNodeKubernetesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosMachine's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeKubernetesRequest) Reset() {
+	*x = GetNodeKubernetesRequest{}
+	mi := &file_ichor_v1_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeKubernetesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeKubernetesRequest) ProtoMessage() {}
+
+func (x *GetNodeKubernetesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeKubernetesRequest.ProtoReflect.Descriptor instead.
+func (*GetNodeKubernetesRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetNodeKubernetesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetNodeKubernetesResponse is the machine's Kubernetes Node.
+type GetNodeKubernetesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Node's name (the machine's status.nodeName).
+	NodeName string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// The Node's conditions, as Kubernetes writes them.
+	Conditions []*Condition `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// The taints.
+	Taints []*NodeTaint `protobuf:"bytes,3,rep,name=taints,proto3" json:"taints,omitempty"`
+	// Capacity and allocatable, by resource name (cpu, memory, pods, ...).
+	Capacity []*NodeCapacity `protobuf:"bytes,4,rep,name=capacity,proto3" json:"capacity,omitempty"`
+	// The kubelet version.
+	KubeletVersion string `protobuf:"bytes,5,opt,name=kubelet_version,json=kubeletVersion,proto3" json:"kubelet_version,omitempty"`
+	// The container runtime version.
+	ContainerRuntimeVersion string `protobuf:"bytes,6,opt,name=container_runtime_version,json=containerRuntimeVersion,proto3" json:"container_runtime_version,omitempty"`
+	// The kernel version.
+	KernelVersion string `protobuf:"bytes,7,opt,name=kernel_version,json=kernelVersion,proto3" json:"kernel_version,omitempty"`
+	// True when the Node is cordoned.
+	Unschedulable bool `protobuf:"varint,8,opt,name=unschedulable,proto3" json:"unschedulable,omitempty"`
+	// The pods bound to the Node, by namespace and name.
+	Pods []*NodePod `protobuf:"bytes,9,rep,name=pods,proto3" json:"pods,omitempty"`
+	// The Node's recent Events, newest first.
+	Events []*NodeEvent `protobuf:"bytes,10,rep,name=events,proto3" json:"events,omitempty"`
+	// What could not be read and why (the user's role, a missing Node), in words.
+	Unavailable   []string `protobuf:"bytes,11,rep,name=unavailable,proto3" json:"unavailable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeKubernetesResponse) Reset() {
+	*x = GetNodeKubernetesResponse{}
+	mi := &file_ichor_v1_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeKubernetesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeKubernetesResponse) ProtoMessage() {}
+
+func (x *GetNodeKubernetesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeKubernetesResponse.ProtoReflect.Descriptor instead.
+func (*GetNodeKubernetesResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetNodeKubernetesResponse) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *GetNodeKubernetesResponse) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *GetNodeKubernetesResponse) GetTaints() []*NodeTaint {
+	if x != nil {
+		return x.Taints
+	}
+	return nil
+}
+
+func (x *GetNodeKubernetesResponse) GetCapacity() []*NodeCapacity {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *GetNodeKubernetesResponse) GetKubeletVersion() string {
+	if x != nil {
+		return x.KubeletVersion
+	}
+	return ""
+}
+
+func (x *GetNodeKubernetesResponse) GetContainerRuntimeVersion() string {
+	if x != nil {
+		return x.ContainerRuntimeVersion
+	}
+	return ""
+}
+
+func (x *GetNodeKubernetesResponse) GetKernelVersion() string {
+	if x != nil {
+		return x.KernelVersion
+	}
+	return ""
+}
+
+func (x *GetNodeKubernetesResponse) GetUnschedulable() bool {
+	if x != nil {
+		return x.Unschedulable
+	}
+	return false
+}
+
+func (x *GetNodeKubernetesResponse) GetPods() []*NodePod {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
+func (x *GetNodeKubernetesResponse) GetEvents() []*NodeEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *GetNodeKubernetesResponse) GetUnavailable() []string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return nil
+}
+
+// NodeTaint is one taint.
+type NodeTaint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The value.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// NoSchedule, PreferNoSchedule or NoExecute.
+	Effect        string `protobuf:"bytes,3,opt,name=effect,proto3" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeTaint) Reset() {
+	*x = NodeTaint{}
+	mi := &file_ichor_v1_node_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeTaint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeTaint) ProtoMessage() {}
+
+func (x *NodeTaint) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_node_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeTaint.ProtoReflect.Descriptor instead.
+func (*NodeTaint) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *NodeTaint) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *NodeTaint) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *NodeTaint) GetEffect() string {
+	if x != nil {
+		return x.Effect
+	}
+	return ""
+}
+
+// NodeCapacity is one resource of the Node.
+type NodeCapacity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The resource name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The capacity, as Kubernetes writes it (4, 8Gi).
+	Capacity string `protobuf:"bytes,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// What pods may use.
+	Allocatable   string `protobuf:"bytes,3,opt,name=allocatable,proto3" json:"allocatable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeCapacity) Reset() {
+	*x = NodeCapacity{}
+	mi := &file_ichor_v1_node_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeCapacity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeCapacity) ProtoMessage() {}
+
+func (x *NodeCapacity) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_node_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeCapacity.ProtoReflect.Descriptor instead.
+func (*NodeCapacity) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NodeCapacity) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodeCapacity) GetCapacity() string {
+	if x != nil {
+		return x.Capacity
+	}
+	return ""
+}
+
+func (x *NodeCapacity) GetAllocatable() string {
+	if x != nil {
+		return x.Allocatable
+	}
+	return ""
+}
+
+// NodePod is one pod on the Node.
+type NodePod struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Pending, Running, Succeeded, Failed or Unknown.
+	Phase string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	// Ready containers over all containers ("2/2").
+	Ready string `protobuf:"bytes,4,opt,name=ready,proto3" json:"ready,omitempty"`
+	// The restarts of its containers.
+	Restarts int32 `protobuf:"varint,5,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// When it was created.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodePod) Reset() {
+	*x = NodePod{}
+	mi := &file_ichor_v1_node_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodePod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodePod) ProtoMessage() {}
+
+func (x *NodePod) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_node_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodePod.ProtoReflect.Descriptor instead.
+func (*NodePod) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *NodePod) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NodePod) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodePod) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *NodePod) GetReady() string {
+	if x != nil {
+		return x.Ready
+	}
+	return ""
+}
+
+func (x *NodePod) GetRestarts() int32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *NodePod) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// NodeEvent is one Event about the Node.
+type NodeEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Normal or Warning.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// The reason.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The message.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// How many times it happened.
+	Count int32 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// When it last happened.
+	LastTime      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_time,json=lastTime,proto3" json:"last_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeEvent) Reset() {
+	*x = NodeEvent{}
+	mi := &file_ichor_v1_node_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeEvent) ProtoMessage() {}
+
+func (x *NodeEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_node_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
+func (*NodeEvent) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NodeEvent) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *NodeEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *NodeEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *NodeEvent) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *NodeEvent) GetLastTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTime
+	}
+	return nil
+}
+
 // GetNodeServicesRequest names a machine.
 type GetNodeServicesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -34,7 +736,7 @@ type GetNodeServicesRequest struct {
 
 func (x *GetNodeServicesRequest) Reset() {
 	*x = GetNodeServicesRequest{}
-	mi := &file_ichor_v1_node_proto_msgTypes[0]
+	mi := &file_ichor_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +748,7 @@ func (x *GetNodeServicesRequest) String() string {
 func (*GetNodeServicesRequest) ProtoMessage() {}
 
 func (x *GetNodeServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[0]
+	mi := &file_ichor_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +761,7 @@ func (x *GetNodeServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeServicesRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeServicesRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{0}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetNodeServicesRequest) GetName() string {
@@ -80,7 +782,7 @@ type GetNodeServicesResponse struct {
 
 func (x *GetNodeServicesResponse) Reset() {
 	*x = GetNodeServicesResponse{}
-	mi := &file_ichor_v1_node_proto_msgTypes[1]
+	mi := &file_ichor_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +794,7 @@ func (x *GetNodeServicesResponse) String() string {
 func (*GetNodeServicesResponse) ProtoMessage() {}
 
 func (x *GetNodeServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[1]
+	mi := &file_ichor_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +807,7 @@ func (x *GetNodeServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeServicesResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeServicesResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetNodeServicesResponse) GetServices() []*TalosService {
@@ -138,7 +840,7 @@ type TalosService struct {
 
 func (x *TalosService) Reset() {
 	*x = TalosService{}
-	mi := &file_ichor_v1_node_proto_msgTypes[2]
+	mi := &file_ichor_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -150,7 +852,7 @@ func (x *TalosService) String() string {
 func (*TalosService) ProtoMessage() {}
 
 func (x *TalosService) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[2]
+	mi := &file_ichor_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -163,7 +865,7 @@ func (x *TalosService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TalosService.ProtoReflect.Descriptor instead.
 func (*TalosService) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TalosService) GetId() string {
@@ -226,7 +928,7 @@ type GetNodeDisksRequest struct {
 
 func (x *GetNodeDisksRequest) Reset() {
 	*x = GetNodeDisksRequest{}
-	mi := &file_ichor_v1_node_proto_msgTypes[3]
+	mi := &file_ichor_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +940,7 @@ func (x *GetNodeDisksRequest) String() string {
 func (*GetNodeDisksRequest) ProtoMessage() {}
 
 func (x *GetNodeDisksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[3]
+	mi := &file_ichor_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +953,7 @@ func (x *GetNodeDisksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeDisksRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeDisksRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetNodeDisksRequest) GetName() string {
@@ -272,7 +974,7 @@ type GetNodeDisksResponse struct {
 
 func (x *GetNodeDisksResponse) Reset() {
 	*x = GetNodeDisksResponse{}
-	mi := &file_ichor_v1_node_proto_msgTypes[4]
+	mi := &file_ichor_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +986,7 @@ func (x *GetNodeDisksResponse) String() string {
 func (*GetNodeDisksResponse) ProtoMessage() {}
 
 func (x *GetNodeDisksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[4]
+	mi := &file_ichor_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +999,7 @@ func (x *GetNodeDisksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeDisksResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeDisksResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetNodeDisksResponse) GetDisks() []*NodeDisk {
@@ -336,7 +1038,7 @@ type NodeDisk struct {
 
 func (x *NodeDisk) Reset() {
 	*x = NodeDisk{}
-	mi := &file_ichor_v1_node_proto_msgTypes[5]
+	mi := &file_ichor_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +1050,7 @@ func (x *NodeDisk) String() string {
 func (*NodeDisk) ProtoMessage() {}
 
 func (x *NodeDisk) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[5]
+	mi := &file_ichor_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +1063,7 @@ func (x *NodeDisk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDisk.ProtoReflect.Descriptor instead.
 func (*NodeDisk) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeDisk) GetDevicePath() string {
@@ -445,7 +1147,7 @@ type GetNodeLinksRequest struct {
 
 func (x *GetNodeLinksRequest) Reset() {
 	*x = GetNodeLinksRequest{}
-	mi := &file_ichor_v1_node_proto_msgTypes[6]
+	mi := &file_ichor_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +1159,7 @@ func (x *GetNodeLinksRequest) String() string {
 func (*GetNodeLinksRequest) ProtoMessage() {}
 
 func (x *GetNodeLinksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[6]
+	mi := &file_ichor_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +1172,7 @@ func (x *GetNodeLinksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeLinksRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeLinksRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetNodeLinksRequest) GetName() string {
@@ -491,7 +1193,7 @@ type GetNodeLinksResponse struct {
 
 func (x *GetNodeLinksResponse) Reset() {
 	*x = GetNodeLinksResponse{}
-	mi := &file_ichor_v1_node_proto_msgTypes[7]
+	mi := &file_ichor_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +1205,7 @@ func (x *GetNodeLinksResponse) String() string {
 func (*GetNodeLinksResponse) ProtoMessage() {}
 
 func (x *GetNodeLinksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[7]
+	mi := &file_ichor_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +1218,7 @@ func (x *GetNodeLinksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeLinksResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeLinksResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetNodeLinksResponse) GetLinks() []*NodeLink {
@@ -551,7 +1253,7 @@ type NodeLink struct {
 
 func (x *NodeLink) Reset() {
 	*x = NodeLink{}
-	mi := &file_ichor_v1_node_proto_msgTypes[8]
+	mi := &file_ichor_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +1265,7 @@ func (x *NodeLink) String() string {
 func (*NodeLink) ProtoMessage() {}
 
 func (x *NodeLink) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[8]
+	mi := &file_ichor_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +1278,7 @@ func (x *NodeLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLink.ProtoReflect.Descriptor instead.
 func (*NodeLink) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeLink) GetName() string {
@@ -648,7 +1350,7 @@ type GetNodeDmesgRequest struct {
 
 func (x *GetNodeDmesgRequest) Reset() {
 	*x = GetNodeDmesgRequest{}
-	mi := &file_ichor_v1_node_proto_msgTypes[9]
+	mi := &file_ichor_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +1362,7 @@ func (x *GetNodeDmesgRequest) String() string {
 func (*GetNodeDmesgRequest) ProtoMessage() {}
 
 func (x *GetNodeDmesgRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[9]
+	mi := &file_ichor_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +1375,7 @@ func (x *GetNodeDmesgRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeDmesgRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeDmesgRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetNodeDmesgRequest) GetName() string {
@@ -701,7 +1403,7 @@ type GetNodeDmesgResponse struct {
 
 func (x *GetNodeDmesgResponse) Reset() {
 	*x = GetNodeDmesgResponse{}
-	mi := &file_ichor_v1_node_proto_msgTypes[10]
+	mi := &file_ichor_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +1415,7 @@ func (x *GetNodeDmesgResponse) String() string {
 func (*GetNodeDmesgResponse) ProtoMessage() {}
 
 func (x *GetNodeDmesgResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[10]
+	mi := &file_ichor_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +1428,7 @@ func (x *GetNodeDmesgResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeDmesgResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeDmesgResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetNodeDmesgResponse) GetLines() []string {
@@ -747,7 +1449,7 @@ type GetNodeEtcdMembersRequest struct {
 
 func (x *GetNodeEtcdMembersRequest) Reset() {
 	*x = GetNodeEtcdMembersRequest{}
-	mi := &file_ichor_v1_node_proto_msgTypes[11]
+	mi := &file_ichor_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +1461,7 @@ func (x *GetNodeEtcdMembersRequest) String() string {
 func (*GetNodeEtcdMembersRequest) ProtoMessage() {}
 
 func (x *GetNodeEtcdMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[11]
+	mi := &file_ichor_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +1474,7 @@ func (x *GetNodeEtcdMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeEtcdMembersRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeEtcdMembersRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetNodeEtcdMembersRequest) GetName() string {
@@ -793,7 +1495,7 @@ type GetNodeEtcdMembersResponse struct {
 
 func (x *GetNodeEtcdMembersResponse) Reset() {
 	*x = GetNodeEtcdMembersResponse{}
-	mi := &file_ichor_v1_node_proto_msgTypes[12]
+	mi := &file_ichor_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +1507,7 @@ func (x *GetNodeEtcdMembersResponse) String() string {
 func (*GetNodeEtcdMembersResponse) ProtoMessage() {}
 
 func (x *GetNodeEtcdMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[12]
+	mi := &file_ichor_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +1520,7 @@ func (x *GetNodeEtcdMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeEtcdMembersResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeEtcdMembersResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetNodeEtcdMembersResponse) GetMembers() []*EtcdMember {
@@ -847,7 +1549,7 @@ type EtcdMember struct {
 
 func (x *EtcdMember) Reset() {
 	*x = EtcdMember{}
-	mi := &file_ichor_v1_node_proto_msgTypes[13]
+	mi := &file_ichor_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1561,7 @@ func (x *EtcdMember) String() string {
 func (*EtcdMember) ProtoMessage() {}
 
 func (x *EtcdMember) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[13]
+	mi := &file_ichor_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1574,7 @@ func (x *EtcdMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdMember.ProtoReflect.Descriptor instead.
 func (*EtcdMember) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EtcdMember) GetId() string {
@@ -929,7 +1631,7 @@ type StreamNodeLogsRequest struct {
 
 func (x *StreamNodeLogsRequest) Reset() {
 	*x = StreamNodeLogsRequest{}
-	mi := &file_ichor_v1_node_proto_msgTypes[14]
+	mi := &file_ichor_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1643,7 @@ func (x *StreamNodeLogsRequest) String() string {
 func (*StreamNodeLogsRequest) ProtoMessage() {}
 
 func (x *StreamNodeLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[14]
+	mi := &file_ichor_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1656,7 @@ func (x *StreamNodeLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNodeLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamNodeLogsRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StreamNodeLogsRequest) GetName() string {
@@ -1007,7 +1709,7 @@ type StreamNodeLogsResponse struct {
 
 func (x *StreamNodeLogsResponse) Reset() {
 	*x = StreamNodeLogsResponse{}
-	mi := &file_ichor_v1_node_proto_msgTypes[15]
+	mi := &file_ichor_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1721,7 @@ func (x *StreamNodeLogsResponse) String() string {
 func (*StreamNodeLogsResponse) ProtoMessage() {}
 
 func (x *StreamNodeLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_node_proto_msgTypes[15]
+	mi := &file_ichor_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1734,7 @@ func (x *StreamNodeLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNodeLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamNodeLogsResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StreamNodeLogsResponse) GetLine() string {
@@ -1060,7 +1762,63 @@ var File_ichor_v1_node_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x13ichor/v1/node.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"1\n" +
+	"\x13ichor/v1/node.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ichor/v1/cluster.proto\"2\n" +
+	"\x17GetNodeResourcesRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"\xb8\x02\n" +
+	"\x18GetNodeResourcesResponse\x127\n" +
+	"\tboot_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bbootTime\x12\x12\n" +
+	"\x04cpus\x18\x02 \x01(\x05R\x04cpus\x12\x19\n" +
+	"\bcpu_busy\x18\x03 \x01(\x01R\acpuBusy\x12\x14\n" +
+	"\x05load1\x18\x04 \x01(\x01R\x05load1\x12,\n" +
+	"\x12memory_total_bytes\x18\x05 \x01(\x03R\x10memoryTotalBytes\x124\n" +
+	"\x16memory_available_bytes\x18\x06 \x01(\x03R\x14memoryAvailableBytes\x12:\n" +
+	"\vfilesystems\x18\a \x03(\v2\x18.ichor.v1.NodeFilesystemR\vfilesystems\"\x91\x01\n" +
+	"\x0eNodeFilesystem\x12\x1f\n" +
+	"\vmount_point\x18\x01 \x01(\tR\n" +
+	"mountPoint\x12\x16\n" +
+	"\x06device\x18\x02 \x01(\tR\x06device\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12'\n" +
+	"\x0favailable_bytes\x18\x04 \x01(\x03R\x0eavailableBytes\"3\n" +
+	"\x18GetNodeKubernetesRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"\xf6\x03\n" +
+	"\x19GetNodeKubernetesResponse\x12\x1b\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x123\n" +
+	"\n" +
+	"conditions\x18\x02 \x03(\v2\x13.ichor.v1.ConditionR\n" +
+	"conditions\x12+\n" +
+	"\x06taints\x18\x03 \x03(\v2\x13.ichor.v1.NodeTaintR\x06taints\x122\n" +
+	"\bcapacity\x18\x04 \x03(\v2\x16.ichor.v1.NodeCapacityR\bcapacity\x12'\n" +
+	"\x0fkubelet_version\x18\x05 \x01(\tR\x0ekubeletVersion\x12:\n" +
+	"\x19container_runtime_version\x18\x06 \x01(\tR\x17containerRuntimeVersion\x12%\n" +
+	"\x0ekernel_version\x18\a \x01(\tR\rkernelVersion\x12$\n" +
+	"\runschedulable\x18\b \x01(\bR\runschedulable\x12%\n" +
+	"\x04pods\x18\t \x03(\v2\x11.ichor.v1.NodePodR\x04pods\x12+\n" +
+	"\x06events\x18\n" +
+	" \x03(\v2\x13.ichor.v1.NodeEventR\x06events\x12 \n" +
+	"\vunavailable\x18\v \x03(\tR\vunavailable\"K\n" +
+	"\tNodeTaint\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
+	"\x06effect\x18\x03 \x01(\tR\x06effect\"`\n" +
+	"\fNodeCapacity\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bcapacity\x18\x02 \x01(\tR\bcapacity\x12 \n" +
+	"\vallocatable\x18\x03 \x01(\tR\vallocatable\"\xbe\x01\n" +
+	"\aNodePod\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x14\n" +
+	"\x05ready\x18\x04 \x01(\tR\x05ready\x12\x1a\n" +
+	"\brestarts\x18\x05 \x01(\x05R\brestarts\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xa0\x01\n" +
+	"\tNodeEvent\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x127\n" +
+	"\tlast_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\blastTime\"1\n" +
 	"\x16GetNodeServicesRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"M\n" +
 	"\x17GetNodeServicesResponse\x122\n" +
@@ -1135,14 +1893,16 @@ const file_ichor_v1_node_proto_rawDesc = "" +
 	"\x16StreamNodeLogsResponse\x12\x12\n" +
 	"\x04line\x18\x01 \x01(\tR\x04line\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12!\n" +
-	"\fresume_token\x18\x03 \x01(\tR\vresumeToken2\x80\x06\n" +
+	"\fresume_token\x18\x03 \x01(\tR\vresumeToken2\x8c\b\n" +
 	"\vNodeService\x12}\n" +
 	"\x0fGetNodeServices\x12 .ichor.v1.GetNodeServicesRequest\x1a!.ichor.v1.GetNodeServicesResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/api/v1/nodes/{name}/services\x12q\n" +
 	"\fGetNodeDisks\x12\x1d.ichor.v1.GetNodeDisksRequest\x1a\x1e.ichor.v1.GetNodeDisksResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/api/v1/nodes/{name}/disks\x12q\n" +
 	"\fGetNodeLinks\x12\x1d.ichor.v1.GetNodeLinksRequest\x1a\x1e.ichor.v1.GetNodeLinksResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/api/v1/nodes/{name}/links\x12q\n" +
 	"\fGetNodeDmesg\x12\x1d.ichor.v1.GetNodeDmesgRequest\x1a\x1e.ichor.v1.GetNodeDmesgResponse\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/api/v1/nodes/{name}/dmesg\x12\x8a\x01\n" +
 	"\x12GetNodeEtcdMembers\x12#.ichor.v1.GetNodeEtcdMembersRequest\x1a$.ichor.v1.GetNodeEtcdMembersResponse\")\x82\xd3\xe4\x93\x02#\x12!/api/v1/nodes/{name}/etcd-members\x12\x8b\x01\n" +
-	"\x0eStreamNodeLogs\x12\x1f.ichor.v1.StreamNodeLogsRequest\x1a .ichor.v1.StreamNodeLogsResponse\"4\x82\xd3\xe4\x93\x02.\x12,/api/v1/nodes/{name}/services/{service}/logs0\x01BCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\x0eStreamNodeLogs\x12\x1f.ichor.v1.StreamNodeLogsRequest\x1a .ichor.v1.StreamNodeLogsResponse\"4\x82\xd3\xe4\x93\x02.\x12,/api/v1/nodes/{name}/services/{service}/logs0\x01\x12\x81\x01\n" +
+	"\x10GetNodeResources\x12!.ichor.v1.GetNodeResourcesRequest\x1a\".ichor.v1.GetNodeResourcesResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/api/v1/nodes/{name}/resources\x12\x85\x01\n" +
+	"\x11GetNodeKubernetes\x12\".ichor.v1.GetNodeKubernetesRequest\x1a#.ichor.v1.GetNodeKubernetesResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/api/v1/nodes/{name}/kubernetesBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_node_proto_rawDescOnce sync.Once
@@ -1156,50 +1916,73 @@ func file_ichor_v1_node_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_node_proto_rawDescData
 }
 
-var file_ichor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ichor_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_ichor_v1_node_proto_goTypes = []any{
-	(*GetNodeServicesRequest)(nil),     // 0: ichor.v1.GetNodeServicesRequest
-	(*GetNodeServicesResponse)(nil),    // 1: ichor.v1.GetNodeServicesResponse
-	(*TalosService)(nil),               // 2: ichor.v1.TalosService
-	(*GetNodeDisksRequest)(nil),        // 3: ichor.v1.GetNodeDisksRequest
-	(*GetNodeDisksResponse)(nil),       // 4: ichor.v1.GetNodeDisksResponse
-	(*NodeDisk)(nil),                   // 5: ichor.v1.NodeDisk
-	(*GetNodeLinksRequest)(nil),        // 6: ichor.v1.GetNodeLinksRequest
-	(*GetNodeLinksResponse)(nil),       // 7: ichor.v1.GetNodeLinksResponse
-	(*NodeLink)(nil),                   // 8: ichor.v1.NodeLink
-	(*GetNodeDmesgRequest)(nil),        // 9: ichor.v1.GetNodeDmesgRequest
-	(*GetNodeDmesgResponse)(nil),       // 10: ichor.v1.GetNodeDmesgResponse
-	(*GetNodeEtcdMembersRequest)(nil),  // 11: ichor.v1.GetNodeEtcdMembersRequest
-	(*GetNodeEtcdMembersResponse)(nil), // 12: ichor.v1.GetNodeEtcdMembersResponse
-	(*EtcdMember)(nil),                 // 13: ichor.v1.EtcdMember
-	(*StreamNodeLogsRequest)(nil),      // 14: ichor.v1.StreamNodeLogsRequest
-	(*StreamNodeLogsResponse)(nil),     // 15: ichor.v1.StreamNodeLogsResponse
-	(*timestamppb.Timestamp)(nil),      // 16: google.protobuf.Timestamp
+	(*GetNodeResourcesRequest)(nil),    // 0: ichor.v1.GetNodeResourcesRequest
+	(*GetNodeResourcesResponse)(nil),   // 1: ichor.v1.GetNodeResourcesResponse
+	(*NodeFilesystem)(nil),             // 2: ichor.v1.NodeFilesystem
+	(*GetNodeKubernetesRequest)(nil),   // 3: ichor.v1.GetNodeKubernetesRequest
+	(*GetNodeKubernetesResponse)(nil),  // 4: ichor.v1.GetNodeKubernetesResponse
+	(*NodeTaint)(nil),                  // 5: ichor.v1.NodeTaint
+	(*NodeCapacity)(nil),               // 6: ichor.v1.NodeCapacity
+	(*NodePod)(nil),                    // 7: ichor.v1.NodePod
+	(*NodeEvent)(nil),                  // 8: ichor.v1.NodeEvent
+	(*GetNodeServicesRequest)(nil),     // 9: ichor.v1.GetNodeServicesRequest
+	(*GetNodeServicesResponse)(nil),    // 10: ichor.v1.GetNodeServicesResponse
+	(*TalosService)(nil),               // 11: ichor.v1.TalosService
+	(*GetNodeDisksRequest)(nil),        // 12: ichor.v1.GetNodeDisksRequest
+	(*GetNodeDisksResponse)(nil),       // 13: ichor.v1.GetNodeDisksResponse
+	(*NodeDisk)(nil),                   // 14: ichor.v1.NodeDisk
+	(*GetNodeLinksRequest)(nil),        // 15: ichor.v1.GetNodeLinksRequest
+	(*GetNodeLinksResponse)(nil),       // 16: ichor.v1.GetNodeLinksResponse
+	(*NodeLink)(nil),                   // 17: ichor.v1.NodeLink
+	(*GetNodeDmesgRequest)(nil),        // 18: ichor.v1.GetNodeDmesgRequest
+	(*GetNodeDmesgResponse)(nil),       // 19: ichor.v1.GetNodeDmesgResponse
+	(*GetNodeEtcdMembersRequest)(nil),  // 20: ichor.v1.GetNodeEtcdMembersRequest
+	(*GetNodeEtcdMembersResponse)(nil), // 21: ichor.v1.GetNodeEtcdMembersResponse
+	(*EtcdMember)(nil),                 // 22: ichor.v1.EtcdMember
+	(*StreamNodeLogsRequest)(nil),      // 23: ichor.v1.StreamNodeLogsRequest
+	(*StreamNodeLogsResponse)(nil),     // 24: ichor.v1.StreamNodeLogsResponse
+	(*timestamppb.Timestamp)(nil),      // 25: google.protobuf.Timestamp
+	(*Condition)(nil),                  // 26: ichor.v1.Condition
 }
 var file_ichor_v1_node_proto_depIdxs = []int32{
-	2,  // 0: ichor.v1.GetNodeServicesResponse.services:type_name -> ichor.v1.TalosService
-	16, // 1: ichor.v1.TalosService.last_event_time:type_name -> google.protobuf.Timestamp
-	5,  // 2: ichor.v1.GetNodeDisksResponse.disks:type_name -> ichor.v1.NodeDisk
-	8,  // 3: ichor.v1.GetNodeLinksResponse.links:type_name -> ichor.v1.NodeLink
-	13, // 4: ichor.v1.GetNodeEtcdMembersResponse.members:type_name -> ichor.v1.EtcdMember
-	16, // 5: ichor.v1.StreamNodeLogsResponse.time:type_name -> google.protobuf.Timestamp
-	0,  // 6: ichor.v1.NodeService.GetNodeServices:input_type -> ichor.v1.GetNodeServicesRequest
-	3,  // 7: ichor.v1.NodeService.GetNodeDisks:input_type -> ichor.v1.GetNodeDisksRequest
-	6,  // 8: ichor.v1.NodeService.GetNodeLinks:input_type -> ichor.v1.GetNodeLinksRequest
-	9,  // 9: ichor.v1.NodeService.GetNodeDmesg:input_type -> ichor.v1.GetNodeDmesgRequest
-	11, // 10: ichor.v1.NodeService.GetNodeEtcdMembers:input_type -> ichor.v1.GetNodeEtcdMembersRequest
-	14, // 11: ichor.v1.NodeService.StreamNodeLogs:input_type -> ichor.v1.StreamNodeLogsRequest
-	1,  // 12: ichor.v1.NodeService.GetNodeServices:output_type -> ichor.v1.GetNodeServicesResponse
-	4,  // 13: ichor.v1.NodeService.GetNodeDisks:output_type -> ichor.v1.GetNodeDisksResponse
-	7,  // 14: ichor.v1.NodeService.GetNodeLinks:output_type -> ichor.v1.GetNodeLinksResponse
-	10, // 15: ichor.v1.NodeService.GetNodeDmesg:output_type -> ichor.v1.GetNodeDmesgResponse
-	12, // 16: ichor.v1.NodeService.GetNodeEtcdMembers:output_type -> ichor.v1.GetNodeEtcdMembersResponse
-	15, // 17: ichor.v1.NodeService.StreamNodeLogs:output_type -> ichor.v1.StreamNodeLogsResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	25, // 0: ichor.v1.GetNodeResourcesResponse.boot_time:type_name -> google.protobuf.Timestamp
+	2,  // 1: ichor.v1.GetNodeResourcesResponse.filesystems:type_name -> ichor.v1.NodeFilesystem
+	26, // 2: ichor.v1.GetNodeKubernetesResponse.conditions:type_name -> ichor.v1.Condition
+	5,  // 3: ichor.v1.GetNodeKubernetesResponse.taints:type_name -> ichor.v1.NodeTaint
+	6,  // 4: ichor.v1.GetNodeKubernetesResponse.capacity:type_name -> ichor.v1.NodeCapacity
+	7,  // 5: ichor.v1.GetNodeKubernetesResponse.pods:type_name -> ichor.v1.NodePod
+	8,  // 6: ichor.v1.GetNodeKubernetesResponse.events:type_name -> ichor.v1.NodeEvent
+	25, // 7: ichor.v1.NodePod.created_at:type_name -> google.protobuf.Timestamp
+	25, // 8: ichor.v1.NodeEvent.last_time:type_name -> google.protobuf.Timestamp
+	11, // 9: ichor.v1.GetNodeServicesResponse.services:type_name -> ichor.v1.TalosService
+	25, // 10: ichor.v1.TalosService.last_event_time:type_name -> google.protobuf.Timestamp
+	14, // 11: ichor.v1.GetNodeDisksResponse.disks:type_name -> ichor.v1.NodeDisk
+	17, // 12: ichor.v1.GetNodeLinksResponse.links:type_name -> ichor.v1.NodeLink
+	22, // 13: ichor.v1.GetNodeEtcdMembersResponse.members:type_name -> ichor.v1.EtcdMember
+	25, // 14: ichor.v1.StreamNodeLogsResponse.time:type_name -> google.protobuf.Timestamp
+	9,  // 15: ichor.v1.NodeService.GetNodeServices:input_type -> ichor.v1.GetNodeServicesRequest
+	12, // 16: ichor.v1.NodeService.GetNodeDisks:input_type -> ichor.v1.GetNodeDisksRequest
+	15, // 17: ichor.v1.NodeService.GetNodeLinks:input_type -> ichor.v1.GetNodeLinksRequest
+	18, // 18: ichor.v1.NodeService.GetNodeDmesg:input_type -> ichor.v1.GetNodeDmesgRequest
+	20, // 19: ichor.v1.NodeService.GetNodeEtcdMembers:input_type -> ichor.v1.GetNodeEtcdMembersRequest
+	23, // 20: ichor.v1.NodeService.StreamNodeLogs:input_type -> ichor.v1.StreamNodeLogsRequest
+	0,  // 21: ichor.v1.NodeService.GetNodeResources:input_type -> ichor.v1.GetNodeResourcesRequest
+	3,  // 22: ichor.v1.NodeService.GetNodeKubernetes:input_type -> ichor.v1.GetNodeKubernetesRequest
+	10, // 23: ichor.v1.NodeService.GetNodeServices:output_type -> ichor.v1.GetNodeServicesResponse
+	13, // 24: ichor.v1.NodeService.GetNodeDisks:output_type -> ichor.v1.GetNodeDisksResponse
+	16, // 25: ichor.v1.NodeService.GetNodeLinks:output_type -> ichor.v1.GetNodeLinksResponse
+	19, // 26: ichor.v1.NodeService.GetNodeDmesg:output_type -> ichor.v1.GetNodeDmesgResponse
+	21, // 27: ichor.v1.NodeService.GetNodeEtcdMembers:output_type -> ichor.v1.GetNodeEtcdMembersResponse
+	24, // 28: ichor.v1.NodeService.StreamNodeLogs:output_type -> ichor.v1.StreamNodeLogsResponse
+	1,  // 29: ichor.v1.NodeService.GetNodeResources:output_type -> ichor.v1.GetNodeResourcesResponse
+	4,  // 30: ichor.v1.NodeService.GetNodeKubernetes:output_type -> ichor.v1.GetNodeKubernetesResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_node_proto_init() }
@@ -1207,13 +1990,14 @@ func file_ichor_v1_node_proto_init() {
 	if File_ichor_v1_node_proto != nil {
 		return
 	}
+	file_ichor_v1_cluster_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_node_proto_rawDesc), len(file_ichor_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

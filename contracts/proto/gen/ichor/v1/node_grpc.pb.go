@@ -25,6 +25,8 @@ const (
 	NodeService_GetNodeDmesg_FullMethodName       = "/ichor.v1.NodeService/GetNodeDmesg"
 	NodeService_GetNodeEtcdMembers_FullMethodName = "/ichor.v1.NodeService/GetNodeEtcdMembers"
 	NodeService_StreamNodeLogs_FullMethodName     = "/ichor.v1.NodeService/StreamNodeLogs"
+	NodeService_GetNodeResources_FullMethodName   = "/ichor.v1.NodeService/GetNodeResources"
+	NodeService_GetNodeKubernetes_FullMethodName  = "/ichor.v1.NodeService/GetNodeKubernetes"
 )
 
 // NodeServiceClient is the client API for NodeService service.
@@ -52,6 +54,14 @@ type NodeServiceClient interface {
 	// resumes with resume_token (the token of the last line it saw) and gets only
 	// the lines after it.
 	StreamNodeLogs(ctx context.Context, in *StreamNodeLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamNodeLogsResponse], error)
+	// GetNodeResources returns the node's uptime, CPU, memory and disk use as
+	// Talos reports them (SystemStat, Memory, Mounts).
+	GetNodeResources(ctx context.Context, in *GetNodeResourcesRequest, opts ...grpc.CallOption) (*GetNodeResourcesResponse, error)
+	// GetNodeKubernetes returns the machine's Kubernetes Node (conditions,
+	// taints, capacity, versions), the pods bound to it and its recent Events,
+	// read as the signed-in user: what their role may not read is said, not
+	// filled in.
+	GetNodeKubernetes(ctx context.Context, in *GetNodeKubernetesRequest, opts ...grpc.CallOption) (*GetNodeKubernetesResponse, error)
 }
 
 type nodeServiceClient struct {
@@ -131,6 +141,26 @@ func (c *nodeServiceClient) StreamNodeLogs(ctx context.Context, in *StreamNodeLo
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeService_StreamNodeLogsClient = grpc.ServerStreamingClient[StreamNodeLogsResponse]
 
+func (c *nodeServiceClient) GetNodeResources(ctx context.Context, in *GetNodeResourcesRequest, opts ...grpc.CallOption) (*GetNodeResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetNodeResourcesResponse)
+	err := c.cc.Invoke(ctx, NodeService_GetNodeResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeServiceClient) GetNodeKubernetes(ctx context.Context, in *GetNodeKubernetesRequest, opts ...grpc.CallOption) (*GetNodeKubernetesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetNodeKubernetesResponse)
+	err := c.cc.Invoke(ctx, NodeService_GetNodeKubernetes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServiceServer is the server API for NodeService service.
 // All implementations must embed UnimplementedNodeServiceServer
 // for forward compatibility.
@@ -156,6 +186,14 @@ type NodeServiceServer interface {
 	// resumes with resume_token (the token of the last line it saw) and gets only
 	// the lines after it.
 	StreamNodeLogs(*StreamNodeLogsRequest, grpc.ServerStreamingServer[StreamNodeLogsResponse]) error
+	// GetNodeResources returns the node's uptime, CPU, memory and disk use as
+	// Talos reports them (SystemStat, Memory, Mounts).
+	GetNodeResources(context.Context, *GetNodeResourcesRequest) (*GetNodeResourcesResponse, error)
+	// GetNodeKubernetes returns the machine's Kubernetes Node (conditions,
+	// taints, capacity, versions), the pods bound to it and its recent Events,
+	// read as the signed-in user: what their role may not read is said, not
+	// filled in.
+	GetNodeKubernetes(context.Context, *GetNodeKubernetesRequest) (*GetNodeKubernetesResponse, error)
 	mustEmbedUnimplementedNodeServiceServer()
 }
 
@@ -183,6 +221,12 @@ func (UnimplementedNodeServiceServer) GetNodeEtcdMembers(context.Context, *GetNo
 }
 func (UnimplementedNodeServiceServer) StreamNodeLogs(*StreamNodeLogsRequest, grpc.ServerStreamingServer[StreamNodeLogsResponse]) error {
 	return status.Error(codes.Unimplemented, "method StreamNodeLogs not implemented")
+}
+func (UnimplementedNodeServiceServer) GetNodeResources(context.Context, *GetNodeResourcesRequest) (*GetNodeResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetNodeResources not implemented")
+}
+func (UnimplementedNodeServiceServer) GetNodeKubernetes(context.Context, *GetNodeKubernetesRequest) (*GetNodeKubernetesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetNodeKubernetes not implemented")
 }
 func (UnimplementedNodeServiceServer) mustEmbedUnimplementedNodeServiceServer() {}
 func (UnimplementedNodeServiceServer) testEmbeddedByValue()                     {}
@@ -306,6 +350,42 @@ func _NodeService_StreamNodeLogs_Handler(srv interface{}, stream grpc.ServerStre
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeService_StreamNodeLogsServer = grpc.ServerStreamingServer[StreamNodeLogsResponse]
 
+func _NodeService_GetNodeResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetNodeResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServiceServer).GetNodeResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeService_GetNodeResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServiceServer).GetNodeResources(ctx, req.(*GetNodeResourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NodeService_GetNodeKubernetes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetNodeKubernetesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServiceServer).GetNodeKubernetes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeService_GetNodeKubernetes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServiceServer).GetNodeKubernetes(ctx, req.(*GetNodeKubernetesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeService_ServiceDesc is the grpc.ServiceDesc for NodeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -332,6 +412,14 @@ var NodeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetNodeEtcdMembers",
 			Handler:    _NodeService_GetNodeEtcdMembers_Handler,
+		},
+		{
+			MethodName: "GetNodeResources",
+			Handler:    _NodeService_GetNodeResources_Handler,
+		},
+		{
+			MethodName: "GetNodeKubernetes",
+			Handler:    _NodeService_GetNodeKubernetes_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
