@@ -8,12 +8,9 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
-// The emulated hardware's size, as seedHardware describes it: one socket of
-// 8 threads and one 8 GiB module.
-const (
-	emuThreads  = 8
-	emuMemoryKB = 8 << 20
-)
+// emuThreads is the emulated CPU, as seedHardware describes it: one socket of
+// 8 threads (the 8 GiB module is memoryKiB, staticpods.go).
+const emuThreads = 8
 
 // SystemStat reports /proc/stat as machined reads it
 // (t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go SystemStat):
