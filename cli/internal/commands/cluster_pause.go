@@ -169,7 +169,7 @@ func (r *run) printScan(c *ichorv1alpha1.TalosCluster) error {
 		r.printf("nothing answered on the Talos API port\n")
 		return nil
 	}
-	t := &output.Rows{Header: []string{colAddress, "RESULT", "MACHINE", colMessage}}
+	t := &output.Rows{Header: []string{colAddress, "RESULT", argMachine, colMessage}}
 	for _, a := range d.Addresses {
 		t.Add(a.Address, a.Result, a.Machine, a.Message)
 	}

@@ -327,7 +327,7 @@ func currentMachine(op *ichorv1alpha1.TalosOperation) *ichorv1alpha1.MachineProg
 // settled; it returns the settled operation, or nil when ctx ended first.
 // printed says that op itself was printed already.
 func (r *run) followOperation(ctx context.Context, op *ichorv1alpha1.TalosOperation, printed bool) (*ichorv1alpha1.TalosOperation, error) {
-	table := &output.Rows{Header: []string{colPhase, colStep, "PROGRESS", "MACHINE", "MACHINE STEP", colMessage}}
+	table := &output.Rows{Header: []string{colPhase, colStep, "PROGRESS", argMachine, "MACHINE STEP", colMessage}}
 	// Fixed widths wide enough for the usual values, so that the lines align.
 	table.Add("AwaitingCredentials", "wait-apiserver-back", "100/100", strings.Repeat("x", 16), "wait-apiserver-back", "")
 	headerDone := false

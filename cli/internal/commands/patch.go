@@ -426,7 +426,7 @@ func writeImpact(w io.Writer, verb string, imp *plan.Impact) {
 		_, _ = fmt.Fprintf(w, "%s TalosConfigPatch %s changes no machine: it targets none that has a role yet.\n", verb, imp.Patch)
 	} else {
 		_, _ = fmt.Fprintf(w, "%s TalosConfigPatch %s, per machine (changed paths, never values):\n\n", verb, imp.Patch)
-		t := &output.Rows{Header: []string{"MACHINE", colRole, "MODE", "ROLLOUT", "CHANGES"}}
+		t := &output.Rows{Header: []string{argMachine, colRole, "MODE", "ROLLOUT", "CHANGES"}}
 		for _, m := range imp.Machines {
 			rollout := ""
 			if m.WaitsForRollout {

@@ -249,7 +249,7 @@ func (k *kubeSteps) firstMachine(ctx context.Context) error {
 
 		apimeta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{
 			Type: ichorv1alpha1.ProvisionedCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.JoiningReason,
-			Message: "ichor init sent the configuration and bootstrapped etcd; waiting for the controller to confirm the etcd member and the Ready Node",
+			Message:            "ichor init sent the configuration and bootstrapped etcd; waiting for the controller to confirm the etcd member and the Ready Node",
 			ObservedGeneration: cur.Generation,
 		})
 		// Ready is the summary of the others, decided in one place.
