@@ -12,9 +12,17 @@ import (
 	"testing/fstest"
 )
 
-func get(t *testing.T, h http.Handler, path, acceptEncoding string, hdr ...string) *http.Response {
+// answer is a recorded response, its body read whole.
+type answer struct {
+	StatusCode    int
+	Header        http.Header
+	ContentLength int64
+	Body          io.Reader
+}
+
+func get(t *testing.T, h http.Handler, path, acceptEncoding string, hdr ...string) *answer {
 	t.Helper()
-	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, path, nil)
 	if acceptEncoding != "" {
 		req.Header.Set("Accept-Encoding", acceptEncoding)
 	}
@@ -23,10 +31,16 @@ func get(t *testing.T, h http.Handler, path, acceptEncoding string, hdr ...strin
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	return rec.Result()
+	res := rec.Result()
+	defer func() { _ = res.Body.Close() }()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &answer{StatusCode: res.StatusCode, Header: res.Header, ContentLength: res.ContentLength, Body: bytes.NewReader(raw)}
 }
 
-func body(t *testing.T, resp *http.Response) []byte {
+func body(t *testing.T, resp *answer) []byte {
 	t.Helper()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -83,7 +97,7 @@ func TestConsoleAssetsCompressed(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		n := len(raw)
-		resp.Body = io.NopCloser(bytes.NewReader(raw))
+		resp.Body = bytes.NewReader(raw)
 		if got := body(t, resp); !bytes.Equal(got, want) {
 			t.Errorf("%s: the gzipped body is not the file", p)
 		}
@@ -133,7 +147,7 @@ func TestHandlerRefusesWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader("x")))
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/", strings.NewReader("x")))
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("POST / answered %d, want 404", rec.Code)
 	}

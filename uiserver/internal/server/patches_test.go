@@ -33,7 +33,7 @@ func impactOf(resp *ichorv1.PreviewPatchResponse, machine string) *ichorv1.Machi
 }
 
 func paths(m *ichorv1.MachineImpact) string {
-	var out []string
+	out := make([]string, 0, len(m.GetChanges()))
 	for _, c := range m.GetChanges() {
 		out = append(out, c.GetOp()+" "+c.GetPath())
 	}
