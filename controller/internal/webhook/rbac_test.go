@@ -132,7 +132,10 @@ func TestRoleVerbMatrix(t *testing.T) {
 }
 
 // TestBuiltInRolesGrantNoWildcardsSecretsOrImpersonation reads the installed
-// ClusterRoles themselves: no rule names secrets, impersonate or a wildcard.
+// ClusterRoles themselves: no rule names secrets, impersonate or a wildcard,
+// and outside ichor.maesh.dev a role only reads the Nodes, the pods on them
+// and Events (the console's health and Kubernetes tab, the level of
+// Kubernetes' own view role without its Secrets).
 func TestBuiltInRolesGrantNoWildcardsSecretsOrImpersonation(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer"} {
@@ -153,8 +156,21 @@ func TestBuiltInRolesGrantNoWildcardsSecretsOrImpersonation(t *testing.T) {
 				}
 			}
 			for _, g := range r.APIGroups {
-				if g != ichorv1alpha1.Group {
+				if g == ichorv1alpha1.Group {
+					continue
+				}
+				if g != "" {
 					t.Errorf("%s reaches outside ichor.maesh.dev: %q", name, g)
+				}
+				for _, res := range r.Resources {
+					if !slices.Contains([]string{"nodes", "pods", "events"}, res) {
+						t.Errorf("%s reaches the core resource %q", name, res)
+					}
+				}
+				for _, v := range r.Verbs {
+					if !slices.Contains([]string{"get", "list", "watch"}, v) {
+						t.Errorf("%s may %s core resources %v: only reading is granted outside ichor.maesh.dev", name, v, r.Resources)
+					}
 				}
 			}
 		}

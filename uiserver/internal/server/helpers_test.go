@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -154,4 +156,31 @@ func toJSON(v any) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// removeWhenDone deletes the machine when the test ends and waits until the
+// backend's cache no longer shows it, so a later test counts only its own.
+func removeWhenDone(t testing.TB, name string) {
+	t.Helper()
+	t.Cleanup(func() {
+		m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name}}
+		if err := admin.Delete(context.Background(), m); client.IgnoreNotFound(err) != nil {
+			t.Errorf("delete machine %s: %v", name, err)
+
+			return
+		}
+		c := machines(t, adminTok(t))
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if _, err := c.GetMachine(context.Background(), &ichorv1.GetMachineRequest{Name: name}); status.Code(err) == codes.NotFound {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("machine %s still in the backend's cache", name)
+
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 }

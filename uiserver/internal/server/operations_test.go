@@ -35,6 +35,8 @@ func createOperation(t testing.TB, name, cluster string, st ichorv1alpha1.TalosO
 	if err := admin.Create(ctx, op); err != nil {
 		t.Fatal(err)
 	}
+	// A running talos operation would block every later test's upgrade.
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), op) })
 	op.Status = st
 	if err := admin.Status().Update(ctx, op); err != nil {
 		t.Fatal(err)

@@ -76,13 +76,16 @@ func listedPatch(t testing.TB, tok, name, rv string) (*ichorv1.ListPatchesRespon
 // written.
 func TestPatchPreview(t *testing.T) {
 	ctx := context.Background()
-	createMachine(t, "pv-cp1", ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleControlPlane)
-	createMachine(t, "pv-w1", ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleWorker)
-	createMachine(t, "pv-pending", ichorv1alpha1.ApprovalPending, "")
+	for name, role := range map[string]string{"pp-cp1": ichorv1alpha1.RoleControlPlane, "pp-w1": ichorv1alpha1.RoleWorker} {
+		createMachine(t, name, ichorv1alpha1.ApprovalApproved, role)
+		removeWhenDone(t, name)
+	}
+	createMachine(t, "pp-pending", ichorv1alpha1.ApprovalPending, "")
+	removeWhenDone(t, "pp-pending")
 	pc := patchClient(t, viewer(t))
 
 	resp, err := pc.PreviewPatch(ctx, &ichorv1.PreviewPatchRequest{Patch: &ichorv1.ConfigPatch{
-		Name: "pv-sysctl", Layer: ichorv1alpha1.LayerCluster,
+		Name: "pp-sysctl", Layer: ichorv1alpha1.LayerCluster,
 		DocumentsJson: `[{"sysctlConfig":{"params":{"net.core.somaxconn":"1024"}}}]`,
 	}})
 	if err != nil {
@@ -91,39 +94,39 @@ func TestPatchPreview(t *testing.T) {
 	if !resp.GetValid() || !resp.GetAllowed() || len(resp.GetPrivileged()) != 0 {
 		t.Fatalf("a sysctl is valid and not privileged: %v", resp)
 	}
-	for _, name := range []string{"pv-cp1", "pv-w1"} {
+	for _, name := range []string{"pp-cp1", "pp-w1"} {
 		m := impactOf(resp, name)
 		if m == nil || m.GetMode() != "no-reboot" || m.GetWaitsForRollout() || paths(m) != `added SysctlConfig:params["net.core.somaxconn"]` {
 			t.Errorf("%s: want no-reboot with the sysctl's path, got %v", name, m)
 		}
 	}
-	if impactOf(resp, "pv-pending") != nil {
+	if impactOf(resp, "pp-pending") != nil {
 		t.Errorf("a pending machine has no configuration and is not previewed: %v", resp)
 	}
 
 	resp, err = pc.PreviewPatch(ctx, &ichorv1.PreviewPatchRequest{Patch: &ichorv1.ConfigPatch{
-		Name: "pv-api", Layer: ichorv1alpha1.LayerRole, TargetRole: ichorv1alpha1.RoleControlPlane,
+		Name: "pp-api", Layer: ichorv1alpha1.LayerRole, TargetRole: ichorv1alpha1.RoleControlPlane,
 		DocumentsJson: `[{"kubeAPIServerConfig":{"env":{"GOGC":"50"}}}]`,
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := impactOf(resp, "pv-cp1"); m == nil || m.GetMode() != "kube-apiserver-restart" || !m.GetWaitsForRollout() {
+	if m := impactOf(resp, "pp-cp1"); m == nil || m.GetMode() != "kube-apiserver-restart" || !m.GetWaitsForRollout() {
 		t.Errorf("a kube-apiserver setting waits for a rollout on the control plane: %v", m)
 	}
-	if m := impactOf(resp, "pv-w1"); m != nil {
+	if m := impactOf(resp, "pp-w1"); m != nil {
 		t.Errorf("the role layer of controlplane does not target the worker: %v", m)
 	}
 
 	vlan := &ichorv1.ConfigPatch{
-		Name: "pv-vlan", Layer: ichorv1alpha1.LayerMachine, TargetMachine: "pv-w1",
+		Name: "pp-vlan", Layer: ichorv1alpha1.LayerMachine, TargetMachine: "pp-w1",
 		DocumentsJson: `[{"vlanConfig":{"name":"eth0.10","vlanID":10}}]`,
 	}
 	resp, err = pc.PreviewPatch(ctx, &ichorv1.PreviewPatchRequest{Patch: vlan})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := impactOf(resp, "pv-w1")
+	m := impactOf(resp, "pp-w1")
 	if resp.GetValid() || m == nil || !strings.Contains(strings.Join(m.GetErrors(), ";"), "parent") {
 		t.Fatalf("a VLAN without its parent link is invalid, naming the field: %v", resp)
 	}
@@ -132,19 +135,19 @@ func TestPatchPreview(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "parent must be specified") {
 		t.Fatalf("creating the invalid VLAN: want InvalidArgument naming parent, got %v", err)
 	}
-	if _, err := storedPatch(t, "pv-vlan"); !apierrors.IsNotFound(err) {
+	if _, err := storedPatch(t, "pp-vlan"); !apierrors.IsNotFound(err) {
 		t.Fatalf("the refused patch was written: %v", err)
 	}
 	// The allowed neighbour: with its parent it is valid.
 	vlan.DocumentsJson = `[{"vlanConfig":{"name":"eth0.10","vlanID":10,"parent":"eth0"}}]`
 	resp, err = pc.PreviewPatch(ctx, &ichorv1.PreviewPatchRequest{Patch: vlan})
-	if err != nil || !resp.GetValid() || impactOf(resp, "pv-w1").GetMode() != "no-reboot" {
+	if err != nil || !resp.GetValid() || impactOf(resp, "pp-w1").GetMode() != "no-reboot" {
 		t.Fatalf("the VLAN with its parent: %v %v", resp, err)
 	}
 
 	// A field outside the typed schema (a secret field is one) is refused by name.
 	_, err = pc.PreviewPatch(ctx, &ichorv1.PreviewPatchRequest{Patch: &ichorv1.ConfigPatch{
-		Name: "pv-secret", Layer: ichorv1alpha1.LayerCluster,
+		Name: "pp-secret", Layer: ichorv1alpha1.LayerCluster,
 		DocumentsJson: `[{"registryTLSConfig":{"name":"r","clientIdentity":{"cert":"x","key":"y"}}}]`,
 	}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"key"`) {
@@ -161,6 +164,7 @@ func TestPatchWrites(t *testing.T) {
 	ctx := context.Background()
 	op := patchClient(t, operator(t))
 	createMachine(t, "pw-w1", ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleWorker)
+	removeWhenDone(t, "pw-w1")
 
 	list, err := patchClient(t, viewer(t)).ListPatches(ctx, &ichorv1.ListPatchesRequest{})
 	if err != nil {
