@@ -10,8 +10,11 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 )
 
-// fieldNodeAction is the field the node-operation refusals name.
-const fieldNodeAction = "spec.node.action"
+// The fields the node-operation refusals name.
+const (
+	fieldNodeAction  = "spec.node.action"
+	fieldNodeMachine = "spec.node.machineName"
+)
 
 // loadNodeFacts adds, for a node operation, its machine and the other
 // approved machines of its cluster (CountApproved) to facts.
@@ -59,21 +62,21 @@ func CheckNodeAction(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []R
 	}
 	if m == nil {
 		return []Refusal{{
-			Field:  "spec.node.machineName",
+			Field:  fieldNodeMachine,
 			Rule:   fmt.Sprintf("TalosMachine %q does not exist in namespace %q", a.MachineName, op.Namespace),
 			WayOut: "name a machine of the cluster (`ichor machine list`)",
 		}}
 	}
 	if m.Spec.ClusterName != c.Name {
 		return []Refusal{{
-			Field:  "spec.node.machineName",
+			Field:  fieldNodeMachine,
 			Rule:   fmt.Sprintf("TalosMachine %q belongs to cluster %q, not %q", m.Name, m.Spec.ClusterName, c.Name),
 			WayOut: "create the operation on the machine's own cluster",
 		}}
 	}
 	if m.Spec.Approval.State != ichorv1alpha1.ApprovalApproved {
 		return []Refusal{{
-			Field:  "spec.node.machineName",
+			Field:  fieldNodeMachine,
 			Rule:   fmt.Sprintf("TalosMachine %q is not approved, so it has no node Ichor manages", m.Name),
 			WayOut: "approve it first (`ichor machine approve`), or name an approved machine",
 		}}

@@ -280,7 +280,7 @@ func (w *work) waitReset(ctx context.Context) (ctrl.Result, error) {
 		if berr != nil || boot == w.mp.BootID {
 			w.mp.Message = "resetting: the node still answers on its old boot"
 
-			return w.poll(), nil
+			return w.poll(), nil //nolint:nilerr // a node that has not gone down yet is waited for
 		}
 	}
 
