@@ -155,3 +155,48 @@ func TestNodeRemove(t *testing.T) {
 		t.Fatalf("--force must warn that the node is not wiped:\n%s", errOut.String())
 	}
 }
+
+// nodeOperations lists the node operations of namespace ns.
+func nodeOperations(t *testing.T, ns string) []ichorv1alpha1.TalosOperation {
+	t.Helper()
+	list := &ichorv1alpha1.TalosOperationList{}
+	must(t, k8s.List(context.Background(), list, client.InNamespace(ns)))
+	return list.Items
+}
+
+// TestNodeResetCommand: `ichor node reset` refuses the last control plane
+// with the way out and creates nothing; a dry run writes nothing; a reset
+// of a worker asks for its name typed and creates one node operation.
+func TestNodeResetCommand(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "node-reset")
+	must(t, k8s.Create(ctx, newCluster(ns, "prod")))
+	createMachine(t, sent(approved(ns, "cp-1", ichorv1alpha1.RoleControlPlane)))
+	createMachine(t, sent(approved(ns, "w-1", ichorv1alpha1.RoleWorker)))
+	createMachine(t, sent(approved(ns, "w-2", ichorv1alpha1.RoleWorker)))
+
+	mustFail(t, ichorWith(t, invocation{stdin: "cp-1\n"}, "node", "reset", "cp-1", "-n", ns),
+		"reset of cp-1 is refused; nothing was changed", "cp-1 is the last control plane", "`ichor node reboot cp-1`")
+	r := mustSucceed(t, ichor(t, "node", "reset", "w-1", "-n", ns, "--dry-run"))
+	for _, want := range []string{"This starts a node operation: reset machine w-1 (worker) of cluster prod", "wiping STATE and EPHEMERAL", "Nothing was changed (--dry-run)."} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("--dry-run: no %q in:\n%s", want, r.stdout)
+		}
+	}
+	mustFail(t, ichorWith(t, invocation{stdin: "w-2\n"}, "node", "reset", "w-1", "-n", ns), "not confirmed")
+	if ops := nodeOperations(t, ns); len(ops) != 0 {
+		t.Fatalf("a refused, dry or unconfirmed reset created %d operation(s)", len(ops))
+	}
+
+	r = mustSucceed(t, ichorWith(t, invocation{stdin: "w-1\n"}, "node", "reset", "w-1", "-n", ns))
+	ops := nodeOperations(t, ns)
+	if len(ops) != 1 || ops[0].Spec.Type != ichorv1alpha1.OperationNode || ops[0].Spec.Node == nil ||
+		ops[0].Spec.Node.MachineName != "w-1" || ops[0].Spec.Node.Action != ichorv1alpha1.NodeActionReset || ops[0].Spec.ClusterName != "prod" {
+		t.Fatalf("operations %+v", ops)
+	}
+	if !strings.Contains(r.stdout, "Started operation "+ops[0].Name) {
+		t.Fatalf("stdout:\n%s", r.stdout)
+	}
+	// A reboot of the last control plane is allowed.
+	mustSucceed(t, ichor(t, "node", "reboot", "cp-1", "-n", ns, "--dry-run"))
+}

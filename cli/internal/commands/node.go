@@ -10,16 +10,18 @@ import (
 	"github.com/urfave/cli/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/removal"
 )
 
 func nodeCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "node",
-		Usage:  "remove nodes",
+		Usage:  "remove, reboot, shut down or reset nodes",
 		Action: unknownSubcommand,
 		Commands: []*cli.Command{
 			{
@@ -37,8 +39,142 @@ func nodeCommand() *cli.Command {
 				},
 				Action: nodeRemove,
 			},
+			nodeActionCommand(ichorv1alpha1.NodeActionReboot,
+				"reboot a node: storage evacuated, cordoned and drained, rebooted, uncordoned once Ready (a node operation under the cluster lock)"),
+			nodeActionCommand(ichorv1alpha1.NodeActionShutdown,
+				"power a node off: storage evacuated, then Talos's own shutdown sequence drains it; power it on to bring it back"),
+			nodeActionCommand(ichorv1alpha1.NodeActionReset,
+				"reset a node: storage evacuated, cordoned and drained, STATE and EPHEMERAL wiped; the machine stays approved and is installed again "+
+					"from maintenance mode (needs the reset-node verb and override on the cluster)"),
 		},
 	}
+}
+
+func nodeActionCommand(action, usage string) *cli.Command {
+	return &cli.Command{
+		Name:          action,
+		Usage:         usage,
+		ArgsUsage:     argMachine,
+		ShellComplete: completeMachines,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the steps and any refusal, and change nothing"},
+			&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends"},
+			&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the operation"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error { return nodeAction(ctx, cmd, action) },
+	}
+}
+
+// nodeOperation is the TalosOperation of type node that `ichor node ACTION` creates.
+func nodeOperation(m *ichorv1alpha1.TalosMachine, action string) *ichorv1alpha1.TalosOperation {
+	return &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, GenerateName: "node-" + action + "-"},
+		Spec: ichorv1alpha1.TalosOperationSpec{
+			ClusterName: m.Spec.ClusterName,
+			Type:        ichorv1alpha1.OperationNode,
+			Node:        &ichorv1alpha1.NodeAction{MachineName: m.Name, Action: action},
+		},
+	}
+}
+
+// nodeActionText says what a node operation does, step by step.
+func nodeActionText(m *ichorv1alpha1.TalosMachine, action string, refusals []guard.Refusal) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "This starts a node operation: %s machine %s", action, m.Name)
+	if m.Spec.Role != "" {
+		fmt.Fprintf(&b, " (%s)", m.Spec.Role)
+	}
+	fmt.Fprintf(&b, " of cluster %s, under the cluster lock.\nSteps:\n", m.Spec.ClusterName)
+	steps := []string{"check etcd's health (a control plane)", "evacuate the storage system from the node (if a storage integration is configured)"}
+	switch action {
+	case ichorv1alpha1.NodeActionReboot:
+		steps = append(steps, "cordon and drain the Node", "reboot the node (once)", "wait for a new boot, running and Ready", "uncordon the Node")
+	case ichorv1alpha1.NodeActionShutdown:
+		steps = append(steps, "power the node off (once); Talos's shutdown sequence cordons and drains it", "wait until it stops answering",
+			"power it on yourself to bring it back; Talos uncordons it at boot")
+	case ichorv1alpha1.NodeActionReset:
+		steps = append(steps, "cordon and drain the Node", "reset the node (once), wiping STATE and EPHEMERAL; workloads' data on those partitions is lost",
+			"delete its Kubernetes Node", "the machine reconciler installs its configuration again once it answers in maintenance mode")
+	}
+	for i, st := range steps {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, st)
+	}
+	if len(refusals) > 0 {
+		b.WriteString("Refused:\n")
+		for _, rf := range refusals {
+			fmt.Fprintf(&b, "  - %s\n", rf.Error())
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// nodeAction creates a node operation after the shared checks and a typed
+// confirmation (the machine's name), and follows it with --wait.
+func nodeAction(ctx context.Context, cmd *cli.Command, action string) error {
+	if err := requireOneArg(cmd, "one MACHINE"); err != nil {
+		return err
+	}
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+	name := cmd.Args().First()
+	dryRun := cmd.Bool("dry-run")
+	if !dryRun {
+		if err := r.checkWritable(ctx); err != nil {
+			return err
+		}
+	}
+	m, err := r.getMachine(ctx, name)
+	if err != nil {
+		return err
+	}
+	op := nodeOperation(m, action)
+	facts, err := guard.LoadOperationFacts(ctx, r.c(), op)
+	if err != nil {
+		return r.conn.Explain(err, "reading TalosCluster "+m.Spec.ClusterName+" and its TalosMachines")
+	}
+	refusals := guard.CheckOperation(op, facts)
+	if dryRun {
+		r.printf("%s\n", nodeActionText(m, action, refusals))
+		if err := refusalError(action+" of "+name, refusals); err != nil {
+			return err
+		}
+		r.printf("The checks allow this now (the webhook also checks your verbs). Nothing was changed (--dry-run).\n")
+		return nil
+	}
+	if err := refusalError(action+" of "+name, refusals); err != nil {
+		return err
+	}
+	if err := r.confirm(nodeActionText(m, action, nil), name); err != nil {
+		return err
+	}
+	if err := r.c().Create(ctx, op); err != nil {
+		return r.conn.Explain(err, "creating the node operation for "+name)
+	}
+	r.printf("Started operation %s.\n", op.Name)
+	if !cmd.Bool(flagWait) {
+		r.printf("Follow it with `ichor operation get %s --watch`.\n", op.Name)
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, cmd.Duration(flagTimeout))
+	defer cancel()
+	final, err := r.followOperation(wctx, op, false)
+	if err != nil {
+		return err
+	}
+	if final == nil {
+		return fmt.Errorf("stopped following operation %s; it goes on: `ichor operation get %s --watch`", op.Name, op.Name)
+	}
+	if err := operationOutcome(final); err != nil {
+		return err
+	}
+	msg := ""
+	if c := meta.FindStatusCondition(final.Status.Conditions, ichorv1alpha1.ReadyCondition); c != nil {
+		msg = ": " + c.Message
+	}
+	r.printf("Operation %s succeeded%s.\n", final.Name, msg)
+	return nil
 }
 
 func nodeRemove(ctx context.Context, cmd *cli.Command) error {

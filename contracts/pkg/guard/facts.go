@@ -92,5 +92,9 @@ func LoadOperationFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.
 	if err != nil {
 		return OperationFacts{}, err
 	}
-	return OperationFacts{Cluster: c}, nil
+	facts := OperationFacts{Cluster: c}
+	if err := loadNodeFacts(ctx, r, op, &facts); err != nil {
+		return OperationFacts{}, err
+	}
+	return facts, nil
 }

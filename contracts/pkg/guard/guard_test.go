@@ -394,7 +394,7 @@ func TestOperations(t *testing.T) {
 	// The types this release does not run are refused, each with a way out.
 	for _, typ := range []string{ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationIchor,
 		ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationCARotation,
-		ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationNode, ichorv1alpha1.OperationEtcdRestore} {
+		ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationEtcdRestore} {
 		r := CheckRunnable(op(typ))
 		if r == nil || !strings.Contains(r.Rule, `type "`+typ+`"`) || r.WayOut == "" || r.WayOut == "this release has no way to do it" {
 			t.Errorf("type %s: %+v", typ, r)
@@ -405,8 +405,47 @@ func TestOperations(t *testing.T) {
 	if r := CheckRunnable(op(ichorv1alpha1.OperationTalos)); r != nil {
 		t.Errorf("type talos is refused: %+v", r)
 	}
+	// A node operation runs; its machine must exist.
+	if r := CheckRunnable(op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionReboot))); r != nil {
+		t.Errorf("type node is refused: %+v", r)
+	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionReboot)), facts),
-		map[string][]string{"spec.type": {`does not run operations of type "node"`, "talosctl reboot"}})
+		map[string][]string{"spec.node.machineName": {"does not exist", "ichor machine list"}})
+}
+
+// Rule: a node operation never shuts down or resets the last control plane
+// or a control plane the etcd quorum needs, nor the last worker of
+// unschedulable control planes (overridable); a reboot goes.
+func TestNodeActionGuards(t *testing.T) {
+	c := cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = new(false) })
+	machine := func(role string) *ichorv1alpha1.TalosMachine {
+		return &ichorv1alpha1.TalosMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: "m"},
+			Spec: ichorv1alpha1.TalosMachineSpec{ClusterName: c.Name, Role: role,
+				Approval: ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved}},
+		}
+	}
+	check := func(role, action string, cps, workers int) []Refusal {
+		o := op(ichorv1alpha1.OperationNode, func(o *ichorv1alpha1.TalosOperation) {
+			o.Spec.ClusterName = c.Name
+			o.Spec.Node = &ichorv1alpha1.NodeAction{MachineName: "m", Action: action}
+		})
+		return CheckOperation(o, OperationFacts{Cluster: c, Machine: machine(role), OtherApprovedControlPlanes: cps, OtherApprovedWorkers: workers})
+	}
+	cp, w := ichorv1alpha1.RoleControlPlane, ichorv1alpha1.RoleWorker
+	reset, off, reboot := ichorv1alpha1.NodeActionReset, ichorv1alpha1.NodeActionShutdown, ichorv1alpha1.NodeActionReboot
+	expect(t, check(cp, reset, 0, 2), map[string][]string{"spec.node.action": {"last control plane", "`ichor node reboot m`"}})
+	expect(t, check(cp, off, 0, 2), map[string][]string{"spec.node.action": {"last control plane"}})
+	expect(t, check(cp, reboot, 0, 2), nil)
+	expect(t, check(cp, reset, 1, 2), map[string][]string{"spec.node.action": {"fewer than the 2 an etcd quorum needs"}})
+	expect(t, check(cp, reset, 2, 2), nil)
+	r := check(w, off, 1, 0)
+	expect(t, r, map[string][]string{"spec.node.action": {"last worker", "override"}})
+	if len(r) != 1 || !r[0].Overridable {
+		t.Errorf("the last-worker refusal is not overridable: %+v", r)
+	}
+	expect(t, check(w, reset, 1, 1), nil)
+	expect(t, check(w, reboot, 1, 0), nil)
 }
 
 func TestOperationUnchanged(t *testing.T) {

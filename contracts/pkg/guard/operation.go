@@ -14,12 +14,18 @@ import (
 type OperationFacts struct {
 	// Cluster is the operation's TalosCluster; nil when it does not exist.
 	Cluster *ichorv1alpha1.TalosCluster
+	// Machine is a node operation's TalosMachine; nil when it does not exist
+	// (or the operation is of another type).
+	Machine *ichorv1alpha1.TalosMachine
+	// OtherApprovedControlPlanes and OtherApprovedWorkers count the cluster's
+	// approved machines other than Machine (node operations only).
+	OtherApprovedControlPlanes, OtherApprovedWorkers int
 }
 
 // RunnableOperationTypes are the operation types this release of Ichor runs.
 // The webhook refuses every other type at admission (CheckRunnable) and the
 // operation controller fails one that got in before the rule existed.
-var RunnableOperationTypes = []string{ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos}
+var RunnableOperationTypes = []string{ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationNode}
 
 // OperationRunnable reports whether this release runs operations of type t.
 func OperationRunnable(t string) bool {
@@ -39,8 +45,6 @@ var notRunnableWayOut = map[string]string{
 	ichorv1alpha1.OperationShutdown:    "shut the nodes down with `talosctl shutdown` and " + adminTalosconfig + ", workers first",
 	ichorv1alpha1.OperationCARotation:  "rotate the CAs with `talosctl rotate-ca` and " + adminTalosconfig,
 	ichorv1alpha1.OperationKeyRotation: "this release cannot rotate the service-account or secretbox key; they stay as they are",
-	ichorv1alpha1.OperationNode: "to take a node out and wipe it, remove it (`ichor node remove NAME`); to reboot or shut one down, use " +
-		"`talosctl reboot` or `talosctl shutdown` with " + adminTalosconfig,
 	ichorv1alpha1.OperationEtcdRestore: "recover etcd from a snapshot with `talosctl bootstrap --recover-from` and " + adminTalosconfig,
 }
 
@@ -133,6 +137,8 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 				Rule:   fmt.Sprintf("cluster %q has an unmanaged CNI; Ichor does not upgrade or configure it", c.Name),
 				WayOut: "manage the CNI with its own tooling"})
 		}
+	case ichorv1alpha1.OperationNode:
+		out = append(out, CheckNodeAction(op, facts)...)
 	case ichorv1alpha1.OperationEtcdRestore:
 		if r := op.Spec.EtcdRestore; r != nil && r.ConfirmClusterName != op.Spec.ClusterName {
 			out = append(out, Refusal{Field: "spec.etcdRestore.confirmClusterName",

@@ -45,3 +45,22 @@ func ResetRequest(graceful, reboot bool) *machine.ResetRequest {
 		},
 	}
 }
+
+// ResetRequestWipe is the reset of a node operation (TalosOperation type
+// node, action reset) in its spec.node.wipeMode: state-ephemeral (or empty)
+// is ResetRequest's; system-disk names no partition, so Talos wipes the whole
+// system disk, boot and EFI included, and the machine must be installed
+// afresh from its install media; all does the same in mode ALL, which also
+// lets Talos wipe the user disks it is given (none are named here: user
+// volumes are left to the storage system's own evacuation). Always graceful
+// and with a reboot.
+func ResetRequestWipe(wipeMode string) *machine.ResetRequest {
+	switch wipeMode {
+	case "system-disk":
+		return &machine.ResetRequest{Graceful: true, Reboot: true, Mode: machine.ResetRequest_SYSTEM_DISK}
+	case "all":
+		return &machine.ResetRequest{Graceful: true, Reboot: true, Mode: machine.ResetRequest_ALL}
+	default:
+		return ResetRequest(true, true)
+	}
+}

@@ -282,3 +282,16 @@ func (v *Verified) Reboot(ctx context.Context) error {
 
 	return nil
 }
+
+// Shutdown asks the node to power off. Talos answers at once and runs its
+// shutdown sequence afterwards, which cordons and drains the node itself; the
+// boot sequence uncordons it again at the next power-on
+// (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go,
+// Shutdown and Boot).
+func (v *Verified) Shutdown(ctx context.Context) error {
+	if err := v.c.Shutdown(ctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+
+	return nil
+}

@@ -42,18 +42,59 @@ func notRunnable(t *testing.T, err error, typ string) {
 	}
 }
 
-// Rule: resetting a node needs the override verb (and its own verb). The verbs
-// are checked before whether this release runs the type, so the rule holds
-// now and when node operations run.
+// nodeMachines creates an approved control plane "cp" and an approved
+// worker "m" (the machine nodeAction names) of cluster c.
+func nodeMachines(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "cp", "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "m", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalApproved)))
+}
+
+// Rule: resetting a node needs the override verb (and its own verb).
 func TestNodeResetNeedsOverride(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	nodeMachines(t, ns)
 	err := operator.Create(ctx, newOperation(ns, "reset", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReset)))
 	refused(t, err, "Forbidden", "spec.node.action", "`reset-node` on `talosoperations`", "`override` on `talosclusters`")
-	// The neighbours pass the verbs and meet only the type this release does not run.
-	notRunnable(t, operator.Create(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReboot))), "node")
-	notRunnable(t, admin.Create(ctx, newOperation(ns, "reset", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReset))), "node")
+	// The neighbours: an operator reboots, an admin resets.
+	testenv.Must(t, operator.Create(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReboot))))
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "reset", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReset))))
+}
+
+// Rule: a node operation never shuts down or resets the last control plane,
+// nor a control plane whose absence breaks the etcd quorum; the way out
+// names the reboot. Its neighbours: a reboot of the last control plane, a
+// reset of a worker, and a reset of one control plane of three.
+func TestNodeResetLastControlPlaneRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	nodeMachines(t, ns)
+	on := func(machine, action string) func(*ichorv1alpha1.TalosOperation) {
+		return func(o *ichorv1alpha1.TalosOperation) {
+			o.Spec.Node = &ichorv1alpha1.NodeAction{MachineName: machine, Action: action}
+		}
+	}
+	err := admin.Create(ctx, newOperation(ns, "reset-cp", ichorv1alpha1.OperationNode, on("cp", ichorv1alpha1.NodeActionReset)))
+	refused(t, err, "Invalid", "spec.node.action", "cp is the last control plane", "wipes the cluster's only etcd data", "`ichor node reboot cp`")
+	err = admin.Create(ctx, newOperation(ns, "off-cp", ichorv1alpha1.OperationNode, on("cp", ichorv1alpha1.NodeActionShutdown)))
+	refused(t, err, "Invalid", "cp is the last control plane")
+	err = admin.Create(ctx, newOperation(ns, "reset-x", ichorv1alpha1.OperationNode, on("nope", ichorv1alpha1.NodeActionReset)))
+	refused(t, err, "Invalid", "spec.node.machineName", `"nope" does not exist`, "ichor machine list")
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "reboot-cp", ichorv1alpha1.OperationNode, on("cp", ichorv1alpha1.NodeActionReboot))))
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "reset-m", ichorv1alpha1.OperationNode, on("m", ichorv1alpha1.NodeActionReset))))
+
+	// Two control planes (one being replaced): either alone cannot keep a quorum.
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "cp2", "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
+	err = admin.Create(ctx, newOperation(ns, "reset-cp2", ichorv1alpha1.OperationNode, on("cp2", ichorv1alpha1.NodeActionReset)))
+	refused(t, err, "Invalid", "would leave 1 of 2 control planes, fewer than the 2 an etcd quorum needs")
+	// Three: one may go.
+	testenv.Must(t, update(t, root, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 3 }))
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "cp3", "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "reset-cp3", ichorv1alpha1.OperationNode, on("cp3", ichorv1alpha1.NodeActionReset))))
 }
 
 // Rule: restoring etcd needs override, and the cluster's name typed.
@@ -78,6 +119,7 @@ func TestDestructiveOperationsNeedTheirVerbs(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	nodeMachines(t, ns)
 	for _, tc := range []struct {
 		name, typ, verb string
 		mutate          func(*ichorv1alpha1.TalosOperation)
@@ -91,6 +133,10 @@ func TestDestructiveOperationsNeedTheirVerbs(t *testing.T) {
 	} {
 		err := operator.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate))
 		refused(t, err, "Forbidden", tc.verb, `user "otto"`)
+		if tc.typ == ichorv1alpha1.OperationNode {
+			testenv.Must(t, admin.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate)))
+			continue
+		}
 		notRunnable(t, admin.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate)), tc.typ)
 	}
 	// The neighbour: a config rollout is an operator's.

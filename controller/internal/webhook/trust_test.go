@@ -153,7 +153,7 @@ func TestOperationTypeNotRunnableIsRefused(t *testing.T) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.3"}
 	}))
 	notRunnable(t, err, ichorv1alpha1.OperationKubernetes)
-	refused(t, err, "Invalid", `it runs "config", "talos"`, "talosctl upgrade-k8s", "ichor secrets export")
+	refused(t, err, "Invalid", `it runs "config", "talos", "node"`, "talosctl upgrade-k8s", "ichor secrets export")
 	testenv.Must(t, admin.Create(ctx, newOperation(ns, "cfg", ichorv1alpha1.OperationConfig)))
 	testenv.Must(t, admin.Create(ctx, newOperation(ns, "talos", ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.2"}

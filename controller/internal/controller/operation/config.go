@@ -64,6 +64,10 @@ func (r *Reconciler) selectPhase(ctx context.Context, s *scope) (ctrl.Result, er
 		return ctrl.Result{}, nil
 	}
 
+	if isNode(op) {
+		return r.selectNode(ctx, s)
+	}
+
 	return r.selectMachines(ctx, s)
 }
 
@@ -120,6 +124,15 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 		case ichorv1alpha1.MachineSkipped:
 			skipped++
 		}
+	}
+
+	if isNode(op) {
+		msg := nodeAction(op) + " of " + op.Spec.Node.MachineName + " done"
+		if len(op.Status.Machines) > 0 && op.Status.Machines[0].Message != "" {
+			msg = op.Spec.Node.MachineName + ": " + op.Status.Machines[0].Message
+		}
+
+		return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason, msg)
 	}
 
 	if isTalos(op) {

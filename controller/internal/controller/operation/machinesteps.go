@@ -88,8 +88,18 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	after := stepApply
-	if isTalos(w.op) {
+
+	switch {
+	case isTalos(w.op):
 		after = stepUpgrade
+	case isNode(w.op):
+		after = afterDrain(w.op)
+	}
+
+	if nodeAction(w.op) == ichorv1alpha1.NodeActionShutdown {
+		// Talos's shutdown sequence cordons and drains the node itself, and
+		// its boot sequence uncordons it (see node.go).
+		return w.next(after, "storage evacuated; Talos's shutdown sequence drains the node")
 	}
 
 	if node == nil {
@@ -221,11 +231,24 @@ func (w *work) waitBoot(ctx context.Context) (ctrl.Result, error) {
 	}
 	defer n.Close()
 
+	if w.mp.BootID != "" {
+		// A node operation's reboot recorded the boot it left.
+		if boot, err := n.BootID(ctx); err != nil || boot == w.mp.BootID {
+			w.mp.Message = "rebooting: the node has not gone down yet"
+
+			return w.poll(), nil
+		}
+	}
+
 	stage, ready, err := n.Stage(ctx)
 	if err != nil || stage != ichorv1alpha1.StageRunning || !ready {
 		w.mp.Message = fmt.Sprintf("rebooting: the node is %s (ready %t)", orUnknown(stage), ready)
 
 		return w.poll(), nil
+	}
+
+	if isNode(w.op) {
+		return w.next(stepUncordon, "the node is back on a new boot")
 	}
 
 	running, _, err := w.diff(ctx, n)
@@ -336,6 +359,10 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 		version, _ := talosTarget(w.op, w.st.Cluster)
 
 		return w.finishMachine(ctx, "upgraded to "+version)
+	}
+
+	if isNode(w.op) {
+		return w.finishMachine(ctx, "rebooted")
 	}
 
 	return w.finishMachine(ctx, "rebooted into the rendered configuration")

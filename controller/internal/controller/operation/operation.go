@@ -15,9 +15,10 @@
 // (Apply, Upgrade, Reboot) is preceded by a strict status write that records it.
 //
 // This release runs operations of type config (the rollout of changes the
-// machine reconciler does not apply by itself, config.go) and talos (Talos
-// upgrades, talos.go); the other types are refused with a message that says
-// so, before they take the lock.
+// machine reconciler does not apply by itself, config.go), talos (Talos
+// upgrades, talos.go) and node (reboot, shutdown or reset of one machine,
+// node.go); the other types are refused with a message that says so, before
+// they take the lock.
 package operation
 
 import (

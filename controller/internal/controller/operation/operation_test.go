@@ -106,15 +106,15 @@ func TestOperation_UnsupportedTypeRefused(t *testing.T) {
 	ctx := context.Background()
 
 	op := configOp("reboot-w2", func(op *ichorv1alpha1.TalosOperation) {
-		op.Spec.Type = ichorv1alpha1.OperationNode
-		op.Spec.Node = &ichorv1alpha1.NodeAction{MachineName: "w-2", Action: "reboot"}
+		op.Spec.Type = ichorv1alpha1.OperationShutdown
 	})
+	before := reboots(t, "w-2")
 	testenv.Must(t, k8s.Create(ctx, op))
 
 	got := waitPhase(t, "reboot-w2", ichorv1alpha1.OperationFailed)
 
 	c := apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ReadyCondition)
-	if c == nil || !strings.Contains(c.Message, `"node" are not implemented`) || !strings.Contains(c.Message, "delete this operation") {
+	if c == nil || !strings.Contains(c.Message, `"shutdown" are not implemented`) || !strings.Contains(c.Message, "delete this operation") {
 		t.Errorf("Ready %+v does not say the type is not implemented and what to do", c)
 	}
 
@@ -122,8 +122,8 @@ func TestOperation_UnsupportedTypeRefused(t *testing.T) {
 		t.Errorf("the refused operation took the lock: %+v", got.Status)
 	}
 
-	if n := reboots(t, "w-2"); n != 0 {
-		t.Errorf("w-2 got %d Reboot calls", n)
+	if n := reboots(t, "w-2"); n != before {
+		t.Errorf("w-2 got %d Reboot calls", n-before)
 	}
 }
 

@@ -28,8 +28,11 @@ func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1
 		mp.Phase, mp.StartedAt = ichorv1alpha1.MachineInProgress, &now
 
 		first := stepPlan
-		if isTalos(op) {
+		switch {
+		case isTalos(op):
 			first = stepCheck
+		case isNode(op):
+			first = stepNodeCheck
 		}
 
 		r.next(op, mp, first, "")
@@ -73,6 +76,18 @@ func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1
 		return w.rebootUpgrade(ctx)
 	case stepWaitUpgrade:
 		return w.waitUpgrade(ctx)
+	case stepNodeCheck:
+		return w.nodeCheck(ctx)
+	case stepNodeReboot:
+		return w.nodeReboot(ctx)
+	case stepShutdown:
+		return w.shutdown(ctx)
+	case stepWaitOff:
+		return w.waitOff(ctx)
+	case stepReset:
+		return w.reset(ctx)
+	case stepWaitReset:
+		return w.waitReset(ctx)
 	default:
 		r.fail(op, mp, mp.Step, "unknown step "+mp.Step)
 
