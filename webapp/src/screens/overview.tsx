@@ -18,6 +18,7 @@ import { useAttention } from "../lib/attention";
 import { useHealth } from "../lib/health";
 import { AttentionList } from "./attention";
 import { ControlPlanes, HealthTiles, RecentEvents } from "./health";
+import { RecentOperations } from "./recentops";
 
 /** Tile is one figure of the overview: its label is the heading, the figure the text under it. */
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
@@ -150,6 +151,7 @@ export function Overview() {
       {upgradeOpen && <TalosUpgradeDialog client={client} cluster={cluster?.name ?? ""} open={upgradeOpen} onClose={() => setUpgradeOpen(false)} />}
       <HealthTiles health={health} />
       <ControlPlanes health={health} error={healthError} />
+      <RecentOperations ops={ops} />
       <RecentEvents health={health} />
       {(offerApply || applyOpen) && <ConfigRolloutDialog client={client} cluster={cluster?.name ?? ""} open={applyOpen} onClose={() => setApplyOpen(false)} />}
       {cluster && (
