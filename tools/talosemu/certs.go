@@ -134,6 +134,17 @@ func issueServerCert(ca *x509.PEMEncodedCertificateAndKey, address, hostname str
 		return tls.Certificate{}, errors.New("no OS CA key available to issue the API certificate")
 	}
 
+	return issueFromOSCA(ca, "API certificate", func(tmpl *stdx509.Certificate) {
+		tmpl.Subject = pkix.Name{CommonName: hostname}
+		tmpl.ExtKeyUsage = []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP(address), net.ParseIP("127.0.0.1"), net.IPv6loopback}
+		tmpl.DNSNames = []string{hostname, hostLocalhost}
+	})
+}
+
+// issueFromOSCA signs a year-long certificate for a new key with the OS CA;
+// shape fills in what the certificate is for (subject, usages, names).
+func issueFromOSCA(ca *x509.PEMEncodedCertificateAndKey, what string, shape func(*stdx509.Certificate)) (tls.Certificate, error) {
 	caCert, err := ca.GetCert()
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("parsing OS CA certificate: %w", err)
@@ -157,18 +168,15 @@ func issueServerCert(ca *x509.PEMEncodedCertificateAndKey, address, hostname str
 	now := time.Now()
 	tmpl := &stdx509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: hostname},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.AddDate(1, 0, 0),
 		KeyUsage:     stdx509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP(address), net.ParseIP("127.0.0.1"), net.IPv6loopback},
-		DNSNames:     []string{hostname, hostLocalhost},
 	}
+	shape(tmpl)
 
 	der, err := stdx509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("issuing API certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("issuing %s: %w", what, err)
 	}
 
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
@@ -179,42 +187,10 @@ func issueServerCert(ca *x509.PEMEncodedCertificateAndKey, address, hostname str
 // (t:internal/app/machined/pkg/controllers/secrets/api.go generateControlPlane; workers get
 // none, generateWorker sets Client to nil).
 func issueProxyClientCert(ca *x509.PEMEncodedCertificateAndKey, hostname string) (tls.Certificate, error) {
-	caCert, err := ca.GetCert()
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("parsing OS CA certificate: %w", err)
-	}
-
-	caKeyAny, err := ca.GetKey()
-	if err != nil {
-		return tls.Certificate{}, errors.New("parsing OS CA key failed")
-	}
-
-	caKey, ok := caKeyAny.(crypto.Signer)
-	if !ok {
-		return tls.Certificate{}, errors.New("OS CA key cannot sign")
-	}
-
-	key, serial, err := newKeyAndSerial()
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-
-	now := time.Now()
-	tmpl := &stdx509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: hostname, Organization: []string{string(role.Impersonator)}},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(1, 0, 0),
-		KeyUsage:     stdx509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth},
-	}
-
-	der, err := stdx509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("issuing API client certificate: %w", err)
-	}
-
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+	return issueFromOSCA(ca, "API client certificate", func(tmpl *stdx509.Certificate) {
+		tmpl.Subject = pkix.Name{CommonName: hostname, Organization: []string{string(role.Impersonator)}}
+		tmpl.ExtKeyUsage = []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth}
+	})
 }
 
 // verifyConnectionExtKeyUsage applies the same check to every handshake, resumed ones included.

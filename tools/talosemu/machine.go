@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -199,12 +200,7 @@ func (m *Machine) RPCCounts() map[string]int {
 	m.rpcMu.Lock()
 	defer m.rpcMu.Unlock()
 
-	out := make(map[string]int, len(m.rpcCounts))
-	for k, v := range m.rpcCounts {
-		out[k] = v
-	}
-
-	return out
+	return maps.Clone(m.rpcCounts)
 }
 
 // ResetRPCCounts sets every counter (handled and forwarded) back to zero.
@@ -228,12 +224,7 @@ func (m *Machine) ForwardedCounts() map[string]int {
 	m.rpcMu.Lock()
 	defer m.rpcMu.Unlock()
 
-	out := make(map[string]int, len(m.forwardCounts))
-	for k, v := range m.forwardCounts {
-		out[k] = v
-	}
-
-	return out
+	return maps.Clone(m.forwardCounts)
 }
 
 // tlsForClient picks the server TLS mode per handshake: maintenance (self-signed, no client
