@@ -9,13 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
@@ -29,6 +25,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -167,109 +164,14 @@ func testCluster(endpoint string) *ichorv1alpha1.TalosCluster {
 	}
 }
 
-// provisionAll creates the machines as discovery does, approves them as a
-// person does, and waits until the lifecycle reconciler has provisioned them.
+// provisionAll provisions the machines of the test cluster (testworld.Cluster.Provision).
 func provisionAll(ctx context.Context) error {
-	for _, n := range machineNames {
-		em, err := world.Machine(n)
-		if err != nil {
-			return err
-		}
-
-		role := ichorv1alpha1.RoleWorker
-		if strings.HasPrefix(n, "cp-") {
-			role = ichorv1alpha1.RoleControlPlane
-		}
-
-		now := metav1.Now()
-		tm := &ichorv1alpha1.TalosMachine{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n, Labels: map[string]string{ichorv1alpha1.ClusterLabel: clusterName, "pool": n}},
-			Spec: ichorv1alpha1.TalosMachineSpec{
-				ClusterName: clusterName,
-				Identity:    ichorv1alpha1.MachineIdentity{UUID: em.UUID(), Serial: "SER-" + n},
-				Address:     em.IP(),
-				Approval:    ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now},
-				Role:        role,
-				Hostname:    n,
-				Install:     ichorv1alpha1.MachineInstall{Disk: &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}},
-			},
-		}
-
-		if err := k8s.Create(ctx, tm); err != nil {
-			return err
-		}
-
-		tm.Status.Stage = ichorv1alpha1.StageMaintenance
-		tm.Status.MaintenanceFingerprint = em.MaintenanceFingerprint()
-
-		if err := k8s.Status().Update(ctx, tm); err != nil {
-			return err
-		}
+	c := testworld.Cluster{
+		Client: k8s, World: world, Bundle: theBun, Namespace: ns, Name: clusterName, Machines: machineNames,
+		Labels: func(n string) map[string]string { return map[string]string{"pool": n} },
 	}
 
-	deadline := time.Now().Add(4 * waitTimeout)
-
-	if err := bootstrap(ctx, deadline); err != nil {
-		return err
-	}
-
-	for _, n := range machineNames {
-		for {
-			m := &ichorv1alpha1.TalosMachine{}
-			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: n}, m); err != nil {
-				return err
-			}
-
-			if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ProvisionedCondition) &&
-				apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ReadyCondition) {
-				break
-			}
-
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s was not provisioned and Ready: %+v", n, m.Status.Conditions)
-			}
-
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-
-	return nil
-}
-
-// bootstrap waits until the first control plane runs, then bootstraps its
-// etcd, as `ichor init` does.
-func bootstrap(ctx context.Context, deadline time.Time) error {
-	em, err := world.Machine("cp-1")
-	if err != nil {
-		return err
-	}
-
-	for {
-		m := &ichorv1alpha1.TalosMachine{}
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cp-1"}, m); err != nil {
-			return err
-		}
-
-		if m.Status.Stage == ichorv1alpha1.StageRunning {
-			n, err := (&talos.Dialer{}).Dial(ctx, em.IP(), theBun)
-			if err != nil {
-				return err
-			}
-
-			_, err = n.Client().MachineClient.Bootstrap(ctx, &machine.BootstrapRequest{})
-			n.Close()
-
-			if err == nil || status.Code(err) == codes.AlreadyExists {
-				return nil
-			}
-		}
-
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cp-1 did not reach running to be bootstrapped: stage %q", m.Status.Stage)
-		}
-
-		time.Sleep(200 * time.Millisecond)
-	}
+	return c.Provision(ctx, time.Now().Add(4*waitTimeout))
 }
 
 func emu(t testing.TB, name string) *talosemu.Machine {
