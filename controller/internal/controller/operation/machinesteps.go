@@ -185,25 +185,30 @@ func (w *work) reboot(ctx context.Context) (ctrl.Result, error) {
 	}
 	defer n.Close()
 
-	// Recorded before it is sent (engineering rule 10): a Reboot is not
-	// idempotent, so a reconcile that comes after a crash, a lost write or a
-	// stale read finds the machine waiting for its boot and never sends a
-	// second one; a Persist that conflicts sends none.
-	w.r.next(w.op, w.mp, stepWaitBoot, "reboot requested")
+	return w.sendReboot(ctx, n, stepReboot, stepWaitBoot, "rebooting "+w.m.Name+" to run the staged configuration", "rebooting")
+}
+
+// sendReboot sends n a Reboot, recorded before it is sent (engineering rule
+// 10): the machine moves to next and the status is written first, so a
+// reconcile that comes after a crash, a lost write or a stale read finds it
+// waiting for its boot and never sends a second Reboot; a Persist that
+// conflicts sends none. A Reboot that fails (not sent, or not known to be)
+// puts the machine back at step and fails it: resuming sends it again.
+func (w *work) sendReboot(ctx context.Context, n *talos.Verified, step, next, event, msg string) (ctrl.Result, error) {
+	w.r.next(w.op, w.mp, next, "reboot requested")
 
 	if err := w.s.Persist(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
 
 	if err := n.Reboot(ctx); err != nil {
-		// Not sent, or not known to be: resuming sends it again.
-		w.mp.Step = stepReboot
+		w.mp.Step = step
 
 		return w.fail(talos.Message(err))
 	}
 
-	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "rebooting %s to run the staged configuration", w.m.Name)
-	w.mp.Message = "rebooting"
+	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "%s", event)
+	w.mp.Message = msg
 
 	return ichorreconcile.NextStep(), nil
 }

@@ -147,22 +147,8 @@ func (w *work) nodeReboot(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	w.mp.BootID = boot
-	w.r.next(w.op, w.mp, stepWaitBoot, "reboot requested")
 
-	if err := w.s.Persist(ctx); err != nil {
-		return ctrl.Result{}, err
-	}
-
-	if err := n.Reboot(ctx); err != nil {
-		w.mp.Step = stepNodeReboot
-
-		return w.fail(talos.Message(err))
-	}
-
-	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "rebooting %s", w.m.Name)
-	w.mp.Message = "rebooting"
-
-	return ichorreconcile.NextStep(), nil
+	return w.sendReboot(ctx, n, stepNodeReboot, stepWaitBoot, "rebooting "+w.m.Name, "rebooting")
 }
 
 // shutdown sends Shutdown, recorded first.

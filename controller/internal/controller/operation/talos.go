@@ -360,22 +360,7 @@ func (w *work) rebootUpgrade(ctx context.Context) (ctrl.Result, error) {
 		w.mp.BootID = boot
 	}
 
-	w.r.next(w.op, w.mp, stepWaitUpgrade, "reboot requested")
-
-	if err := w.s.Persist(ctx); err != nil {
-		return ctrl.Result{}, err
-	}
-
-	if err := n.Reboot(ctx); err != nil {
-		w.mp.Step = stepRebootUpgrade
-
-		return w.fail(talos.Message(err))
-	}
-
-	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Rebooting", "Reboot", "rebooting %s into the upgraded slot", w.m.Name)
-	w.mp.Message = "rebooting into the upgraded slot"
-
-	return ichorreconcile.NextStep(), nil
+	return w.sendReboot(ctx, n, stepRebootUpgrade, stepWaitUpgrade, "rebooting "+w.m.Name+" into the upgraded slot", "rebooting into the upgraded slot")
 }
 
 // waitUpgrade waits for a new boot and checks that it runs the target: a
