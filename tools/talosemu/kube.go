@@ -556,6 +556,12 @@ func (m *Machine) startKube(ctx context.Context) error {
 
 	delete(api, "audit-log-path")
 
+	// webhooks and aggregated APIs reach pods through their endpoints and the egress proxy
+	// (podnet.go)
+	if err := m.world.egressArgs(api, m.kubePKIDir()); err != nil {
+		return err
+	}
+
 	if err := m.writeAPIServerConfigFiles(cfg, api, logDir); err != nil {
 		return err
 	}

@@ -38,8 +38,9 @@ func (m *Machine) nodeName() string {
 }
 
 // kubeletService registers this machine's Node and keeps it Ready while the machine runs, with
-// the kubelet's own identity (system:node:<name>). It runs no pods: kwok plays the lifecycle of
-// the pods bound to the Node while this service runs (kwok.go).
+// the kubelet's own identity (system:node:<name>). The pods of Ichor's images bound to the Node
+// run as local processes (podrunner.go, with Options.PodBinDir); kwok plays the lifecycle of
+// the other pods bound to the Node while this service runs (kwok.go).
 func (m *Machine) kubeletService(ctx context.Context) {
 	if !m.world.kubernetes {
 		return
@@ -79,7 +80,11 @@ func (m *Machine) kubeletService(ctx context.Context) {
 	m.kubeletUp.Store(true)
 	m.world.pokeKwok()
 
+	// the kubelet API and the pods of Ichor's images (podrunner.go)
+	stopPods := m.startPodRunner(ctx, c)
+
 	defer func() {
+		stopPods()
 		m.kubeletUp.Store(false)
 		m.world.pokeKwok()
 	}()

@@ -57,13 +57,18 @@ var kwokPodReadyAgainStage string
 
 // kwokStages are kwok's default ("fast") pod stages — ready, complete (Job pods), delete —
 // from sigs.k8s.io/kwok/kustomize/stage/pod/fast (embedded by that package), plus ours above.
-func kwokStages() (map[internalversion.StageResourceRef][]*internalversion.Stage, error) {
+// With the pod runner on, no pod stage matches the pods it runs (podrunner.go).
+func kwokStages(podRunner bool) (map[internalversion.StageResourceRef][]*internalversion.Stage, error) {
 	out := map[internalversion.StageResourceRef][]*internalversion.Stage{}
 
 	for _, raw := range []string{podfast.DefaultPodReady, podfast.DefaultPodComplete, podfast.DefaultPodDelete, kwokPodReadyAgainStage, kwokNodeStage} {
 		st, err := kwokconfig.UnmarshalWithType[*internalversion.Stage](raw)
 		if err != nil {
 			return nil, fmt.Errorf("kwok stage: %w", err)
+		}
+
+		if podRunner && st.Spec.ResourceRef.Kind == "Pod" {
+			excludeRunnerPods(st)
 		}
 
 		out[st.Spec.ResourceRef] = append(out[st.Spec.ResourceRef], st)
@@ -194,7 +199,7 @@ func (r *kwokRunner) start(ctx context.Context) error {
 		return err
 	}
 
-	stages, err := kwokStages()
+	stages, err := kwokStages(r.w.podBinDir != "")
 	if err != nil {
 		return err
 	}

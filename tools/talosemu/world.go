@@ -40,6 +40,7 @@ type World struct {
 	kwokState      // kwok.go: one kwok controller per emulated cluster
 	releaseState   // upgrade.go: the release source and the installer tags that exist
 	discoveryState // discovery.go: the discovery service
+	podNetState    // podnet.go: the pod runner's addresses and the API server's egress proxy
 }
 
 // Options tune Start.
@@ -61,6 +62,18 @@ type Options struct {
 	// APIServerRestartDelay is how long the API server stays away when a change of its
 	// settings restarts it (15–45 s on real hardware; default 0).
 	APIServerRestartDelay time.Duration
+	// PodBinDir turns the pod runner on (podrunner.go): a pod bound to an emulated Node whose
+	// container image is one of Ichor's (repository ending in ichor-controller, ichor-ui or
+	// ichor-installer) runs as a local process of the binary of that name in this directory
+	// (`go tool task build` writes them to bin/); kwok keeps simulating every other pod.
+	// Empty: kwok simulates every pod.
+	PodBinDir string
+	// PodSubnet is the loopback range the pod runner's processes listen on, one address per
+	// pod (default 127.244.0.0/16).
+	PodSubnet string
+	// PodEnv is added to the environment of every pod process ("NAME=value"; the pod's own
+	// env wins).
+	PodEnv []string
 }
 
 // Start creates (or reopens) every machine of spec under dir, one subdirectory per machine,
@@ -119,6 +132,10 @@ func Start(ctx context.Context, spec *Spec, dir string, opts ...Options) (*World
 		}
 
 		_ = lis.Close()
+	}
+
+	if err := w.startPodNet(ctx, opt); err != nil {
+		return nil, err
 	}
 
 	for _, hw := range hws {
@@ -276,4 +293,6 @@ func (w *World) Close() {
 	}
 
 	wg.Wait()
+
+	w.stopPodNet()
 }
