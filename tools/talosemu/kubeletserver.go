@@ -33,7 +33,10 @@ import (
 // (k:pkg/kubelet/server/auth.go). The serving certificate is issued from the cluster CA.
 // exec, attach and the stats endpoints are not served.
 
-const kubeletPort = 10250
+const (
+	kubeletPort = 10250
+	verbGet     = "get"
+)
 
 // serveKubeletAPI serves the kubelet API until ctx ends, retrying the listener while the
 // address is taken.
@@ -112,7 +115,7 @@ func (r *podRunner) serveKubeletOnce(ctx context.Context) error {
 	go func() {
 		<-ctx.Done()
 
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 
 		_ = srv.Shutdown(sctx)
@@ -158,12 +161,12 @@ func (a *kubeletAuthz) wrap(next http.Handler) http.Handler {
 		leaf := req.TLS.VerifiedChains[0][0]
 		user, groups := leaf.Subject.CommonName, leaf.Subject.Organization
 
+		// the verb of the request's method (k:pkg/kubelet/server/auth.go GetRequestAttributes)
 		verb := map[string]string{
-			http.MethodGet: "get", http.MethodHead: "get", http.MethodPost: "create",
-			http.MethodPut: "update", http.MethodPatch: "patch", http.MethodDelete: "delete",
+			http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "patch", http.MethodDelete: "delete",
 		}[req.Method]
 		if verb == "" {
-			verb = "get"
+			verb = verbGet
 		}
 
 		sub := "proxy"

@@ -67,7 +67,7 @@ func kwokStages(podRunner bool) (map[internalversion.StageResourceRef][]*interna
 			return nil, fmt.Errorf("kwok stage: %w", err)
 		}
 
-		if podRunner && st.Spec.ResourceRef.Kind == "Pod" {
+		if podRunner && st.Spec.ResourceRef.Kind == kindPod {
 			excludeRunnerPods(st)
 		}
 

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"gopkg.in/yaml.v3"
 )
 
 // The pods' network. Every pod the pod runner (podrunner.go) runs has two addresses:
@@ -122,6 +120,19 @@ func (w *World) stopPodNet() {
 	w.egressStop = nil
 }
 
+// egressSelectorConfig is the API servers' EgressSelectorConfiguration
+// (k8s.io/apiserver/pkg/apis/apiserver/v1beta1); %s is the proxy's address.
+const egressSelectorConfig = `apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+  - name: cluster
+    connection:
+      proxyProtocol: HTTPConnect
+      transport:
+        tcp:
+          url: http://%s
+`
+
 // writeEgressConfig writes the EgressSelectorConfiguration of the API servers into dir and
 // returns its path: the `cluster` egress goes through the world's egress proxy.
 func (w *World) writeEgressConfig(dir string) (string, error) {
@@ -129,23 +140,7 @@ func (w *World) writeEgressConfig(dir string) (string, error) {
 		return "", errors.New("the egress proxy does not run")
 	}
 
-	doc := map[string]any{
-		"apiVersion": "apiserver.k8s.io/v1beta1",
-		"kind":       "EgressSelectorConfiguration",
-		"egressSelections": []any{map[string]any{
-			"name": "cluster",
-			"connection": map[string]any{
-				"proxyProtocol": "HTTPConnect",
-				"transport":     map[string]any{"tcp": map[string]any{"url": "http://" + w.egressLis.Addr().String()}},
-			},
-		}},
-	}
-
-	b, err := yaml.Marshal(doc)
-	if err != nil {
-		return "", err
-	}
-
+	b := fmt.Appendf(nil, egressSelectorConfig, w.egressLis.Addr().String())
 	p := filepath.Join(dir, "egress-selector.yaml")
 
 	return p, writeFileAtomic(p, b, secretFileMode)

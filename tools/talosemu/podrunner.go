@@ -32,6 +32,9 @@ import (
 // served through the kubelet API (kubeletserver.go). kwok simulates every other pod
 // (kwok.go). README.md, "Pods of Ichor's images", lists the differences from a kubelet.
 
+// kindPod is the Pod kind in object references.
+const kindPod = "Pod"
+
 // ichorImages are the repositories (last path element) whose pods the runner runs; each
 // names its binary in Options.PodBinDir.
 var ichorImages = []string{"ichor-controller", "ichor-installer", "ichor-ui"}
@@ -353,7 +356,7 @@ func (r *podRunner) event(pod *corev1.Pod, typ, reason, fieldPath, msg string) {
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: pod.Namespace},
 		InvolvedObject: corev1.ObjectReference{
-			Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+			Kind: kindPod, APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
 			ResourceVersion: pod.ResourceVersion, FieldPath: fieldPath,
 		},
 		Reason: reason, Message: msg, Type: typ, Count: 1,

@@ -124,8 +124,13 @@ func (c *runCtr) start(ctx context.Context, pod *corev1.Pod) {
 	c.mu.Unlock()
 
 	if c.binary == "" {
-		// another image in an Ichor pod: reported running and ready, nothing runs
+		// another image in an Ichor pod: reported running and ready (an init container:
+		// completed), nothing runs
 		c.begin(0, nil)
+
+		if c.isInit {
+			c.finish(0, "Completed")
+		}
 
 		return
 	}
@@ -243,10 +248,10 @@ func (c *runCtr) start(ctx context.Context, pod *corev1.Pod) {
 
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			code, reason = int32(ee.ExitCode()), "Error"
+			code, reason = int32(ee.ExitCode()), "Error" //nolint:gosec // an exit status: 0–255, or -1
 
 			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				code = 128 + int32(ws.Signal())
+				code = 128 + int32(ws.Signal()) //nolint:gosec // a signal number
 			}
 		} else if err != nil {
 			code, reason = 128, "Error"
@@ -427,7 +432,7 @@ func (c *runCtr) apiStatus(sandboxWait string) corev1.ContainerStatus {
 	switch {
 	case c.running:
 		s.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.startedAt.UTC().Truncate(time.Second))}
-	case c.exited && restarts(policy, c.exitCode) && !(c.isInit && c.exitCode == 0) && time.Now().Before(c.nextStart):
+	case c.exited && restarts(policy, c.exitCode) && (!c.isInit || c.exitCode != 0) && time.Now().Before(c.nextStart):
 		s.State.Waiting = &corev1.ContainerStateWaiting{
 			Reason:  "CrashLoopBackOff",
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", c.nextStart.Sub(c.finishedAt).Round(time.Second), c.spec.Name, c.p.name, c.p.ns, c.p.uid),

@@ -3,6 +3,7 @@ package talosemu
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,8 +22,8 @@ import (
 
 func TestIchorBinary(t *testing.T) {
 	for image, want := range map[string]string{
-		"ghcr.io/maeshinshin/ichor-controller:latest":      "ichor-controller",
-		"ichor-ui":                                         "ichor-ui",
+		"ghcr.io/maeshinshin/ichor-controller:latest": "ichor-controller",
+		"ichor-ui": "ichor-ui",
 		"localhost:5000/x/ichor-installer:v0.3.0":          "ichor-installer",
 		"registry.example:5000/ichor-ui@sha256:abcd":       "ichor-ui",
 		"registry.example:5000/ichor-ui:v1@sha256:abcd":    "ichor-ui",
@@ -143,7 +144,7 @@ func TestExpandRewriteBind(t *testing.T) {
 	}
 
 	for in, want := range map[string]string{
-		":8081": "127.9.0.5:8081",
+		":8081":                             "127.9.0.5:8081",
 		"--health-probe-bind-address=:8081": "--health-probe-bind-address=127.9.0.5:8081",
 		"--listen=0.0.0.0:8443":             "--listen=127.9.0.5:8443",
 		"--listen=[::]:8443":                "--listen=127.9.0.5:8443",
@@ -222,7 +223,7 @@ func TestStreamLog(t *testing.T) {
 
 	read := func(opts logOptions, live <-chan struct{}) string {
 		var b bytes.Buffer
-		if err := streamLog(t.Context(), &b, path, live, opts); err != nil && err != errLimit {
+		if err := streamLog(t.Context(), &b, path, live, opts); err != nil && !errors.Is(err, errLimit) {
 			t.Fatal(err)
 		}
 
@@ -255,14 +256,14 @@ func TestStreamLog(t *testing.T) {
 
 	go func() { out <- read(logOptions{tail: 0}, live) }()
 
-	time.Sleep(50 * time.Millisecond) //nolint:forbidigo // lets the reader reach the end of the file first; the assert does not depend on it
+	time.Sleep(50 * time.Millisecond) // lets the reader reach the end of the file first; the assert holds either way
 
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	fmt.Fprintf(f, "%s stderr F later\n", time.Now().UTC().Format(time.RFC3339Nano))
+	_, _ = fmt.Fprintf(f, "%s stderr F later\n", time.Now().UTC().Format(time.RFC3339Nano))
 	_ = f.Close()
 
 	close(live)
@@ -327,13 +328,13 @@ func TestEgressProxy(t *testing.T) {
 	}
 
 	connect := func(target string) (int, string) {
-		c, err := net.Dial("tcp", w.egressLis.Addr().String())
+		c, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", w.egressLis.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close() //nolint:errcheck
 
-		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", target)
+		_, _ = fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", target)
 
 		br := bufio.NewReader(c)
 
@@ -341,6 +342,7 @@ func TestEgressProxy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer resp.Body.Close() //nolint:errcheck
 
 		if resp.StatusCode != http.StatusOK {
 			b, _ := io.ReadAll(resp.Body)
@@ -348,7 +350,7 @@ func TestEgressProxy(t *testing.T) {
 			return resp.StatusCode, string(b)
 		}
 
-		fmt.Fprintf(c, "ping\n")
+		_, _ = fmt.Fprintf(c, "ping\n")
 
 		line, _ := br.ReadString('\n')
 

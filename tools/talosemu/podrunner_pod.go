@@ -54,6 +54,10 @@ type runPod struct {
 	fromAPI  bool            // it had ended before this runner saw it: nothing to run
 	volsAt   time.Time
 	tokens   map[string]*saToken // projected ServiceAccount tokens by volume/path
+	sentFor  *corev1.PodStatus   // the status last written and what the API server stored of it
+	stored   *corev1.PodStatus
+	mountErr string // the last FailedMount Event's message and when it was recorded
+	mountAt  time.Time
 }
 
 func newRunPod(r *podRunner, pod *corev1.Pod) *runPod {
@@ -247,7 +251,17 @@ func (p *runPod) setupSandbox(ctx context.Context, pod *corev1.Pod) error {
 	}
 
 	if err := p.writeVolumes(ctx, pod); err != nil {
-		p.r.event(pod, corev1.EventTypeWarning, "FailedMount", "", err.Error())
+		// one Event per message and half minute (the kubelet retries with a backoff)
+		p.mu.Lock()
+		record := err.Error() != p.mountErr || time.Since(p.mountAt) > 30*time.Second
+		if record {
+			p.mountErr, p.mountAt = err.Error(), time.Now()
+		}
+		p.mu.Unlock()
+
+		if record {
+			p.r.event(pod, corev1.EventTypeWarning, "FailedMount", "", err.Error())
+		}
 
 		return err
 	}
@@ -548,7 +562,7 @@ func (p *runPod) status(pod *corev1.Pod) corev1.PodStatus {
 		conds[3].Reason = "ReadinessGatesNotReady"
 	}
 
-	now := metav1.Now()
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	out := []corev1.PodCondition{}
 
 	for _, c := range pod.Status.Conditions {
@@ -590,6 +604,17 @@ func (p *runPod) syncStatus(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 
+	// the API server may store a status a little differently from what was sent (times in
+	// seconds, fields of disabled features dropped): unchanged is also "sent this, and the
+	// pod still has what was stored of it"
+	p.mu.Lock()
+	same := p.sentFor != nil && equality.Semantic.DeepEqual(*p.sentFor, st) && equality.Semantic.DeepEqual(*p.stored, pod.Status)
+	p.mu.Unlock()
+
+	if same {
+		return
+	}
+
 	upd := pod.DeepCopy()
 	upd.Status = st
 
@@ -606,6 +631,7 @@ func (p *runPod) syncStatus(ctx context.Context, pod *corev1.Pod) {
 	}
 
 	p.mu.Lock()
+	p.sentFor, p.stored = &st, &got.Status
 	if p.pod != nil && p.pod.ResourceVersion == pod.ResourceVersion {
 		p.pod = got
 	}

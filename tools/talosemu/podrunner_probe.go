@@ -203,9 +203,9 @@ func (c *runCtr) probeHTTP(ctx context.Context, g *corev1.HTTPGetAction, host st
 		return false, err.Error()
 	}
 
-	scheme := "http"
+	scheme := strings.ToLower(string(corev1.URISchemeHTTP))
 	if g.Scheme == corev1.URISchemeHTTPS {
-		scheme = "https"
+		scheme = strings.ToLower(string(corev1.URISchemeHTTPS))
 	}
 
 	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: g.Path}

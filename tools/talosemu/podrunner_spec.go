@@ -855,7 +855,7 @@ func (p *runPod) token(ctx context.Context, pod *corev1.Pod, vol string, src *co
 
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		ExpirationSeconds: src.ExpirationSeconds,
-		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: kindPod, APIVersion: "v1", Name: pod.Name, UID: pod.UID},
 	}}
 
 	if src.Audience != "" {
@@ -984,32 +984,35 @@ func writeAtomicDir(dir string, payload map[string]volFile) error {
 
 // unchanged is true when the ..data directory holds exactly the payload.
 func unchanged(data string, payload map[string]volFile) bool {
-	n := 0
+	var files []string
 
 	err := filepath.WalkDir(data+"/", func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+		if err == nil && !d.IsDir() {
+			files = append(files, path)
 		}
 
+		return err
+	})
+	if err != nil || len(files) != len(payload) {
+		return false
+	}
+
+	for _, path := range files {
 		rel, err := filepath.Rel(data, path)
 		if err != nil {
-			return err
+			return false
 		}
 
 		f, ok := payload[rel]
 		if !ok {
-			return errors.New("extra file")
+			return false
 		}
 
 		b, err := os.ReadFile(path)
 		if err != nil || !bytes.Equal(b, f.data) {
-			return errors.New("changed")
+			return false
 		}
+	}
 
-		n++
-
-		return nil
-	})
-
-	return err == nil && n == len(payload)
+	return true
 }
