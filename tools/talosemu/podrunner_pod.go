@@ -63,7 +63,7 @@ type runPod struct {
 func newRunPod(r *podRunner, pod *corev1.Pod) *runPod {
 	p := &runPod{
 		r: r, uid: pod.UID, ns: pod.Namespace, name: pod.Name, created: time.Now(),
-		kick: make(chan struct{}, 1), dir: r.podDir(pod), tokens: map[string]*saToken{},
+		kick: make(chan struct{}, 1), dir: r.podDir(pod), tokens: map[string]*saToken{}, pod: pod,
 	}
 
 	prev := map[string]corev1.ContainerStatus{}
