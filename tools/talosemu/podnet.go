@@ -3,6 +3,7 @@ package talosemu
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,7 +30,8 @@ import (
 // Nothing on this machine routes pod addresses, so the API servers reach them through an
 // egress proxy: each kube-apiserver runs with an EgressSelectorConfiguration whose `cluster`
 // egress (webhooks, aggregated APIs, kubelets, the pods/services proxy;
-// k8s.io/apiserver/pkg/server/egressselector) is an HTTP CONNECT proxy served here, the way
+// k8s.io/apiserver/pkg/server/egressselector) is an HTTP CONNECT proxy served here (on an
+// abstract Unix socket), the way
 // Konnectivity serves it on real clusters. The proxy maps a pod address to its loopback
 // address, dials loopback addresses (the Nodes') as they are, and refuses every other
 // address: nothing the emulator runs ever sends a packet off this machine.
@@ -89,7 +91,13 @@ func (w *World) startPodNet(ctx context.Context, opt Options) error {
 
 	w.podSubnet = pfx.Masked()
 
-	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	// an abstract Unix socket: nothing on disk, no port; kube-apiserver v1.37 cannot dial an
+	// HTTPConnect proxy over TCP without TLS (k8s.io/apiserver/pkg/server/egressselector
+	// getTLSConfig dereferences the absent tlsConfig), over a Unix socket it needs none
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "unix", fmt.Sprintf("@talosemu-egress-%d-%x", os.Getpid(), b))
 	if err != nil {
 		return fmt.Errorf("egress proxy: %w", err)
 	}
@@ -121,7 +129,7 @@ func (w *World) stopPodNet() {
 }
 
 // egressSelectorConfig is the API servers' EgressSelectorConfiguration
-// (k8s.io/apiserver/pkg/apis/apiserver/v1beta1); %s is the proxy's address.
+// (k8s.io/apiserver/pkg/apis/apiserver/v1beta1); %s is the proxy's socket.
 const egressSelectorConfig = `apiVersion: apiserver.k8s.io/v1beta1
 kind: EgressSelectorConfiguration
 egressSelections:
@@ -129,8 +137,8 @@ egressSelections:
     connection:
       proxyProtocol: HTTPConnect
       transport:
-        tcp:
-          url: http://%s
+        uds:
+          udsName: "%s"
 `
 
 // writeEgressConfig writes the EgressSelectorConfiguration of the API servers into dir and

@@ -328,7 +328,7 @@ func TestEgressProxy(t *testing.T) {
 	}
 
 	connect := func(target string) (int, string) {
-		c, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", w.egressLis.Addr().String())
+		c, err := (&net.Dialer{}).DialContext(t.Context(), "unix", w.egressLis.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
