@@ -37,7 +37,7 @@ var (
 	}, labels)
 	lastSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "ichor_etcd_backup_last_snapshot_bytes",
-		Help: "Size of the last stored (encrypted) snapshot, by TalosEtcdBackup.",
+		Help: "Size of the last stored (encrypted) snapshot, by TalosEtcdBackup (0: none yet).",
 	}, labels)
 	duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "ichor_etcd_backup_duration_seconds",
@@ -76,7 +76,10 @@ func seed(b *ichorv1alpha1.TalosEtcdBackup) {
 	storedSnapshots.WithLabelValues(labels...).Set(float64(len(b.Status.Snapshots)))
 
 	// The status lists the newest first.
+	size := 0.0
 	if len(b.Status.Snapshots) > 0 {
-		lastSize.WithLabelValues(labels...).Set(float64(b.Status.Snapshots[0].SizeBytes))
+		size = float64(b.Status.Snapshots[0].SizeBytes)
 	}
+
+	lastSize.WithLabelValues(labels...).Set(size)
 }
