@@ -136,8 +136,8 @@ func main() {
 		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                ichormetrics.ServerOptions(metricsAddr, metricsCertDir),
+		Scheme:  scheme,
+		Metrics: ichormetrics.ServerOptions(metricsAddr, metricsCertDir),
 		// The lock Leases are read from the cache, in Ichor's namespace only,
 		// where the controller's Role lets it list and watch them.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{

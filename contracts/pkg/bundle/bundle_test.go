@@ -340,7 +340,7 @@ func TestCertificateExpiry(t *testing.T) {
 		t.Errorf("no client certificate is in a bundle: %v", got.ClientCertificateExpiry)
 	}
 
-	const secret = "NOT-A-CERTIFICATE-SECRET"
+	const secret = "NOT-A-CERTIFICATE-SECRET" //nolint:gosec // a marker that must not appear in errors
 
 	b.Certs.Etcd.Crt = []byte("-----BEGIN CERTIFICATE-----\n" + secret + "\n-----END CERTIFICATE-----\n")
 	if _, err := bundle.CertificateExpiry(b); err == nil || !strings.Contains(err.Error(), "etcd CA") || strings.Contains(err.Error(), secret) {

@@ -14,6 +14,13 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 )
 
+// Label names shared by the metrics.
+const (
+	labelNamespace = "namespace"
+	labelCluster   = "cluster"
+	labelType      = "type"
+)
+
 // Machine phases, the values of ichor_machines' phase label: where a
 // TalosMachine is in its life, from its approval and conditions.
 const (
@@ -54,34 +61,34 @@ const (
 var (
 	machinesDesc = prometheus.NewDesc("ichor_machines",
 		"TalosMachines by cluster, role (controlplane, worker, none before approval) and phase (Pending, Rejected, Provisioning, Ready, NotReady, Removing).",
-		[]string{"namespace", "cluster", "role", "phase"}, nil)
+		[]string{labelNamespace, labelCluster, "role", "phase"}, nil)
 	machineReadyDesc = prometheus.NewDesc("ichor_machine_ready",
 		"1 when an approved TalosMachine's Ready condition is True, else 0; by machine name.",
-		[]string{"namespace", "cluster", "machine", "role"}, nil)
+		[]string{labelNamespace, labelCluster, "machine", "role"}, nil)
 	driftedDesc = prometheus.NewDesc("ichor_machines_drifted",
 		"Approved TalosMachines of the cluster whose Drifted condition is True (the node's configuration differs from the rendered one).",
-		[]string{"namespace", "cluster"}, nil)
+		[]string{labelNamespace, labelCluster}, nil)
 	rebootRequiredDesc = prometheus.NewDesc("ichor_machines_reboot_required",
 		"Approved TalosMachines of the cluster whose RebootRequired condition is True (a change waits for a config rollout).",
-		[]string{"namespace", "cluster"}, nil)
+		[]string{labelNamespace, labelCluster}, nil)
 	operationsDesc = prometheus.NewDesc("ichor_operations",
 		"TalosOperations by cluster, type and phase (Pending, Running, Paused, AwaitingCredentials, Succeeded, Failed).",
-		[]string{"namespace", "cluster", "type", "phase"}, nil)
+		[]string{labelNamespace, labelCluster, labelType, "phase"}, nil)
 	operationPausedDesc = prometheus.NewDesc("ichor_operation_paused",
 		"1 for each paused TalosOperation, by name; cause is failure (it stopped on a failed step: status.failureReason) or person (spec.paused).",
-		[]string{"namespace", "cluster", "operation", "type", "cause"}, nil)
+		[]string{labelNamespace, labelCluster, "operation", labelType, "cause"}, nil)
 	lockHolderDesc = prometheus.NewDesc("ichor_cluster_lock_holder",
 		"1 for the holder of a cluster's lock Lease: kind (op, machine, cni-helm, other) and the holding object's name; no series while nobody holds it.",
-		[]string{"namespace", "cluster", "kind", "holder"}, nil)
+		[]string{labelNamespace, labelCluster, "kind", "holder"}, nil)
 	certNotAfterDesc = prometheus.NewDesc("ichor_certificate_not_after_timestamp_seconds",
 		"Unix time at which a cluster's certificate authority expires (talos, kubernetes, etcd), from its secrets bundle (status.certificates).",
-		[]string{"namespace", "cluster", "ca"}, nil)
+		[]string{labelNamespace, labelCluster, "ca"}, nil)
 	discoveryAddressesDesc = prometheus.NewDesc("ichor_discovery_addresses",
 		"Addresses the last discovery scan of a cluster found, by result (Pending, Known, AlreadyConfigured, Unreachable, Conflict).",
-		[]string{"namespace", "cluster", "result"}, nil)
+		[]string{labelNamespace, labelCluster, "result"}, nil)
 	discoveryLastScanDesc = prometheus.NewDesc("ichor_discovery_last_scan_timestamp_seconds",
 		"Unix time of the last discovery scan of a cluster.",
-		[]string{"namespace", "cluster"}, nil)
+		[]string{labelNamespace, labelCluster}, nil)
 	collectErrorsDesc = prometheus.NewDesc("ichor_metrics_collect_errors",
 		"1 when the last scrape could not list a kind from the cache (its metrics are missing from that scrape), else 0.",
 		[]string{"kind"}, nil)

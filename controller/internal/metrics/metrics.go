@@ -62,17 +62,17 @@ var (
 	operationsCompleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ichor_operations_completed_total",
 		Help: "TalosOperations that ended, by type and result (Succeeded, Failed).",
-	}, []string{"type", "result"})
+	}, []string{labelType, "result"})
 	operationDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "ichor_operation_duration_seconds",
 		Help:    "Time from an operation's start (it took the cluster lock) to its end, by type.",
 		Buckets: []float64{30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800},
-	}, []string{"type"})
+	}, []string{labelType})
 	discoveryScanDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "ichor_discovery_scan_duration_seconds",
 		Help:    "Time a discovery scan of a cluster's subnets and addresses took, by TalosCluster.",
 		Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
-	}, []string{"namespace", "cluster"})
+	}, []string{labelNamespace, labelCluster})
 )
 
 func init() { //nolint:gochecknoinits // metrics register with controller-runtime's registry once
