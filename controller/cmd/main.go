@@ -74,7 +74,7 @@ func main() {
 		certOpts       certs.Options
 		impersonate    stringList
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443",
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the HTTPS metrics endpoint binds to (bearer token and get on /metrics required: the ClusterRole ichor-metrics-reader); \"0\" disables it.")
 	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "",
 		"Directory holding tls.crt and tls.key of the metrics endpoint; empty (or no files there) serves a self-signed certificate made at start.")
