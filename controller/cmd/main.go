@@ -12,16 +12,19 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/controller/internal/certs"
 	"github.com/maeshinshin/ichor/controller/internal/controller/clusterstatus"
@@ -39,6 +42,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosupgrade"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	ichormetrics "github.com/maeshinshin/ichor/controller/internal/metrics"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
 
@@ -47,6 +51,9 @@ import (
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=override
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ichor-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// The metrics endpoint authenticates and authorizes its callers through the API server.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // leaderElectionID names the Lease the replicas compete for.
 const leaderElectionID = "ichor-controller.ichor.maesh.dev"
@@ -54,6 +61,7 @@ const leaderElectionID = "ichor-controller.ichor.maesh.dev"
 func main() {
 	var (
 		metricsAddr    string
+		metricsCertDir string
 		probeAddr      string
 		leaderElection bool
 		showVersion    bool
@@ -66,7 +74,10 @@ func main() {
 		certOpts       certs.Options
 		impersonate    stringList
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
+		"Address the HTTPS metrics endpoint binds to (bearer token and get on /metrics required: the ClusterRole ichor-metrics-reader); \"0\" disables it.")
+	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "",
+		"Directory holding tls.crt and tls.key of the metrics endpoint; empty (or no files there) serves a self-signed certificate made at start.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probe endpoint binds to.")
 	flag.BoolVar(&leaderElection, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
@@ -125,8 +136,13 @@ func main() {
 		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Scheme:  scheme,
+		Metrics: ichormetrics.ServerOptions(metricsAddr, metricsCertDir),
+		// The lock Leases are read from the cache, in Ichor's namespace only,
+		// where the controller's Role lets it list and watch them.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lock.DefaultNamespace: {}}},
+		}},
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElection,
 		LeaderElectionID:       leaderElectionID,
@@ -137,6 +153,14 @@ func main() {
 	})
 	if err != nil {
 		log.Error(err, "creating the manager")
+		os.Exit(1)
+	}
+	// Every Talos call of every reconciler is counted and timed.
+	talos.SetInterceptors(ichormetrics.TalosInterceptors())
+	// What the objects say (machines, operations, the lock, certificates,
+	// discovery), computed from the cache at scrape time.
+	if err := ichormetrics.Register(mgr.GetCache(), lock.DefaultNamespace); err != nil {
+		log.Error(err, "registering the metrics")
 		os.Exit(1)
 	}
 	// The field indexes, once, before anything lists by them.

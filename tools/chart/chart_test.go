@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -327,5 +328,85 @@ func TestImpersonationUsersReachTheController(t *testing.T) {
 	c = spec["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
 	if args := strings.Join(strs(c["args"]), " "); strings.Contains(args, "--impersonate-user") {
 		t.Errorf("default controller args %q name users", args)
+	}
+}
+
+// monitoringValues turns every monitoring part on, with labels.
+var monitoringValues = map[string]any{"monitoring": map[string]any{
+	"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+	"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+	"dashboards":     map[string]any{"enabled": true, "namespace": "grafana"},
+}}
+
+var monitoringObjects = []string{
+	"ServiceMonitor/ichor-controller", "ServiceMonitor/ichor-ui", "PrometheusRule/ichor",
+	"ConfigMap/ichor-dashboard-overview", "ConfigMap/ichor-dashboard-operations", "ConfigMap/ichor-dashboard-backups",
+}
+
+func TestMonitoringIsOffByDefault(t *testing.T) {
+	objs := renderIn(t, namespace, nil)
+	for _, o := range monitoringObjects {
+		if objs[o] != nil {
+			t.Errorf("%s renders by default; monitoring is off unless asked for", o)
+		}
+	}
+	// The metrics Services and the reader role are always there.
+	for _, o := range []string{"Service/ichor-controller-metrics", "Service/ichor-ui-metrics", "ClusterRole/ichor-metrics-reader"} {
+		if objs[o] == nil {
+			t.Errorf("no %s", o)
+		}
+	}
+}
+
+func TestMonitoringRenders(t *testing.T) {
+	objs := renderIn(t, "ops", monitoringValues)
+	for _, o := range monitoringObjects {
+		obj := objs[o]
+		if obj == nil {
+			t.Fatalf("monitoring enabled does not render %s", o)
+		}
+		meta := obj["metadata"].(map[string]any)
+		wantNS := "ops"
+		if strings.HasPrefix(o, "ConfigMap/") {
+			wantNS = "grafana"
+			if meta["labels"].(map[string]any)["grafana_dashboard"] != "1" {
+				t.Errorf("%s lacks the sidecar's label grafana_dashboard: \"1\": %v", o, meta["labels"])
+			}
+		} else if meta["labels"].(map[string]any)["release"] != "kube-prometheus-stack" {
+			t.Errorf("%s lacks the value's label: %v", o, meta["labels"])
+		}
+		if meta["namespace"] != wantNS {
+			t.Errorf("%s is in namespace %v, want %s", o, meta["namespace"], wantNS)
+		}
+	}
+	sm := objs["ServiceMonitor/ichor-ui"]["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+	if sn := sm["tlsConfig"].(map[string]any)["serverName"]; sn != "ichor-ui.ops.svc" {
+		t.Errorf("ichor-ui's ServiceMonitor verifies %v, want the Service's name in the release namespace", sn)
+	}
+	// Prometheus's own templates survive Helm's.
+	var found bool
+	for _, g := range objs["PrometheusRule/ichor"]["spec"].(map[string]any)["groups"].([]any) {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			r := r.(map[string]any)
+			if r["alert"] == "IchorEtcdBackupStale" {
+				found = strings.Contains(r["annotations"].(map[string]any)["summary"].(string), "{{ $labels.backup }}")
+			}
+		}
+	}
+	if !found {
+		t.Error("the IchorEtcdBackupStale summary lost its {{ $labels.backup }}")
+	}
+	dash := objs["ConfigMap/ichor-dashboard-backups"]["data"].(map[string]any)["ichor-backups.json"].(string)
+	if !strings.Contains(dash, `"legendFormat": "{{backup}}"`) {
+		t.Error("the backups dashboard lost its {{backup}} legends")
+	}
+	var parsed map[string]any
+	if err := json.Unmarshal([]byte(dash), &parsed); err != nil || parsed["uid"] != "ichor-backups" {
+		t.Errorf("the backups dashboard does not render to its JSON: %v", err)
+	}
+	// Each part alone.
+	objs = renderIn(t, namespace, map[string]any{"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true}}})
+	if objs["PrometheusRule/ichor"] == nil || objs["ServiceMonitor/ichor-controller"] != nil || objs["ConfigMap/ichor-dashboard-overview"] != nil {
+		t.Error("prometheusRule.enabled alone must render the rule only")
 	}
 }

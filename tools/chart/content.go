@@ -31,6 +31,37 @@ networkPolicy:
     # per flow). Needs Cilium's CRDs.
     enabled: false
 
+# monitoring renders what a Prometheus Operator and Grafana pick up; Ichor
+# installs no monitoring stack. Each part is off by default (the ServiceMonitor
+# and PrometheusRule CRDs must exist). Both /metrics endpoints are HTTPS and
+# want a bearer token allowed get on /metrics: bind the ClusterRole
+# ichor-metrics-reader to the scraper's ServiceAccount (kube-prometheus-stack's
+# Prometheus has that permission already). The metrics are listed in Ichor's
+# README.
+monitoring:
+  serviceMonitor:
+    # enabled renders the ServiceMonitors ichor-controller and ichor-ui.
+    enabled: false
+    # labels are added to them, for a Prometheus whose serviceMonitorSelector
+    # asks for some (kube-prometheus-stack: release: <its release name>).
+    labels: {}
+  prometheusRule:
+    # enabled renders the PrometheusRule ichor: the controller down, a backup
+    # stale or failing, a CA expiring within 30 days, an operation paused on
+    # a failed step, a machine not Ready for 15 minutes, drift for over an hour.
+    enabled: false
+    # labels are added to it, for a Prometheus whose ruleSelector asks for some.
+    labels: {}
+  dashboards:
+    # enabled renders the Grafana dashboards (cluster overview, operations,
+    # etcd backups) as ConfigMaps labelled grafana_dashboard: "1", the label
+    # Grafana's dashboard sidecar looks for.
+    enabled: false
+    # labels are added to them (a sidecar that looks for another label).
+    labels: {}
+    # namespace puts them in the sidecar's namespace; empty: the release's.
+    namespace: ""
+
 # ichorUI configures the web console, ichor-ui: a Deployment and the ClusterIP
 # Service ichor-ui (8443 the console, 8444 the issuer's discovery and keys for
 # the kube-apiserver), HTTPS only. The controller keeps its certificate, a leaf
@@ -83,5 +114,7 @@ ichor-ui, CRDs and RBAC), not a cluster:
     helm install ichor charts/ichor --namespace ichor-system --create-namespace
 
 The chart never ships Cilium. Values: ` + "`controller.replicas`" + `,
-` + "`controller.image.*`" + `, ` + "`networkPolicy.cilium.enabled`" + `, ` + "`ichorUI.*`" + `.
+` + "`controller.image.*`" + `, ` + "`networkPolicy.cilium.enabled`" + `, ` + "`ichorUI.*`" + `,
+` + "`monitoring.*`" + ` (ServiceMonitors, alert rules and Grafana dashboards, all off
+by default).
 `

@@ -240,7 +240,11 @@ func (r *run) attention(ctx context.Context, c *ichorv1alpha1.TalosCluster) ([]a
 	if err := r.c().List(ctx, ops, client.InNamespace(r.ns())); err != nil {
 		incomplete = append(incomplete, "operations not read: "+r.conn.Explain(err, "listing TalosOperations").Error())
 	}
-	return attention.Items(c, machines.Items, ops.Items), incomplete
+	backups := &ichorv1alpha1.TalosEtcdBackupList{}
+	if err := r.c().List(ctx, backups, client.InNamespace(r.ns())); err != nil {
+		incomplete = append(incomplete, "etcd backups not read: "+r.conn.Explain(err, "listing TalosEtcdBackups").Error())
+	}
+	return attention.Items(c, machines.Items, ops.Items, backups.Items, time.Now()), incomplete
 }
 
 // printAttention prints the items: severity, how long, the plain summary,

@@ -61,6 +61,7 @@ const (
 	KindCluster   = "TalosCluster"
 	KindMachine   = "TalosMachine"
 	KindOperation = "TalosOperation"
+	KindBackup    = "TalosEtcdBackup"
 )
 
 // Item is one problem.
@@ -69,7 +70,7 @@ type Item struct {
 	Key string `json:"key"`
 	// Severity is Error, Warning or Info.
 	Severity Severity `json:"severity"`
-	// Kind is the subject's kind: TalosCluster, TalosMachine or TalosOperation.
+	// Kind is the subject's kind: TalosCluster, TalosMachine, TalosOperation or TalosEtcdBackup.
 	Kind string `json:"kind"`
 	// Subject is the name of the cluster, machine or operation.
 	Subject string `json:"subject"`
@@ -85,11 +86,15 @@ type Item struct {
 	Command string `json:"command,omitempty"`
 }
 
-// Items lists what needs a person's attention in the cluster: its own
-// conditions, its machines' (those of other clusters are ignored) and its
-// operations'. Errors come first, then warnings, then work in progress; the
+// Items lists what needs a person's attention in the cluster at now: its
+// own conditions and its CAs that expire within CertificateWarning, its
+// machines' conditions (those of other clusters are ignored), its
+// operations' (paused, stopped on a failed step, failed) and its stale etcd
+// backups. Errors come first, then warnings, then work in progress; the
 // oldest first within each.
-func Items(cluster *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMachine, operations []ichorv1alpha1.TalosOperation) []Item {
+func Items(cluster *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMachine, operations []ichorv1alpha1.TalosOperation,
+	backups []ichorv1alpha1.TalosEtcdBackup, now time.Time,
+) []Item {
 	var out []Item
 
 	name := ""
@@ -115,9 +120,11 @@ func Items(cluster *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMa
 
 	if cluster != nil {
 		out = append(out, clusterItems(cluster, machineTold)...)
+		out = append(out, certificateItems(cluster, now)...)
 	}
 
 	out = append(out, operationItems(name, operations)...)
+	out = append(out, backupItems(name, backups)...)
 
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]

@@ -12,6 +12,9 @@ import (
 
 var t0 = time.Date(2026, 5, 4, 3, 2, 1, 0, time.UTC)
 
+// testNow is when the list is made: a day after t0.
+var testNow = t0.Add(24 * time.Hour)
+
 // grpcRefused is the text a NodeUnreachable condition holds when the node's
 // port is closed (talos.Message of the Talos client's error).
 const grpcRefused = `Unavailable: connection error: desc = "transport: Error while dialing: dial tcp 10.0.0.21:50000: connect: connection refused"`
@@ -81,7 +84,7 @@ func notReadyCluster() *ichorv1alpha1.TalosCluster {
 }
 
 func TestHealthyClusterNeedsNothing(t *testing.T) {
-	if got := Items(cluster(), []ichorv1alpha1.TalosMachine{healthy("w-1"), healthy("w-2")}, nil); len(got) != 0 {
+	if got := Items(cluster(), []ichorv1alpha1.TalosMachine{healthy("w-1"), healthy("w-2")}, nil, nil, testNow); len(got) != 0 {
 		t.Fatalf("a healthy cluster needs no attention, got %+v", got)
 	}
 }
@@ -219,7 +222,7 @@ func TestItemsByReason(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := with(tc.m, tc.conds...)
-			got := Items(notReadyCluster(), []ichorv1alpha1.TalosMachine{m, healthy("w-2")}, nil)
+			got := Items(notReadyCluster(), []ichorv1alpha1.TalosMachine{m, healthy("w-2")}, nil, nil, testNow)
 			if len(got) != 1 {
 				t.Fatalf("want one item (the cluster's Ready and the repeated conditions are not told again), got %d: %+v", len(got), got)
 			}
@@ -247,7 +250,7 @@ func TestPendingAndRejectedMachines(t *testing.T) {
 	other.Spec.ClusterName = "staging"
 	other.Spec.Approval.State = ichorv1alpha1.ApprovalPending
 
-	got := Items(cluster(), []ichorv1alpha1.TalosMachine{p, r, other}, nil)
+	got := Items(cluster(), []ichorv1alpha1.TalosMachine{p, r, other}, nil, nil, testNow)
 	if len(got) != 1 || got[0].Action != ActionApprove || got[0].Summary != "new-1 (10.0.0.21) waits for approval" ||
 		!strings.Contains(got[0].Command, "ichor machine approve new-1") || !got[0].Since.Equal(t0) {
 		t.Fatalf("want the pending machine only, with Approve: %+v", got)
@@ -259,13 +262,13 @@ func TestPendingAndRejectedMachines(t *testing.T) {
 func TestClusterReadyToldOnce(t *testing.T) {
 	c := cluster()
 	c.Status.Conditions[0] = cond(ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.NoControlPlaneReadyReason, "no control plane is Ready: 0/0")
-	got := Items(c, nil, nil)
+	got := Items(c, nil, nil, nil, testNow)
 	if len(got) != 1 || got[0].Kind != KindCluster || got[0].Summary != "cluster prod has no ready control plane" || got[0].Severity != Error {
 		t.Fatalf("want the cluster's Ready told: %+v", got)
 	}
 
 	down := with(healthy("cp-1"), cond(ichorv1alpha1.NodeHealthyCondition, metav1.ConditionFalse, ichorv1alpha1.NodeUnreachableReason, grpcRefused))
-	got = Items(c, []ichorv1alpha1.TalosMachine{down}, nil)
+	got = Items(c, []ichorv1alpha1.TalosMachine{down}, nil, nil, testNow)
 	if len(got) != 1 || got[0].Subject != "cp-1" {
 		t.Fatalf("want the machine's problem only: %+v", got)
 	}
@@ -277,7 +280,7 @@ func TestPausedClusterToldOnce(t *testing.T) {
 	c.Status.Conditions[1] = cond(ichorv1alpha1.PausedCondition, metav1.ConditionTrue, ichorv1alpha1.PausedReason, "paused")
 	m := healthy("w-1")
 	m.Status.Conditions = append(m.Status.Conditions, cond(ichorv1alpha1.PausedCondition, metav1.ConditionTrue, ichorv1alpha1.PausedReason, "paused"))
-	got := Items(c, []ichorv1alpha1.TalosMachine{m}, nil)
+	got := Items(c, []ichorv1alpha1.TalosMachine{m}, nil, nil, testNow)
 	if len(got) != 1 || got[0].Action != ActionResumeCluster || got[0].Summary != "cluster prod is paused (disk swap): the controllers do nothing on it" {
 		t.Fatalf("want the cluster's pause once: %+v", got)
 	}
@@ -301,7 +304,7 @@ func TestOperations(t *testing.T) {
 	failed := op("cni-1", ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationFailed, t0)
 	running := op("cfg-2", ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationRunning, t0)
 
-	got := Items(cluster(), nil, []ichorv1alpha1.TalosOperation{stopped, paused, failedThenGood, good, failed, running})
+	got := Items(cluster(), nil, []ichorv1alpha1.TalosOperation{stopped, paused, failedThenGood, good, failed, running}, nil, testNow)
 	want := map[string]struct {
 		sev     Severity
 		action  Action

@@ -313,3 +313,37 @@ func TestCorruptKeyDoesNotLeak(t *testing.T) {
 		t.Fatalf("the error quotes the key: %v", err)
 	}
 }
+
+// The expiry of each CA is read from its certificate, and a bundle whose
+// certificate does not parse is refused without quoting it.
+func TestCertificateExpiry(t *testing.T) {
+	now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+
+	b, err := bundle.Generate(secrets.NewFixedClock(now), "v1.14")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := bundle.CertificateExpiry(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for name, ts := range map[string]*metav1.Time{"talos": got.TalosCAExpiry, "kubernetes": got.KubernetesCAExpiry, "etcd": got.EtcdCAExpiry} {
+		// machinery issues its CAs for secrets.CAValidityTime from its clock.
+		if ts == nil || !ts.Time.Equal(now.Add(secrets.CAValidityTime)) {
+			t.Errorf("%s CA expiry %v, want %v", name, ts, now.Add(secrets.CAValidityTime))
+		}
+	}
+
+	if got.ClientCertificateExpiry != nil {
+		t.Errorf("no client certificate is in a bundle: %v", got.ClientCertificateExpiry)
+	}
+
+	const secret = "NOT-A-CERTIFICATE-SECRET" //nolint:gosec // a marker that must not appear in errors
+
+	b.Certs.Etcd.Crt = []byte("-----BEGIN CERTIFICATE-----\n" + secret + "\n-----END CERTIFICATE-----\n")
+	if _, err := bundle.CertificateExpiry(b); err == nil || !strings.Contains(err.Error(), "etcd CA") || strings.Contains(err.Error(), secret) {
+		t.Fatalf("a broken etcd CA: %v, want an error naming the etcd CA and not quoting it", err)
+	}
+}

@@ -30,13 +30,14 @@ func endpoint(address string, port int) string {
 // is the certificate's. TLS 1.3 is the floor, as apid's own (siderolabs/crypto
 // tls/tls.go defaultConfig).
 func DialWithCertificate(ctx context.Context, address string, port int, cert tls.Certificate, roots *stdx509.CertPool) (*talosclient.Client, error) {
-	c, err := talosclient.New(ctx,
+	c, err := talosclient.New(ctx, append([]talosclient.OptionFunc{
 		talosclient.WithEndpoints(endpoint(address, port)),
 		talosclient.WithTLSConfig(&tls.Config{
 			Certificates: []tls.Certificate{cert},
 			RootCAs:      roots,
 			MinVersion:   tls.VersionTLS13,
-		}))
+		}),
+	}, dialOptions()...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", address, err)
 	}

@@ -60,7 +60,7 @@ type Maintenance struct {
 func DialMaintenance(ctx context.Context, address string, port int, pin string) (*Maintenance, error) {
 	m := &Maintenance{pin: pin, given: pin != ""}
 
-	c, err := talosclient.New(ctx,
+	c, err := talosclient.New(ctx, append([]talosclient.OptionFunc{
 		talosclient.WithEndpoints(endpoint(address, port)),
 		talosclient.WithTLSConfig(&tls.Config{
 			InsecureSkipVerify: true, //nolint:gosec // maintenance mode has no CA; the SPKI fingerprint is pinned in VerifyConnection
@@ -72,7 +72,8 @@ func DialMaintenance(ctx context.Context, address string, port int, pin string) 
 			},
 			// VerifyConnection runs on every handshake, resumed ones included.
 			VerifyConnection: m.verify,
-		}))
+		}),
+	}, dialOptions()...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", address, err)
 	}

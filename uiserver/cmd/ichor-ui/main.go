@@ -62,7 +62,7 @@ func run() error {
 		keyFile     = flag.String("tls-key-file", "", "PEM private key of --tls-cert-file.")
 		servingCert = flag.String("serving-cert-file", "", "PEM leaf of the Ichor serving CA (the Secret ichor-ui-tls), served for the Service's names and on --issuer-listen; reloaded when it changes. With neither this nor --tls-cert-file a self-signed certificate is made.")
 		servingKey  = flag.String("serving-key-file", "", "PEM private key of --serving-cert-file.")
-		metricsAddr = flag.String("metrics-listen", ":8445", "HTTPS address serving only /metrics (with the Ichor leaf when --serving-cert-file is given); empty turns it off. The console's listener never serves metrics.")
+		metricsAddr = flag.String("metrics-listen", ":8445", "HTTPS address serving only /metrics (with the Ichor leaf when --serving-cert-file is given) to callers with a bearer token the API server allows get on /metrics (the ClusterRole ichor-metrics-reader); empty turns it off. The console's listener never serves metrics.")
 		issuerAddr  = flag.String("issuer-listen", ":8444", "HTTPS address serving only the issuer's discovery document and keys, with the Ichor leaf, for the kube-apiserver (through the ClusterIP Service); empty turns it off.")
 		issuer      = flag.String("issuer", "https://localhost:8443", "External URL of ichor-ui: the issuer of its tokens.")
 		signingKey  = flag.String("signing-key-file", "", "PEM ECDSA P-256 key that signs tokens (shared by the replicas). Empty makes one in memory (one replica only).")
@@ -114,12 +114,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// One registry for the issuer's sign-ins and the server's requests and streams.
+	registry := server.NewRegistry()
 	var iss *oidcissuer.Issuer
 	if *users || ext != nil {
 		issOpts := oidcissuer.Options{
-			Tokens:  tokens,
-			Clients: []oidcissuer.Client{{ID: auth.ConsoleClientID, RedirectURIs: append([]string{strings.TrimSuffix(*issuer, "/") + "/auth/callback"}, redirects...)}},
-			Log:     log,
+			Tokens:   tokens,
+			Registry: registry,
+			Clients:  []oidcissuer.Client{{ID: auth.ConsoleClientID, RedirectURIs: append([]string{strings.TrimSuffix(*issuer, "/") + "/auth/callback"}, redirects...)}},
+			Log:      log,
 		}
 		if ext != nil {
 			issOpts.External = ext
@@ -190,6 +193,8 @@ func run() error {
 		Credentials: &nodes.Credentials{Client: own, Namespace: *namespace, ClusterName: *cluster}}
 	srv, err := server.New(server.Options{
 		Addr: *addr, GetCertificate: getCert, OIDCAddr: oidcAddr, MetricsAddr: *metricsAddr, OIDCGetCertificate: oidcCert,
+		// /metrics only for callers the API server authenticates and allows get on /metrics.
+		Registry: registry, MetricsAuth: server.KubeMetricsAuth(cfg, log),
 		// The UI API, one service each.
 		Cluster:       &api.ClusterService{Deps: deps},
 		Machines:      machines,

@@ -66,6 +66,7 @@ func (i *Issuer) externalCallback(w http.ResponseWriter, r *http.Request) {
 	i.mu.Unlock()
 	if flow == nil {
 		i.opts.Log.Info("external sign-in refused", "reason", "unknown, used or expired state")
+		i.signIn(MethodOIDC, OutcomeRefused)
 		pageError(w, "this answer from the provider does not belong to a sign-in in progress (its state is unknown, used or expired); start the sign-in again from the application")
 		return
 	}
@@ -73,6 +74,7 @@ func (i *Issuer) externalCallback(w http.ResponseWriter, r *http.Request) {
 		SameSite: http.SameSiteLaxMode, MaxAge: -1})
 	if c, _ := r.Cookie(externalCookie); c == nil || subtle.ConstantTimeCompare(hashSlice(c.Value), flow.binding[:]) != 1 {
 		i.opts.Log.Info("external sign-in refused", "reason", "callback in another browser")
+		i.signIn(MethodOIDC, OutcomeRefused)
 		i.renderLogin(w, r, http.StatusBadRequest, reqID, "", "the provider's answer came to another browser than the one that started this sign-in; sign in again")
 		return
 	}
@@ -83,16 +85,19 @@ func (i *Issuer) externalCallback(w http.ResponseWriter, r *http.Request) {
 			msg += ": " + truncate(d, 200)
 		}
 		i.opts.Log.Info("external sign-in refused", "reason", "provider error", "error", truncate(e, 64))
+		i.signIn(MethodOIDC, OutcomeRefused)
 		i.renderLogin(w, r, http.StatusUnauthorized, reqID, "", msg)
 		return
 	}
 	code := q.Get("code")
 	if code == "" {
+		i.signIn(MethodOIDC, OutcomeError)
 		i.renderLogin(w, r, http.StatusBadRequest, reqID, "", "the answer from "+name+" holds no authorization code; sign in again")
 		return
 	}
 	id, err := i.opts.External.Exchange(r.Context(), code, flow.verifier, flow.nonce)
 	if err != nil {
+		i.signIn(MethodOIDC, OutcomeError)
 		i.mu.Lock()
 		p.failures++
 		tooMany := p.failures >= maxLoginFailures
@@ -108,9 +113,11 @@ func (i *Issuer) externalCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := i.opts.Tokens.Policy.Check(id); err != nil {
+		i.signIn(MethodOIDC, OutcomeRefused)
 		i.renderLogin(w, r, http.StatusForbidden, reqID, "", "this user may not be used by ichor-ui: "+err.Error())
 		return
 	}
+	i.signIn(MethodOIDC, OutcomeSuccess)
 	i.complete(w, r, reqID, p, id, "")
 }
 

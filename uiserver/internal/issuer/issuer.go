@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/maeshinshin/ichor/uiserver/internal/auth"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
@@ -113,6 +114,8 @@ type Options struct {
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Registry receives ichor_ui_sign_ins_total; nil counts without exporting.
+	Registry prometheus.Registerer
 }
 
 // Issuer serves the OIDC endpoints.
@@ -128,6 +131,7 @@ type Issuer struct {
 	byAddr   map[string]int             // client address -> pending login forms
 	swept    time.Time
 	limits   limiter
+	signIns  *prometheus.CounterVec
 }
 
 // New returns the issuer and hooks its session revocation into opts.Tokens.
@@ -153,9 +157,13 @@ func New(opts Options) (*Issuer, error) {
 			return nil, fmt.Errorf("issuer: client ID %q is the access tokens' audience; an ID token would pass for an access token", c.ID)
 		}
 	}
+	signIns, err := newSignIns(opts.Registry, opts.External != nil, opts.Users != nil)
+	if err != nil {
+		return nil, fmt.Errorf("issuer: the sign-in metric: %w", err)
+	}
 	i := &Issuer{opts: opts, pending: map[string]*pendingAuth{}, codes: map[[32]byte]*codeGrant{},
 		refresh: map[[32]byte]*refreshToken{}, sessions: map[string]*session{}, external: map[[32]byte]string{},
-		byAddr: map[string]int{}}
+		byAddr: map[string]int{}, signIns: signIns}
 	opts.Tokens.Revoked = i.SessionRevoked
 	return i, nil
 }

@@ -26,6 +26,7 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 	now := i.now()
 	if wait := max(i.limits.wait(userKey, now), i.limits.wait(addrKey, now)); wait > 0 {
 		i.opts.Log.Info("sign-in refused", "reason", "rate limit")
+		i.signIn(MethodPassword, OutcomeRateLimited)
 		retryAfter(w, wait)
 		i.renderLogin(w, r, http.StatusTooManyRequests, reqID, name,
 			fmt.Sprintf("too many failed sign-ins for this user name or from your address; try again in %d seconds", int(wait.Round(time.Second)/time.Second)+1))
@@ -35,11 +36,13 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, users.ErrBusy):
 		i.opts.Log.Info("sign-in refused", "reason", "password-hash slots busy")
+		i.signIn(MethodPassword, OutcomeBusy)
 		retryAfter(w, time.Second)
 		i.renderLogin(w, r, http.StatusTooManyRequests, reqID, name, users.ErrBusy.Error())
 		return
 	case errors.Is(err, users.ErrBadCredentials):
 		i.opts.Log.Info("sign-in refused", "reason", "bad credentials")
+		i.signIn(MethodPassword, OutcomeBadCredentials)
 		i.limits.fail(userKey, i.opts.Limits.FreePerUser, i.opts.Limits, now)
 		i.limits.fail(addrKey, i.opts.Limits.FreePerAddress, i.opts.Limits, now)
 		i.mu.Lock()
@@ -57,17 +60,21 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, users.ErrDisabled):
 		i.opts.Log.Info("sign-in refused", "user", identity.IchorPrefix+name, "reason", "disabled")
+		i.signIn(MethodPassword, OutcomeDisabled)
 		i.renderLogin(w, r, http.StatusForbidden, reqID, name, users.ErrDisabled.Error())
 		return
 	case err != nil:
 		i.opts.Log.Error("sign-in failed", "error", err.Error())
+		i.signIn(MethodPassword, OutcomeError)
 		i.renderLogin(w, r, http.StatusServiceUnavailable, reqID, name, "the sign-in could not be checked now; try again")
 		return
 	}
 	if err := i.opts.Tokens.Policy.Check(id); err != nil {
+		i.signIn(MethodPassword, OutcomeRefused)
 		i.renderLogin(w, r, http.StatusForbidden, reqID, name, "this user's groups may not be used by ichor-ui: "+err.Error())
 		return
 	}
 	i.limits.reset(userKey)
+	i.signIn(MethodPassword, OutcomeSuccess)
 	i.complete(w, r, reqID, p, id, fp)
 }

@@ -79,7 +79,20 @@ func (h *Health) ListAttention(ctx context.Context, _ *ichorv1.ListAttentionRequ
 		ops = list.Items
 	}
 
-	for _, it := range attention.Items(c, machines, ops) {
+	var backups []ichorv1alpha1.TalosEtcdBackup
+
+	if err := s.Clients.Authorize(ctx, "list", "talosetcdbackups"); err != nil {
+		out.Incomplete = append(out.Incomplete, "etcd backups are not listed: "+err.Error())
+	} else {
+		list := &ichorv1alpha1.TalosEtcdBackupList{}
+		if err := s.Clients.Cache.List(ctx, list, client.InNamespace(s.Clients.Namespace)); err != nil {
+			return nil, userError(ctx, err, "listing TalosEtcdBackups")
+		}
+
+		backups = list.Items
+	}
+
+	for _, it := range attention.Items(c, machines, ops, backups, time.Now()) {
 		out.Items = append(out.Items, &ichorv1.AttentionItem{
 			Key: it.Key, Severity: string(it.Severity), Kind: it.Kind, Subject: it.Subject,
 			Summary: it.Summary, Detail: it.Detail, Since: stamp(it.Since), Action: string(it.Action), Command: it.Command,

@@ -18,6 +18,7 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	streams  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -29,8 +30,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ichor_ui_http_request_duration_seconds", Help: "Time to serve a request, by route.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"route"}),
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ichor_ui_active_streams",
+			Help: "Server streams open now (watches, log streams; gRPC and REST alike), by gRPC method.",
+		}, []string{"method"}),
 	}
-	reg.MustRegister(m.requests, m.duration)
+	reg.MustRegister(m.requests, m.duration, m.streams)
 	return m
 }
 

@@ -18,6 +18,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 func healthClient(t testing.TB, tok string) ichorv1.HealthServiceClient {
@@ -362,5 +363,60 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestListAttentionBackupsAndCertificates: a stale etcd backup and a cluster
+// CA that expires within 30 days are in the list, from the API (the backup's
+// Stale condition, the cluster's status.certificates); a paused operation is
+// there too (TestOperations in contracts/pkg/attention covers its words).
+func TestListAttentionBackupsAndCertificates(t *testing.T) {
+	ctx := context.Background()
+	now := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	b := &ichorv1alpha1.TalosEtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "att-nightly"},
+		Spec: ichorv1alpha1.TalosEtcdBackupSpec{
+			ClusterName: testCluster, Schedule: "0 3 * * *",
+			S3:               ichorv1alpha1.S3Destination{Endpoint: "https://s3.example.com", Bucket: "etcd", CredentialsRef: ichorv1alpha1.SecretReference{Name: "s3"}},
+			EncryptionKeyRef: ichorv1alpha1.SecretReference{Name: "age"},
+		},
+	}
+	testenv.Must(t, admin.Create(ctx, b))
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), b) })
+	b.Status.Conditions = []metav1.Condition{{Type: ichorv1alpha1.StaleCondition, Status: metav1.ConditionTrue,
+		Reason: ichorv1alpha1.SnapshotOverdueReason, Message: "no snapshot was stored since the backup was created", LastTransitionTime: now}}
+	testenv.Must(t, admin.Status().Update(ctx, b))
+
+	op := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "att-held"},
+		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: testCluster, Type: ichorv1alpha1.OperationConfig, Paused: true},
+	}
+	testenv.Must(t, admin.Create(ctx, op))
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), op) })
+	op.Status.Phase = ichorv1alpha1.OperationPaused
+	testenv.Must(t, admin.Status().Update(ctx, op))
+
+	c := &ichorv1alpha1.TalosCluster{}
+	testenv.Must(t, admin.Get(ctx, client.ObjectKey{Namespace: testNS, Name: testCluster}, c))
+	soon := metav1.NewTime(time.Now().Add(12 * 24 * time.Hour).Truncate(time.Second))
+	c.Status.Certificates.EtcdCAExpiry = &soon
+	testenv.Must(t, admin.Status().Update(ctx, c))
+	t.Cleanup(func() {
+		c.Status.Certificates.EtcdCAExpiry = nil
+		_ = admin.Status().Update(context.Background(), c)
+	})
+
+	items := attentionOf(t, viewer(t), func(items []*ichorv1.AttentionItem) bool {
+		return len(itemsOf(items, "att-nightly")) > 0 && len(itemsOf(items, "att-held")) > 0 && len(itemsOf(items, testCluster)) > 0
+	})
+	if bk := itemsOf(items, "att-nightly"); bk[0].GetKind() != "TalosEtcdBackup" || bk[0].GetSeverity() != "Warning" ||
+		!strings.Contains(bk[0].GetSummary(), "att-nightly is stale") || bk[0].GetCommand() != "ichor etcd backup now att-nightly --wait" {
+		t.Errorf("the stale backup: %v", bk)
+	}
+	if cl := itemsOf(items, testCluster); !strings.Contains(cl[0].GetSummary(), "etcd CA of cluster prod expires in") || cl[0].GetSeverity() != "Warning" {
+		t.Errorf("the expiring etcd CA: %v", cl)
+	}
+	if p := itemsOf(items, "att-held"); p[0].GetAction() != "ResumeOperation" || !strings.Contains(p[0].GetSummary(), "is paused") {
+		t.Errorf("the paused operation: %v", p)
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -92,6 +91,11 @@ type Options struct {
 	// leaf, OIDCGetCertificate, when set); the console's listener never
 	// serves it. Empty serves no metrics.
 	MetricsAddr string
+	// MetricsAuth wraps the /metrics handler with the check of its callers
+	// (ichor-ui's main: a bearer token the API server reviews, and get on
+	// the non-resource URL /metrics); nil serves /metrics to anyone who
+	// reaches MetricsAddr.
+	MetricsAuth func(http.Handler) (http.Handler, error)
 	// ReadTimeout bounds reading one request, its body included; zero
 	// means 60 s. Responses have no write timeout: log streams and watches
 	// last as long as the client keeps them.
@@ -128,8 +132,7 @@ func (s *Server) Stopping() <-chan struct{} { return s.stopping }
 // New builds the server; Run serves it.
 func New(opts Options) (*Server, error) {
 	if opts.Registry == nil {
-		opts.Registry = prometheus.NewRegistry()
-		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		opts.Registry = NewRegistry()
 	}
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = 25 * time.Second
@@ -200,6 +203,11 @@ func New(opts Options) (*Server, error) {
 	// whoever reaches the console.
 	r.Handle("/metrics", http.NotFoundHandler())
 	s.metricsHandler = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
+	if opts.MetricsAuth != nil {
+		if s.metricsHandler, err = opts.MetricsAuth(s.metricsHandler); err != nil {
+			return nil, fmt.Errorf("the metrics endpoint's authentication: %w", err)
+		}
+	}
 	r.Route("/api", func(api chi.Router) {
 		api.Use(limitBody, frontend.CompressJSON)
 		if opts.Encodings != nil && opts.Machines != nil {
@@ -278,11 +286,14 @@ type wrappedStream struct {
 
 func (w *wrappedStream) Context() context.Context { return w.ctx }
 
-func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx, err := s.authenticate(ss.Context())
 	if err != nil {
 		return err
 	}
+	open := s.metrics.streams.WithLabelValues(info.FullMethod)
+	open.Inc()
+	defer open.Dec()
 	return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
 }
 

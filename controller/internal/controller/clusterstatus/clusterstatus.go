@@ -21,6 +21,8 @@ import (
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
 
@@ -42,6 +44,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // SetupWithManager registers the reconciler: a cluster is summarised again
 // when it or one of its machines changes.
@@ -71,8 +74,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // controller is the reconciler on the skeleton. It owns the cluster's Ready
-// and Paused conditions and the machine counts and Talos version of its
-// status; the cluster's spec.paused stops the summary too.
+// and Paused conditions and the machine counts, Talos version and
+// certificate expiry of its status; the cluster's spec.paused stops the
+// summary too.
 func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosCluster] {
 	return &reconcile.Controller[*ichorv1alpha1.TalosCluster]{
 		Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
@@ -81,8 +85,9 @@ func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosClus
 		Primary: true,
 		OwnStatus: func(dst, src *ichorv1alpha1.TalosCluster) {
 			dst.Status.ControlPlanes, dst.Status.Workers, dst.Status.TalosVersion = src.Status.ControlPlanes, src.Status.Workers, src.Status.TalosVersion
+			dst.Status.Certificates = src.Status.Certificates
 		},
-		Phases: []reconcile.Phase[*ichorv1alpha1.TalosCluster]{r.summarise},
+		Phases: []reconcile.Phase[*ichorv1alpha1.TalosCluster]{r.summarise, r.certificates},
 	}
 }
 
@@ -104,6 +109,31 @@ func (r *Reconciler) summarise(ctx context.Context, s *reconcile.Scope[*ichorv1a
 	}
 
 	Summarise(s.Object, list.Items)
+
+	return ctrl.Result{}, nil
+}
+
+// certificates sets status.certificates from the certificates of the
+// cluster's secrets bundle (its CAs' expiry; never a key). A bundle that
+// cannot be read leaves them as they were: the machine reconcilers report
+// a missing or broken bundle, this summary does not stall on it.
+func (r *Reconciler) certificates(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
+	b, err := machinestate.LoadBundle(ctx, r.APIReader, s.Object)
+	if err != nil {
+		if machinestate.IsStalled(err) {
+			return ctrl.Result{}, nil
+		}
+
+		return ctrl.Result{}, err
+	}
+
+	certs, err := bundle.CertificateExpiry(b)
+	if err != nil {
+		return ctrl.Result{}, nil //nolint:nilerr // a broken bundle is reported by the machine reconcilers
+	}
+
+	certs.ClientCertificateExpiry = s.Object.Status.Certificates.ClientCertificateExpiry
+	s.Object.Status.Certificates = certs
 
 	return ctrl.Result{}, nil
 }

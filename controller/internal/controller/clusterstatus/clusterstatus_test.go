@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -269,5 +271,42 @@ func TestPausedStops_ClusterStatus(t *testing.T) {
 
 	if p := apimeta.FindStatusCondition(getCluster(t, c.Name).Status.Conditions, ichorv1alpha1.PausedCondition); p != nil {
 		t.Errorf("Paused is still there after unpausing: %+v", p)
+	}
+}
+
+// status.certificates carries the expiry of the bundle's CAs once the
+// bundle Secret exists, and nothing of the bundle but those times.
+func TestCertificatesFromTheBundle(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, "certs", false)
+	if got := getCluster(t, "certs").Status.Certificates.TalosCAExpiry; got != nil {
+		t.Fatalf("no bundle yet, but talosCAExpiry is %v", got)
+	}
+
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	b, err := bundle.Generate(secrets.NewFixedClock(now), c.Spec.VersionContract)
+	testenv.Must(t, err)
+	sec, err := bundle.Secret(ns, c.Spec.SecretsBundleRef, b)
+	testenv.Must(t, err)
+	testenv.Must(t, k8s.Create(ctx, sec))
+	// A machine's change wakes the summary; the bundle Secret is not watched.
+	create(t, machine("certs-cp", "certs", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved, "v1.14.1", true))
+
+	want := now.Add(secrets.CAValidityTime)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := getCluster(t, "certs").Status.Certificates
+		if got.TalosCAExpiry != nil && got.KubernetesCAExpiry != nil && got.EtcdCAExpiry != nil {
+			for name, ts := range map[string]*metav1.Time{"talos": got.TalosCAExpiry, "kubernetes": got.KubernetesCAExpiry, "etcd": got.EtcdCAExpiry} {
+				if !ts.Time.Equal(want) {
+					t.Errorf("%s CA expiry %v, want %v", name, ts.Time, want)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status.certificates never filled: %+v", got)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	probe "github.com/maeshinshin/ichor/controller/internal/discovery"
+	"github.com/maeshinshin/ichor/controller/internal/metrics"
 )
 
 // scan is one reconcile's work on one cluster.
@@ -57,6 +58,8 @@ func (s *scan) do(ctx context.Context, full bool, removed []netip.Addr) error {
 	var found []probe.Found
 
 	if full {
+		started := time.Now()
+
 		prefixes, bad := s.prefixes()
 		problems = append(problems, bad...)
 
@@ -73,6 +76,9 @@ func (s *scan) do(ctx context.Context, full bool, removed []netip.Addr) error {
 				found = append(found, f)
 			}
 		}
+
+		// The probing only; acting on what it found is not the scan.
+		metrics.ObserveDiscoveryScan(c.Namespace, c.Name, time.Since(started))
 	} else {
 		found = s.r.probeAll(ctx, removed)
 	}

@@ -180,6 +180,8 @@ func (r *Reconciler) reconcileBackup(ctx context.Context, s *reconcile.Scope[*ic
 	b, now := s.Object, s.Now
 	log := logf.FromContext(ctx)
 
+	seed(b)
+
 	sched, serr := etcdbackup.ParseSchedule(b.Spec.Schedule)
 	if serr != nil {
 		// The webhook refuses such a schedule; one written without it

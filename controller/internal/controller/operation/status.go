@@ -5,12 +5,14 @@ package operation
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/controller/internal/metrics"
 )
 
 func stepName(op *ichorv1alpha1.TalosOperation) string {
@@ -95,6 +97,18 @@ func (r *Reconciler) complete(ctx context.Context, s *scope, phase, reason, msg 
 	}
 
 	r.Recorder.Eventf(op, nil, typ, reason, "Complete", "%s", msg)
+
+	var started time.Time
+	if op.Status.StartedAt != nil {
+		started = op.Status.StartedAt.Time
+	}
+
+	result := metrics.ResultSucceeded
+	if phase != ichorv1alpha1.OperationSucceeded {
+		result = metrics.ResultFailed
+	}
+
+	metrics.ObserveOperation(op.Spec.Type, result, started, now.Time)
 
 	return r.release(ctx, op)
 }
