@@ -27,6 +27,7 @@ import (
 
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/tools/testenv"
+	"github.com/maeshinshin/ichor/uiserver/internal/auth"
 	"github.com/maeshinshin/ichor/uiserver/internal/issuer"
 	"github.com/maeshinshin/ichor/uiserver/internal/server"
 )
@@ -66,11 +67,14 @@ func TestMetricsExported(t *testing.T) {
 	testenv.Must(t, err)
 
 	reg := server.NewRegistry()
-	iss, err := issuer.New(issuer.Options{Tokens: tokens, Users: userStore, Registry: reg,
+	// Its own Tokens: issuer.New points Tokens.Revoked at its sessions, and
+	// the suite's issuer must keep answering for the shared one.
+	tk := &auth.Tokens{Issuer: tokens.Issuer, Key: tokens.Key, Policy: tokens.Policy}
+	iss, err := issuer.New(issuer.Options{Tokens: tk, Users: userStore, Registry: reg,
 		Clients: []issuer.Client{{ID: oidcClientID, RedirectURIs: []string{oidcRedirect}}}})
 	testenv.Must(t, err)
 	opts := serverOpts
-	opts.Registry, opts.Mount = reg, iss.Mount
+	opts.Registry, opts.Mount, opts.Authenticator = reg, iss.Mount, tk
 	opts.MetricsAuth = server.KubeMetricsAuth(backendCfg, slog.New(slog.DiscardHandler))
 	srv, err := server.New(opts)
 	testenv.Must(t, err)

@@ -139,11 +139,17 @@ func changedFingerprint(t *testing.T) {
 	}
 
 	// A person verified the new fingerprint.
-	m := getMachine(t, "w-1")
-	m.Annotations = map[string]string{ichorv1alpha1.TrustMaintenanceFingerprintAnnotation: fp}
-	testenv.Must(t, k8s.Update(context.Background(), m))
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m := getMachine(t, "w-1")
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[ichorv1alpha1.TrustMaintenanceFingerprintAnnotation] = fp
 
-	m = waitProvisioned(t, "w-1")
+		return k8s.Update(context.Background(), m)
+	}))
+
+	m := waitProvisioned(t, "w-1")
 	if m.Status.MaintenanceFingerprint != fp {
 		t.Errorf("the accepted fingerprint is not recorded: %q", m.Status.MaintenanceFingerprint)
 	}
@@ -465,10 +471,13 @@ func recreate(t *testing.T, name string) {
 		return nil
 	})
 
-	tm := pendingMachine(name, em)
-	testenv.Must(t, k8s.Create(context.Background(), tm))
-	tm.Status.MaintenanceFingerprint = em.MaintenanceFingerprint()
-	testenv.Must(t, k8s.Status().Update(context.Background(), tm))
+	testenv.Must(t, k8s.Create(context.Background(), pendingMachine(name, em)))
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		tm := getMachine(t, name)
+		tm.Status.MaintenanceFingerprint = em.MaintenanceFingerprint()
+
+		return k8s.Status().Update(context.Background(), tm)
+	}))
 }
 
 func lockHolder(t *testing.T) string {

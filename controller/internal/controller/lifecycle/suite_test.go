@@ -14,6 +14,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -208,13 +209,18 @@ func pendingMachine(name string, em *talosemu.Machine) *ichorv1alpha1.TalosMachi
 func approve(t *testing.T, name, role string) {
 	t.Helper()
 
-	m := getMachine(t, name)
-	now := metav1.Now()
-	m.Spec.Approval = ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now}
-	m.Spec.Role = role
-	m.Spec.Hostname = name
-	m.Spec.Install.Disk = &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}
-	testenv.Must(t, k8s.Update(context.Background(), m))
+	// The controllers write the machine too (its finalizer, labels): a
+	// conflict is retried on a fresh read.
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m := getMachine(t, name)
+		now := metav1.Now()
+		m.Spec.Approval = ichorv1alpha1.MachineApproval{State: ichorv1alpha1.ApprovalApproved, DecidedBy: "admin", DecidedAt: &now}
+		m.Spec.Role = role
+		m.Spec.Hostname = name
+		m.Spec.Install.Disk = &ichorv1alpha1.DiskSelector{DevicePath: "/dev/nvme0n1"}
+
+		return k8s.Update(context.Background(), m)
+	}))
 }
 
 func emu(t testing.TB, name string) *talosemu.Machine {
