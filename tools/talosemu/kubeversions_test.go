@@ -9,14 +9,14 @@ import (
 
 func TestKubeImageVersion(t *testing.T) {
 	for ref, want := range map[string]string{
-		"registry.k8s.io/kube-apiserver:v1.37.2":                    "v1.37.2",
-		"ghcr.io/siderolabs/kubelet:v1.36.3":                        "v1.36.3",
-		"ghcr.io/siderolabs/kubelet:v1.36.3-fat":                    "v1.36.3",
-		"mirror.local:5000/kube-scheduler:1.37.2":                   "v1.37.2",
+		"registry.k8s.io/kube-apiserver:v1.37.2":                     "v1.37.2",
+		"ghcr.io/siderolabs/kubelet:v1.36.3":                         "v1.36.3",
+		"ghcr.io/siderolabs/kubelet:v1.36.3-fat":                     "v1.36.3",
+		"mirror.local:5000/kube-scheduler:1.37.2":                    "v1.37.2",
 		"registry.k8s.io/kube-proxy:v1.37.2@sha256:0123456789abcdef": "v1.37.2",
-		"registry.k8s.io/kube-proxy@sha256:0123456789abcdef":        "",
-		"mirror.local:5000/kube-scheduler":                          "",
-		"registry.k8s.io/kube-apiserver:latest":                     "",
+		"registry.k8s.io/kube-proxy@sha256:0123456789abcdef":         "",
+		"mirror.local:5000/kube-scheduler":                           "",
+		"registry.k8s.io/kube-apiserver:latest":                      "",
 	} {
 		if got := kubeImageVersion(ref); got != want {
 			t.Errorf("kubeImageVersion(%q) = %q, want %q", ref, got, want)
