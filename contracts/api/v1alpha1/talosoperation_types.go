@@ -370,6 +370,11 @@ type OperationStage struct {
 	// phase is Pending, InProgress or Done.
 	// +kubebuilder:validation:Enum=Pending;InProgress;Done
 	Phase string `json:"phase"`
+	// step is the stage's own step, for a stage the operation runs itself
+	// (manifests: apply, then rollout).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Step string `json:"step,omitempty"`
 	// message is a human-readable detail (what the stage did or waits for).
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
