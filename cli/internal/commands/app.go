@@ -69,6 +69,8 @@ const (
 	argAddress = colAddress
 	// flagTimeout bounds a --wait.
 	flagTimeout = "timeout"
+	// flagOverride goes past a refusal the override verb may pass.
+	flagOverride = "override"
 	// usageCluster is the usage of the --cluster flag of the commands on one cluster.
 	usageCluster = "TalosCluster `NAME` (default: the only one in the namespace)"
 )
