@@ -60,7 +60,9 @@ func TestCheckKubernetesUpgrade(t *testing.T) {
 // Rule: a kubernetes operation covers every machine, and setting its
 // override annotation needs the override verb on the cluster.
 func TestKubernetesOperationRules(t *testing.T) {
-	c := cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion, c.Status.KubernetesUpgrade.Version = "1.37.2", "1.36.3" })
+	c := cluster(func(c *ichorv1alpha1.TalosCluster) {
+		c.Spec.KubernetesVersion, c.Status.KubernetesUpgrade.Version = "1.37.2", "1.36.3"
+	})
 	k := op(ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.2"}
 		o.Spec.MachineSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"zone": "a"}}

@@ -11,9 +11,9 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 )
 
-func cluster(spec, running string) *ichorv1alpha1.TalosCluster {
+func cluster(running string) *ichorv1alpha1.TalosCluster {
 	c := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}
-	c.Spec.KubernetesVersion = spec
+	c.Spec.KubernetesVersion = "1.37.2"
 	c.Status.KubernetesUpgrade.Version = running
 
 	return c
@@ -30,8 +30,9 @@ func op(name, target, phase, step string, machines ...ichorv1alpha1.MachineProgr
 	}
 }
 
-func entry(name, stage, phase string) ichorv1alpha1.MachineProgress {
-	return ichorv1alpha1.MachineProgress{Name: name, Stage: stage, Phase: phase}
+// entry is cp-1's entry in a stage.
+func entry(stage, phase string) ichorv1alpha1.MachineProgress {
+	return ichorv1alpha1.MachineProgress{Name: "cp-1", Stage: stage, Phase: phase}
 }
 
 // Rule: a machine's components keep the running version until the operation
@@ -47,41 +48,41 @@ func TestPins(t *testing.T) {
 		ops  []ichorv1alpha1.TalosOperation
 		want Versions
 	}{
-		{"no running version recorded: the spec", cluster("1.37.2", ""), nil, Versions{}},
-		{"spec at the running version", cluster("1.37.2", "v1.37.2"), nil, Versions{}},
-		{"spec moved, no operation yet: all pinned", cluster("1.37.2", "1.36.3"), nil, all},
-		{"an operation for another target does not govern", cluster("1.37.2", "1.36.3"),
+		{"no running version recorded: the spec", cluster(""), nil, Versions{}},
+		{"spec at the running version", cluster("v1.37.2"), nil, Versions{}},
+		{"spec moved, no operation yet: all pinned", cluster("1.36.3"), nil, all},
+		{"an operation for another target does not govern", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.1", ichorv1alpha1.OperationSucceeded, "")}, all},
-		{"pre-checks: all pinned", cluster("1.37.2", "1.36.3"),
+		{"pre-checks: all pinned", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "v1.37.2", running, ichorv1alpha1.KubernetesStagePreCheck)}, all},
-		{"control-plane stage, this machine pending", cluster("1.37.2", "1.36.3"),
+		{"control-plane stage, this machine pending", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.2", running, ichorv1alpha1.KubernetesStageControlPlane,
-				entry("cp-1", ichorv1alpha1.KubernetesStageControlPlane, ichorv1alpha1.MachinePending))}, all},
-		{"control-plane stage, this machine started", cluster("1.37.2", "1.36.3"),
+				entry(ichorv1alpha1.KubernetesStageControlPlane, ichorv1alpha1.MachinePending))}, all},
+		{"control-plane stage, this machine started", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.2", running, ichorv1alpha1.KubernetesStageControlPlane,
-				entry("cp-1", ichorv1alpha1.KubernetesStageControlPlane, ichorv1alpha1.MachineInProgress))},
+				entry(ichorv1alpha1.KubernetesStageControlPlane, ichorv1alpha1.MachineInProgress))},
 			Versions{Proxy: "1.36.3", Kubelet: "1.36.3"}},
-		{"a pre-pull entry is not the control-plane stage", cluster("1.37.2", "1.36.3"),
+		{"a pre-pull entry is not the control-plane stage", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.2", running, ichorv1alpha1.KubernetesStageControlPlane,
-				entry("cp-1", ichorv1alpha1.KubernetesStagePrePull, ichorv1alpha1.MachineDone))}, all},
-		{"manifests: control plane and proxy moved", cluster("1.37.2", "1.36.3"),
+				entry(ichorv1alpha1.KubernetesStagePrePull, ichorv1alpha1.MachineDone))}, all},
+		{"manifests: control plane and proxy moved", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.2", running, ichorv1alpha1.KubernetesStageManifests)},
 			Versions{Kubelet: "1.36.3"}},
-		{"kubelet stage, this machine pending", cluster("1.37.2", "1.36.3"),
+		{"kubelet stage, this machine pending", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.2", running, ichorv1alpha1.KubernetesStageKubelet,
-				entry("cp-1", ichorv1alpha1.KubernetesStageKubelet, ichorv1alpha1.MachinePending))},
+				entry(ichorv1alpha1.KubernetesStageKubelet, ichorv1alpha1.MachinePending))},
 			Versions{Kubelet: "1.36.3"}},
-		{"kubelet stage, this machine done", cluster("1.37.2", "1.36.3"),
+		{"kubelet stage, this machine done", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.2", running, ichorv1alpha1.KubernetesStageKubelet,
-				entry("cp-1", ichorv1alpha1.KubernetesStageKubelet, ichorv1alpha1.MachineDone))}, Versions{}},
-		{"kubelet stage, a machine the operation does not list", cluster("1.37.2", "1.36.3"),
+				entry(ichorv1alpha1.KubernetesStageKubelet, ichorv1alpha1.MachineDone))}, Versions{}},
+		{"kubelet stage, a machine the operation does not list", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.2", running, ichorv1alpha1.KubernetesStageKubelet)},
 			Versions{Kubelet: "1.36.3"}},
-		{"succeeded: nothing pinned", cluster("1.37.2", "1.36.3"),
+		{"succeeded: nothing pinned", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.2", ichorv1alpha1.OperationSucceeded, "")}, Versions{}},
-		{"failed (refused): all pinned", cluster("1.37.2", "1.36.3"),
+		{"failed (refused): all pinned", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{op("k", "1.37.2", ichorv1alpha1.OperationFailed, "")}, all},
-		{"the newest operation for the target governs", cluster("1.37.2", "1.36.3"),
+		{"the newest operation for the target governs", cluster("1.36.3"),
 			[]ichorv1alpha1.TalosOperation{
 				op("k", "1.37.2", ichorv1alpha1.OperationSucceeded, ""),
 				op("k-2", "1.37.2", running, ichorv1alpha1.KubernetesStagePrePull),

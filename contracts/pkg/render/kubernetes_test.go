@@ -99,5 +99,4 @@ func TestRenderKubernetesPins(t *testing.T) {
 	if renderOK(t, same).Hash != renderOK(t, input(t)).Hash {
 		t.Fatal("pins at the spec changed the render")
 	}
-
 }
