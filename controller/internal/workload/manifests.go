@@ -156,7 +156,7 @@ func recordInventory(ctx context.Context, k kubernetes.Interface, name string, k
 		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: constants.KubernetesInventoryNamespace}}
-			if cm, err = cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			if _, err = cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("create the inventory ConfigMap: %w", err)
 			}
 

@@ -315,7 +315,7 @@ func (r *Reconciler) kubernetesPrecheck(ctx context.Context, s *scope) (problems
 
 	cfg, kerr := r.workloadConfig(ctx, op, bundleState.Bundle)
 	if kerr != nil {
-		return append(problems, "cannot reach the cluster's Kubernetes API: "+kerr.Error()), notes, nil
+		return append(problems, "cannot reach the cluster's Kubernetes API: "+kerr.Error()), notes, nil //nolint:nilerr // a pre-check's finding, not an error
 	}
 
 	problems = append(problems, r.nodesReady(ctx, op, cfg)...)
