@@ -259,7 +259,7 @@ func (r *run) printOperation(op *ichorv1alpha1.TalosOperation, now time.Time) er
 	}
 	if len(op.Status.Stages) > 0 {
 		r.printf("\nStages:\n")
-		t := &output.Rows{Header: []string{"STAGE", colPhase, colStep, colMessage}}
+		t := &output.Rows{Header: []string{colStage, colPhase, colStep, colMessage}}
 		for _, st := range op.Status.Stages {
 			t.Add(st.Name, st.Phase, st.Step, st.Message)
 		}
@@ -282,7 +282,7 @@ func (r *run) printOperation(op *ichorv1alpha1.TalosOperation, now time.Time) er
 		staged := op.Spec.Type == ichorv1alpha1.OperationKubernetes
 		header := []string{colName, colRole, colPhase, colStep, colMessage}
 		if staged {
-			header = []string{colName, colRole, "STAGE", colPhase, colStep, colMessage}
+			header = []string{colName, colRole, colStage, colPhase, colStep, colMessage}
 		}
 		t := &output.Rows{Header: header}
 		for _, m := range op.Status.Machines {

@@ -36,7 +36,7 @@ func upgradeCommand() *cli.Command {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 					&cli.BoolFlag{Name: flagList, Usage: "print the candidates (recommended, patch, next minor; the default marked) and change nothing"},
-					&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends; the exit status is non-zero unless it succeeded"},
+					&cli.BoolFlag{Name: flagWait, Usage: usageWaitOperation},
 				},
 				Action: upgradeTalos,
 			},
@@ -48,7 +48,7 @@ func upgradeCommand() *cli.Command {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 					&cli.BoolFlag{Name: flagList, Usage: "print the candidates (recommended, patch, next minor; the default marked) and change nothing"},
-					&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends; the exit status is non-zero unless it succeeded"},
+					&cli.BoolFlag{Name: flagWait, Usage: usageWaitOperation},
 				},
 				Action: upgradeKubernetes,
 			},
