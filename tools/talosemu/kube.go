@@ -22,6 +22,7 @@ import (
 
 	"github.com/siderolabs/crypto/x509"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"gopkg.in/yaml.v3"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -30,7 +31,7 @@ import (
 )
 
 // kubeBinaries are the binaries `go tool task assets` builds into KUBEBUILDER_ASSETS.
-var kubeBinaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+var kubeBinaries = []string{k8s.APIServerID, k8s.ControllerManagerID, k8s.SchedulerID}
 
 // checkKubeAssets reports a clear error when a Kubernetes binary is missing.
 func checkKubeAssets(dir string) error {
@@ -566,15 +567,15 @@ func (m *Machine) startKube(ctx context.Context) error {
 	images := map[string]string{}
 
 	if ac := cfg.K8sAPIServerConfig(); ac != nil {
-		apiExtra, images["kube-apiserver"] = ac.ExtraArgs(), ac.Image()
+		apiExtra, images[k8s.APIServerID] = ac.ExtraArgs(), ac.Image()
 	}
 
 	if cc := cfg.K8sControllerManagerConfig(); cc != nil {
-		cmExtra, images["kube-controller-manager"] = cc.ExtraArgs(), cc.Image()
+		cmExtra, images[k8s.ControllerManagerID] = cc.ExtraArgs(), cc.Image()
 	}
 
 	if sc := cfg.K8sSchedulerConfig(); sc != nil {
-		schedExtra, images["kube-scheduler"] = sc.ExtraArgs(), sc.Image()
+		schedExtra, images[k8s.SchedulerID] = sc.ExtraArgs(), sc.Image()
 	}
 
 	// each component runs the binary of its image's version; a version without binaries does
@@ -593,7 +594,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 	m.kube = kc
 	m.etcdMu.Unlock()
 
-	if err := kc.start(bins["kube-apiserver"], "kube-apiserver", argsWithExtra(api, apiExtra, additiveAPIServerArgs...), logDir); err != nil {
+	if err := kc.start(bins[k8s.APIServerID], k8s.APIServerID, argsWithExtra(api, apiExtra, additiveAPIServerArgs...), logDir); err != nil {
 		return err
 	}
 
@@ -632,7 +633,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 		"node-monitor-grace-period": "20s",
 	}
 
-	if err := kc.start(bins["kube-controller-manager"], "kube-controller-manager", argsWithExtra(cm, cmExtra), logDir); err != nil {
+	if err := kc.start(bins[k8s.ControllerManagerID], k8s.ControllerManagerID, argsWithExtra(cm, cmExtra), logDir); err != nil {
 		return err
 	}
 
@@ -647,7 +648,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 		flagCertDir:                 filepath.Join(m.kubePKIDir(), "generated-sched"),
 	}
 
-	if err := kc.start(bins["kube-scheduler"], "kube-scheduler", argsWithExtra(sched, schedExtra), logDir); err != nil {
+	if err := kc.start(bins[k8s.SchedulerID], k8s.SchedulerID, argsWithExtra(sched, schedExtra), logDir); err != nil {
 		return err
 	}
 

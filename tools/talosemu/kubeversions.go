@@ -49,7 +49,7 @@ import (
 var DefaultKubernetesReleases = []string{"v1.36.3", "v1.37.2"}
 
 // kubeComponentImages are the repositories' last path elements of Kubernetes component images.
-var kubeComponentImages = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet"}
+var kubeComponentImages = append(slices.Clone(kubeBinaries), "kube-proxy", "kubelet")
 
 // kubeVersionState is the world's Kubernetes release list and the versions of its binaries.
 type kubeVersionState struct {
@@ -148,7 +148,7 @@ func (w *World) binaryVersion(path string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	out, err := exec.CommandContext(ctx, path, "--version").Output() //nolint:gosec // our own binaries
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
 	if err != nil {
 		return ""
 	}

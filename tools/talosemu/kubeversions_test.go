@@ -40,7 +40,7 @@ func TestKubeBinary(t *testing.T) {
 	cur, prev := filepath.Join(root, "v1.37.2"), filepath.Join(root, "v1.36.3")
 
 	for dir, v := range map[string]string{cur: "v1.37.2", prev: "v1.36.3"} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
 			t.Fatal(err)
 		}
 		// a stand-in that answers --version as the real binaries do
