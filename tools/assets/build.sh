@@ -14,10 +14,16 @@
 # their API surface is the source's, v1.37's. Idempotent too: a binary that reports the
 # stamped version is kept.
 #
-# Usage: build.sh OUTPUT_DIR [PREVIOUS_DIR]
+# Usage: build.sh [--previous-only] OUTPUT_DIR [PREVIOUS_DIR]
+# (--previous-only runs only the previous minor's step, e.g. while another build fills OUTPUT_DIR)
 set -euo pipefail
 
-out=${1:?usage: build.sh OUTPUT_DIR [PREVIOUS_DIR]}
+previous_only=false
+if [[ ${1:-} == --previous-only ]]; then
+  previous_only=true
+  shift
+fi
+out=${1:?usage: build.sh [--previous-only] OUTPUT_DIR [PREVIOUS_DIR]}
 prev_out=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
 # The version a wrapper module requires, whether go.mod lists it in a block or on one line.
@@ -65,6 +71,12 @@ build_previous() {
   done
   echo "assets: kubernetes $v (API surface of $k8s_version) in $prev_out"
 }
+
+if $previous_only; then
+  [[ -n $prev_out ]] || { echo "build.sh: --previous-only needs PREVIOUS_DIR" >&2; exit 1; }
+  build_previous
+  exit 0
+fi
 
 if up_to_date; then
   echo "assets: up to date in $out (kubernetes $k8s_version, etcd $etcd_version)"
