@@ -211,8 +211,11 @@ func (r *Reconciler) kubernetesPrecheckPhase(ctx context.Context, s *scope) (ctr
 		return ctrl.Result{}, nil
 	}
 
-	msg := fmt.Sprintf("kubernetes %s to %s: the version skew, the Talos %s pairing, every node, etcd and the APIs in use are fine",
+	msg := fmt.Sprintf("kubernetes %s to %s: the version skew, the Talos %s pairing, every node and etcd are fine",
 		kubeupgrade.Describe(op.Status.From), kubeupgrade.Describe(op.Status.To), s.Cluster.Spec.TalosVersion)
+	if len(op.Status.RemovedAPIs) == 0 {
+		msg += "; no API the target removes is in use"
+	}
 	if len(notes) > 0 {
 		msg += "; " + strings.Join(notes, "; ")
 	}
