@@ -33,6 +33,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/etcdbackup"
 	"github.com/maeshinshin/ichor/controller/internal/controller/impersonation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
+	"github.com/maeshinshin/ichor/controller/internal/controller/kubernetesupgrade"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
@@ -71,6 +72,7 @@ func main() {
 		manageCerts    bool
 		namespace      string
 		releaseSource  string
+		k8sSource      string
 		certOpts       certs.Options
 		impersonate    stringList
 	)
@@ -90,6 +92,8 @@ func main() {
 	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "ichor-system"), "Namespace Ichor runs in.")
 	flag.StringVar(&releaseSource, "release-source", "",
 		"Image Factory whose /versions lists the Talos releases offered as upgrade candidates; empty means each cluster's spec.registry.imageFactoryURL, else https://factory.talos.dev.")
+	flag.StringVar(&k8sSource, "kubernetes-release-source", "",
+		"Registry whose tags of siderolabs/kubelet list the Kubernetes releases offered as upgrade candidates (the OCI tag list); empty means https://ghcr.io.")
 	flag.StringVar(&certOpts.SecretName, "webhook-secret", "ichor-webhook-tls", "Secret holding the webhook CA and serving certificate.")
 	flag.StringVar(&certOpts.ServiceName, "webhook-service", "ichor-webhook", "Service the API server reaches the webhooks through.")
 	flag.StringVar(&certOpts.WebhookConfiguration, "webhook-configuration", "ichor-validating-webhook",
@@ -199,6 +203,8 @@ func main() {
 		{"the TalosStorage status reconciler", &storagestatus.Reconciler{}},
 		// Talos upgrade candidates, and the talos operation a spec.talosVersion change starts.
 		{"the Talos upgrade starter", &talosupgrade.Reconciler{ReleaseSource: releaseSource}},
+		// Kubernetes upgrade candidates, the running version, and the kubernetes operation a spec.kubernetesVersion change starts.
+		{"the Kubernetes upgrade starter", &kubernetesupgrade.Reconciler{ReleaseSource: k8sSource}},
 		// Scheduled and requested etcd snapshots to S3 (architecture, "Backup, recovery, certificates").
 		{"the TalosEtcdBackup reconciler", &etcdbackup.Reconciler{}},
 		// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.

@@ -5,10 +5,26 @@
 # Only the Go module proxy is used. Idempotent: when every binary exists and the stamp
 # matches the wrapper modules, it builds nothing.
 #
-# Usage: build.sh OUTPUT_DIR
+# With PREVIOUS_DIR it also links the previous Kubernetes minor for the upgrade tests (issue 22)
+# into PREVIOUS_DIR, whose name is that version (e.g. …/assets/v1.36.3): kube-apiserver,
+# kube-controller-manager and kube-scheduler from the SAME source as OUTPUT_DIR's, with that
+# version stamped into the version ldflags. With a warm build cache it only links (a cold second
+# Kubernetes build would cost 12–20 minutes of CI). What they report (/version, the
+# --version output, the version-dependent defaults of the apiserver) is the previous minor;
+# their API surface is the source's, v1.37's. Idempotent too: a binary that reports the
+# stamped version is kept.
+#
+# Usage: build.sh [--previous-only] OUTPUT_DIR [PREVIOUS_DIR]
+# (--previous-only runs only the previous minor's step, e.g. while another build fills OUTPUT_DIR)
 set -euo pipefail
 
-out=${1:?usage: build.sh OUTPUT_DIR}
+previous_only=false
+if [[ ${1:-} == --previous-only ]]; then
+  previous_only=true
+  shift
+fi
+out=${1:?usage: build.sh [--previous-only] OUTPUT_DIR [PREVIOUS_DIR]}
+prev_out=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
 # The version a wrapper module requires, whether go.mod lists it in a block or on one line.
 required() { awk -v m="$2" '$1==m && $2 ~ /^v/ {print $2} $1=="require" && $2==m {print $3}' "$1"; }
@@ -26,8 +42,45 @@ up_to_date() {
   for b in "${bins[@]}"; do [[ -x $out/$b ]] || return 1; done
 }
 
+# stamped_ldflags VERSION: the version ldflags of a Kubernetes build that reports VERSION.
+stamped_ldflags() {
+  local v=$1 m=${1#v1.} pkg flags="-s -w"
+  m=${m%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$m"
+    flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u -d @0 +%Y-%m-%dT%H:%M:%SZ)"
+  done
+  echo "$flags"
+}
+
+# build_previous: the previous minor's control plane, linked from the pinned source.
+build_previous() {
+  [[ -n $prev_out ]] || return 0
+  local v b
+  v=$(basename "$prev_out")
+  [[ $v =~ ^v1\.[0-9]+\.[0-9]+$ ]] || { echo "build.sh: PREVIOUS_DIR must be named after its version (…/v1.36.3), not $v" >&2; exit 1; }
+  mkdir -p "$prev_out"
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do
+    if [[ -x $prev_out/$b ]] && "$prev_out/$b" --version 2>/dev/null | grep -qx "Kubernetes $v"; then
+      echo "assets: $b $v (the $k8s_version source, $v stamped) already linked"
+      continue
+    fi
+    echo "assets: linking $b $v from the $k8s_version source (only a link when the build cache is warm)"
+    (cd "$here/kubernetes" && GOWORK=off GOFLAGS=-mod=mod go build -ldflags "$(stamped_ldflags "$v")" -o "$prev_out/$b.tmp" "k8s.io/kubernetes/cmd/$b")
+    mv "$prev_out/$b.tmp" "$prev_out/$b"
+  done
+  echo "assets: kubernetes $v (API surface of $k8s_version) in $prev_out"
+}
+
+if $previous_only; then
+  [[ -n $prev_out ]] || { echo "build.sh: --previous-only needs PREVIOUS_DIR" >&2; exit 1; }
+  build_previous
+  exit 0
+fi
+
 if up_to_date; then
   echo "assets: up to date in $out (kubernetes $k8s_version, etcd $etcd_version)"
+  build_previous
   exit 0
 fi
 
@@ -35,13 +88,7 @@ mkdir -p "$out"
 rm -f "$out/.stamp"
 export GOWORK=off GOFLAGS=-mod=mod
 
-minor=${k8s_version#v1.}; minor=${minor%%.*}
-build_date=$(date -u -d @0 +%Y-%m-%dT%H:%M:%SZ)
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
-done
+ldflags=$(stamped_ldflags "$k8s_version")
 
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   if [[ -x $out/$b ]] && "$out/$b" --version 2>/dev/null | grep -q "$k8s_version"; then
@@ -63,3 +110,4 @@ fi
 
 echo "$stamp" > "$out/.stamp"
 echo "assets: kubernetes $k8s_version and etcd $etcd_version in $out"
+build_previous

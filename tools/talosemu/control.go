@@ -247,6 +247,7 @@ func (w *World) controlHandler() http.Handler {
 	})
 	handle("GET /durations", func(*http.Request) (any, error) { return w.durations(), nil })
 	w.releaseRoutes(handle)
+	w.kubeVersionRoutes(handle, action)
 
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")

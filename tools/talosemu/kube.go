@@ -22,6 +22,7 @@ import (
 
 	"github.com/siderolabs/crypto/x509"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"gopkg.in/yaml.v3"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -30,7 +31,7 @@ import (
 )
 
 // kubeBinaries are the binaries `go tool task assets` builds into KUBEBUILDER_ASSETS.
-var kubeBinaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+var kubeBinaries = []string{k8s.APIServerID, k8s.ControllerManagerID, k8s.SchedulerID}
 
 // checkKubeAssets reports a clear error when a Kubernetes binary is missing.
 func checkKubeAssets(dir string) error {
@@ -51,8 +52,9 @@ func checkKubeAssets(dir string) error {
 type kubeControlPlane struct {
 	procs       []*exec.Cmd
 	done        []chan struct{}
-	fingerprint string    // apiServerFingerprint of the config it started with
-	started     time.Time // when all three serve (zero before); guarded by the machine's etcdMu
+	fingerprint string            // apiServerFingerprint of the config it started with
+	images      map[string]string // component → the image it runs (kubeversions.go)
+	started     time.Time         // when all three serve (zero before); guarded by the machine's etcdMu
 }
 
 func kubeCAOf(cfg talosconfig.Provider) *x509.PEMEncodedCertificateAndKey {
@@ -567,25 +569,38 @@ func (m *Machine) startKube(ctx context.Context) error {
 	}
 
 	var apiExtra, cmExtra, schedExtra map[string][]string
+
+	images := map[string]string{}
+
 	if ac := cfg.K8sAPIServerConfig(); ac != nil {
-		apiExtra = ac.ExtraArgs()
+		apiExtra, images[k8s.APIServerID] = ac.ExtraArgs(), ac.Image()
 	}
 
 	if cc := cfg.K8sControllerManagerConfig(); cc != nil {
-		cmExtra = cc.ExtraArgs()
+		cmExtra, images[k8s.ControllerManagerID] = cc.ExtraArgs(), cc.Image()
 	}
 
 	if sc := cfg.K8sSchedulerConfig(); sc != nil {
-		schedExtra = sc.ExtraArgs()
+		schedExtra, images[k8s.SchedulerID] = sc.ExtraArgs(), sc.Image()
 	}
 
-	kc := &kubeControlPlane{fingerprint: apiServerFingerprint(cfg)}
+	// each component runs the binary of its image's version; a version without binaries does
+	// not start (kubeversions.go)
+	bins := map[string]string{}
+
+	for _, c := range kubeBinaries {
+		if bins[c], err = m.world.kubeBinary(c, images[c]); err != nil {
+			return err
+		}
+	}
+
+	kc := &kubeControlPlane{fingerprint: apiServerFingerprint(cfg), images: images}
 
 	m.etcdMu.Lock()
 	m.kube = kc
 	m.etcdMu.Unlock()
 
-	if err := kc.start(m, "kube-apiserver", argsWithExtra(api, apiExtra, additiveAPIServerArgs...), logDir); err != nil {
+	if err := kc.start(bins[k8s.APIServerID], k8s.APIServerID, argsWithExtra(api, apiExtra, additiveAPIServerArgs...), logDir); err != nil {
 		return err
 	}
 
@@ -624,7 +639,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 		"node-monitor-grace-period": "20s",
 	}
 
-	if err := kc.start(m, "kube-controller-manager", argsWithExtra(cm, cmExtra), logDir); err != nil {
+	if err := kc.start(bins[k8s.ControllerManagerID], k8s.ControllerManagerID, argsWithExtra(cm, cmExtra), logDir); err != nil {
 		return err
 	}
 
@@ -639,7 +654,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 		flagCertDir:                 filepath.Join(m.kubePKIDir(), "generated-sched"),
 	}
 
-	if err := kc.start(m, "kube-scheduler", argsWithExtra(sched, schedExtra), logDir); err != nil {
+	if err := kc.start(bins[k8s.SchedulerID], k8s.SchedulerID, argsWithExtra(sched, schedExtra), logDir); err != nil {
 		return err
 	}
 
@@ -654,13 +669,13 @@ func (m *Machine) startKube(ctx context.Context) error {
 	return nil
 }
 
-func (kc *kubeControlPlane) start(m *Machine, name string, args []string, logDir string) error {
+func (kc *kubeControlPlane) start(bin, name string, args []string, logDir string) error {
 	log, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 
-	cmd := exec.Command(filepath.Join(m.world.kubeAssets, name), args...) //nolint:gosec,noctx // our own binary; stopped by stopKube
+	cmd := exec.Command(bin, args...) //nolint:gosec,noctx // our own binary; stopped by stopKube
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=2", "GOMEMLIMIT=400MiB")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -973,7 +988,9 @@ func (m *Machine) writeAPIServerConfigFiles(cfg talosconfig.Provider, args map[s
 
 // apiServerFingerprint digests the settings whose change restarts the apiserver without a
 // reboot (Talos re-renders the static pod): extra args, environment, SANs, service account key,
-// admission, audit and authentication configuration.
+// admission, audit and authentication configuration; and the images of the controller-manager
+// and the scheduler (Talos restarts only the changed static pod; the emulator restarts the
+// three processes).
 func apiServerFingerprint(cfg talosconfig.Provider) string {
 	if cfg == nil {
 		return ""
@@ -985,6 +1002,14 @@ func apiServerFingerprint(cfg talosconfig.Provider) string {
 		doc["args"], doc["sans"], doc["authn"], doc["image"] = ac.ExtraArgs(), ac.CertSANs(), ac.UseAuthenticationConfig(), ac.Image()
 		// the environment is part of the static pod too (t:internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go)
 		doc["env"] = ac.Env()
+	}
+
+	if cc := cfg.K8sControllerManagerConfig(); cc != nil {
+		doc["cmImage"] = cc.Image()
+	}
+
+	if sc := cfg.K8sSchedulerConfig(); sc != nil {
+		doc["schedImage"] = sc.Image()
 	}
 
 	if sa := cfg.K8sServiceAccountConfig(); sa != nil && sa.IssuingKey() != nil {

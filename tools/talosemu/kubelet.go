@@ -92,11 +92,15 @@ func (m *Machine) kubeletService(ctx context.Context) {
 	name := m.nodeName()
 	lastStatus := time.Now()
 	applied := false
+	version := m.kubeletVersion()
 
 	for ctx.Err() == nil {
 		m.renewLease(ctx, c, name)
 
-		if time.Since(lastStatus) >= nodeStatusGap {
+		// a new kubelet image restarts the kubelet, which posts its status at once (kubeversions.go)
+		if v := m.kubeletVersion(); time.Since(lastStatus) >= nodeStatusGap || v != version {
+			version = v
+
 			if err := m.updateNodeStatus(ctx, c, name); err == nil {
 				lastStatus = time.Now()
 			}
@@ -260,9 +264,9 @@ func (m *Machine) updateNodeStatus(ctx context.Context, c *kubernetes.Clientset,
 	}
 
 	now := metav1.Now()
-	version := "v0.0.0"
 
-	if v, err := c.Discovery().ServerVersion(); err == nil {
+	version := m.kubeletVersion()
+	if v, err := c.Discovery().ServerVersion(); err == nil && version == "" {
 		version = v.GitVersion
 	}
 

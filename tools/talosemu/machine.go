@@ -74,6 +74,8 @@ type Machine struct {
 	kube        *kubeControlPlane
 	kubeletUp   atomic.Bool // the kubelet registered its Node and runs (kwok.go)
 
+	pulls // the ImageService pulls it served (kubeversions.go)
+
 	rpcMu         sync.Mutex
 	rpcCounts     map[string]int
 	forwardCounts map[string]int // requests this machine's apid forwarded to another node (proxy.go)

@@ -1,16 +1,23 @@
 package talosemu_test
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,9 +51,16 @@ func inlineKeys(inv map[string]string) int {
 // re-applies only what is missing from the inventory; updates are talosctl upgrade-k8s's job).
 // The version change also restarts the API server without a reboot, after
 // Options.APIServerRestartDelay.
+//
+// It also switches the node's Kubernetes images to the previous minor: the control plane
+// restarts with that version's binaries and the kubelet reports it.
 func TestInlineManifestsCreateOnly(t *testing.T) {
 	opt := testOptions()
 	opt.Kubernetes, opt.KubeAssets = true, kubeAssets(t)
+
+	if prev := filepath.Join(filepath.Dir(opt.KubeAssets), "v1.36.3", "kube-apiserver"); !fileExists(prev) {
+		t.Fatalf("%v: the previous minor's %s is missing: run `go tool task assets`", errNoKubeAssets, prev)
+	}
 	// the version change restarts the API server; it stays away this long (issue 4: the delay
 	// Talos shows on real hardware, configurable)
 	opt.APIServerRestartDelay = 3 * time.Second
@@ -137,18 +151,23 @@ func TestInlineManifestsCreateOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// a Kubernetes version change (the control plane images) and a second inline manifest
+	// a Kubernetes version change (the control plane and kubelet images: the previous minor,
+	// whose binaries `go tool task assets` links beside v1.37.2's) and a second inline manifest
 	patch, err := configpatcher.LoadPatch([]byte(`apiVersion: v1alpha1
 kind: KubeAPIServerConfig
-image: registry.k8s.io/kube-apiserver:v1.37.3
+image: registry.k8s.io/kube-apiserver:v1.36.3
 ---
 apiVersion: v1alpha1
 kind: KubeControllerManagerConfig
-image: registry.k8s.io/kube-controller-manager:v1.37.3
+image: registry.k8s.io/kube-controller-manager:v1.36.3
 ---
 apiVersion: v1alpha1
 kind: KubeSchedulerConfig
-image: registry.k8s.io/kube-scheduler:v1.37.3
+image: registry.k8s.io/kube-scheduler:v1.36.3
+---
+apiVersion: v1alpha1
+kind: KubeletConfig
+image: ghcr.io/siderolabs/kubelet:v1.36.3
 ---
 cluster:
   inlineManifests:
@@ -210,22 +229,70 @@ cluster:
 		return err != nil, "still answering"
 	})
 
-	testenv.EventuallyOK(t, 120*time.Second, "a new API server process answering", func() (bool, string) {
+	// the new process is the binary of the image's version (kubeversions.go)
+	testenv.EventuallyOK(t, 120*time.Second, "a new API server process of v1.36.3 answering", func() (bool, string) {
 		pid := apiserverPID()
 		if pid == 0 || pid == oldPID {
 			return false, fmt.Sprintf("pid %d (old %d)", pid, oldPID)
 		}
 
-		_, err := kube.Discovery().ServerVersion()
+		v, err := kube.Discovery().ServerVersion()
+		if err != nil {
+			return false, err.Error()
+		}
 
-		return err == nil, fmt.Sprint(err)
+		return v.GitVersion == "v1.36.3", v.GitVersion
 	})
+
+	// the kubelet reports its image's version
+	testenv.EventuallyOK(t, 60*time.Second, "the Node reports kubelet v1.36.3", func() (bool, string) {
+		nodes, err := kube.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(nodes.Items) != 1 {
+			return false, fmt.Sprint(err)
+		}
+
+		v := nodes.Items[0].Status.NodeInfo.KubeletVersion
+
+		return v == "v1.36.3", v
+	})
+
+	// the registry has the component images of the offered versions only; every pull is recorded
+	pull := func(ref string) error {
+		stream, err := a.ImageClient.Pull(t.Context(), &machineapi.ImageServicePullRequest{
+			Containerd: &common.ContainerdInstance{Driver: common.ContainerDriver_CRI, Namespace: common.ContainerdNamespace_NS_CRI}, ImageRef: ref,
+		})
+		if err != nil {
+			return err
+		}
+
+		for {
+			if _, err := stream.Recv(); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+
+				return err
+			}
+		}
+	}
+
+	if err := pull("registry.k8s.io/kube-apiserver:v1.36.3"); err != nil {
+		t.Fatalf("pulling an offered version: %v", err)
+	}
+
+	if err := pull("registry.k8s.io/kube-apiserver:v1.38.0"); status.Code(err) != codes.NotFound {
+		t.Fatalf("pulling a version the registry lacks: %v, want NotFound", err)
+	}
+
+	if ps := cp.PulledImages(); len(ps) != 2 || !ps[0].Pulled || ps[1].Pulled || ps[1].Namespace != "cri" || ps[1].Image != "registry.k8s.io/kube-apiserver:v1.38.0" {
+		t.Fatalf("recorded pulls %+v", ps)
+	}
 
 	if cp.Info().BootID != bootID {
 		t.Fatal("the machine rebooted for a Kubernetes version change")
 	}
 
-	testenv.EventuallyOK(t, 30*time.Second, "the running config names Kubernetes v1.37.3", func() (bool, string) {
+	testenv.EventuallyOK(t, 30*time.Second, "the running config names Kubernetes v1.36.3", func() (bool, string) {
 		mc, err := safe.StateGetByID[*configres.MachineConfig](t.Context(), a.COSI, configres.ActiveID)
 		if err != nil {
 			return false, err.Error()
@@ -233,7 +300,7 @@ cluster:
 
 		img := mc.Config().K8sAPIServerConfig().Image()
 
-		return strings.HasSuffix(img, ":v1.37.3"), img
+		return strings.HasSuffix(img, ":v1.36.3"), img
 	})
 
 	// the apply ran again (the API server restarts for the new image, so keep asking)
@@ -292,4 +359,10 @@ cluster:
 			t.Errorf("the inventory lacks the bootstrap manifests' %s: %v", k, inv)
 		}
 	}
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+
+	return err == nil && !st.IsDir()
 }

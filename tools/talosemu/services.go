@@ -451,20 +451,13 @@ func (s *storageServer) Disks(ctx context.Context, _ *emptypb.Empty) (*storage.D
 	return &storage.DisksResponse{Messages: []*storage.Disks{out}}, nil
 }
 
-// imageServer implements ImageService/Pull, the first step of talosctl's upgrade flow
-// (t:cmd/talosctl/cmd/talos/upgrade.go).
+// imageServer implements ImageService Pull (the first step of talosctl's upgrade flow,
+// t:cmd/talosctl/cmd/talos/upgrade.go, and of Ichor's Kubernetes upgrade) and List
+// (kubeversions.go).
 type imageServer struct {
 	machine.UnimplementedImageServiceServer
 
 	m *Machine
-}
-
-func (s *imageServer) Pull(in *machine.ImageServicePullRequest, srv grpc.ServerStreamingServer[machine.ImageServicePullResponse]) error {
-	if in.GetImageRef() == "" {
-		return status.Error(codes.InvalidArgument, "image reference is required")
-	}
-
-	return srv.Send(&machine.ImageServicePullResponse{Response: &machine.ImageServicePullResponse_Name{Name: in.GetImageRef()}})
 }
 
 // lifecycleServer implements LifecycleService/Upgrade, which writes the new version to the other

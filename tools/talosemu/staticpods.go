@@ -53,6 +53,18 @@ func (m *Machine) staticPods() []staticPod {
 		pods = append(pods, staticPod{component: k8s.SchedulerID, image: sc.Image(), cpu: "10m", memory: "64Mi"})
 	}
 
+	// while the processes run, the images they were started with (a new image in the config
+	// shows once they restart with it)
+	m.etcdMu.Lock()
+	if m.kube != nil {
+		for i := range pods {
+			if img := m.kube.images[pods[i].component]; img != "" {
+				pods[i].image = img
+			}
+		}
+	}
+	m.etcdMu.Unlock()
+
 	return pods
 }
 

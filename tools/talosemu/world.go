@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -37,10 +38,11 @@ type World struct {
 	controlAddr string
 	logger      *log.Logger
 
-	kwokState      // kwok.go: one kwok controller per emulated cluster
-	releaseState   // upgrade.go: the release source and the installer tags that exist
-	discoveryState // discovery.go: the discovery service
-	podNetState    // podnet.go: the pod runner's addresses and the API server's egress proxy
+	kwokState        // kwok.go: one kwok controller per emulated cluster
+	releaseState     // upgrade.go: the release source and the installer tags that exist
+	kubeVersionState // kubeversions.go: the Kubernetes versions and their binaries
+	discoveryState   // discovery.go: the discovery service
+	podNetState      // podnet.go: the pod runner's addresses and the API server's egress proxy
 }
 
 // Options tune Start.
@@ -56,6 +58,9 @@ type Options struct {
 	// KubeAssets is the directory with kube-apiserver, kube-controller-manager and
 	// kube-scheduler; empty means $KUBEBUILDER_ASSETS.
 	KubeAssets string
+	// KubeAssetsByVersion names, per Kubernetes version ("v1.36.3"), a directory with that
+	// version's binaries, for versions not beside KubeAssets (kubeversions.go).
+	KubeAssetsByVersion map[string]string
 	// SingleAPIServer runs one control plane (apiserver, controller-manager, scheduler) per
 	// cluster, on its first control plane in spec order, instead of one per control plane.
 	SingleAPIServer bool
@@ -110,6 +115,7 @@ func Start(ctx context.Context, spec *Spec, dir string, opts ...Options) (*World
 		apiRestartDelay: opt.APIServerRestartDelay,
 	}
 
+	w.byVersion = maps.Clone(opt.KubeAssetsByVersion)
 	w.kwokCtx, w.kwokCancel = context.WithCancel(context.WithoutCancel(ctx))
 
 	if w.kubeAssets == "" {

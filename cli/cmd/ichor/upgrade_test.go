@@ -66,3 +66,85 @@ func getTalosVersion(t *testing.T, ns string) string {
 	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "prod"}, c))
 	return c.Spec.TalosVersion
 }
+
+// `ichor upgrade kubernetes --list` prints the Kubernetes candidates;
+// `ichor upgrade kubernetes VERSION` counts one minor up from what the
+// machines run (status.kubernetesUpgrade.version), refuses a second upgrade
+// while one is unfinished (nothing written), and otherwise sets
+// spec.kubernetesVersion; `ichor operation resume --override` sets the
+// override with the resume, and only on a kubernetes operation.
+func TestUpgradeKubernetes(t *testing.T) {
+	ns := namespace(t, "upgrade-k8s")
+	c := newCluster(ns, "prod")
+	c.Spec.KubernetesVersion = "1.36.3"
+	must(t, k8s.Create(context.Background(), c))
+
+	checked := metav1.NewTime(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	c.Status.KubernetesUpgrade = ichorv1alpha1.KubernetesUpgradeStatus{
+		Source: "https://ghcr.io", CheckedAt: &checked, Version: "1.35.9",
+		Candidates: []ichorv1alpha1.VersionCandidate{
+			{Version: "v1.37.2", Group: ichorv1alpha1.CandidateRecommended},
+			{Version: "v1.36.4", Group: ichorv1alpha1.CandidatePatch, Default: true},
+		},
+	}
+	must(t, k8s.Status().Update(context.Background(), c))
+
+	out := mustSucceed(t, ichor(t, "upgrade", "kubernetes", "--list", "-n", ns)).stdout
+	if !strings.Contains(out, "Kubernetes candidates") || !strings.Contains(out, "running 1.35.9") || !strings.Contains(out, "v1.36.4") ||
+		strings.Index(out, "v1.37.2") > strings.Index(out, "v1.36.4") {
+		t.Fatalf("--list printed:\n%s", out)
+	}
+
+	mustFail(t, ichor(t, "upgrade", "kubernetes", "-n", ns, "-y"), "needs a VERSION", "the default is v1.36.4")
+	// The machines run 1.35.9: 1.37 is two minors up, whatever the spec says.
+	mustFail(t, ichor(t, "upgrade", "kubernetes", "1.37.2", "-n", ns, "-y"), "spec.kubernetesVersion", "skips a minor", "nothing was changed")
+
+	op := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "k8s-running"},
+		Spec: ichorv1alpha1.TalosOperationSpec{ClusterName: "prod", Type: ichorv1alpha1.OperationKubernetes,
+			Kubernetes: &ichorv1alpha1.KubernetesUpgrade{Version: "1.36.3"}},
+	}
+	createOperation(t, op)
+	mustFail(t, ichor(t, "upgrade", "kubernetes", "1.36.4", "-n", ns, "-y"), "k8s-running", "has not finished")
+
+	if got := getKubernetesVersion(t, ns); got != "1.36.3" {
+		t.Fatalf("a refused upgrade wrote spec.kubernetesVersion %s", got)
+	}
+
+	// Paused on its pre-checks: resume with the override.
+	op.Status = ichorv1alpha1.TalosOperationStatus{Phase: ichorv1alpha1.OperationPaused, FailedStep: ichorv1alpha1.KubernetesStagePreCheck,
+		FailureReason: "APIs that Kubernetes v1.36.3 removes are in use"}
+	must(t, k8s.Status().Update(context.Background(), op))
+	mustSucceed(t, ichor(t, "operation", "resume", "k8s-running", "--override", "-n", ns))
+
+	got := &ichorv1alpha1.TalosOperation{}
+	must(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(op), got))
+
+	if tok := got.Annotations[ichorv1alpha1.OverrideRemovedAPIsAnnotation]; tok == "" || tok != got.Annotations[ichorv1alpha1.ResumeAnnotation] {
+		t.Fatalf("annotations after resume --override: %v", got.Annotations)
+	}
+
+	must(t, k8s.Delete(context.Background(), op))
+	mustSucceed(t, ichor(t, "upgrade", "kubernetes", "v1.36.4", "-n", ns, "-y"))
+
+	if got := getKubernetesVersion(t, ns); got != "1.36.4" {
+		t.Fatalf("spec.kubernetesVersion %s after the upgrade", got)
+	}
+
+	talos := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "talos-paused"},
+		Spec: ichorv1alpha1.TalosOperationSpec{ClusterName: "prod", Type: ichorv1alpha1.OperationTalos,
+			Talos: &ichorv1alpha1.TalosUpgrade{Version: "v1.14.2"}},
+	}
+	createOperation(t, talos)
+	talos.Status = ichorv1alpha1.TalosOperationStatus{Phase: ichorv1alpha1.OperationPaused, FailedStep: "upgrade", FailureReason: "x"}
+	must(t, k8s.Status().Update(context.Background(), talos))
+	mustFail(t, ichor(t, "operation", "resume", "talos-paused", "--override", "-n", ns), "--override is for kubernetes operations", "nothing was changed")
+}
+
+func getKubernetesVersion(t *testing.T, ns string) string {
+	t.Helper()
+	c := &ichorv1alpha1.TalosCluster{}
+	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "prod"}, c))
+	return c.Spec.KubernetesVersion
+}

@@ -69,6 +69,12 @@ const (
 	argAddress = colAddress
 	// flagTimeout bounds a --wait.
 	flagTimeout = "timeout"
+	// flagOverride goes past a refusal the override verb may pass.
+	flagOverride = "override"
+	// usageWaitOperation is the usage of --wait on a command that starts an operation.
+	usageWaitOperation = "follow the operation until it ends; the exit status is non-zero unless it succeeded"
+	// colStage heads the stage columns.
+	colStage = "STAGE"
 	// usageCluster is the usage of the --cluster flag of the commands on one cluster.
 	usageCluster = "TalosCluster `NAME` (default: the only one in the namespace)"
 )

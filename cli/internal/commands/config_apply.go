@@ -30,7 +30,7 @@ func configApplyCommand() *cli.Command {
 			&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 			&cli.StringSliceFlag{Name: "machine", Usage: "only machine `NAME` (repeatable); refused: machines carry no label naming them, use --selector"},
 			&cli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "only the TalosMachines whose labels match `SELECTOR` (as kubectl -l)"},
-			&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends; the exit status is non-zero unless it succeeded"},
+			&cli.BoolFlag{Name: flagWait, Usage: usageWaitOperation},
 		},
 		Action: configApply,
 	}

@@ -95,7 +95,7 @@ func completeMachines(ctx context.Context, cmd *cli.Command) {
 }
 
 func machineTable() *output.Rows {
-	return &output.Rows{Header: []string{colName, "CLUSTER", "ROLE", "APPROVAL", "STAGE", colAddress, "READY", colAge}}
+	return &output.Rows{Header: []string{colName, "CLUSTER", "ROLE", "APPROVAL", colStage, colAddress, "READY", colAge}}
 }
 
 func machineRow(m *ichorv1alpha1.TalosMachine, now time.Time) []string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 )
 
@@ -65,7 +66,9 @@ func operationCommand() *cli.Command {
 					"or go on after a pause (spec.paused false)",
 				ArgsUsage:     argOperation,
 				ShellComplete: completeOperations,
-				Action:        operationResume,
+				Flags: []cli.Flag{&cli.BoolFlag{Name: flagOverride, Usage: "a kubernetes operation only: go on although APIs the target removes are in use " +
+					"(sets the " + ichorv1alpha1.OverrideRemovedAPIsAnnotation + " annotation; needs the override verb on the cluster and is recorded)"}},
+				Action: operationResume,
 			},
 		},
 	}
@@ -254,10 +257,39 @@ func (r *run) printOperation(op *ichorv1alpha1.TalosOperation, now time.Time) er
 			return err
 		}
 	}
+	if len(op.Status.Stages) > 0 {
+		r.printf("\nStages:\n")
+		t := &output.Rows{Header: []string{colStage, colPhase, colStep, colMessage}}
+		for _, st := range op.Status.Stages {
+			t.Add(st.Name, st.Phase, st.Step, st.Message)
+		}
+		if err := t.Write(r.out); err != nil {
+			return err
+		}
+	}
+	if len(op.Status.RemovedAPIs) > 0 {
+		r.printf("\nAPIs in use that the target removes:\n")
+		t := &output.Rows{Header: []string{"API", "REMOVED IN", "REPORTED BY"}}
+		for _, a := range op.Status.RemovedAPIs {
+			t.Add(strings.TrimSuffix(kubeupgrade.DescribeRemovedAPI(a), " (removed in "+a.RemovedRelease+")"), a.RemovedRelease, strings.Join(a.ControlPlanes, ","))
+		}
+		if err := t.Write(r.out); err != nil {
+			return err
+		}
+	}
 	if len(op.Status.Machines) > 0 {
 		r.printf("\nMachines:\n")
-		t := &output.Rows{Header: []string{colName, colRole, colPhase, colStep, colMessage}}
+		staged := op.Spec.Type == ichorv1alpha1.OperationKubernetes
+		header := []string{colName, colRole, colPhase, colStep, colMessage}
+		if staged {
+			header = []string{colName, colRole, colStage, colPhase, colStep, colMessage}
+		}
+		t := &output.Rows{Header: header}
 		for _, m := range op.Status.Machines {
+			if staged {
+				t.Add(m.Name, m.Role, m.Stage, m.Phase, m.Step, m.Message)
+				continue
+			}
 			t.Add(m.Name, m.Role, m.Phase, m.Step, m.Message)
 		}
 		if err := t.Write(r.out); err != nil {
@@ -488,12 +520,20 @@ func operationResume(ctx context.Context, cmd *cli.Command) error {
 			return fmt.Errorf("operation %s is not paused (phase %s): it has no failed step and spec.paused is false; nothing was changed",
 				name, orUnknown(op.Status.Phase))
 		}
+		if cmd.Bool(flagOverride) && op.Spec.Type != ichorv1alpha1.OperationKubernetes {
+			return fmt.Errorf("--override is for kubernetes operations (removed APIs in use); operation %s is of type %s; nothing was changed", name, op.Spec.Type)
+		}
 		if op.Status.FailedStep != "" {
 			if op.Annotations == nil {
 				op.Annotations = map[string]string{}
 			}
-			op.Annotations[ichorv1alpha1.ResumeAnnotation] = resumeToken(op)
+			tok := resumeToken(op)
+			op.Annotations[ichorv1alpha1.ResumeAnnotation] = tok
 			did = append(did, "re-runs its failed step "+op.Status.FailedStep)
+			if cmd.Bool(flagOverride) {
+				op.Annotations[ichorv1alpha1.OverrideRemovedAPIsAnnotation] = tok
+				did = append(did, "goes past the removed APIs in use (the override is recorded on the cluster)")
+			}
 		}
 		if op.Spec.Paused {
 			op.Spec.Paused = false

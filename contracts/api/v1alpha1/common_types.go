@@ -52,6 +52,13 @@ const (
 	// A request within guard.MinScanRequestGap of the last scan waits until
 	// that much time has passed.
 	ScanRequestedAnnotation = "ichor.maesh.dev/scan-requested-at"
+	// OverrideRemovedAPIsAnnotation on a TalosOperation of type kubernetes lets
+	// its pre-checks go past Kubernetes APIs in use that the target version
+	// removes (read from apiserver_requested_deprecated_apis); its value is any
+	// token. Setting it needs the `override` verb on the cluster, and the
+	// operation records the override as a Warning Event on the TalosCluster.
+	// `ichor operation resume NAME --override` sets it with the resume.
+	OverrideRemovedAPIsAnnotation = "ichor.maesh.dev/override-removed-apis"
 )
 
 // Labels Ichor sets.

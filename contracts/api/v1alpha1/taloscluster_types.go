@@ -430,6 +430,40 @@ type TalosClusterStatus struct {
 	// upgraded to.
 	// +optional
 	TalosUpgrade TalosUpgradeStatus `json:"talosUpgrade,omitempty"`
+	// kubernetesUpgrade is the Kubernetes upgrade state: the version the
+	// machines run and the candidates to upgrade to.
+	// +optional
+	KubernetesUpgrade KubernetesUpgradeStatus `json:"kubernetesUpgrade,omitempty"`
+}
+
+// KubernetesUpgradeStatus is the Kubernetes upgrade state of a cluster.
+type KubernetesUpgradeStatus struct {
+	// source is the registry the candidates were read from (the tags of the
+	// kubelet image Talos runs).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Source string `json:"source,omitempty"`
+	// checkedAt is when the registry was last read.
+	// +optional
+	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
+	// message says why the registry could not be read, when it could not.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// candidates are the versions an upgrade may move to: Recommended, Patch,
+	// then Next minor, newest first within each; the newest patch of the
+	// running minor is the default.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	Candidates []VersionCandidate `json:"candidates,omitempty"`
+	// version is the spec.kubernetesVersion the machines were last upgraded to
+	// (or installed with): a spec.kubernetesVersion that differs starts a
+	// kubernetes operation, and until it has upgraded a machine's components
+	// that machine's configuration keeps this version (the render pins it).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version,omitempty"`
 }
 
 // TalosUpgradeStatus is the Talos upgrade state of a cluster.

@@ -57,6 +57,41 @@ const (
 	OperationFailed = "Failed"
 )
 
+// Stages of a kubernetes operation, in order, as status.step and
+// status.stages[].name (and status.machines[].stage for the per-machine ones)
+// name them: the pre-checks, the image pre-pull on every node, then the three
+// stages of upgrade-k8s, each finished on every machine before the next.
+const (
+	// KubernetesStagePreCheck checks the target, the pairings, the nodes and the removed APIs in use.
+	KubernetesStagePreCheck = "precheck"
+	// KubernetesStagePrePull pulls the target's images on every node through Talos's image API.
+	KubernetesStagePrePull = "pre-pull"
+	// KubernetesStageControlPlane moves kube-apiserver, kube-controller-manager and kube-scheduler, one control plane at a time.
+	KubernetesStageControlPlane = "control-plane"
+	// KubernetesStageKubeProxy moves the kube-proxy image in the control planes' configuration.
+	KubernetesStageKubeProxy = "kube-proxy"
+	// KubernetesStageManifests server-side applies Talos's bootstrap manifests, as upgrade-k8s does.
+	KubernetesStageManifests = "manifests"
+	// KubernetesStageKubelet moves the kubelets: control planes first, then workers within maxUnavailable.
+	KubernetesStageKubelet = "kubelet"
+)
+
+// KubernetesStages are the stages of a kubernetes operation, in order.
+var KubernetesStages = []string{
+	KubernetesStagePreCheck, KubernetesStagePrePull, KubernetesStageControlPlane,
+	KubernetesStageKubeProxy, KubernetesStageManifests, KubernetesStageKubelet,
+}
+
+// Stage phases.
+const (
+	// StagePending has not started.
+	StagePending = "Pending"
+	// StageInProgress is running.
+	StageInProgress = "InProgress"
+	// StageDone finished on every machine it covers.
+	StageDone = "Done"
+)
+
 // TalosOperation condition types.
 const (
 	// PreChecksPassedCondition reports the pre-checks (etcd health, readiness, upgrade path, pairing).
@@ -305,12 +340,78 @@ type TalosOperationStatus struct {
 	// progressSequence grows on every progress change, so a stream can resume from it.
 	// +optional
 	ProgressSequence int64 `json:"progressSequence,omitempty"`
-	// machines is the per-machine progress.
+	// machines is the per-machine progress. In a kubernetes operation each
+	// entry's phase and step belong to its stage (status.machines[].stage).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=1000
 	Machines []MachineProgress `json:"machines,omitempty"`
+	// stages are the stages of a kubernetes operation, in order, with their phase.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Stages []OperationStage `json:"stages,omitempty"`
+	// removedAPIs are the Kubernetes APIs in use that the target removes, as
+	// the pre-checks of a kubernetes operation read them from each
+	// kube-apiserver's apiserver_requested_deprecated_apis.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	RemovedAPIs []RemovedAPI `json:"removedAPIs,omitempty"`
+}
+
+// OperationStage is one stage of an operation and how far it is.
+type OperationStage struct {
+	// name is the stage (precheck, pre-pull, control-plane, kube-proxy, manifests, kubelet).
+	// +kubebuilder:validation:MaxLength=32
+	Name string `json:"name"`
+	// phase is Pending, InProgress or Done.
+	// +kubebuilder:validation:Enum=Pending;InProgress;Done
+	Phase string `json:"phase"`
+	// step is the stage's own step, for a stage the operation runs itself
+	// (manifests: apply, then rollout).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Step string `json:"step,omitempty"`
+	// message is a human-readable detail (what the stage did or waits for).
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+	// startedAt is when the stage started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// completedAt is when it finished.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+}
+
+// RemovedAPI is an API version a kube-apiserver served and was asked for,
+// which the target Kubernetes version no longer serves.
+type RemovedAPI struct {
+	// group is the API group ("" for the core group).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Group string `json:"group,omitempty"`
+	// version is the API version, e.g. v1beta1.
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version"`
+	// resource is the resource, e.g. servicecidrs.
+	// +kubebuilder:validation:MaxLength=253
+	Resource string `json:"resource"`
+	// subresource is the subresource, if the request was for one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Subresource string `json:"subresource,omitempty"`
+	// removedRelease is the Kubernetes minor that removes it, e.g. 1.37.
+	// +kubebuilder:validation:MaxLength=16
+	RemovedRelease string `json:"removedRelease"`
+	// controlPlanes are the control planes whose kube-apiserver reported it.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	ControlPlanes []string `json:"controlPlanes,omitempty"`
 }
 
 // Per-machine phases.
@@ -360,10 +461,15 @@ type MachineProgress struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	BootID string `json:"bootID,omitempty"`
-	// version is the Talos version the node ran before the operation's upgrade.
+	// version is the version the node ran before the operation's upgrade
+	// (Talos; in a kubernetes operation, the component the stage moves).
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Version string `json:"version,omitempty"`
+	// stage is the stage of a kubernetes operation the phase and step belong to.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Stage string `json:"stage,omitempty"`
 }
 
 // TalosOperation is a Job-style run of one action over the cluster or a node:

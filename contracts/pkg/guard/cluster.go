@@ -12,6 +12,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
+	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
@@ -180,7 +181,9 @@ func checkVersions(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 		}
 	}
 	if old != nil && kubeChanged {
-		if err := release.KubernetesSkew(old.Spec.KubernetesVersion, kube); err != nil {
+		// From what the machines run: while a Kubernetes upgrade goes on the
+		// spec is already ahead of them (status.kubernetesUpgrade.version).
+		if err := release.KubernetesSkew(kubeupgrade.Running(old), kube); err != nil {
 			out = append(out, Refusal{
 				Field:  "spec.kubernetesVersion",
 				Rule:   err.Error(),

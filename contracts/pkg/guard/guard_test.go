@@ -381,18 +381,26 @@ func TestOperations(t *testing.T) {
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.0"}
 	}), facts), map[string][]string{"spec.talos.version": {"downgrade"}})
+	upgrading := func(spec string) OperationFacts {
+		return OperationFacts{Cluster: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.KubernetesVersion, c.Status.KubernetesUpgrade.Version = spec, "1.37.2"
+		})}
+	}
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.38.0"}
-	}), facts), map[string][]string{"spec.kubernetes.version": {"incompatible pair"}})
+	}), upgrading("1.38.0")), map[string][]string{"spec.kubernetes.version": {"incompatible pair"}})
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.5"}
-	}), facts), nil)
+	}), upgrading("1.37.5")), nil)
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.5"}
+	}), facts), map[string][]string{"spec.kubernetes.version": {"spec.kubernetesVersion (v1.37.2)", "ichor upgrade kubernetes 1.37.5"}})
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationConfig), OperationFacts{}), map[string][]string{"spec.clusterName": {"does not exist"}})
 	unmanaged := cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Preset = ichorv1alpha1.CNIPresetUnmanaged })
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationCNI), OperationFacts{Cluster: unmanaged}), map[string][]string{"spec.type": {"unmanaged CNI"}})
 
 	// The types this release does not run are refused, each with a way out.
-	for _, typ := range []string{ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationIchor,
+	for _, typ := range []string{ichorv1alpha1.OperationIchor,
 		ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationCARotation,
 		ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationEtcdRestore} {
 		r := CheckRunnable(op(typ))
@@ -401,9 +409,11 @@ func TestOperations(t *testing.T) {
 		}
 	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), facts), nil)
-	// A Talos upgrade runs.
-	if r := CheckRunnable(op(ichorv1alpha1.OperationTalos)); r != nil {
-		t.Errorf("type talos is refused: %+v", r)
+	// A Talos upgrade and a Kubernetes upgrade run.
+	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes} {
+		if r := CheckRunnable(op(typ)); r != nil {
+			t.Errorf("type %s is refused: %+v", typ, r)
+		}
 	}
 	// A node operation runs; its machine must exist.
 	if r := CheckRunnable(op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionReboot))); r != nil {

@@ -25,7 +25,9 @@ type OperationFacts struct {
 // RunnableOperationTypes are the operation types this release of Ichor runs.
 // The webhook refuses every other type at admission (CheckRunnable) and the
 // operation controller fails one that got in before the rule existed.
-var RunnableOperationTypes = []string{ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationNode}
+var RunnableOperationTypes = []string{
+	ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationNode,
+}
 
 // OperationRunnable reports whether this release runs operations of type t.
 func OperationRunnable(t string) bool {
@@ -37,8 +39,6 @@ const adminTalosconfig = "the os:admin talosconfig of the cluster's secrets (`ic
 
 // notRunnableWayOut says, per type, what a person can do without the operation.
 var notRunnableWayOut = map[string]string{
-	ichorv1alpha1.OperationKubernetes: "upgrade with `talosctl upgrade-k8s` and " + adminTalosconfig +
-		", then set spec.kubernetesVersion on the TalosCluster to the version it runs",
 	ichorv1alpha1.OperationIchor:       "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",
 	ichorv1alpha1.OperationCNI:         "Cilium stays at the version this Ichor embeds; a newer Ichor brings a newer Cilium",
 	ichorv1alpha1.OperationKubeProxy:   "this release cannot switch kube-proxy; keep spec.cni.kubeProxy as it is",
@@ -122,15 +122,7 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 			}
 		}
 	case ichorv1alpha1.OperationKubernetes:
-		if k := op.Spec.Kubernetes; k != nil {
-			if err := release.KubernetesSkew(c.Spec.KubernetesVersion, k.Version); err != nil {
-				out = append(out, Refusal{Field: "spec.kubernetes.version", Rule: err.Error(),
-					WayOut: wayOutKubernetesSkew})
-			}
-			if err := release.CheckPair(c.Spec.TalosVersion, k.Version); err != nil {
-				out = append(out, pairRefusal("spec.kubernetes.version", err))
-			}
-		}
+		out = append(out, checkKubernetesOperation(op, c)...)
 	case ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy:
 		if c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetUnmanaged {
 			out = append(out, Refusal{Field: fieldSpecType,

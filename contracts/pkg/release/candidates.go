@@ -1,16 +1,12 @@
 package release
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
-
-	"github.com/blang/semver/v4"
 )
 
 // The groups of the upgrade candidates (architecture, "Upgrades"): the
@@ -41,73 +37,11 @@ type Candidate struct {
 // group, the newest patch of the current minor marked Default. A version
 // that does not parse, a pre-release and a duplicate are left out.
 func TalosCandidates(current, recommended string, available []string) ([]Candidate, error) {
-	cur, err := parse("talos", current)
-	if err != nil {
+	if _, err := parse("talos", current); err != nil {
 		return nil, err
 	}
 
-	rec, recErr := semver.ParseTolerant(recommended)
-
-	seen := map[string]bool{}
-
-	var out []Candidate
-
-	for _, a := range available {
-		v, err := semver.ParseTolerant(a)
-		if err != nil || len(v.Pre) > 0 || len(v.Build) > 0 || !v.GT(cur) || v.Major != cur.Major {
-			continue
-		}
-
-		name := "v" + v.String()
-		if seen[name] {
-			continue
-		}
-
-		seen[name] = true
-
-		var group string
-
-		switch v.Minor {
-		case cur.Minor:
-			group = GroupPatch
-		case cur.Minor + 1:
-			group = GroupNextMinor
-		default:
-			continue
-		}
-
-		if TalosPath(current, name) != nil {
-			continue
-		}
-
-		if recErr == nil && v.EQ(rec) {
-			group = GroupRecommended
-		}
-
-		out = append(out, Candidate{Version: name, Group: group})
-	}
-
-	order := map[string]int{GroupRecommended: 0, GroupPatch: 1, GroupNextMinor: 2}
-
-	slices.SortFunc(out, func(a, b Candidate) int {
-		return cmp.Or(cmp.Compare(order[a.Group], order[b.Group]),
-			semver.MustParse(strings.TrimPrefix(b.Version, "v")).Compare(semver.MustParse(strings.TrimPrefix(a.Version, "v"))))
-	})
-
-	def := -1
-
-	for i, c := range out {
-		v := semver.MustParse(strings.TrimPrefix(c.Version, "v"))
-		if v.Minor == cur.Minor && (def < 0 || v.GT(semver.MustParse(strings.TrimPrefix(out[def].Version, "v")))) {
-			def = i
-		}
-	}
-
-	if def >= 0 {
-		out[def].Default = true
-	}
-
-	return out, nil
+	return candidates(current, recommended, available, func(v string) bool { return TalosPath(current, v) == nil })
 }
 
 // DefaultCandidate is the candidate marked Default, or "" when there is none.

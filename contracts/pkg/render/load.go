@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 )
 
 // ErrClusterNotFound is returned by LoadInput when the machine's TalosCluster does not exist.
@@ -15,7 +16,9 @@ var ErrClusterNotFound = fmt.Errorf("TalosCluster not found")
 
 // LoadInput reads what a render of m needs besides the secrets bundle: its
 // TalosCluster and the namespace's TalosConfigPatches and TalosStorages
-// (Render keeps those of the cluster that apply to m). The controller, the
+// (Render keeps those of the cluster that apply to m), and, while a
+// Kubernetes upgrade goes on, the namespace's TalosOperations, from which the
+// versions pinned for m come (Input.Kubernetes). The controller, the
 // CLI and ichor-ui all gather the input here, so the console's effective
 // configuration is the one the controller applies; each adds the bundle it
 // may hold (the real one, or ichor-ui's synthetic one). A missing cluster is
@@ -40,5 +43,18 @@ func LoadInput(ctx context.Context, r client.Reader, m *ichorv1alpha1.TalosMachi
 		return Input{}, fmt.Errorf("listing TalosStorages in %s (their presets are part of the system layer): %w", m.Namespace, err)
 	}
 
-	return Input{Cluster: c, Machine: m, Patches: patches.Items, Storages: storages.Items}, nil
+	// A Kubernetes upgrade keeps the components it has not reached at the
+	// version they run (kubeupgrade.Pins), as its kubernetes operation says.
+	var ops ichorv1alpha1.TalosOperationList
+
+	if running := c.Status.KubernetesUpgrade.Version; running != "" && !kubeupgrade.Same(running, c.Spec.KubernetesVersion) {
+		if err := r.List(ctx, &ops, client.InNamespace(m.Namespace)); err != nil {
+			return Input{}, fmt.Errorf("listing TalosOperations in %s (a Kubernetes upgrade decides which version each component runs): %w", m.Namespace, err)
+		}
+	}
+
+	return Input{
+		Cluster: c, Machine: m, Patches: patches.Items, Storages: storages.Items,
+		Kubernetes: kubeupgrade.Pins(c, m, ops.Items),
+	}, nil
 }

@@ -23,6 +23,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/api/v1alpha1/config/convert"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 )
 
 // Version is the version of the renderer's output. It is bumped whenever the
@@ -69,6 +70,10 @@ type Input struct {
 	// namespace; the system layer prepares the machine for the presets of
 	// those of the cluster that select it. Nil renders no storage preset.
 	Storages []ichorv1alpha1.TalosStorage
+	// Kubernetes pins components to the version they run while a Kubernetes
+	// upgrade goes on (kubeupgrade.Pins; LoadInput fills it); the zero value
+	// renders the cluster's spec.kubernetesVersion for all.
+	Kubernetes kubeupgrade.Versions
 }
 
 // Origin says where a value came from.
@@ -318,6 +323,33 @@ func Render(in Input) (*Result, error) {
 	cfg, err := out.Config()
 	if err != nil {
 		return nil, fmt.Errorf("apply patches to machine %s: %w", in.Machine.Name, err)
+	}
+
+	if in.Kubernetes.Pinned() {
+		// The images are known only once every layer applied, so the pins
+		// go on top, last.
+		pins, err := kubernetesPinSteps(cfg, in.Cluster.Spec.KubernetesVersion, in.Kubernetes)
+		if err != nil {
+			return nil, fmt.Errorf("machine %s: %w", in.Machine.Name, err)
+		}
+
+		if len(pins) > 0 {
+			ps := make([]configpatcher.Patch, len(pins))
+			for i := range pins {
+				ps[i] = pins[i].patch
+			}
+
+			pinned, err := configpatcher.Apply(configpatcher.WithConfig(cfg), ps)
+			if err != nil {
+				return nil, fmt.Errorf("pin the Kubernetes versions of machine %s: %w", in.Machine.Name, err)
+			}
+
+			if cfg, err = pinned.Config(); err != nil {
+				return nil, fmt.Errorf("pin the Kubernetes versions of machine %s: %w", in.Machine.Name, err)
+			}
+
+			steps = append(steps, pins...)
+		}
 	}
 
 	b, err := cfg.EncodeBytes(encodeOptions()...)

@@ -48,7 +48,10 @@ func IsStalled(err error) bool {
 // cluster, the namespace's patches and TalosStorages) and the bundle Secret
 // (through apiReader: the controller may get a Secret, not list or watch them
 // all), and renders.
-func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *ichorv1alpha1.TalosMachine) (*State, error) {
+//
+// adjust, when given, changes the input before the render: the kubernetes
+// operation sets the pins from its own, newer, status (Input.Kubernetes).
+func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *ichorv1alpha1.TalosMachine, adjust ...func(*render.Input)) (*State, error) {
 	in, err := render.LoadInput(ctx, c, m)
 	if err != nil {
 		if errors.Is(err, render.ErrClusterNotFound) {
@@ -56,6 +59,10 @@ func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *icho
 		}
 
 		return nil, err
+	}
+
+	for _, f := range adjust {
+		f(&in)
 	}
 
 	b, err := LoadBundle(ctx, apiReader, in.Cluster)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -112,10 +113,17 @@ func (c Cluster) create(ctx context.Context, n string) error {
 		return err
 	}
 
-	tm.Status.Stage = ichorv1alpha1.StageMaintenance
-	tm.Status.MaintenanceFingerprint = em.MaintenanceFingerprint()
+	// The machine's reconcilers may write its status first: read it again on a conflict.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(tm), tm); err != nil {
+			return err
+		}
 
-	return c.Client.Status().Update(ctx, tm)
+		tm.Status.Stage = ichorv1alpha1.StageMaintenance
+		tm.Status.MaintenanceFingerprint = em.MaintenanceFingerprint()
+
+		return c.Client.Status().Update(ctx, tm)
+	})
 }
 
 // bootstrap waits until the first control plane runs, then bootstraps its

@@ -34,7 +34,8 @@ func (v *operationValidator) ValidateCreate(ctx context.Context, op *ichorv1alph
 		return w, err
 	}
 	s := operationSubject(op)
-	return v.decideRunnable(ctx, s, op, guard.CheckOperation(op, facts), guard.OperationRequirements(op))
+	reqs := append(guard.OperationRequirements(op), guard.OperationAnnotationRequirements(nil, op)...)
+	return v.decideRunnable(ctx, s, op, guard.CheckOperation(op, facts), reqs)
 }
 
 // decideRunnable decides as decide does, then refuses a type this release
@@ -53,12 +54,14 @@ func (v *operationValidator) decideRunnable(ctx context.Context, s subject, op *
 	return warnings, nil
 }
 
-// ValidateUpdate lets spec.paused and metadata change; any other change of
-// the spec is refused, with what the same spec would meet at create.
+// ValidateUpdate lets spec.paused and metadata change (the override
+// annotation needs its verb); any other change of the spec is refused, with
+// what the same spec would meet at create.
 func (v *operationValidator) ValidateUpdate(ctx context.Context, old, op *ichorv1alpha1.TalosOperation) (admission.Warnings, error) {
 	changed := guard.CheckOperationUnchanged(old, op)
 	if changed == nil {
-		return nil, nil
+		// Metadata only: setting the override annotation needs its verb.
+		return v.decide(ctx, operationSubject(op), nil, guard.OperationAnnotationRequirements(old, op))
 	}
 	facts, err := guard.LoadOperationFacts(ctx, v.reader, op)
 	if err != nil {

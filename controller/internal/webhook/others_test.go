@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -156,13 +155,26 @@ func TestOperationTargetsAreChecked(t *testing.T) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.39.0"}
 	}))
 	refused(t, err, "Invalid", "spec.kubernetes.version", "skips a minor")
+	// A kubernetes operation carries out a spec.kubernetesVersion change; it
+	// never names another target.
 	err = operator.Create(ctx, newOperation(ns, "k-patch", ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.3"}
 	}))
-	notRunnable(t, err, ichorv1alpha1.OperationKubernetes)
-	if strings.Contains(err.Error(), "spec.kubernetes.version") {
-		t.Errorf("a patch upgrade's version is refused: %v", err)
+	refused(t, err, "Invalid", "spec.kubernetes.version", "spec.kubernetesVersion", "ichor upgrade kubernetes 1.37.3")
+	// The neighbour: the operation for the cluster's spec is admitted.
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "k", func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.37.3" })))
+	k := newOperation(ns, "k-spec", ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.ClusterName = "k"
+		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.3"}
+	})
+	testenv.Must(t, operator.Create(ctx, k))
+	// Going past removed APIs in use is the override verb's: an operator is
+	// refused the annotation, an admin sets it.
+	override := func(o *ichorv1alpha1.TalosOperation) {
+		o.Annotations = map[string]string{ichorv1alpha1.OverrideRemovedAPIsAnnotation: "1", ichorv1alpha1.ResumeAnnotation: "1"}
 	}
+	refused(t, update(t, operator, k, override), "Forbidden", "override", ichorv1alpha1.OverrideRemovedAPIsAnnotation)
+	testenv.Must(t, update(t, admin, k, override))
 }
 
 // Rule: the IchorInstallation's write rights are split over /version and /settings.

@@ -149,11 +149,11 @@ func TestOperationTypeNotRunnableIsRefused(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
-	err := admin.Create(ctx, newOperation(ns, "up", ichorv1alpha1.OperationKubernetes, func(o *ichorv1alpha1.TalosOperation) {
-		o.Spec.Kubernetes = &ichorv1alpha1.KubernetesUpgrade{Version: "1.37.3"}
+	err := admin.Create(ctx, newOperation(ns, "up", ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.CARotation = &ichorv1alpha1.CARotation{}
 	}))
-	notRunnable(t, err, ichorv1alpha1.OperationKubernetes)
-	refused(t, err, "Invalid", `it runs "config", "talos", "node"`, "talosctl upgrade-k8s", "ichor secrets export")
+	notRunnable(t, err, ichorv1alpha1.OperationCARotation)
+	refused(t, err, "Invalid", `it runs "config", "talos", "kubernetes", "node"`, "talosctl rotate-ca", "ichor secrets export")
 	testenv.Must(t, admin.Create(ctx, newOperation(ns, "cfg", ichorv1alpha1.OperationConfig)))
 	testenv.Must(t, admin.Create(ctx, newOperation(ns, "talos", ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.2"}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	"github.com/maeshinshin/ichor/contracts/pkg/privileged"
 	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
@@ -207,7 +208,14 @@ func operationToProto(op *ichorv1alpha1.TalosOperation) *ichorv1.Operation {
 		if msg == "" && m.Step != "" {
 			msg = m.Step
 		}
-		out.Machines = append(out.Machines, &ichorv1.OperationMachine{Name: m.Name, State: m.Phase, Message: msg})
+		out.Machines = append(out.Machines, &ichorv1.OperationMachine{Name: m.Name, State: m.Phase, Message: msg, Stage: m.Stage, Step: m.Step})
+	}
+	for _, stg := range st.Stages {
+		out.Stages = append(out.Stages, &ichorv1.OperationStage{Name: stg.Name, Phase: stg.Phase, Message: stg.Message})
+	}
+	for _, a := range st.RemovedAPIs {
+		api := strings.TrimSuffix(kubeupgrade.DescribeRemovedAPI(a), " (removed in "+a.RemovedRelease+")")
+		out.RemovedApis = append(out.RemovedApis, &ichorv1.RemovedAPI{Api: api, RemovedRelease: a.RemovedRelease, ControlPlanes: a.ControlPlanes})
 	}
 	return out
 }

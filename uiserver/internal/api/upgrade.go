@@ -10,6 +10,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 )
 
@@ -122,4 +123,106 @@ func (s *OperationService) StartTalosUpgrade(ctx context.Context, req *ichorv1.S
 	}
 
 	return &ichorv1.StartTalosUpgradeResponse{From: from, To: version}, nil
+}
+
+// PreviewKubernetesUpgrade implements OperationService: the served cluster's
+// candidates (status.kubernetesUpgrade, which the controller reads from the
+// kubelet image's tags) and, for a version, the checks of `ichor upgrade
+// kubernetes` (guard.CheckKubernetesUpgrade), with the warning about an
+// untested Cilium.
+func (s *OperationService) PreviewKubernetesUpgrade(ctx context.Context, req *ichorv1.PreviewKubernetesUpgradeRequest) (*ichorv1.PreviewKubernetesUpgradeResponse, error) {
+	const what = "planning a Kubernetes upgrade"
+
+	for _, res := range []string{resClusters, resOperations} {
+		if err := s.Clients.Authorize(ctx, "list", res); err != nil {
+			return nil, apiError(ctx, err, what)
+		}
+	}
+
+	c := &ichorv1alpha1.TalosCluster{}
+	if err := s.Clients.Cache.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: s.ClusterName}, c); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	ops := &ichorv1alpha1.TalosOperationList{}
+	if err := s.Clients.Cache.List(ctx, ops, client.InNamespace(s.Clients.Namespace)); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	u := c.Status.KubernetesUpgrade
+	out := &ichorv1.PreviewKubernetesUpgradeResponse{
+		Cluster: s.ClusterName, Current: kubeupgrade.Describe(kubeupgrade.Running(c)), Source: u.Source, SourceMessage: u.Message,
+		CheckedAt: ts(u.CheckedAt), Version: normalizeVersion(req.GetVersion()),
+	}
+
+	for _, cand := range u.Candidates {
+		out.Candidates = append(out.Candidates, &ichorv1.VersionCandidate{Version: cand.Version, Group: cand.Group, Default: cand.Default})
+	}
+
+	if op := kubeupgrade.Unfinished(c, ops.Items); op != nil {
+		out.Unfinished = operationToProto(op)
+	}
+
+	if out.Version != "" {
+		for _, r := range guard.CheckKubernetesUpgrade(c, ops.Items, out.Version) {
+			out.Refusals = append(out.Refusals, &ichorv1.Refusal{Field: r.Field, Rule: r.Rule, WayOut: r.WayOut, Overridable: r.Overridable})
+		}
+
+		if w := guard.UntestedCilium(c, out.Version); w != "" {
+			out.Warnings = append(out.Warnings, w)
+		}
+	}
+
+	return out, nil
+}
+
+// StartKubernetesUpgrade implements OperationService: after the typed
+// cluster name and guard.CheckKubernetesUpgrade (on the cluster and
+// operations fresh from the API server, as the user), it sets
+// spec.kubernetesVersion as the signed-in user, so the API server's RBAC and
+// the admission webhook decide as for the CLI. The controller starts the
+// kubernetes operation.
+func (s *OperationService) StartKubernetesUpgrade(ctx context.Context, req *ichorv1.StartKubernetesUpgradeRequest) (*ichorv1.StartKubernetesUpgradeResponse, error) {
+	version := normalizeVersion(req.GetVersion())
+	what := "upgrading cluster " + s.ClusterName + " to Kubernetes " + version
+
+	if version == "" {
+		return nil, invalid("version is required: choose one of the candidates or type one, such as v1.37.2; nothing was changed")
+	}
+
+	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
+		if got == "" {
+			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was changed", what, s.ClusterName)
+		}
+
+		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was changed", what, got, s.ClusterName)
+	}
+
+	ops := &ichorv1alpha1.TalosOperationList{}
+	if err := s.Clients.User.List(ctx, ops, client.InNamespace(s.Clients.Namespace)); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	var from string
+
+	c := &ichorv1alpha1.TalosCluster{}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := s.Clients.User.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: s.ClusterName}, c); err != nil {
+			return err
+		}
+
+		if rs := guard.CheckKubernetesUpgrade(c, ops.Items, version); len(rs) > 0 {
+			return refused(codes.FailedPrecondition, what, rs)
+		}
+
+		from = kubeupgrade.Describe(kubeupgrade.Running(c))
+		c.Spec.KubernetesVersion = kubeupgrade.Normalize(version)
+
+		return s.Clients.User.Update(ctx, c)
+	})
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	return &ichorv1.StartKubernetesUpgradeResponse{From: from, To: version}, nil
 }

@@ -924,8 +924,12 @@ export interface Operation {
   paused?: boolean;
   /** Pending, Running, Paused, AwaitingCredentials, Succeeded or Failed. */
   phase?: string;
+  /** A kubernetes operation's pre-check finding: the APIs in use its target removes. */
+  removedApis?: RemovedAPI[];
   /** The object's resourceVersion. */
   resourceVersion?: string;
+  /** A kubernetes operation's stages, in order. */
+  stages?: OperationStage[];
   /** When it started. */
   startedAt?: string;
   /** The step in progress. */
@@ -942,8 +946,22 @@ export interface OperationMachine {
   message?: string;
   /** The TalosMachine. */
   name?: string;
+  /** The kubernetes operation's stage the state belongs to. */
+  stage?: string;
   /** Pending, InProgress, Done, Failed, Held or Skipped. */
   state?: string;
+  /** The machine's step. */
+  step?: string;
+}
+
+/** OperationStage is one stage of a kubernetes operation. */
+export interface OperationStage {
+  /** What the stage did or waits for. */
+  message?: string;
+  /** precheck, pre-pull, control-plane, kube-proxy, manifests or kubelet. */
+  name?: string;
+  /** Pending, InProgress or Done. */
+  phase?: string;
 }
 
 /** PathChange is one changed path of a machine's configuration, never its value. */
@@ -998,6 +1016,33 @@ export interface PreviewConfigRolloutResponse {
    * new one is refused until it ends; follow or resume it instead.
    */
   unfinished?: Operation;
+}
+
+/** PreviewKubernetesUpgradeResponse is the dialog's Kubernetes tab. */
+export interface PreviewKubernetesUpgradeResponse {
+  /** The candidates: Recommended, Patch, then Next minor, newest first within each. */
+  candidates?: VersionCandidate[];
+  /** When the registry was last read. */
+  checkedAt?: string;
+  /** The cluster: what the confirmation must repeat. */
+  cluster?: string;
+  /** The version the machines run (status.kubernetesUpgrade.version, else spec.kubernetesVersion). */
+  current?: string;
+  /** What refuses that version (empty: it may be started). */
+  refusals?: Refusal[];
+  /** The registry the candidates were read from. */
+  source?: string;
+  /** Why the registry could not be read, when it could not. */
+  sourceMessage?: string;
+  /** The kubernetes operation of the cluster that has not finished, if any. */
+  unfinished?: Operation;
+  /** The version checked, normalized; empty when none was given. */
+  version?: string;
+  /**
+   * What does not refuse the version but a person should know (an installed
+   * Cilium not tested on it).
+   */
+  warnings?: string[];
 }
 
 /**
@@ -1160,6 +1205,16 @@ export interface RemoveMachineResponse {
   machine?: Machine;
 }
 
+/** RemovedAPI is an API in use that the upgrade's target removes. */
+export interface RemovedAPI {
+  /** resource.version.group, e.g. servicecidrs.v1beta1.networking.k8s.io. */
+  api?: string;
+  /** The control planes whose kube-apiserver reported it. */
+  controlPlanes?: string[];
+  /** The Kubernetes minor that removes it. */
+  removedRelease?: string;
+}
+
 /** ResumeClusterRequest has no fields. */
 export interface ResumeClusterRequest {
 }
@@ -1235,6 +1290,22 @@ export interface StartConfigRolloutResponse {
   machines?: RolloutMachine[];
   /** The new operation. */
   operation?: Operation;
+}
+
+/** StartKubernetesUpgradeRequest asks for a Kubernetes upgrade. */
+export interface StartKubernetesUpgradeRequest {
+  /** The served cluster's name, typed by the user: their consent. */
+  confirmClusterName: string;
+  /** The target Kubernetes version. */
+  version: string;
+}
+
+/** StartKubernetesUpgradeResponse says what was written. */
+export interface StartKubernetesUpgradeResponse {
+  /** The version the machines ran. */
+  from?: string;
+  /** spec.kubernetesVersion now. */
+  to?: string;
 }
 
 /** StartReclaimRequest asks to reset one machine. */
@@ -1478,6 +1549,13 @@ export interface Client {
    */
   previewConfigRollout(args?: { selector?: string }, options?: CallOptions): Promise<PreviewConfigRolloutResponse>;
   /**
+   * PreviewKubernetesUpgrade is the upgrade dialog's Kubernetes tab: the
+   * candidates the controller found (the kubelet image's tags, grouped, the
+   * default marked), and, for a version typed or chosen, the checks `ichor
+   * upgrade kubernetes VERSION` makes. It changes nothing.
+   */
+  previewKubernetesUpgrade(args?: { version?: string }, options?: CallOptions): Promise<PreviewKubernetesUpgradeResponse>;
+  /**
    * PreviewPatch renders every machine a proposed create, edit or delete
    * targets, before and after, and returns per machine the changed paths and
    * the apply mode; nothing is written.
@@ -1521,6 +1599,12 @@ export interface Client {
    * typed cluster name confirms it.
    */
   startConfigRollout(args: { body: StartConfigRolloutRequest }, options?: CallOptions): Promise<StartConfigRolloutResponse>;
+  /**
+   * StartKubernetesUpgrade sets the served cluster's spec.kubernetesVersion as
+   * the signed-in user, after the same checks and the typed cluster name; the
+   * controller then starts the kubernetes operation.
+   */
+  startKubernetesUpgrade(args: { body: StartKubernetesUpgradeRequest }, options?: CallOptions): Promise<StartKubernetesUpgradeResponse>;
   /**
    * StartReclaim creates the credential Secret and the MachineReclaim; the
    * controller then inspects the machine and stops at AwaitingConfirmation.
@@ -1645,6 +1729,9 @@ export function createClient(t: Transport): Client {
     previewConfigRollout(args, options) {
       return t.unary<PreviewConfigRolloutResponse>("GET", "/api/v1/operations:previewConfigRollout", { selector: args?.selector }, undefined, options);
     },
+    previewKubernetesUpgrade(args, options) {
+      return t.unary<PreviewKubernetesUpgradeResponse>("GET", "/api/v1/operations:previewKubernetesUpgrade", { version: args?.version }, undefined, options);
+    },
     previewPatch(args, options) {
       return t.unary<PreviewPatchResponse>("POST", "/api/v1/patches:preview", undefined, args.body, options);
     },
@@ -1671,6 +1758,9 @@ export function createClient(t: Transport): Client {
     },
     startConfigRollout(args, options) {
       return t.unary<StartConfigRolloutResponse>("POST", "/api/v1/operations:startConfigRollout", undefined, args.body, options);
+    },
+    startKubernetesUpgrade(args, options) {
+      return t.unary<StartKubernetesUpgradeResponse>("POST", "/api/v1/operations:startKubernetesUpgrade", undefined, args.body, options);
     },
     startReclaim(args, options) {
       return t.unary<StartReclaimResponse>("POST", "/api/v1/reclaims", undefined, args.body, options);
@@ -1726,6 +1816,7 @@ export const operationPaths = {
   pauseCluster: { method: "POST", path: "/api/v1/cluster:pause" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
+  previewKubernetesUpgrade: { method: "GET", path: "/api/v1/operations:previewKubernetesUpgrade" },
   previewPatch: { method: "POST", path: "/api/v1/patches:preview" },
   previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
   previewTalosUpgrade: { method: "GET", path: "/api/v1/operations:previewTalosUpgrade" },
@@ -1735,6 +1826,7 @@ export const operationPaths = {
   resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
   scanDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:scan" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
+  startKubernetesUpgrade: { method: "POST", path: "/api/v1/operations:startKubernetesUpgrade" },
   startReclaim: { method: "POST", path: "/api/v1/reclaims" },
   startTalosUpgrade: { method: "POST", path: "/api/v1/operations:startTalosUpgrade" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },

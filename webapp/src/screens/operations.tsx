@@ -10,6 +10,38 @@ import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { Alert } from "../components/ui/alert";
 import { ErrorAlert } from "../components/errors";
 import { Detail } from "./overview";
+import * as api from "../api/v1alpha1";
+
+/** stageTitle names a kubernetes operation's stage for people. */
+export function stageTitle(name?: string): string {
+  switch (name) {
+    case api.KubernetesStagePreCheck:
+      return "Pre-checks (skew, pairing, nodes, etcd, removed APIs in use)";
+    case api.KubernetesStagePrePull:
+      return "Images pulled on every node";
+    case api.KubernetesStageControlPlane:
+      return "Control planes, one at a time";
+    case api.KubernetesStageKubeProxy:
+      return "kube-proxy";
+    case api.KubernetesStageManifests:
+      return "Bootstrap manifests synced";
+    case api.KubernetesStageKubelet:
+      return "Kubelets, control planes first";
+    default:
+      return name ?? "";
+  }
+}
+
+function stageTone(phase?: string): "ok" | "warn" | "neutral" {
+  switch (phase) {
+    case api.StageDone:
+      return "ok";
+    case api.StageInProgress:
+      return "warn";
+    default:
+      return "neutral";
+  }
+}
 
 export function PhaseBadge({ op }: { op: Operation }) {
   return (
@@ -160,6 +192,35 @@ export function OperationPage({ name }: { name: string }) {
               <Detail k="Completed" v={op.completedAt} />
             </dl>
           </Card>
+          {(op.removedApis ?? []).length > 0 && (
+            <Alert tone="warn" title="APIs in use that the target removes">
+              <ul class="list-disc pl-5" data-testid="operation-removed-apis">
+                {(op.removedApis ?? []).map((a) => (
+                  <li key={a.api}>
+                    <span class="font-mono">{a.api}</span>: removed in {a.removedRelease}, requested on {(a.controlPlanes ?? []).join(", ")}
+                  </li>
+                ))}
+              </ul>
+            </Alert>
+          )}
+          {(op.stages ?? []).length > 0 && (
+            <Card>
+              <CardHeader>
+                <CardTitle>Stages</CardTitle>
+              </CardHeader>
+              <CardContent>
+                <ol class="flex flex-col gap-2 text-sm" data-testid="operation-stages">
+                  {(op.stages ?? []).map((st) => (
+                    <li key={st.name} class="flex flex-wrap items-baseline gap-2" data-stage={st.name}>
+                      <Badge tone={stageTone(st.phase)}>{st.phase}</Badge>
+                      <span class="font-medium">{stageTitle(st.name)}</span>
+                      {st.message && <span class="text-xs text-muted-foreground">{st.message}</span>}
+                    </li>
+                  ))}
+                </ol>
+              </CardContent>
+            </Card>
+          )}
           <Card>
             <CardHeader>
               <CardTitle>Machines</CardTitle>
@@ -169,6 +230,7 @@ export function OperationPage({ name }: { name: string }) {
                 <THead>
                   <tr>
                     <TH>Machine</TH>
+                    {(op.stages ?? []).length > 0 && <TH>Stage</TH>}
                     <TH>State</TH>
                     <TH>Detail</TH>
                   </tr>
@@ -181,6 +243,7 @@ export function OperationPage({ name }: { name: string }) {
                           {m.name}
                         </a>
                       </TD>
+                      {(op.stages ?? []).length > 0 && <TD label="Stage">{m.stage ? stageTitle(m.stage) : "—"}</TD>}
                       <TD label="State">
                         <Badge tone={machineTone(m.state)}>{m.state}</Badge>
                       </TD>

@@ -10,7 +10,7 @@ import { current, phaseText, useOperations } from "../lib/operations";
 import { describe } from "../api/errors";
 import { waitsForRollout } from "../lib/rollout";
 import { ConfigRolloutDialog } from "./rollout";
-import { TalosUpgradeDialog } from "./talosupgrade";
+import { UpgradeDialog, type UpgradeKind } from "./talosupgrade";
 import * as api from "../api/v1alpha1";
 import { PauseControl, PausedNotice } from "./pause";
 import { pausedSince } from "../lib/pause";
@@ -55,7 +55,7 @@ export function Overview() {
   const { items: attention, incomplete, error: attentionError, reload } = useAttention(client, version);
   const { health, error: healthError } = useHealth(client);
   const [applyOpen, setApplyOpen] = useState(false);
-  const [upgradeOpen, setUpgradeOpen] = useState(false);
+  const [upgradeOpen, setUpgradeOpen] = useState<UpgradeKind | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
   const act = (what: Promise<unknown>) =>
     what.then(
@@ -74,9 +74,14 @@ export function Overview() {
         <div class="flex flex-wrap items-start gap-2">
           <PauseControl />
           {canWrite && !!cluster?.name && (
-            <Button variant="outline" onClick={() => setUpgradeOpen(true)} data-testid="talos-upgrade-open">
-              Upgrade Talos…
-            </Button>
+            <>
+              <Button variant="outline" onClick={() => setUpgradeOpen("talos")} data-testid="talos-upgrade-open">
+                Upgrade Talos…
+              </Button>
+              <Button variant="outline" onClick={() => setUpgradeOpen("kubernetes")} data-testid="kubernetes-upgrade-open">
+                Upgrade Kubernetes…
+              </Button>
+            </>
           )}
           {canWrite && (
             <LinkButton href="/add-node" variant="default">
@@ -148,7 +153,7 @@ export function Overview() {
           )}
         </CardContent>
       </Card>
-      {upgradeOpen && <TalosUpgradeDialog client={client} cluster={cluster?.name ?? ""} open={upgradeOpen} onClose={() => setUpgradeOpen(false)} />}
+      {upgradeOpen && <UpgradeDialog client={client} cluster={cluster?.name ?? ""} open={true} initial={upgradeOpen} onClose={() => setUpgradeOpen(null)} />}
       <HealthTiles health={health} />
       <ControlPlanes health={health} error={healthError} />
       <RecentOperations ops={ops} />

@@ -1,5 +1,5 @@
 import { useEffect, useState } from "preact/hooks";
-import type { Client, PreviewTalosUpgradeResponse, StartTalosUpgradeResponse, VersionCandidate } from "../api/generated";
+import type { Client, Operation, Refusal, VersionCandidate } from "../api/generated";
 import { Dialog } from "../components/ui/dialog";
 import { Button, LinkButton } from "../components/ui/button";
 import { Field, Input } from "../components/ui/input";
@@ -17,31 +17,96 @@ export function filterCandidates(cs: VersionCandidate[], search: string): Versio
   return s ? cs.filter((c) => (c.version ?? "").includes(s)) : cs;
 }
 
+/** The components the upgrade dialog upgrades. */
+export type UpgradeKind = "talos" | "kubernetes";
+
+/** What the dialog reads and writes for one component, the same shape for both. */
+interface Preview {
+  cluster?: string;
+  current?: string;
+  candidates?: VersionCandidate[];
+  source?: string;
+  sourceMessage?: string;
+  version?: string;
+  refusals?: Refusal[];
+  unfinished?: Operation;
+  warnings?: string[];
+}
+
+interface Started {
+  from?: string;
+  to?: string;
+}
+
+/** kinds are what differs between a Talos and a Kubernetes upgrade. */
+const kinds: Record<
+  UpgradeKind,
+  {
+    name: string;
+    placeholder: string;
+    description: string;
+    checked: string;
+    preview: (c: Client, version?: string) => Promise<Preview>;
+    start: (c: Client, version: string, confirm: string) => Promise<Started>;
+  }
+> = {
+  talos: {
+    name: "Talos",
+    placeholder: "1.14",
+    description: "Every machine is drained, upgraded and rebooted: control planes first, one at a time, then the workers. A failed step pauses the operation.",
+    checked: "the upgrade path and the Kubernetes pairing are supported. The operation checks etcd and every node again before it starts.",
+    preview: (c, version) => c.previewTalosUpgrade(version ? { version } : {}),
+    start: (c, version, confirm) => c.startTalosUpgrade({ body: { version, confirmClusterName: confirm } }),
+  },
+  kubernetes: {
+    name: "Kubernetes",
+    placeholder: "1.37",
+    description:
+      "One minor up at most, without reboots, in three stages each finished on every machine before the next: the control-plane components one control plane at a time, then kube-proxy and Talos's bootstrap manifests, then every kubelet (control planes first). The images are pulled on every node first. A failed step pauses the operation.",
+    checked:
+      "one minor up at most from what runs, and supported by the cluster's Talos. The operation's pre-checks then look for APIs in use that this version removes, and for every node Ready, before anything changes.",
+    preview: (c, version) => c.previewKubernetesUpgrade(version ? { version } : {}),
+    start: (c, version, confirm) => c.startKubernetesUpgrade({ body: { version, confirmClusterName: confirm } }),
+  },
+};
+
+/** TalosUpgradeDialog is the upgrade dialog opened on Talos. */
+export function TalosUpgradeDialog(props: { client: Client; cluster: string; open: boolean; onClose: () => void }) {
+  return <UpgradeDialog {...props} initial="talos" />;
+}
+
 /**
- * TalosUpgradeDialog offers the Talos versions the controller found
- * (PreviewTalosUpgrade: grouped Recommended / Patch / Next minor, the default
- * chosen, searchable), checks the chosen or typed version on the server the
- * way `ichor upgrade talos VERSION` does and shows what refuses it, asks for
- * the cluster's name, and starts the upgrade (StartTalosUpgrade writes
- * spec.talosVersion; the controller starts the talos operation).
+ * UpgradeDialog offers the Talos or the Kubernetes versions the controller
+ * found (PreviewTalosUpgrade / PreviewKubernetesUpgrade: grouped Recommended /
+ * Patch / Next minor, the default chosen, searchable), checks the chosen or
+ * typed version on the server the way `ichor upgrade talos|kubernetes
+ * VERSION` does and shows what refuses it, asks for the cluster's name, and
+ * starts the upgrade (StartTalosUpgrade writes spec.talosVersion,
+ * StartKubernetesUpgrade spec.kubernetesVersion; the controller starts the
+ * operation). The component is chosen at the top.
  */
-export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client: Client; cluster: string; open: boolean; onClose: () => void }) {
-  const [preview, setPreview] = useState<PreviewTalosUpgradeResponse | null>(null);
+export function UpgradeDialog({ client, cluster, open, onClose, initial }: { client: Client; cluster: string; open: boolean; onClose: () => void; initial: UpgradeKind }) {
+  const [kind, setKind] = useState<UpgradeKind>(initial);
+  const k = kinds[kind];
+  const [preview, setPreview] = useState<Preview | null>(null);
   const [previewError, setPreviewError] = useState<unknown>(null);
   const [search, setSearch] = useState("");
   const [version, setVersion] = useState("");
-  const [check, setCheck] = useState<PreviewTalosUpgradeResponse | null>(null);
+  const [check, setCheck] = useState<Preview | null>(null);
   const [typed, setTyped] = useState("");
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
-  const [started, setStarted] = useState<StartTalosUpgradeResponse | null>(null);
+  const [started, setStarted] = useState<Started | null>(null);
 
   useEffect(() => {
     if (!open) return;
     let stop = false;
     setPreview(null);
     setPreviewError(null);
-    client.previewTalosUpgrade({}).then(
+    setCheck(null);
+    setVersion("");
+    setSearch("");
+    k.preview(client).then(
       (p) => {
         if (stop) return;
         setPreview(p);
@@ -53,7 +118,7 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
     return () => {
       stop = true;
     };
-  }, [open, client]);
+  }, [open, client, kind]);
 
   // The server checks the version chosen or typed (a typed one not in the list too).
   useEffect(() => {
@@ -63,7 +128,7 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
     }
     let stop = false;
     const t = setTimeout(() => {
-      client.previewTalosUpgrade({ version: version.trim() }).then(
+      k.preview(client, version.trim()).then(
         (p) => !stop && setCheck(p),
         (e) => !stop && setPreviewError(e),
       );
@@ -72,7 +137,7 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
       stop = true;
       clearTimeout(t);
     };
-  }, [open, client, version]);
+  }, [open, client, version, kind]);
 
   function close() {
     setTyped("");
@@ -83,6 +148,7 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
     onClose();
   }
 
+  const id = `${kind}-upgrade`;
   const name = preview?.cluster || cluster;
   const candidates = filterCandidates(preview?.candidates ?? [], search);
   const refusals = check?.refusals ?? [];
@@ -95,7 +161,7 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
     setBusy(true);
     setError(null);
     try {
-      setStarted(await client.startTalosUpgrade({ body: { version: version.trim(), confirmClusterName: typed.trim() } }));
+      setStarted(await k.start(client, version.trim(), typed.trim()));
     } catch (err) {
       setError(err);
     } finally {
@@ -104,15 +170,30 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
   }
 
   return (
-    <Dialog
-      open={open}
-      onClose={close}
-      title={`Upgrade Talos on ${name}`}
-      description={<>Every machine is drained, upgraded and rebooted: control planes first, one at a time, then the workers. A failed step pauses the operation.</>}
-    >
+    <Dialog open={open} onClose={close} title={`Upgrade ${k.name} on ${name}`} description={<>{k.description}</>}>
+      <div class="mb-3 flex gap-2" role="tablist" aria-label="Component to upgrade">
+        {(Object.keys(kinds) as UpgradeKind[]).map((c) => (
+          <Button
+            key={c}
+            type="button"
+            variant={c === kind ? "default" : "outline"}
+            role="tab"
+            aria-selected={c === kind}
+            data-testid={`upgrade-kind-${c}`}
+            disabled={!!started}
+            onClick={() => {
+              setTyped("");
+              setError(null);
+              setKind(c);
+            }}
+          >
+            {kinds[c].name}
+          </Button>
+        ))}
+      </div>
       {started ? (
-        <div class="flex flex-col gap-3" data-testid="talos-upgrade-started">
-          <Alert title={`Upgrading from ${started.from} to ${started.to}`}>The controller starts a talos operation; follow it on Operations.</Alert>
+        <div class="flex flex-col gap-3" data-testid={`${id}-started`}>
+          <Alert title={`Upgrading from ${started.from} to ${started.to}`}>The controller starts a {kind} operation; follow it on Operations.</Alert>
           <div class="flex justify-end gap-2">
             <Button variant="outline" onClick={close}>
               Close
@@ -142,7 +223,7 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
             </Alert>
           )}
           {preview?.unfinished && (
-            <Alert tone="warn" title={`Talos operation ${preview.unfinished.name} has not finished (${preview.unfinished.phase || api.OperationPending})`}>
+            <Alert tone="warn" title={`${k.name} operation ${preview.unfinished.name} has not finished (${preview.unfinished.phase || api.OperationPending})`}>
               Let it finish or resume it first:{" "}
               <a class="underline" href={`/operations/${encodeURIComponent(preview.unfinished.name ?? "")}`}>
                 open {preview.unfinished.name}
@@ -151,12 +232,12 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
             </Alert>
           )}
           {preview && (
-            <Field id="talos-upgrade-search" label="Search the candidates">
-              <Input id="talos-upgrade-search" value={search} onInput={(e) => setSearch(e.currentTarget.value)} autoComplete="off" spellcheck={false} placeholder="1.14" />
+            <Field id={`${id}-search`} label="Search the candidates">
+              <Input id={`${id}-search`} value={search} onInput={(e) => setSearch(e.currentTarget.value)} autoComplete="off" spellcheck={false} placeholder={k.placeholder} />
             </Field>
           )}
           {preview && (
-            <div class="max-h-60 overflow-y-auto text-sm" data-testid="talos-upgrade-candidates" role="radiogroup" aria-label="Talos versions">
+            <div class="max-h-60 overflow-y-auto text-sm" data-testid={`${id}-candidates`} role="radiogroup" aria-label={`${k.name} versions`}>
               {candidates.length === 0 && <p class="text-muted-foreground">No candidate {search ? "matches" : "is offered"}; type a version below.</p>}
               {groups.map((g) => {
                 const inGroup = candidates.filter((c) => c.group === g);
@@ -166,7 +247,7 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
                     <legend class="text-xs font-semibold text-muted-foreground">{g}</legend>
                     {inGroup.map((c) => (
                       <label key={c.version} class="flex items-center gap-2 py-0.5">
-                        <input type="radio" name="talos-version" value={c.version} checked={version === c.version} onChange={() => setVersion(c.version ?? "")} />
+                        <input type="radio" name={`${kind}-version`} value={c.version} checked={version === c.version} onChange={() => setVersion(c.version ?? "")} />
                         <span class="font-mono">{c.version}</span>
                         {c.default && <Badge tone="ok">default</Badge>}
                       </label>
@@ -177,13 +258,13 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
             </div>
           )}
           {preview && (
-            <Field id="talos-upgrade-version" label="Version" hint="A version not in the list can be typed; the server checks it the same way.">
-              <Input id="talos-upgrade-version" value={version} onInput={(e) => setVersion(e.currentTarget.value)} autoComplete="off" spellcheck={false} />
+            <Field id={`${id}-version`} label="Version" hint="A version not in the list can be typed; the server checks it the same way.">
+              <Input id={`${id}-version`} value={version} onInput={(e) => setVersion(e.currentTarget.value)} autoComplete="off" spellcheck={false} />
             </Field>
           )}
           {checked && refusals.length > 0 && (
-            <Alert tone="error" title={`Talos ${check?.version} is refused`}>
-              <ul class="list-disc pl-5" data-testid="talos-upgrade-refusals">
+            <Alert tone="error" title={`${k.name} ${check?.version} is refused`}>
+              <ul class="list-disc pl-5" data-testid={`${id}-refusals`}>
                 {refusals.map((r, i) => (
                   <li key={i}>
                     {r.rule}. {r.wayOut}
@@ -192,14 +273,23 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
               </ul>
             </Alert>
           )}
+          {checked && (check?.warnings ?? []).length > 0 && (
+            <Alert tone="warn" title="Before you go on">
+              <ul class="list-disc pl-5" data-testid={`${id}-warnings`}>
+                {(check?.warnings ?? []).map((w, i) => (
+                  <li key={i}>{w}</li>
+                ))}
+              </ul>
+            </Alert>
+          )}
           {checked && refusals.length === 0 && (
-            <p class="text-sm" data-testid="talos-upgrade-checked">
-              {preview?.current} → {check?.version}: the upgrade path and the Kubernetes pairing are supported. The operation checks etcd and every node again before it starts.
+            <p class="text-sm" data-testid={`${id}-checked`}>
+              {preview?.current} → {check?.version}: {k.checked}
             </p>
           )}
           {ready && (
-            <Field id="talos-upgrade-confirm" label={`Type ${name} to confirm`}>
-              <Input id="talos-upgrade-confirm" value={typed} onInput={(e) => setTyped(e.currentTarget.value)} autoComplete="off" spellcheck={false} />
+            <Field id={`${id}-confirm`} label={`Type ${name} to confirm`}>
+              <Input id={`${id}-confirm`} value={typed} onInput={(e) => setTyped(e.currentTarget.value)} autoComplete="off" spellcheck={false} />
             </Field>
           )}
           <ErrorAlert error={error} what="Starting the upgrade" />
@@ -207,7 +297,7 @@ export function TalosUpgradeDialog({ client, cluster, open, onClose }: { client:
             <Button variant="outline" onClick={close}>
               Cancel
             </Button>
-            <Button type="submit" disabled={!ready || typed.trim() !== name || busy} data-testid="talos-upgrade-start">
+            <Button type="submit" disabled={!ready || typed.trim() !== name || busy} data-testid={`${id}-start`}>
               {busy ? "Starting…" : "Upgrade"}
             </Button>
           </div>

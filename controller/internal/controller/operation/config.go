@@ -79,6 +79,10 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 		return ctrl.Result{}, nil
 	}
 
+	if isKubernetes(op) {
+		return r.kubernetesRolloutPhase(ctx, s)
+	}
+
 	active, held, err := r.activeMachines(ctx, op)
 	if err != nil {
 		return ctrl.Result{}, err

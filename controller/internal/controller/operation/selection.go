@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
@@ -122,10 +123,15 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 	op.Status.Step = opStepRollout
 	what := "rolling the rendered configuration out to"
 
-	if isTalos(op) {
+	switch {
+	case isTalos(op):
 		op.Status.Step = opStepPreCheck
 		version, _ := talosTarget(op, s.Cluster)
 		what = "upgrading Talos to " + version + " on"
+	case isKubernetes(op):
+		initStages(op)
+		r.startStage(op, ichorv1alpha1.KubernetesStagePreCheck, "")
+		what = "upgrading Kubernetes to " + kubeupgrade.Describe(kubernetesTarget(op)) + " in three stages (control planes, kube-proxy and manifests, kubelets) on"
 	}
 
 	op.Status.ProgressSequence++

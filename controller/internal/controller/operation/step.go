@@ -14,6 +14,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
+	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
@@ -33,12 +34,21 @@ func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1
 			first = stepCheck
 		case isNode(op):
 			first = stepNodeCheck
+		case isKubernetes(op):
+			first = firstKubernetesStep(mp.Stage)
 		}
 
 		r.next(op, mp, first, "")
 	}
 
-	st, err := machinestate.Load(ctx, r.Client, r.APIReader, m)
+	load := machinestate.Load
+	if isKubernetes(op) {
+		load = func(ctx context.Context, c, api client.Reader, m *ichorv1alpha1.TalosMachine, adjust ...func(*render.Input)) (*machinestate.State, error) {
+			return r.loadKubernetesState(ctx, s, m)
+		}
+	}
+
+	st, err := load(ctx, r.Client, r.APIReader, m)
 	if err != nil {
 		if machinestate.IsStalled(err) {
 			r.fail(op, mp, mp.Step, err.Error())
@@ -50,6 +60,12 @@ func (r *Reconciler) machineStep(ctx context.Context, s *scope, m *ichorv1alpha1
 	}
 
 	w := &work{r: r, s: s, op: op, m: m, mp: mp, st: st}
+
+	if isKubernetes(op) {
+		if res, err, ok := w.kubernetesStep(ctx); ok {
+			return res, err
+		}
+	}
 
 	switch mp.Step {
 	case stepPlan:

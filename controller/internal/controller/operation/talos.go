@@ -101,6 +101,10 @@ func (r *Reconciler) precheckPhase(ctx context.Context, s *scope) (ctrl.Result, 
 		return ctrl.Result{}, nil
 	}
 
+	if isKubernetes(op) {
+		return r.kubernetesPrecheckPhase(ctx, s)
+	}
+
 	problems, from, err := r.precheck(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -361,6 +361,418 @@ func (x *StartTalosUpgradeResponse) GetTo() string {
 	return ""
 }
 
+// PreviewKubernetesUpgradeRequest names the version to check; empty checks none.
+type PreviewKubernetesUpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target Kubernetes version, for example v1.37.2.
+	Version       string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewKubernetesUpgradeRequest) Reset() {
+	*x = PreviewKubernetesUpgradeRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewKubernetesUpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewKubernetesUpgradeRequest) ProtoMessage() {}
+
+func (x *PreviewKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
+func (*PreviewKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PreviewKubernetesUpgradeRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// PreviewKubernetesUpgradeResponse is the dialog's Kubernetes tab.
+type PreviewKubernetesUpgradeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster: what the confirmation must repeat.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The version the machines run (status.kubernetesUpgrade.version, else spec.kubernetesVersion).
+	Current string `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
+	// The candidates: Recommended, Patch, then Next minor, newest first within each.
+	Candidates []*VersionCandidate `protobuf:"bytes,3,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// The registry the candidates were read from.
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// When the registry was last read.
+	CheckedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"`
+	// Why the registry could not be read, when it could not.
+	SourceMessage string `protobuf:"bytes,6,opt,name=source_message,json=sourceMessage,proto3" json:"source_message,omitempty"`
+	// The version checked, normalized; empty when none was given.
+	Version string `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	// What refuses that version (empty: it may be started).
+	Refusals []*Refusal `protobuf:"bytes,8,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// The kubernetes operation of the cluster that has not finished, if any.
+	Unfinished *Operation `protobuf:"bytes,9,opt,name=unfinished,proto3" json:"unfinished,omitempty"`
+	// What does not refuse the version but a person should know (an installed
+	// Cilium not tested on it).
+	Warnings      []string `protobuf:"bytes,10,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewKubernetesUpgradeResponse) Reset() {
+	*x = PreviewKubernetesUpgradeResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewKubernetesUpgradeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewKubernetesUpgradeResponse) ProtoMessage() {}
+
+func (x *PreviewKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
+func (*PreviewKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetCurrent() string {
+	if x != nil {
+		return x.Current
+	}
+	return ""
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetCandidates() []*VersionCandidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetCheckedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckedAt
+	}
+	return nil
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetSourceMessage() string {
+	if x != nil {
+		return x.SourceMessage
+	}
+	return ""
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetUnfinished() *Operation {
+	if x != nil {
+		return x.Unfinished
+	}
+	return nil
+}
+
+func (x *PreviewKubernetesUpgradeResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+// StartKubernetesUpgradeRequest asks for a Kubernetes upgrade.
+type StartKubernetesUpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target Kubernetes version.
+	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	// The served cluster's name, typed by the user: their consent.
+	ConfirmClusterName string `protobuf:"bytes,2,opt,name=confirm_cluster_name,json=confirmClusterName,proto3" json:"confirm_cluster_name,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *StartKubernetesUpgradeRequest) Reset() {
+	*x = StartKubernetesUpgradeRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartKubernetesUpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartKubernetesUpgradeRequest) ProtoMessage() {}
+
+func (x *StartKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
+func (*StartKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StartKubernetesUpgradeRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StartKubernetesUpgradeRequest) GetConfirmClusterName() string {
+	if x != nil {
+		return x.ConfirmClusterName
+	}
+	return ""
+}
+
+// StartKubernetesUpgradeResponse says what was written.
+type StartKubernetesUpgradeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version the machines ran.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// spec.kubernetesVersion now.
+	To            string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartKubernetesUpgradeResponse) Reset() {
+	*x = StartKubernetesUpgradeResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartKubernetesUpgradeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartKubernetesUpgradeResponse) ProtoMessage() {}
+
+func (x *StartKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
+func (*StartKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *StartKubernetesUpgradeResponse) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *StartKubernetesUpgradeResponse) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+// OperationStage is one stage of a kubernetes operation.
+type OperationStage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// precheck, pre-pull, control-plane, kube-proxy, manifests or kubelet.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Pending, InProgress or Done.
+	Phase string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	// What the stage did or waits for.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperationStage) Reset() {
+	*x = OperationStage{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperationStage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperationStage) ProtoMessage() {}
+
+func (x *OperationStage) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperationStage.ProtoReflect.Descriptor instead.
+func (*OperationStage) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *OperationStage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OperationStage) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *OperationStage) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// RemovedAPI is an API in use that the upgrade's target removes.
+type RemovedAPI struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// resource.version.group, e.g. servicecidrs.v1beta1.networking.k8s.io.
+	Api string `protobuf:"bytes,1,opt,name=api,proto3" json:"api,omitempty"`
+	// The Kubernetes minor that removes it.
+	RemovedRelease string `protobuf:"bytes,2,opt,name=removed_release,json=removedRelease,proto3" json:"removed_release,omitempty"`
+	// The control planes whose kube-apiserver reported it.
+	ControlPlanes []string `protobuf:"bytes,3,rep,name=control_planes,json=controlPlanes,proto3" json:"control_planes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovedAPI) Reset() {
+	*x = RemovedAPI{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovedAPI) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovedAPI) ProtoMessage() {}
+
+func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovedAPI.ProtoReflect.Descriptor instead.
+func (*RemovedAPI) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RemovedAPI) GetApi() string {
+	if x != nil {
+		return x.Api
+	}
+	return ""
+}
+
+func (x *RemovedAPI) GetRemovedRelease() string {
+	if x != nil {
+		return x.RemovedRelease
+	}
+	return ""
+}
+
+func (x *RemovedAPI) GetControlPlanes() []string {
+	if x != nil {
+		return x.ControlPlanes
+	}
+	return nil
+}
+
 // Operation is a TalosOperation as the UI shows it.
 type Operation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -392,13 +804,17 @@ type Operation struct {
 	Machines []*OperationMachine `protobuf:"bytes,13,rep,name=machines,proto3" json:"machines,omitempty"`
 	// The object's resourceVersion.
 	ResourceVersion string `protobuf:"bytes,14,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A kubernetes operation's stages, in order.
+	Stages []*OperationStage `protobuf:"bytes,15,rep,name=stages,proto3" json:"stages,omitempty"`
+	// A kubernetes operation's pre-check finding: the APIs in use its target removes.
+	RemovedApis   []*RemovedAPI `protobuf:"bytes,16,rep,name=removed_apis,json=removedApis,proto3" json:"removed_apis,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +826,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +839,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Operation) GetName() string {
@@ -524,6 +940,20 @@ func (x *Operation) GetResourceVersion() string {
 	return ""
 }
 
+func (x *Operation) GetStages() []*OperationStage {
+	if x != nil {
+		return x.Stages
+	}
+	return nil
+}
+
+func (x *Operation) GetRemovedApis() []*RemovedAPI {
+	if x != nil {
+		return x.RemovedApis
+	}
+	return nil
+}
+
 // OperationMachine is one machine's progress in an operation.
 type OperationMachine struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -532,14 +962,18 @@ type OperationMachine struct {
 	// Pending, InProgress, Done, Failed, Held or Skipped.
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// A message for people.
-	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The kubernetes operation's stage the state belongs to.
+	Stage string `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
+	// The machine's step.
+	Step          string `protobuf:"bytes,5,opt,name=step,proto3" json:"step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OperationMachine) Reset() {
 	*x = OperationMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +985,7 @@ func (x *OperationMachine) String() string {
 func (*OperationMachine) ProtoMessage() {}
 
 func (x *OperationMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +998,7 @@ func (x *OperationMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMachine.ProtoReflect.Descriptor instead.
 func (*OperationMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OperationMachine) GetName() string {
@@ -588,6 +1022,20 @@ func (x *OperationMachine) GetMessage() string {
 	return ""
 }
 
+func (x *OperationMachine) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *OperationMachine) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
 // ListOperationsRequest lists the operations.
 type ListOperationsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -597,7 +1045,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +1057,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +1070,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
 }
 
 // ListOperationsResponse is the operations, newest first.
@@ -636,7 +1084,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +1096,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +1109,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -682,7 +1130,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +1142,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +1155,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -728,7 +1176,7 @@ type GetOperationResponse struct {
 
 func (x *GetOperationResponse) Reset() {
 	*x = GetOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +1188,7 @@ func (x *GetOperationResponse) String() string {
 func (*GetOperationResponse) ProtoMessage() {}
 
 func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +1201,7 @@ func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationResponse.ProtoReflect.Descriptor instead.
 func (*GetOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetOperationResponse) GetOperation() *Operation {
@@ -774,7 +1222,7 @@ type PauseOperationRequest struct {
 
 func (x *PauseOperationRequest) Reset() {
 	*x = PauseOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +1234,7 @@ func (x *PauseOperationRequest) String() string {
 func (*PauseOperationRequest) ProtoMessage() {}
 
 func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +1247,7 @@ func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationRequest.ProtoReflect.Descriptor instead.
 func (*PauseOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PauseOperationRequest) GetName() string {
@@ -820,7 +1268,7 @@ type PauseOperationResponse struct {
 
 func (x *PauseOperationResponse) Reset() {
 	*x = PauseOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1280,7 @@ func (x *PauseOperationResponse) String() string {
 func (*PauseOperationResponse) ProtoMessage() {}
 
 func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1293,7 @@ func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationResponse.ProtoReflect.Descriptor instead.
 func (*PauseOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PauseOperationResponse) GetOperation() *Operation {
@@ -866,7 +1314,7 @@ type ResumeOperationRequest struct {
 
 func (x *ResumeOperationRequest) Reset() {
 	*x = ResumeOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1326,7 @@ func (x *ResumeOperationRequest) String() string {
 func (*ResumeOperationRequest) ProtoMessage() {}
 
 func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1339,7 @@ func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResumeOperationRequest) GetName() string {
@@ -912,7 +1360,7 @@ type ResumeOperationResponse struct {
 
 func (x *ResumeOperationResponse) Reset() {
 	*x = ResumeOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1372,7 @@ func (x *ResumeOperationResponse) String() string {
 func (*ResumeOperationResponse) ProtoMessage() {}
 
 func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1385,7 @@ func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResumeOperationResponse) GetOperation() *Operation {
@@ -968,7 +1416,7 @@ type RolloutMachine struct {
 
 func (x *RolloutMachine) Reset() {
 	*x = RolloutMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1428,7 @@ func (x *RolloutMachine) String() string {
 func (*RolloutMachine) ProtoMessage() {}
 
 func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1441,7 @@ func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutMachine.ProtoReflect.Descriptor instead.
 func (*RolloutMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RolloutMachine) GetName() string {
@@ -1050,7 +1498,7 @@ type PreviewConfigRolloutRequest struct {
 
 func (x *PreviewConfigRolloutRequest) Reset() {
 	*x = PreviewConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[16]
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1510,7 @@ func (x *PreviewConfigRolloutRequest) String() string {
 func (*PreviewConfigRolloutRequest) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[16]
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1523,7 @@ func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{16}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PreviewConfigRolloutRequest) GetSelector() string {
@@ -1110,7 +1558,7 @@ type PreviewConfigRolloutResponse struct {
 
 func (x *PreviewConfigRolloutResponse) Reset() {
 	*x = PreviewConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[17]
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1570,7 @@ func (x *PreviewConfigRolloutResponse) String() string {
 func (*PreviewConfigRolloutResponse) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[17]
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1583,7 @@ func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{17}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PreviewConfigRolloutResponse) GetCluster() string {
@@ -1193,7 +1641,7 @@ type PrivilegedPatch struct {
 
 func (x *PrivilegedPatch) Reset() {
 	*x = PrivilegedPatch{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[18]
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1653,7 @@ func (x *PrivilegedPatch) String() string {
 func (*PrivilegedPatch) ProtoMessage() {}
 
 func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[18]
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1666,7 @@ func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrivilegedPatch.ProtoReflect.Descriptor instead.
 func (*PrivilegedPatch) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{18}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PrivilegedPatch) GetName() string {
@@ -1249,7 +1697,7 @@ type StartConfigRolloutRequest struct {
 
 func (x *StartConfigRolloutRequest) Reset() {
 	*x = StartConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[19]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1709,7 @@ func (x *StartConfigRolloutRequest) String() string {
 func (*StartConfigRolloutRequest) ProtoMessage() {}
 
 func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[19]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1722,7 @@ func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{19}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StartConfigRolloutRequest) GetSelector() string {
@@ -1304,7 +1752,7 @@ type StartConfigRolloutResponse struct {
 
 func (x *StartConfigRolloutResponse) Reset() {
 	*x = StartConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[20]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1764,7 @@ func (x *StartConfigRolloutResponse) String() string {
 func (*StartConfigRolloutResponse) ProtoMessage() {}
 
 func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[20]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1777,7 @@ func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{20}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StartConfigRolloutResponse) GetOperation() *Operation {
@@ -1377,7 +1825,41 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"?\n" +
 	"\x19StartTalosUpgradeResponse\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\tR\x02to\"\x8d\x04\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\";\n" +
+	"\x1fPreviewKubernetesUpgradeRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\"\xa6\x03\n" +
+	" PreviewKubernetesUpgradeResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
+	"\acurrent\x18\x02 \x01(\tR\acurrent\x12:\n" +
+	"\n" +
+	"candidates\x18\x03 \x03(\v2\x1a.ichor.v1.VersionCandidateR\n" +
+	"candidates\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x129\n" +
+	"\n" +
+	"checked_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckedAt\x12%\n" +
+	"\x0esource_message\x18\x06 \x01(\tR\rsourceMessage\x12\x18\n" +
+	"\aversion\x18\a \x01(\tR\aversion\x12-\n" +
+	"\brefusals\x18\b \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x123\n" +
+	"\n" +
+	"unfinished\x18\t \x01(\v2\x13.ichor.v1.OperationR\n" +
+	"unfinished\x12\x1a\n" +
+	"\bwarnings\x18\n" +
+	" \x03(\tR\bwarnings\"u\n" +
+	"\x1dStartKubernetesUpgradeRequest\x12\x1d\n" +
+	"\aversion\x18\x01 \x01(\tB\x03\xe0A\x02R\aversion\x125\n" +
+	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"D\n" +
+	"\x1eStartKubernetesUpgradeResponse\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\"T\n" +
+	"\x0eOperationStage\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"n\n" +
+	"\n" +
+	"RemovedAPI\x12\x10\n" +
+	"\x03api\x18\x01 \x01(\tR\x03api\x12'\n" +
+	"\x0fremoved_release\x18\x02 \x01(\tR\x0eremovedRelease\x12%\n" +
+	"\x0econtrol_planes\x18\x03 \x03(\tR\rcontrolPlanes\"\xf8\x04\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
@@ -1397,11 +1879,15 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"conditions\x18\f \x03(\v2\x13.ichor.v1.ConditionR\n" +
 	"conditions\x126\n" +
 	"\bmachines\x18\r \x03(\v2\x1a.ichor.v1.OperationMachineR\bmachines\x12)\n" +
-	"\x10resource_version\x18\x0e \x01(\tR\x0fresourceVersion\"V\n" +
+	"\x10resource_version\x18\x0e \x01(\tR\x0fresourceVersion\x120\n" +
+	"\x06stages\x18\x0f \x03(\v2\x18.ichor.v1.OperationStageR\x06stages\x127\n" +
+	"\fremoved_apis\x18\x10 \x03(\v2\x14.ichor.v1.RemovedAPIR\vremovedApis\"\x80\x01\n" +
 	"\x10OperationMachine\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x17\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x14\n" +
+	"\x05stage\x18\x04 \x01(\tR\x05stage\x12\x12\n" +
+	"\x04step\x18\x05 \x01(\tR\x04step\"\x17\n" +
 	"\x15ListOperationsRequest\"M\n" +
 	"\x16ListOperationsResponse\x123\n" +
 	"\n" +
@@ -1446,7 +1932,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x85\x01\n" +
 	"\x1aStartConfigRolloutResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\x124\n" +
-	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xce\b\n" +
+	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\x9b\v\n" +
 	"\x10OperationService\x12o\n" +
 	"\x0eListOperations\x12\x1f.ichor.v1.ListOperationsRequest\x1a .ichor.v1.ListOperationsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/operations\x12p\n" +
 	"\fGetOperation\x12\x1d.ichor.v1.GetOperationRequest\x1a\x1e.ichor.v1.GetOperationResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/operations/{name}\x12\x7f\n" +
@@ -1455,7 +1941,9 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14PreviewConfigRollout\x12%.ichor.v1.PreviewConfigRolloutRequest\x1a&.ichor.v1.PreviewConfigRolloutResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/operations:previewConfigRollout\x12\x91\x01\n" +
 	"\x12StartConfigRollout\x12#.ichor.v1.StartConfigRolloutRequest\x1a$.ichor.v1.StartConfigRolloutResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startConfigRollout\x12\x92\x01\n" +
 	"\x13PreviewTalosUpgrade\x12$.ichor.v1.PreviewTalosUpgradeRequest\x1a%.ichor.v1.PreviewTalosUpgradeResponse\".\x82\xd3\xe4\x93\x02(\x12&/api/v1/operations:previewTalosUpgrade\x12\x8d\x01\n" +
-	"\x11StartTalosUpgrade\x12\".ichor.v1.StartTalosUpgradeRequest\x1a#.ichor.v1.StartTalosUpgradeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/api/v1/operations:startTalosUpgradeBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\x11StartTalosUpgrade\x12\".ichor.v1.StartTalosUpgradeRequest\x1a#.ichor.v1.StartTalosUpgradeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/api/v1/operations:startTalosUpgrade\x12\xa6\x01\n" +
+	"\x18PreviewKubernetesUpgrade\x12).ichor.v1.PreviewKubernetesUpgradeRequest\x1a*.ichor.v1.PreviewKubernetesUpgradeResponse\"3\x82\xd3\xe4\x93\x02-\x12+/api/v1/operations:previewKubernetesUpgrade\x12\xa1\x01\n" +
+	"\x16StartKubernetesUpgrade\x12'.ichor.v1.StartKubernetesUpgradeRequest\x1a(.ichor.v1.StartKubernetesUpgradeResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/api/v1/operations:startKubernetesUpgradeBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_operation_proto_rawDescOnce sync.Once
@@ -1469,73 +1957,89 @@ func file_ichor_v1_operation_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_operation_proto_rawDescData
 }
 
-var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_ichor_v1_operation_proto_goTypes = []any{
-	(*VersionCandidate)(nil),             // 0: ichor.v1.VersionCandidate
-	(*PreviewTalosUpgradeRequest)(nil),   // 1: ichor.v1.PreviewTalosUpgradeRequest
-	(*PreviewTalosUpgradeResponse)(nil),  // 2: ichor.v1.PreviewTalosUpgradeResponse
-	(*StartTalosUpgradeRequest)(nil),     // 3: ichor.v1.StartTalosUpgradeRequest
-	(*StartTalosUpgradeResponse)(nil),    // 4: ichor.v1.StartTalosUpgradeResponse
-	(*Operation)(nil),                    // 5: ichor.v1.Operation
-	(*OperationMachine)(nil),             // 6: ichor.v1.OperationMachine
-	(*ListOperationsRequest)(nil),        // 7: ichor.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),       // 8: ichor.v1.ListOperationsResponse
-	(*GetOperationRequest)(nil),          // 9: ichor.v1.GetOperationRequest
-	(*GetOperationResponse)(nil),         // 10: ichor.v1.GetOperationResponse
-	(*PauseOperationRequest)(nil),        // 11: ichor.v1.PauseOperationRequest
-	(*PauseOperationResponse)(nil),       // 12: ichor.v1.PauseOperationResponse
-	(*ResumeOperationRequest)(nil),       // 13: ichor.v1.ResumeOperationRequest
-	(*ResumeOperationResponse)(nil),      // 14: ichor.v1.ResumeOperationResponse
-	(*RolloutMachine)(nil),               // 15: ichor.v1.RolloutMachine
-	(*PreviewConfigRolloutRequest)(nil),  // 16: ichor.v1.PreviewConfigRolloutRequest
-	(*PreviewConfigRolloutResponse)(nil), // 17: ichor.v1.PreviewConfigRolloutResponse
-	(*PrivilegedPatch)(nil),              // 18: ichor.v1.PrivilegedPatch
-	(*StartConfigRolloutRequest)(nil),    // 19: ichor.v1.StartConfigRolloutRequest
-	(*StartConfigRolloutResponse)(nil),   // 20: ichor.v1.StartConfigRolloutResponse
-	(*timestamppb.Timestamp)(nil),        // 21: google.protobuf.Timestamp
-	(*Refusal)(nil),                      // 22: ichor.v1.Refusal
-	(*Condition)(nil),                    // 23: ichor.v1.Condition
+	(*VersionCandidate)(nil),                 // 0: ichor.v1.VersionCandidate
+	(*PreviewTalosUpgradeRequest)(nil),       // 1: ichor.v1.PreviewTalosUpgradeRequest
+	(*PreviewTalosUpgradeResponse)(nil),      // 2: ichor.v1.PreviewTalosUpgradeResponse
+	(*StartTalosUpgradeRequest)(nil),         // 3: ichor.v1.StartTalosUpgradeRequest
+	(*StartTalosUpgradeResponse)(nil),        // 4: ichor.v1.StartTalosUpgradeResponse
+	(*PreviewKubernetesUpgradeRequest)(nil),  // 5: ichor.v1.PreviewKubernetesUpgradeRequest
+	(*PreviewKubernetesUpgradeResponse)(nil), // 6: ichor.v1.PreviewKubernetesUpgradeResponse
+	(*StartKubernetesUpgradeRequest)(nil),    // 7: ichor.v1.StartKubernetesUpgradeRequest
+	(*StartKubernetesUpgradeResponse)(nil),   // 8: ichor.v1.StartKubernetesUpgradeResponse
+	(*OperationStage)(nil),                   // 9: ichor.v1.OperationStage
+	(*RemovedAPI)(nil),                       // 10: ichor.v1.RemovedAPI
+	(*Operation)(nil),                        // 11: ichor.v1.Operation
+	(*OperationMachine)(nil),                 // 12: ichor.v1.OperationMachine
+	(*ListOperationsRequest)(nil),            // 13: ichor.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),           // 14: ichor.v1.ListOperationsResponse
+	(*GetOperationRequest)(nil),              // 15: ichor.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),             // 16: ichor.v1.GetOperationResponse
+	(*PauseOperationRequest)(nil),            // 17: ichor.v1.PauseOperationRequest
+	(*PauseOperationResponse)(nil),           // 18: ichor.v1.PauseOperationResponse
+	(*ResumeOperationRequest)(nil),           // 19: ichor.v1.ResumeOperationRequest
+	(*ResumeOperationResponse)(nil),          // 20: ichor.v1.ResumeOperationResponse
+	(*RolloutMachine)(nil),                   // 21: ichor.v1.RolloutMachine
+	(*PreviewConfigRolloutRequest)(nil),      // 22: ichor.v1.PreviewConfigRolloutRequest
+	(*PreviewConfigRolloutResponse)(nil),     // 23: ichor.v1.PreviewConfigRolloutResponse
+	(*PrivilegedPatch)(nil),                  // 24: ichor.v1.PrivilegedPatch
+	(*StartConfigRolloutRequest)(nil),        // 25: ichor.v1.StartConfigRolloutRequest
+	(*StartConfigRolloutResponse)(nil),       // 26: ichor.v1.StartConfigRolloutResponse
+	(*timestamppb.Timestamp)(nil),            // 27: google.protobuf.Timestamp
+	(*Refusal)(nil),                          // 28: ichor.v1.Refusal
+	(*Condition)(nil),                        // 29: ichor.v1.Condition
 }
 var file_ichor_v1_operation_proto_depIdxs = []int32{
 	0,  // 0: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	21, // 1: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	22, // 2: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	5,  // 3: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	21, // 4: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	21, // 5: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	21, // 6: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	23, // 7: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
-	6,  // 8: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
-	5,  // 9: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
-	5,  // 10: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
-	5,  // 11: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
-	5,  // 12: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
-	15, // 13: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	5,  // 14: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
-	18, // 15: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
-	5,  // 16: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
-	15, // 17: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	7,  // 18: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	9,  // 19: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	11, // 20: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	13, // 21: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	16, // 22: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
-	19, // 23: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
-	1,  // 24: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
-	3,  // 25: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
-	8,  // 26: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	10, // 27: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	12, // 28: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	14, // 29: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	17, // 30: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
-	20, // 31: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
-	2,  // 32: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
-	4,  // 33: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	27, // 1: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	28, // 2: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	11, // 3: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	0,  // 4: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	27, // 5: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	28, // 6: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	11, // 7: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	27, // 8: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	27, // 9: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	27, // 10: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	29, // 11: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	12, // 12: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
+	9,  // 13: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
+	10, // 14: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
+	11, // 15: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
+	11, // 16: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
+	11, // 17: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
+	11, // 18: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
+	21, // 19: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	11, // 20: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
+	24, // 21: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
+	11, // 22: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	21, // 23: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	13, // 24: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	15, // 25: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	17, // 26: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	19, // 27: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	22, // 28: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	25, // 29: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	1,  // 30: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
+	3,  // 31: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
+	5,  // 32: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
+	7,  // 33: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
+	14, // 34: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	16, // 35: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	18, // 36: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	20, // 37: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	23, // 38: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	26, // 39: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	2,  // 40: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
+	4,  // 41: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
+	6,  // 42: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
+	8,  // 43: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
+	34, // [34:44] is the sub-list for method output_type
+	24, // [24:34] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }
@@ -1551,7 +2055,7 @@ func file_ichor_v1_operation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_operation_proto_rawDesc), len(file_ichor_v1_operation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,14 +19,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OperationService_ListOperations_FullMethodName       = "/ichor.v1.OperationService/ListOperations"
-	OperationService_GetOperation_FullMethodName         = "/ichor.v1.OperationService/GetOperation"
-	OperationService_PauseOperation_FullMethodName       = "/ichor.v1.OperationService/PauseOperation"
-	OperationService_ResumeOperation_FullMethodName      = "/ichor.v1.OperationService/ResumeOperation"
-	OperationService_PreviewConfigRollout_FullMethodName = "/ichor.v1.OperationService/PreviewConfigRollout"
-	OperationService_StartConfigRollout_FullMethodName   = "/ichor.v1.OperationService/StartConfigRollout"
-	OperationService_PreviewTalosUpgrade_FullMethodName  = "/ichor.v1.OperationService/PreviewTalosUpgrade"
-	OperationService_StartTalosUpgrade_FullMethodName    = "/ichor.v1.OperationService/StartTalosUpgrade"
+	OperationService_ListOperations_FullMethodName           = "/ichor.v1.OperationService/ListOperations"
+	OperationService_GetOperation_FullMethodName             = "/ichor.v1.OperationService/GetOperation"
+	OperationService_PauseOperation_FullMethodName           = "/ichor.v1.OperationService/PauseOperation"
+	OperationService_ResumeOperation_FullMethodName          = "/ichor.v1.OperationService/ResumeOperation"
+	OperationService_PreviewConfigRollout_FullMethodName     = "/ichor.v1.OperationService/PreviewConfigRollout"
+	OperationService_StartConfigRollout_FullMethodName       = "/ichor.v1.OperationService/StartConfigRollout"
+	OperationService_PreviewTalosUpgrade_FullMethodName      = "/ichor.v1.OperationService/PreviewTalosUpgrade"
+	OperationService_StartTalosUpgrade_FullMethodName        = "/ichor.v1.OperationService/StartTalosUpgrade"
+	OperationService_PreviewKubernetesUpgrade_FullMethodName = "/ichor.v1.OperationService/PreviewKubernetesUpgrade"
+	OperationService_StartKubernetesUpgrade_FullMethodName   = "/ichor.v1.OperationService/StartKubernetesUpgrade"
 )
 
 // OperationServiceClient is the client API for OperationService service.
@@ -64,6 +66,15 @@ type OperationServiceClient interface {
 	// signed-in user, after the same checks and the typed cluster name; the
 	// controller then starts the talos operation.
 	StartTalosUpgrade(ctx context.Context, in *StartTalosUpgradeRequest, opts ...grpc.CallOption) (*StartTalosUpgradeResponse, error)
+	// PreviewKubernetesUpgrade is the upgrade dialog's Kubernetes tab: the
+	// candidates the controller found (the kubelet image's tags, grouped, the
+	// default marked), and, for a version typed or chosen, the checks `ichor
+	// upgrade kubernetes VERSION` makes. It changes nothing.
+	PreviewKubernetesUpgrade(ctx context.Context, in *PreviewKubernetesUpgradeRequest, opts ...grpc.CallOption) (*PreviewKubernetesUpgradeResponse, error)
+	// StartKubernetesUpgrade sets the served cluster's spec.kubernetesVersion as
+	// the signed-in user, after the same checks and the typed cluster name; the
+	// controller then starts the kubernetes operation.
+	StartKubernetesUpgrade(ctx context.Context, in *StartKubernetesUpgradeRequest, opts ...grpc.CallOption) (*StartKubernetesUpgradeResponse, error)
 }
 
 type operationServiceClient struct {
@@ -154,6 +165,26 @@ func (c *operationServiceClient) StartTalosUpgrade(ctx context.Context, in *Star
 	return out, nil
 }
 
+func (c *operationServiceClient) PreviewKubernetesUpgrade(ctx context.Context, in *PreviewKubernetesUpgradeRequest, opts ...grpc.CallOption) (*PreviewKubernetesUpgradeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewKubernetesUpgradeResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewKubernetesUpgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartKubernetesUpgrade(ctx context.Context, in *StartKubernetesUpgradeRequest, opts ...grpc.CallOption) (*StartKubernetesUpgradeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartKubernetesUpgradeResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartKubernetesUpgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperationServiceServer is the server API for OperationService service.
 // All implementations must embed UnimplementedOperationServiceServer
 // for forward compatibility.
@@ -189,6 +220,15 @@ type OperationServiceServer interface {
 	// signed-in user, after the same checks and the typed cluster name; the
 	// controller then starts the talos operation.
 	StartTalosUpgrade(context.Context, *StartTalosUpgradeRequest) (*StartTalosUpgradeResponse, error)
+	// PreviewKubernetesUpgrade is the upgrade dialog's Kubernetes tab: the
+	// candidates the controller found (the kubelet image's tags, grouped, the
+	// default marked), and, for a version typed or chosen, the checks `ichor
+	// upgrade kubernetes VERSION` makes. It changes nothing.
+	PreviewKubernetesUpgrade(context.Context, *PreviewKubernetesUpgradeRequest) (*PreviewKubernetesUpgradeResponse, error)
+	// StartKubernetesUpgrade sets the served cluster's spec.kubernetesVersion as
+	// the signed-in user, after the same checks and the typed cluster name; the
+	// controller then starts the kubernetes operation.
+	StartKubernetesUpgrade(context.Context, *StartKubernetesUpgradeRequest) (*StartKubernetesUpgradeResponse, error)
 	mustEmbedUnimplementedOperationServiceServer()
 }
 
@@ -222,6 +262,12 @@ func (UnimplementedOperationServiceServer) PreviewTalosUpgrade(context.Context, 
 }
 func (UnimplementedOperationServiceServer) StartTalosUpgrade(context.Context, *StartTalosUpgradeRequest) (*StartTalosUpgradeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartTalosUpgrade not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewKubernetesUpgrade(context.Context, *PreviewKubernetesUpgradeRequest) (*PreviewKubernetesUpgradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewKubernetesUpgrade not implemented")
+}
+func (UnimplementedOperationServiceServer) StartKubernetesUpgrade(context.Context, *StartKubernetesUpgradeRequest) (*StartKubernetesUpgradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartKubernetesUpgrade not implemented")
 }
 func (UnimplementedOperationServiceServer) mustEmbedUnimplementedOperationServiceServer() {}
 func (UnimplementedOperationServiceServer) testEmbeddedByValue()                          {}
@@ -388,6 +434,42 @@ func _OperationService_StartTalosUpgrade_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperationService_PreviewKubernetesUpgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewKubernetesUpgradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewKubernetesUpgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewKubernetesUpgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewKubernetesUpgrade(ctx, req.(*PreviewKubernetesUpgradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartKubernetesUpgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartKubernetesUpgradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartKubernetesUpgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartKubernetesUpgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartKubernetesUpgrade(ctx, req.(*StartKubernetesUpgradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperationService_ServiceDesc is the grpc.ServiceDesc for OperationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -426,6 +508,14 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartTalosUpgrade",
 			Handler:    _OperationService_StartTalosUpgrade_Handler,
+		},
+		{
+			MethodName: "PreviewKubernetesUpgrade",
+			Handler:    _OperationService_PreviewKubernetesUpgrade_Handler,
+		},
+		{
+			MethodName: "StartKubernetesUpgrade",
+			Handler:    _OperationService_StartKubernetesUpgrade_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
