@@ -21,7 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/maeshinshin/ichor/cli/internal/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 	"github.com/maeshinshin/ichor/cli/internal/kube"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"

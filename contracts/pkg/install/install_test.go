@@ -3,7 +3,7 @@ package install_test
 import (
 	"testing"
 
-	"github.com/maeshinshin/ichor/cli/internal/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 )
 
 func TestManifestHoldsIchor(t *testing.T) {
