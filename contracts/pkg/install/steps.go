@@ -102,11 +102,20 @@ func InstallerImage(version string) string {
 	return InstallerRepository + ":" + ImageTag(version)
 }
 
+// ReleaseVersion drops semver build metadata (v0.0.0-dev+abc1234 →
+// v0.0.0-dev): an IchorInstallation's versions name a release, and build
+// metadata does not take part in version precedence.
+func ReleaseVersion(v string) string {
+	if i := strings.IndexByte(v, '+'); i >= 0 {
+		return v[:i]
+	}
+
+	return v
+}
+
 // ImageTag is the image tag of an Ichor version (see InstallerImage).
 func ImageTag(version string) string {
-	if i := strings.IndexByte(version, '+'); i >= 0 {
-		version = version[:i]
-	}
+	version = ReleaseVersion(version)
 
 	if version == "" || strings.HasPrefix(version, "v0.0.0-dev") {
 		return "latest"
