@@ -1,6 +1,7 @@
 package install_test
 
 import (
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -154,5 +155,25 @@ func TestStepsAndImage(t *testing.T) {
 		if got := install.InstallerImage(v); got != want {
 			t.Errorf("InstallerImage(%s) = %s, want %s", v, got, want)
 		}
+	}
+}
+
+func TestJobName(t *testing.T) {
+	for v, want := range map[string]string{
+		"v0.3.0":              "ichor-install-v0-3-0",
+		"v0.3.0-rc.1+abc1234": "ichor-install-v0-3-0-rc-1",
+		"v0.0.0-dev+abc1234":  "ichor-install-v0-0-0-dev",
+	} {
+		if got := install.JobName(v); got != want {
+			t.Errorf("JobName(%s) = %s, want %s", v, got, want)
+		}
+	}
+
+	job := install.InstallerJob("ichor-test", install.JobName("v0.3.0"), install.InstallerImage("v0.3.0"), "--wait-timeout=2m")
+	c := job.Spec.Template.Spec.Containers[0]
+
+	if job.Namespace != "ichor-test" || job.Spec.Template.Spec.ServiceAccountName != install.InstallerName || *job.Spec.BackoffLimit != 0 ||
+		c.Image != "ghcr.io/maeshinshin/ichor-installer:v0.3.0" || strings.Join(c.Args, " ") != "--namespace=ichor-test --wait-timeout=2m" {
+		t.Fatalf("the Job: %+v", job)
 	}
 }
