@@ -90,7 +90,7 @@ func run(args []string) int {
 	start := time.Now()
 
 	if err := installer.Run(ctx, o); err != nil {
-		fmt.Fprintf(os.Stdout, "ichor-installer: %v (after %s)\n", err, time.Since(start).Round(time.Second))
+		fmt.Printf("ichor-installer: %v (after %s)\n", err, time.Since(start).Round(time.Second))
 
 		return 1
 	}

@@ -182,8 +182,10 @@ func TestNestedAndArrayFields(t *testing.T) {
 		delete(status["properties"].(map[string]any)["hardware"].(map[string]any)["properties"].(map[string]any), "disks")
 	})
 
-	var paths []string
-	for _, c := range check(t, stored, next, nil) {
+	changes := check(t, stored, next, nil)
+	paths := make([]string, 0, len(changes))
+
+	for _, c := range changes {
 		paths = append(paths, c.Path+" "+c.Kind)
 	}
 

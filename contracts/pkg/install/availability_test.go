@@ -127,19 +127,19 @@ func TestStepsAndImage(t *testing.T) {
 	}
 
 	for key, want := range map[string]install.Step{
-		"Namespace/ichor-system":                                   install.StepInstallerRBAC,
-		"ServiceAccount/ichor-installer":                           install.StepInstallerRBAC,
-		"ClusterRole/ichor-installer":                              install.StepInstallerRBAC,
-		"RoleBinding/ichor-installer":                              install.StepInstallerRBAC,
-		"CustomResourceDefinition/talosmachines.ichor.maesh.dev":   install.StepCRDs,
-		"ClusterRole/ichor-controller":                             install.StepController,
-		"Deployment/ichor-controller":                              install.StepController,
-		"ValidatingWebhookConfiguration/ichor-validating-webhook":  install.StepController,
-		"PodDisruptionBudget/ichor-controller":                     install.StepController,
-		"Deployment/ichor-ui":                                      install.StepUI,
-		"ClusterRole/ichor-ui-impersonate-users":                   install.StepUI,
+		"Namespace/ichor-system":                                      install.StepInstallerRBAC,
+		"ServiceAccount/ichor-installer":                              install.StepInstallerRBAC,
+		"ClusterRole/ichor-installer":                                 install.StepInstallerRBAC,
+		"RoleBinding/ichor-installer":                                 install.StepInstallerRBAC,
+		"CustomResourceDefinition/talosmachines.ichor.maesh.dev":      install.StepCRDs,
+		"ClusterRole/ichor-controller":                                install.StepController,
+		"Deployment/ichor-controller":                                 install.StepController,
+		"ValidatingWebhookConfiguration/ichor-validating-webhook":     install.StepController,
+		"PodDisruptionBudget/ichor-controller":                        install.StepController,
+		"Deployment/ichor-ui":                                         install.StepUI,
+		"ClusterRole/ichor-ui-impersonate-users":                      install.StepUI,
 		"ValidatingAdmissionPolicy/ichor-ui-foreign-talosconfig-only": install.StepUI,
-		"PodDisruptionBudget/ichor-ui":                             install.StepUI,
+		"PodDisruptionBudget/ichor-ui":                                install.StepUI,
 	} {
 		if s, ok := got[key]; !ok || s != want {
 			t.Errorf("%s: step %v (present %v), want %v", key, s, ok, want)
@@ -147,10 +147,10 @@ func TestStepsAndImage(t *testing.T) {
 	}
 
 	for v, want := range map[string]string{
-		"v0.3.0":               install.InstallerRepository + ":v0.3.0",
-		"v0.3.0-rc.1+abc1234":  install.InstallerRepository + ":v0.3.0-rc.1",
-		"v0.0.0-dev+abc1234":   install.InstallerRepository + ":latest",
-		"v0.0.0-dev":           install.InstallerRepository + ":latest",
+		"v0.3.0":              install.InstallerRepository + ":v0.3.0",
+		"v0.3.0-rc.1+abc1234": install.InstallerRepository + ":v0.3.0-rc.1",
+		"v0.0.0-dev+abc1234":  install.InstallerRepository + ":latest",
+		"v0.0.0-dev":          install.InstallerRepository + ":latest",
 	} {
 		if got := install.InstallerImage(v); got != want {
 			t.Errorf("InstallerImage(%s) = %s, want %s", v, got, want)

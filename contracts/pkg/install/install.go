@@ -49,7 +49,7 @@ func ParseIn(data []byte, namespace string) ([]*unstructured.Unstructured, error
 	}
 
 	for _, o := range objs {
-		if o.GetKind() == "Namespace" && namespace != "" {
+		if o.GetKind() == kindNamespace && namespace != "" {
 			o.SetName(namespace)
 		}
 	}
@@ -75,7 +75,7 @@ func CRDs() ([]*unstructured.Unstructured, error) {
 
 	for _, o := range all {
 		switch o.GetKind() {
-		case "CustomResourceDefinition", "Namespace":
+		case kindCRD, kindNamespace:
 			out = append(out, o)
 		case "ClusterRole", "ClusterRoleBinding":
 			if slices.Contains(UserRoles, o.GetName()) {

@@ -114,7 +114,8 @@ func WaitJob(ctx context.Context, c client.Client, cs kubernetes.Interface, name
 				return false, fmt.Errorf("the installer Job %s/%s was deleted", namespace, name)
 			}
 
-			return false, nil //nolint:nilerr // a transient read error; the timeout bounds the wait
+			// A transient read error; the timeout bounds the wait.
+			return false, nil
 		}
 
 		for _, cond := range job.Status.Conditions {

@@ -29,6 +29,12 @@ const (
 // the users' rights away until the controller writes them back.
 const CreateOnlyAnnotation = "ichor.maesh.dev/install-create-only"
 
+// Kinds the steps tell apart.
+const (
+	kindNamespace = "Namespace"
+	kindCRD       = "CustomResourceDefinition"
+)
+
 // Step is the installer step an object of the manifest belongs to.
 type Step int
 
@@ -64,9 +70,9 @@ func StepOf(o *unstructured.Unstructured) Step {
 	name := o.GetName()
 
 	switch o.GetKind() {
-	case "Namespace":
+	case kindNamespace:
 		return StepInstallerRBAC
-	case "CustomResourceDefinition":
+	case kindCRD:
 		return StepCRDs
 	case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
 		if name == InstallerName {

@@ -68,7 +68,7 @@ func (in *Installer) refuseHelm(ctx context.Context) error {
 	in.previous = ii.Status.InstalledVersion
 
 	if ii.Spec.Deployment.Manager == ichorv1alpha1.ManagerHelm {
-		return errors.New("Helm manages this Ichor (IchorInstallation spec.deployment.manager is helm): upgrade it with `helm upgrade`; " +
+		return errors.New("this Ichor is Helm's (IchorInstallation spec.deployment.manager is helm): upgrade it with `helm upgrade`; " +
 			"the installer changes nothing")
 	}
 

@@ -94,8 +94,6 @@ type Installer struct {
 	step int
 
 	snap *snapshot
-	// created are the objects this run created (they did not exist at the snapshot).
-	created []*unstructured.Unstructured
 	// previous is the version installed before this run, "" on a fresh install.
 	previous string
 }
@@ -159,6 +157,9 @@ func New(o Options) (*Installer, error) {
 	cfg := rest.CopyConfig(o.Config)
 	cfg.UserAgent = "ichor-installer/" + o.Version
 	cfg.WarningHandler = rest.NoWarnings{}
+	// A run writes some sixty objects and polls; client-go's default of 5
+	// requests a second would make that take a minute.
+	cfg.QPS, cfg.Burst = 50, 100
 
 	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
 	if err != nil {
@@ -215,13 +216,18 @@ func (in *Installer) Run(ctx context.Context) error {
 		return in.fail(ctx, "snapshot", err, false)
 	}
 
+	controller := func(ctx context.Context) error {
+		return in.applyWorkload(ctx, install.StepController, install.ControllerName)
+	}
+	ui := func(ctx context.Context) error { return in.applyWorkload(ctx, install.StepUI, install.UIName) }
+
 	for _, s := range []struct {
 		name string
 		run  func(context.Context) error
 	}{
 		{"CRDs", in.applyCRDs},
-		{"controller", func(ctx context.Context) error { return in.applyWorkload(ctx, install.StepController, install.ControllerName) }},
-		{"ichor-ui", func(ctx context.Context) error { return in.applyWorkload(ctx, install.StepUI, install.UIName) }},
+		{"controller", controller},
+		{"ichor-ui", ui},
 		{"post-checks", in.postChecks},
 	} {
 		if err := s.run(ctx); err != nil {
@@ -257,7 +263,7 @@ func (in *Installer) fail(ctx context.Context, step string, cause error, rollbac
 	in.logf("FAILED at %s: %v", step, cause)
 
 	if !rollback {
-		in.logf("nothing was changed; the installed Ichor (%s) is left as it was", versionOrNone(in.previous))
+		in.logf("nothing of Ichor was changed (only the installer's own RBAC was applied); the installed Ichor (%s) is left as it was", versionOrNone(in.previous))
 		in.recordFailure(ctx, ichorv1alpha1.RefusedReason, "Ichor "+in.o.Version+" was not installed, nothing was changed: "+reason, reason)
 
 		return fmt.Errorf("installing Ichor %s failed at %s, nothing was changed: %w", in.o.Version, step, cause)
@@ -308,16 +314,6 @@ func (in *Installer) recordFailure(ctx context.Context, reason, message, failure
 	default:
 		in.logf("IchorInstallation %s: Installed=False, reason %s", ichorv1alpha1.IchorInstallationName, reason)
 	}
-}
-
-// describe names an object for the log.
-func describe(o client.Object) string {
-	kind := o.GetObjectKind().GroupVersionKind().Kind
-	if o.GetNamespace() != "" {
-		return kind + " " + o.GetNamespace() + "/" + o.GetName()
-	}
-
-	return kind + " " + o.GetName()
 }
 
 func names(objs []*unstructured.Unstructured) string {

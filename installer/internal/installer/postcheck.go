@@ -77,7 +77,7 @@ func (in *Installer) waitEndpoints(ctx context.Context) (int, error) {
 		return ready > 0, nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("Service %s/%s has no ready endpoint after %s: the API server cannot reach the admission webhooks",
+		return 0, fmt.Errorf("the webhook Service %s/%s has no ready endpoint after %s: the API server cannot reach the admission webhooks",
 			in.o.Namespace, install.WebhookServiceName, in.o.WaitTimeout)
 	}
 
@@ -128,6 +128,6 @@ func (in *Installer) waitRefusal(ctx context.Context) (string, error) {
 	case last == nil || !wait.Interrupted(err):
 		return "", err
 	default:
-		return "", fmt.Errorf("the admission webhook did not answer within %s (last: %v)", in.o.WaitTimeout, last)
+		return "", fmt.Errorf("the admission webhook did not answer within %s (last: %w)", in.o.WaitTimeout, last)
 	}
 }

@@ -3,7 +3,6 @@ package installer_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -428,5 +427,3 @@ func mustContain(t *testing.T, what, text string, want ...string) {
 		rest = rest[i+len(w):]
 	}
 }
-
-var errNotYet = errors.New("not yet")

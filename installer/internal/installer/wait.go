@@ -54,9 +54,10 @@ func (in *Installer) waitDeployment(ctx context.Context, name string, timeout ti
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
 		d := &appsv1.Deployment{}
 		if err := in.c.Get(ctx, client.ObjectKey{Namespace: in.o.Namespace, Name: name}, d); err != nil {
+			// Retried until the timeout; the error is what it reports.
 			last = err.Error()
 
-			return false, nil
+			return false, nil //nolint:nilerr // see above
 		}
 
 		dep = d

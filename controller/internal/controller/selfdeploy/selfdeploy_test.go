@@ -111,7 +111,7 @@ func want(t *testing.T, nodes int, replicas int32, reason string) {
 			}
 
 			if replicas == 1 && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("PodDisruptionBudget %s exists (%v)", name, err)
+				return fmt.Errorf("PodDisruptionBudget %s exists (%w)", name, err)
 			}
 		}
 
@@ -224,7 +224,7 @@ func TestReplicasFollowNodes(t *testing.T) {
 			return nil
 		}
 
-		return fmt.Errorf("still there: %v", err)
+		return fmt.Errorf("still there: %w", err)
 	})
 
 	// The node joins first, so the reconcile the create triggers sees two.
