@@ -200,6 +200,10 @@ func (in *Installer) Run(ctx context.Context) error {
 	in.logf("ichor-installer: installing Ichor %s into namespace %s from %s (%d objects)",
 		in.o.Version, in.o.Namespace, in.o.ManifestSource, len(in.objs))
 
+	if err := in.clusterScoped(); err != nil {
+		return err
+	}
+
 	if err := in.applyInstallerRBAC(ctx); err != nil {
 		return in.fail(ctx, "installer RBAC", err, false)
 	}
@@ -314,6 +318,29 @@ func (in *Installer) recordFailure(ctx context.Context, reason, message, failure
 	default:
 		in.logf("IchorInstallation %s: Installed=False, reason %s", ichorv1alpha1.IchorInstallationName, reason)
 	}
+}
+
+// clusterScoped drops the namespace kustomize gives the cluster-scoped
+// kinds it does not know (ValidatingAdmissionPolicy and its binding), so an
+// object of the manifest and the same object read from the API server have
+// one key.
+func (in *Installer) clusterScoped() error {
+	for _, o := range in.objs {
+		if o.GetNamespace() == "" {
+			continue
+		}
+
+		namespaced, err := in.c.IsObjectNamespaced(o)
+		if err != nil {
+			return fmt.Errorf("the API server does not serve %s (%s %s of the manifest): %w", o.GetAPIVersion(), o.GetKind(), o.GetName(), err)
+		}
+
+		if !namespaced {
+			o.SetNamespace("")
+		}
+	}
+
+	return nil
 }
 
 func names(objs []*unstructured.Unstructured) string {

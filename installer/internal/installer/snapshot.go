@@ -336,7 +336,7 @@ func (in *Installer) rollback(ctx context.Context) error {
 		}
 	}
 
-	in.logf("rolling back to %s: applying the %d objects of the snapshot again, deleting %d objects the snapshot does not have",
+	in.logf("rolling back to %s: applying the %d objects of the snapshot again, deleting %d object(s) the snapshot does not have",
 		versionOrNone(in.snap.version), len(in.snap.objects), len(created))
 
 	var errs []error

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
@@ -69,6 +71,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// The installer's log is its own lines; controller-runtime's logger stays quiet.
+	ctrllog.SetLogger(logr.Discard())
+
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 

@@ -10,7 +10,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -44,41 +43,47 @@ func deploymentProgress(d *appsv1.Deployment) (bool, string) {
 }
 
 // waitDeployment waits until the Deployment name is available; on timeout
-// the error says why, from its pods.
+// the error says why, from its pods. Each read has the caller's context, not
+// the wait's deadline, so the last thing seen is the Deployment's state and
+// not the deadline cutting a read short.
 func (in *Installer) waitDeployment(ctx context.Context, name string, timeout time.Duration) error {
 	var (
 		last string
 		dep  *appsv1.Deployment
 	)
 
-	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+	deadline := time.Now().Add(timeout)
+
+	for {
 		d := &appsv1.Deployment{}
 		if err := in.c.Get(ctx, client.ObjectKey{Namespace: in.o.Namespace, Name: name}, d); err != nil {
-			// Retried until the timeout; the error is what it reports.
 			last = err.Error()
+		} else {
+			dep = d
 
-			return false, nil //nolint:nilerr // see above
+			ok, why := deploymentProgress(d)
+			if ok {
+				return nil
+			}
+
+			last = why
 		}
 
-		dep = d
+		if time.Now().After(deadline) {
+			break
+		}
 
-		ok, why := deploymentProgress(d)
-		last = why
-
-		return ok, nil
-	})
-	if err == nil {
-		return nil
-	}
-
-	if ctx.Err() != nil {
-		return ctx.Err()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pollInterval):
+		}
 	}
 
 	msg := fmt.Sprintf("Deployment %s did not become available within %s: %s", name, timeout, last)
 
 	if dep != nil {
-		if pods := in.podProblems(context.WithoutCancel(ctx), dep); pods != "" {
+		if pods := in.podProblems(ctx, dep); pods != "" {
 			msg += "; " + pods
 		}
 	}
