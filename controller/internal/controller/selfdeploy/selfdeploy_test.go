@@ -184,7 +184,9 @@ func TestReplicasFollowNodes(t *testing.T) {
 		t.Fatalf("PodDisruptionBudget ichor-ui: %+v", pdb.Spec)
 	}
 
-	// A node the pods cannot run on, and cordoning the worker (a drain), keep two.
+	// A node the pods cannot run on does not count, a cordoned worker (a
+	// drain) still does, and a new worker does: three. The count in the
+	// status is the positive marker that the reconciler saw all three changes.
 	addNode(t, "w-gpu", corev1.Taint{Key: "example.com/dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule})
 	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := &corev1.Node{}
@@ -197,10 +199,12 @@ func TestReplicasFollowNodes(t *testing.T) {
 
 		return k8s.Update(ctx, n)
 	}))
-	want(t, 2, 2, ichorv1alpha1.MultipleNodesReason)
+	addNode(t, "w-3")
+	want(t, 3, 2, ichorv1alpha1.MultipleNodesReason)
 
-	// The worker leaves.
+	// The workers leave.
 	removeNode(t, "w-1")
+	removeNode(t, "w-3")
 	want(t, 1, 1, ichorv1alpha1.SingleNodeReason)
 
 	// A replica count someone set by hand is put back at the next resync.
