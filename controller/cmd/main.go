@@ -37,6 +37,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
+	"github.com/maeshinshin/ichor/controller/internal/controller/selfdeploy"
 	"github.com/maeshinshin/ichor/controller/internal/controller/servingca"
 	"github.com/maeshinshin/ichor/controller/internal/controller/storagestatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
@@ -209,6 +210,8 @@ func main() {
 		{"the TalosEtcdBackup reconciler", &etcdbackup.Reconciler{}},
 		// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.
 		{"the serving CA keeper", &servingca.Keeper{Namespace: namespace}},
+		// One replica and no PodDisruptionBudget on a single schedulable node, two with them otherwise.
+		{"the controller's and ichor-ui's replicas", &selfdeploy.Reconciler{Namespace: namespace}},
 	} {
 		if err := r.setup.SetupWithManager(mgr); err != nil {
 			log.Error(err, "registering "+r.what)

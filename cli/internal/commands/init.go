@@ -14,6 +14,7 @@ import (
 	"github.com/maeshinshin/ichor/cli/internal/initflow"
 	"github.com/maeshinshin/ichor/cli/internal/secretstore"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 )
 
@@ -41,7 +42,8 @@ func initCommand() *cli.Command {
 			&cli.IntFlag{Name: "endpoint-port", Usage: "`PORT` of the Kubernetes API (default 6443)"},
 			&cli.StringFlag{Name: "talos-version", Usage: "Talos `VERSION` the cluster installs (default: this release's)"},
 			&cli.StringFlag{Name: "kubernetes-version", Usage: "Kubernetes `VERSION` (default: this release's)"},
-			&cli.StringFlag{Name: "install", Value: initflow.InstallManifest, Usage: "`MODE`: manifest (install Ichor in the cluster) or none (only its CRDs; the controller runs elsewhere)"},
+			&cli.StringFlag{Name: "install", Value: initflow.InstallManifest, Usage: "`MODE`: manifest (the installer Job installs Ichor in the cluster) or none (only its CRDs; the controller runs elsewhere)"},
+			&cli.StringFlag{Name: "installer-image", Usage: "the installer Job's `IMAGE` (default: this release's, " + install.InstallerRepository + ":<version>)"},
 			&cli.BoolFlag{Name: "wait", Value: true, Usage: "wait for the controller to take over the first control plane"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 15 * time.Minute, Usage: "how long each wait lasts"},
 			&cli.StringFlag{Name: "write-kubeconfig", Usage: "also write the admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
@@ -79,6 +81,7 @@ func initAction(ctx context.Context, cmd *cli.Command) error {
 		TalosVersion:      cmd.String("talos-version"),
 		KubernetesVersion: cmd.String("kubernetes-version"),
 		Install:           cmd.String("install"),
+		InstallerImage:    cmd.String("installer-image"),
 		Wait:              cmd.Bool("wait"),
 		Timeout:           cmd.Duration(flagTimeout),
 		WriteKubeconfig:   cmd.String("write-kubeconfig"),

@@ -8,23 +8,27 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/maeshinshin/ichor/cli/internal/install"
 	"github.com/maeshinshin/ichor/cli/internal/kube"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 )
 
@@ -92,36 +96,214 @@ func (k *kubeSteps) installTitle() string {
 		return "Ichor's namespace, CRDs and user roles (--install=none: the controller runs elsewhere)"
 	}
 
-	return "Ichor's install manifest"
+	return "Ichor installed by the installer Job (" + k.installerImage() + ")"
 }
 
-// install server-side applies the install manifest, or only its namespace
-// and CRDs, and waits for the CRDs to be established.
-func (k *kubeSteps) install(ctx context.Context) error {
-	objs, err := install.Objects()
-	if k.s.o.Install == InstallNone {
-		objs, err = install.CRDs()
+func (k *kubeSteps) installerImage() string {
+	if k.s.o.InstallerImage != "" {
+		return k.s.o.InstallerImage
 	}
 
+	return install.InstallerImage(k.s.env.Version)
+}
+
+// install installs Ichor: with --install=manifest the installer Job does
+// (installJob); with none, init server-side applies the namespace, the CRDs
+// and the users' roles itself and waits for the CRDs to be served.
+func (k *kubeSteps) install(ctx context.Context) error {
+	if k.s.o.Install != InstallNone {
+		return k.installJob(ctx)
+	}
+
+	all, err := install.ParseIn(install.Manifest(), k.s.o.Namespace)
 	if err != nil {
 		return err
 	}
 
+	objs := crdsOf(all)
+
 	for i, o := range objs {
 		k.s.p.Detailf("%d/%d %s %s", i+1, len(objs), o.GetKind(), o.GetName())
 
-		err := k.retry(ctx, func(ctx context.Context) error {
-			return k.c().Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner(FieldOwner), client.ForceOwnership)
-		})
-		if err != nil {
-			return k.conn.Explain(err, fmt.Sprintf("applying %s %s", o.GetKind(), o.GetName()))
+		if err := k.apply(ctx, o); err != nil {
+			return err
 		}
 	}
 
-	// The custom resources are written next: wait until the API serves them.
+	return k.waitCRDs(ctx)
+}
+
+// crdsOf is what install.CRDs selects, of objects already in the namespace.
+func crdsOf(all []*unstructured.Unstructured) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+
+	for _, o := range all {
+		switch o.GetKind() {
+		case "CustomResourceDefinition", "Namespace":
+			out = append(out, o)
+		case "ClusterRole", "ClusterRoleBinding":
+			if slices.Contains(install.UserRoles, o.GetName()) {
+				out = append(out, o)
+			}
+		}
+	}
+
+	return out
+}
+
+func (k *kubeSteps) apply(ctx context.Context, o *unstructured.Unstructured, opts ...client.ApplyOption) error {
+	err := k.retry(ctx, func(ctx context.Context) error {
+		return k.c().Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), append([]client.ApplyOption{client.FieldOwner(FieldOwner), client.ForceOwnership}, opts...)...)
+	})
+	if err != nil {
+		return k.conn.Explain(err, fmt.Sprintf("applying %s %s", o.GetKind(), o.GetName()))
+	}
+
+	return nil
+}
+
+// waitCRDs waits until the API serves the custom resources init writes next.
+func (k *kubeSteps) waitCRDs(ctx context.Context) error {
 	return k.retry(ctx, func(ctx context.Context) error {
 		return k.c().List(ctx, &ichorv1alpha1.TalosClusterList{}, client.InNamespace(k.s.o.Namespace), client.Limit(1))
 	})
+}
+
+// installJob installs Ichor the way upgrades do (architecture, "Upgrades"):
+// a server-side dry run of the whole manifest first (the API server's
+// refusals show before anything is written), then the namespace and the
+// installer's RBAC applied as the admin, then the installer Job (the image
+// of this release), followed until it ends. A failed Job's log is shown; a
+// completed one must have recorded this version in the IchorInstallation.
+// A Job left by an earlier run is followed if it runs or completed, and
+// started again if it failed.
+func (k *kubeSteps) installJob(ctx context.Context) error {
+	s := k.s
+
+	all, err := install.ParseIn(install.Manifest(), s.o.Namespace)
+	if err != nil {
+		return err
+	}
+
+	rbac := install.ByStep(all, install.StepInstallerRBAC)
+
+	// The namespace must exist for the namespaced objects' dry run.
+	for _, o := range rbac {
+		if o.GetKind() == "Namespace" {
+			if err := k.apply(ctx, o); err != nil {
+				return err
+			}
+		}
+	}
+
+	for i, o := range all {
+		s.p.Detailf("dry run %d/%d %s %s", i+1, len(all), o.GetKind(), o.GetName())
+
+		if err := k.apply(ctx, o, client.DryRunAll); err != nil {
+			return fmt.Errorf("the API server refuses Ichor's install manifest (nothing of it was installed): %w", err)
+		}
+	}
+
+	for _, o := range rbac {
+		s.p.Detailf("%s %s", o.GetKind(), o.GetName())
+
+		if err := k.apply(ctx, o); err != nil {
+			return err
+		}
+	}
+
+	name := install.JobName(s.env.Version)
+	job := install.InstallerJob(s.o.Namespace, name, k.installerImage())
+
+	if err := k.startJob(ctx, job); err != nil {
+		return err
+	}
+
+	cs, err := kubernetes.NewForConfig(k.conn.Config)
+	if err != nil {
+		return err
+	}
+
+	res, err := install.WaitJob(ctx, k.c(), cs, s.o.Namespace, name, install.JobDeadline, func(state string) { s.p.Detailf("%s", state) })
+	if err != nil {
+		return err
+	}
+
+	if !res.Succeeded {
+		s.p.Notef("The installer Job %s/%s failed (%s). Its log:\n%s", s.o.Namespace, name, res.Reason, res.Log)
+
+		return fmt.Errorf("the installer Job %s/%s failed: its log is above (again with `kubectl logs -n %s job/%s`); "+
+			"`kubectl get ichorinstallation ichor -o yaml` shows the reason too. Fix the cause, then run init again: it starts the Job again",
+			s.o.Namespace, name, s.o.Namespace, name)
+	}
+
+	if err := install.CheckInstalled(ctx, k.c(), s.env.Version); err != nil {
+		return fmt.Errorf("%w; read the Job's log with `kubectl logs -n %s job/%s`", err, s.o.Namespace, name)
+	}
+
+	return k.waitCRDs(ctx)
+}
+
+// startJob creates the installer Job, or keeps the one an earlier run left
+// unless it failed, which is deleted and created again.
+func (k *kubeSteps) startJob(ctx context.Context, job *batchv1.Job) error {
+	for {
+		cur := &batchv1.Job{}
+
+		err := k.c().Get(ctx, client.ObjectKeyFromObject(job), cur)
+		if apierrors.IsNotFound(err) {
+			k.s.p.Detailf("creating Job %s", job.Name)
+
+			err := k.retry(ctx, func(ctx context.Context) error {
+				err := k.c().Create(ctx, job.DeepCopy(), client.FieldOwner(FieldOwner))
+				if apierrors.IsAlreadyExists(err) {
+					return nil
+				}
+
+				return err
+			})
+			if err != nil {
+				return k.conn.Explain(err, "creating the installer Job "+job.Name)
+			}
+
+			return nil
+		}
+
+		if err != nil {
+			return k.conn.Explain(err, "reading the installer Job "+job.Name)
+		}
+
+		if !jobFailed(cur) {
+			k.s.p.Notef("The installer Job %s of an earlier run is there; following it.", job.Name)
+
+			return nil
+		}
+
+		k.s.p.Notef("The installer Job %s of an earlier run failed; starting it again.", job.Name)
+
+		if err := k.c().Delete(ctx, cur, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil && !apierrors.IsNotFound(err) {
+			return k.conn.Explain(err, "deleting the failed installer Job "+job.Name)
+		}
+
+		if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+			err := k.c().Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{})
+
+			return apierrors.IsNotFound(err), nil
+		}); err != nil {
+			return fmt.Errorf("the failed installer Job %s was not deleted within 2m; delete it (kubectl delete job -n %s %s) and run init again",
+				job.Name, job.Namespace, job.Name)
+		}
+	}
+}
+
+func jobFailed(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+
+	return false
 }
 
 // resources writes the bundle Secret, the TalosCluster, the first
@@ -179,6 +361,27 @@ func (k *kubeSteps) resources(ctx context.Context) error {
 
 	if err := k.create(ctx, inst, nil); err != nil {
 		return err
+	}
+
+	// The installer Job created it first (--install=manifest): --ui-url goes on as an annotation.
+	if s.o.UIURL != "" {
+		if err := k.retry(ctx, func(ctx context.Context) error {
+			cur := &ichorv1alpha1.IchorInstallation{}
+			if err := k.c().Get(ctx, client.ObjectKeyFromObject(inst), cur); err != nil {
+				return err
+			}
+
+			if cur.Annotations[UIURLAnnotation] == s.o.UIURL {
+				return nil
+			}
+
+			before := cur.DeepCopy()
+			metav1.SetMetaDataAnnotation(&cur.ObjectMeta, UIURLAnnotation, s.o.UIURL)
+
+			return k.c().Patch(ctx, cur, client.MergeFrom(before), client.FieldOwner(FieldOwner))
+		}); err != nil {
+			return k.conn.Explain(err, "annotating IchorInstallation "+inst.Name+" with --ui-url")
+		}
 	}
 
 	k.s.p.Detailf("IchorInstallation %s", inst.Name)

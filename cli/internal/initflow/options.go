@@ -54,7 +54,8 @@ func PresetTopology(preset string) (Topology, error) {
 
 // Install modes.
 const (
-	// InstallManifest applies Ichor's whole install manifest (the controller runs in the cluster).
+	// InstallManifest installs Ichor in the cluster through the installer Job
+	// (the controller and ichor-ui run in the cluster).
 	InstallManifest = "manifest"
 	// InstallNone applies only the namespace and the CRDs, which init's own
 	// writes need; the controller runs elsewhere (the demo runs it as a local process).
@@ -100,6 +101,9 @@ type Options struct {
 
 	// Install is manifest or none.
 	Install string
+	// InstallerImage is the installer Job's image (--install=manifest);
+	// empty means this release's (contracts/pkg/install.InstallerImage).
+	InstallerImage string
 	// Wait follows the cluster's conditions after the writes, for at most Timeout.
 	Wait    bool
 	Timeout time.Duration

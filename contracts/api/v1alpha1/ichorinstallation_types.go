@@ -7,6 +7,43 @@ import (
 // IchorInstallationName is the name of the one IchorInstallation.
 const IchorInstallationName = "ichor"
 
+// Condition types of the IchorInstallation.
+const (
+	// InstalledCondition says how the installer's last run ended: True when
+	// status.installedVersion runs as that run installed it; False when it
+	// failed (reason Refused: nothing was changed; RolledBack: the previous
+	// version runs again; RollbackFailed: look at ichor-system now); Unknown
+	// while a run is under way (reason Installing). The installer Job writes it.
+	InstalledCondition = "Installed"
+	// HighlyAvailableCondition says whether the controller and ichor-ui run
+	// with two replicas, a PodDisruptionBudget and anti-affinity (True), or
+	// with one replica and no PodDisruptionBudget because the cluster has a
+	// single schedulable node (False); it only informs. The controller writes it.
+	HighlyAvailableCondition = "HighlyAvailable"
+)
+
+// Reasons of the IchorInstallation's conditions.
+const (
+	// InstallSucceededReason is Installed=True's reason.
+	InstallSucceededReason = "InstallSucceeded"
+	// InstallInProgressReason means an installer run is under way.
+	InstallInProgressReason = "InstallInProgress"
+	// RolledBackReason means a step failed and the previous manifests were
+	// applied again and are available.
+	RolledBackReason = "RolledBack"
+	// RollbackFailedReason means a step failed and the previous manifests did
+	// not become available again either.
+	RollbackFailedReason = "RollbackFailed"
+	// MultipleNodesReason means two or more nodes can run Ichor's pods: two replicas and a PodDisruptionBudget.
+	MultipleNodesReason = "MultipleNodes"
+	// SingleNodeReason means one node (or none) can run Ichor's pods: one replica and no PodDisruptionBudget.
+	SingleNodeReason = "SingleNode"
+	// NotDeployedReason means Ichor does not run as Deployments in its namespace (a controller running elsewhere).
+	NotDeployedReason = "NotDeployed"
+	// ManagedByHelmReason means Helm owns Ichor's Deployments, so their replicas follow the chart's values.
+	ManagedByHelmReason = "ManagedByHelm"
+)
+
 // Deployment managers.
 const (
 	// ManagerIchor means `ichor upgrade ichor` (the installer Job) upgrades Ichor.
@@ -70,7 +107,7 @@ type IchorInstallationStatus struct {
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: Ready.
+	// conditions: Installed (the installer's last run), HighlyAvailable (replicas and PodDisruptionBudgets).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -79,6 +116,20 @@ type IchorInstallationStatus struct {
 	// installedVersion is the Ichor release that runs.
 	// +optional
 	InstalledVersion string `json:"installedVersion,omitempty"`
+	// failureReason is why the installer's last run failed, as its Job's log
+	// says it; empty once a run succeeds.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	FailureReason string `json:"failureReason,omitempty"`
+	// schedulableNodes is how many nodes can run Ichor's pods, as the
+	// controller last counted them (cordoned nodes count: a cordon is a
+	// drain's and is lifted again).
+	// +optional
+	SchedulableNodes int32 `json:"schedulableNodes,omitempty"`
+	// replicas is the replica count of the controller and ichor-ui: 1 on a
+	// cluster with one schedulable node (and no PodDisruptionBudget), else 2.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
 	// operationName is the TalosOperation of type ichor upgrading Ichor, if any.
 	// +optional
 	OperationName string `json:"operationName,omitempty"`
@@ -93,6 +144,7 @@ type IchorInstallationStatus struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version.version`
 // +kubebuilder:printcolumn:name="Installed",type=string,JSONPath=`.status.installedVersion`
 // +kubebuilder:printcolumn:name="Manager",type=string,JSONPath=`.spec.deployment.manager`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == 'ichor'",message="IchorInstallation is a singleton: its name must be ichor"
 type IchorInstallation struct {

@@ -1,7 +1,8 @@
 // Package install holds Ichor's install manifest, built from kustomize/base by
-// the chart generator (`go tool task generate`) and embedded in the CLI, so
-// `ichor init` installs Ichor with no network access to a registry of
-// manifests.
+// the chart generator (`go tool task generate`) and embedded in the CLI and
+// the installer, so `ichor init` and the installer Job install Ichor with no
+// network access to a registry of manifests; and what the installer and the
+// controller decide alike about it (the steps, one replica or two).
 package install
 
 import (
@@ -31,6 +32,31 @@ func Objects() ([]*unstructured.Unstructured, error) {
 	return Parse(manifest)
 }
 
+// ParseIn parses manifest data (Manifest(), or another release's) with
+// Ichor's namespace renamed to namespace: the Namespace object, the
+// namespaced objects, the ServiceAccount subjects of the bindings, the webhook
+// Service references and the ServiceAccount user names in admission
+// expressions (as the chart generator does for a release's namespace).
+func ParseIn(data []byte, namespace string) ([]*unstructured.Unstructured, error) {
+	if namespace != "" && namespace != Namespace {
+		data = bytes.ReplaceAll(data, []byte("namespace: "+Namespace+"\n"), []byte("namespace: "+namespace+"\n"))
+		data = bytes.ReplaceAll(data, []byte("system:serviceaccount:"+Namespace+":"), []byte("system:serviceaccount:"+namespace+":"))
+	}
+
+	objs, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+
+	for _, o := range objs {
+		if o.GetKind() == kindNamespace && namespace != "" {
+			o.SetName(namespace)
+		}
+	}
+
+	return objs, nil
+}
+
 // UserRoles are the built-in ClusterRoles of Ichor's users and the bindings
 // to the ichor: groups (kustomize/base/rbac/user-roles.yaml).
 var UserRoles = []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer"}
@@ -49,7 +75,7 @@ func CRDs() ([]*unstructured.Unstructured, error) {
 
 	for _, o := range all {
 		switch o.GetKind() {
-		case "CustomResourceDefinition", "Namespace":
+		case kindCRD, kindNamespace:
 			out = append(out, o)
 		case "ClusterRole", "ClusterRoleBinding":
 			if slices.Contains(UserRoles, o.GetName()) {

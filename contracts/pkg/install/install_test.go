@@ -1,9 +1,11 @@
 package install_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
-	"github.com/maeshinshin/ichor/cli/internal/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 )
 
 func TestManifestHoldsIchor(t *testing.T) {
@@ -63,5 +65,26 @@ func TestParseRefusesGarbage(t *testing.T) {
 
 	if _, err := install.Parse([]byte("a: [\n")); err == nil {
 		t.Fatal("malformed YAML parsed")
+	}
+}
+
+func TestParseIn(t *testing.T) {
+	objs, err := install.ParseIn(install.Manifest(), "ichor-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, o := range objs {
+		if strings.Contains(fmt.Sprint(o.Object), "ichor-system") {
+			t.Errorf("%s %s still names ichor-system", o.GetKind(), o.GetName())
+		}
+
+		if o.GetKind() == "Namespace" && o.GetName() != "ichor-test" {
+			t.Errorf("Namespace %s", o.GetName())
+		}
+
+		if o.GetKind() == "Deployment" && o.GetNamespace() != "ichor-test" {
+			t.Errorf("Deployment %s in %s", o.GetName(), o.GetNamespace())
+		}
 	}
 }

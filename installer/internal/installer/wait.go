@@ -1,0 +1,161 @@
+package installer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// pollInterval is how often a wait looks again.
+const pollInterval = time.Second
+
+// deploymentProgress says whether a Deployment has rolled out and is
+// available, as `kubectl rollout status` judges it: the Deployment
+// controller saw the current generation, every replica runs the current
+// template, no old replica is left, and every replica is available.
+func deploymentProgress(d *appsv1.Deployment) (bool, string) {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+
+	st := d.Status
+
+	switch {
+	case st.ObservedGeneration < d.Generation:
+		return false, fmt.Sprintf("the Deployment controller has not seen generation %d yet", d.Generation)
+	case st.UpdatedReplicas < want:
+		return false, fmt.Sprintf("%d of %d replicas run the new template", st.UpdatedReplicas, want)
+	case st.Replicas > st.UpdatedReplicas:
+		return false, fmt.Sprintf("%d old replicas are still there", st.Replicas-st.UpdatedReplicas)
+	case st.AvailableReplicas < want:
+		return false, fmt.Sprintf("%d of %d replicas available", st.AvailableReplicas, want)
+	}
+
+	return true, ""
+}
+
+// waitDeployment waits until the Deployment name is available; on timeout
+// the error says why, from its pods. Each read has the caller's context, not
+// the wait's deadline, so the last thing seen is the Deployment's state and
+// not the deadline cutting a read short.
+func (in *Installer) waitDeployment(ctx context.Context, name string, timeout time.Duration) error {
+	var (
+		last string
+		dep  *appsv1.Deployment
+	)
+
+	deadline := time.Now().Add(timeout)
+
+	for {
+		d := &appsv1.Deployment{}
+		if err := in.c.Get(ctx, client.ObjectKey{Namespace: in.o.Namespace, Name: name}, d); err != nil {
+			last = err.Error()
+		} else {
+			dep = d
+
+			ok, why := deploymentProgress(d)
+			if ok {
+				return nil
+			}
+
+			last = why
+		}
+
+		if time.Now().After(deadline) {
+			break
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
+
+	msg := fmt.Sprintf("Deployment %s did not become available within %s: %s", name, timeout, last)
+
+	if dep != nil {
+		if pods := in.podProblems(ctx, dep); pods != "" {
+			msg += "; " + pods
+		}
+	}
+
+	return errors.New(msg)
+}
+
+// podProblems describes the Deployment's pods that are not ready: not
+// scheduled (the scheduler's message), a container waiting (its reason and
+// message, such as ImagePullBackOff) or terminated with an exit code.
+func (in *Installer) podProblems(ctx context.Context, d *appsv1.Deployment) string {
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return ""
+	}
+
+	pods := &corev1.PodList{}
+	if err := in.c.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return "its pods cannot be read: " + err.Error()
+	}
+
+	var out []string
+
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || podReady(p) {
+			continue
+		}
+
+		if why := podProblem(p); why != "" {
+			out = append(out, "pod "+p.Name+" "+why)
+		}
+
+		if len(out) == 3 {
+			break
+		}
+	}
+
+	return strings.Join(out, "; ")
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+
+	return false
+}
+
+func podProblem(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return fmt.Sprintf("is %s, not scheduled: %s", p.Status.Phase, oneLine(c.Message))
+		}
+	}
+
+	for _, cs := range p.Status.ContainerStatuses {
+		switch {
+		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "":
+			return fmt.Sprintf("container %s is waiting: %s %s", cs.Name, cs.State.Waiting.Reason, oneLine(cs.State.Waiting.Message))
+		case cs.State.Terminated != nil:
+			return fmt.Sprintf("container %s exited with code %d (%s)", cs.Name, cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
+		case !cs.Ready:
+			return fmt.Sprintf("container %s is not ready (restarts: %d)", cs.Name, cs.RestartCount)
+		}
+	}
+
+	return "is " + string(p.Status.Phase) + ", not ready"
+}
+
+func oneLine(s string) string {
+	return strings.TrimSpace(strings.ReplaceAll(s, "\n", " "))
+}
