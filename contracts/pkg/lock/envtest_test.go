@@ -447,30 +447,38 @@ func TestClientChecker(t *testing.T) {
 func TestOperationLiveness(t *testing.T) {
 	t.Parallel()
 
+	config, shutdown := ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationShutdown
+
 	for _, tc := range []struct {
-		phase, failure string
-		deleting       bool
-		want           lock.Liveness
+		typ, phase, failure string
+		deleting            bool
+		want                lock.Liveness
 	}{
-		{"", "", false, lock.Active},
-		{ichorv1alpha1.OperationPending, "", false, lock.Active},
-		{ichorv1alpha1.OperationRunning, "", false, lock.Active},
-		{ichorv1alpha1.OperationAwaitingCredentials, "", false, lock.Active},
-		{ichorv1alpha1.OperationPaused, "", false, lock.Active},
-		{ichorv1alpha1.OperationPaused, "etcd unhealthy", false, lock.Inactive},
-		{ichorv1alpha1.OperationSucceeded, "", false, lock.Inactive},
-		{ichorv1alpha1.OperationFailed, "", false, lock.Inactive},
-		{ichorv1alpha1.OperationRunning, "", true, lock.Inactive},
+		{config, "", "", false, lock.Active},
+		{config, ichorv1alpha1.OperationPending, "", false, lock.Active},
+		{config, ichorv1alpha1.OperationRunning, "", false, lock.Active},
+		{config, ichorv1alpha1.OperationAwaitingCredentials, "", false, lock.Active},
+		{config, ichorv1alpha1.OperationPaused, "", false, lock.Active},
+		{config, ichorv1alpha1.OperationPaused, "etcd unhealthy", false, lock.Inactive},
+		{config, ichorv1alpha1.OperationSucceeded, "", false, lock.Inactive},
+		{config, ichorv1alpha1.OperationFailed, "", false, lock.Inactive},
+		{config, ichorv1alpha1.OperationRunning, "", true, lock.Inactive},
+		// A shutdown keeps the lock until it has completed, paused on a failure too.
+		{shutdown, ichorv1alpha1.OperationPaused, "w-1 still answers", false, lock.Active},
+		{shutdown, ichorv1alpha1.OperationRunning, "", false, lock.Active},
+		{shutdown, ichorv1alpha1.OperationSucceeded, "", false, lock.Inactive},
+		{shutdown, ichorv1alpha1.OperationFailed, "", false, lock.Inactive},
+		{shutdown, ichorv1alpha1.OperationPaused, "w-1 still answers", true, lock.Inactive},
 	} {
 		op := &ichorv1alpha1.TalosOperation{}
-		op.Status.Phase, op.Status.FailureReason = tc.phase, tc.failure
+		op.Spec.Type, op.Status.Phase, op.Status.FailureReason = tc.typ, tc.phase, tc.failure
 
 		if tc.deleting {
 			op.DeletionTimestamp = &metav1.Time{}
 		}
 
 		if got := lock.OperationLiveness(op); got != tc.want {
-			t.Errorf("%q %q deleting=%v: %v, want %v", tc.phase, tc.failure, tc.deleting, got, tc.want)
+			t.Errorf("%s %q %q deleting=%v: %v, want %v", tc.typ, tc.phase, tc.failure, tc.deleting, got, tc.want)
 		}
 	}
 
