@@ -63,6 +63,7 @@ func main() {
 		manageCerts    bool
 		namespace      string
 		releaseSource  string
+		ownNode        string
 		certOpts       certs.Options
 		impersonate    stringList
 	)
@@ -79,6 +80,8 @@ func main() {
 	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "ichor-system"), "Namespace Ichor runs in.")
 	flag.StringVar(&releaseSource, "release-source", "",
 		"Image Factory whose /versions lists the Talos releases offered as upgrade candidates; empty means each cluster's spec.registry.imageFactoryURL, else https://factory.talos.dev.")
+	flag.StringVar(&ownNode, "own-node", envOr("NODE_NAME", ""),
+		"The Kubernetes Node this controller runs on (the downward API's spec.nodeName): a cluster shutdown sends it its Shutdown last; empty outside the cluster.")
 	flag.StringVar(&certOpts.SecretName, "webhook-secret", "ichor-webhook-tls", "Secret holding the webhook CA and serving certificate.")
 	flag.StringVar(&certOpts.ServiceName, "webhook-service", "ichor-webhook", "Service the API server reaches the webhooks through.")
 	flag.StringVar(&certOpts.WebhookConfiguration, "webhook-configuration", "ichor-validating-webhook",
@@ -162,7 +165,7 @@ func main() {
 	}{
 		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{}},
 		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook}},
-		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook}},
+		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook, OwnNode: ownNode}},
 		{"the kubelet serving certificate approver", &kubeletcsr.Reconciler{}},
 		{"the discovery reconciler", &discovery.Reconciler{}},
 		{"the MachineReclaim reconciler", &machinereclaim.Reconciler{}},

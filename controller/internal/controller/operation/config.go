@@ -64,8 +64,11 @@ func (r *Reconciler) selectPhase(ctx context.Context, s *scope) (ctrl.Result, er
 		return ctrl.Result{}, nil
 	}
 
-	if isNode(op) {
+	switch {
+	case isNode(op):
 		return r.selectNode(ctx, s)
+	case isShutdown(op):
+		return r.selectShutdown(ctx, s)
 	}
 
 	return r.selectMachines(ctx, s)
@@ -77,6 +80,10 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 	op := s.Object
 	if halted(op) {
 		return ctrl.Result{}, nil
+	}
+
+	if isShutdown(op) {
+		return r.shutdownPhase(ctx, s)
 	}
 
 	active, held, err := r.activeMachines(ctx, op)

@@ -16,9 +16,9 @@
 //
 // This release runs operations of type config (the rollout of changes the
 // machine reconciler does not apply by itself, config.go), talos (Talos
-// upgrades, talos.go) and node (reboot, shutdown or reset of one machine,
-// node.go); the other types are refused with a message that says so, before
-// they take the lock.
+// upgrades, talos.go), node (reboot, shutdown or reset of one machine,
+// node.go) and shutdown (the whole cluster, shutdown.go); the other types are
+// refused with a message that says so, before they take the lock.
 package operation
 
 import (
@@ -87,6 +87,10 @@ type Reconciler struct {
 	Locker *lock.Locker
 	// Storage is the node-operation hook run before a drain; nil means none.
 	Storage hook.Storage
+	// OwnNode is the Kubernetes Node the controller runs on (the downward
+	// API's spec.nodeName): a cluster shutdown sends it its Shutdown last.
+	// Empty when the controller runs outside the cluster it manages.
+	OwnNode string
 
 	PollInterval     time.Duration
 	LockWait         time.Duration
