@@ -974,6 +974,24 @@ export interface PauseOperationResponse {
   operation?: Operation;
 }
 
+/** PreviewClusterShutdownResponse is the dialog's content. */
+export interface PreviewClusterShutdownResponse {
+  /** True when nothing refuses it. */
+  allowed?: boolean;
+  /** The cluster: what the confirmation must repeat. */
+  cluster?: string;
+  /** The approved control planes and workers the shutdown stops. */
+  controlPlanes?: number;
+  /** What refuses it now: the checks, then the verbs the user lacks. */
+  refusals?: Refusal[];
+  /** What the operation does, step by step. */
+  steps?: string[];
+  /** The cluster's shutdown that has not completed, if any. */
+  unfinished?: Operation;
+  /** The approved workers. */
+  workers?: number;
+}
+
 /** PreviewConfigRolloutResponse is the plan. */
 export interface PreviewConfigRolloutResponse {
   /** The cluster the rollout is for: what the confirmation must repeat. */
@@ -998,6 +1016,27 @@ export interface PreviewConfigRolloutResponse {
    * new one is refused until it ends; follow or resume it instead.
    */
   unfinished?: Operation;
+}
+
+/** PreviewNodeOperationResponse is the dialog's content. */
+export interface PreviewNodeOperationResponse {
+  /** The action. */
+  action?: string;
+  /**
+   * True when nothing refuses it (an overridable refusal counts as allowed
+   * when the user holds the override verb).
+   */
+  allowed?: boolean;
+  /** True when the machine's name must be typed to start it (shutdown, reset). */
+  confirmName?: boolean;
+  /** The TalosMachine. */
+  machine?: string;
+  /** What refuses it now: the checks, then the verbs the user lacks. */
+  refusals?: Refusal[];
+  /** What the operation does, step by step. */
+  steps?: string[];
+  /** The wipe mode of a reset, normalized; empty for the other actions. */
+  wipeMode?: string;
 }
 
 /**
@@ -1218,6 +1257,18 @@ export interface Settings {
   resourceVersion?: string;
 }
 
+/** StartClusterShutdownRequest asks for a cluster shutdown. */
+export interface StartClusterShutdownRequest {
+  /** The served cluster's name, typed by the user: their consent. */
+  confirmClusterName: string;
+}
+
+/** StartClusterShutdownResponse is the operation that was created. */
+export interface StartClusterShutdownResponse {
+  /** The new operation. */
+  operation?: Operation;
+}
+
 /** StartConfigRolloutRequest asks for a config rollout. */
 export interface StartConfigRolloutRequest {
   /** The served cluster's name, typed by the user: their consent. */
@@ -1233,6 +1284,27 @@ export interface StartConfigRolloutRequest {
 export interface StartConfigRolloutResponse {
   /** The plan it was started on. */
   machines?: RolloutMachine[];
+  /** The new operation. */
+  operation?: Operation;
+}
+
+/** StartNodeOperationRequest asks for a node operation. */
+export interface StartNodeOperationRequest {
+  /** reboot, shutdown or reset. */
+  action: string;
+  /**
+   * The machine's name, typed by the user: their consent to a shutdown or a
+   * reset; not needed for a reboot.
+   */
+  confirmMachineName?: string;
+  /** The TalosMachine. */
+  machine: string;
+  /** For a reset: state-ephemeral (the default), system-disk or all. */
+  wipeMode?: string;
+}
+
+/** StartNodeOperationResponse is the operation that was created. */
+export interface StartNodeOperationResponse {
   /** The new operation. */
   operation?: Operation;
 }
@@ -1471,12 +1543,25 @@ export interface Client {
   /** PauseOperation sets spec.paused: the operation stops before its next step. */
   pauseOperation(args: { name: string; body: OperationServicePauseOperationBody }, options?: CallOptions): Promise<PauseOperationResponse>;
   /**
+   * PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
+   * machines, and what refuses a shutdown now. It changes nothing.
+   */
+  previewClusterShutdown(options?: CallOptions): Promise<PreviewClusterShutdownResponse>;
+  /**
    * PreviewConfigRollout is the plan of a config rollout, as `ichor config
    * apply` prints it: the machines that wait for a reboot, a kube-apiserver
    * restart or a drift correction, why, and the paths that changed (never
    * values). It changes nothing.
    */
   previewConfigRollout(args?: { selector?: string }, options?: CallOptions): Promise<PreviewConfigRolloutResponse>;
+  /**
+   * PreviewNodeOperation is what the node action dialog shows: the steps of a
+   * reboot, shutdown or reset of one machine, as `ichor node ACTION
+   * --dry-run` prints them, and what refuses it now: the shared checks
+   * (guard.CheckOperation) and the verbs the action needs that the signed-in
+   * user lacks. It changes nothing.
+   */
+  previewNodeOperation(args?: { machine?: string; action?: string; wipeMode?: string }, options?: CallOptions): Promise<PreviewNodeOperationResponse>;
   /**
    * PreviewPatch renders every machine a proposed create, edit or delete
    * targets, before and after, and returns per machine the changed paths and
@@ -1515,12 +1600,24 @@ export interface Client {
    */
   scanDiscovery(args: { body: ScanDiscoveryRequest }, options?: CallOptions): Promise<ScanDiscoveryResponse>;
   /**
+   * StartClusterShutdown creates a TalosOperation of type shutdown of the
+   * served cluster as the signed-in user, after the same checks as `ichor
+   * cluster shutdown` and the cluster's name typed.
+   */
+  startClusterShutdown(args: { body: StartClusterShutdownRequest }, options?: CallOptions): Promise<StartClusterShutdownResponse>;
+  /**
    * StartConfigRollout creates a TalosOperation of type config, as the
    * signed-in user, after the checks `ichor config apply` makes: something
    * waits, no other config rollout of the cluster is unfinished, and the
    * typed cluster name confirms it.
    */
   startConfigRollout(args: { body: StartConfigRolloutRequest }, options?: CallOptions): Promise<StartConfigRolloutResponse>;
+  /**
+   * StartNodeOperation creates a TalosOperation of type node as the
+   * signed-in user, after the same checks as `ichor node ACTION` (and the
+   * admission webhook); a shutdown or a reset needs the machine's name typed.
+   */
+  startNodeOperation(args: { body: StartNodeOperationRequest }, options?: CallOptions): Promise<StartNodeOperationResponse>;
   /**
    * StartReclaim creates the credential Secret and the MachineReclaim; the
    * controller then inspects the machine and stops at AwaitingConfirmation.
@@ -1642,8 +1739,14 @@ export function createClient(t: Transport): Client {
     pauseOperation(args, options) {
       return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
     },
+    previewClusterShutdown(options) {
+      return t.unary<PreviewClusterShutdownResponse>("GET", "/api/v1/operations:previewClusterShutdown", undefined, undefined, options);
+    },
     previewConfigRollout(args, options) {
       return t.unary<PreviewConfigRolloutResponse>("GET", "/api/v1/operations:previewConfigRollout", { selector: args?.selector }, undefined, options);
+    },
+    previewNodeOperation(args, options) {
+      return t.unary<PreviewNodeOperationResponse>("GET", "/api/v1/operations:previewNodeOperation", { machine: args?.machine, action: args?.action, wipeMode: args?.wipeMode }, undefined, options);
     },
     previewPatch(args, options) {
       return t.unary<PreviewPatchResponse>("POST", "/api/v1/patches:preview", undefined, args.body, options);
@@ -1669,8 +1772,14 @@ export function createClient(t: Transport): Client {
     scanDiscovery(args, options) {
       return t.unary<ScanDiscoveryResponse>("POST", "/api/v1/cluster/discovery:scan", undefined, args.body, options);
     },
+    startClusterShutdown(args, options) {
+      return t.unary<StartClusterShutdownResponse>("POST", "/api/v1/operations:startClusterShutdown", undefined, args.body, options);
+    },
     startConfigRollout(args, options) {
       return t.unary<StartConfigRolloutResponse>("POST", "/api/v1/operations:startConfigRollout", undefined, args.body, options);
+    },
+    startNodeOperation(args, options) {
+      return t.unary<StartNodeOperationResponse>("POST", "/api/v1/operations:startNodeOperation", undefined, args.body, options);
     },
     startReclaim(args, options) {
       return t.unary<StartReclaimResponse>("POST", "/api/v1/reclaims", undefined, args.body, options);
@@ -1725,7 +1834,9 @@ export const operationPaths = {
   listReclaims: { method: "GET", path: "/api/v1/reclaims" },
   pauseCluster: { method: "POST", path: "/api/v1/cluster:pause" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
+  previewClusterShutdown: { method: "GET", path: "/api/v1/operations:previewClusterShutdown" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
+  previewNodeOperation: { method: "GET", path: "/api/v1/operations:previewNodeOperation" },
   previewPatch: { method: "POST", path: "/api/v1/patches:preview" },
   previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
   previewTalosUpgrade: { method: "GET", path: "/api/v1/operations:previewTalosUpgrade" },
@@ -1734,7 +1845,9 @@ export const operationPaths = {
   resumeCluster: { method: "POST", path: "/api/v1/cluster:resume" },
   resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
   scanDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:scan" },
+  startClusterShutdown: { method: "POST", path: "/api/v1/operations:startClusterShutdown" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
+  startNodeOperation: { method: "POST", path: "/api/v1/operations:startNodeOperation" },
   startReclaim: { method: "POST", path: "/api/v1/reclaims" },
   startTalosUpgrade: { method: "POST", path: "/api/v1/operations:startTalosUpgrade" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },
