@@ -446,10 +446,17 @@ func (r *Reconciler) bootOf(ctx context.Context, address string, b *secrets.Bund
 // not sent a second Shutdown.
 func (r *Reconciler) waitOff(ctx context.Context, op *ichorv1alpha1.TalosOperation, mp *ichorv1alpha1.MachineProgress, b *secrets.Bundle) bool {
 	m, err := r.machine(ctx, op, mp.Name)
-	if err != nil || m == nil {
-		mp.Message = "shutting down: the TalosMachine cannot be read"
+
+	switch {
+	case err != nil:
+		mp.Message = "shutting down: the TalosMachine cannot be read: " + err.Error()
 
 		return false
+	case m == nil:
+		mp.Phase, mp.Message = ichorv1alpha1.MachineSkipped, "the TalosMachine is gone"
+		op.Status.ProgressSequence++
+
+		return true
 	}
 
 	boot, answers := r.bootOf(ctx, m.Spec.Address, b)
