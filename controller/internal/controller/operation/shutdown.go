@@ -62,6 +62,9 @@ const (
 	stepOff = "off"
 )
 
+// machineGone is the message of a machine whose TalosMachine went while the shutdown ran.
+const machineGone = "the TalosMachine is gone"
+
 // probeTimeout bounds one look at a node during a shutdown: a node that is
 // off may take a connection attempt's full timeout to say so.
 const probeTimeout = 10 * time.Second
@@ -339,7 +342,7 @@ func (r *Reconciler) prepareShutdown(ctx context.Context, op *ichorv1alpha1.Talo
 	}
 
 	if m == nil {
-		mp.Phase, mp.Message = ichorv1alpha1.MachineSkipped, "the TalosMachine is gone"
+		mp.Phase, mp.Message = ichorv1alpha1.MachineSkipped, machineGone
 		op.Status.ProgressSequence++
 
 		return prepared{}, false, nil
@@ -453,7 +456,7 @@ func (r *Reconciler) waitOff(ctx context.Context, op *ichorv1alpha1.TalosOperati
 
 		return false
 	case m == nil:
-		mp.Phase, mp.Message = ichorv1alpha1.MachineSkipped, "the TalosMachine is gone"
+		mp.Phase, mp.Message = ichorv1alpha1.MachineSkipped, machineGone
 		op.Status.ProgressSequence++
 
 		return true
@@ -512,7 +515,7 @@ func (r *Reconciler) waitPowerOn(ctx context.Context, s *scope, b *secrets.Bundl
 		}
 
 		if m == nil {
-			mp.Phase, mp.Message = ichorv1alpha1.MachineSkipped, "the TalosMachine is gone"
+			mp.Phase, mp.Message = ichorv1alpha1.MachineSkipped, machineGone
 			op.Status.ProgressSequence++
 
 			continue
