@@ -1,10 +1,10 @@
 package operation
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -45,8 +45,6 @@ const (
 	opStepRollout = "rollout"
 )
 
-// heldWait is how often an operation whose remaining machines are all held looks again.
-const heldWait = time.Minute
 
 // selectPhase records, as the operation's first step, the machines the
 // rollout covers.
@@ -119,7 +117,7 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.HeldReason,
 			"every other machine is done; waiting for the hold annotation to leave "+strings.Join(held, ", "))
 
-		return ctrl.Result{RequeueAfter: heldWait}, nil
+		return ctrl.Result{RequeueAfter: cmp.Or(r.HeldWait, DefaultHeldWait)}, nil
 	}
 
 	done, skipped := 0, 0

@@ -70,6 +70,10 @@ const (
 	DefaultAPIServerSettle = 90 * time.Second
 	// DefaultAPIServerTimeout bounds the wait for /readyz after a restart.
 	DefaultAPIServerTimeout = 5 * time.Minute
+	// DefaultHeldWait is how often an operation whose remaining machines
+	// all carry the hold annotation looks again (a TalosMachine's change
+	// does not wake an operation).
+	DefaultHeldWait = time.Minute
 	// pausedRenew is how often a paused operation renews the lock it keeps.
 	pausedRenew = time.Minute
 )
@@ -98,6 +102,7 @@ type Reconciler struct {
 	RebootTimeout    time.Duration
 	APIServerSettle  time.Duration
 	APIServerTimeout time.Duration
+	HeldWait         time.Duration
 	// Clock is the controller's clock; nil means the real one.
 	Clock clock.PassiveClock
 
@@ -148,6 +153,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	def(&r.RebootTimeout, DefaultRebootTimeout)
 	def(&r.APIServerSettle, DefaultAPIServerSettle)
 	def(&r.APIServerTimeout, DefaultAPIServerTimeout)
+	def(&r.HeldWait, DefaultHeldWait)
 
 	r.skeleton = r.controller()
 

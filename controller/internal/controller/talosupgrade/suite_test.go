@@ -168,6 +168,7 @@ func newOperations() *operation.Reconciler {
 	return &operation.Reconciler{
 		PollInterval: 300 * time.Millisecond, LockWait: 300 * time.Millisecond, DrainTimeout: 60 * time.Second,
 		RebootTimeout: 2 * time.Minute, APIServerSettle: 30 * time.Second, APIServerTimeout: 2 * time.Minute,
+		HeldWait: 2 * time.Second,
 	}
 }
 
