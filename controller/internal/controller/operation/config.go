@@ -45,7 +45,6 @@ const (
 	opStepRollout = "rollout"
 )
 
-
 // selectPhase records, as the operation's first step, the machines the
 // rollout covers.
 func (r *Reconciler) selectPhase(ctx context.Context, s *scope) (ctrl.Result, error) {
