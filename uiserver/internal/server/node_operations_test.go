@@ -42,6 +42,24 @@ func deleteOperationWhenDone(t testing.TB, name string) {
 	})
 }
 
+// otherApprovedWorkers are the approved workers of the test cluster, other
+// than except, that are not being deleted.
+func otherApprovedWorkers(t testing.TB, except string) []string {
+	t.Helper()
+	var list ichorv1alpha1.TalosMachineList
+	if err := admin.List(context.Background(), &list, client.InNamespace(testNS)); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range list.Items {
+		if m.Spec.ClusterName == testCluster && m.Name != except && m.Spec.Role == ichorv1alpha1.RoleWorker &&
+			m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved && m.DeletionTimestamp == nil {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
 func refusalText(rs []*ichorv1.Refusal) string {
 	var b strings.Builder
 	for _, r := range rs {
@@ -71,7 +89,11 @@ func TestNodeOperationAPI(t *testing.T) {
 	}
 
 	// The only worker of unschedulable control planes: a shutdown is refused
-	// (overridable), and an operator does not hold override.
+	// (overridable), and an operator does not hold override. The suite's
+	// cluster is shared: every other test removes the workers it adds.
+	if others := otherApprovedWorkers(t, "nodeop-w-1"); len(others) > 0 {
+		t.Fatalf("approved workers %v were left by other tests: nodeop-w-1 must be the cluster's last worker here (clean them up with removeWhenDone)", others)
+	}
 	p, err = asOperator.PreviewNodeOperation(ctx, &ichorv1.PreviewNodeOperationRequest{Machine: "nodeop-w-1", Action: "shutdown"})
 	if err != nil || p.GetAllowed() || !p.GetConfirmName() || !strings.Contains(refusalText(p.GetRefusals()), "is the last worker") ||
 		!p.GetRefusals()[0].GetOverridable() {
