@@ -74,6 +74,7 @@ func main() {
 		namespace      string
 		releaseSource  string
 		k8sSource      string
+		ownNode        string
 		certOpts       certs.Options
 		impersonate    stringList
 	)
@@ -95,6 +96,8 @@ func main() {
 		"Image Factory whose /versions lists the Talos releases offered as upgrade candidates; empty means each cluster's spec.registry.imageFactoryURL, else https://factory.talos.dev.")
 	flag.StringVar(&k8sSource, "kubernetes-release-source", "",
 		"Registry whose tags of siderolabs/kubelet list the Kubernetes releases offered as upgrade candidates (the OCI tag list); empty means https://ghcr.io.")
+	flag.StringVar(&ownNode, "own-node", envOr("NODE_NAME", ""),
+		"The Kubernetes Node this controller runs on (the downward API's spec.nodeName): a cluster shutdown sends it its Shutdown last; empty outside the cluster.")
 	flag.StringVar(&certOpts.SecretName, "webhook-secret", "ichor-webhook-tls", "Secret holding the webhook CA and serving certificate.")
 	flag.StringVar(&certOpts.ServiceName, "webhook-service", "ichor-webhook", "Service the API server reaches the webhooks through.")
 	flag.StringVar(&certOpts.WebhookConfiguration, "webhook-configuration", "ichor-validating-webhook",
@@ -191,7 +194,7 @@ func main() {
 	}{
 		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{}},
 		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook}},
-		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook}},
+		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook, OwnNode: ownNode}},
 		{"the kubelet serving certificate approver", &kubeletcsr.Reconciler{}},
 		{"the discovery reconciler", &discovery.Reconciler{}},
 		{"the MachineReclaim reconciler", &machinereclaim.Reconciler{}},

@@ -79,6 +79,7 @@ type Machine struct {
 	rpcMu         sync.Mutex
 	rpcCounts     map[string]int
 	forwardCounts map[string]int // requests this machine's apid forwarded to another node (proxy.go)
+	shutdowns     []ShutdownCall // the Shutdown requests handled (shutdownlog.go)
 
 	// events is machined's runtime event stream of the current boot, actor the actor ID of
 	// the lifecycle request being run (events.go)

@@ -231,7 +231,10 @@ func (s *apiServer) Reboot(context.Context, *machine.RebootRequest) (*machine.Re
 }
 
 // Shutdown powers the machine off; it answers again only after a power-on through the control API.
-func (s *apiServer) Shutdown(context.Context, *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
+// force (skip the cordon and drain) is recorded, not acted on: the emulator drains nothing here.
+func (s *apiServer) Shutdown(_ context.Context, in *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
+	s.m.recordShutdown(in.GetForce())
+
 	actor := uuid.New().String()
 
 	s.m.setActor(actor)

@@ -199,4 +199,68 @@ func TestNodeResetCommand(t *testing.T) {
 	}
 	// A reboot of the last control plane is allowed.
 	mustSucceed(t, ichor(t, "node", "reboot", "cp-1", "-n", ns, "--dry-run"))
+
+	// The wipe mode: checked before anything is read, written into the operation.
+	mustFail(t, ichor(t, "node", "reset", "w-2", "-n", ns, "--wipe-mode", "everything", "--yes"),
+		`--wipe-mode "everything" is not a wipe mode`, "nothing was changed")
+	r = mustSucceed(t, ichor(t, "node", "reset", "w-2", "-n", ns, "--wipe-mode", "system-disk", "--dry-run"))
+	if !strings.Contains(r.stdout, "wiping the whole system disk") || !strings.Contains(r.stdout, "install media") {
+		t.Fatalf("--dry-run --wipe-mode system-disk:\n%s", r.stdout)
+	}
+	mustSucceed(t, ichorWith(t, invocation{stdin: "w-2\n"}, "node", "reset", "w-2", "-n", ns, "--wipe-mode", "system-disk"))
+	var wiped []string
+	for _, op := range nodeOperations(t, ns) {
+		if op.Spec.Node.MachineName == "w-2" {
+			wiped = append(wiped, op.Spec.Node.WipeMode)
+		}
+	}
+	if len(wiped) != 1 || wiped[0] != "system-disk" {
+		t.Fatalf("the reset of w-2 has wipe modes %v, want [system-disk]", wiped)
+	}
+}
+
+// TestClusterShutdownCommand: `ichor cluster shutdown` says what it does, asks
+// for the cluster's name typed, and creates one shutdown operation; while
+// that one has not completed, a second one and any other operation of the
+// cluster are refused by the shared guard, with the shutdown named.
+func TestClusterShutdownCommand(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "cluster-shutdown")
+	must(t, k8s.Create(ctx, newCluster(ns, "prod")))
+	createMachine(t, sent(approved(ns, "cp-1", ichorv1alpha1.RoleControlPlane)))
+	createMachine(t, sent(approved(ns, "w-1", ichorv1alpha1.RoleWorker)))
+	createMachine(t, sent(approved(ns, "w-2", ichorv1alpha1.RoleWorker)))
+
+	r := mustSucceed(t, ichor(t, "cluster", "shutdown", "prod", "-n", ns, "--dry-run"))
+	for _, want := range []string{"This shuts cluster prod down (3 machine(s))", "power every worker off at once",
+		"the controller's own node last", "completes once every machine answers on a new boot", "Nothing was changed (--dry-run)."} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("--dry-run: no %q in:\n%s", want, r.stdout)
+		}
+	}
+	r = mustFail(t, ichorWith(t, invocation{stdin: "prd\n"}, "cluster", "shutdown", "prod", "-n", ns), "not confirmed", "nothing was changed")
+	if !strings.Contains(r.stderr, `Type "prod" to confirm`) {
+		t.Fatalf("the confirmation asks for the cluster's name:\n%s", r.stderr)
+	}
+	if ops := nodeOperations(t, ns); len(ops) != 0 {
+		t.Fatalf("a dry or unconfirmed shutdown created %d operation(s)", len(ops))
+	}
+
+	r = mustSucceed(t, ichorWith(t, invocation{stdin: "prod\n"}, "cluster", "shutdown", "prod", "-n", ns))
+	ops := nodeOperations(t, ns)
+	if len(ops) != 1 || ops[0].Spec.Type != ichorv1alpha1.OperationShutdown || ops[0].Spec.ClusterName != "prod" ||
+		!strings.Contains(r.stdout, "Started operation "+ops[0].Name) {
+		t.Fatalf("operations %+v, stdout:\n%s", ops, r.stdout)
+	}
+
+	// Not completed: nothing else starts.
+	for _, args := range [][]string{
+		{"cluster", "shutdown", "prod"},
+		{"node", "reboot", "w-1"},
+	} {
+		mustFail(t, ichor(t, append(args, "-n", ns, "--yes")...), "being shut down by operation "+ops[0].Name, "nothing was changed")
+	}
+	if n := len(nodeOperations(t, ns)); n != 1 {
+		t.Fatalf("%d operations after the refusals", n)
+	}
 }

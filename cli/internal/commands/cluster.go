@@ -50,6 +50,19 @@ func clusterCommand() *cli.Command {
 				Action:    clusterResume,
 			},
 			{
+				Name: "shutdown",
+				Usage: "shut the whole cluster down for planned downtime: every worker at once, then every control plane in one burst " +
+					"(the controller's own node last); no other operation starts until every machine was powered on again " +
+					"(needs the shutdown verb on talosoperations)",
+				ArgsUsage: argCluster,
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: flagDryRun, Usage: "print the steps and any refusal, and change nothing"},
+					&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until every machine is off"},
+					&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the operation"},
+				},
+				Action: clusterShutdown,
+			},
+			{
 				Name:   "discovery",
 				Usage:  "where the controller looks for machines in maintenance mode",
 				Action: unknownSubcommand,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -14,6 +15,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/nodeop"
 )
 
 // argCluster is the positional argument of the cluster commands.
@@ -174,4 +176,86 @@ func (r *run) printScan(c *ichorv1alpha1.TalosCluster) error {
 		t.Add(a.Address, a.Result, a.Machine, a.Message)
 	}
 	return t.Write(r.out)
+}
+
+// shutdownText says what a cluster shutdown does, step by step (nodeop.ShutdownSteps).
+func shutdownText(c *ichorv1alpha1.TalosCluster, machines int, refusals []guard.Refusal) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "This shuts cluster %s down (%d machine(s)): a TalosOperation of type shutdown.\nSteps:\n", c.Name, machines)
+	for i, st := range nodeop.ShutdownSteps() {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, st)
+	}
+	writeRefusals(&b, refusals)
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// allOff reports whether a shutdown has every machine off: it then waits for
+// the machines to be powered on.
+func allOff(op *ichorv1alpha1.TalosOperation) bool {
+	return op.Spec.Type == ichorv1alpha1.OperationShutdown && op.Status.Step == shutdownPowerOnStep
+}
+
+// shutdownPowerOnStep is the shutdown's step once every machine is off.
+const shutdownPowerOnStep = "power-on"
+
+// clusterShutdown creates a shutdown operation after the shared checks and
+// the cluster's name typed, and with --wait follows it until every machine
+// is off.
+func clusterShutdown(ctx context.Context, cmd *cli.Command) error {
+	if err := requireOneArg(cmd, "one CLUSTER"); err != nil {
+		return err
+	}
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+	dryRun := cmd.Bool(flagDryRun)
+	if !dryRun {
+		if err := r.checkWritable(ctx); err != nil {
+			return err
+		}
+	}
+	c, err := r.getCluster(ctx, cmd.Args().First())
+	if err != nil {
+		return err
+	}
+	n, err := guard.CountApproved(ctx, r.c(), c.Namespace, c.Name, "")
+	if err != nil {
+		return r.conn.Explain(err, "reading the TalosMachines of cluster "+c.Name)
+	}
+	op := nodeop.Shutdown(c.Namespace, c.Name)
+	facts, err := guard.LoadOperationFacts(ctx, r.c(), op)
+	if err != nil {
+		return r.conn.Explain(err, "reading TalosCluster "+c.Name+" and its operations")
+	}
+	refusals := guard.CheckOperation(op, facts)
+	text := shutdownText(c, n.ControlPlanes+n.Workers, refusals)
+	if dryRun {
+		r.printf("%s\n", text)
+		if err := refusalError("shutting down cluster "+c.Name, refusals); err != nil {
+			return err
+		}
+		r.printf("The checks allow this now (the webhook also checks your verbs: `shutdown` on talosoperations). Nothing was changed (--dry-run).\n")
+		return nil
+	}
+	if err := refusalError("shutting down cluster "+c.Name, refusals); err != nil {
+		return err
+	}
+	if err := r.confirm(text, c.Name); err != nil {
+		return err
+	}
+	if err := r.c().Create(ctx, op); err != nil {
+		return r.conn.Explain(err, "creating the shutdown operation of cluster "+c.Name)
+	}
+	r.printf("Started operation %s.\n", op.Name)
+	if !cmd.Bool(flagWait) {
+		r.printf("Follow it with `ichor operation get %s --watch`.\n", op.Name)
+		return nil
+	}
+	if err := r.waitOperation(ctx, cmd, op, allOff); err != nil {
+		return err
+	}
+	r.printf("Every machine of cluster %s is off. Power them on to bring it back: operation %s completes once each one answers on a new boot, "+
+		"and until then no other operation starts.\n", c.Name, op.Name)
+	return nil
 }

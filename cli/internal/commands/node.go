@@ -10,11 +10,11 @@ import (
 	"github.com/urfave/cli/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/nodeop"
 	"github.com/maeshinshin/ichor/contracts/pkg/removal"
 )
 
@@ -33,7 +33,7 @@ func nodeCommand() *cli.Command {
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "reboot", Usage: "reboot the node after the reset, so it comes back in maintenance mode at once (default: power off)"},
 					&cli.BoolFlag{Name: "force", Usage: "dead hardware: skip drain and reset (the node is not wiped)"},
-					&cli.BoolFlag{Name: "dry-run", Usage: "print the steps, the effects on the cluster and any refusal, and change nothing"},
+					&cli.BoolFlag{Name: flagDryRun, Usage: "print the steps, the effects on the cluster and any refusal, and change nothing"},
 					&cli.BoolFlag{Name: "wait", Usage: "follow the removal until the TalosMachine is gone"},
 					&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the removal"},
 				},
@@ -51,61 +51,58 @@ func nodeCommand() *cli.Command {
 }
 
 func nodeActionCommand(action, usage string) *cli.Command {
+	flags := []cli.Flag{
+		&cli.BoolFlag{Name: flagDryRun, Usage: "print the steps and any refusal, and change nothing"},
+		&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends"},
+		&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the operation"},
+	}
+	if action == ichorv1alpha1.NodeActionReset {
+		flags = append(flags, &cli.StringFlag{Name: flagWipeMode, Value: nodeop.WipeStateEphemeral,
+			Usage: "what the reset wipes: state-ephemeral (STATE and EPHEMERAL), system-disk (the whole system disk: " +
+				"the node must boot its install media again) or all (the system disk and every user disk)"})
+	}
 	return &cli.Command{
 		Name:          action,
 		Usage:         usage,
 		ArgsUsage:     argMachine,
 		ShellComplete: completeMachines,
-		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "dry-run", Usage: "print the steps and any refusal, and change nothing"},
-			&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends"},
-			&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the operation"},
-		},
-		Action: func(ctx context.Context, cmd *cli.Command) error { return nodeAction(ctx, cmd, action) },
+		Flags:         flags,
+		Action:        func(ctx context.Context, cmd *cli.Command) error { return nodeAction(ctx, cmd, action) },
 	}
 }
 
-// nodeOperation is the TalosOperation of type node that `ichor node ACTION` creates.
-func nodeOperation(m *ichorv1alpha1.TalosMachine, action string) *ichorv1alpha1.TalosOperation {
-	return &ichorv1alpha1.TalosOperation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, GenerateName: "node-" + action + "-"},
-		Spec: ichorv1alpha1.TalosOperationSpec{
-			ClusterName: m.Spec.ClusterName,
-			Type:        ichorv1alpha1.OperationNode,
-			Node:        &ichorv1alpha1.NodeAction{MachineName: m.Name, Action: action},
-		},
-	}
-}
+// The flags of the node commands and `ichor cluster shutdown`.
+const (
+	// flagWipeMode is the wipe mode of `ichor node reset`.
+	flagWipeMode = "wipe-mode"
+	// flagDryRun prints the plan and changes nothing.
+	flagDryRun = "dry-run"
+)
 
-// nodeActionText says what a node operation does, step by step.
-func nodeActionText(m *ichorv1alpha1.TalosMachine, action string, refusals []guard.Refusal) string {
+// nodeActionText says what a node operation does, step by step (nodeop.NodeSteps).
+func nodeActionText(m *ichorv1alpha1.TalosMachine, action, wipeMode string, refusals []guard.Refusal) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "This starts a node operation: %s machine %s", action, m.Name)
 	if m.Spec.Role != "" {
 		fmt.Fprintf(&b, " (%s)", m.Spec.Role)
 	}
 	fmt.Fprintf(&b, " of cluster %s, under the cluster lock.\nSteps:\n", m.Spec.ClusterName)
-	steps := []string{"check etcd's health (a control plane)", "evacuate the storage system from the node (if a storage integration is configured)"}
-	switch action {
-	case ichorv1alpha1.NodeActionReboot:
-		steps = append(steps, "cordon and drain the Node", "reboot the node (once)", "wait for a new boot, running and Ready", "uncordon the Node")
-	case ichorv1alpha1.NodeActionShutdown:
-		steps = append(steps, "power the node off (once); Talos's shutdown sequence cordons and drains it", "wait until it stops answering",
-			"power it on yourself to bring it back; Talos uncordons it at boot")
-	case ichorv1alpha1.NodeActionReset:
-		steps = append(steps, "cordon and drain the Node", "reset the node (once), wiping STATE and EPHEMERAL; workloads' data on those partitions is lost",
-			"delete its Kubernetes Node", "the machine reconciler installs its configuration again once it answers in maintenance mode")
-	}
-	for i, st := range steps {
+	for i, st := range nodeop.NodeSteps(m, action, wipeMode) {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, st)
 	}
-	if len(refusals) > 0 {
-		b.WriteString("Refused:\n")
-		for _, rf := range refusals {
-			fmt.Fprintf(&b, "  - %s\n", rf.Error())
-		}
-	}
+	writeRefusals(&b, refusals)
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// writeRefusals lists the refusals of a plan under "Refused:".
+func writeRefusals(b *strings.Builder, refusals []guard.Refusal) {
+	if len(refusals) == 0 {
+		return
+	}
+	b.WriteString("Refused:\n")
+	for _, rf := range refusals {
+		fmt.Fprintf(b, "  - %s\n", rf.Error())
+	}
 }
 
 // nodeAction creates a node operation after the shared checks and a typed
@@ -114,12 +111,19 @@ func nodeAction(ctx context.Context, cmd *cli.Command, action string) error {
 	if err := requireOneArg(cmd, "one MACHINE"); err != nil {
 		return err
 	}
+	wipeMode := ""
+	if action == ichorv1alpha1.NodeActionReset {
+		wipeMode = cmd.String(flagWipeMode)
+		if msg := nodeop.CheckAction(action, wipeMode, "the action", "--"+flagWipeMode); msg != "" {
+			return errors.New(msg + "; nothing was changed")
+		}
+	}
 	r, err := connected(cmd)
 	if err != nil {
 		return err
 	}
 	name := cmd.Args().First()
-	dryRun := cmd.Bool("dry-run")
+	dryRun := cmd.Bool(flagDryRun)
 	if !dryRun {
 		if err := r.checkWritable(ctx); err != nil {
 			return err
@@ -129,14 +133,14 @@ func nodeAction(ctx context.Context, cmd *cli.Command, action string) error {
 	if err != nil {
 		return err
 	}
-	op := nodeOperation(m, action)
+	op := nodeop.Node(m, action, wipeMode)
 	facts, err := guard.LoadOperationFacts(ctx, r.c(), op)
 	if err != nil {
 		return r.conn.Explain(err, "reading TalosCluster "+m.Spec.ClusterName+" and its TalosMachines")
 	}
 	refusals := guard.CheckOperation(op, facts)
 	if dryRun {
-		r.printf("%s\n", nodeActionText(m, action, refusals))
+		r.printf("%s\n", nodeActionText(m, action, wipeMode, refusals))
 		if err := refusalError(action+" of "+name, refusals); err != nil {
 			return err
 		}
@@ -146,7 +150,7 @@ func nodeAction(ctx context.Context, cmd *cli.Command, action string) error {
 	if err := refusalError(action+" of "+name, refusals); err != nil {
 		return err
 	}
-	if err := r.confirm(nodeActionText(m, action, nil), name); err != nil {
+	if err := r.confirm(nodeActionText(m, action, wipeMode, nil), name); err != nil {
 		return err
 	}
 	if err := r.c().Create(ctx, op); err != nil {
@@ -157,14 +161,23 @@ func nodeAction(ctx context.Context, cmd *cli.Command, action string) error {
 		r.printf("Follow it with `ichor operation get %s --watch`.\n", op.Name)
 		return nil
 	}
+	return r.waitOperation(ctx, cmd, op, nil)
+}
+
+// waitOperation follows op until it ends (or until stop says so) and says
+// how it ended.
+func (r *run) waitOperation(ctx context.Context, cmd *cli.Command, op *ichorv1alpha1.TalosOperation, stop func(*ichorv1alpha1.TalosOperation) bool) error {
 	wctx, cancel := context.WithTimeout(ctx, cmd.Duration(flagTimeout))
 	defer cancel()
-	final, err := r.followOperation(wctx, op, false)
+	final, err := r.followOperation(wctx, op, false, stop)
 	if err != nil {
 		return err
 	}
 	if final == nil {
 		return fmt.Errorf("stopped following operation %s; it goes on: `ichor operation get %s --watch`", op.Name, op.Name)
+	}
+	if stop != nil && stop(final) {
+		return nil
 	}
 	if err := operationOutcome(final); err != nil {
 		return err
@@ -186,7 +199,7 @@ func nodeRemove(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	name := cmd.Args().First()
-	dryRun := cmd.Bool("dry-run")
+	dryRun := cmd.Bool(flagDryRun)
 	if !dryRun {
 		if err := r.checkWritable(ctx); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -356,9 +357,11 @@ func currentMachine(op *ichorv1alpha1.TalosOperation) *ichorv1alpha1.MachineProg
 
 // followOperation reads the operation every followInterval and prints a
 // line (or, with -o yaml|json, the object) at each change, until it has
-// settled; it returns the settled operation, or nil when ctx ended first.
-// printed says that op itself was printed already.
-func (r *run) followOperation(ctx context.Context, op *ichorv1alpha1.TalosOperation, printed bool) (*ichorv1alpha1.TalosOperation, error) {
+// settled (or a stop function says to stop); it returns that operation, or
+// nil when ctx ended first. printed says that op itself was printed already.
+func (r *run) followOperation(ctx context.Context, op *ichorv1alpha1.TalosOperation, printed bool,
+	stop ...func(*ichorv1alpha1.TalosOperation) bool,
+) (*ichorv1alpha1.TalosOperation, error) {
 	table := &output.Rows{Header: []string{colPhase, colStep, "PROGRESS", argMachine, "MACHINE STEP", colMessage}}
 	// Fixed widths wide enough for the usual values, so that the lines align.
 	table.Add("AwaitingCredentials", "wait-apiserver-back", "100/100", strings.Repeat("x", 16), "wait-apiserver-back", "")
@@ -401,7 +404,7 @@ func (r *run) followOperation(ctx context.Context, op *ichorv1alpha1.TalosOperat
 				}
 			}
 		}
-		if settled(op) {
+		if settled(op) || slices.ContainsFunc(stop, func(f func(*ichorv1alpha1.TalosOperation) bool) bool { return f != nil && f(op) }) {
 			return op, nil
 		}
 		select {

@@ -303,8 +303,11 @@ func TestOperations(t *testing.T) {
 	good := op("k8s-2", ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationSucceeded, t0.Add(time.Hour))
 	failed := op("cni-1", ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationFailed, t0)
 	running := op("cfg-2", ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationRunning, t0)
+	evacuating := op("up-2", ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationPaused, t0)
+	evacuating.Status.Conditions = []metav1.Condition{{Type: ichorv1alpha1.ReadyCondition, Status: metav1.ConditionFalse,
+		Reason: ichorv1alpha1.EvacuationPausedReason, Message: "w-2: Longhorn: replica pvc-b-r-w2 still on node w-2"}}
 
-	got := Items(cluster(), nil, []ichorv1alpha1.TalosOperation{stopped, paused, failedThenGood, good, failed, running}, nil, testNow)
+	got := Items(cluster(), nil, []ichorv1alpha1.TalosOperation{stopped, paused, failedThenGood, good, failed, running, evacuating}, nil, testNow)
 	want := map[string]struct {
 		sev     Severity
 		action  Action
@@ -313,6 +316,8 @@ func TestOperations(t *testing.T) {
 		"cfg-1": {Error, ActionResumeOperation, "operation cfg-1 (config) stopped at step apply w-1: a node's Talos API does not answer (connection refused)"},
 		"cni-1": {Error, ActionOpenOperation, "operation cni-1 (cni) failed: a new operation is needed"},
 		"up-1":  {Warning, ActionResumeOperation, "operation up-1 (talos) is paused"},
+		// It goes on by itself: nothing to resume, its page says why.
+		"up-2": {Warning, ActionOpenOperation, "operation up-2 (talos) waits: a node's storage evacuation reached its timeout with replicas still on it"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("want %d items, got %+v", len(want), got)

@@ -54,6 +54,9 @@ func operationItems(cluster string, ops []ichorv1alpha1.TalosOperation) []Item {
 			case op.Status.FailureReason != "":
 				it.Severity, it.Action, it.Command = Error, ActionResumeOperation, "ichor operation resume "+op.Name
 				it.Summary, it.Detail = what+" stopped"+step(op.Status.FailedStep)+": "+failureCause(op.Status.FailureReason), op.Status.FailureReason
+			case op.Status.Phase == ichorv1alpha1.OperationPaused && readyReason(op) == ichorv1alpha1.EvacuationPausedReason:
+				// It goes on by itself once the storage system has moved the replicas: nothing to resume.
+				it.Severity, it.Summary = Warning, what+" waits: a node's storage evacuation reached its timeout with replicas still on it"
 			case op.Status.Phase == ichorv1alpha1.OperationPaused || op.Spec.Paused && op.Status.Phase != "":
 				it.Severity, it.Action, it.Command = Warning, ActionResumeOperation, "ichor operation resume "+op.Name
 				it.Summary = what + " is paused"
@@ -71,6 +74,15 @@ func operationItems(cluster string, ops []ichorv1alpha1.TalosOperation) []Item {
 	}
 
 	return out
+}
+
+// readyReason is the reason of an operation's Ready condition, "" without one.
+func readyReason(op *ichorv1alpha1.TalosOperation) string {
+	if c := apimeta.FindStatusCondition(op.Status.Conditions, ichorv1alpha1.ReadyCondition); c != nil {
+		return c.Reason
+	}
+
+	return ""
 }
 
 // madeGood reports whether an operation of the same type and cluster was

@@ -401,7 +401,7 @@ func TestOperations(t *testing.T) {
 
 	// The types this release does not run are refused, each with a way out.
 	for _, typ := range []string{ichorv1alpha1.OperationIchor,
-		ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationCARotation,
+		ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationCARotation,
 		ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationEtcdRestore} {
 		r := CheckRunnable(op(typ))
 		if r == nil || !strings.Contains(r.Rule, `type "`+typ+`"`) || r.WayOut == "" || r.WayOut == "this release has no way to do it" {

@@ -20,6 +20,9 @@ type OperationFacts struct {
 	// OtherApprovedControlPlanes and OtherApprovedWorkers count the cluster's
 	// approved machines other than Machine (node operations only).
 	OtherApprovedControlPlanes, OtherApprovedWorkers int
+	// UnfinishedShutdown is the cluster's shutdown that has not completed,
+	// other than the operation checked; nil when there is none.
+	UnfinishedShutdown *ichorv1alpha1.TalosOperation
 }
 
 // RunnableOperationTypes are the operation types this release of Ichor runs.
@@ -27,6 +30,7 @@ type OperationFacts struct {
 // operation controller fails one that got in before the rule existed.
 var RunnableOperationTypes = []string{
 	ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationNode,
+	ichorv1alpha1.OperationShutdown,
 }
 
 // OperationRunnable reports whether this release runs operations of type t.
@@ -42,7 +46,6 @@ var notRunnableWayOut = map[string]string{
 	ichorv1alpha1.OperationIchor:       "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",
 	ichorv1alpha1.OperationCNI:         "Cilium stays at the version this Ichor embeds; a newer Ichor brings a newer Cilium",
 	ichorv1alpha1.OperationKubeProxy:   "this release cannot switch kube-proxy; keep spec.cni.kubeProxy as it is",
-	ichorv1alpha1.OperationShutdown:    "shut the nodes down with `talosctl shutdown` and " + adminTalosconfig + ", workers first",
 	ichorv1alpha1.OperationCARotation:  "rotate the CAs with `talosctl rotate-ca` and " + adminTalosconfig,
 	ichorv1alpha1.OperationKeyRotation: "this release cannot rotate the service-account or secretbox key; they stay as they are",
 	ichorv1alpha1.OperationEtcdRestore: "recover etcd from a snapshot with `talosctl bootstrap --recover-from` and " + adminTalosconfig,
@@ -99,7 +102,9 @@ func OperationChanged(old, op *ichorv1alpha1.TalosOperation) bool {
 }
 
 // CheckOperation checks the spec of a TalosOperation against its cluster:
-// the upgrade targets, the CNI and the restore's typed name.
+// the upgrade targets, the CNI, the node action's guards, the restore's typed
+// name, and the cluster's unfinished shutdown, which refuses every new
+// operation (CheckShutdownLock).
 func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Refusal {
 	c := facts.Cluster
 	if c == nil {
@@ -109,7 +114,7 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 			WayOut: "correct spec.clusterName",
 		}}
 	}
-	var out []Refusal
+	out := CheckShutdownLock(op, facts)
 	switch op.Spec.Type {
 	case ichorv1alpha1.OperationTalos:
 		if t := op.Spec.Talos; t != nil && t.Version != "" {
@@ -131,6 +136,8 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 		}
 	case ichorv1alpha1.OperationNode:
 		out = append(out, CheckNodeAction(op, facts)...)
+	case ichorv1alpha1.OperationShutdown:
+		out = append(out, CheckShutdown(op)...)
 	case ichorv1alpha1.OperationEtcdRestore:
 		if r := op.Spec.EtcdRestore; r != nil && r.ConfirmClusterName != op.Spec.ClusterName {
 			out = append(out, Refusal{Field: "spec.etcdRestore.confirmClusterName",

@@ -11,8 +11,10 @@ import (
 // spec.talosVersion is written (the CLI's `ichor upgrade talos` and
 // ichor-ui's UpgradeTalos; the webhook checks the same path and pair on the
 // write): a final version newer than the cluster's, a step TalosPath
-// accepts, a pair the compatibility table supports, and no talos operation
-// of the cluster still unfinished. ops are the namespace's operations.
+// accepts, a pair the compatibility table supports, no talos operation of
+// the cluster still unfinished, and no shutdown of the cluster that has not
+// completed (the talos operation would be refused). ops are the namespace's
+// operations.
 func CheckTalosUpgrade(c *ichorv1alpha1.TalosCluster, ops []ichorv1alpha1.TalosOperation, target string) []Refusal {
 	const field = "spec.talosVersion"
 
@@ -28,6 +30,10 @@ func CheckTalosUpgrade(c *ichorv1alpha1.TalosCluster, ops []ichorv1alpha1.TalosO
 
 	if err := release.CheckPair(target, c.Spec.KubernetesVersion); err != nil {
 		out = append(out, pairRefusal(field, err))
+	}
+
+	if s := UnfinishedShutdown(c.Name, "", ops); s != nil {
+		out = append(out, shutdownLockRefusal(field, c.Name, s))
 	}
 
 	for i := range ops {

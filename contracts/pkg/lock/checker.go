@@ -13,7 +13,10 @@ import (
 // OperationLiveness is the liveness of an operation holding the lock: gone
 // (nil), succeeded, failed, or paused on a failed step is Inactive; pending,
 // running, waiting for credentials, or paused by a person is Active. A
-// shutdown therefore keeps the lock until it has completed.
+// shutdown keeps the lock until it has completed, paused on a failed step
+// too (architecture: "while the operation has not completed, the cluster
+// lock refuses every other disruptive operation"): a cluster half shut down
+// is no place for another operation; deleting the shutdown gives the lock up.
 func OperationLiveness(op *ichorv1alpha1.TalosOperation) Liveness {
 	if op == nil || op.DeletionTimestamp != nil {
 		return Inactive
@@ -23,6 +26,10 @@ func OperationLiveness(op *ichorv1alpha1.TalosOperation) Liveness {
 	case ichorv1alpha1.OperationSucceeded, ichorv1alpha1.OperationFailed:
 		return Inactive
 	case ichorv1alpha1.OperationPaused:
+		if op.Spec.Type == ichorv1alpha1.OperationShutdown {
+			return Active
+		}
+
 		if op.Status.FailureReason != "" || op.Status.FailedStep != "" {
 			return Inactive
 		}

@@ -363,14 +363,14 @@ func TestClientChecker(t *testing.T) {
 	cluster := types.NamespacedName{Namespace: ns, Name: "prod"}
 
 	op := &ichorv1alpha1.TalosOperation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shutdown"},
-		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: "prod", Type: ichorv1alpha1.OperationShutdown},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rollout"},
+		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: "prod", Type: ichorv1alpha1.OperationConfig},
 	}
 	if err := c.Create(ctx, op); err != nil {
 		t.Fatal(err)
 	}
 
-	holder := lock.OperationIdentity(ns, "shutdown")
+	holder := lock.OperationIdentity(ns, "rollout")
 	waiter := lock.OperationIdentity(ns, "upgrade")
 
 	if r, err := l.Acquire(ctx, cluster, holder); err != nil || !r.Acquired {
@@ -401,6 +401,30 @@ func TestClientChecker(t *testing.T) {
 
 	if r, err := l.Acquire(ctx, cluster, waiter); err != nil || r.Acquired {
 		t.Fatalf("paused holder: %+v %v", r, err)
+	}
+
+	// A shutdown paused on a failed step keeps the lock of its cluster; the
+	// rollout's below does not.
+	down := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shutdown"},
+		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: "staging", Type: ichorv1alpha1.OperationShutdown},
+	}
+	if err := c.Create(ctx, down); err != nil {
+		t.Fatal(err)
+	}
+
+	down.Status.Phase, down.Status.FailureReason = ichorv1alpha1.OperationPaused, "w-1 still answers after its shutdown request"
+	if err := c.Status().Update(ctx, down); err != nil {
+		t.Fatal(err)
+	}
+
+	staging := types.NamespacedName{Namespace: ns, Name: "staging"}
+	if r, err := l.Acquire(ctx, staging, lock.OperationIdentity(ns, "shutdown")); err != nil || !r.Acquired {
+		t.Fatalf("the shutdown takes the staging lock: %+v %v", r, err)
+	}
+
+	if r, err := l.Acquire(ctx, staging, waiter); err != nil || r.Acquired {
+		t.Fatalf("a shutdown paused on a failed step lost its lock: %+v %v", r, err)
 	}
 
 	// Paused on a failed step: taken over.
@@ -447,30 +471,38 @@ func TestClientChecker(t *testing.T) {
 func TestOperationLiveness(t *testing.T) {
 	t.Parallel()
 
+	config, shutdown := ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationShutdown
+
 	for _, tc := range []struct {
-		phase, failure string
-		deleting       bool
-		want           lock.Liveness
+		typ, phase, failure string
+		deleting            bool
+		want                lock.Liveness
 	}{
-		{"", "", false, lock.Active},
-		{ichorv1alpha1.OperationPending, "", false, lock.Active},
-		{ichorv1alpha1.OperationRunning, "", false, lock.Active},
-		{ichorv1alpha1.OperationAwaitingCredentials, "", false, lock.Active},
-		{ichorv1alpha1.OperationPaused, "", false, lock.Active},
-		{ichorv1alpha1.OperationPaused, "etcd unhealthy", false, lock.Inactive},
-		{ichorv1alpha1.OperationSucceeded, "", false, lock.Inactive},
-		{ichorv1alpha1.OperationFailed, "", false, lock.Inactive},
-		{ichorv1alpha1.OperationRunning, "", true, lock.Inactive},
+		{config, "", "", false, lock.Active},
+		{config, ichorv1alpha1.OperationPending, "", false, lock.Active},
+		{config, ichorv1alpha1.OperationRunning, "", false, lock.Active},
+		{config, ichorv1alpha1.OperationAwaitingCredentials, "", false, lock.Active},
+		{config, ichorv1alpha1.OperationPaused, "", false, lock.Active},
+		{config, ichorv1alpha1.OperationPaused, "etcd unhealthy", false, lock.Inactive},
+		{config, ichorv1alpha1.OperationSucceeded, "", false, lock.Inactive},
+		{config, ichorv1alpha1.OperationFailed, "", false, lock.Inactive},
+		{config, ichorv1alpha1.OperationRunning, "", true, lock.Inactive},
+		// A shutdown keeps the lock until it has completed, paused on a failure too.
+		{shutdown, ichorv1alpha1.OperationPaused, "w-1 still answers", false, lock.Active},
+		{shutdown, ichorv1alpha1.OperationRunning, "", false, lock.Active},
+		{shutdown, ichorv1alpha1.OperationSucceeded, "", false, lock.Inactive},
+		{shutdown, ichorv1alpha1.OperationFailed, "", false, lock.Inactive},
+		{shutdown, ichorv1alpha1.OperationPaused, "w-1 still answers", true, lock.Inactive},
 	} {
 		op := &ichorv1alpha1.TalosOperation{}
-		op.Status.Phase, op.Status.FailureReason = tc.phase, tc.failure
+		op.Spec.Type, op.Status.Phase, op.Status.FailureReason = tc.typ, tc.phase, tc.failure
 
 		if tc.deleting {
 			op.DeletionTimestamp = &metav1.Time{}
 		}
 
 		if got := lock.OperationLiveness(op); got != tc.want {
-			t.Errorf("%q %q deleting=%v: %v, want %v", tc.phase, tc.failure, tc.deleting, got, tc.want)
+			t.Errorf("%s %q %q deleting=%v: %v, want %v", tc.typ, tc.phase, tc.failure, tc.deleting, got, tc.want)
 		}
 	}
 

@@ -9,6 +9,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -287,9 +288,12 @@ func (v *Verified) Reboot(ctx context.Context) error {
 // shutdown sequence afterwards, which cordons and drains the node itself; the
 // boot sequence uncordons it again at the next power-on
 // (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go,
-// Shutdown and Boot).
-func (v *Verified) Shutdown(ctx context.Context) error {
-	if err := v.c.Shutdown(ctx); err != nil {
+// Shutdown and Boot). force skips that cordon and drain (machinery's
+// ShutdownRequest.Force: "whether node should shutdown without first
+// cordening and draining"), as a cluster shutdown's control planes need once
+// the workers are off.
+func (v *Verified) Shutdown(ctx context.Context, force bool) error {
+	if err := v.c.Shutdown(ctx, talosclient.WithShutdownForce(force)); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 

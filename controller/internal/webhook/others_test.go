@@ -9,6 +9,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -132,7 +133,10 @@ func TestDestructiveOperationsNeedTheirVerbs(t *testing.T) {
 	} {
 		err := operator.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate))
 		refused(t, err, "Forbidden", tc.verb, `user "otto"`)
-		if tc.typ == ichorv1alpha1.OperationNode {
+		switch tc.typ {
+		case ichorv1alpha1.OperationShutdown:
+			continue // an admin's shutdown comes last: it stops everything else
+		case ichorv1alpha1.OperationNode:
 			testenv.Must(t, admin.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate)))
 			continue
 		}
@@ -140,6 +144,23 @@ func TestDestructiveOperationsNeedTheirVerbs(t *testing.T) {
 	}
 	// The neighbour: a config rollout is an operator's.
 	testenv.Must(t, operator.Create(ctx, newOperation(ns, "config", ichorv1alpha1.OperationConfig)))
+
+	// A cluster shutdown runs, an admin's; until it has completed, no other
+	// operation of the cluster is admitted, a second shutdown included.
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "shutdown", ichorv1alpha1.OperationShutdown)))
+	for _, o := range []*ichorv1alpha1.TalosOperation{
+		newOperation(ns, "config-2", ichorv1alpha1.OperationConfig),
+		newOperation(ns, "shutdown-2", ichorv1alpha1.OperationShutdown),
+		newOperation(ns, "reboot", ichorv1alpha1.OperationNode, nodeAction(ichorv1alpha1.NodeActionReboot)),
+	} {
+		refused(t, admin.Create(ctx, o), "Invalid", "spec.type", "being shut down by operation shutdown", "delete operation shutdown")
+	}
+	// Completed, it refuses nothing.
+	done := &ichorv1alpha1.TalosOperation{}
+	testenv.Must(t, root.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shutdown"}, done))
+	done.Status.Phase = ichorv1alpha1.OperationSucceeded
+	testenv.Must(t, root.Status().Update(ctx, done))
+	testenv.Must(t, operator.Create(ctx, newOperation(ns, "config-3", ichorv1alpha1.OperationConfig)))
 }
 
 // Rule: upgrade targets of operations follow the same version rules.

@@ -43,8 +43,9 @@ func TestAdminRemovesWithGuard(t *testing.T) {
 			t.Fatalf("a refused removal wrote something: %v %v", err, cur.Annotations)
 		}
 	}
-	w2 := createMachine(t, "rm-w2", ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleWorker)
-	_ = w2
+	createMachine(t, "rm-w2", ichorv1alpha1.ApprovalApproved, ichorv1alpha1.RoleWorker)
+	// The later tests count the cluster's approved workers.
+	removeWhenDone(t, "rm-w2")
 	resp, err := machines(t, adminTok(t)).RemoveMachine(context.Background(), &ichorv1.RemoveMachineRequest{Name: "rm-w1", Reboot: true})
 	if err != nil {
 		t.Fatalf("admin remove: %v", err)

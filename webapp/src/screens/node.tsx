@@ -11,11 +11,14 @@ import { LogsTab, Talos } from "./node/talos";
 import { Kubernetes } from "./node/kubernetes";
 import { Configuration } from "./node/config";
 import { RemoveDialog } from "./node/remove";
+import { NodeActionDialog } from "./node/actions";
+import { offersNodeActions } from "../lib/nodeops";
 
-/** NodePage is one machine: its header, the tab the address names, and the remove dialog. */
+/** NodePage is one machine: its header, the tab the address names, the node action and remove dialogs. */
 export function NodePage({ name, tab }: { name: string; tab: string }) {
   const { machines, synced, canWrite, client } = useConsole();
   const [removing, setRemoving] = useState(false);
+  const [action, setAction] = useState("");
   const m = machines.find((x) => x.name === name);
   if (!m) {
     return synced ? (
@@ -31,7 +34,7 @@ export function NodePage({ name, tab }: { name: string; tab: string }) {
   const active = activeTab(tab);
   return (
     <>
-      <NodeHeader m={m} onRemove={canRemove(m, canWrite) ? () => setRemoving(true) : undefined} />
+      <NodeHeader m={m} onRemove={canRemove(m, canWrite) ? () => setRemoving(true) : undefined} onAction={offersNodeActions(m, canWrite) ? setAction : undefined} />
       <Tabs label="Node sections" tabs={nodeTabs} active={active} hrefOf={(id) => tabHref(name, id)} />
       <div id="tab-panel" role="tabpanel" aria-labelledby={`tab-${active}`}>
         {active === "summary" && <Summary m={m} />}
@@ -41,6 +44,7 @@ export function NodePage({ name, tab }: { name: string; tab: string }) {
         {active === "config" && <Configuration m={m} client={client} />}
         {active === "logs" && <LogsTab m={m} client={client} />}
       </div>
+      {action && <NodeActionDialog client={client} m={m} action={action} onClose={() => setAction("")} />}
       <RemoveDialog
         m={m}
         open={removing}

@@ -13,6 +13,7 @@ import { ConfigRolloutDialog } from "./rollout";
 import { UpgradeDialog, type UpgradeKind } from "./talosupgrade";
 import * as api from "../api/v1alpha1";
 import { PauseControl, PausedNotice } from "./pause";
+import { ShutdownControl } from "./shutdown";
 import { pausedSince } from "../lib/pause";
 import { useAttention } from "../lib/attention";
 import { useHealth } from "../lib/health";
@@ -88,6 +89,7 @@ export function Overview() {
               Add node
             </LinkButton>
           )}
+          <ShutdownControl />
         </div>
       </div>
       {cluster && <PausedNotice cluster={cluster} />}

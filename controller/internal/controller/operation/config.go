@@ -1,10 +1,10 @@
 package operation
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -45,9 +45,6 @@ const (
 	opStepRollout = "rollout"
 )
 
-// heldWait is how often an operation whose remaining machines are all held looks again.
-const heldWait = time.Minute
-
 // selectPhase records, as the operation's first step, the machines the
 // rollout covers.
 func (r *Reconciler) selectPhase(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -64,8 +61,11 @@ func (r *Reconciler) selectPhase(ctx context.Context, s *scope) (ctrl.Result, er
 		return ctrl.Result{}, nil
 	}
 
-	if isNode(op) {
+	switch {
+	case isNode(op):
 		return r.selectNode(ctx, s)
+	case isShutdown(op):
+		return r.selectShutdown(ctx, s)
 	}
 
 	return r.selectMachines(ctx, s)
@@ -81,6 +81,10 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 
 	if isKubernetes(op) {
 		return r.kubernetesRolloutPhase(ctx, s)
+	}
+
+	if isShutdown(op) {
+		return r.shutdownPhase(ctx, s)
 	}
 
 	active, held, err := r.activeMachines(ctx, op)
@@ -116,7 +120,7 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.HeldReason,
 			"every other machine is done; waiting for the hold annotation to leave "+strings.Join(held, ", "))
 
-		return ctrl.Result{RequeueAfter: heldWait}, nil
+		return ctrl.Result{RequeueAfter: cmp.Or(r.HeldWait, DefaultHeldWait)}, nil
 	}
 
 	done, skipped := 0, 0

@@ -37,6 +37,7 @@ package operation
 // and never repeats a finished machine.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -529,7 +530,7 @@ func (r *Reconciler) kubernetesRolloutPhase(ctx context.Context, s *scope) (ctrl
 		stageOf(op, op.Status.Step).Message = msg
 		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.HeldReason, msg)
 
-		return ctrl.Result{RequeueAfter: heldWait}, nil
+		return ctrl.Result{RequeueAfter: cmp.Or(r.HeldWait, DefaultHeldWait)}, nil
 	}
 
 	done, skipped := 0, 0

@@ -10,6 +10,8 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -65,8 +67,17 @@ func firstPaths(paths []string, n int) []string {
 }
 
 // drain runs the storage hook, then cordons and drains the machine's Node.
+// An evacuation that reached its timeout with replicas still on the node
+// (hook.PausedError) pauses the operation without draining: it is not a
+// failed step, so nothing is resumed by hand; the operation goes on by itself
+// once the storage system has moved them, or the timeout is raised
+// (architecture, "Storage": "pause (never proceed to drain)").
 func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 	done, msg, err := w.r.Storage.Evacuate(ctx, w.m)
+	if p, ok := hook.IsPaused(err); ok {
+		return w.evacuationPaused(p), nil
+	}
+
 	if err != nil {
 		return w.fail("the storage hook failed: " + err.Error())
 	}
@@ -75,6 +86,11 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 		w.mp.Message = "waiting for the storage system to evacuate the node: " + msg
 
 		return w.poll(), nil
+	}
+
+	if c := apimeta.FindStatusCondition(w.op.Status.Conditions, ichorv1alpha1.ReadyCondition); c != nil && c.Reason == ichorv1alpha1.EvacuationPausedReason {
+		setCond(w.op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason,
+			"the storage evacuation of "+w.m.Name+" finished; going on")
 	}
 
 	k, err := w.r.workload(ctx, w.op, w.st.Bundle)
@@ -120,6 +136,23 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 	w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeNormal, "Drained", "Drain", "cordoned and drained Node %s of machine %s", node.Name, w.m.Name)
 
 	return w.next(after, "cordoned and drained Node "+node.Name)
+}
+
+// evacuationPaused holds the operation at the drain of a machine whose
+// storage evacuation reached its timeout: phase Paused, Ready with reason
+// EvacuationPaused and the hook's message, the lock kept; it looks again at
+// every poll.
+func (w *work) evacuationPaused(p *hook.PausedError) ctrl.Result {
+	msg := w.m.Name + ": " + p.Message
+	if c := apimeta.FindStatusCondition(w.op.Status.Conditions, ichorv1alpha1.ReadyCondition); c == nil || c.Reason != ichorv1alpha1.EvacuationPausedReason {
+		w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, ichorv1alpha1.EvacuationPausedReason, "Evacuate", "%s", msg)
+	}
+
+	w.mp.Message = "not drained: " + p.Message
+	w.op.Status.Phase = ichorv1alpha1.OperationPaused
+	setCond(w.op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.EvacuationPausedReason, msg)
+
+	return w.poll()
 }
 
 // apply sends the render: STAGED before a reboot, else in the plan's mode.

@@ -169,7 +169,7 @@ func (w *work) shutdown(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{}, err
 	}
 
-	if err := n.Shutdown(ctx); err != nil {
+	if err := n.Shutdown(ctx, false); err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return ctrl.Result{}, ctx.Err()
 		}

@@ -16,9 +16,9 @@
 //
 // This release runs operations of type config (the rollout of changes the
 // machine reconciler does not apply by itself, config.go), talos (Talos
-// upgrades, talos.go) and node (reboot, shutdown or reset of one machine,
-// node.go); the other types are refused with a message that says so, before
-// they take the lock.
+// upgrades, talos.go), node (reboot, shutdown or reset of one machine,
+// node.go) and shutdown (the whole cluster, shutdown.go); the other types are
+// refused with a message that says so, before they take the lock.
 package operation
 
 import (
@@ -70,6 +70,10 @@ const (
 	DefaultAPIServerSettle = 90 * time.Second
 	// DefaultAPIServerTimeout bounds the wait for /readyz after a restart.
 	DefaultAPIServerTimeout = 5 * time.Minute
+	// DefaultHeldWait is how often an operation whose remaining machines
+	// all carry the hold annotation looks again (a TalosMachine's change
+	// does not wake an operation).
+	DefaultHeldWait = time.Minute
 	// pausedRenew is how often a paused operation renews the lock it keeps.
 	pausedRenew = time.Minute
 )
@@ -87,6 +91,10 @@ type Reconciler struct {
 	Locker *lock.Locker
 	// Storage is the node-operation hook run before a drain; nil means none.
 	Storage hook.Storage
+	// OwnNode is the Kubernetes Node the controller runs on (the downward
+	// API's spec.nodeName): a cluster shutdown sends it its Shutdown last.
+	// Empty when the controller runs outside the cluster it manages.
+	OwnNode string
 
 	PollInterval     time.Duration
 	LockWait         time.Duration
@@ -94,6 +102,7 @@ type Reconciler struct {
 	RebootTimeout    time.Duration
 	APIServerSettle  time.Duration
 	APIServerTimeout time.Duration
+	HeldWait         time.Duration
 	// Clock is the controller's clock; nil means the real one.
 	Clock clock.PassiveClock
 
@@ -144,6 +153,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	def(&r.RebootTimeout, DefaultRebootTimeout)
 	def(&r.APIServerSettle, DefaultAPIServerSettle)
 	def(&r.APIServerTimeout, DefaultAPIServerTimeout)
+	def(&r.HeldWait, DefaultHeldWait)
 
 	r.skeleton = r.controller()
 

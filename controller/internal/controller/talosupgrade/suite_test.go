@@ -13,6 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -152,7 +156,7 @@ func setup(ctx context.Context, s *testenv.Suite) error {
 		return err
 	}
 
-	if err := startOperations(ctx); err != nil {
+	if err := startOperations(ctx, ""); err != nil {
 		return err
 	}
 
@@ -164,11 +168,15 @@ func newOperations() *operation.Reconciler {
 	return &operation.Reconciler{
 		PollInterval: 300 * time.Millisecond, LockWait: 300 * time.Millisecond, DrainTimeout: 60 * time.Second,
 		RebootTimeout: 2 * time.Minute, APIServerSettle: 30 * time.Second, APIServerTimeout: 2 * time.Minute,
+		HeldWait: 2 * time.Second,
 	}
 }
 
-// startOperations runs the operation reconciler in its own manager, until stopOperations.
-func startOperations(ctx context.Context) error {
+// startOperations runs the operation reconciler in its own manager, with the
+// Longhorn storage hook as cmd/main.go registers it (it lets a node go at
+// once while no longhorn TalosStorage selects it) and own as the node the
+// controller runs on, until stopOperations.
+func startOperations(ctx context.Context, own string) error {
 	mgr, err := newManager()
 	if err != nil {
 		return err
@@ -178,7 +186,11 @@ func startOperations(ctx context.Context) error {
 		return ierr
 	}
 
-	if err := newOperations().SetupWithManager(mgr); err != nil {
+	r := newOperations()
+	r.OwnNode = own
+	r.Storage = &hook.Longhorn{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
+
+	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
 
@@ -202,10 +214,25 @@ func startOperations(ctx context.Context) error {
 	return nil
 }
 
-// stopOperations stops the operation reconciler's manager and waits until it has stopped.
+// stopOperations stops the operation reconciler's manager and waits until
+// it has stopped; a no-op when it does not run.
 func stopOperations() {
+	if stopOp == nil {
+		return
+	}
+
 	stopOp()
 	<-opDone
+
+	stopOp, opDone = nil, nil
+}
+
+// restartOperations runs the operation reconciler's manager anew, with own
+// as the controller's node.
+func restartOperations(t testing.TB, own string) {
+	t.Helper()
+	stopOperations()
+	testenv.Must(t, startOperations(context.Background(), own))
 }
 
 func testCluster(endpoint string) *ichorv1alpha1.TalosCluster {
@@ -366,8 +393,9 @@ func etcdHealthy(ctx context.Context) string {
 }
 
 // reconcileOnceInFreshController starts a manager (a controller process),
-// runs one reconcile of the operation with a new reconciler, and stops it.
-func reconcileOnceInFreshController(t *testing.T, name string) ctrl.Result {
+// runs one reconcile of the operation with a new reconciler (changed by
+// mutate, when given), and stops it.
+func reconcileOnceInFreshController(t *testing.T, name string, mutate ...func(*operation.Reconciler)) ctrl.Result {
 	t.Helper()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -381,6 +409,10 @@ func reconcileOnceInFreshController(t *testing.T, name string) ctrl.Result {
 	r.Client, r.APIReader, r.Recorder = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("chaos")
 	r.Nodes, r.Storage = &talos.Dialer{}, hook.None{}
 	r.Locker = &lock.Locker{Client: r.Client, Check: lock.ClientChecker(r.APIReader)}
+
+	for _, f := range mutate {
+		f(r)
+	}
 
 	done := make(chan struct{})
 
@@ -402,4 +434,90 @@ func reconcileOnceInFreshController(t *testing.T, name string) ctrl.Result {
 	}
 
 	return res
+}
+
+// workloadConfig is the emulated cluster's own Kubernetes API, through cp-1's
+// admin kubeconfig.
+func workloadConfig(t testing.TB) *rest.Config {
+	t.Helper()
+
+	n, err := (&talos.Dialer{}).Dial(context.Background(), emu(t, "cp-1").IP(), theBun)
+	testenv.Must(t, err)
+
+	defer n.Close()
+
+	kc, err := n.Kubeconfig(context.Background())
+	testenv.Must(t, err)
+
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	testenv.Must(t, err)
+
+	return cfg
+}
+
+func getMachine(t testing.TB, name string) *ichorv1alpha1.TalosMachine {
+	t.Helper()
+
+	m := &ichorv1alpha1.TalosMachine{}
+	testenv.Must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m))
+
+	return m
+}
+
+// updateMachine changes a TalosMachine's metadata, retrying on conflicts
+// with the reconcilers' writes.
+func updateMachine(t testing.TB, name string, f func(*ichorv1alpha1.TalosMachine)) {
+	t.Helper()
+
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m := getMachine(t, name)
+		f(m)
+
+		return k8s.Update(context.Background(), m)
+	}))
+}
+
+// waitHealthy waits until every machine runs, etcd answers on every control
+// plane and every Node is Ready and schedulable: the world as the next test
+// expects it.
+func waitHealthy(t testing.TB) {
+	t.Helper()
+
+	testenv.Eventually(t, 2*waitTimeout, "every machine running, etcd healthy, every Node Ready", func() error {
+		for _, n := range machineNames {
+			if info := emu(t, n).Info(); !info.Powered || info.Stage != "running" {
+				return fmt.Errorf("%s: powered %t, stage %s", n, info.Powered, info.Stage)
+			}
+		}
+
+		if bad := etcdHealthy(context.Background()); bad != "" {
+			return fmt.Errorf("etcd does not answer on %s", bad)
+		}
+
+		k, err := kubernetes.NewForConfig(workloadConfig(t))
+		if err != nil {
+			return err
+		}
+
+		nodes, err := k.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+
+		ready := 0
+
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && !n.Spec.Unschedulable {
+					ready++
+				}
+			}
+		}
+
+		if ready != len(machineNames) {
+			return fmt.Errorf("%d of %d Nodes Ready and schedulable", ready, len(nodes.Items))
+		}
+
+		return nil
+	})
 }

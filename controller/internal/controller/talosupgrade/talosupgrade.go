@@ -25,6 +25,7 @@ import (
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
@@ -85,7 +86,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&ichorv1alpha1.TalosCluster{}).
 		Watches(&ichorv1alpha1.TalosOperation{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrlreconcile.Request {
 			op, ok := o.(*ichorv1alpha1.TalosOperation)
-			if !ok || op.Spec.Type != ichorv1alpha1.OperationTalos {
+			if !ok || op.Spec.Type != ichorv1alpha1.OperationTalos && op.Spec.Type != ichorv1alpha1.OperationShutdown {
 				return nil
 			}
 
@@ -197,7 +198,8 @@ func (r *Reconciler) candidatesPhase(ctx context.Context, s *reconcile.Scope[*ic
 // for the first time records its spec (it was installed at it). One
 // operation per target: none is started while another talos operation of
 // the cluster is unfinished, or when one for the same target exists (a
-// failed one is not retried by itself).
+// failed one is not retried by itself), nor while the cluster's shutdown has
+// not completed.
 func (r *Reconciler) startPhase(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
 	c := s.Object
 	u := &c.Status.TalosUpgrade
@@ -211,6 +213,12 @@ func (r *Reconciler) startPhase(ctx context.Context, s *reconcile.Scope[*ichorv1
 	var ops ichorv1alpha1.TalosOperationList
 	if err := r.Client.List(ctx, &ops, client.InNamespace(c.Namespace)); err != nil {
 		return ctrl.Result{}, err
+	}
+
+	if s := guard.UnfinishedShutdown(c.Name, "", ops.Items); s != nil {
+		// The admission webhook refuses every operation of a cluster being
+		// shut down; the shutdown's end wakes this reconciler (the watch).
+		return ctrl.Result{}, nil
 	}
 
 	var forSpec *ichorv1alpha1.TalosOperation

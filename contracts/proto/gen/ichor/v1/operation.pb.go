@@ -23,6 +23,520 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PreviewNodeOperationRequest names the machine and the action.
+type PreviewNodeOperationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosMachine.
+	Machine string `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	// reboot, shutdown or reset.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// For a reset: state-ephemeral (the default), system-disk or all.
+	WipeMode      string `protobuf:"bytes,3,opt,name=wipe_mode,json=wipeMode,proto3" json:"wipe_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewNodeOperationRequest) Reset() {
+	*x = PreviewNodeOperationRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewNodeOperationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewNodeOperationRequest) ProtoMessage() {}
+
+func (x *PreviewNodeOperationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewNodeOperationRequest.ProtoReflect.Descriptor instead.
+func (*PreviewNodeOperationRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PreviewNodeOperationRequest) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *PreviewNodeOperationRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *PreviewNodeOperationRequest) GetWipeMode() string {
+	if x != nil {
+		return x.WipeMode
+	}
+	return ""
+}
+
+// PreviewNodeOperationResponse is the dialog's content.
+type PreviewNodeOperationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosMachine.
+	Machine string `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	// The action.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// The wipe mode of a reset, normalized; empty for the other actions.
+	WipeMode string `protobuf:"bytes,3,opt,name=wipe_mode,json=wipeMode,proto3" json:"wipe_mode,omitempty"`
+	// What the operation does, step by step.
+	Steps []string `protobuf:"bytes,4,rep,name=steps,proto3" json:"steps,omitempty"`
+	// What refuses it now: the checks, then the verbs the user lacks.
+	Refusals []*Refusal `protobuf:"bytes,5,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// True when nothing refuses it (an overridable refusal counts as allowed
+	// when the user holds the override verb).
+	Allowed bool `protobuf:"varint,6,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// True when the machine's name must be typed to start it (shutdown, reset).
+	ConfirmName   bool `protobuf:"varint,7,opt,name=confirm_name,json=confirmName,proto3" json:"confirm_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewNodeOperationResponse) Reset() {
+	*x = PreviewNodeOperationResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewNodeOperationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewNodeOperationResponse) ProtoMessage() {}
+
+func (x *PreviewNodeOperationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewNodeOperationResponse.ProtoReflect.Descriptor instead.
+func (*PreviewNodeOperationResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PreviewNodeOperationResponse) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *PreviewNodeOperationResponse) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *PreviewNodeOperationResponse) GetWipeMode() string {
+	if x != nil {
+		return x.WipeMode
+	}
+	return ""
+}
+
+func (x *PreviewNodeOperationResponse) GetSteps() []string {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *PreviewNodeOperationResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewNodeOperationResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *PreviewNodeOperationResponse) GetConfirmName() bool {
+	if x != nil {
+		return x.ConfirmName
+	}
+	return false
+}
+
+// StartNodeOperationRequest asks for a node operation.
+type StartNodeOperationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosMachine.
+	Machine string `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	// reboot, shutdown or reset.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// For a reset: state-ephemeral (the default), system-disk or all.
+	WipeMode string `protobuf:"bytes,3,opt,name=wipe_mode,json=wipeMode,proto3" json:"wipe_mode,omitempty"`
+	// The machine's name, typed by the user: their consent to a shutdown or a
+	// reset; not needed for a reboot.
+	ConfirmMachineName string `protobuf:"bytes,4,opt,name=confirm_machine_name,json=confirmMachineName,proto3" json:"confirm_machine_name,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *StartNodeOperationRequest) Reset() {
+	*x = StartNodeOperationRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartNodeOperationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartNodeOperationRequest) ProtoMessage() {}
+
+func (x *StartNodeOperationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartNodeOperationRequest.ProtoReflect.Descriptor instead.
+func (*StartNodeOperationRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StartNodeOperationRequest) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *StartNodeOperationRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *StartNodeOperationRequest) GetWipeMode() string {
+	if x != nil {
+		return x.WipeMode
+	}
+	return ""
+}
+
+func (x *StartNodeOperationRequest) GetConfirmMachineName() string {
+	if x != nil {
+		return x.ConfirmMachineName
+	}
+	return ""
+}
+
+// StartNodeOperationResponse is the operation that was created.
+type StartNodeOperationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartNodeOperationResponse) Reset() {
+	*x = StartNodeOperationResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartNodeOperationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartNodeOperationResponse) ProtoMessage() {}
+
+func (x *StartNodeOperationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartNodeOperationResponse.ProtoReflect.Descriptor instead.
+func (*StartNodeOperationResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StartNodeOperationResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+// PreviewClusterShutdownRequest asks for the shutdown's plan.
+type PreviewClusterShutdownRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewClusterShutdownRequest) Reset() {
+	*x = PreviewClusterShutdownRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewClusterShutdownRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewClusterShutdownRequest) ProtoMessage() {}
+
+func (x *PreviewClusterShutdownRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewClusterShutdownRequest.ProtoReflect.Descriptor instead.
+func (*PreviewClusterShutdownRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{4}
+}
+
+// PreviewClusterShutdownResponse is the dialog's content.
+type PreviewClusterShutdownResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster: what the confirmation must repeat.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The approved control planes and workers the shutdown stops.
+	ControlPlanes int32 `protobuf:"varint,2,opt,name=control_planes,json=controlPlanes,proto3" json:"control_planes,omitempty"`
+	// The approved workers.
+	Workers int32 `protobuf:"varint,3,opt,name=workers,proto3" json:"workers,omitempty"`
+	// What the operation does, step by step.
+	Steps []string `protobuf:"bytes,4,rep,name=steps,proto3" json:"steps,omitempty"`
+	// What refuses it now: the checks, then the verbs the user lacks.
+	Refusals []*Refusal `protobuf:"bytes,5,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// True when nothing refuses it.
+	Allowed bool `protobuf:"varint,6,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// The cluster's shutdown that has not completed, if any.
+	Unfinished    *Operation `protobuf:"bytes,7,opt,name=unfinished,proto3" json:"unfinished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewClusterShutdownResponse) Reset() {
+	*x = PreviewClusterShutdownResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewClusterShutdownResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewClusterShutdownResponse) ProtoMessage() {}
+
+func (x *PreviewClusterShutdownResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewClusterShutdownResponse.ProtoReflect.Descriptor instead.
+func (*PreviewClusterShutdownResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PreviewClusterShutdownResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *PreviewClusterShutdownResponse) GetControlPlanes() int32 {
+	if x != nil {
+		return x.ControlPlanes
+	}
+	return 0
+}
+
+func (x *PreviewClusterShutdownResponse) GetWorkers() int32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *PreviewClusterShutdownResponse) GetSteps() []string {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *PreviewClusterShutdownResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewClusterShutdownResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *PreviewClusterShutdownResponse) GetUnfinished() *Operation {
+	if x != nil {
+		return x.Unfinished
+	}
+	return nil
+}
+
+// StartClusterShutdownRequest asks for a cluster shutdown.
+type StartClusterShutdownRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served cluster's name, typed by the user: their consent.
+	ConfirmClusterName string `protobuf:"bytes,1,opt,name=confirm_cluster_name,json=confirmClusterName,proto3" json:"confirm_cluster_name,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *StartClusterShutdownRequest) Reset() {
+	*x = StartClusterShutdownRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartClusterShutdownRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartClusterShutdownRequest) ProtoMessage() {}
+
+func (x *StartClusterShutdownRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartClusterShutdownRequest.ProtoReflect.Descriptor instead.
+func (*StartClusterShutdownRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *StartClusterShutdownRequest) GetConfirmClusterName() string {
+	if x != nil {
+		return x.ConfirmClusterName
+	}
+	return ""
+}
+
+// StartClusterShutdownResponse is the operation that was created.
+type StartClusterShutdownResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartClusterShutdownResponse) Reset() {
+	*x = StartClusterShutdownResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartClusterShutdownResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartClusterShutdownResponse) ProtoMessage() {}
+
+func (x *StartClusterShutdownResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartClusterShutdownResponse.ProtoReflect.Descriptor instead.
+func (*StartClusterShutdownResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StartClusterShutdownResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 // VersionCandidate is one version an upgrade may move to.
 type VersionCandidate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -38,7 +552,7 @@ type VersionCandidate struct {
 
 func (x *VersionCandidate) Reset() {
 	*x = VersionCandidate{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[0]
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +564,7 @@ func (x *VersionCandidate) String() string {
 func (*VersionCandidate) ProtoMessage() {}
 
 func (x *VersionCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[0]
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +577,7 @@ func (x *VersionCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCandidate.ProtoReflect.Descriptor instead.
 func (*VersionCandidate) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{0}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VersionCandidate) GetVersion() string {
@@ -98,7 +612,7 @@ type PreviewTalosUpgradeRequest struct {
 
 func (x *PreviewTalosUpgradeRequest) Reset() {
 	*x = PreviewTalosUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[1]
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -110,7 +624,7 @@ func (x *PreviewTalosUpgradeRequest) String() string {
 func (*PreviewTalosUpgradeRequest) ProtoMessage() {}
 
 func (x *PreviewTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[1]
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -123,7 +637,7 @@ func (x *PreviewTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewTalosUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*PreviewTalosUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{1}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PreviewTalosUpgradeRequest) GetVersion() string {
@@ -160,7 +674,7 @@ type PreviewTalosUpgradeResponse struct {
 
 func (x *PreviewTalosUpgradeResponse) Reset() {
 	*x = PreviewTalosUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[2]
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +686,7 @@ func (x *PreviewTalosUpgradeResponse) String() string {
 func (*PreviewTalosUpgradeResponse) ProtoMessage() {}
 
 func (x *PreviewTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[2]
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +699,7 @@ func (x *PreviewTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewTalosUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*PreviewTalosUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{2}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PreviewTalosUpgradeResponse) GetCluster() string {
@@ -264,7 +778,7 @@ type StartTalosUpgradeRequest struct {
 
 func (x *StartTalosUpgradeRequest) Reset() {
 	*x = StartTalosUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[3]
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +790,7 @@ func (x *StartTalosUpgradeRequest) String() string {
 func (*StartTalosUpgradeRequest) ProtoMessage() {}
 
 func (x *StartTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[3]
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +803,7 @@ func (x *StartTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTalosUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*StartTalosUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{3}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StartTalosUpgradeRequest) GetVersion() string {
@@ -319,7 +833,7 @@ type StartTalosUpgradeResponse struct {
 
 func (x *StartTalosUpgradeResponse) Reset() {
 	*x = StartTalosUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +845,7 @@ func (x *StartTalosUpgradeResponse) String() string {
 func (*StartTalosUpgradeResponse) ProtoMessage() {}
 
 func (x *StartTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +858,7 @@ func (x *StartTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTalosUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*StartTalosUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StartTalosUpgradeResponse) GetFrom() string {
@@ -372,7 +886,7 @@ type PreviewKubernetesUpgradeRequest struct {
 
 func (x *PreviewKubernetesUpgradeRequest) Reset() {
 	*x = PreviewKubernetesUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +898,7 @@ func (x *PreviewKubernetesUpgradeRequest) String() string {
 func (*PreviewKubernetesUpgradeRequest) ProtoMessage() {}
 
 func (x *PreviewKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +911,7 @@ func (x *PreviewKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*PreviewKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PreviewKubernetesUpgradeRequest) GetVersion() string {
@@ -437,7 +951,7 @@ type PreviewKubernetesUpgradeResponse struct {
 
 func (x *PreviewKubernetesUpgradeResponse) Reset() {
 	*x = PreviewKubernetesUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +963,7 @@ func (x *PreviewKubernetesUpgradeResponse) String() string {
 func (*PreviewKubernetesUpgradeResponse) ProtoMessage() {}
 
 func (x *PreviewKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +976,7 @@ func (x *PreviewKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*PreviewKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PreviewKubernetesUpgradeResponse) GetCluster() string {
@@ -548,7 +1062,7 @@ type StartKubernetesUpgradeRequest struct {
 
 func (x *StartKubernetesUpgradeRequest) Reset() {
 	*x = StartKubernetesUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +1074,7 @@ func (x *StartKubernetesUpgradeRequest) String() string {
 func (*StartKubernetesUpgradeRequest) ProtoMessage() {}
 
 func (x *StartKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +1087,7 @@ func (x *StartKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*StartKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StartKubernetesUpgradeRequest) GetVersion() string {
@@ -603,7 +1117,7 @@ type StartKubernetesUpgradeResponse struct {
 
 func (x *StartKubernetesUpgradeResponse) Reset() {
 	*x = StartKubernetesUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +1129,7 @@ func (x *StartKubernetesUpgradeResponse) String() string {
 func (*StartKubernetesUpgradeResponse) ProtoMessage() {}
 
 func (x *StartKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +1142,7 @@ func (x *StartKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*StartKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartKubernetesUpgradeResponse) GetFrom() string {
@@ -660,7 +1174,7 @@ type OperationStage struct {
 
 func (x *OperationStage) Reset() {
 	*x = OperationStage{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +1186,7 @@ func (x *OperationStage) String() string {
 func (*OperationStage) ProtoMessage() {}
 
 func (x *OperationStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +1199,7 @@ func (x *OperationStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationStage.ProtoReflect.Descriptor instead.
 func (*OperationStage) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OperationStage) GetName() string {
@@ -724,7 +1238,7 @@ type RemovedAPI struct {
 
 func (x *RemovedAPI) Reset() {
 	*x = RemovedAPI{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +1250,7 @@ func (x *RemovedAPI) String() string {
 func (*RemovedAPI) ProtoMessage() {}
 
 func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +1263,7 @@ func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovedAPI.ProtoReflect.Descriptor instead.
 func (*RemovedAPI) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RemovedAPI) GetApi() string {
@@ -814,7 +1328,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1340,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1353,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Operation) GetName() string {
@@ -973,7 +1487,7 @@ type OperationMachine struct {
 
 func (x *OperationMachine) Reset() {
 	*x = OperationMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1499,7 @@ func (x *OperationMachine) String() string {
 func (*OperationMachine) ProtoMessage() {}
 
 func (x *OperationMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1512,7 @@ func (x *OperationMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMachine.ProtoReflect.Descriptor instead.
 func (*OperationMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OperationMachine) GetName() string {
@@ -1045,7 +1559,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1571,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1584,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{21}
 }
 
 // ListOperationsResponse is the operations, newest first.
@@ -1084,7 +1598,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1610,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1623,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -1130,7 +1644,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1656,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1669,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -1176,7 +1690,7 @@ type GetOperationResponse struct {
 
 func (x *GetOperationResponse) Reset() {
 	*x = GetOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[16]
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1702,7 @@ func (x *GetOperationResponse) String() string {
 func (*GetOperationResponse) ProtoMessage() {}
 
 func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[16]
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1715,7 @@ func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationResponse.ProtoReflect.Descriptor instead.
 func (*GetOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{16}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetOperationResponse) GetOperation() *Operation {
@@ -1222,7 +1736,7 @@ type PauseOperationRequest struct {
 
 func (x *PauseOperationRequest) Reset() {
 	*x = PauseOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[17]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1748,7 @@ func (x *PauseOperationRequest) String() string {
 func (*PauseOperationRequest) ProtoMessage() {}
 
 func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[17]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1761,7 @@ func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationRequest.ProtoReflect.Descriptor instead.
 func (*PauseOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{17}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PauseOperationRequest) GetName() string {
@@ -1268,7 +1782,7 @@ type PauseOperationResponse struct {
 
 func (x *PauseOperationResponse) Reset() {
 	*x = PauseOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[18]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1794,7 @@ func (x *PauseOperationResponse) String() string {
 func (*PauseOperationResponse) ProtoMessage() {}
 
 func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[18]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1807,7 @@ func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationResponse.ProtoReflect.Descriptor instead.
 func (*PauseOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{18}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PauseOperationResponse) GetOperation() *Operation {
@@ -1314,7 +1828,7 @@ type ResumeOperationRequest struct {
 
 func (x *ResumeOperationRequest) Reset() {
 	*x = ResumeOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[19]
+	mi := &file_ichor_v1_operation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1840,7 @@ func (x *ResumeOperationRequest) String() string {
 func (*ResumeOperationRequest) ProtoMessage() {}
 
 func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[19]
+	mi := &file_ichor_v1_operation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1853,7 @@ func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{19}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResumeOperationRequest) GetName() string {
@@ -1360,7 +1874,7 @@ type ResumeOperationResponse struct {
 
 func (x *ResumeOperationResponse) Reset() {
 	*x = ResumeOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[20]
+	mi := &file_ichor_v1_operation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1886,7 @@ func (x *ResumeOperationResponse) String() string {
 func (*ResumeOperationResponse) ProtoMessage() {}
 
 func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[20]
+	mi := &file_ichor_v1_operation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1899,7 @@ func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{20}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResumeOperationResponse) GetOperation() *Operation {
@@ -1416,7 +1930,7 @@ type RolloutMachine struct {
 
 func (x *RolloutMachine) Reset() {
 	*x = RolloutMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	mi := &file_ichor_v1_operation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1942,7 @@ func (x *RolloutMachine) String() string {
 func (*RolloutMachine) ProtoMessage() {}
 
 func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	mi := &file_ichor_v1_operation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1955,7 @@ func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutMachine.ProtoReflect.Descriptor instead.
 func (*RolloutMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{21}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RolloutMachine) GetName() string {
@@ -1498,7 +2012,7 @@ type PreviewConfigRolloutRequest struct {
 
 func (x *PreviewConfigRolloutRequest) Reset() {
 	*x = PreviewConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	mi := &file_ichor_v1_operation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +2024,7 @@ func (x *PreviewConfigRolloutRequest) String() string {
 func (*PreviewConfigRolloutRequest) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	mi := &file_ichor_v1_operation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +2037,7 @@ func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{22}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PreviewConfigRolloutRequest) GetSelector() string {
@@ -1558,7 +2072,7 @@ type PreviewConfigRolloutResponse struct {
 
 func (x *PreviewConfigRolloutResponse) Reset() {
 	*x = PreviewConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	mi := &file_ichor_v1_operation_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +2084,7 @@ func (x *PreviewConfigRolloutResponse) String() string {
 func (*PreviewConfigRolloutResponse) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	mi := &file_ichor_v1_operation_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +2097,7 @@ func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{23}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PreviewConfigRolloutResponse) GetCluster() string {
@@ -1641,7 +2155,7 @@ type PrivilegedPatch struct {
 
 func (x *PrivilegedPatch) Reset() {
 	*x = PrivilegedPatch{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	mi := &file_ichor_v1_operation_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +2167,7 @@ func (x *PrivilegedPatch) String() string {
 func (*PrivilegedPatch) ProtoMessage() {}
 
 func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	mi := &file_ichor_v1_operation_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +2180,7 @@ func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrivilegedPatch.ProtoReflect.Descriptor instead.
 func (*PrivilegedPatch) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{24}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PrivilegedPatch) GetName() string {
@@ -1697,7 +2211,7 @@ type StartConfigRolloutRequest struct {
 
 func (x *StartConfigRolloutRequest) Reset() {
 	*x = StartConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[25]
+	mi := &file_ichor_v1_operation_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +2223,7 @@ func (x *StartConfigRolloutRequest) String() string {
 func (*StartConfigRolloutRequest) ProtoMessage() {}
 
 func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[25]
+	mi := &file_ichor_v1_operation_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +2236,7 @@ func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{25}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StartConfigRolloutRequest) GetSelector() string {
@@ -1752,7 +2266,7 @@ type StartConfigRolloutResponse struct {
 
 func (x *StartConfigRolloutResponse) Reset() {
 	*x = StartConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[26]
+	mi := &file_ichor_v1_operation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +2278,7 @@ func (x *StartConfigRolloutResponse) String() string {
 func (*StartConfigRolloutResponse) ProtoMessage() {}
 
 func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[26]
+	mi := &file_ichor_v1_operation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +2291,7 @@ func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{26}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StartConfigRolloutResponse) GetOperation() *Operation {
@@ -1798,7 +2312,41 @@ var File_ichor_v1_operation_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\n" +
-	"\x18ichor/v1/operation.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ichor/v1/cluster.proto\x1a\x15ichor/v1/errors.proto\"\\\n" +
+	"\x18ichor/v1/operation.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ichor/v1/cluster.proto\x1a\x15ichor/v1/errors.proto\"v\n" +
+	"\x1bPreviewNodeOperationRequest\x12\x1d\n" +
+	"\amachine\x18\x01 \x01(\tB\x03\xe0A\x02R\amachine\x12\x1b\n" +
+	"\x06action\x18\x02 \x01(\tB\x03\xe0A\x02R\x06action\x12\x1b\n" +
+	"\twipe_mode\x18\x03 \x01(\tR\bwipeMode\"\xef\x01\n" +
+	"\x1cPreviewNodeOperationResponse\x12\x18\n" +
+	"\amachine\x18\x01 \x01(\tR\amachine\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1b\n" +
+	"\twipe_mode\x18\x03 \x01(\tR\bwipeMode\x12\x14\n" +
+	"\x05steps\x18\x04 \x03(\tR\x05steps\x12-\n" +
+	"\brefusals\x18\x05 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x18\n" +
+	"\aallowed\x18\x06 \x01(\bR\aallowed\x12!\n" +
+	"\fconfirm_name\x18\a \x01(\bR\vconfirmName\"\xa6\x01\n" +
+	"\x19StartNodeOperationRequest\x12\x1d\n" +
+	"\amachine\x18\x01 \x01(\tB\x03\xe0A\x02R\amachine\x12\x1b\n" +
+	"\x06action\x18\x02 \x01(\tB\x03\xe0A\x02R\x06action\x12\x1b\n" +
+	"\twipe_mode\x18\x03 \x01(\tR\bwipeMode\x120\n" +
+	"\x14confirm_machine_name\x18\x04 \x01(\tR\x12confirmMachineName\"O\n" +
+	"\x1aStartNodeOperationResponse\x121\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"\x1f\n" +
+	"\x1dPreviewClusterShutdownRequest\"\x8f\x02\n" +
+	"\x1ePreviewClusterShutdownResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12%\n" +
+	"\x0econtrol_planes\x18\x02 \x01(\x05R\rcontrolPlanes\x12\x18\n" +
+	"\aworkers\x18\x03 \x01(\x05R\aworkers\x12\x14\n" +
+	"\x05steps\x18\x04 \x03(\tR\x05steps\x12-\n" +
+	"\brefusals\x18\x05 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x18\n" +
+	"\aallowed\x18\x06 \x01(\bR\aallowed\x123\n" +
+	"\n" +
+	"unfinished\x18\a \x01(\v2\x13.ichor.v1.OperationR\n" +
+	"unfinished\"T\n" +
+	"\x1bStartClusterShutdownRequest\x125\n" +
+	"\x14confirm_cluster_name\x18\x01 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"Q\n" +
+	"\x1cStartClusterShutdownResponse\x121\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"\\\n" +
 	"\x10VersionCandidate\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
@@ -1932,7 +2480,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x85\x01\n" +
 	"\x1aStartConfigRolloutResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\x124\n" +
-	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\x9b\v\n" +
+	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\x85\x10\n" +
 	"\x10OperationService\x12o\n" +
 	"\x0eListOperations\x12\x1f.ichor.v1.ListOperationsRequest\x1a .ichor.v1.ListOperationsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/operations\x12p\n" +
 	"\fGetOperation\x12\x1d.ichor.v1.GetOperationRequest\x1a\x1e.ichor.v1.GetOperationResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/operations/{name}\x12\x7f\n" +
@@ -1943,7 +2491,11 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x13PreviewTalosUpgrade\x12$.ichor.v1.PreviewTalosUpgradeRequest\x1a%.ichor.v1.PreviewTalosUpgradeResponse\".\x82\xd3\xe4\x93\x02(\x12&/api/v1/operations:previewTalosUpgrade\x12\x8d\x01\n" +
 	"\x11StartTalosUpgrade\x12\".ichor.v1.StartTalosUpgradeRequest\x1a#.ichor.v1.StartTalosUpgradeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/api/v1/operations:startTalosUpgrade\x12\xa6\x01\n" +
 	"\x18PreviewKubernetesUpgrade\x12).ichor.v1.PreviewKubernetesUpgradeRequest\x1a*.ichor.v1.PreviewKubernetesUpgradeResponse\"3\x82\xd3\xe4\x93\x02-\x12+/api/v1/operations:previewKubernetesUpgrade\x12\xa1\x01\n" +
-	"\x16StartKubernetesUpgrade\x12'.ichor.v1.StartKubernetesUpgradeRequest\x1a(.ichor.v1.StartKubernetesUpgradeResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/api/v1/operations:startKubernetesUpgradeBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\x16StartKubernetesUpgrade\x12'.ichor.v1.StartKubernetesUpgradeRequest\x1a(.ichor.v1.StartKubernetesUpgradeResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/api/v1/operations:startKubernetesUpgrade\x12\x96\x01\n" +
+	"\x14PreviewNodeOperation\x12%.ichor.v1.PreviewNodeOperationRequest\x1a&.ichor.v1.PreviewNodeOperationResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/operations:previewNodeOperation\x12\x91\x01\n" +
+	"\x12StartNodeOperation\x12#.ichor.v1.StartNodeOperationRequest\x1a$.ichor.v1.StartNodeOperationResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startNodeOperation\x12\x9e\x01\n" +
+	"\x16PreviewClusterShutdown\x12'.ichor.v1.PreviewClusterShutdownRequest\x1a(.ichor.v1.PreviewClusterShutdownResponse\"1\x82\xd3\xe4\x93\x02+\x12)/api/v1/operations:previewClusterShutdown\x12\x99\x01\n" +
+	"\x14StartClusterShutdown\x12%.ichor.v1.StartClusterShutdownRequest\x1a&.ichor.v1.StartClusterShutdownResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/api/v1/operations:startClusterShutdownBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_operation_proto_rawDescOnce sync.Once
@@ -1957,89 +2509,110 @@ func file_ichor_v1_operation_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_operation_proto_rawDescData
 }
 
-var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_ichor_v1_operation_proto_goTypes = []any{
-	(*VersionCandidate)(nil),                 // 0: ichor.v1.VersionCandidate
-	(*PreviewTalosUpgradeRequest)(nil),       // 1: ichor.v1.PreviewTalosUpgradeRequest
-	(*PreviewTalosUpgradeResponse)(nil),      // 2: ichor.v1.PreviewTalosUpgradeResponse
-	(*StartTalosUpgradeRequest)(nil),         // 3: ichor.v1.StartTalosUpgradeRequest
-	(*StartTalosUpgradeResponse)(nil),        // 4: ichor.v1.StartTalosUpgradeResponse
-	(*PreviewKubernetesUpgradeRequest)(nil),  // 5: ichor.v1.PreviewKubernetesUpgradeRequest
-	(*PreviewKubernetesUpgradeResponse)(nil), // 6: ichor.v1.PreviewKubernetesUpgradeResponse
-	(*StartKubernetesUpgradeRequest)(nil),    // 7: ichor.v1.StartKubernetesUpgradeRequest
-	(*StartKubernetesUpgradeResponse)(nil),   // 8: ichor.v1.StartKubernetesUpgradeResponse
-	(*OperationStage)(nil),                   // 9: ichor.v1.OperationStage
-	(*RemovedAPI)(nil),                       // 10: ichor.v1.RemovedAPI
-	(*Operation)(nil),                        // 11: ichor.v1.Operation
-	(*OperationMachine)(nil),                 // 12: ichor.v1.OperationMachine
-	(*ListOperationsRequest)(nil),            // 13: ichor.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),           // 14: ichor.v1.ListOperationsResponse
-	(*GetOperationRequest)(nil),              // 15: ichor.v1.GetOperationRequest
-	(*GetOperationResponse)(nil),             // 16: ichor.v1.GetOperationResponse
-	(*PauseOperationRequest)(nil),            // 17: ichor.v1.PauseOperationRequest
-	(*PauseOperationResponse)(nil),           // 18: ichor.v1.PauseOperationResponse
-	(*ResumeOperationRequest)(nil),           // 19: ichor.v1.ResumeOperationRequest
-	(*ResumeOperationResponse)(nil),          // 20: ichor.v1.ResumeOperationResponse
-	(*RolloutMachine)(nil),                   // 21: ichor.v1.RolloutMachine
-	(*PreviewConfigRolloutRequest)(nil),      // 22: ichor.v1.PreviewConfigRolloutRequest
-	(*PreviewConfigRolloutResponse)(nil),     // 23: ichor.v1.PreviewConfigRolloutResponse
-	(*PrivilegedPatch)(nil),                  // 24: ichor.v1.PrivilegedPatch
-	(*StartConfigRolloutRequest)(nil),        // 25: ichor.v1.StartConfigRolloutRequest
-	(*StartConfigRolloutResponse)(nil),       // 26: ichor.v1.StartConfigRolloutResponse
-	(*timestamppb.Timestamp)(nil),            // 27: google.protobuf.Timestamp
-	(*Refusal)(nil),                          // 28: ichor.v1.Refusal
-	(*Condition)(nil),                        // 29: ichor.v1.Condition
+	(*PreviewNodeOperationRequest)(nil),      // 0: ichor.v1.PreviewNodeOperationRequest
+	(*PreviewNodeOperationResponse)(nil),     // 1: ichor.v1.PreviewNodeOperationResponse
+	(*StartNodeOperationRequest)(nil),        // 2: ichor.v1.StartNodeOperationRequest
+	(*StartNodeOperationResponse)(nil),       // 3: ichor.v1.StartNodeOperationResponse
+	(*PreviewClusterShutdownRequest)(nil),    // 4: ichor.v1.PreviewClusterShutdownRequest
+	(*PreviewClusterShutdownResponse)(nil),   // 5: ichor.v1.PreviewClusterShutdownResponse
+	(*StartClusterShutdownRequest)(nil),      // 6: ichor.v1.StartClusterShutdownRequest
+	(*StartClusterShutdownResponse)(nil),     // 7: ichor.v1.StartClusterShutdownResponse
+	(*VersionCandidate)(nil),                 // 8: ichor.v1.VersionCandidate
+	(*PreviewTalosUpgradeRequest)(nil),       // 9: ichor.v1.PreviewTalosUpgradeRequest
+	(*PreviewTalosUpgradeResponse)(nil),      // 10: ichor.v1.PreviewTalosUpgradeResponse
+	(*StartTalosUpgradeRequest)(nil),         // 11: ichor.v1.StartTalosUpgradeRequest
+	(*StartTalosUpgradeResponse)(nil),        // 12: ichor.v1.StartTalosUpgradeResponse
+	(*PreviewKubernetesUpgradeRequest)(nil),  // 13: ichor.v1.PreviewKubernetesUpgradeRequest
+	(*PreviewKubernetesUpgradeResponse)(nil), // 14: ichor.v1.PreviewKubernetesUpgradeResponse
+	(*StartKubernetesUpgradeRequest)(nil),    // 15: ichor.v1.StartKubernetesUpgradeRequest
+	(*StartKubernetesUpgradeResponse)(nil),   // 16: ichor.v1.StartKubernetesUpgradeResponse
+	(*OperationStage)(nil),                   // 17: ichor.v1.OperationStage
+	(*RemovedAPI)(nil),                       // 18: ichor.v1.RemovedAPI
+	(*Operation)(nil),                        // 19: ichor.v1.Operation
+	(*OperationMachine)(nil),                 // 20: ichor.v1.OperationMachine
+	(*ListOperationsRequest)(nil),            // 21: ichor.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),           // 22: ichor.v1.ListOperationsResponse
+	(*GetOperationRequest)(nil),              // 23: ichor.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),             // 24: ichor.v1.GetOperationResponse
+	(*PauseOperationRequest)(nil),            // 25: ichor.v1.PauseOperationRequest
+	(*PauseOperationResponse)(nil),           // 26: ichor.v1.PauseOperationResponse
+	(*ResumeOperationRequest)(nil),           // 27: ichor.v1.ResumeOperationRequest
+	(*ResumeOperationResponse)(nil),          // 28: ichor.v1.ResumeOperationResponse
+	(*RolloutMachine)(nil),                   // 29: ichor.v1.RolloutMachine
+	(*PreviewConfigRolloutRequest)(nil),      // 30: ichor.v1.PreviewConfigRolloutRequest
+	(*PreviewConfigRolloutResponse)(nil),     // 31: ichor.v1.PreviewConfigRolloutResponse
+	(*PrivilegedPatch)(nil),                  // 32: ichor.v1.PrivilegedPatch
+	(*StartConfigRolloutRequest)(nil),        // 33: ichor.v1.StartConfigRolloutRequest
+	(*StartConfigRolloutResponse)(nil),       // 34: ichor.v1.StartConfigRolloutResponse
+	(*Refusal)(nil),                          // 35: ichor.v1.Refusal
+	(*timestamppb.Timestamp)(nil),            // 36: google.protobuf.Timestamp
+	(*Condition)(nil),                        // 37: ichor.v1.Condition
 }
 var file_ichor_v1_operation_proto_depIdxs = []int32{
-	0,  // 0: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	27, // 1: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	28, // 2: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	11, // 3: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	0,  // 4: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	27, // 5: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	28, // 6: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	11, // 7: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	27, // 8: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	27, // 9: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	27, // 10: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	29, // 11: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
-	12, // 12: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
-	9,  // 13: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
-	10, // 14: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
-	11, // 15: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
-	11, // 16: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
-	11, // 17: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
-	11, // 18: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
-	21, // 19: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	11, // 20: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
-	24, // 21: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
-	11, // 22: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
-	21, // 23: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	13, // 24: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	15, // 25: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	17, // 26: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	19, // 27: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	22, // 28: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
-	25, // 29: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
-	1,  // 30: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
-	3,  // 31: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
-	5,  // 32: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
-	7,  // 33: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
-	14, // 34: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	16, // 35: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	18, // 36: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	20, // 37: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	23, // 38: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
-	26, // 39: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
-	2,  // 40: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
-	4,  // 41: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
-	6,  // 42: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
-	8,  // 43: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
-	34, // [34:44] is the sub-list for method output_type
-	24, // [24:34] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	35, // 0: ichor.v1.PreviewNodeOperationResponse.refusals:type_name -> ichor.v1.Refusal
+	19, // 1: ichor.v1.StartNodeOperationResponse.operation:type_name -> ichor.v1.Operation
+	35, // 2: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
+	19, // 3: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
+	19, // 4: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
+	8,  // 5: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	36, // 6: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	35, // 7: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	19, // 8: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	8,  // 9: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	36, // 10: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	35, // 11: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	19, // 12: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	36, // 13: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	36, // 14: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	36, // 15: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	37, // 16: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	20, // 17: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
+	17, // 18: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
+	18, // 19: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
+	19, // 20: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
+	19, // 21: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
+	19, // 22: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
+	19, // 23: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
+	29, // 24: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	19, // 25: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
+	32, // 26: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
+	19, // 27: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	29, // 28: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	21, // 29: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	23, // 30: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	25, // 31: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	27, // 32: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	30, // 33: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	33, // 34: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	9,  // 35: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
+	11, // 36: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
+	13, // 37: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
+	15, // 38: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
+	0,  // 39: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
+	2,  // 40: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
+	4,  // 41: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
+	6,  // 42: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
+	22, // 43: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	24, // 44: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	26, // 45: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	28, // 46: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	31, // 47: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	34, // 48: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	10, // 49: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
+	12, // 50: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
+	14, // 51: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
+	16, // 52: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
+	1,  // 53: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
+	3,  // 54: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
+	5,  // 55: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
+	7,  // 56: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
+	43, // [43:57] is the sub-list for method output_type
+	29, // [29:43] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }
@@ -2055,7 +2628,7 @@ func file_ichor_v1_operation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_operation_proto_rawDesc), len(file_ichor_v1_operation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,10 @@ const (
 	OperationService_StartTalosUpgrade_FullMethodName        = "/ichor.v1.OperationService/StartTalosUpgrade"
 	OperationService_PreviewKubernetesUpgrade_FullMethodName = "/ichor.v1.OperationService/PreviewKubernetesUpgrade"
 	OperationService_StartKubernetesUpgrade_FullMethodName   = "/ichor.v1.OperationService/StartKubernetesUpgrade"
+	OperationService_PreviewNodeOperation_FullMethodName     = "/ichor.v1.OperationService/PreviewNodeOperation"
+	OperationService_StartNodeOperation_FullMethodName       = "/ichor.v1.OperationService/StartNodeOperation"
+	OperationService_PreviewClusterShutdown_FullMethodName   = "/ichor.v1.OperationService/PreviewClusterShutdown"
+	OperationService_StartClusterShutdown_FullMethodName     = "/ichor.v1.OperationService/StartClusterShutdown"
 )
 
 // OperationServiceClient is the client API for OperationService service.
@@ -75,6 +79,23 @@ type OperationServiceClient interface {
 	// the signed-in user, after the same checks and the typed cluster name; the
 	// controller then starts the kubernetes operation.
 	StartKubernetesUpgrade(ctx context.Context, in *StartKubernetesUpgradeRequest, opts ...grpc.CallOption) (*StartKubernetesUpgradeResponse, error)
+	// PreviewNodeOperation is what the node action dialog shows: the steps of a
+	// reboot, shutdown or reset of one machine, as `ichor node ACTION
+	// --dry-run` prints them, and what refuses it now: the shared checks
+	// (guard.CheckOperation) and the verbs the action needs that the signed-in
+	// user lacks. It changes nothing.
+	PreviewNodeOperation(ctx context.Context, in *PreviewNodeOperationRequest, opts ...grpc.CallOption) (*PreviewNodeOperationResponse, error)
+	// StartNodeOperation creates a TalosOperation of type node as the
+	// signed-in user, after the same checks as `ichor node ACTION` (and the
+	// admission webhook); a shutdown or a reset needs the machine's name typed.
+	StartNodeOperation(ctx context.Context, in *StartNodeOperationRequest, opts ...grpc.CallOption) (*StartNodeOperationResponse, error)
+	// PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
+	// machines, and what refuses a shutdown now. It changes nothing.
+	PreviewClusterShutdown(ctx context.Context, in *PreviewClusterShutdownRequest, opts ...grpc.CallOption) (*PreviewClusterShutdownResponse, error)
+	// StartClusterShutdown creates a TalosOperation of type shutdown of the
+	// served cluster as the signed-in user, after the same checks as `ichor
+	// cluster shutdown` and the cluster's name typed.
+	StartClusterShutdown(ctx context.Context, in *StartClusterShutdownRequest, opts ...grpc.CallOption) (*StartClusterShutdownResponse, error)
 }
 
 type operationServiceClient struct {
@@ -185,6 +206,46 @@ func (c *operationServiceClient) StartKubernetesUpgrade(ctx context.Context, in 
 	return out, nil
 }
 
+func (c *operationServiceClient) PreviewNodeOperation(ctx context.Context, in *PreviewNodeOperationRequest, opts ...grpc.CallOption) (*PreviewNodeOperationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewNodeOperationResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewNodeOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartNodeOperation(ctx context.Context, in *StartNodeOperationRequest, opts ...grpc.CallOption) (*StartNodeOperationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartNodeOperationResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartNodeOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) PreviewClusterShutdown(ctx context.Context, in *PreviewClusterShutdownRequest, opts ...grpc.CallOption) (*PreviewClusterShutdownResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewClusterShutdownResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewClusterShutdown_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartClusterShutdown(ctx context.Context, in *StartClusterShutdownRequest, opts ...grpc.CallOption) (*StartClusterShutdownResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartClusterShutdownResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartClusterShutdown_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperationServiceServer is the server API for OperationService service.
 // All implementations must embed UnimplementedOperationServiceServer
 // for forward compatibility.
@@ -229,6 +290,23 @@ type OperationServiceServer interface {
 	// the signed-in user, after the same checks and the typed cluster name; the
 	// controller then starts the kubernetes operation.
 	StartKubernetesUpgrade(context.Context, *StartKubernetesUpgradeRequest) (*StartKubernetesUpgradeResponse, error)
+	// PreviewNodeOperation is what the node action dialog shows: the steps of a
+	// reboot, shutdown or reset of one machine, as `ichor node ACTION
+	// --dry-run` prints them, and what refuses it now: the shared checks
+	// (guard.CheckOperation) and the verbs the action needs that the signed-in
+	// user lacks. It changes nothing.
+	PreviewNodeOperation(context.Context, *PreviewNodeOperationRequest) (*PreviewNodeOperationResponse, error)
+	// StartNodeOperation creates a TalosOperation of type node as the
+	// signed-in user, after the same checks as `ichor node ACTION` (and the
+	// admission webhook); a shutdown or a reset needs the machine's name typed.
+	StartNodeOperation(context.Context, *StartNodeOperationRequest) (*StartNodeOperationResponse, error)
+	// PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
+	// machines, and what refuses a shutdown now. It changes nothing.
+	PreviewClusterShutdown(context.Context, *PreviewClusterShutdownRequest) (*PreviewClusterShutdownResponse, error)
+	// StartClusterShutdown creates a TalosOperation of type shutdown of the
+	// served cluster as the signed-in user, after the same checks as `ichor
+	// cluster shutdown` and the cluster's name typed.
+	StartClusterShutdown(context.Context, *StartClusterShutdownRequest) (*StartClusterShutdownResponse, error)
 	mustEmbedUnimplementedOperationServiceServer()
 }
 
@@ -268,6 +346,18 @@ func (UnimplementedOperationServiceServer) PreviewKubernetesUpgrade(context.Cont
 }
 func (UnimplementedOperationServiceServer) StartKubernetesUpgrade(context.Context, *StartKubernetesUpgradeRequest) (*StartKubernetesUpgradeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartKubernetesUpgrade not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewNodeOperation(context.Context, *PreviewNodeOperationRequest) (*PreviewNodeOperationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewNodeOperation not implemented")
+}
+func (UnimplementedOperationServiceServer) StartNodeOperation(context.Context, *StartNodeOperationRequest) (*StartNodeOperationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartNodeOperation not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewClusterShutdown(context.Context, *PreviewClusterShutdownRequest) (*PreviewClusterShutdownResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewClusterShutdown not implemented")
+}
+func (UnimplementedOperationServiceServer) StartClusterShutdown(context.Context, *StartClusterShutdownRequest) (*StartClusterShutdownResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartClusterShutdown not implemented")
 }
 func (UnimplementedOperationServiceServer) mustEmbedUnimplementedOperationServiceServer() {}
 func (UnimplementedOperationServiceServer) testEmbeddedByValue()                          {}
@@ -470,6 +560,78 @@ func _OperationService_StartKubernetesUpgrade_Handler(srv interface{}, ctx conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperationService_PreviewNodeOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewNodeOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewNodeOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewNodeOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewNodeOperation(ctx, req.(*PreviewNodeOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartNodeOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartNodeOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartNodeOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartNodeOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartNodeOperation(ctx, req.(*StartNodeOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_PreviewClusterShutdown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewClusterShutdownRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewClusterShutdown(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewClusterShutdown_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewClusterShutdown(ctx, req.(*PreviewClusterShutdownRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartClusterShutdown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartClusterShutdownRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartClusterShutdown(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartClusterShutdown_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartClusterShutdown(ctx, req.(*StartClusterShutdownRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperationService_ServiceDesc is the grpc.ServiceDesc for OperationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -516,6 +678,22 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartKubernetesUpgrade",
 			Handler:    _OperationService_StartKubernetesUpgrade_Handler,
+		},
+		{
+			MethodName: "PreviewNodeOperation",
+			Handler:    _OperationService_PreviewNodeOperation_Handler,
+		},
+		{
+			MethodName: "StartNodeOperation",
+			Handler:    _OperationService_StartNodeOperation_Handler,
+		},
+		{
+			MethodName: "PreviewClusterShutdown",
+			Handler:    _OperationService_PreviewClusterShutdown_Handler,
+		},
+		{
+			MethodName: "StartClusterShutdown",
+			Handler:    _OperationService_StartClusterShutdown_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,132 @@
+// Package nodeop builds the TalosOperations that act on nodes, a node
+// operation (reboot, shutdown or reset of one machine) and a cluster
+// shutdown, as `ichor node ...`, `ichor cluster shutdown` and ichor-ui create
+// them, and says step by step what each does, so that the CLI's prompt and
+// the console's dialog read alike. The checks are guard's (CheckOperation,
+// OperationRequirements); the steps are what the operation controller does
+// (controller/internal/controller/operation, node.go and shutdown.go).
+package nodeop
+
+import (
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+// Wipe modes of a reset, as spec.node.wipeMode takes them.
+const (
+	WipeStateEphemeral = "state-ephemeral"
+	WipeSystemDisk     = "system-disk"
+	WipeAll            = "all"
+)
+
+// WipeModes are the wipe modes of a reset, the default first.
+var WipeModes = []string{WipeStateEphemeral, WipeSystemDisk, WipeAll}
+
+// Actions are the node actions, in the order they are offered.
+var Actions = []string{ichorv1alpha1.NodeActionReboot, ichorv1alpha1.NodeActionShutdown, ichorv1alpha1.NodeActionReset}
+
+// CheckAction says what is wrong with an action and wipe mode as a person
+// asked for them, or "" when nothing is: an unknown action or wipe mode, or
+// a wipe mode for an action other than reset. field names the field asked
+// (a flag or a request field) and wipeField the wipe mode's.
+func CheckAction(action, wipeMode, field, wipeField string) string {
+	switch {
+	case !slices.Contains(Actions, action):
+		return fmt.Sprintf("%s %q is not a node action: choose reboot, shutdown or reset", field, action)
+	case wipeMode != "" && action != ichorv1alpha1.NodeActionReset:
+		return fmt.Sprintf("%s is only for a reset; leave it empty for a %s", wipeField, action)
+	case wipeMode != "" && !slices.Contains(WipeModes, wipeMode):
+		return fmt.Sprintf("%s %q is not a wipe mode: choose state-ephemeral (the default), system-disk or all", wipeField, wipeMode)
+	}
+
+	return ""
+}
+
+// Destructive reports whether an action needs the machine's name typed as
+// consent: a shutdown (the node stays off until someone powers it on) and a
+// reset (its data goes).
+func Destructive(action string) bool {
+	return action == ichorv1alpha1.NodeActionShutdown || action == ichorv1alpha1.NodeActionReset
+}
+
+// Node is the TalosOperation of type node that acts on machine m: reboot,
+// shutdown or reset, the reset with wipeMode ("" is state-ephemeral).
+func Node(m *ichorv1alpha1.TalosMachine, action, wipeMode string) *ichorv1alpha1.TalosOperation {
+	a := &ichorv1alpha1.NodeAction{MachineName: m.Name, Action: action}
+	if action == ichorv1alpha1.NodeActionReset && wipeMode != "" && wipeMode != WipeStateEphemeral {
+		a.WipeMode = wipeMode
+	}
+
+	return &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, GenerateName: "node-" + action + "-"},
+		Spec: ichorv1alpha1.TalosOperationSpec{
+			ClusterName: m.Spec.ClusterName,
+			Type:        ichorv1alpha1.OperationNode,
+			Node:        a,
+		},
+	}
+}
+
+// Shutdown is the TalosOperation that shuts cluster down.
+func Shutdown(namespace, cluster string) *ichorv1alpha1.TalosOperation {
+	return &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "shutdown-"},
+		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: cluster, Type: ichorv1alpha1.OperationShutdown},
+	}
+}
+
+// NodeSteps says what a node operation does to machine m, step by step.
+func NodeSteps(m *ichorv1alpha1.TalosMachine, action, wipeMode string) []string {
+	var steps []string
+	if m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+		steps = append(steps, "check etcd's health on every control plane")
+	}
+
+	steps = append(steps, "evacuate the storage system from the node (if a storage integration selects it)")
+
+	switch action {
+	case ichorv1alpha1.NodeActionReboot:
+		steps = append(steps, "cordon and drain the Node", "reboot the node (once)", "wait for a new boot, running and Ready", "uncordon the Node")
+	case ichorv1alpha1.NodeActionShutdown:
+		steps = append(steps, "power the node off (once); Talos's shutdown sequence cordons and drains it", "wait until it stops answering",
+			"power it on yourself to bring it back; Talos uncordons it at boot")
+	case ichorv1alpha1.NodeActionReset:
+		steps = append(steps, "cordon and drain the Node", "reset the node (once), wiping "+wiped(wipeMode)+"; data on what is wiped is lost",
+			"delete its Kubernetes Node")
+		if wipeMode == WipeSystemDisk || wipeMode == WipeAll {
+			steps = append(steps, "boot it from its install media: once it answers in maintenance mode, the machine reconciler installs its configuration again")
+		} else {
+			steps = append(steps, "the machine reconciler installs its configuration again once it answers in maintenance mode")
+		}
+	}
+
+	return steps
+}
+
+// wiped is what a reset in wipeMode wipes, as a person reads it.
+func wiped(wipeMode string) string {
+	switch wipeMode {
+	case WipeSystemDisk:
+		return "the whole system disk"
+	case WipeAll:
+		return "the system disk and every user disk"
+	default:
+		return "STATE and EPHEMERAL"
+	}
+}
+
+// ShutdownSteps says what a cluster shutdown does, step by step.
+func ShutdownSteps() []string {
+	return []string{
+		"hold the cluster lock until the shutdown has completed: no other operation starts meanwhile",
+		"power every worker off at once (once each); Talos's shutdown sequence cordons and drains them",
+		"wait until no worker answers",
+		"power every control plane off in one burst (once each, without a drain), the controller's own node last; " +
+			"etcd loses its quorum only now, and no member is removed, so no data is lost",
+		"wait for you to power the machines on (Ichor cannot): the operation completes once every machine answers on a new boot",
+	}
+}
