@@ -86,7 +86,8 @@ func LoadClusterFacts(ctx context.Context, r client.Reader, c *ichorv1alpha1.Tal
 	return ClusterFacts{ApprovedControlPlanes: n.ControlPlanes, ApprovedWorkers: n.Workers}, nil
 }
 
-// LoadOperationFacts reads the facts of the operation checks for op: its cluster.
+// LoadOperationFacts reads the facts of the operation checks for op: its
+// cluster, a node operation's machine, an etcd restore's backup and lock.
 func LoadOperationFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.TalosOperation) (OperationFacts, error) {
 	c, err := LoadCluster(ctx, r, op.Namespace, op.Spec.ClusterName)
 	if err != nil {
@@ -94,6 +95,9 @@ func LoadOperationFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.
 	}
 	facts := OperationFacts{Cluster: c}
 	if err := loadNodeFacts(ctx, r, op, &facts); err != nil {
+		return OperationFacts{}, err
+	}
+	if err := loadRestoreFacts(ctx, r, op, &facts); err != nil {
 		return OperationFacts{}, err
 	}
 	return facts, nil
