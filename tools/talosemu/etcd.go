@@ -369,6 +369,28 @@ func (m *Machine) etcdPeers() []*Machine {
 	return out
 }
 
+// etcdServiceState is the etcd service as ServiceList reports it. Talos's
+// service runner is Preparing while a service's pre-step runs
+// (t:internal/app/machined/pkg/system/service_runner.go, StatePreparing
+// "Running pre state"); etcd's pre-step waits there only while the data
+// directory is empty, to join a cluster or to be bootstrapped
+// (t:internal/app/machined/pkg/system/services/etcd.go argsForControlPlane:
+// buildInitialCluster runs only `if ok` = IsDirEmpty(EtcdDataPath), and
+// BootstrapEtcd restarts the service). With data, the pre-step ends at once
+// and etcd runs, healthy only once the member serves: so a member that
+// cannot reach a quorum (it joined a cluster whose other members went away)
+// is Running and unhealthy, not Preparing.
+func (m *Machine) etcdServiceState() serviceState {
+	switch {
+	case m.runningEtcd() != nil:
+		return serviceState{id: "etcd", state: stateRunning, healthy: true, message: "Health check successful"}
+	case dirNotEmpty(m.etcdDataDir()):
+		return serviceState{id: "etcd", state: stateRunning, message: "etcd is starting from its data directory; the member does not serve"}
+	default:
+		return serviceState{id: "etcd", state: "Preparing", message: "Waiting for etcd bootstrap or join"}
+	}
+}
+
 func dirNotEmpty(dir string) bool {
 	entries, err := os.ReadDir(dir)
 
@@ -571,14 +593,28 @@ func (m *Machine) leaveEtcd(ctx context.Context) error {
 	return os.RemoveAll(m.etcdDataDir())
 }
 
-// restoreEtcd restores the uploaded snapshot into a fresh single-member data directory
-// (t:internal/app/machined/pkg/system/services/etcd.go recoverFromSnapshot).
+// restoreEtcd restores the uploaded snapshot into a fresh single-member data directory, as
+// t:internal/app/machined/pkg/system/services/etcd.go recoverFromSnapshot does: etcdutl's
+// Status of the snapshot first ("error verifying snapshot"), then its Restore with the
+// member's name and peer URLs as the only member, no revision bump, then the upload is
+// removed. The restored cluster holds exactly what the snapshot held: keys written after it
+// are gone.
 func (m *Machine) restoreEtcd(skipHashCheck bool) error {
 	m.mu.Lock()
 	hostname := m.hostnameLocked()
 	m.mu.Unlock()
 
-	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+	manager := snapshot.NewV3(zap.NewNop())
+
+	st, err := manager.Status(m.etcdSnapshotPath())
+	if err != nil {
+		return fmt.Errorf("error verifying snapshot: %w", err)
+	}
+
+	m.world.logf("machine %s: recovering etcd from snapshot: hash %08x, revision %d, total keys %d, total size %d",
+		m.Name(), st.Hash, st.Revision, st.TotalKey, st.TotalSize)
+
+	err = manager.Restore(snapshot.RestoreConfig{
 		SnapshotPath:        m.etcdSnapshotPath(),
 		Name:                hostname,
 		OutputDataDir:       m.etcdDataDir(),
