@@ -88,13 +88,7 @@ func restoreText(op *ichorv1alpha1.TalosOperation, snap ichorv1alpha1.SnapshotIn
 		snap.TakenAt.UTC().Format(time.RFC3339))
 	b.WriteString("Steps:\n")
 
-	for i, s := range []string{
-		"download, decrypt (with the identity in " + identity + ") and check the snapshot; check every control plane answers",
-		"write the restore's marker next to the backups",
-		"reset every control plane once: EPHEMERAL (its etcd data) wiped, then a reboot; the Kubernetes API goes away",
-		"upload the snapshot to the first control plane and bootstrap etcd from it (once)",
-		"wait for the other control planes to rejoin etcd and for the Kubernetes API",
-	} {
+	for i, s := range etcdbackup.RestoreSteps(identity) {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, s)
 	}
 
@@ -174,13 +168,7 @@ func etcdRestore(ctx context.Context, cmd *cli.Command) error {
 		where = "a new Secret " + ref.Name + ", deleted with the operation"
 	}
 
-	op := &ichorv1alpha1.TalosOperation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: name},
-		Spec: ichorv1alpha1.TalosOperationSpec{
-			ClusterName: b.Spec.ClusterName, Type: ichorv1alpha1.OperationEtcdRestore,
-			EtcdRestore: &ichorv1alpha1.EtcdRestore{BackupName: b.Name, Snapshot: snap.Name, ConfirmClusterName: b.Spec.ClusterName, IdentityRef: ref},
-		},
-	}
+	op := etcdbackup.NewRestoreOperation(b.Namespace, name, b, snap.Name, ref)
 
 	facts, err := guard.LoadOperationFacts(ctx, r.c(), op)
 	if err != nil {
