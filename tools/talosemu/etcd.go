@@ -381,13 +381,15 @@ func (m *Machine) etcdPeers() []*Machine {
 // cannot reach a quorum (it joined a cluster whose other members went away)
 // is Running and unhealthy, not Preparing.
 func (m *Machine) etcdServiceState() serviceState {
+	const id = "etcd"
+
 	switch {
 	case m.runningEtcd() != nil:
-		return serviceState{id: "etcd", state: stateRunning, healthy: true, message: "Health check successful"}
+		return serviceState{id: id, state: stateRunning, healthy: true, message: "Health check successful"}
 	case dirNotEmpty(m.etcdDataDir()):
-		return serviceState{id: "etcd", state: stateRunning, message: "etcd is starting from its data directory; the member does not serve"}
+		return serviceState{id: id, state: stateRunning, message: "etcd is starting from its data directory; the member does not serve"}
 	default:
-		return serviceState{id: "etcd", state: "Preparing", message: "Waiting for etcd bootstrap or join"}
+		return serviceState{id: id, state: "Preparing", message: "Waiting for etcd bootstrap or join"}
 	}
 }
 

@@ -135,7 +135,9 @@ func TestEtcdRestore(t *testing.T) {
 	must(t, os.WriteFile(good, []byte("# restore key\n"+id.String()+"\n"), 0o600))
 	must(t, os.WriteFile(bad, []byte("AGE-SECRET-KEY-1SECRETLOOKINGBUTWRONG\n"), 0o600))
 
-	restore := func(args ...string) []string { return append([]string{"-n", ns, "etcd", "restore", "--backup", "nightly"}, args...) }
+	restore := func(args ...string) []string {
+		return append([]string{"-n", ns, "etcd", "restore", "--backup", "nightly"}, args...)
+	}
 
 	mustFail(t, ichor(t, restore()...), "--identity FILE", "--identity-secret NAME")
 	r := mustFail(t, ichor(t, restore("--identity", bad)...), "line 1 is not an age identity", "nothing was changed")

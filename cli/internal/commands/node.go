@@ -33,7 +33,7 @@ func nodeCommand() *cli.Command {
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "reboot", Usage: "reboot the node after the reset, so it comes back in maintenance mode at once (default: power off)"},
 					&cli.BoolFlag{Name: "force", Usage: "dead hardware: skip drain and reset (the node is not wiped)"},
-					&cli.BoolFlag{Name: "dry-run", Usage: "print the steps, the effects on the cluster and any refusal, and change nothing"},
+					&cli.BoolFlag{Name: flagDryRun, Usage: "print the steps, the effects on the cluster and any refusal, and change nothing"},
 					&cli.BoolFlag{Name: "wait", Usage: "follow the removal until the TalosMachine is gone"},
 					&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the removal"},
 				},
@@ -57,7 +57,7 @@ func nodeActionCommand(action, usage string) *cli.Command {
 		ArgsUsage:     argMachine,
 		ShellComplete: completeMachines,
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "dry-run", Usage: "print the steps and any refusal, and change nothing"},
+			&cli.BoolFlag{Name: flagDryRun, Usage: "print the steps and any refusal, and change nothing"},
 			&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the operation"},
 		},
@@ -119,7 +119,7 @@ func nodeAction(ctx context.Context, cmd *cli.Command, action string) error {
 		return err
 	}
 	name := cmd.Args().First()
-	dryRun := cmd.Bool("dry-run")
+	dryRun := cmd.Bool(flagDryRun)
 	if !dryRun {
 		if err := r.checkWritable(ctx); err != nil {
 			return err
@@ -186,7 +186,7 @@ func nodeRemove(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	name := cmd.Args().First()
-	dryRun := cmd.Bool("dry-run")
+	dryRun := cmd.Bool(flagDryRun)
 	if !dryRun {
 		if err := r.checkWritable(ctx); err != nil {
 			return err

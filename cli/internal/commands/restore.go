@@ -33,6 +33,8 @@ const (
 	// restoreIdentityLabel names, on an identity Secret the CLI wrote, the
 	// restore it belongs to.
 	restoreIdentityLabel = "ichor.maesh.dev/etcd-restore"
+	// flagDryRun prints what a command would do and changes nothing.
+	flagDryRun = "dry-run"
 )
 
 func etcdRestoreCommand() *cli.Command {
@@ -47,7 +49,7 @@ func etcdRestoreCommand() *cli.Command {
 			&cli.StringFlag{Name: flagIdentity, Usage: "a file holding an age identity (AGE-SECRET-KEY-1…) of one of the backup's recipients; " +
 				"it goes into a Secret that is deleted with the operation"},
 			&cli.StringFlag{Name: flagIdentitySecret, Usage: "an existing Secret (NAME or NAME:KEY, default key identity) holding the age identity, instead of --identity"},
-			&cli.BoolFlag{Name: "dry-run", Usage: "print the steps and any refusal, and change nothing"},
+			&cli.BoolFlag{Name: flagDryRun, Usage: "print the steps and any refusal, and change nothing"},
 			&cli.BoolFlag{Name: flagWait, Usage: "follow the restore until it ends (the Kubernetes API goes away meanwhile)"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 60 * time.Minute, Usage: "how long --wait follows the restore"},
 		},
@@ -125,7 +127,7 @@ func etcdRestore(ctx context.Context, cmd *cli.Command) error {
 	var identity []byte
 
 	if file != "" {
-		data, err := os.ReadFile(file) //nolint:gosec // the user's own file
+		data, err := os.ReadFile(file)
 		if err != nil {
 			return fmt.Errorf("reading the identity file: %w", err)
 		}
@@ -142,7 +144,7 @@ func etcdRestore(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	dryRun := cmd.Bool("dry-run")
+	dryRun := cmd.Bool(flagDryRun)
 	if !dryRun {
 		if err := r.checkWritable(ctx); err != nil {
 			return err
@@ -211,11 +213,7 @@ func etcdRestore(ctx context.Context, cmd *cli.Command) error {
 	wctx, cancel := context.WithTimeout(ctx, cmd.Duration(flagTimeout))
 	defer cancel()
 
-	final, err := r.followRestore(wctx, op)
-	if err != nil {
-		return err
-	}
-
+	final := r.followRestore(wctx, op)
 	if final == nil {
 		return fmt.Errorf("stopped following operation %s; it goes on: `ichor operation get %s --watch`", op.Name, op.Name)
 	}
@@ -244,7 +242,7 @@ func (r *run) createRestore(ctx context.Context, op *ichorv1alpha1.TalosOperatio
 		sec = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: op.Namespace, Name: op.Spec.EtcdRestore.IdentityRef.Name,
-				Labels: map[string]string{restoreIdentityLabel: op.Name, "app.kubernetes.io/part-of": "ichor"},
+				Labels: map[string]string{restoreIdentityLabel: op.Name},
 			},
 			Data: map[string][]byte{ichorv1alpha1.DefaultIdentityKey: identity},
 		}
@@ -286,8 +284,9 @@ func (r *run) createRestore(ctx context.Context, op *ichorv1alpha1.TalosOperatio
 
 // followRestore follows a restore through the time its API is away or
 // rolled back past the operation: errors reading it and its absence are
-// waited out, and the operation recreated from its marker is followed on.
-func (r *run) followRestore(ctx context.Context, op *ichorv1alpha1.TalosOperation) (*ichorv1alpha1.TalosOperation, error) {
+// waited out, and the operation recreated from its marker is followed on. It
+// returns the settled operation, or nil when ctx ended first.
+func (r *run) followRestore(ctx context.Context, op *ichorv1alpha1.TalosOperation) *ichorv1alpha1.TalosOperation {
 	first := string(op.UID)
 	cur := op
 	away := false
@@ -295,7 +294,7 @@ func (r *run) followRestore(ctx context.Context, op *ichorv1alpha1.TalosOperatio
 	for {
 		final, err := r.followOperation(ctx, cur, false)
 		if err == nil {
-			return final, nil
+			return final
 		}
 
 		if !away {
@@ -307,7 +306,7 @@ func (r *run) followRestore(ctx context.Context, op *ichorv1alpha1.TalosOperatio
 		for {
 			select {
 			case <-ctx.Done():
-				return nil, nil
+				return nil
 			case <-time.After(5 * followInterval):
 			}
 

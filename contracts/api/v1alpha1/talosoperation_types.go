@@ -272,7 +272,7 @@ type EtcdRestore struct {
 // names when the ref names none.
 const DefaultIdentityKey = "identity"
 
-// RestoreMarkerAnnotation, on an etcd-restore operation, carries the UID of
+// RestoreMarkerAnnotation is set on an etcd-restore operation to the UID of
 // the operation whose marker (in the backup store) it continues: the
 // controller recreates an operation that the restore rolled back past with
 // it, and the recreated operation takes its progress from the marker.

@@ -78,6 +78,9 @@ func loadRestoreFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.Ta
 	return nil
 }
 
+// fieldRestoreBackup is the field the backup checks name.
+const fieldRestoreBackup = "spec.etcdRestore.backupName"
+
 // SnapshotListed reports whether a backup's status lists the snapshot: its
 // object key, or the key's last part.
 func SnapshotListed(b *ichorv1alpha1.TalosEtcdBackup, snapshot string) (ichorv1alpha1.SnapshotInfo, bool) {
@@ -125,13 +128,13 @@ func CheckEtcdRestore(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []
 	switch {
 	case b == nil:
 		return append(out, Refusal{
-			Field:  "spec.etcdRestore.backupName",
+			Field:  fieldRestoreBackup,
 			Rule:   fmt.Sprintf("TalosEtcdBackup %q does not exist in namespace %q; nothing was created", r.BackupName, op.Namespace),
 			WayOut: "name a backup of the cluster (`ichor etcd backup list`)",
 		})
 	case b.Spec.ClusterName != op.Spec.ClusterName:
 		return append(out, Refusal{
-			Field:  "spec.etcdRestore.backupName",
+			Field:  fieldRestoreBackup,
 			Rule:   fmt.Sprintf("TalosEtcdBackup %q backs up cluster %q, not %q; a snapshot is restored only into the cluster it was taken of", b.Name, b.Spec.ClusterName, op.Spec.ClusterName),
 			WayOut: "name a backup of cluster " + op.Spec.ClusterName + " (`ichor etcd backup list`)",
 		})
@@ -139,7 +142,7 @@ func CheckEtcdRestore(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []
 
 	if why := BackupStoreInCluster(b, facts.Cluster); why != "" {
 		out = append(out, Refusal{
-			Field: "spec.etcdRestore.backupName",
+			Field: fieldRestoreBackup,
 			Rule: fmt.Sprintf("the store of TalosEtcdBackup %q lives inside the cluster (%s): the restore writes its marker there once the API server is down, "+
 				"so it would deadlock; override does not override this", b.Name, why),
 			WayOut: "copy the snapshot to a store outside the cluster, point a TalosEtcdBackup at it, and restore from that one; " +

@@ -21,7 +21,7 @@ func backups(t testing.TB, tok string) ichorv1.BackupServiceClient {
 }
 
 // createBackup creates a backup of the served cluster with two listed snapshots.
-func createBackup(t testing.TB, name, endpoint string) *ichorv1alpha1.TalosEtcdBackup {
+func createBackup(t testing.TB, name, endpoint string) {
 	t.Helper()
 	ctx := context.Background()
 	b := &ichorv1alpha1.TalosEtcdBackup{
@@ -43,7 +43,6 @@ func createBackup(t testing.TB, name, endpoint string) *ichorv1alpha1.TalosEtcdB
 	if err := admin.Status().Update(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	return b
 }
 
 // The Backups page's API: the backups and their snapshots, Back up now as

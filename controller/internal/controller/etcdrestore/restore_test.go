@@ -139,8 +139,12 @@ func checkEtcd(t testing.TB) {
 			members, err := node.EtcdMembers(context.Background())
 			node.Close()
 
-			if err != nil || !healthy {
-				return fmt.Errorf("%s: healthy %v, %v", n, healthy, err)
+			if err != nil {
+				return fmt.Errorf("%s: %w", n, err)
+			}
+
+			if !healthy {
+				return fmt.Errorf("%s: its etcd member does not answer", n)
 			}
 
 			var names []string

@@ -203,7 +203,7 @@ func (r *Reconciler) openRestore(ctx context.Context, s *scope) (*restore, strin
 
 	st, f := backupstore.Open(ctx, r.APIReader, b, r.Transport)
 	if f != nil {
-		return nil, f.Msg, nil
+		return nil, f.Msg, nil //nolint:nilerr // the failure pauses the operation with its message
 	}
 
 	rs.st = st
@@ -238,7 +238,7 @@ func (rs *restore) adopt(ctx context.Context) (bool, error) {
 	if err != nil {
 		rs.r.fail(op, nil, stepName(op), "cannot read the restore's marker "+rs.key+": "+err.Error())
 
-		return true, nil
+		return true, nil //nolint:nilerr // the operation pauses on it; resuming reads it again
 	}
 
 	if m == nil {
@@ -417,29 +417,29 @@ func (rs *restore) selectMachines(ctx context.Context) (ctrl.Result, error) {
 }
 
 // verified dials the machine of mp and checks it is that machine.
-func (rs *restore) verified(ctx context.Context, mp *ichorv1alpha1.MachineProgress) (*ichorv1alpha1.TalosMachine, *talos.Verified, error) {
+func (rs *restore) verified(ctx context.Context, mp *ichorv1alpha1.MachineProgress) (*talos.Verified, error) {
 	m, err := rs.r.machine(ctx, rs.op, mp.Name)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 
 	if m == nil {
-		return nil, nil, fmt.Errorf("TalosMachine %s no longer exists", mp.Name)
+		return nil, fmt.Errorf("TalosMachine %s no longer exists", mp.Name)
 	}
 
 	n, err := rs.r.Nodes.Dial(ctx, m.Spec.Address, rs.bundle)
 	if err != nil {
-		return m, nil, err
+		return nil, err
 	}
 
 	v, err := n.VerifyIdentity(ctx, talos.MachineIdentity(m))
 	if err != nil {
 		n.Close()
 
-		return m, nil, err
+		return nil, err
 	}
 
-	return m, v, nil
+	return v, nil
 }
 
 // fetch downloads, decrypts and checks the snapshot into the restore's directory.
@@ -484,7 +484,7 @@ func (rs *restore) check(ctx context.Context) (ctrl.Result, error) {
 	for i := range op.Status.Machines {
 		mp := &op.Status.Machines[i]
 
-		_, v, err := rs.verified(ctx, mp)
+		v, err := rs.verified(ctx, mp)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %s", mp.Name, talos.Message(err)))
 
@@ -554,7 +554,7 @@ func (rs *restore) reset(ctx context.Context) (ctrl.Result, error) {
 			continue
 		}
 
-		_, v, err := rs.verified(ctx, mp)
+		v, err := rs.verified(ctx, mp)
 		if err != nil {
 			closeAll()
 
@@ -728,7 +728,7 @@ func (rs *restore) waited(steps ...string) time.Duration {
 
 // preparedState reads one control plane after its reset.
 func (rs *restore) preparedState(ctx context.Context, mp *ichorv1alpha1.MachineProgress) (prepared, string) {
-	_, v, err := rs.verified(ctx, mp)
+	v, err := rs.verified(ctx, mp)
 	if err != nil {
 		return preparedNotBack, "rebooting: " + talos.Message(err)
 	}
@@ -784,16 +784,16 @@ func (rs *restore) resetAgain(ctx context.Context, idx []int, why []string) (ctr
 	for _, i := range idx {
 		mp := &op.Status.Machines[i]
 
-		_, v, err := rs.verified(ctx, mp)
+		v, err := rs.verified(ctx, mp)
 		if err != nil {
-			return rs.poll(), nil //nolint:nilerr // read again at the next poll
+			return rs.poll(), nil
 		}
 
 		boot, err := v.BootID(ctx)
 		if err != nil {
 			v.Close()
 
-			return rs.poll(), nil //nolint:nilerr // read again at the next poll
+			return rs.poll(), nil
 		}
 
 		mp.BootID = boot
@@ -861,7 +861,7 @@ func (rs *restore) upload(ctx context.Context) (ctrl.Result, error) {
 		return rs.fail(nil, "the snapshot could not be read back for the upload: "+err.Error())
 	}
 
-	_, v, err := rs.verified(ctx, mp)
+	v, err := rs.verified(ctx, mp)
 	if err != nil {
 		return rs.fail(mp, "cannot reach the node as itself for the upload: "+talos.Message(err))
 	}
@@ -874,7 +874,7 @@ func (rs *restore) upload(ctx context.Context) (ctrl.Result, error) {
 		return res, err
 	}
 
-	f, err := os.Open(file) //nolint:gosec // the restore's own file
+	f, err := os.Open(file)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -901,7 +901,7 @@ func (rs *restore) bootstrap(ctx context.Context) (ctrl.Result, error) {
 		return rs.next(opStepRestoreEtcd, "the Bootstrap was sent; waiting for etcd on "+mp.Name)
 	}
 
-	_, v, err := rs.verified(ctx, mp)
+	v, err := rs.verified(ctx, mp)
 	if err != nil {
 		return rs.fail(mp, "cannot reach the node as itself for the Bootstrap: "+talos.Message(err))
 	}
@@ -941,7 +941,7 @@ func (rs *restore) waitEtcd(ctx context.Context) (ctrl.Result, error) {
 	op := rs.op
 	mp := &op.Status.Machines[0]
 
-	_, v, err := rs.verified(ctx, mp)
+	v, err := rs.verified(ctx, mp)
 	if err == nil {
 		healthy := v.EtcdHealthy(ctx)
 		v.Close()
@@ -977,7 +977,7 @@ func (rs *restore) waitRejoin(ctx context.Context) (ctrl.Result, error) {
 	op := rs.op
 	first := &op.Status.Machines[0]
 
-	_, v, err := rs.verified(ctx, first)
+	v, err := rs.verified(ctx, first)
 	if err != nil {
 		first.Message = "reading etcd's members: " + talos.Message(err)
 
@@ -1022,7 +1022,7 @@ func (rs *restore) waitRejoin(ctx context.Context) (ctrl.Result, error) {
 			continue
 		}
 
-		_, nv, err := rs.verified(ctx, mp)
+		nv, err := rs.verified(ctx, mp)
 		if err != nil || !nv.EtcdHealthy(ctx) {
 			if nv != nil {
 				nv.Close()
@@ -1114,7 +1114,7 @@ func (rs *restore) waitAPI(ctx context.Context) (ctrl.Result, error) {
 			// marker without its operation is recreated.
 			setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason, "writing the restore's marker: "+err.Error())
 
-			return rs.poll(), nil
+			return rs.poll(), nil //nolint:nilerr // written again at the next poll
 		}
 	}
 
