@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { render } from "preact";
 import { act } from "preact/test-utils";
 import type { Backup, BackupServiceStartRestoreBody, Client, PreviewRestoreResponse, Snapshot } from "../api/generated";
-import { RestoreDialog, backupState } from "./backups";
+import { RestoreDialog, backupState, backupSummary } from "./backups";
 
 const snapshot: Snapshot = {
   name: "nightly/default/prod/snapshots/20261201T030000Z-r42.db.age",
@@ -107,5 +107,21 @@ describe("backupState", () => {
     expect(backupState({}).text).toBe("No snapshot yet");
     expect(backupState({ lastSuccess: "2026-12-01T03:00:00Z", storeInCluster: "x" }).tone).toBe("warn");
     expect(backupState({ lastSuccess: "2026-12-01T03:00:00Z" })).toEqual({ tone: "ok", text: "Ready" });
+  });
+});
+
+describe("backupSummary", () => {
+  it("says when etcd is not backed up, the newest snapshot's age, and which backups need a look", () => {
+    expect(backupSummary([])).toEqual({ value: "None", detail: "No TalosEtcdBackup: etcd is not backed up" });
+    expect(backupSummary([{ name: "a" }]).value).toBe("No snapshot");
+    const recent = new Date(Date.now() - 2 * 3600 * 1000).toISOString();
+    const old = new Date(Date.now() - 3 * 86400 * 1000).toISOString();
+    const s = backupSummary([
+      { name: "a", lastSuccess: old, conditions: [{ type: "Stale", status: "True" }] },
+      { name: "b", lastSuccess: recent },
+    ]);
+    expect(s.value).toBe("2h ago");
+    expect(s.detail).toBe("2 backups · a: Stale");
+    expect(backupSummary([{ name: "b", lastSuccess: recent }]).detail).toBe("1 backup, all fine");
   });
 });

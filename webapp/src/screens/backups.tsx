@@ -29,8 +29,19 @@ export function backupState(b: Backup): { tone: "ok" | "warn" | "bad"; text: str
   return { tone: "ok", text: "Ready" };
 }
 
+/** backupSummary is the Overview's backups tile: the newest snapshot's age and what needs a look. */
+export function backupSummary(bs: Backup[] | undefined): { value: string; detail: string } {
+  if (!bs) return { value: "…", detail: "" };
+  if (bs.length === 0) return { value: "None", detail: "No TalosEtcdBackup: etcd is not backed up" };
+  let newest: string | undefined;
+  for (const b of bs) if (b.lastSuccess && (!newest || Date.parse(b.lastSuccess) > Date.parse(newest))) newest = b.lastSuccess;
+  const bad = bs.filter((b) => backupState(b).tone !== "ok").map((b) => `${b.name}: ${backupState(b).text}`);
+  const count = `${bs.length} backup${bs.length === 1 ? "" : "s"}`;
+  return { value: newest ? timeAgo(newest) : "No snapshot", detail: bad.length ? `${count} · ${bad.join(", ")}` : `${count}, all fine` };
+}
+
 /** useBackups lists the backups, again every everyMs. */
-function useBackups(client: Client, everyMs = 5000) {
+export function useBackups(client: Client, everyMs = 5000) {
   const [data, setData] = useState<{ backups: Backup[]; cluster: string } | null>(null);
   const [error, setError] = useState<unknown>(null);
   const [tick, setTick] = useState(0);
