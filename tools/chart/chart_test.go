@@ -329,3 +329,46 @@ func TestImpersonationUsersReachTheController(t *testing.T) {
 		t.Errorf("default controller args %q name users", args)
 	}
 }
+
+// The alert rules are off by default; monitoring.prometheusRule.enabled
+// renders the PrometheusRule in the release's namespace with Prometheus's own
+// templates ({{ $labels.x }}) left for Prometheus, and the stale backup alert
+// on the controller's ichor_etcd_backup_stale.
+func TestPrometheusRuleIsOptional(t *testing.T) {
+	rendered, err := Render(filepath.Join(repoRoot, chartDir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if manifests(t, rendered)["PrometheusRule/ichor"] != nil {
+		t.Error("the alert rules are on by default")
+	}
+	rendered, err = Render(filepath.Join(repoRoot, chartDir), map[string]any{"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := manifests(t, rendered)["PrometheusRule/ichor"]
+	if rule == nil {
+		t.Fatal("monitoring.prometheusRule.enabled renders no PrometheusRule")
+	}
+	if rule["metadata"].(map[string]any)["namespace"] != namespace {
+		t.Errorf("namespace: %v", rule["metadata"])
+	}
+	alerts := map[string]map[string]any{}
+	for _, g := range rule["spec"].(map[string]any)["groups"].([]any) {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			alerts[r.(map[string]any)["alert"].(string)] = r.(map[string]any)
+		}
+	}
+	stale := alerts["IchorEtcdBackupStale"]
+	if stale == nil || !strings.Contains(stale["expr"].(string), "ichor_etcd_backup_stale") {
+		t.Fatalf("no stale backup alert on ichor_etcd_backup_stale: %v", alerts)
+	}
+	if s := stale["annotations"].(map[string]any)["summary"].(string); !strings.Contains(s, "{{ $labels.backup }}") {
+		t.Errorf("Prometheus's templates were not left for Prometheus: %q", s)
+	}
+	for _, a := range []string{"IchorEtcdBackupFailing", "IchorEtcdBackupNeverSucceeded"} {
+		if alerts[a] == nil {
+			t.Errorf("no alert %s", a)
+		}
+	}
+}
