@@ -473,29 +473,54 @@ func (m *Machine) joinEtcd(ctx context.Context) error {
 
 	self := m.etcdPeerURL()
 
-	var selfID uint64
-
-	for _, mem := range list.Members {
-		for _, u := range mem.PeerURLs {
-			if u == self {
-				selfID = mem.ID
-			}
-		}
-	}
-
-	if selfID == 0 {
-		resp, err := c.MemberAddAsLearner(opCtx, []string{self})
-		if err != nil {
-			return fmt.Errorf("adding learner: %w", err)
-		}
-
-		selfID = resp.Member.ID
-		list.Members = resp.Members
-	}
-
 	m.mu.Lock()
 	hostname := m.hostnameLocked()
 	m.mu.Unlock()
+
+	// As Talos's addMember (t:internal/app/machined/pkg/system/services/etcd.go): this
+	// runs only with an empty data directory, so a member of the same name is this
+	// machine's previous life (its data was wiped, say by a non-graceful reset) and is
+	// removed first; a learner with this peer URL and no name yet is an earlier attempt
+	// of this join, which is taken up; any other member with this peer URL is a conflict.
+	removed := false
+
+	for _, mem := range list.Members {
+		if mem.Name == hostname {
+			if _, err := c.MemberRemove(opCtx, mem.ID); err != nil {
+				return fmt.Errorf("error removing self from the member list: %w", err)
+			}
+
+			removed = true
+		}
+	}
+
+	if removed {
+		if list, err = c.MemberList(opCtx); err != nil {
+			return fmt.Errorf("listing members: %w", err)
+		}
+	}
+
+	var selfID uint64
+
+	resp, err := c.MemberAddAsLearner(opCtx, []string{self})
+
+	switch {
+	case err == nil:
+		selfID = resp.Member.ID
+		list.Members = resp.Members
+	case errors.Is(err, rpctypes.ErrPeerURLExist):
+		for _, mem := range list.Members {
+			if len(mem.PeerURLs) == 1 && mem.PeerURLs[0] == self && mem.IsLearner && mem.Name == "" {
+				selfID = mem.ID
+			}
+		}
+
+		if selfID == 0 {
+			return fmt.Errorf("member already exists with the same peer URLs %q, but is not a learner: %w", self, err)
+		}
+	default:
+		return fmt.Errorf("adding learner: %w", err)
+	}
 
 	var parts []string
 
