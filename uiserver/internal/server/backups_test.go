@@ -122,6 +122,9 @@ func TestBackupsAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got := started.GetOperation(); got.GetType() != ichorv1alpha1.OperationEtcdRestore || got.GetTo() != "20261201T030000Z-r42.db.age" {
+		t.Errorf("the operation answered: %v", got)
+	}
 	op := getOperation(t, started.GetOperation().GetName())
 	t.Cleanup(func() { _ = admin.Delete(context.Background(), op) })
 	if r := op.Spec.EtcdRestore; op.Spec.Type != ichorv1alpha1.OperationEtcdRestore || r == nil || r.BackupName != "nightly" ||
