@@ -20,7 +20,8 @@ import (
 // TalosOperation of type etcd-restore is written.
 
 // loadRestoreFacts reads an etcd restore's backup, the cluster lock's active
-// holder and the cluster's other unfinished restores. A reader that may not
+// holder and the cluster's other unfinished restores (not succeeded or
+// failed, paused ones included). A reader that may not
 // read the Lease (a CLI user without rights in ichor-system) leaves the
 // holder unknown: the webhook, which may, checks it.
 func loadRestoreFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.TalosOperation, facts *OperationFacts) error {
@@ -48,7 +49,9 @@ func loadRestoreFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.Ta
 			continue
 		}
 
-		if lock.OperationLiveness(o) == lock.Active {
+		// Paused on a failed step counts too: a restore stopped half-way
+		// (its control planes reset) is resumed, not started again.
+		if o.DeletionTimestamp == nil && o.Status.Phase != ichorv1alpha1.OperationSucceeded && o.Status.Phase != ichorv1alpha1.OperationFailed {
 			facts.UnfinishedRestores = append(facts.UnfinishedRestores, o.Name)
 		}
 	}
@@ -177,7 +180,7 @@ func CheckEtcdRestore(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []
 		out = append(out, Refusal{
 			Field:  fieldSpecType,
 			Rule:   fmt.Sprintf("a restore of cluster %s has not finished: %s", op.Spec.ClusterName, strings.Join(names, ", ")),
-			WayOut: "follow it with `ichor operation get NAME --watch`; start another restore only once it has ended",
+			WayOut: "follow it with `ichor operation get NAME --watch` (resume it if it paused on a failed step); start another restore only once it has ended",
 		})
 	}
 
