@@ -31,14 +31,6 @@ networkPolicy:
     # per flow). Needs Cilium's CRDs.
     enabled: false
 
-monitoring:
-  prometheusRule:
-    # enabled renders Ichor's alert rules (a PrometheusRule: stale, failing and
-    # never-successful etcd backups) on ichor-controller's metrics. Needs the
-    # Prometheus Operator's CRDs; scraping the metrics Service is the monitoring
-    # stack's own configuration.
-    enabled: false
-
 # ichorUI configures the web console, ichor-ui: a Deployment and the ClusterIP
 # Service ichor-ui (8443 the console, 8444 the issuer's discovery and keys for
 # the kube-apiserver), HTTPS only. The controller keeps its certificate, a leaf
@@ -91,5 +83,5 @@ ichor-ui, CRDs and RBAC), not a cluster:
     helm install ichor charts/ichor --namespace ichor-system --create-namespace
 
 The chart never ships Cilium. Values: ` + "`controller.replicas`" + `,
-` + "`controller.image.*`" + `, ` + "`networkPolicy.cilium.enabled`" + `, ` + "`monitoring.prometheusRule.enabled`" + `, ` + "`ichorUI.*`" + `.
+` + "`controller.image.*`" + `, ` + "`networkPolicy.cilium.enabled`" + `, ` + "`ichorUI.*`" + `.
 `

@@ -358,13 +358,6 @@ func (r *Reconciler) setStale(b *ichorv1alpha1.TalosEtcdBackup, sched cron.Sched
 	labels := []string{b.Namespace, b.Name, b.Spec.ClusterName}
 	at := r.staleAfter(b, sched)
 
-	// From status, so a restarted controller exports it too (0: none yet).
-	if b.Status.LastSuccessfulTime != nil {
-		lastSuccess.WithLabelValues(labels...).Set(float64(b.Status.LastSuccessfulTime.Unix()))
-	} else {
-		lastSuccess.WithLabelValues(labels...).Set(0)
-	}
-
 	cond := metav1.Condition{
 		Type: ichorv1alpha1.StaleCondition, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.SnapshotRecentReason,
 		Message: "a snapshot is as recent as the schedule asks; stale from " + at.UTC().Format(time.RFC3339) + " without a new one",
