@@ -369,6 +369,30 @@ func (m *Machine) etcdPeers() []*Machine {
 	return out
 }
 
+// etcdServiceState is the etcd service as ServiceList reports it. Talos's
+// service runner is Preparing while a service's pre-step runs
+// (t:internal/app/machined/pkg/system/service_runner.go, StatePreparing
+// "Running pre state"); etcd's pre-step waits there only while the data
+// directory is empty, to join a cluster or to be bootstrapped
+// (t:internal/app/machined/pkg/system/services/etcd.go argsForControlPlane:
+// buildInitialCluster runs only `if ok` = IsDirEmpty(EtcdDataPath), and
+// BootstrapEtcd restarts the service). With data, the pre-step ends at once
+// and etcd runs, healthy only once the member serves: so a member that
+// cannot reach a quorum (it joined a cluster whose other members went away)
+// is Running and unhealthy, not Preparing.
+func (m *Machine) etcdServiceState() serviceState {
+	const id = "etcd"
+
+	switch {
+	case m.runningEtcd() != nil:
+		return serviceState{id: id, state: stateRunning, healthy: true, message: "Health check successful"}
+	case dirNotEmpty(m.etcdDataDir()):
+		return serviceState{id: id, state: stateRunning, message: "etcd is starting from its data directory; the member does not serve"}
+	default:
+		return serviceState{id: id, state: "Preparing", message: "Waiting for etcd bootstrap or join"}
+	}
+}
+
 func dirNotEmpty(dir string) bool {
 	entries, err := os.ReadDir(dir)
 
@@ -449,29 +473,54 @@ func (m *Machine) joinEtcd(ctx context.Context) error {
 
 	self := m.etcdPeerURL()
 
-	var selfID uint64
-
-	for _, mem := range list.Members {
-		for _, u := range mem.PeerURLs {
-			if u == self {
-				selfID = mem.ID
-			}
-		}
-	}
-
-	if selfID == 0 {
-		resp, err := c.MemberAddAsLearner(opCtx, []string{self})
-		if err != nil {
-			return fmt.Errorf("adding learner: %w", err)
-		}
-
-		selfID = resp.Member.ID
-		list.Members = resp.Members
-	}
-
 	m.mu.Lock()
 	hostname := m.hostnameLocked()
 	m.mu.Unlock()
+
+	// As Talos's addMember (t:internal/app/machined/pkg/system/services/etcd.go): this
+	// runs only with an empty data directory, so a member of the same name is this
+	// machine's previous life (its data was wiped, say by a non-graceful reset) and is
+	// removed first; a learner with this peer URL and no name yet is an earlier attempt
+	// of this join, which is taken up; any other member with this peer URL is a conflict.
+	removed := false
+
+	for _, mem := range list.Members {
+		if mem.Name == hostname {
+			if _, err := c.MemberRemove(opCtx, mem.ID); err != nil {
+				return fmt.Errorf("error removing self from the member list: %w", err)
+			}
+
+			removed = true
+		}
+	}
+
+	if removed {
+		if list, err = c.MemberList(opCtx); err != nil {
+			return fmt.Errorf("listing members: %w", err)
+		}
+	}
+
+	var selfID uint64
+
+	resp, err := c.MemberAddAsLearner(opCtx, []string{self})
+
+	switch {
+	case err == nil:
+		selfID = resp.Member.ID
+		list.Members = resp.Members
+	case errors.Is(err, rpctypes.ErrPeerURLExist):
+		for _, mem := range list.Members {
+			if len(mem.PeerURLs) == 1 && mem.PeerURLs[0] == self && mem.IsLearner && mem.Name == "" {
+				selfID = mem.ID
+			}
+		}
+
+		if selfID == 0 {
+			return fmt.Errorf("member already exists with the same peer URLs %q, but is not a learner: %w", self, err)
+		}
+	default:
+		return fmt.Errorf("adding learner: %w", err)
+	}
 
 	var parts []string
 
@@ -571,14 +620,28 @@ func (m *Machine) leaveEtcd(ctx context.Context) error {
 	return os.RemoveAll(m.etcdDataDir())
 }
 
-// restoreEtcd restores the uploaded snapshot into a fresh single-member data directory
-// (t:internal/app/machined/pkg/system/services/etcd.go recoverFromSnapshot).
+// restoreEtcd restores the uploaded snapshot into a fresh single-member data directory, as
+// t:internal/app/machined/pkg/system/services/etcd.go recoverFromSnapshot does: etcdutl's
+// Status of the snapshot first ("error verifying snapshot"), then its Restore with the
+// member's name and peer URLs as the only member, no revision bump, then the upload is
+// removed. The restored cluster holds exactly what the snapshot held: keys written after it
+// are gone.
 func (m *Machine) restoreEtcd(skipHashCheck bool) error {
 	m.mu.Lock()
 	hostname := m.hostnameLocked()
 	m.mu.Unlock()
 
-	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+	manager := snapshot.NewV3(zap.NewNop())
+
+	st, err := manager.Status(m.etcdSnapshotPath())
+	if err != nil {
+		return fmt.Errorf("error verifying snapshot: %w", err)
+	}
+
+	m.world.logf("machine %s: recovering etcd from snapshot: hash %08x, revision %d, total keys %d, total size %d",
+		m.Name(), st.Hash, st.Revision, st.TotalKey, st.TotalSize)
+
+	err = manager.Restore(snapshot.RestoreConfig{
 		SnapshotPath:        m.etcdSnapshotPath(),
 		Name:                hostname,
 		OutputDataDir:       m.etcdDataDir(),

@@ -62,7 +62,7 @@ type serviceState struct {
 // services lists the node's services the way a Talos node runs them: in maintenance only the
 // base services; once configured also containerd, cri, kubelet, and on control planes etcd
 // and trustd (t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer_tasks.go
-// StartAllServices). etcd is Preparing until its member runs.
+// StartAllServices). etcd's state is etcdServiceState's.
 func (m *Machine) services() []serviceState {
 	m.mu.Lock()
 	maintenance := m.inMaintenanceLocked()
@@ -89,12 +89,7 @@ func (m *Machine) services() []serviceState {
 	out = append(out, running("containerd", true), running("cri", true), running("kubelet", true))
 
 	if m.isControlPlane() {
-		etcd := running("etcd", true)
-		if m.runningEtcd() == nil {
-			etcd = serviceState{id: "etcd", state: "Preparing", message: "Waiting for etcd bootstrap or join"}
-		}
-
-		out = append(out, etcd, running("trustd", true))
+		out = append(out, m.etcdServiceState(), running("trustd", true))
 	}
 
 	slices.SortFunc(out, func(a, b serviceState) int {

@@ -15,6 +15,7 @@ import { AddNode } from "./screens/addnode";
 import { NodePage } from "./screens/node";
 import { OperationPage, Operations } from "./screens/operations";
 import { SettingsPage } from "./screens/settings";
+import { BackupsPage } from "./screens/backups";
 import { ConfigurationPage } from "./screens/configuration";
 import { Alert } from "./components/ui/alert";
 import { connectionOf, pollMs, staleAfterMs } from "./lib/connection";
@@ -188,6 +189,9 @@ function Signed({ session, route, onSignOut }: { session: Session; route: Return
       break;
     case "settings":
       screen = <SettingsPage />;
+      break;
+    case "backups":
+      screen = <BackupsPage />;
       break;
     case "configuration":
       screen = <ConfigurationPage edit={route.edit} />;

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"filippo.io/age"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -103,4 +107,91 @@ func TestEtcdBackupNowAndList(t *testing.T) {
 			t.Errorf("list does not show %q:\n%s", want, list.stdout)
 		}
 	}
+}
+
+// `ichor etcd restore` refuses without an identity, with a bad identity file
+// (naming the line, never its content) or a snapshot the backup does not
+// list (naming those it lists); --dry-run prints the steps and writes
+// nothing; a confirmed restore writes the identity Secret, owned by the
+// etcd-restore operation that names it, for the newest snapshot; a second
+// restore of the cluster is refused while the first has not finished.
+func TestEtcdRestore(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "etcd-restore")
+	must(t, k8s.Create(ctx, newCluster(ns, "prod")))
+	must(t, k8s.Create(ctx, newBackup(ns, "nightly")))
+	testenv.UpdateStatus(t, k8s, &ichorv1alpha1.TalosEtcdBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"}}, func(b *ichorv1alpha1.TalosEtcdBackup) {
+		b.Status.Snapshots = []ichorv1alpha1.SnapshotInfo{
+			{Name: "prod/" + ns + "/prod/snapshots/20261202T030000Z-r50.db.age", TakenAt: metav1.NewTime(time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)), EtcdRevision: 50, Node: "cp-2"},
+			{Name: "prod/" + ns + "/prod/snapshots/20261201T030000Z-r42.db.age", TakenAt: metav1.NewTime(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)), EtcdRevision: 42, Node: "cp-1"},
+		}
+	})
+
+	id, err := age.GenerateX25519Identity()
+	must(t, err)
+
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "key.txt"), filepath.Join(dir, "bad.txt")
+	must(t, os.WriteFile(good, []byte("# restore key\n"+id.String()+"\n"), 0o600))
+	must(t, os.WriteFile(bad, []byte("AGE-SECRET-KEY-1SECRETLOOKINGBUTWRONG\n"), 0o600))
+
+	restore := func(args ...string) []string {
+		return append([]string{"-n", ns, "etcd", "restore", "--backup", "nightly"}, args...)
+	}
+
+	mustFail(t, ichor(t, restore()...), "--identity FILE", "--identity-secret NAME")
+	r := mustFail(t, ichor(t, restore("--identity", bad)...), "line 1 is not an age identity", "nothing was changed")
+	if strings.Contains(r.stderr, "SECRETLOOKING") {
+		t.Errorf("the error quotes the identity file: %s", r.stderr)
+	}
+	mustFail(t, ichor(t, restore("--identity", good, "--snapshot", "nope.db.age")...), `lists no snapshot "nope.db.age"`, "20261201T030000Z-r42.db.age")
+	mustFail(t, ichor(t, restore("--identity", good, "--backup", "weekly")...), `TalosEtcdBackup "weekly" not found`)
+
+	dry := mustSucceed(t, ichor(t, restore("--identity", good, "--dry-run")...))
+	for _, want := range []string{"20261202T030000Z-r50.db.age (revision 50", "into the live cluster prod", "reset every control plane once", "Nothing was changed"} {
+		if !strings.Contains(dry.stdout, want) {
+			t.Errorf("--dry-run does not say %q:\n%s", want, dry.stdout)
+		}
+	}
+
+	mustFail(t, ichorWith(t, invocation{stdin: "staging\n"}, restore("--identity", good, "--snapshot", "20261201T030000Z-r42.db.age")...), "not confirmed")
+
+	ops := func() []ichorv1alpha1.TalosOperation {
+		list := &ichorv1alpha1.TalosOperationList{}
+		must(t, k8s.List(ctx, list, client.InNamespace(ns)))
+		return list.Items
+	}
+	secrets := func() []corev1.Secret {
+		list := &corev1.SecretList{}
+		must(t, k8s.List(ctx, list, client.InNamespace(ns)))
+		return list.Items
+	}
+	if len(ops()) != 0 || len(secrets()) != 0 {
+		t.Fatalf("a refused or unconfirmed restore wrote %d operations and %d Secrets", len(ops()), len(secrets()))
+	}
+
+	out := mustSucceed(t, ichorWith(t, invocation{stdin: "prod\n"}, restore("--identity", good, "--snapshot", "20261201T030000Z-r42.db.age")...))
+	if !strings.Contains(out.stdout, "Started operation etcd-restore-") {
+		t.Errorf("restore printed %q", out.stdout)
+	}
+
+	list := ops()
+	if len(list) != 1 {
+		t.Fatalf("%d operations", len(list))
+	}
+	op := list[0]
+	want := ichorv1alpha1.EtcdRestore{BackupName: "nightly", Snapshot: "prod/" + ns + "/prod/snapshots/20261201T030000Z-r42.db.age", ConfirmClusterName: "prod",
+		IdentityRef: ichorv1alpha1.SecretReference{Name: op.Name + "-identity"}}
+	if op.Spec.Type != ichorv1alpha1.OperationEtcdRestore || op.Spec.EtcdRestore == nil || *op.Spec.EtcdRestore != want {
+		t.Fatalf("the operation's spec: %+v", op.Spec)
+	}
+
+	sec := &corev1.Secret{}
+	must(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: op.Name + "-identity"}, sec))
+	if string(sec.Data[ichorv1alpha1.DefaultIdentityKey]) != "# restore key\n"+id.String()+"\n" ||
+		len(sec.OwnerReferences) != 1 || sec.OwnerReferences[0].UID != op.UID {
+		t.Errorf("the identity Secret: owners %+v, %d bytes", sec.OwnerReferences, len(sec.Data[ichorv1alpha1.DefaultIdentityKey]))
+	}
+
+	mustFail(t, ichor(t, append(restore("--identity-secret", op.Name+"-identity"), "--yes")...), "has not finished: "+op.Name)
 }

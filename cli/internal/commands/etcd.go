@@ -25,9 +25,9 @@ const argBackup = "BACKUP"
 func etcdCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "etcd",
-		Usage:  "etcd of the clusters: backups",
+		Usage:  "etcd of the clusters: backups and the restore into the live cluster",
 		Action: unknownSubcommand,
-		Commands: []*cli.Command{{
+		Commands: []*cli.Command{etcdRestoreCommand(), {
 			Name:   "backup",
 			Usage:  "take and list etcd snapshots (TalosEtcdBackups)",
 			Action: unknownSubcommand,

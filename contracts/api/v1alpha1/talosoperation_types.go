@@ -293,7 +293,25 @@ type EtcdRestore struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	ConfirmClusterName string `json:"confirmClusterName"`
+	// identityRef names the Secret whose key (default `identity`) holds an age
+	// identity (AGE-SECRET-KEY-1…) of one of the backup's recipients: the
+	// controller decrypts the snapshot with it before it stops anything. Keep
+	// it only for the restore (`ichor etcd restore --identity FILE` creates it
+	// and lets it go with the operation). Setting it needs `update` on
+	// `talosoperations/secret-references`.
+	// +required
+	IdentityRef SecretReference `json:"identityRef"`
 }
+
+// DefaultIdentityKey is the key of the Secret an etcd restore's identityRef
+// names when the ref names none.
+const DefaultIdentityKey = "identity"
+
+// RestoreMarkerAnnotation is set on an etcd-restore operation to the UID of
+// the operation whose marker (in the backup store) it continues: the
+// controller recreates an operation that the restore rolled back past with
+// it, and the recreated operation takes its progress from the marker.
+const RestoreMarkerAnnotation = "ichor.maesh.dev/restore-marker"
 
 // TalosOperationStatus is the state machine of an operation. It lives in
 // status so that a controller restart resumes where it left off.

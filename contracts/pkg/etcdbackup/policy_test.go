@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 )
 
 func TestInCluster(t *testing.T) {
@@ -75,5 +77,50 @@ func TestRecipientErrorsDoNotQuoteTheKey(t *testing.T) {
 	_, err = ParseRecipients([]byte("age1garbage-with-" + secret))
 	if err == nil || strings.Contains(err.Error(), "NOTAVALID") {
 		t.Errorf("error %v", err)
+	}
+}
+
+// A restore's marker lives under the cluster's restore/ folder, keyed by its
+// operation's name and UID, and round-trips through its stored form; a
+// marker of another kind, format or without its operation is refused.
+func TestMarkerRoundTrips(t *testing.T) {
+	key := MarkerKey("/backups/", "ns", "prod", "restore-1", "0e1d-22")
+	if key != "backups/ns/prod/restore/restore-1.0e1d-22.json" {
+		t.Fatalf("key %s", key)
+	}
+	if name, uid, ok := ParseMarkerKey(key); !ok || name != "restore-1" || uid != "0e1d-22" {
+		t.Errorf("parsed %q %q %v", name, uid, ok)
+	}
+	for _, k := range []string{"backups/ns/prod/snapshots/20261201T030405Z-r42.db.age", "backups/ns/prod/restore/x.json", "backups/ns/prod/other/a.b.json"} {
+		if _, _, ok := ParseMarkerKey(k); ok {
+			t.Errorf("%s parsed as a marker", k)
+		}
+	}
+
+	m := &Marker{
+		Namespace: "ns", Cluster: "prod", Operation: "restore-1", OperationUID: "0e1d-22", Phase: MarkerRunning, Step: "restore-reset", Sequence: 7,
+		Spec: ichorv1alpha1.TalosOperationSpec{ClusterName: "prod", Type: ichorv1alpha1.OperationEtcdRestore, EtcdRestore: &ichorv1alpha1.EtcdRestore{
+			BackupName: "b", Snapshot: "s", ConfirmClusterName: "prod", IdentityRef: ichorv1alpha1.SecretReference{Name: "id"},
+		}},
+		Machines: []ichorv1alpha1.MachineProgress{{Name: "cp-1", Phase: ichorv1alpha1.MachineInProgress, Step: "reset-sent", BootID: "b1"}},
+	}
+	data, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeMarker(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Format != Format || got.Sequence != 7 || got.Machines[0].BootID != "b1" || got.Spec.EtcdRestore.IdentityRef.Name != "id" || got.Done() {
+		t.Errorf("round trip: %+v", got)
+	}
+
+	for _, bad := range []string{`{"format":"9","namespace":"ns","cluster":"c","operation":"o","operationUID":"u","spec":{"type":"etcd-restore","etcdRestore":{}}}`,
+		`{"format":"1","namespace":"ns","cluster":"c","operation":"o","operationUID":"u","spec":{"type":"talos"}}`,
+		`{"format":"1","spec":{"type":"etcd-restore","etcdRestore":{}}}`, `not json`} {
+		if _, err := DecodeMarker([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
 	}
 }

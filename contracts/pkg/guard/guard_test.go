@@ -360,7 +360,7 @@ func TestOperations(t *testing.T) {
 		op(ichorv1alpha1.OperationShutdown):                                     "`shutdown` on `talosoperations`",
 		op(ichorv1alpha1.OperationCARotation):                                   "`rotate-ca` on `talosoperations`",
 		op(ichorv1alpha1.OperationKeyRotation):                                  "`rotate-keys` on `talosoperations`",
-		op(ichorv1alpha1.OperationEtcdRestore):                                  "`restore-etcd` on `talosoperations`+`override` on `talosclusters`",
+		op(ichorv1alpha1.OperationEtcdRestore):                                  "`restore-etcd` on `talosoperations`+`override` on `talosclusters`+`update` on `talosoperations/secret-references`",
 		op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionReset)):    "`reset-node` on `talosoperations`+`override` on `talosclusters`",
 		op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionShutdown)): "`shutdown-node` on `talosoperations`",
 		op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionReboot)):   "",
@@ -372,12 +372,13 @@ func TestOperations(t *testing.T) {
 	}
 
 	facts := OperationFacts{Cluster: cluster()}
+	restoreFacts := OperationFacts{Cluster: cluster(), Backup: backup()}
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationEtcdRestore, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.EtcdRestore = &ichorv1alpha1.EtcdRestore{BackupName: "b", Snapshot: "s", ConfirmClusterName: "prd"}
-	}), facts), map[string][]string{"spec.etcdRestore.confirmClusterName": {"confirmClusterName: prod"}})
+	}), restoreFacts), map[string][]string{"spec.etcdRestore.confirmClusterName": {"confirmClusterName: prod"}})
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationEtcdRestore, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.EtcdRestore = &ichorv1alpha1.EtcdRestore{BackupName: "b", Snapshot: "s", ConfirmClusterName: "prod"}
-	}), facts), nil)
+	}), restoreFacts), nil)
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.0"}
 	}), facts), map[string][]string{"spec.talos.version": {"downgrade"}})
@@ -402,7 +403,7 @@ func TestOperations(t *testing.T) {
 	// The types this release does not run are refused, each with a way out.
 	for _, typ := range []string{ichorv1alpha1.OperationIchor,
 		ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationCARotation,
-		ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationEtcdRestore} {
+		ichorv1alpha1.OperationKeyRotation} {
 		r := CheckRunnable(op(typ))
 		if r == nil || !strings.Contains(r.Rule, `type "`+typ+`"`) || r.WayOut == "" || r.WayOut == "this release has no way to do it" {
 			t.Errorf("type %s: %+v", typ, r)

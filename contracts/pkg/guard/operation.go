@@ -23,6 +23,15 @@ type OperationFacts struct {
 	// UnfinishedShutdown is the cluster's shutdown that has not completed,
 	// other than the operation checked; nil when there is none.
 	UnfinishedShutdown *ichorv1alpha1.TalosOperation
+	// Backup is an etcd restore's TalosEtcdBackup; nil when it does not exist.
+	Backup *ichorv1alpha1.TalosEtcdBackup
+	// LockHolder is the identity holding the cluster's lock for work that is
+	// still active, other than the operation itself ("" when none, or when
+	// the reader may not read the Lease); etcd restores only.
+	LockHolder string
+	// UnfinishedRestores are the cluster's other etcd-restore operations that
+	// have not finished; etcd restores only.
+	UnfinishedRestores []string
 }
 
 // RunnableOperationTypes are the operation types this release of Ichor runs.
@@ -30,7 +39,7 @@ type OperationFacts struct {
 // operation controller fails one that got in before the rule existed.
 var RunnableOperationTypes = []string{
 	ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationNode,
-	ichorv1alpha1.OperationShutdown,
+	ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationEtcdRestore,
 }
 
 // OperationRunnable reports whether this release runs operations of type t.
@@ -48,7 +57,6 @@ var notRunnableWayOut = map[string]string{
 	ichorv1alpha1.OperationKubeProxy:   "this release cannot switch kube-proxy; keep spec.cni.kubeProxy as it is",
 	ichorv1alpha1.OperationCARotation:  "rotate the CAs with `talosctl rotate-ca` and " + adminTalosconfig,
 	ichorv1alpha1.OperationKeyRotation: "this release cannot rotate the service-account or secretbox key; they stay as they are",
-	ichorv1alpha1.OperationEtcdRestore: "recover etcd from a snapshot with `talosctl bootstrap --recover-from` and " + adminTalosconfig,
 }
 
 // CheckRunnable refuses an operation of a type this release does not run:
@@ -139,11 +147,7 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 	case ichorv1alpha1.OperationShutdown:
 		out = append(out, CheckShutdown(op)...)
 	case ichorv1alpha1.OperationEtcdRestore:
-		if r := op.Spec.EtcdRestore; r != nil && r.ConfirmClusterName != op.Spec.ClusterName {
-			out = append(out, Refusal{Field: "spec.etcdRestore.confirmClusterName",
-				Rule:   "a restore rolls the Kubernetes API back; the cluster's name must be typed as consent",
-				WayOut: fmt.Sprintf("set spec.etcdRestore.confirmClusterName: %s", op.Spec.ClusterName)})
-		}
+		out = append(out, CheckEtcdRestore(op, facts)...)
 	}
 	return out
 }
@@ -181,6 +185,10 @@ func OperationRequirements(op *ichorv1alpha1.TalosOperation) []Requirement {
 		return []Requirement{
 			verbOn(VerbRestoreEtcd, fieldSpecType, "restoring etcd into the live cluster"),
 			override(fieldSpecType, "restoring etcd into the live cluster"),
+			{
+				Permission: Permission{Verb: VerbUpdate, Resource: ResourceTalosOperations, Subresource: SubresourceSecretReferences, Namespace: op.Namespace},
+				Field:      "spec.etcdRestore.identityRef", Action: actionSecretRef,
+			},
 		}
 	case ichorv1alpha1.OperationNode:
 		if op.Spec.Node == nil {

@@ -188,8 +188,18 @@ func (l *Locker) key(cluster types.NamespacedName) client.ObjectKey {
 // Holder returns the identity holding a cluster's lock, or "" when nobody does
 // (no Lease, or released). It does not judge liveness.
 func (l *Locker) Holder(ctx context.Context, cluster types.NamespacedName) (string, error) {
+	return readHolder(ctx, l.Client, l.key(cluster), cluster)
+}
+
+// Holder reads, with any reader, the identity holding a cluster's lock in
+// DefaultNamespace ("" when nobody does); it does not judge liveness.
+func Holder(ctx context.Context, r client.Reader, cluster types.NamespacedName) (string, error) {
+	return readHolder(ctx, r, client.ObjectKey{Namespace: DefaultNamespace, Name: LeaseName(cluster)}, cluster)
+}
+
+func readHolder(ctx context.Context, r client.Reader, key client.ObjectKey, cluster types.NamespacedName) (string, error) {
 	var lease coordinationv1.Lease
-	if err := l.Client.Get(ctx, l.key(cluster), &lease); err != nil {
+	if err := r.Get(ctx, key, &lease); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", nil
 		}

@@ -64,3 +64,24 @@ func ResetRequestWipe(wipeMode string) *machine.ResetRequest {
 		return ResetRequest(true, true)
 	}
 }
+
+// EtcdRecoveryReset is the reset of Talos's etcd recovery procedure, sent to
+// every control plane of a restore into the live cluster: EPHEMERAL only (the
+// etcd data directory; STATE, and so the configuration, stays), not graceful
+// (a graceful reset leaves etcd first, which changes the membership of the
+// cluster being replaced and drains the node for nothing), and with a reboot,
+// so the node comes back configured with its etcd service waiting in
+// Preparing for the Bootstrap that recovers the snapshot. Talos's Disaster
+// Recovery guide gives the same request as `talosctl reset --graceful=false
+// --reboot --system-labels-to-wipe=EPHEMERAL`
+// (t:website/content/v1.10/advanced/disaster-recovery.md, "Preparing Control
+// Plane Nodes").
+func EtcdRecoveryReset() *machine.ResetRequest {
+	return &machine.ResetRequest{
+		Graceful: false,
+		Reboot:   true,
+		SystemPartitionsToWipe: []*machine.ResetPartitionSpec{
+			{Label: constants.EphemeralPartitionLabel, Wipe: true},
+		},
+	}
+}

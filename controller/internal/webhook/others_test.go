@@ -9,9 +9,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -97,21 +99,77 @@ func TestNodeResetLastControlPlaneRefused(t *testing.T) {
 	testenv.Must(t, admin.Create(ctx, newOperation(ns, "reset-cp3", ichorv1alpha1.OperationNode, on("cp3", ichorv1alpha1.NodeActionReset))))
 }
 
-// Rule: restoring etcd needs override, and the cluster's name typed.
-func TestEtcdRestoreNeedsOverrideAndTheTypedName(t *testing.T) {
+// Rule: restoring etcd needs its verb, override and the secret-references
+// verb (the identity Secret), the cluster's name typed, a backup of the
+// cluster whose store lives outside it and lists the snapshot; it is refused
+// while other work holds the cluster lock or another restore is unfinished.
+// Each refusal names the way out, and nothing is created.
+func TestEtcdRestoreAdmission(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
-	restore := func(confirm string) func(*ichorv1alpha1.TalosOperation) {
+
+	const key = "ns/c/snapshots/20261129T120000Z-r42.db.age"
+
+	backup := func(name, endpoint string) {
+		b := &ichorv1alpha1.TalosEtcdBackup{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: ichorv1alpha1.TalosEtcdBackupSpec{
+				ClusterName: "c", Schedule: "@daily",
+				S3:               ichorv1alpha1.S3Destination{Endpoint: endpoint, Bucket: "etcd", CredentialsRef: ichorv1alpha1.SecretReference{Name: "s3"}},
+				EncryptionKeyRef: ichorv1alpha1.SecretReference{Name: "age"},
+			},
+		}
+		testenv.Must(t, root.Create(ctx, b))
+		testenv.UpdateStatus(t, root, b, func(cur *ichorv1alpha1.TalosEtcdBackup) {
+			cur.Status.Snapshots = []ichorv1alpha1.SnapshotInfo{{Name: key, TakenAt: metav1.Now(), EtcdRevision: 42}}
+		})
+	}
+	backup("b", "https://s3.example.com")
+	backup("inside", "http://minio.minio.svc:9000")
+
+	restore := func(mut func(*ichorv1alpha1.EtcdRestore)) func(*ichorv1alpha1.TalosOperation) {
 		return func(o *ichorv1alpha1.TalosOperation) {
-			o.Spec.EtcdRestore = &ichorv1alpha1.EtcdRestore{BackupName: "b", Snapshot: "2026-11-29T12:00:00Z.db.age", ConfirmClusterName: confirm}
+			o.Spec.EtcdRestore = &ichorv1alpha1.EtcdRestore{BackupName: "b", Snapshot: key, ConfirmClusterName: "c",
+				IdentityRef: ichorv1alpha1.SecretReference{Name: "restore-identity"}}
+			mut(o.Spec.EtcdRestore)
 		}
 	}
-	err := operator.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore("c")))
-	refused(t, err, "Forbidden", "`restore-etcd` on `talosoperations`", "`override` on `talosclusters`")
-	err = admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore("prod")))
+	same := func(*ichorv1alpha1.EtcdRestore) {}
+
+	err := operator.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore(same)))
+	refused(t, err, "Forbidden", "`restore-etcd` on `talosoperations`", "`override` on `talosclusters`", "`update` on `talosoperations/secret-references`")
+	err = admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore(func(r *ichorv1alpha1.EtcdRestore) { r.ConfirmClusterName = "prod" })))
 	refused(t, err, "Invalid", "spec.etcdRestore.confirmClusterName", "typed as consent", "confirmClusterName: c")
-	notRunnable(t, admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore("c"))), ichorv1alpha1.OperationEtcdRestore)
+	err = admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore(func(r *ichorv1alpha1.EtcdRestore) { r.BackupName = "nope" })))
+	refused(t, err, "Invalid", "spec.etcdRestore.backupName", `TalosEtcdBackup "nope" does not exist`, "ichor etcd backup list")
+	err = admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore(func(r *ichorv1alpha1.EtcdRestore) {
+		r.Snapshot = "ns/c/snapshots/20261128T120000Z-r40.db.age"
+	})))
+	refused(t, err, "Invalid", "spec.etcdRestore.snapshot", "lists no snapshot", "ichor etcd backup list b")
+	err = admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore(func(r *ichorv1alpha1.EtcdRestore) { r.BackupName = "inside" })))
+	refused(t, err, "Invalid", "lives inside the cluster", "override does not override this")
+
+	// Other work holds the cluster lock: a running config rollout.
+	testenv.Must(t, operator.Create(ctx, newOperation(ns, "config", ichorv1alpha1.OperationConfig)))
+	if err := root.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lock.DefaultNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	locker := &lock.Locker{Client: root, Check: lock.ClientChecker(root)}
+	cluster := types.NamespacedName{Namespace: ns, Name: "c"}
+	if res, err := locker.Acquire(ctx, cluster, lock.OperationIdentity(ns, "config")); err != nil || !res.Acquired {
+		t.Fatalf("taking the lock: %+v %v", res, err)
+	}
+	err = admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore(same)))
+	refused(t, err, "Invalid", "spec.type", "held by "+lock.OperationIdentity(ns, "config"), "ichor operation list")
+	if _, err := locker.Release(ctx, cluster, lock.OperationIdentity(ns, "config")); err != nil {
+		t.Fatal(err)
+	}
+
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "restore", ichorv1alpha1.OperationEtcdRestore, restore(same))))
+	// A second one while the first has not finished.
+	err = admin.Create(ctx, newOperation(ns, "restore-2", ichorv1alpha1.OperationEtcdRestore, restore(same)))
+	refused(t, err, "Invalid", "spec.type", "has not finished: restore")
 }
 
 // Rule: the destructive operation starts need their own verbs (admin only).

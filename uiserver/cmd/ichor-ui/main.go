@@ -201,6 +201,7 @@ func run() error {
 		Encodings:     machines,
 		Nodes:         nodeSvc,
 		Operations:    &api.OperationService{Deps: deps},
+		Backups:       &api.BackupService{Deps: deps},
 		Settings:      &api.SettingsService{Deps: deps, ReadOnly: *settingsRO},
 		Reclaims:      &api.ReclaimService{Deps: deps, Credentials: own}, // the foreign talosconfig Secrets of "Reset and add"
 		Patches:       &api.PatchService{Deps: deps},

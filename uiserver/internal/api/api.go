@@ -6,8 +6,8 @@
 // Each gRPC service is a type of its own over the shared Deps:
 // ClusterService (cluster.go), MachineService (machines.go, config.go),
 // OperationService (operations.go), SettingsService (settings.go) and
-// ReclaimService (reclaims.go), PatchService (patches.go); NodeService is
-// package nodes.
+// ReclaimService (reclaims.go), PatchService (patches.go), BackupService
+// (backups.go); NodeService is package nodes.
 package api
 
 import (

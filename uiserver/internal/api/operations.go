@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"math"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -238,6 +239,8 @@ func operationTarget(spec *ichorv1alpha1.TalosOperationSpec) string {
 		return "kube-proxy " + spec.KubeProxy.Mode
 	case spec.Node != nil:
 		return spec.Node.Action + " " + spec.Node.MachineName
+	case spec.EtcdRestore != nil:
+		return path.Base(spec.EtcdRestore.Snapshot)
 	}
 	return ""
 }

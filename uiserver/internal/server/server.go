@@ -70,6 +70,8 @@ type Options struct {
 	Patches ichorv1.PatchServiceServer
 	// Health implements HealthService (needs attention, control-plane health).
 	Health ichorv1.HealthServiceServer
+	// Backups implements BackupService (the Backups page).
+	Backups ichorv1.BackupServiceServer
 	// Encodings, when set with Machines, serves the shared list of machines
 	// from encodings made once per change (gRPC and REST).
 	Encodings Encodings

@@ -36,6 +36,7 @@ func (o *Options) services() []service {
 	add(serviceOf("ReclaimService", o.Reclaims, ichorv1.RegisterReclaimServiceServer, ichorv1.RegisterReclaimServiceHandler))
 	add(serviceOf("PatchService", o.Patches, ichorv1.RegisterPatchServiceServer, ichorv1.RegisterPatchServiceHandler))
 	add(serviceOf("HealthService", o.Health, ichorv1.RegisterHealthServiceServer, ichorv1.RegisterHealthServiceHandler))
+	add(serviceOf("BackupService", o.Backups, ichorv1.RegisterBackupServiceServer, ichorv1.RegisterBackupServiceHandler))
 	return out
 }
 

@@ -3,6 +3,25 @@
 
 /* eslint-disable */
 
+/** BackUpNowRequest names a backup. */
+export interface BackupServiceBackUpNowBody {
+}
+
+/** StartRestoreRequest asks for a restore into the live cluster. */
+export interface BackupServiceStartRestoreBody {
+  /** The served cluster's name, typed by the user: their consent. */
+  confirmClusterName: string;
+  /** The key of that Secret; empty is identity. */
+  identityKey?: string;
+  /**
+   * The Secret, in the cluster's namespace, that holds an age identity of
+   * one of the backup's recipients.
+   */
+  identitySecret: string;
+  /** The snapshot (its key or short name). */
+  snapshot: string;
+}
+
 /** ApproveMachineRequest approves a machine. */
 export interface MachineServiceApproveMachineBody {
   /** Confirms wiping an install disk that holds partitions or filesystems. */
@@ -128,6 +147,42 @@ export interface AttentionItem {
   subject?: string;
   /** The problem in plain language, one sentence naming the subject. */
   summary?: string;
+}
+
+/** BackUpNowResponse is the backup with its request. */
+export interface BackUpNowResponse {
+  /** The backup. */
+  backup?: Backup;
+  /** The request's token (the annotation's value). */
+  token?: string;
+}
+
+/**
+ * Backup is a TalosEtcdBackup as the Backups page shows it; it never carries
+ * a credential or a key.
+ */
+export interface Backup {
+  /** The conditions: Ready, Stale, StoreInCluster. */
+  conditions?: Condition[];
+  lastFailure?: string;
+  /** When the last attempt failed, and why. */
+  lastFailureTime?: string;
+  /** When the last verified snapshot was stored. */
+  lastSuccess?: string;
+  /** The TalosEtcdBackup's name. */
+  name?: string;
+  /** True while a Back up now request waits for the controller. */
+  requested?: boolean;
+  /** The schedule, in UTC. */
+  schedule?: string;
+  /** The snapshots the store holds, newest first. */
+  snapshots?: Snapshot[];
+  /** Where the snapshots go: endpoint/bucket/prefix. */
+  store?: string;
+  /** Why the store lives inside the cluster (a restore is refused then); empty when it does not. */
+  storeInCluster?: string;
+  /** True when scheduled snapshots are suspended. */
+  suspended?: boolean;
 }
 
 /** CancelReclaimResponse is the reclaim, whose credential is gone. */
@@ -619,6 +674,14 @@ export interface ListAttentionResponse {
   items?: AttentionItem[];
 }
 
+/** ListBackupsResponse is the cluster's backups by name. */
+export interface ListBackupsResponse {
+  /** The backups. */
+  backups?: Backup[];
+  /** The cluster: what a restore's confirmation must repeat. */
+  cluster?: string;
+}
+
 /** ListMachinesResponse is the machines, in name order. */
 export interface ListMachinesResponse {
   /** The machines. */
@@ -1080,6 +1143,18 @@ export interface PreviewRemovalResponse {
   steps?: string[];
 }
 
+/** PreviewRestoreResponse is the dialog's content. */
+export interface PreviewRestoreResponse {
+  /** The cluster: what the confirmation must repeat. */
+  cluster?: string;
+  /** What refuses the restore now (empty: it may be started). */
+  refusals?: Refusal[];
+  /** The snapshot that would be restored. */
+  snapshot?: Snapshot;
+  /** The steps, in order. */
+  steps?: string[];
+}
+
 /** PreviewTalosUpgradeResponse is the dialog's content. */
 export interface PreviewTalosUpgradeResponse {
   /** The candidates: Recommended, Patch, then Next minor, newest first within each. */
@@ -1273,6 +1348,22 @@ export interface Settings {
   resourceVersion?: string;
 }
 
+/** Snapshot is one stored snapshot. */
+export interface Snapshot {
+  /** The etcd revision it holds. */
+  etcdRevision?: string;
+  /** The object key (what a restore names). */
+  name?: string;
+  /** The control plane it was read from. */
+  node?: string;
+  /** The key's last part, as `ichor etcd backup list` shows it. */
+  shortName?: string;
+  /** Its size in the store (encrypted). */
+  sizeBytes?: string;
+  /** When it was taken. */
+  takenAt?: string;
+}
+
 /** StartConfigRolloutRequest asks for a config rollout. */
 export interface StartConfigRolloutRequest {
   /** The served cluster's name, typed by the user: their consent. */
@@ -1329,6 +1420,12 @@ export interface StartReclaimRequest {
 export interface StartReclaimResponse {
   /** The reclaim. */
   reclaim?: Reclaim;
+}
+
+/** StartRestoreResponse is the operation written. */
+export interface StartRestoreResponse {
+  /** The etcd-restore operation. */
+  operation?: Operation;
 }
 
 /** StartTalosUpgradeRequest asks for a Talos upgrade. */
@@ -1455,6 +1552,8 @@ export interface Client {
   addDiscovery(args: { body: AddDiscoveryRequest }, options?: CallOptions): Promise<AddDiscoveryResponse>;
   /** ApproveMachine approves a pending machine as a control plane or worker. */
   approveMachine(args: { name: string; body: MachineServiceApproveMachineBody }, options?: CallOptions): Promise<ApproveMachineResponse>;
+  /** BackUpNow asks the controller for a snapshot outside the schedule. */
+  backUpNow(args: { name: string; body: BackupServiceBackUpNowBody }, options?: CallOptions): Promise<BackUpNowResponse>;
   /**
    * CancelReclaim deletes the reclaim's credential Secret, so nothing can be
    * reset with it; the MachineReclaim stays as the record of who asked (no
@@ -1520,6 +1619,8 @@ export interface Client {
    * cluster get` prints).
    */
   listAttention(options?: CallOptions): Promise<ListAttentionResponse>;
+  /** ListBackups returns the cluster's backups with their snapshots, newest first. */
+  listBackups(options?: CallOptions): Promise<ListBackupsResponse>;
   /** ListMachines returns every machine of the cluster, in name order. */
   listMachines(args?: { approvalState?: string }, options?: CallOptions): Promise<ListMachinesResponse>;
   /** ListOperations returns the cluster's operations, newest first. */
@@ -1567,6 +1668,11 @@ export interface Client {
    */
   previewRemoval(args: { name: string; reboot?: boolean; force?: boolean }, options?: CallOptions): Promise<PreviewRemovalResponse>;
   /**
+   * PreviewRestore is what the restore dialog shows: the snapshot, the steps
+   * and what refuses the restore now. It changes nothing.
+   */
+  previewRestore(args: { name: string; snapshot?: string; identitySecret?: string }, options?: CallOptions): Promise<PreviewRestoreResponse>;
+  /**
    * PreviewTalosUpgrade is what the upgrade dialog shows: the candidates the
    * controller found (grouped, the default marked), and, for a version typed
    * or chosen, the checks `ichor upgrade talos VERSION` makes. It changes nothing.
@@ -1611,6 +1717,11 @@ export interface Client {
    */
   startReclaim(args: { body: StartReclaimRequest }, options?: CallOptions): Promise<StartReclaimResponse>;
   /**
+   * StartRestore creates the etcd-restore operation after the same checks and
+   * the typed cluster name.
+   */
+  startRestore(args: { name: string; body: BackupServiceStartRestoreBody }, options?: CallOptions): Promise<StartRestoreResponse>;
+  /**
    * StartTalosUpgrade sets the served cluster's spec.talosVersion as the
    * signed-in user, after the same checks and the typed cluster name; the
    * controller then starts the talos operation.
@@ -1650,6 +1761,9 @@ export function createClient(t: Transport): Client {
     },
     approveMachine(args, options) {
       return t.unary<ApproveMachineResponse>("POST", `/api/v1/machines/${enc(args.name)}:approve`, undefined, args.body, options);
+    },
+    backUpNow(args, options) {
+      return t.unary<BackUpNowResponse>("POST", `/api/v1/backups/${enc(args.name)}:backUpNow`, undefined, args.body, options);
     },
     cancelReclaim(args, options) {
       return t.unary<CancelReclaimResponse>("POST", `/api/v1/reclaims/${enc(args.name)}:cancel`, undefined, args.body, options);
@@ -1708,6 +1822,9 @@ export function createClient(t: Transport): Client {
     listAttention(options) {
       return t.unary<ListAttentionResponse>("GET", "/api/v1/attention", undefined, undefined, options);
     },
+    listBackups(options) {
+      return t.unary<ListBackupsResponse>("GET", "/api/v1/backups", undefined, undefined, options);
+    },
     listMachines(args, options) {
       return t.unary<ListMachinesResponse>("GET", "/api/v1/machines", { approvalState: args?.approvalState }, undefined, options);
     },
@@ -1738,6 +1855,9 @@ export function createClient(t: Transport): Client {
     previewRemoval(args, options) {
       return t.unary<PreviewRemovalResponse>("GET", `/api/v1/machines/${enc(args.name)}/removal-preview`, { reboot: args?.reboot, force: args?.force }, undefined, options);
     },
+    previewRestore(args, options) {
+      return t.unary<PreviewRestoreResponse>("GET", `/api/v1/backups/${enc(args.name)}:previewRestore`, { snapshot: args?.snapshot, identitySecret: args?.identitySecret }, undefined, options);
+    },
     previewTalosUpgrade(args, options) {
       return t.unary<PreviewTalosUpgradeResponse>("GET", "/api/v1/operations:previewTalosUpgrade", { version: args?.version }, undefined, options);
     },
@@ -1765,6 +1885,9 @@ export function createClient(t: Transport): Client {
     startReclaim(args, options) {
       return t.unary<StartReclaimResponse>("POST", "/api/v1/reclaims", undefined, args.body, options);
     },
+    startRestore(args, options) {
+      return t.unary<StartRestoreResponse>("POST", `/api/v1/backups/${enc(args.name)}:restore`, undefined, args.body, options);
+    },
     startTalosUpgrade(args, options) {
       return t.unary<StartTalosUpgradeResponse>("POST", "/api/v1/operations:startTalosUpgrade", undefined, args.body, options);
     },
@@ -1790,6 +1913,7 @@ export function createClient(t: Transport): Client {
 export const operationPaths = {
   addDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:add" },
   approveMachine: { method: "POST", path: "/api/v1/machines/{name}:approve" },
+  backUpNow: { method: "POST", path: "/api/v1/backups/{name}:backUpNow" },
   cancelReclaim: { method: "POST", path: "/api/v1/reclaims/{name}:cancel" },
   confirmReclaim: { method: "POST", path: "/api/v1/reclaims/{name}:confirm" },
   createPatch: { method: "POST", path: "/api/v1/patches" },
@@ -1809,6 +1933,7 @@ export const operationPaths = {
   getReclaim: { method: "GET", path: "/api/v1/reclaims/{name}" },
   getSettings: { method: "GET", path: "/api/v1/settings" },
   listAttention: { method: "GET", path: "/api/v1/attention" },
+  listBackups: { method: "GET", path: "/api/v1/backups" },
   listMachines: { method: "GET", path: "/api/v1/machines" },
   listOperations: { method: "GET", path: "/api/v1/operations" },
   listPatches: { method: "GET", path: "/api/v1/patches" },
@@ -1819,6 +1944,7 @@ export const operationPaths = {
   previewKubernetesUpgrade: { method: "GET", path: "/api/v1/operations:previewKubernetesUpgrade" },
   previewPatch: { method: "POST", path: "/api/v1/patches:preview" },
   previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
+  previewRestore: { method: "GET", path: "/api/v1/backups/{name}:previewRestore" },
   previewTalosUpgrade: { method: "GET", path: "/api/v1/operations:previewTalosUpgrade" },
   rejectMachine: { method: "POST", path: "/api/v1/machines/{name}:reject" },
   removeMachine: { method: "POST", path: "/api/v1/machines/{name}:remove" },
@@ -1828,6 +1954,7 @@ export const operationPaths = {
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
   startKubernetesUpgrade: { method: "POST", path: "/api/v1/operations:startKubernetesUpgrade" },
   startReclaim: { method: "POST", path: "/api/v1/reclaims" },
+  startRestore: { method: "POST", path: "/api/v1/backups/{name}:restore" },
   startTalosUpgrade: { method: "POST", path: "/api/v1/operations:startTalosUpgrade" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },
   updatePatch: { method: "POST", path: "/api/v1/patches/{name}:update" },

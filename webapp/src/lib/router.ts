@@ -27,6 +27,7 @@ export type Route =
   | { screen: "operations" }
   | { screen: "operation"; name: string }
   | { screen: "settings" }
+  | { screen: "backups" }
   | { screen: "configuration"; edit?: string }
   | { screen: "callback" }
   | { screen: "missing"; path: string };
@@ -40,6 +41,7 @@ export function match(path: string): Route {
   if (p === "/auth/callback") return { screen: "callback" };
   if (p === "/operations") return { screen: "operations" };
   if (p === "/settings") return { screen: "settings" };
+  if (p === "/backups") return { screen: "backups" };
   if (p === "/configuration") return { screen: "configuration" };
   if (p === "/configuration/new") return { screen: "configuration", edit: "" };
   const cp = /^\/configuration\/patches\/([^/]+)$/.exec(p);
@@ -79,6 +81,9 @@ export function pageTitle(route: Route, cluster?: string): string {
       break;
     case "settings":
       page = "Settings";
+      break;
+    case "backups":
+      page = "Backups";
       break;
     case "configuration":
       page = route.edit === undefined ? "Configuration" : route.edit === "" ? "New patch · Configuration" : `Patch ${route.edit} · Configuration`;

@@ -110,6 +110,7 @@ function overviewConsole(attention: ListAttentionResponse, health: GetClusterHea
     listAttention: () => Promise.resolve(attention),
     getClusterHealth: () => Promise.resolve(health),
     listOperations: () => Promise.resolve({ operations: [] }),
+    listBackups: () => Promise.resolve({ backups: [], cluster: "prod" }),
   } as unknown as Client;
   return {
     client,

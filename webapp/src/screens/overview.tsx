@@ -20,6 +20,7 @@ import { useHealth } from "../lib/health";
 import { AttentionList } from "./attention";
 import { ControlPlanes, HealthTiles, RecentEvents } from "./health";
 import { RecentOperations } from "./recentops";
+import { backupSummary, useBackups } from "./backups";
 
 /** Tile is one figure of the overview: its label is the heading, the figure the text under it. */
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
@@ -55,6 +56,8 @@ export function Overview() {
   const version = `${cluster?.resourceVersion ?? ""}/${machines.map((m) => m.resourceVersion).join(",")}/${ops?.map((o) => `${o.name}:${o.phase}:${o.paused}`).join(",") ?? ""}`;
   const { items: attention, incomplete, error: attentionError, reload } = useAttention(client, version);
   const { health, error: healthError } = useHealth(client);
+  const { data: backups, error: backupsError } = useBackups(client, 30000);
+  const backupTile = backupSummary(backups?.backups);
   const [applyOpen, setApplyOpen] = useState(false);
   const [upgradeOpen, setUpgradeOpen] = useState<UpgradeKind | null>(null);
   const [actionError, setActionError] = useState<unknown>(null);
@@ -100,7 +103,7 @@ export function Overview() {
           <span data-testid="ready-message">{cluster.readyMessage}</span>
         </Alert>
       )}
-      <div class="grid grid-cols-1 gap-4 sm:grid-cols-2 lg:grid-cols-4">
+      <div class="grid grid-cols-1 gap-4 sm:grid-cols-2 lg:grid-cols-5">
         <Tile title="Nodes ready" testid="tile-nodes" value={synced ? `${ready.length} / ${approved.length}` : "…"} detail={`${cps} control plane${cps === 1 ? "" : "s"}, ${approved.length - cps} worker${approved.length - cps === 1 ? "" : "s"}`} href="/nodes" />
         <Tile title="Waiting for approval" testid="tile-pending" value={synced ? pending.length : "…"} detail={pending.length ? "Review them on Add node" : "No machine waits"} href="/add-node" />
         <Tile title="Versions" testid="tile-versions" value={cluster?.talosVersion || "—"} detail={`Kubernetes ${cluster?.kubernetesVersion || "—"} · contract ${cluster?.versionContract || "—"}`} />
@@ -110,6 +113,13 @@ export function Overview() {
           value={running ? `${running.type} · ${phaseText(running)}` : ops ? "None" : opsError ? "—" : "…"}
           detail={running ? `${running.name}${running.step ? ` — ${running.step}` : ""}` : opsError ? describe(opsError) : "No operation in progress"}
           href={running ? `/operations/${encodeURIComponent(running.name ?? "")}` : "/operations"}
+        />
+        <Tile
+          title="Last etcd backup"
+          testid="tile-backups"
+          value={backupsError && !backups ? "—" : backupTile.value}
+          detail={backupsError && !backups ? describe(backupsError) : backupTile.detail}
+          href="/backups"
         />
       </div>
       <Card aria-labelledby="attention-title">

@@ -66,6 +66,7 @@ const nav = [
   { href: "/nodes", label: "Nodes", screens: ["nodes", "node"] },
   { href: "/add-node", label: "Add node", screens: ["add"] },
   { href: "/operations", label: "Operations", screens: ["operations", "operation"] },
+  { href: "/backups", label: "Backups", screens: ["backups"] },
   { href: "/configuration", label: "Configuration", screens: ["configuration"] },
   { href: "/settings", label: "Settings", screens: ["settings"] },
 ];

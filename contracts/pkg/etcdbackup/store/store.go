@@ -3,6 +3,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -172,3 +173,77 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 	return nil
 }
+
+// PutMarker writes a restore's marker (etcdbackup.Marker) under key and
+// reads it back: a restore goes on only once its record is stored.
+func (s *Store) PutMarker(ctx context.Context, key string, m *etcdbackup.Marker) error {
+	data, err := m.Encode()
+	if err != nil {
+		return err
+	}
+
+	if _, err := s.c.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{
+		ContentType: "application/json",
+	}); err != nil {
+		return s.scrub(fmt.Errorf("write the restore marker %s to bucket %q: %w", key, s.bucket, err))
+	}
+
+	got, err := s.GetMarker(ctx, key)
+	if err != nil {
+		return err
+	}
+
+	if got == nil || got.Sequence != m.Sequence || got.Step != m.Step || got.Phase != m.Phase {
+		return fmt.Errorf("the restore marker %s in bucket %q does not read back as written", key, s.bucket)
+	}
+
+	return nil
+}
+
+// GetMarker reads a restore's marker; nil when there is none under key.
+func (s *Store) GetMarker(ctx context.Context, key string) (*etcdbackup.Marker, error) {
+	o, err := s.c.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, s.scrub(fmt.Errorf("read the restore marker %s in bucket %q: %w", key, s.bucket, err))
+	}
+
+	defer o.Close() //nolint:errcheck // read-only
+
+	data, err := io.ReadAll(io.LimitReader(o, 1<<20))
+	if err != nil {
+		if minio.ToErrorResponse(err).Code == "NoSuchKey" {
+			return nil, nil
+		}
+
+		return nil, s.scrub(fmt.Errorf("read the restore marker %s in bucket %q: %w", key, s.bucket, err))
+	}
+
+	m, err := etcdbackup.DecodeMarker(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s in bucket %q: %w", key, s.bucket, err)
+	}
+
+	return m, nil
+}
+
+// ListMarkers returns the keys of a cluster's restore markers.
+func (s *Store) ListMarkers(ctx context.Context, namespace, cluster string) ([]string, error) {
+	var out []string
+
+	for o := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: etcdbackup.RestorePrefix(s.prefix, namespace, cluster), Recursive: true}) {
+		if o.Err != nil {
+			return nil, s.scrub(fmt.Errorf("list the restore markers in bucket %q: %w", s.bucket, o.Err))
+		}
+
+		if _, _, ok := etcdbackup.ParseMarkerKey(o.Key); ok {
+			out = append(out, o.Key)
+		}
+	}
+
+	sort.Strings(out)
+
+	return out, nil
+}
+
+// Prefix is the backup's key prefix (spec.s3.prefix).
+func (s *Store) Prefix() string { return s.prefix }

@@ -14,14 +14,12 @@ package etcdbackup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/robfig/cron/v3"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -35,6 +33,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/etcdbackup/store"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/backupstore"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
 
@@ -97,10 +96,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 	r.skeleton = r.controller()
 
-	return ctrl.NewControllerManagedBy(mgr).
+	return watchRestoreDeletions(ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosEtcdBackup{}).
-		Watches(&ichorv1alpha1.TalosCluster{}, reconcile.ClusterMembers(mgr.GetClient(), &ichorv1alpha1.TalosEtcdBackupList{})).
+		Watches(&ichorv1alpha1.TalosCluster{}, reconcile.ClusterMembers(mgr.GetClient(), &ichorv1alpha1.TalosEtcdBackupList{}))).
 		Complete(r)
 }
 
@@ -174,9 +173,28 @@ func fail(reason, format string, args ...any) *failure {
 	return &failure{reason: reason, msg: fmt.Sprintf(format, args...)}
 }
 
-// reconcileBackup takes a snapshot when one is due, applies retention,
-// lists the snapshots and sets Ready and Stale.
+// reconcileBackup recreates the operations of restores the API rolled back
+// past (markers.go), then takes a snapshot when one is due, applies
+// retention (never to a snapshot a running restore uses), lists the
+// snapshots and sets Ready and Stale. While a restore of the backup runs,
+// its markers are looked at again every markerRecheck.
 func (r *Reconciler) reconcileBackup(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosEtcdBackup]) (ctrl.Result, error) {
+	var rst restores
+	if st, f := r.openStore(ctx, s.Object); f == nil {
+		rst = r.reconcileRestoreMarkers(ctx, s.Object, st)
+	}
+
+	res, err := r.reconcileSnapshots(ctx, s, rst.inUse)
+	if rst.running && (res.RequeueAfter == 0 || res.RequeueAfter > markerRecheck) {
+		res.RequeueAfter = markerRecheck
+	}
+
+	return res, err
+}
+
+// reconcileSnapshots takes a snapshot when one is due, applies retention,
+// lists the snapshots and sets Ready and Stale.
+func (r *Reconciler) reconcileSnapshots(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosEtcdBackup], inUse map[string]bool) (ctrl.Result, error) {
 	b, now := s.Object, s.Now
 	log := logf.FromContext(ctx)
 
@@ -223,7 +241,7 @@ func (r *Reconciler) reconcileBackup(ctx context.Context, s *reconcile.Scope[*ic
 		return ctrl.Result{RequeueAfter: min(storeRecheck, r.wait(b, sched, now))}, nil
 	}
 
-	if lf := r.retain(ctx, b, st, now); lf != nil {
+	if lf := r.retain(ctx, b, st, now, inUse); lf != nil {
 		r.setReady(b, metav1.ConditionFalse, lf.reason, lf.msg)
 		r.setStale(b, sched, now)
 
@@ -416,42 +434,13 @@ func truncate(s string) string {
 
 // openStore reads the credentials Secret and connects to the bucket.
 func (r *Reconciler) openStore(ctx context.Context, b *ichorv1alpha1.TalosEtcdBackup) (*store.Store, *failure) {
-	ref := b.Spec.S3.CredentialsRef
-
-	sec := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: ref.Name}, sec); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fail(ichorv1alpha1.CredentialsUnavailableReason,
-				"the S3 credentials Secret %q (spec.s3.credentialsRef) does not exist in namespace %q; create it with keys %s and %s",
-				ref.Name, b.Namespace, store.AccessKeyIDKey, store.SecretAccessKeyKey)
-		}
-
-		return nil, fail(ichorv1alpha1.CredentialsUnavailableReason, "reading the S3 credentials Secret %q: %v", ref.Name, apiReason(err))
-	}
-
-	id, key := string(sec.Data[store.AccessKeyIDKey]), string(sec.Data[store.SecretAccessKeyKey])
-	if id == "" || key == "" {
-		return nil, fail(ichorv1alpha1.CredentialsUnavailableReason,
-			"the S3 credentials Secret %q needs both keys %s and %s", ref.Name, store.AccessKeyIDKey, store.SecretAccessKeyKey)
-	}
-
-	st, err := store.Open(store.Destination{
-		Endpoint: b.Spec.S3.Endpoint, Bucket: b.Spec.S3.Bucket, Prefix: b.Spec.S3.Prefix, Region: b.Spec.S3.Region,
-		AccessKeyID: id, SecretAccessKey: key, Transport: r.Transport,
-	})
-	if err != nil {
-		return nil, fail(ichorv1alpha1.StoreUnavailableReason, "%v", err)
+	st, f := backupstore.Open(ctx, r.APIReader, b, r.Transport)
+	if f != nil {
+		return nil, fail(f.Reason, "%s", f.Msg)
 	}
 
 	return st, nil
 }
 
 // apiReason is an API error's reason alone (its message may quote a request).
-func apiReason(err error) string {
-	var s apierrors.APIStatus
-	if errors.As(err, &s) {
-		return string(s.Status().Reason)
-	}
-
-	return "the API server did not answer"
-}
+func apiReason(err error) string { return backupstore.APIReason(err) }

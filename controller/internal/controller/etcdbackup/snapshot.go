@@ -238,8 +238,9 @@ func upload(ctx context.Context, st *store.Store, key, enc string, size int64, m
 	return nil
 }
 
-// retain lists the store, deletes what retention expires and lists the rest in status.
-func (r *Reconciler) retain(ctx context.Context, b *ichorv1alpha1.TalosEtcdBackup, st *store.Store, now time.Time) *failure {
+// retain lists the store, deletes what retention expires (but a snapshot a
+// running restore uses) and lists the rest in status.
+func (r *Reconciler) retain(ctx context.Context, b *ichorv1alpha1.TalosEtcdBackup, st *store.Store, now time.Time, inUse map[string]bool) *failure {
 	objs, err := st.List(ctx, b.Namespace, b.Spec.ClusterName)
 	if err != nil {
 		return fail(ichorv1alpha1.StoreUnavailableReason, "%v", err)
@@ -255,6 +256,10 @@ func (r *Reconciler) retain(ctx context.Context, b *ichorv1alpha1.TalosEtcdBacku
 	var deleted []string
 
 	for _, o := range expired {
+		if inUse[o.Key] {
+			continue
+		}
+
 		if err := st.Delete(ctx, o.Key); err != nil {
 			return fail(ichorv1alpha1.StoreUnavailableReason, "retention: %v", err)
 		}

@@ -11,19 +11,23 @@
 // One reconcile runs at most one step of each machine it works on. The
 // reconciler runs on the reconcile skeleton (controller/internal/reconcile):
 // its phases are completed → refused type → resume → lock and pause →
-// machine selection → pre-checks (talos) → rollout, and every Talos write
-// (Apply, Upgrade, Reboot) is preceded by a strict status write that records it.
+// etcd restore → machine selection → pre-checks (talos) → rollout, and every
+// Talos write (Apply, Upgrade, Reboot, Reset, EtcdRecover, Bootstrap) is
+// preceded by a strict status write that records it.
 //
 // This release runs operations of type config (the rollout of changes the
 // machine reconciler does not apply by itself, config.go), talos (Talos
 // upgrades, talos.go), node (reboot, shutdown or reset of one machine,
-// node.go) and shutdown (the whole cluster, shutdown.go); the other types are
-// refused with a message that says so, before they take the lock.
+// node.go), shutdown (the whole cluster, shutdown.go) and etcd-restore (a
+// snapshot restored into the live cluster, restore.go, with its progress also
+// kept in a marker next to the backups); the other types are refused with a
+// message that says so, before they take the lock.
 package operation
 
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -48,7 +52,7 @@ import (
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosoperations,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosoperations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters;talosconfigpatches,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters;talosconfigpatches;talosetcdbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ichor-system,resources=leases,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -95,6 +99,12 @@ type Reconciler struct {
 	// API's spec.nodeName): a cluster shutdown sends it its Shutdown last.
 	// Empty when the controller runs outside the cluster it manages.
 	OwnNode string
+	// Transport carries the requests to etcd restores' backup stores; nil
+	// means Go's default.
+	Transport http.RoundTripper
+	// TempDir holds an etcd restore's checked snapshot until it is uploaded;
+	// empty means the system's temporary directory.
+	TempDir string
 
 	PollInterval     time.Duration
 	LockWait         time.Duration
@@ -194,7 +204,7 @@ func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.Talo
 		},
 		Summarize: summarize,
 		Phases: []ichorreconcile.Phase[*ichorv1alpha1.TalosOperation]{
-			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.selectPhase, r.precheckPhase, r.rolloutPhase,
+			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.restorePhase, r.selectPhase, r.precheckPhase, r.rolloutPhase,
 		},
 	}
 }
