@@ -1055,6 +1055,24 @@ export interface PauseOperationResponse {
   operation?: Operation;
 }
 
+/** PreviewClusterShutdownResponse is the dialog's content. */
+export interface PreviewClusterShutdownResponse {
+  /** True when nothing refuses it. */
+  allowed?: boolean;
+  /** The cluster: what the confirmation must repeat. */
+  cluster?: string;
+  /** The approved control planes and workers the shutdown stops. */
+  controlPlanes?: number;
+  /** What refuses it now: the checks, then the verbs the user lacks. */
+  refusals?: Refusal[];
+  /** What the operation does, step by step. */
+  steps?: string[];
+  /** The cluster's shutdown that has not completed, if any. */
+  unfinished?: Operation;
+  /** The approved workers. */
+  workers?: number;
+}
+
 /** PreviewConfigRolloutResponse is the plan. */
 export interface PreviewConfigRolloutResponse {
   /** The cluster the rollout is for: what the confirmation must repeat. */
@@ -1106,6 +1124,27 @@ export interface PreviewKubernetesUpgradeResponse {
    * Cilium not tested on it).
    */
   warnings?: string[];
+}
+
+/** PreviewNodeOperationResponse is the dialog's content. */
+export interface PreviewNodeOperationResponse {
+  /** The action. */
+  action?: string;
+  /**
+   * True when nothing refuses it (an overridable refusal counts as allowed
+   * when the user holds the override verb).
+   */
+  allowed?: boolean;
+  /** True when the machine's name must be typed to start it (shutdown, reset). */
+  confirmName?: boolean;
+  /** The TalosMachine. */
+  machine?: string;
+  /** What refuses it now: the checks, then the verbs the user lacks. */
+  refusals?: Refusal[];
+  /** What the operation does, step by step. */
+  steps?: string[];
+  /** The wipe mode of a reset, normalized; empty for the other actions. */
+  wipeMode?: string;
 }
 
 /**
@@ -1364,6 +1403,18 @@ export interface Snapshot {
   takenAt?: string;
 }
 
+/** StartClusterShutdownRequest asks for a cluster shutdown. */
+export interface StartClusterShutdownRequest {
+  /** The served cluster's name, typed by the user: their consent. */
+  confirmClusterName: string;
+}
+
+/** StartClusterShutdownResponse is the operation that was created. */
+export interface StartClusterShutdownResponse {
+  /** The new operation. */
+  operation?: Operation;
+}
+
 /** StartConfigRolloutRequest asks for a config rollout. */
 export interface StartConfigRolloutRequest {
   /** The served cluster's name, typed by the user: their consent. */
@@ -1397,6 +1448,27 @@ export interface StartKubernetesUpgradeResponse {
   from?: string;
   /** spec.kubernetesVersion now. */
   to?: string;
+}
+
+/** StartNodeOperationRequest asks for a node operation. */
+export interface StartNodeOperationRequest {
+  /** reboot, shutdown or reset. */
+  action: string;
+  /**
+   * The machine's name, typed by the user: their consent to a shutdown or a
+   * reset; not needed for a reboot.
+   */
+  confirmMachineName?: string;
+  /** The TalosMachine. */
+  machine: string;
+  /** For a reset: state-ephemeral (the default), system-disk or all. */
+  wipeMode?: string;
+}
+
+/** StartNodeOperationResponse is the operation that was created. */
+export interface StartNodeOperationResponse {
+  /** The new operation. */
+  operation?: Operation;
 }
 
 /** StartReclaimRequest asks to reset one machine. */
@@ -1643,6 +1715,11 @@ export interface Client {
   /** PauseOperation sets spec.paused: the operation stops before its next step. */
   pauseOperation(args: { name: string; body: OperationServicePauseOperationBody }, options?: CallOptions): Promise<PauseOperationResponse>;
   /**
+   * PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
+   * machines, and what refuses a shutdown now. It changes nothing.
+   */
+  previewClusterShutdown(options?: CallOptions): Promise<PreviewClusterShutdownResponse>;
+  /**
    * PreviewConfigRollout is the plan of a config rollout, as `ichor config
    * apply` prints it: the machines that wait for a reboot, a kube-apiserver
    * restart or a drift correction, why, and the paths that changed (never
@@ -1656,6 +1733,14 @@ export interface Client {
    * upgrade kubernetes VERSION` makes. It changes nothing.
    */
   previewKubernetesUpgrade(args?: { version?: string }, options?: CallOptions): Promise<PreviewKubernetesUpgradeResponse>;
+  /**
+   * PreviewNodeOperation is what the node action dialog shows: the steps of a
+   * reboot, shutdown or reset of one machine, as `ichor node ACTION
+   * --dry-run` prints them, and what refuses it now: the shared checks
+   * (guard.CheckOperation) and the verbs the action needs that the signed-in
+   * user lacks. It changes nothing.
+   */
+  previewNodeOperation(args?: { machine?: string; action?: string; wipeMode?: string }, options?: CallOptions): Promise<PreviewNodeOperationResponse>;
   /**
    * PreviewPatch renders every machine a proposed create, edit or delete
    * targets, before and after, and returns per machine the changed paths and
@@ -1699,6 +1784,12 @@ export interface Client {
    */
   scanDiscovery(args: { body: ScanDiscoveryRequest }, options?: CallOptions): Promise<ScanDiscoveryResponse>;
   /**
+   * StartClusterShutdown creates a TalosOperation of type shutdown of the
+   * served cluster as the signed-in user, after the same checks as `ichor
+   * cluster shutdown` and the cluster's name typed.
+   */
+  startClusterShutdown(args: { body: StartClusterShutdownRequest }, options?: CallOptions): Promise<StartClusterShutdownResponse>;
+  /**
    * StartConfigRollout creates a TalosOperation of type config, as the
    * signed-in user, after the checks `ichor config apply` makes: something
    * waits, no other config rollout of the cluster is unfinished, and the
@@ -1711,6 +1802,12 @@ export interface Client {
    * controller then starts the kubernetes operation.
    */
   startKubernetesUpgrade(args: { body: StartKubernetesUpgradeRequest }, options?: CallOptions): Promise<StartKubernetesUpgradeResponse>;
+  /**
+   * StartNodeOperation creates a TalosOperation of type node as the
+   * signed-in user, after the same checks as `ichor node ACTION` (and the
+   * admission webhook); a shutdown or a reset needs the machine's name typed.
+   */
+  startNodeOperation(args: { body: StartNodeOperationRequest }, options?: CallOptions): Promise<StartNodeOperationResponse>;
   /**
    * StartReclaim creates the credential Secret and the MachineReclaim; the
    * controller then inspects the machine and stops at AwaitingConfirmation.
@@ -1843,11 +1940,17 @@ export function createClient(t: Transport): Client {
     pauseOperation(args, options) {
       return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
     },
+    previewClusterShutdown(options) {
+      return t.unary<PreviewClusterShutdownResponse>("GET", "/api/v1/operations:previewClusterShutdown", undefined, undefined, options);
+    },
     previewConfigRollout(args, options) {
       return t.unary<PreviewConfigRolloutResponse>("GET", "/api/v1/operations:previewConfigRollout", { selector: args?.selector }, undefined, options);
     },
     previewKubernetesUpgrade(args, options) {
       return t.unary<PreviewKubernetesUpgradeResponse>("GET", "/api/v1/operations:previewKubernetesUpgrade", { version: args?.version }, undefined, options);
+    },
+    previewNodeOperation(args, options) {
+      return t.unary<PreviewNodeOperationResponse>("GET", "/api/v1/operations:previewNodeOperation", { machine: args?.machine, action: args?.action, wipeMode: args?.wipeMode }, undefined, options);
     },
     previewPatch(args, options) {
       return t.unary<PreviewPatchResponse>("POST", "/api/v1/patches:preview", undefined, args.body, options);
@@ -1876,11 +1979,17 @@ export function createClient(t: Transport): Client {
     scanDiscovery(args, options) {
       return t.unary<ScanDiscoveryResponse>("POST", "/api/v1/cluster/discovery:scan", undefined, args.body, options);
     },
+    startClusterShutdown(args, options) {
+      return t.unary<StartClusterShutdownResponse>("POST", "/api/v1/operations:startClusterShutdown", undefined, args.body, options);
+    },
     startConfigRollout(args, options) {
       return t.unary<StartConfigRolloutResponse>("POST", "/api/v1/operations:startConfigRollout", undefined, args.body, options);
     },
     startKubernetesUpgrade(args, options) {
       return t.unary<StartKubernetesUpgradeResponse>("POST", "/api/v1/operations:startKubernetesUpgrade", undefined, args.body, options);
+    },
+    startNodeOperation(args, options) {
+      return t.unary<StartNodeOperationResponse>("POST", "/api/v1/operations:startNodeOperation", undefined, args.body, options);
     },
     startReclaim(args, options) {
       return t.unary<StartReclaimResponse>("POST", "/api/v1/reclaims", undefined, args.body, options);
@@ -1940,8 +2049,10 @@ export const operationPaths = {
   listReclaims: { method: "GET", path: "/api/v1/reclaims" },
   pauseCluster: { method: "POST", path: "/api/v1/cluster:pause" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
+  previewClusterShutdown: { method: "GET", path: "/api/v1/operations:previewClusterShutdown" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
   previewKubernetesUpgrade: { method: "GET", path: "/api/v1/operations:previewKubernetesUpgrade" },
+  previewNodeOperation: { method: "GET", path: "/api/v1/operations:previewNodeOperation" },
   previewPatch: { method: "POST", path: "/api/v1/patches:preview" },
   previewRemoval: { method: "GET", path: "/api/v1/machines/{name}/removal-preview" },
   previewRestore: { method: "GET", path: "/api/v1/backups/{name}:previewRestore" },
@@ -1951,8 +2062,10 @@ export const operationPaths = {
   resumeCluster: { method: "POST", path: "/api/v1/cluster:resume" },
   resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
   scanDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:scan" },
+  startClusterShutdown: { method: "POST", path: "/api/v1/operations:startClusterShutdown" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
   startKubernetesUpgrade: { method: "POST", path: "/api/v1/operations:startKubernetesUpgrade" },
+  startNodeOperation: { method: "POST", path: "/api/v1/operations:startNodeOperation" },
   startReclaim: { method: "POST", path: "/api/v1/reclaims" },
   startRestore: { method: "POST", path: "/api/v1/backups/{name}:restore" },
   startTalosUpgrade: { method: "POST", path: "/api/v1/operations:startTalosUpgrade" },
