@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,9 +85,31 @@ func workerBudget(op *ichorv1alpha1.TalosOperation) int {
 	return rollout.WorkerBudget(op.Spec.MaxUnavailable, workers)
 }
 
-// selectMachines records the machines the rollout covers, in the order it
-// takes them: control planes first, then workers, each by spec.orderBy's
+// rolloutOrder sorts ms in the order a rollout takes them: control planes
+// first, then workers; within each, the machine on the controller's own Node
+// (own, the downward API's spec.nodeName) last, so the leading controller
+// moves to the other replica once, at the end of its role; then by orderBy's
 // label value, then by name.
+func rolloutOrder(ms []ichorv1alpha1.TalosMachine, orderBy, own string) {
+	isOwn := func(m *ichorv1alpha1.TalosMachine) int {
+		if own != "" && strings.EqualFold(m.Status.NodeName, own) {
+			return 1
+		}
+
+		return 0
+	}
+
+	slices.SortFunc(ms, func(a, b ichorv1alpha1.TalosMachine) int {
+		return cmp.Or(
+			cmp.Compare(roleOrder(a.Spec.Role), roleOrder(b.Spec.Role)),
+			cmp.Compare(isOwn(&a), isOwn(&b)),
+			cmp.Compare(a.Labels[orderBy], b.Labels[orderBy]),
+			cmp.Compare(a.Name, b.Name))
+	})
+}
+
+// selectMachines records the machines the rollout covers, in the order it
+// takes them (rolloutOrder).
 func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result, error) {
 	op := s.Object
 
@@ -108,12 +131,7 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 		return ctrl.Result{}, err
 	}
 
-	slices.SortFunc(ms, func(a, b ichorv1alpha1.TalosMachine) int {
-		return cmp.Or(
-			cmp.Compare(roleOrder(a.Spec.Role), roleOrder(b.Spec.Role)),
-			cmp.Compare(a.Labels[op.Spec.OrderBy], b.Labels[op.Spec.OrderBy]),
-			cmp.Compare(a.Name, b.Name))
-	})
+	rolloutOrder(ms, op.Spec.OrderBy, r.OwnNode)
 
 	op.Status.Machines = make([]ichorv1alpha1.MachineProgress, 0, len(ms))
 	for _, m := range ms {
