@@ -54,8 +54,10 @@ func (s *Server) ServeAll(ctx context.Context, l Listeners) error {
 		go func() { errc <- servers[i].ServeTLS(listeners[i], "", "") }()
 	}
 	var runErr error
+	pending := len(servers)
 	select {
 	case runErr = <-errc:
+		pending--
 	case <-ctx.Done():
 	}
 	s.stopped.Store(true)
@@ -67,6 +69,16 @@ func (s *Server) ServeAll(ctx context.Context, l Listeners) error {
 		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			shutdownErr = errors.Join(shutdownErr, err)
 		}
+	}
+	// A server whose Serve had not yet started when Shutdown ran still holds
+	// its listener open: close every listener, and wait for each Serve to
+	// return (at once, now that its server is shut down), so that nothing
+	// accepts connections once ServeAll has returned.
+	for _, ln := range listeners {
+		_ = ln.Close()
+	}
+	for ; pending > 0; pending-- {
+		<-errc
 	}
 	s.grpc.GracefulStop()
 	_ = s.gwConn.Close()

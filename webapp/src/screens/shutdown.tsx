@@ -125,7 +125,7 @@ export function ShutdownControl() {
   if (!canWrite || !cluster?.name) return null;
   return (
     <>
-      <Button variant="destructive" onClick={() => setOpen(true)} data-testid="shutdown-open" aria-label={`Shut cluster ${cluster.name} down…`}>
+      <Button variant="destructive" onClick={() => setOpen(true)} data-testid="shutdown-open" aria-label={`Shut down cluster ${cluster.name}…`}>
         Shut down…
       </Button>
       {open && <ShutdownDialog client={client} cluster={cluster.name} open={open} onClose={() => setOpen(false)} />}
