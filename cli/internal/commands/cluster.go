@@ -56,7 +56,7 @@ func clusterCommand() *cli.Command {
 					"(needs the shutdown verb on talosoperations)",
 				ArgsUsage: argCluster,
 				Flags: []cli.Flag{
-					&cli.BoolFlag{Name: flagDryRun, Usage: "print the steps and any refusal, and change nothing"},
+					&cli.BoolFlag{Name: flagDryRun, Usage: usageDryRun},
 					&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until every machine is off"},
 					&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the operation"},
 				},

@@ -52,7 +52,7 @@ func nodeCommand() *cli.Command {
 
 func nodeActionCommand(action, usage string) *cli.Command {
 	flags := []cli.Flag{
-		&cli.BoolFlag{Name: flagDryRun, Usage: "print the steps and any refusal, and change nothing"},
+		&cli.BoolFlag{Name: flagDryRun, Usage: usageDryRun},
 		&cli.BoolFlag{Name: flagWait, Usage: "follow the operation until it ends"},
 		&cli.DurationFlag{Name: flagTimeout, Value: 30 * time.Minute, Usage: "how long --wait follows the operation"},
 	}
@@ -77,6 +77,8 @@ const (
 	flagWipeMode = "wipe-mode"
 	// flagDryRun prints the plan and changes nothing.
 	flagDryRun = "dry-run"
+	// usageDryRun is flagDryRun's help text.
+	usageDryRun = "print the steps and any refusal, and change nothing"
 )
 
 // nodeActionText says what a node operation does, step by step (nodeop.NodeSteps).

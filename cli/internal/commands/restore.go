@@ -47,7 +47,7 @@ func etcdRestoreCommand() *cli.Command {
 			&cli.StringFlag{Name: flagIdentity, Usage: "a file holding an age identity (AGE-SECRET-KEY-1…) of one of the backup's recipients; " +
 				"it goes into a Secret that is deleted with the operation"},
 			&cli.StringFlag{Name: flagIdentitySecret, Usage: "an existing Secret (NAME or NAME:KEY, default key identity) holding the age identity, instead of --identity"},
-			&cli.BoolFlag{Name: flagDryRun, Usage: "print the steps and any refusal, and change nothing"},
+			&cli.BoolFlag{Name: flagDryRun, Usage: usageDryRun},
 			&cli.BoolFlag{Name: flagWait, Usage: "follow the restore until it ends (the Kubernetes API goes away meanwhile)"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 60 * time.Minute, Usage: "how long --wait follows the restore"},
 		},
