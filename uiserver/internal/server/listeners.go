@@ -78,7 +78,10 @@ func (s *Server) ServeAll(ctx context.Context, l Listeners) error {
 		_ = ln.Close()
 	}
 	for ; pending > 0; pending-- {
-		<-errc
+		// ErrServerClosed, or the error of a server that failed meanwhile.
+		if err := <-errc; runErr == nil && !errors.Is(err, http.ErrServerClosed) {
+			runErr = err
+		}
 	}
 	s.grpc.GracefulStop()
 	_ = s.gwConn.Close()
