@@ -53,7 +53,7 @@ func restoreCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: flagRecoverCluster, Usage: "recover cluster `NAME` after a full loss"},
 			&cli.StringFlag{Name: flagConfirmCluster, Usage: "lift the holds the recovery of cluster `NAME` left"},
-			&cli.StringFlag{Name: flagSnapshot, Value: recoverflow.SnapshotLatest, Usage: "the snapshot, as `ichor etcd backup list` showed it (or its key); latest is the newest the store lists"},
+			&cli.StringFlag{Name: flagSnapshot, Value: recoverflow.SnapshotLatest, Usage: "the snapshot `NAME`, as ichor etcd backup list showed it (or its key); latest is the newest the store lists"},
 			&cli.StringFlag{Name: flagFromStore, Usage: "the backup store: `URL` http(s)://HOST[:PORT]/BUCKET[/PREFIX], the TalosEtcdBackup's spec.s3 endpoint, bucket and prefix"},
 			&cli.StringFlag{Name: "region", Usage: "the store's S3 `REGION` (spec.s3.region)"},
 			&cli.StringFlag{Name: flagIdentity, Usage: "a `FILE` holding an age identity (AGE-SECRET-KEY-1…) of one of the backup's recipients", TakesFile: true},
