@@ -31,9 +31,11 @@ const (
 	// The environment variables the store's credentials come from (the
 	// command line is readable by every local user).
 	envS3AccessKey = "ICHOR_S3_ACCESS_KEY_ID"
-	envS3SecretKey = "ICHOR_S3_SECRET_ACCESS_KEY"
+	envS3SecretKey = "ICHOR_S3_SECRET_ACCESS_KEY" //nolint:gosec // the name of a variable, not a credential
 	envAWSAccess   = "AWS_ACCESS_KEY_ID"
-	envAWSSecret   = "AWS_SECRET_ACCESS_KEY"
+	envAWSSecret   = "AWS_SECRET_ACCESS_KEY" //nolint:gosec // the name of a variable, not a credential
+	// flagPassphraseFile reads the secrets store's passphrase from a file.
+	flagPassphraseFile = "passphrase-file"
 )
 
 func restoreCommand() *cli.Command {
@@ -61,7 +63,7 @@ func restoreCommand() *cli.Command {
 			&cli.StringFlag{Name: "installer-image", Usage: "the installer Job's `IMAGE` (default: this release's)"},
 			&cli.IntFlag{Name: "talos-port", Usage: "the Talos API `PORT` (default 50000)"},
 			&cli.StringFlag{Name: "write-kubeconfig", Usage: "also write the recovered cluster's admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
-			&cli.StringFlag{Name: "passphrase-file", Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
+			&cli.StringFlag{Name: flagPassphraseFile, Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
 			&cli.BoolFlag{Name: flagDryRun, Usage: "check everything and print the plan (or the held machines), and change nothing"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 15 * time.Minute, Usage: "how long each wait lasts"},
 		},
@@ -179,7 +181,7 @@ func recoverCluster(ctx context.Context, cmd *cli.Command, cluster string) error
 
 	env := recoverflow.Env{
 		Store:      st,
-		Passphrase: secretstore.PromptPassphrase(cmd.String("passphrase-file"), os.Stdin, r.errOut),
+		Passphrase: secretstore.PromptPassphrase(cmd.String(flagPassphraseFile), os.Stdin, r.errOut),
 		Progress:   initflow.NewProgress(r.errOut, tty),
 		Out:        r.out,
 		Confirm:    r.confirm,
@@ -207,7 +209,7 @@ func restoreConfirm(ctx context.Context, cmd *cli.Command, cluster string) error
 			cluster, r.ns(), recoverflow.HoldValue)
 	}
 
-	t := &output.Rows{Header: []string{"MACHINE", "ROLE", colAddress, "DRIFT", colReason}}
+	t := &output.Rows{Header: []string{"MACHINE", colRole, colAddress, "DRIFT", colReason}}
 	names := make([]string, 0, len(held))
 
 	for _, h := range held {

@@ -932,7 +932,7 @@ func (s *state) waitAPI(ctx context.Context) error {
 		return lastErr == nil, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the Kubernetes API did not serve the restored TalosClusters within %s (last: %v); run the recovery again to continue", s.o.Timeout, lastErr)
+		return fmt.Errorf("the Kubernetes API did not serve the restored TalosClusters within %s (last: %w); run the recovery again to continue", s.o.Timeout, lastErr)
 	}
 
 	s.p.Detailf("the API serves the restored resources; kubeconfig stored in %s", s.env.Store.Dir)

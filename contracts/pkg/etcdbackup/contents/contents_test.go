@@ -41,7 +41,7 @@ func write(t *testing.T, entries []struct {
 
 		for _, e := range entries {
 			k := make([]byte, revBytesLen, markedRevBytesLen)
-			binary.BigEndian.PutUint64(k, uint64(e.rev))
+			binary.BigEndian.PutUint64(k, uint64(e.rev)) //nolint:gosec // the test's revisions are positive
 			k[8] = '_'
 
 			if e.tombstone {
@@ -77,12 +77,18 @@ func TestReadLatestAndTombstones(t *testing.T) {
 	cluster := func(version string) string {
 		c := ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "prod"}, Spec: ichorv1alpha1.TalosClusterSpec{TalosVersion: version}}
 		c.APIVersion, c.Kind = ichorv1alpha1.GroupVersion.String(), "TalosCluster"
-		data, _ := json.Marshal(c)
+		data, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
 
 		return string(data)
 	}
 	machine := func(ns, name string) string {
-		data, _ := json.Marshal(ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ichorv1alpha1.TalosMachineSpec{ClusterName: "prod"}})
+		data, err := json.Marshal(ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ichorv1alpha1.TalosMachineSpec{ClusterName: "prod"}})
+		if err != nil {
+			t.Fatal(err)
+		}
 
 		return string(data)
 	}
