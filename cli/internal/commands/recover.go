@@ -20,6 +20,7 @@ import (
 	"github.com/maeshinshin/ichor/cli/internal/secretstore"
 	"github.com/maeshinshin/ichor/contracts/pkg/etcdbackup"
 	"github.com/maeshinshin/ichor/contracts/pkg/etcdbackup/store"
+	"github.com/maeshinshin/ichor/contracts/pkg/recovery"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 )
 
@@ -199,7 +200,7 @@ func restoreConfirm(ctx context.Context, cmd *cli.Command, cluster string) error
 		return err
 	}
 
-	held, err := recoverflow.Holds(ctx, r.c(), r.ns(), cluster)
+	held, err := recovery.Holds(ctx, r.c(), r.ns(), cluster)
 	if err != nil {
 		return r.conn.Explain(err, "listing the TalosMachines")
 	}
@@ -238,7 +239,7 @@ func restoreConfirm(ctx context.Context, cmd *cli.Command, cluster string) error
 		return err
 	}
 
-	if err := recoverflow.ReleaseHolds(ctx, r.c(), r.ns(), names); err != nil {
+	if err := recovery.ReleaseHolds(ctx, r.c(), r.ns(), names); err != nil {
 		return r.conn.Explain(err, "lifting the holds")
 	}
 

@@ -58,14 +58,13 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/etcdbackup/contents"
 	"github.com/maeshinshin/ichor/contracts/pkg/etcdbackup/fetch"
 	"github.com/maeshinshin/ichor/contracts/pkg/etcdbackup/store"
+	"github.com/maeshinshin/ichor/contracts/pkg/recovery"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
-// HoldValue is the value of the hold-apply annotation the recovery sets;
-// `ichor restore --confirm` lifts only holds of this value (a hold a person
-// set is theirs).
-const HoldValue = "ichor-restore"
+// HoldValue is the value of the hold-apply annotation the recovery sets.
+const HoldValue = recovery.HoldValue
 
 // SnapshotLatest names the newest snapshot in the store.
 const SnapshotLatest = "latest"
@@ -970,7 +969,7 @@ func (s *state) hold(ctx context.Context) error {
 		return err
 	}
 
-	held, err := SetHolds(ctx, conn.Client, s.o.Namespace, s.o.Cluster)
+	held, err := recovery.SetHolds(ctx, conn.Client, s.o.Namespace, s.o.Cluster)
 	if err != nil {
 		return conn.Explain(err, "holding the TalosMachines")
 	}
@@ -980,108 +979,9 @@ func (s *state) hold(ctx context.Context) error {
 	return nil
 }
 
-// SetHolds puts the recovery's hold on every TalosMachine of cluster that
-// has none, and returns how many are held by it.
-func SetHolds(ctx context.Context, c client.Client, namespace, cluster string) (int, error) {
-	list := &ichorv1alpha1.TalosMachineList{}
-	if err := c.List(ctx, list, client.InNamespace(namespace)); err != nil {
-		return 0, err
-	}
-
-	n := 0
-
-	for i := range list.Items {
-		m := &list.Items[i]
-		if m.Spec.ClusterName != cluster {
-			continue
-		}
-
-		if _, ok := m.Annotations[ichorv1alpha1.HoldApplyAnnotation]; !ok {
-			before := m.DeepCopy()
-			if m.Annotations == nil {
-				m.Annotations = map[string]string{}
-			}
-
-			m.Annotations[ichorv1alpha1.HoldApplyAnnotation] = HoldValue
-
-			if err := c.Patch(ctx, m, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-				return n, err
-			}
-		}
-
-		if m.Annotations[ichorv1alpha1.HoldApplyAnnotation] == HoldValue {
-			n++
-		}
-	}
-
-	return n, nil
-}
-
 func (s *state) summary() {
 	_, _ = fmt.Fprintf(s.env.Out, "\nCluster %s is recovered from %s: etcd runs it on %d control plane(s) and the Kubernetes API answers.\n"+
 		"Every TalosMachine is held: the controller compares each node with its render and reports drift (`ichor machine list`, condition AdoptionHeld), "+
 		"and applies nothing. Once the machines look right, run\n  ichor restore --confirm %s\n", s.o.Cluster, path.Base(s.key), len(s.cps), s.o.Cluster)
 }
 
-// Held is a TalosMachine the recovery holds, with what the controller
-// reported about it.
-type Held struct {
-	Name, Role, Address string
-	// Drift are the paths the node differs from the render in.
-	Drift []string
-	// Reason is its Ready condition's reason.
-	Reason string
-}
-
-// Holds lists the TalosMachines of cluster the recovery holds.
-func Holds(ctx context.Context, c client.Reader, namespace, cluster string) ([]Held, error) {
-	list := &ichorv1alpha1.TalosMachineList{}
-	if err := c.List(ctx, list, client.InNamespace(namespace)); err != nil {
-		return nil, err
-	}
-
-	var out []Held
-
-	for _, m := range list.Items {
-		if m.Spec.ClusterName != cluster || m.Annotations[ichorv1alpha1.HoldApplyAnnotation] != HoldValue {
-			continue
-		}
-
-		h := Held{Name: m.Name, Role: m.Spec.Role, Address: m.Spec.Address, Drift: m.Status.DriftPaths}
-		for _, cond := range m.Status.Conditions {
-			if cond.Type == ichorv1alpha1.ReadyCondition {
-				h.Reason = cond.Reason
-			}
-		}
-
-		out = append(out, h)
-	}
-
-	slices.SortFunc(out, func(a, b Held) int { return strings.Compare(a.Name, b.Name) })
-
-	return out, nil
-}
-
-// ReleaseHolds lifts the recovery's hold from the named machines (a hold of
-// another value stays).
-func ReleaseHolds(ctx context.Context, c client.Client, namespace string, names []string) error {
-	for _, name := range names {
-		m := &ichorv1alpha1.TalosMachine{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, m); err != nil {
-			return err
-		}
-
-		if m.Annotations[ichorv1alpha1.HoldApplyAnnotation] != HoldValue {
-			continue
-		}
-
-		before := m.DeepCopy()
-		delete(m.Annotations, ichorv1alpha1.HoldApplyAnnotation)
-
-		if err := c.Patch(ctx, m, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			return err
-		}
-	}
-
-	return nil
-}
