@@ -66,7 +66,23 @@ type Held struct {
 	Reason string
 }
 
-// Holds lists the TalosMachines of cluster the recovery holds.
+// HoldOf is m as the recovery holds it; false when it holds m not.
+func HoldOf(m *ichorv1alpha1.TalosMachine) (Held, bool) {
+	if m.Annotations[ichorv1alpha1.HoldApplyAnnotation] != HoldValue {
+		return Held{}, false
+	}
+
+	h := Held{Name: m.Name, Role: m.Spec.Role, Address: m.Spec.Address, Drift: m.Status.DriftPaths}
+	for _, cond := range m.Status.Conditions {
+		if cond.Type == ichorv1alpha1.ReadyCondition {
+			h.Reason = cond.Reason
+		}
+	}
+
+	return h, true
+}
+
+// Holds lists the TalosMachines of cluster the recovery holds, by name.
 func Holds(ctx context.Context, c client.Reader, namespace, cluster string) ([]Held, error) {
 	list := &ichorv1alpha1.TalosMachineList{}
 	if err := c.List(ctx, list, client.InNamespace(namespace)); err != nil {
@@ -75,19 +91,10 @@ func Holds(ctx context.Context, c client.Reader, namespace, cluster string) ([]H
 
 	var out []Held
 
-	for _, m := range list.Items {
-		if m.Spec.ClusterName != cluster || m.Annotations[ichorv1alpha1.HoldApplyAnnotation] != HoldValue {
-			continue
+	for i := range list.Items {
+		if h, ok := HoldOf(&list.Items[i]); ok && list.Items[i].Spec.ClusterName == cluster {
+			out = append(out, h)
 		}
-
-		h := Held{Name: m.Name, Role: m.Spec.Role, Address: m.Spec.Address, Drift: m.Status.DriftPaths}
-		for _, cond := range m.Status.Conditions {
-			if cond.Type == ichorv1alpha1.ReadyCondition {
-				h.Reason = cond.Reason
-			}
-		}
-
-		out = append(out, h)
 	}
 
 	slices.SortFunc(out, func(a, b Held) int { return strings.Compare(a.Name, b.Name) })
