@@ -65,8 +65,8 @@ type world struct {
 	ctrlLog    string
 	// control is the base URL of talosemu's control API (RPC counters, faults).
 	control string
-	// ctrl is the running ichor-controller process.
-	ctrl *exec.Cmd
+	// ctrl is the running ichor-controller process, emu talosemu's.
+	ctrl, emu *exec.Cmd
 
 	mu      sync.Mutex
 	outputs bytes.Buffer // every CLI invocation's stdout and stderr
@@ -153,6 +153,7 @@ func startWorldIn(subnet string, n, cps int) (*world, error) {
 		return nil, fmt.Errorf("starting talosemu: %w", err)
 	}
 
+	w.emu = emu
 	cleanups = append(cleanups, func() { stopProcess(emu) })
 
 	sc := bufio.NewScanner(stdout)

@@ -160,7 +160,11 @@ func readSnapshot(t *testing.T, ctx context.Context, st *store.Store, key string
 	return c
 }
 
-func TestFullLossRecovery(t *testing.T) {
+func TestFullLossRecovery(t *testing.T) { fullLossRecovery(t) }
+
+// fullLossRecovery runs the scenario in a world of its own, stopped when it
+// ends (e2e:full runs it ten times, TestFullLossRecoveryRepeated).
+func fullLossRecovery(t *testing.T) {
 	start := time.Now()
 	durations := map[string]time.Duration{}
 
@@ -171,6 +175,14 @@ func TestFullLossRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	t.Cleanup(func() {
+		if w.ctrl != nil {
+			stopProcess(w.ctrl)
+		}
+
+		stopProcess(w.emu)
+	})
 
 	s3, err := testenv.StartS3(ctx, filepath.Join(w.dir, "s3"), "", recoverBucket)
 	if err != nil {
