@@ -984,4 +984,3 @@ func (s *state) summary() {
 		"Every TalosMachine is held: the controller compares each node with its render and reports drift (`ichor machine list`, condition AdoptionHeld), "+
 		"and applies nothing. Once the machines look right, run\n  ichor restore --confirm %s\n", s.o.Cluster, path.Base(s.key), len(s.cps), s.o.Cluster)
 }
-
