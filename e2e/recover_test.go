@@ -484,6 +484,24 @@ stringData: {token: kept-across-the-loss}
 		}
 	}
 
+	// A second run finds what the first recorded (recovery.json) and the
+	// machines configured: it sends nothing again (no configuration, upload
+	// or Bootstrap) and ends the same way.
+	w.mustIchor(t, ctx, recoverArgs("--snapshot", snapName, "--yes")...)
+
+	for _, m := range []emuMachine{cp1, cp2} {
+		c, err := w.rpcs(ctx, m.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		boots := c["/machine.MachineService/Bootstrap"]
+		if c[applyRPC] != 1 || c["/machine.MachineService/EtcdRecover"] > 1 || boots > 1 || (m == cp1) != (boots == 1) {
+			t.Fatalf("after a second run, %s was sent %d configurations, %d uploads and %d Bootstraps; want one configuration each, and one upload and Bootstrap on %s only",
+				m.Name, c[applyRPC], c["/machine.MachineService/EtcdRecover"], boots, cp1.Name)
+		}
+	}
+
 	// The controller comes back (as a process, as in the scenario above) and
 	// holds every machine: the worker, wiped, waits in maintenance mode.
 	if err := w.startController(); err != nil {
