@@ -435,8 +435,9 @@ func (s *state) readCluster(ctx context.Context) error {
 
 func (s *state) recordPath() string { return filepath.Join(s.env.Store.Dir, RecordFile) }
 
-// loadRecord reads the record of an earlier run of this recovery; one of
-// another snapshot that bootstrapped etcd is refused.
+// loadRecord reads the record of an earlier run of this recovery (the same
+// snapshot); a record of another snapshot is left for this run to replace
+// (its machines then must answer in maintenance mode like any other).
 func (s *state) loadRecord() error {
 	s.rec = &Record{Cluster: s.o.Cluster, Namespace: s.o.Namespace, Snapshot: s.key, SHA256: s.snap.Verified.SHA256}
 
@@ -455,11 +456,6 @@ func (s *state) loadRecord() error {
 	}
 
 	if prev.SHA256 != s.rec.SHA256 {
-		if prev.Bootstrapped != "" {
-			return fmt.Errorf("%s says an earlier recovery bootstrapped etcd on %s from snapshot %s, not %s: finish or undo that one "+
-				"(wipe the machines again), then move the file away; nothing was changed", s.recordPath(), prev.Bootstrapped, path.Base(prev.Snapshot), path.Base(s.key))
-		}
-
 		return nil
 	}
 
@@ -518,6 +514,16 @@ func (s *state) checkMachines(ctx context.Context) error {
 			problems = append(problems, err.Error())
 
 			continue
+		}
+
+		// In maintenance mode again (wiped since an earlier run): nothing of
+		// what that run sent survives on it, its etcd data included.
+		if _, sent := s.rec.ConfigSent[m.Name]; sent {
+			delete(s.rec.ConfigSent, m.Name)
+
+			if s.rec.Bootstrapped == m.Name || s.rec.Uploaded == m.Name {
+				s.rec.Uploaded, s.rec.Bootstrapped, s.rec.BootstrapAt = "", "", nil
+			}
 		}
 
 		cp.fingerprint = fp
