@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,8 +65,8 @@ type world struct {
 	ctrlLog    string
 	// control is the base URL of talosemu's control API (RPC counters, faults).
 	control string
-	// ctrl is the running ichor-controller process.
-	ctrl *exec.Cmd
+	// ctrl is the running ichor-controller process, emu talosemu's.
+	ctrl, emu *exec.Cmd
 
 	mu      sync.Mutex
 	outputs bytes.Buffer // every CLI invocation's stdout and stderr
@@ -101,7 +102,11 @@ func repoRoot() (string, error) {
 
 // startWorld builds ichor, ichor-controller and talosemu, and starts five
 // emulated machines (3 control planes, 2 workers) with Kubernetes on the first.
-func startWorld() (*world, error) {
+func startWorld() (*world, error) { return startWorldIn(subnet, 5, 3) }
+
+// startWorldIn is startWorld with n machines, the first cps of them
+// control planes, on another loopback subnet.
+func startWorldIn(subnet string, n, cps int) (*world, error) {
 	assets := os.Getenv(assetsEnv)
 	if assets == "" {
 		return nil, fmt.Errorf("%s is not set: run the e2e tests through `go tool task test`, or export %s=$(go tool task assets:dir)", assetsEnv, assetsEnv)
@@ -135,7 +140,7 @@ func startWorld() (*world, error) {
 		}
 	}
 
-	emu := exec.CommandContext(context.Background(), filepath.Join(w.bin, "talosemu"), "--machines", "5", "--controlplanes", "3", "--subnet", subnet, //nolint:gosec // our own binary
+	emu := exec.CommandContext(context.Background(), filepath.Join(w.bin, "talosemu"), "--machines", strconv.Itoa(n), "--controlplanes", strconv.Itoa(cps), "--subnet", subnet, //nolint:gosec // our own binary
 		"--kubernetes", "--single-apiserver", "--kube-assets", assets, "--state-dir", filepath.Join(dir, "machines"), "--control", "127.0.0.1:0")
 	emu.Stderr, _ = os.Create(filepath.Join(dir, "talosemu.log"))
 
@@ -148,10 +153,11 @@ func startWorld() (*world, error) {
 		return nil, fmt.Errorf("starting talosemu: %w", err)
 	}
 
+	w.emu = emu
 	cleanups = append(cleanups, func() { stopProcess(emu) })
 
 	sc := bufio.NewScanner(stdout)
-	for len(w.machines) < 5 && sc.Scan() {
+	for len(w.machines) < n && sc.Scan() {
 		if _, url, ok := strings.Cut(sc.Text(), "; control API "); ok {
 			w.control = strings.TrimSpace(url)
 		}
@@ -162,8 +168,8 @@ func startWorld() (*world, error) {
 		}
 	}
 
-	if len(w.machines) < 5 {
-		return nil, fmt.Errorf("talosemu printed %d machines, want 5; its log: %s", len(w.machines), filepath.Join(dir, "talosemu.log"))
+	if len(w.machines) < n {
+		return nil, fmt.Errorf("talosemu printed %d machines, want %d; its log: %s", len(w.machines), n, filepath.Join(dir, "talosemu.log"))
 	}
 
 	go func() { _, _ = bufio.NewReader(stdout).WriteTo(discard{}) }()

@@ -521,6 +521,14 @@ func (m *Machine) boot(ctx context.Context) error {
 	m.p.Powered = true
 	m.p.Boots++
 
+	if m.p.WipeEphemeralAtBoot {
+		m.p.WipeEphemeralAtBoot = false
+
+		if err := m.wipeEphemeral(); err != nil {
+			m.world.logf("machine %s: wiping EPHEMERAL of the replaced disk: %v", m.Name(), err)
+		}
+	}
+
 	m.etcdMu.Lock()
 	m.etcdLeft = false
 	m.etcdMu.Unlock()
@@ -776,10 +784,14 @@ func (m *Machine) SetHung(hung bool) error {
 }
 
 // WipeSystemDisk erases the system disk (as if replaced): at its next boot the machine comes
-// up in maintenance from its boot media, with the same identity.
+// up in maintenance from its boot media, with the same identity, and with nothing of EPHEMERAL
+// (a control plane's etcd data is gone: a full loss). A running machine's etcd member keeps
+// its files until that boot.
 func (m *Machine) WipeSystemDisk() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+
+	m.p.WipeEphemeralAtBoot = true
 
 	return m.wipeSystemDiskLocked()
 }

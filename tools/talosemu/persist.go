@@ -49,6 +49,9 @@ type persisted struct {
 	BootID string `json:"bootID"`
 	// Boots counts boots.
 	Boots int `json:"boots"`
+	// WipeEphemeralAtBoot: the system disk was wiped while the machine ran;
+	// its EPHEMERAL data (the etcd member) goes at the next boot.
+	WipeEphemeralAtBoot bool `json:"wipeEphemeralAtBoot,omitempty"`
 	// Durations override the world's durations when set.
 	Durations *Durations `json:"durations,omitempty"`
 }

@@ -114,6 +114,7 @@ func New() *cli.Command {
 			operationCommand(),
 			upgradeCommand(),
 			etcdCommand(),
+			restoreCommand(),
 			secretsCommand(),
 			userCommand(),
 			uiCommand(),

@@ -658,3 +658,28 @@ func releaseVersion(v string) string {
 
 	return v
 }
+
+// InstallInto installs Ichor into the cluster the admin kubeconfig reaches,
+// as init's install step does (o.Install: manifest runs the installer Job,
+// none applies the namespace, the CRDs and the users' roles); o needs only
+// Namespace, Install and InstallerImage. The full-loss recovery calls it once
+// the recovered API answers.
+func InstallInto(ctx context.Context, kubeconfig []byte, o Options, env Env) error {
+	if o.Install == "" {
+		o.Install = InstallManifest
+	}
+
+	s := &state{o: o, env: env, p: env.Progress, kubeconfig: kubeconfig}
+	k := &kubeSteps{s: s}
+
+	if err := k.connect(ctx); err != nil {
+		return err
+	}
+
+	return k.install(ctx)
+}
+
+// InstallTitle names what InstallInto does for o.
+func InstallTitle(o Options, env Env) string {
+	return (&kubeSteps{s: &state{o: o, env: env}}).installTitle()
+}

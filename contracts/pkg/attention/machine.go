@@ -66,7 +66,7 @@ var typeText = map[string]problem{
 	ichorv1alpha1.IdentityConflictCondition:   {Error, ActionOpenNode, "the identity of %[1]s is in doubt"},
 	ichorv1alpha1.FingerprintTrustedCondition: {Error, ActionOpenNode, "the maintenance certificate of %[1]s is not trusted"},
 	ichorv1alpha1.DiskRolesEffectiveCondition: {Warning, ActionOpenNode, "the disk roles of %[1]s are not in effect"},
-	ichorv1alpha1.AdoptionHeldCondition:       {Warning, ActionOpenNode, "the adoption of %[1]s is held"},
+	ichorv1alpha1.AdoptionHeldCondition:       {Warning, ActionOpenNode, "%[1]s is held (adopted or recovered): nothing is applied to it until the hold is lifted"},
 	ichorv1alpha1.DriftedCondition:            {Warning, ActionOpenNode, "%[1]s runs a configuration different from the one Ichor rendered%[2]s"},
 	ichorv1alpha1.RebootRequiredCondition: {Warning, ActionApply,
 		"a configuration change of %[1]s waits for a rollout that reboots it%[2]s"},

@@ -16,6 +16,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
+	"github.com/maeshinshin/ichor/contracts/pkg/recovery"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
@@ -87,6 +88,11 @@ func (s *ClusterService) clusterProto(ctx context.Context, c *ichorv1alpha1.Talo
 			return nil, apiError(ctx, err, "listing TalosMachines")
 		}
 		for _, m := range machines {
+			if h, ok := recovery.HoldOf(m); ok {
+				out.RecoveryHolds = append(out.RecoveryHolds, &ichorv1.RecoveryHold{
+					Machine: h.Name, Role: h.Role, Address: h.Address, DriftPaths: int32(len(h.Drift)), Reason: h.Reason, //nolint:gosec // a CRD-capped list
+				})
+			}
 			switch m.Spec.Approval.State {
 			case ichorv1alpha1.ApprovalPending:
 				out.MachinesPending++
@@ -193,6 +199,42 @@ func (s *ClusterService) ResumeCluster(ctx context.Context, _ *ichorv1.ResumeClu
 		return nil, err
 	}
 	return &ichorv1.ResumeClusterResponse{Cluster: out}, nil
+}
+
+// ConfirmRecovery implements ClusterService: it lifts a full-loss
+// recovery's holds as the signed-in user, the cluster's name typed.
+func (s *ClusterService) ConfirmRecovery(ctx context.Context, req *ichorv1.ConfirmRecoveryRequest) (*ichorv1.ConfirmRecoveryResponse, error) {
+	if req.GetConfirmClusterName() != s.ClusterName {
+		return nil, invalid("type the cluster's name %q to confirm that its machines may be applied to", s.ClusterName)
+	}
+	what := "lifting the recovery's holds on the TalosMachines of " + s.ClusterName
+	if err := s.Clients.Authorize(ctx, "patch", resMachines); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	held, err := recovery.Holds(ctx, s.Clients.User, s.Clients.Namespace, s.ClusterName)
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	if len(held) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "no TalosMachine of cluster %s is held by a recovery (%s=%s): nothing to confirm",
+			s.ClusterName, ichorv1alpha1.HoldApplyAnnotation, recovery.HoldValue)
+	}
+	names := make([]string, 0, len(held))
+	for _, h := range held {
+		names = append(names, h.Name)
+	}
+	if err := recovery.ReleaseHolds(ctx, s.Clients.User, s.Clients.Namespace, names); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+	c := &ichorv1alpha1.TalosCluster{}
+	if err := s.Clients.User.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: s.ClusterName}, c); err != nil {
+		return nil, apiError(ctx, err, "reading TalosCluster "+s.ClusterName)
+	}
+	out, err := s.clusterProto(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return &ichorv1.ConfirmRecoveryResponse{Released: names, Cluster: out}, nil
 }
 
 // WhoAmI implements ClusterService.

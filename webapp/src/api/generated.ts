@@ -235,6 +235,11 @@ export interface Cluster {
   ready?: string;
   /** The Ready condition's message. */
   readyMessage?: string;
+  /**
+   * The machines a full-loss recovery holds until a person confirms
+   * (ConfirmRecovery); empty otherwise.
+   */
+  recoveryHolds?: RecoveryHold[];
   /** The resourceVersion the summary was read at. */
   resourceVersion?: string;
   /** The Talos version the cluster runs (spec). */
@@ -346,6 +351,20 @@ export interface ConfigStep {
 export interface ConfirmReclaimResponse {
   /** The reclaim. */
   reclaim?: Reclaim;
+}
+
+/** ConfirmRecoveryRequest carries the cluster's name as typed. */
+export interface ConfirmRecoveryRequest {
+  /** The cluster's name, typed by the person who confirms. */
+  confirmClusterName?: string;
+}
+
+/** ConfirmRecoveryResponse names the machines released. */
+export interface ConfirmRecoveryResponse {
+  /** The cluster after the change. */
+  cluster?: Cluster;
+  /** The TalosMachines whose recovery hold was lifted. */
+  released?: string[];
 }
 
 /** ControlPlaneHealth is one control plane's kube-apiserver and etcd. */
@@ -1292,6 +1311,20 @@ export interface ReclaimInspection {
   uuid?: string;
 }
 
+/** RecoveryHold is a TalosMachine a full-loss recovery holds. */
+export interface RecoveryHold {
+  /** The machine's address. */
+  address?: string;
+  /** How many configuration paths its node differs from the render in. */
+  driftPaths?: number;
+  /** The TalosMachine's name. */
+  machine?: string;
+  /** The Ready condition's reason. */
+  reason?: string;
+  /** controlplane or worker. */
+  role?: string;
+}
+
 /**
  * Refusal is one dangerous-operation check that refused a change
  * (contracts/pkg/guard). It reads the same in the UI, the CLI and the webhook.
@@ -1638,6 +1671,15 @@ export interface Client {
    * sends the reset.
    */
   confirmReclaim(args: { name: string; body: ReclaimServiceConfirmReclaimBody }, options?: CallOptions): Promise<ConfirmReclaimResponse>;
+  /**
+   * ConfirmRecovery lifts the holds a full-loss recovery (`ichor restore
+   * --recover-cluster`) left on the cluster's TalosMachines
+   * (ichor.maesh.dev/hold-apply=ichor-restore), as the signed-in user, the
+   * cluster's name typed; the controller then applies each machine's render
+   * and re-installs the wiped workers. A hold of another value stays.
+   * FailedPrecondition when no machine is held by a recovery.
+   */
+  confirmRecovery(args: { body: ConfirmRecoveryRequest }, options?: CallOptions): Promise<ConfirmRecoveryResponse>;
   /** CreatePatch creates a patch of the cluster. */
   createPatch(args: { body: CreatePatchRequest }, options?: CallOptions): Promise<CreatePatchResponse>;
   /** DeletePatch deletes a patch. */
@@ -1868,6 +1910,9 @@ export function createClient(t: Transport): Client {
     confirmReclaim(args, options) {
       return t.unary<ConfirmReclaimResponse>("POST", `/api/v1/reclaims/${enc(args.name)}:confirm`, undefined, args.body, options);
     },
+    confirmRecovery(args, options) {
+      return t.unary<ConfirmRecoveryResponse>("POST", "/api/v1/cluster:confirm-recovery", undefined, args.body, options);
+    },
     createPatch(args, options) {
       return t.unary<CreatePatchResponse>("POST", "/api/v1/patches", undefined, args.body, options);
     },
@@ -2025,6 +2070,7 @@ export const operationPaths = {
   backUpNow: { method: "POST", path: "/api/v1/backups/{name}:backUpNow" },
   cancelReclaim: { method: "POST", path: "/api/v1/reclaims/{name}:cancel" },
   confirmReclaim: { method: "POST", path: "/api/v1/reclaims/{name}:confirm" },
+  confirmRecovery: { method: "POST", path: "/api/v1/cluster:confirm-recovery" },
   createPatch: { method: "POST", path: "/api/v1/patches" },
   deletePatch: { method: "POST", path: "/api/v1/patches/{name}:delete" },
   getCluster: { method: "GET", path: "/api/v1/cluster" },

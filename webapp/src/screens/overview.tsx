@@ -14,6 +14,7 @@ import { UpgradeDialog, type UpgradeKind } from "./talosupgrade";
 import * as api from "../api/v1alpha1";
 import { PauseControl, PausedNotice } from "./pause";
 import { ShutdownControl } from "./shutdown";
+import { RecoveryNotice } from "./recovery";
 import { pausedSince } from "../lib/pause";
 import { useAttention } from "../lib/attention";
 import { useHealth } from "../lib/health";
@@ -96,6 +97,7 @@ export function Overview() {
         </div>
       </div>
       {cluster && <PausedNotice cluster={cluster} />}
+      {cluster && <RecoveryNotice cluster={cluster} />}
       {/* ichor-ui not answering is told once, by the shell, with the time of the data. */}
       {!(clusterError instanceof NetworkError) && <ErrorAlert error={clusterError} what="Reading the cluster" />}
       {cluster && cluster.ready !== "True" && cluster.readyMessage && (

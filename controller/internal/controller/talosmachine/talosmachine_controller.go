@@ -82,7 +82,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, provisioningChanged{}, reconcileRequested{}))).
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, provisioningChanged{}, reconcileRequested{}, holdChanged{}))).
 		Watches(&ichorv1alpha1.TalosConfigPatch{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&ichorv1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
@@ -187,6 +187,30 @@ func (reconcileRequested) Update(e event.UpdateEvent) bool {
 	return e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k]
 }
 
+// holdChanged passes a change of the hold-apply annotation: a hold set or
+// lifted shows in AdoptionHeld at once, and a lifted hold applies what waited.
+type holdChanged struct {
+	predicate.Funcs
+}
+
+func (holdChanged) Update(e event.UpdateEvent) bool {
+	if e.ObjectOld == nil || e.ObjectNew == nil {
+		return false
+	}
+
+	_, was := e.ObjectOld.GetAnnotations()[ichorv1alpha1.HoldApplyAnnotation]
+	_, is := e.ObjectNew.GetAnnotations()[ichorv1alpha1.HoldApplyAnnotation]
+
+	return was != is
+}
+
+// held reports whether the hold-apply annotation stops applies to m.
+func held(m *ichorv1alpha1.TalosMachine) bool {
+	_, ok := m.Annotations[ichorv1alpha1.HoldApplyAnnotation]
+
+	return ok
+}
+
 // configured is true for an approved machine with an address that has been
 // provisioned: only then does it run a configuration the reconciler owns.
 func configured(m *ichorv1alpha1.TalosMachine) bool {
@@ -222,6 +246,7 @@ func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.Talo
 		Owned: []string{
 			ichorv1alpha1.InSyncCondition, ichorv1alpha1.DriftedCondition, ichorv1alpha1.RebootRequiredCondition,
 			ichorv1alpha1.APIServerRestartRequiredCondition, ichorv1alpha1.DiskRolesEffectiveCondition,
+			ichorv1alpha1.AdoptionHeldCondition,
 		},
 		OwnStatus: func(dst, src *ichorv1alpha1.TalosMachine) {
 			dst.Status.RenderedConfigHash, dst.Status.AppliedConfigHash = src.Status.RenderedConfigHash, src.Status.AppliedConfigHash
@@ -238,6 +263,8 @@ func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.Talo
 // deleted) is left alone.
 func (r *Reconciler) reconcileConfig(ctx context.Context, sk *ichorreconcile.Scope[*ichorv1alpha1.TalosMachine]) (ctrl.Result, error) {
 	m := sk.Object
+	markHeld(m)
+
 	if !m.DeletionTimestamp.IsZero() || !configured(m) {
 		ctrl.LoggerFrom(ctx).V(1).Info("not configured: nothing to apply")
 

@@ -65,6 +65,13 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) (ctrl.Result, 
 		p = plan.Plan{Changes: stored.Changes, Class: plan.NoReboot, Action: plan.ActionApply, Mode: machine.ApplyConfigurationRequest_NO_REBOOT}
 	}
 
+	// A held machine (adopted, or recovered after a full loss) is compared and
+	// never applied to: every difference is reported as drift until a person
+	// lifts the hold (architecture, "Bootstrap" and "Backup, recovery, certificates").
+	if held(m) {
+		return r.heldDrift(s, p)
+	}
+
 	desiredChange := m.Status.AppliedConfigHash != s.result.Hash || m.Status.RenderVersion != render.Version
 	if desiredChange {
 		return r.converge(ctx, s, p)
@@ -132,6 +139,26 @@ func (r *Reconciler) drift(ctx context.Context, s *scope, p plan.Plan) (ctrl.Res
 	if first {
 		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ichorv1alpha1.DriftDetectedReason, "Compare",
 			"the node's configuration differs from the render (%s): %s", p.Class, eventPaths(paths))
+	}
+
+	return ctrl.Result{}, nil
+}
+
+// heldDrift reports what a held machine's node differs in, applying nothing.
+func (r *Reconciler) heldDrift(s *scope, p plan.Plan) (ctrl.Result, error) {
+	m := s.machine
+	paths := p.AllPaths()
+	first := !conditionTrue(m, ichorv1alpha1.DriftedCondition) || !equalStrings(m.Status.DriftPaths, capPaths(paths))
+
+	clearWaiting(m)
+	setDrift(m, paths)
+	notInSync(m, ichorv1alpha1.HeldReason, fmt.Sprintf("the node differs from the render in %d path(s) and the annotation %s stops applies",
+		len(paths), ichorv1alpha1.HoldApplyAnnotation))
+
+	if first {
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ichorv1alpha1.DriftDetectedReason, "Compare",
+			"held: the node's configuration differs from the render (%s), nothing is applied while %s is set: %s",
+			p.Class, ichorv1alpha1.HoldApplyAnnotation, eventPaths(paths))
 	}
 
 	return ctrl.Result{}, nil

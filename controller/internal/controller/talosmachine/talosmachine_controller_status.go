@@ -127,3 +127,17 @@ func (r *Reconciler) identityMismatch(m *ichorv1alpha1.TalosMachine, mm *talos.I
 		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ichorv1alpha1.IdentityMismatchReason, "Compare", "configuration reconcile refused: %s", msg)
 	}
 }
+
+// markHeld sets AdoptionHeld while the hold-apply annotation is on the
+// machine, and drops it once the hold is lifted.
+func markHeld(m *ichorv1alpha1.TalosMachine) {
+	if !held(m) {
+		apimeta.RemoveStatusCondition(&m.Status.Conditions, ichorv1alpha1.AdoptionHeldCondition)
+
+		return
+	}
+
+	set(m, ichorv1alpha1.AdoptionHeldCondition, metav1.ConditionTrue, ichorv1alpha1.HeldReason, fmt.Sprintf(
+		"the annotation %s=%s stops every apply to this machine; its drift is reported. Remove the annotation (after a recovery: `ichor restore --confirm CLUSTER`) to let the controller apply",
+		ichorv1alpha1.HoldApplyAnnotation, m.Annotations[ichorv1alpha1.HoldApplyAnnotation]))
+}

@@ -23,6 +23,189 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ConfirmRecoveryRequest carries the cluster's name as typed.
+type ConfirmRecoveryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster's name, typed by the person who confirms.
+	ConfirmClusterName string `protobuf:"bytes,1,opt,name=confirm_cluster_name,json=confirmClusterName,proto3" json:"confirm_cluster_name,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ConfirmRecoveryRequest) Reset() {
+	*x = ConfirmRecoveryRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmRecoveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmRecoveryRequest) ProtoMessage() {}
+
+func (x *ConfirmRecoveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmRecoveryRequest.ProtoReflect.Descriptor instead.
+func (*ConfirmRecoveryRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ConfirmRecoveryRequest) GetConfirmClusterName() string {
+	if x != nil {
+		return x.ConfirmClusterName
+	}
+	return ""
+}
+
+// ConfirmRecoveryResponse names the machines released.
+type ConfirmRecoveryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosMachines whose recovery hold was lifted.
+	Released []string `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	// The cluster after the change.
+	Cluster       *Cluster `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmRecoveryResponse) Reset() {
+	*x = ConfirmRecoveryResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmRecoveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmRecoveryResponse) ProtoMessage() {}
+
+func (x *ConfirmRecoveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmRecoveryResponse.ProtoReflect.Descriptor instead.
+func (*ConfirmRecoveryResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ConfirmRecoveryResponse) GetReleased() []string {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
+func (x *ConfirmRecoveryResponse) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// RecoveryHold is a TalosMachine a full-loss recovery holds.
+type RecoveryHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TalosMachine's name.
+	Machine string `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	// controlplane or worker.
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// The machine's address.
+	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// How many configuration paths its node differs from the render in.
+	DriftPaths int32 `protobuf:"varint,4,opt,name=drift_paths,json=driftPaths,proto3" json:"drift_paths,omitempty"`
+	// The Ready condition's reason.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoveryHold) Reset() {
+	*x = RecoveryHold{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoveryHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoveryHold) ProtoMessage() {}
+
+func (x *RecoveryHold) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoveryHold.ProtoReflect.Descriptor instead.
+func (*RecoveryHold) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RecoveryHold) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *RecoveryHold) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *RecoveryHold) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *RecoveryHold) GetDriftPaths() int32 {
+	if x != nil {
+		return x.DriftPaths
+	}
+	return 0
+}
+
+func (x *RecoveryHold) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // ScanDiscoveryRequest has no fields: ichor-ui serves one cluster.
 type ScanDiscoveryRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -32,7 +215,7 @@ type ScanDiscoveryRequest struct {
 
 func (x *ScanDiscoveryRequest) Reset() {
 	*x = ScanDiscoveryRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +227,7 @@ func (x *ScanDiscoveryRequest) String() string {
 func (*ScanDiscoveryRequest) ProtoMessage() {}
 
 func (x *ScanDiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +240,7 @@ func (x *ScanDiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanDiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*ScanDiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 // ScanDiscoveryResponse is the cluster with the request written.
@@ -71,7 +254,7 @@ type ScanDiscoveryResponse struct {
 
 func (x *ScanDiscoveryResponse) Reset() {
 	*x = ScanDiscoveryResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -83,7 +266,7 @@ func (x *ScanDiscoveryResponse) String() string {
 func (*ScanDiscoveryResponse) ProtoMessage() {}
 
 func (x *ScanDiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -96,7 +279,7 @@ func (x *ScanDiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanDiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*ScanDiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ScanDiscoveryResponse) GetCluster() *Cluster {
@@ -117,7 +300,7 @@ type PauseClusterRequest struct {
 
 func (x *PauseClusterRequest) Reset() {
 	*x = PauseClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +312,7 @@ func (x *PauseClusterRequest) String() string {
 func (*PauseClusterRequest) ProtoMessage() {}
 
 func (x *PauseClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +325,7 @@ func (x *PauseClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseClusterRequest.ProtoReflect.Descriptor instead.
 func (*PauseClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PauseClusterRequest) GetReason() string {
@@ -163,7 +346,7 @@ type PauseClusterResponse struct {
 
 func (x *PauseClusterResponse) Reset() {
 	*x = PauseClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +358,7 @@ func (x *PauseClusterResponse) String() string {
 func (*PauseClusterResponse) ProtoMessage() {}
 
 func (x *PauseClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +371,7 @@ func (x *PauseClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseClusterResponse.ProtoReflect.Descriptor instead.
 func (*PauseClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PauseClusterResponse) GetCluster() *Cluster {
@@ -207,7 +390,7 @@ type ResumeClusterRequest struct {
 
 func (x *ResumeClusterRequest) Reset() {
 	*x = ResumeClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +402,7 @@ func (x *ResumeClusterRequest) String() string {
 func (*ResumeClusterRequest) ProtoMessage() {}
 
 func (x *ResumeClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +415,7 @@ func (x *ResumeClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeClusterRequest.ProtoReflect.Descriptor instead.
 func (*ResumeClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 // ResumeClusterResponse is the cluster after the change.
@@ -246,7 +429,7 @@ type ResumeClusterResponse struct {
 
 func (x *ResumeClusterResponse) Reset() {
 	*x = ResumeClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -258,7 +441,7 @@ func (x *ResumeClusterResponse) String() string {
 func (*ResumeClusterResponse) ProtoMessage() {}
 
 func (x *ResumeClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -271,7 +454,7 @@ func (x *ResumeClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeClusterResponse.ProtoReflect.Descriptor instead.
 func (*ResumeClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ResumeClusterResponse) GetCluster() *Cluster {
@@ -294,7 +477,7 @@ type AddDiscoveryRequest struct {
 
 func (x *AddDiscoveryRequest) Reset() {
 	*x = AddDiscoveryRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +489,7 @@ func (x *AddDiscoveryRequest) String() string {
 func (*AddDiscoveryRequest) ProtoMessage() {}
 
 func (x *AddDiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +502,7 @@ func (x *AddDiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*AddDiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddDiscoveryRequest) GetAddresses() []string {
@@ -347,7 +530,7 @@ type AddDiscoveryResponse struct {
 
 func (x *AddDiscoveryResponse) Reset() {
 	*x = AddDiscoveryResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +542,7 @@ func (x *AddDiscoveryResponse) String() string {
 func (*AddDiscoveryResponse) ProtoMessage() {}
 
 func (x *AddDiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +555,7 @@ func (x *AddDiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*AddDiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddDiscoveryResponse) GetCluster() *Cluster {
@@ -406,7 +589,7 @@ type Discovery struct {
 
 func (x *Discovery) Reset() {
 	*x = Discovery{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +601,7 @@ func (x *Discovery) String() string {
 func (*Discovery) ProtoMessage() {}
 
 func (x *Discovery) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +614,7 @@ func (x *Discovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Discovery.ProtoReflect.Descriptor instead.
 func (*Discovery) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Discovery) GetAddresses() []string {
@@ -502,7 +685,7 @@ type DiscoveryResult struct {
 
 func (x *DiscoveryResult) Reset() {
 	*x = DiscoveryResult{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +697,7 @@ func (x *DiscoveryResult) String() string {
 func (*DiscoveryResult) ProtoMessage() {}
 
 func (x *DiscoveryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +710,7 @@ func (x *DiscoveryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryResult.ProtoReflect.Descriptor instead.
 func (*DiscoveryResult) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DiscoveryResult) GetAddress() string {
@@ -574,7 +757,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +769,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +782,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 // GetClusterResponse carries the cluster.
@@ -613,7 +796,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +808,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +821,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetClusterResponse) GetCluster() *Cluster {
@@ -688,14 +871,17 @@ type Cluster struct {
 	// Since when the controllers have stopped acting on it (the Paused
 	// condition's transition time); empty while paused until the controller
 	// confirms it.
-	PausedSince   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=paused_since,json=pausedSince,proto3" json:"paused_since,omitempty"`
+	PausedSince *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=paused_since,json=pausedSince,proto3" json:"paused_since,omitempty"`
+	// The machines a full-loss recovery holds until a person confirms
+	// (ConfirmRecovery); empty otherwise.
+	RecoveryHolds []*RecoveryHold `protobuf:"bytes,19,rep,name=recovery_holds,json=recoveryHolds,proto3" json:"recovery_holds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +893,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +906,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Cluster) GetName() string {
@@ -849,6 +1035,13 @@ func (x *Cluster) GetPausedSince() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Cluster) GetRecoveryHolds() []*RecoveryHold {
+	if x != nil {
+		return x.RecoveryHolds
+	}
+	return nil
+}
+
 // Condition mirrors a Kubernetes status condition.
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -868,7 +1061,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1073,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1086,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Condition) GetType() string {
@@ -940,7 +1133,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1145,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1158,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 // WhoAmIResponse is the signed-in user.
@@ -981,7 +1174,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1186,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1199,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WhoAmIResponse) GetUsername() string {
@@ -1027,7 +1220,19 @@ var File_ichor_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x16\n" +
+	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"J\n" +
+	"\x16ConfirmRecoveryRequest\x120\n" +
+	"\x14confirm_cluster_name\x18\x01 \x01(\tR\x12confirmClusterName\"b\n" +
+	"\x17ConfirmRecoveryResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\x12+\n" +
+	"\acluster\x18\x02 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\x8f\x01\n" +
+	"\fRecoveryHold\x12\x18\n" +
+	"\amachine\x18\x01 \x01(\tR\amachine\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1f\n" +
+	"\vdrift_paths\x18\x04 \x01(\x05R\n" +
+	"driftPaths\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x16\n" +
 	"\x14ScanDiscoveryRequest\"D\n" +
 	"\x15ScanDiscoveryResponse\x12+\n" +
 	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"-\n" +
@@ -1059,7 +1264,7 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\tprobed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bprobedAt\"\x13\n" +
 	"\x11GetClusterRequest\"A\n" +
 	"\x12GetClusterResponse\x12+\n" +
-	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xcd\x05\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\x8c\x06\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12#\n" +
@@ -1081,7 +1286,8 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\bendpoint\x18\x0f \x01(\tR\bendpoint\x12\x16\n" +
 	"\x06paused\x18\x10 \x01(\bR\x06paused\x12#\n" +
 	"\rpaused_reason\x18\x11 \x01(\tR\fpausedReason\x12=\n" +
-	"\fpaused_since\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vpausedSince\"\xb7\x01\n" +
+	"\fpaused_since\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vpausedSince\x12=\n" +
+	"\x0erecovery_holds\x18\x13 \x03(\v2\x16.ichor.v1.RecoveryHoldR\rrecoveryHolds\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -1091,7 +1297,7 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\rWhoAmIRequest\"D\n" +
 	"\x0eWhoAmIResponse\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x16\n" +
-	"\x06groups\x18\x02 \x03(\tR\x06groups2\xa3\x05\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups2\xa9\x06\n" +
 	"\x0eClusterService\x12`\n" +
 	"\n" +
 	"GetCluster\x12\x1b.ichor.v1.GetClusterRequest\x1a\x1c.ichor.v1.GetClusterResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/cluster\x12S\n" +
@@ -1099,7 +1305,8 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\fAddDiscovery\x12\x1d.ichor.v1.AddDiscoveryRequest\x1a\x1e.ichor.v1.AddDiscoveryResponse\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/api/v1/cluster/discovery:add\x12{\n" +
 	"\rScanDiscovery\x12\x1e.ichor.v1.ScanDiscoveryRequest\x1a\x1f.ichor.v1.ScanDiscoveryResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/api/v1/cluster/discovery:scan\x12o\n" +
 	"\fPauseCluster\x12\x1d.ichor.v1.PauseClusterRequest\x1a\x1e.ichor.v1.PauseClusterResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/api/v1/cluster:pause\x12s\n" +
-	"\rResumeCluster\x12\x1e.ichor.v1.ResumeClusterRequest\x1a\x1f.ichor.v1.ResumeClusterResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/api/v1/cluster:resumeBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\rResumeCluster\x12\x1e.ichor.v1.ResumeClusterRequest\x1a\x1f.ichor.v1.ResumeClusterResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/api/v1/cluster:resume\x12\x83\x01\n" +
+	"\x0fConfirmRecovery\x12 .ichor.v1.ConfirmRecoveryRequest\x1a!.ichor.v1.ConfirmRecoveryResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /api/v1/cluster:confirm-recoveryBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_cluster_proto_rawDescOnce sync.Once
@@ -1113,57 +1320,64 @@ func file_ichor_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_cluster_proto_rawDescData
 }
 
-var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_ichor_v1_cluster_proto_goTypes = []any{
-	(*ScanDiscoveryRequest)(nil),  // 0: ichor.v1.ScanDiscoveryRequest
-	(*ScanDiscoveryResponse)(nil), // 1: ichor.v1.ScanDiscoveryResponse
-	(*PauseClusterRequest)(nil),   // 2: ichor.v1.PauseClusterRequest
-	(*PauseClusterResponse)(nil),  // 3: ichor.v1.PauseClusterResponse
-	(*ResumeClusterRequest)(nil),  // 4: ichor.v1.ResumeClusterRequest
-	(*ResumeClusterResponse)(nil), // 5: ichor.v1.ResumeClusterResponse
-	(*AddDiscoveryRequest)(nil),   // 6: ichor.v1.AddDiscoveryRequest
-	(*AddDiscoveryResponse)(nil),  // 7: ichor.v1.AddDiscoveryResponse
-	(*Discovery)(nil),             // 8: ichor.v1.Discovery
-	(*DiscoveryResult)(nil),       // 9: ichor.v1.DiscoveryResult
-	(*GetClusterRequest)(nil),     // 10: ichor.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),    // 11: ichor.v1.GetClusterResponse
-	(*Cluster)(nil),               // 12: ichor.v1.Cluster
-	(*Condition)(nil),             // 13: ichor.v1.Condition
-	(*WhoAmIRequest)(nil),         // 14: ichor.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),        // 15: ichor.v1.WhoAmIResponse
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*ConfirmRecoveryRequest)(nil),  // 0: ichor.v1.ConfirmRecoveryRequest
+	(*ConfirmRecoveryResponse)(nil), // 1: ichor.v1.ConfirmRecoveryResponse
+	(*RecoveryHold)(nil),            // 2: ichor.v1.RecoveryHold
+	(*ScanDiscoveryRequest)(nil),    // 3: ichor.v1.ScanDiscoveryRequest
+	(*ScanDiscoveryResponse)(nil),   // 4: ichor.v1.ScanDiscoveryResponse
+	(*PauseClusterRequest)(nil),     // 5: ichor.v1.PauseClusterRequest
+	(*PauseClusterResponse)(nil),    // 6: ichor.v1.PauseClusterResponse
+	(*ResumeClusterRequest)(nil),    // 7: ichor.v1.ResumeClusterRequest
+	(*ResumeClusterResponse)(nil),   // 8: ichor.v1.ResumeClusterResponse
+	(*AddDiscoveryRequest)(nil),     // 9: ichor.v1.AddDiscoveryRequest
+	(*AddDiscoveryResponse)(nil),    // 10: ichor.v1.AddDiscoveryResponse
+	(*Discovery)(nil),               // 11: ichor.v1.Discovery
+	(*DiscoveryResult)(nil),         // 12: ichor.v1.DiscoveryResult
+	(*GetClusterRequest)(nil),       // 13: ichor.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),      // 14: ichor.v1.GetClusterResponse
+	(*Cluster)(nil),                 // 15: ichor.v1.Cluster
+	(*Condition)(nil),               // 16: ichor.v1.Condition
+	(*WhoAmIRequest)(nil),           // 17: ichor.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),          // 18: ichor.v1.WhoAmIResponse
+	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
 }
 var file_ichor_v1_cluster_proto_depIdxs = []int32{
-	12, // 0: ichor.v1.ScanDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
-	12, // 1: ichor.v1.PauseClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	12, // 2: ichor.v1.ResumeClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	12, // 3: ichor.v1.AddDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
-	16, // 4: ichor.v1.Discovery.last_scan_time:type_name -> google.protobuf.Timestamp
-	9,  // 5: ichor.v1.Discovery.results:type_name -> ichor.v1.DiscoveryResult
-	16, // 6: ichor.v1.Discovery.next_scan_time:type_name -> google.protobuf.Timestamp
-	16, // 7: ichor.v1.DiscoveryResult.probed_at:type_name -> google.protobuf.Timestamp
-	12, // 8: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	13, // 9: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
-	8,  // 10: ichor.v1.Cluster.discovery:type_name -> ichor.v1.Discovery
-	16, // 11: ichor.v1.Cluster.paused_since:type_name -> google.protobuf.Timestamp
-	16, // 12: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	10, // 13: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
-	14, // 14: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
-	6,  // 15: ichor.v1.ClusterService.AddDiscovery:input_type -> ichor.v1.AddDiscoveryRequest
-	0,  // 16: ichor.v1.ClusterService.ScanDiscovery:input_type -> ichor.v1.ScanDiscoveryRequest
-	2,  // 17: ichor.v1.ClusterService.PauseCluster:input_type -> ichor.v1.PauseClusterRequest
-	4,  // 18: ichor.v1.ClusterService.ResumeCluster:input_type -> ichor.v1.ResumeClusterRequest
-	11, // 19: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
-	15, // 20: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
-	7,  // 21: ichor.v1.ClusterService.AddDiscovery:output_type -> ichor.v1.AddDiscoveryResponse
-	1,  // 22: ichor.v1.ClusterService.ScanDiscovery:output_type -> ichor.v1.ScanDiscoveryResponse
-	3,  // 23: ichor.v1.ClusterService.PauseCluster:output_type -> ichor.v1.PauseClusterResponse
-	5,  // 24: ichor.v1.ClusterService.ResumeCluster:output_type -> ichor.v1.ResumeClusterResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	15, // 0: ichor.v1.ConfirmRecoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	15, // 1: ichor.v1.ScanDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	15, // 2: ichor.v1.PauseClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	15, // 3: ichor.v1.ResumeClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	15, // 4: ichor.v1.AddDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	19, // 5: ichor.v1.Discovery.last_scan_time:type_name -> google.protobuf.Timestamp
+	12, // 6: ichor.v1.Discovery.results:type_name -> ichor.v1.DiscoveryResult
+	19, // 7: ichor.v1.Discovery.next_scan_time:type_name -> google.protobuf.Timestamp
+	19, // 8: ichor.v1.DiscoveryResult.probed_at:type_name -> google.protobuf.Timestamp
+	15, // 9: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	16, // 10: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
+	11, // 11: ichor.v1.Cluster.discovery:type_name -> ichor.v1.Discovery
+	19, // 12: ichor.v1.Cluster.paused_since:type_name -> google.protobuf.Timestamp
+	2,  // 13: ichor.v1.Cluster.recovery_holds:type_name -> ichor.v1.RecoveryHold
+	19, // 14: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	13, // 15: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
+	17, // 16: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
+	9,  // 17: ichor.v1.ClusterService.AddDiscovery:input_type -> ichor.v1.AddDiscoveryRequest
+	3,  // 18: ichor.v1.ClusterService.ScanDiscovery:input_type -> ichor.v1.ScanDiscoveryRequest
+	5,  // 19: ichor.v1.ClusterService.PauseCluster:input_type -> ichor.v1.PauseClusterRequest
+	7,  // 20: ichor.v1.ClusterService.ResumeCluster:input_type -> ichor.v1.ResumeClusterRequest
+	0,  // 21: ichor.v1.ClusterService.ConfirmRecovery:input_type -> ichor.v1.ConfirmRecoveryRequest
+	14, // 22: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
+	18, // 23: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
+	10, // 24: ichor.v1.ClusterService.AddDiscovery:output_type -> ichor.v1.AddDiscoveryResponse
+	4,  // 25: ichor.v1.ClusterService.ScanDiscovery:output_type -> ichor.v1.ScanDiscoveryResponse
+	6,  // 26: ichor.v1.ClusterService.PauseCluster:output_type -> ichor.v1.PauseClusterResponse
+	8,  // 27: ichor.v1.ClusterService.ResumeCluster:output_type -> ichor.v1.ResumeClusterResponse
+	1,  // 28: ichor.v1.ClusterService.ConfirmRecovery:output_type -> ichor.v1.ConfirmRecoveryResponse
+	22, // [22:29] is the sub-list for method output_type
+	15, // [15:22] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_cluster_proto_init() }
@@ -1177,7 +1391,7 @@ func file_ichor_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_cluster_proto_rawDesc), len(file_ichor_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,12 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_GetCluster_FullMethodName    = "/ichor.v1.ClusterService/GetCluster"
-	ClusterService_WhoAmI_FullMethodName        = "/ichor.v1.ClusterService/WhoAmI"
-	ClusterService_AddDiscovery_FullMethodName  = "/ichor.v1.ClusterService/AddDiscovery"
-	ClusterService_ScanDiscovery_FullMethodName = "/ichor.v1.ClusterService/ScanDiscovery"
-	ClusterService_PauseCluster_FullMethodName  = "/ichor.v1.ClusterService/PauseCluster"
-	ClusterService_ResumeCluster_FullMethodName = "/ichor.v1.ClusterService/ResumeCluster"
+	ClusterService_GetCluster_FullMethodName      = "/ichor.v1.ClusterService/GetCluster"
+	ClusterService_WhoAmI_FullMethodName          = "/ichor.v1.ClusterService/WhoAmI"
+	ClusterService_AddDiscovery_FullMethodName    = "/ichor.v1.ClusterService/AddDiscovery"
+	ClusterService_ScanDiscovery_FullMethodName   = "/ichor.v1.ClusterService/ScanDiscovery"
+	ClusterService_PauseCluster_FullMethodName    = "/ichor.v1.ClusterService/PauseCluster"
+	ClusterService_ResumeCluster_FullMethodName   = "/ichor.v1.ClusterService/ResumeCluster"
+	ClusterService_ConfirmRecovery_FullMethodName = "/ichor.v1.ClusterService/ConfirmRecovery"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -57,6 +58,13 @@ type ClusterServiceClient interface {
 	PauseCluster(ctx context.Context, in *PauseClusterRequest, opts ...grpc.CallOption) (*PauseClusterResponse, error)
 	// ResumeCluster clears spec.paused and the pause reason as the signed-in user.
 	ResumeCluster(ctx context.Context, in *ResumeClusterRequest, opts ...grpc.CallOption) (*ResumeClusterResponse, error)
+	// ConfirmRecovery lifts the holds a full-loss recovery (`ichor restore
+	// --recover-cluster`) left on the cluster's TalosMachines
+	// (ichor.maesh.dev/hold-apply=ichor-restore), as the signed-in user, the
+	// cluster's name typed; the controller then applies each machine's render
+	// and re-installs the wiped workers. A hold of another value stays.
+	// FailedPrecondition when no machine is held by a recovery.
+	ConfirmRecovery(ctx context.Context, in *ConfirmRecoveryRequest, opts ...grpc.CallOption) (*ConfirmRecoveryResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -127,6 +135,16 @@ func (c *clusterServiceClient) ResumeCluster(ctx context.Context, in *ResumeClus
 	return out, nil
 }
 
+func (c *clusterServiceClient) ConfirmRecovery(ctx context.Context, in *ConfirmRecoveryRequest, opts ...grpc.CallOption) (*ConfirmRecoveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfirmRecoveryResponse)
+	err := c.cc.Invoke(ctx, ClusterService_ConfirmRecovery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -157,6 +175,13 @@ type ClusterServiceServer interface {
 	PauseCluster(context.Context, *PauseClusterRequest) (*PauseClusterResponse, error)
 	// ResumeCluster clears spec.paused and the pause reason as the signed-in user.
 	ResumeCluster(context.Context, *ResumeClusterRequest) (*ResumeClusterResponse, error)
+	// ConfirmRecovery lifts the holds a full-loss recovery (`ichor restore
+	// --recover-cluster`) left on the cluster's TalosMachines
+	// (ichor.maesh.dev/hold-apply=ichor-restore), as the signed-in user, the
+	// cluster's name typed; the controller then applies each machine's render
+	// and re-installs the wiped workers. A hold of another value stays.
+	// FailedPrecondition when no machine is held by a recovery.
+	ConfirmRecovery(context.Context, *ConfirmRecoveryRequest) (*ConfirmRecoveryResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -184,6 +209,9 @@ func (UnimplementedClusterServiceServer) PauseCluster(context.Context, *PauseClu
 }
 func (UnimplementedClusterServiceServer) ResumeCluster(context.Context, *ResumeClusterRequest) (*ResumeClusterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumeCluster not implemented")
+}
+func (UnimplementedClusterServiceServer) ConfirmRecovery(context.Context, *ConfirmRecoveryRequest) (*ConfirmRecoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ConfirmRecovery not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -314,6 +342,24 @@ func _ClusterService_ResumeCluster_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_ConfirmRecovery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfirmRecoveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).ConfirmRecovery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_ConfirmRecovery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).ConfirmRecovery(ctx, req.(*ConfirmRecoveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -344,6 +390,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeCluster",
 			Handler:    _ClusterService_ResumeCluster_Handler,
+		},
+		{
+			MethodName: "ConfirmRecovery",
+			Handler:    _ClusterService_ConfirmRecovery_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
