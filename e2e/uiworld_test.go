@@ -58,18 +58,8 @@ func freePort() (int, error) {
 }
 
 func startUI(w *world) (*uiServer, error) {
-	root, err := repoRoot()
-	if err != nil {
-		return nil, err
-	}
-
+	// sharedBin built it with the world's other binaries.
 	bin := filepath.Join(w.bin, "ichor-ui")
-	build := exec.CommandContext(context.Background(), "go", "build", "-o", bin, "./cmd/ichor-ui") //nolint:gosec // our own package
-	build.Dir = filepath.Join(root, "uiserver")
-
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building ichor-ui: %w\n%s", err, out)
-	}
 
 	port, err := freePort()
 	if err != nil {
