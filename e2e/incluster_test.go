@@ -830,7 +830,7 @@ func (w *world) approve(ctx context.Context, m emuMachine) (string, error) {
 		if err != nil {
 			last = err.Error()
 
-			return false, nil
+			return false, nil //nolint:nilerr // retried until the timeout; last says why
 		}
 
 		last = describe(ms)
@@ -857,7 +857,7 @@ func (w *world) approve(ctx context.Context, m emuMachine) (string, error) {
 		if err != nil {
 			last = err.Error()
 
-			return false, nil
+			return false, nil //nolint:nilerr // retried until the timeout; last says why
 		}
 
 		last = describe(ms)

@@ -176,8 +176,7 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 				case err = <-done:
 				case why := <-gone:
 					close(stop)
-					<-done
-					err = errors.New(why)
+					err = errors.Join(errors.New(why), <-done)
 				case <-ctx.Done():
 					close(stop)
 					return r.endForward(done)
@@ -185,8 +184,7 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 			case err = <-done:
 			case why := <-gone:
 				close(stop)
-				<-done
-				err = errors.New(why)
+				err = errors.Join(errors.New(why), <-done)
 			case <-ctx.Done():
 				close(stop)
 				return r.endForward(done)
