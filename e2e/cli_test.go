@@ -100,7 +100,7 @@ func repoRoot() (string, error) {
 	}
 }
 
-// startWorld builds ichor, ichor-controller and talosemu, and starts five
+// startWorld builds the binaries (sharedBin, once for the package), and starts five
 // emulated machines (3 control planes, 2 workers) with Kubernetes on the first.
 func startWorld() (*world, error) { return startWorldIn(subnet, 5, 3) }
 
@@ -112,11 +112,6 @@ func startWorldIn(subnet string, n, cps int) (*world, error) {
 		return nil, fmt.Errorf("%s is not set: run the e2e tests through `go tool task test`, or export %s=$(go tool task assets:dir)", assetsEnv, assetsEnv)
 	}
 
-	root, err := repoRoot()
-	if err != nil {
-		return nil, err
-	}
-
 	dir, err := os.MkdirTemp("", "ichor-e2e-")
 	if err != nil {
 		return nil, err
@@ -124,21 +119,13 @@ func startWorldIn(subnet string, n, cps int) (*world, error) {
 
 	cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
 
-	w := &world{dir: dir, bin: filepath.Join(dir, "bin"), kubeconfig: filepath.Join(dir, "kubeconfig"), ctrlLog: filepath.Join(dir, "controller.log")}
-	w.env = append(os.Environ(), "ICHOR_HOME="+filepath.Join(dir, "home"), "ICHOR_PASSPHRASE="+passphrase, "KUBECONFIG="+w.kubeconfig)
-
-	for _, b := range []struct{ module, pkg, out string }{
-		{"cli", "./cmd/ichor", "ichor"},
-		{"controller", "./cmd", "ichor-controller"},
-		{"tools", "./cmd/talosemu", "talosemu"},
-	} {
-		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", filepath.Join(w.bin, b.out), b.pkg) //nolint:gosec // our own packages
-		cmd.Dir = filepath.Join(root, b.module)
-
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("building %s: %w\n%s", b.out, err, out)
-		}
+	bin, err := sharedBin()
+	if err != nil {
+		return nil, err
 	}
+
+	w := &world{dir: dir, bin: bin, kubeconfig: filepath.Join(dir, "kubeconfig"), ctrlLog: filepath.Join(dir, "controller.log")}
+	w.env = append(os.Environ(), "ICHOR_HOME="+filepath.Join(dir, "home"), "ICHOR_PASSPHRASE="+passphrase, "KUBECONFIG="+w.kubeconfig)
 
 	emu := exec.CommandContext(context.Background(), filepath.Join(w.bin, "talosemu"), "--machines", strconv.Itoa(n), "--controlplanes", strconv.Itoa(cps), "--subnet", subnet, //nolint:gosec // our own binary
 		"--kubernetes", "--single-apiserver", "--kube-assets", assets, "--state-dir", filepath.Join(dir, "machines"), "--control", "127.0.0.1:0")

@@ -407,7 +407,7 @@ func (w *world) admissionOnly(t *testing.T, ctx context.Context, ns, probe strin
 	certDir, ca := webhookCerts(t, w.dir)
 
 	if err := w.startController("--enable-webhooks=true", "--manage-webhook-certs=false", "--leader-elect=true",
-		fmt.Sprintf("--webhook-port=%d", port), "--webhook-cert-dir="+certDir); err != nil {
+		fmt.Sprintf("--webhook-port=%d", port), "--webhook-bind-address=127.0.0.1", "--webhook-cert-dir="+certDir); err != nil {
 		t.Fatal(err)
 	}
 

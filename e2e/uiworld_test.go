@@ -58,23 +58,23 @@ func freePort() (int, error) {
 }
 
 func startUI(w *world) (*uiServer, error) {
-	root, err := repoRoot()
-	if err != nil {
-		return nil, err
-	}
-
+	// sharedBin built it with the world's other binaries.
 	bin := filepath.Join(w.bin, "ichor-ui")
-	build := exec.CommandContext(context.Background(), "go", "build", "-o", bin, "./cmd/ichor-ui") //nolint:gosec // our own package
-	build.Dir = filepath.Join(root, "uiserver")
 
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building ichor-ui: %w\n%s", err, out)
+	// Every listener on loopback: a compiled-in wildcard address (":8445")
+	// would take the port from the in-cluster world's ichor-ui pod.
+	var ports [3]int
+
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+
+		ports[i] = p
 	}
 
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	port := ports[0]
 
 	s := &uiServer{url: fmt.Sprintf("https://127.0.0.1:%d", port), log: filepath.Join(w.dir, "ichor-ui.log")}
 
@@ -84,7 +84,8 @@ func startUI(w *world) (*uiServer, error) {
 	}
 
 	c := exec.CommandContext(context.Background(), bin, "--cluster", cluster, "--namespace", "ichor-system", //nolint:gosec // our own binary
-		"--ichor-users", "--issuer", s.url, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+		"--ichor-users", "--issuer", s.url, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--issuer-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", ports[2]))
 	c.Env, c.Stdout, c.Stderr = w.env, logf, logf
 
 	if err := c.Start(); err != nil {

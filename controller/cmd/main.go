@@ -68,6 +68,7 @@ func main() {
 		leaderElection bool
 		showVersion    bool
 		webhookPort    int
+		webhookHost    string
 		webhookCertDir string
 		enableWebhooks bool
 		manageCerts    bool
@@ -87,6 +88,8 @@ func main() {
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the admission webhook server listens on.")
+	flag.StringVar(&webhookHost, "webhook-bind-address", "",
+		"Host (IP address) the admission webhook server listens on; empty means every address. The manifest passes the pod's IP (the downward API's status.podIP).")
 	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
 		"Directory holding tls.crt and tls.key of the webhook server.")
 	flag.BoolVar(&manageCerts, "manage-webhook-certs", true,
@@ -157,7 +160,7 @@ func main() {
 		// The Lease lives in Ichor's namespace; outside a cluster (a local
 		// process, the e2e tests) there is no service account file to read it from.
 		LeaderElectionNamespace: namespace,
-		WebhookServer:           ctrlwebhook.NewServer(ctrlwebhook.Options{Port: webhookPort, CertDir: webhookCertDir}),
+		WebhookServer:           ctrlwebhook.NewServer(ctrlwebhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir}),
 	})
 	if err != nil {
 		log.Error(err, "creating the manager")

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
@@ -134,9 +135,9 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 	if len(svc.Spec.Selector) == 0 || len(svc.Spec.Ports) == 0 {
 		return fmt.Errorf("service %s/%s has no selector or no port: ichor-ui's Service is not as installed; reinstall it", ns, uiService)
 	}
-	target := svc.Spec.Ports[0].TargetPort.IntValue()
-	if target == 0 {
-		target = int(svc.Spec.Ports[0].Port)
+	target := svc.Spec.Ports[0].TargetPort
+	if target.IntValue() == 0 && target.StrVal == "" {
+		target = intstr.FromInt32(svc.Spec.Ports[0].Port)
 	}
 	// Listen first, so that the port is known (and stays the same) across re-forwards.
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(address, strconv.Itoa(port)))
@@ -152,13 +153,19 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 		if err != nil {
 			return r.conn.Explain(err, "listing ichor-ui pods in "+ns)
 		}
-		if pod == "" {
+		if pod == nil {
 			r.warnf("no ready ichor-ui pod in %s yet; waiting", ns)
+		} else if podPort, perr := containerPort(pod, target); perr != nil {
+			r.warnf("pod %s: %v; waiting", pod.Name, perr)
 		} else {
 			ready := make(chan struct{})
 			done := make(chan error, 1)
 			stop := make(chan struct{})
-			go func() { done <- r.portForward(cs, ns, pod, address, local, target, stop, ready) }()
+			go func() { done <- r.portForward(cs, ns, pod.Name, address, local, podPort, stop, ready) }()
+			// The connection to a kubelet outlives the pod behind it: a pod
+			// that goes away ends the forward here, not at the next request.
+			gone := make(chan string, 1)
+			go func() { gone <- watchPod(ctx, cs, ns, pod.Name, stop) }()
 			select {
 			case <-ready:
 				if !printed {
@@ -167,16 +174,22 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 				}
 				select {
 				case err = <-done:
+				case why := <-gone:
+					close(stop)
+					err = errors.Join(errors.New(why), <-done)
 				case <-ctx.Done():
 					close(stop)
 					return r.endForward(done)
 				}
 			case err = <-done:
+			case why := <-gone:
+				close(stop)
+				err = errors.Join(errors.New(why), <-done)
 			case <-ctx.Done():
 				close(stop)
 				return r.endForward(done)
 			}
-			r.warnf("the forward to pod %s ended (%v); forwarding to another ichor-ui pod", pod, err)
+			r.warnf("the forward to pod %s ended (%v); forwarding to another ichor-ui pod", pod.Name, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -184,6 +197,47 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// watchPod returns why the pod can no longer be forwarded to (deleted,
+// being deleted, not ready), looking every 2 s until stop closes ("" then).
+func watchPod(ctx context.Context, cs kubernetes.Interface, ns, name string, stop <-chan struct{}) string {
+	for {
+		select {
+		case <-stop:
+			return ""
+		case <-ctx.Done():
+			return ""
+		case <-time.After(2 * time.Second):
+		}
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return "the pod was deleted"
+		case err != nil:
+			continue // the API server may be briefly away; the forward decides
+		case p.DeletionTimestamp != nil:
+			return "the pod is being deleted"
+		case !podReady(p):
+			return "the pod is no longer ready"
+		}
+	}
+}
+
+// containerPort resolves a Service's target port (a number, or the name of
+// a container port) in the pod.
+func containerPort(p *corev1.Pod, target intstr.IntOrString) (int, error) {
+	if target.Type == intstr.Int {
+		return target.IntValue(), nil
+	}
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == target.StrVal {
+				return int(cp.ContainerPort), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no container port named %q (the Service %s's target port)", target.StrVal, uiService)
 }
 
 // endForward waits for a stopped port-forward to end; Ctrl-C is a normal end.
@@ -194,26 +248,30 @@ func (r *run) endForward(done <-chan error) error {
 	return nil
 }
 
-// readyPod returns the name of a running, ready pod matching selector, the
-// newest first; "" when there is none.
-func readyPod(ctx context.Context, cs kubernetes.Interface, ns string, selector map[string]string) (string, error) {
+// readyPod returns a running, ready pod matching selector, the newest
+// first; nil when there is none.
+func readyPod(ctx context.Context, cs kubernetes.Interface, ns string, selector map[string]string) (*corev1.Pod, error) {
 	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(selector).String()})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	items := slices.Clone(pods.Items)
 	slices.SortFunc(items, func(a, b corev1.Pod) int { return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) })
-	for _, p := range items {
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return p.Name, nil
-			}
+	for i := range items {
+		if p := &items[i]; p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) {
+			return p, nil
 		}
 	}
-	return "", nil
+	return nil, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // portForward forwards address:local to the pod's port until stop closes or

@@ -66,7 +66,7 @@ func CheckControlPlaneCount(count int32) *Refusal {
 	}
 }
 
-// CheckSchedulable refuses unschedulable control planes on a cluster with no worker.
+// CheckSchedulable refuses making control planes unschedulable on a cluster with no worker.
 func CheckSchedulable(schedulable *bool, approvedWorkers int) *Refusal {
 	if schedulable == nil || *schedulable || approvedWorkers > 0 {
 		return nil
@@ -90,7 +90,10 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 	if old != nil {
 		add(CheckControlPlaneCountLowered(old.Spec.ControlPlane.Count, c.Spec.ControlPlane.Count, facts.ApprovedControlPlanes))
 	}
-	if old == nil || boolValue(old.Spec.ControlPlane.Schedulable) != boolValue(c.Spec.ControlPlane.Schedulable) {
+	// Only a change is refused: `ichor init --preset standard` (or large)
+	// creates the cluster tainted before any machine exists, workers to come
+	// (architecture, "Presets"); nothing runs on it yet to be left without a node.
+	if old != nil && boolValue(old.Spec.ControlPlane.Schedulable) != boolValue(c.Spec.ControlPlane.Schedulable) {
 		add(CheckSchedulable(c.Spec.ControlPlane.Schedulable, facts.ApprovedWorkers))
 	}
 	out = append(out, checkCNI(old, c)...)

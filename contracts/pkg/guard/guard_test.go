@@ -102,9 +102,11 @@ func TestValidateCluster(t *testing.T) {
 		{name: "valid create", new: cluster()},
 		{name: "two control planes", new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 2 }),
 			want: map[string][]string{"spec.controlPlane.count": {"1, 3 or 5"}}},
-		{name: "unschedulable without workers", new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) }),
+		// The standard preset: created tainted, before any machine exists.
+		{name: "created unschedulable without workers", new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) })},
+		{name: "made unschedulable without workers", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) }),
 			want: map[string][]string{"spec.controlPlane.schedulable": {"approve a worker first"}}},
-		{name: "unschedulable with a worker", new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) }),
+		{name: "made unschedulable with a worker", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) }),
 			facts: ClusterFacts{ApprovedWorkers: 1}},
 		{name: "unmanaged without adoption", new: cluster(func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetUnmanaged}

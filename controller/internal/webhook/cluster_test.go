@@ -30,14 +30,17 @@ func TestControlPlaneCountIsOneThreeOrFive(t *testing.T) {
 	testenv.Must(t, update(t, admin, newCluster(ns, "three"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Count = 5 }))
 }
 
-// Rule: no schedulable: false with zero workers.
+// Rule: control planes are not made unschedulable with zero workers; a
+// cluster is created tainted (the standard preset) before any machine exists.
 func TestUnschedulableControlPlanesNeedAWorker(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	err := admin.Create(ctx, newCluster(ns, "c", func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) }))
-	refused(t, err, "Invalid", "spec.controlPlane.schedulable", "no approved worker", "approve a worker first")
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "tainted", func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) })))
 
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	err := update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) })
+	refused(t, err, "Invalid", "spec.controlPlane.schedulable", "no approved worker", "approve a worker first")
+
 	testenv.Must(t, root.Create(ctx, newMachine(ns, "w1", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalApproved)))
 	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.ControlPlane.Schedulable = ptr(false) }))
 }

@@ -230,6 +230,33 @@ func (in *Installer) applyWorkload(ctx context.Context, step install.Step, deplo
 		}
 	}
 
+	// ichor-ui is Ready only once it serves the namespace's TalosCluster,
+	// which `ichor init` writes after this Job: on a fresh install its pods
+	// running the new template are what can be waited for.
+	if step == install.StepUI {
+		none, err := in.noTalosCluster(ctx)
+		if err != nil {
+			return err
+		}
+
+		if none {
+			in.logf("      no TalosCluster in %s yet: ichor-ui is not Ready before there is one, so its pods running will do", in.o.Namespace)
+
+			available, err := in.waitDeploymentStarted(ctx, deployment, in.o.WaitTimeout)
+			if err != nil {
+				return err
+			}
+
+			if available {
+				in.logf("      Deployment %s is available (%d/%d)", deployment, a.Replicas, a.Replicas)
+			} else {
+				in.logf("      Deployment %s is rolled out and its containers run (%d/%d); it is Ready once `ichor init` writes the TalosCluster", deployment, a.Replicas, a.Replicas)
+			}
+
+			return nil
+		}
+	}
+
 	if err := in.waitDeployment(ctx, deployment, in.o.WaitTimeout); err != nil {
 		return err
 	}
@@ -237,6 +264,16 @@ func (in *Installer) applyWorkload(ctx context.Context, step install.Step, deplo
 	in.logf("      Deployment %s is available (%d/%d)", deployment, a.Replicas, a.Replicas)
 
 	return nil
+}
+
+// noTalosCluster says whether the namespace has no TalosCluster yet.
+func (in *Installer) noTalosCluster(ctx context.Context) (bool, error) {
+	l := &ichorv1alpha1.TalosClusterList{}
+	if err := in.c.List(ctx, l, client.InNamespace(in.o.Namespace), client.Limit(1)); err != nil {
+		return false, fmt.Errorf("listing the TalosClusters of %s: %w", in.o.Namespace, err)
+	}
+
+	return len(l.Items) == 0, nil
 }
 
 // availability decides one replica or two for a Deployment of the manifest

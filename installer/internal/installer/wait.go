@@ -159,3 +159,114 @@ func podProblem(p *corev1.Pod) string {
 func oneLine(s string) string {
 	return strings.TrimSpace(strings.ReplaceAll(s, "\n", " "))
 }
+
+// waitDeploymentStarted waits until the Deployment name is available, or
+// rolled out (as deploymentProgress judges it, availability aside) with each
+// of its pods running every container of the current template, not all of
+// them Ready: what can be waited for of a Deployment that is not Ready by
+// design yet (ichor-ui before the namespace has a TalosCluster). Pods that
+// are Ready are waited for until the Deployment counts them available. It
+// says whether the Deployment is available.
+func (in *Installer) waitDeploymentStarted(ctx context.Context, name string, timeout time.Duration) (bool, error) {
+	var (
+		last string
+		dep  *appsv1.Deployment
+	)
+
+	deadline := time.Now().Add(timeout)
+
+	for {
+		d := &appsv1.Deployment{}
+		if err := in.c.Get(ctx, client.ObjectKey{Namespace: in.o.Namespace, Name: name}, d); err != nil {
+			last = err.Error()
+		} else {
+			dep = d
+
+			ok, why := deploymentProgress(d)
+
+			switch {
+			case ok:
+				return true, nil
+			case !strings.HasSuffix(why, " available"):
+				last = why
+			default:
+				running, allReady, err := in.podsRunning(ctx, d)
+
+				switch {
+				case err != nil:
+					last = err.Error()
+				case running && !allReady:
+					return false, nil
+				default:
+					last = why
+				}
+			}
+		}
+
+		if time.Now().After(deadline) {
+			break
+		}
+
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
+
+	msg := fmt.Sprintf("Deployment %s did not become available within %s, nor roll out with its containers running: %s", name, timeout, last)
+
+	if dep != nil {
+		if pods := in.podProblems(ctx, dep); pods != "" {
+			msg += "; " + pods
+		}
+	}
+
+	return false, errors.New(msg)
+}
+
+// podsRunning says whether as many of the Deployment's pods as it has
+// replicas run every container (started), and whether all of those are Ready.
+func (in *Installer) podsRunning(ctx context.Context, d *appsv1.Deployment) (bool, bool, error) {
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return false, false, err
+	}
+
+	pods := &corev1.PodList{}
+	if err := in.c.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return false, false, fmt.Errorf("its pods cannot be read: %w", err)
+	}
+
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+
+	running, ready := int32(0), int32(0)
+
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) < len(d.Spec.Template.Spec.Containers) {
+			continue
+		}
+
+		started := true
+
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil || cs.Started == nil || !*cs.Started {
+				started = false
+			}
+		}
+
+		if started {
+			running++
+
+			if podReady(p) {
+				ready++
+			}
+		}
+	}
+
+	return running >= want, ready >= running, nil
+}

@@ -1,0 +1,899 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/maeshinshin/ichor/tools/testenv"
+)
+
+// Issue 19: Ichor running inside the cluster it manages. talosemu runs the
+// pods of Ichor's images as processes of the binaries this package builds
+// (its pod runner: tools/talosemu/README.md), so `ichor init
+// --install=manifest` installs Ichor the way it does on hardware: its
+// installer Job applies the controller (admission webhooks on) and ichor-ui,
+// and the in-cluster controller takes over the first control plane. The
+// tests of this file share that world: one control plane and one worker,
+// the worker approved by TestLeaderHandover (two nodes, so two controller
+// replicas).
+
+const (
+	// icSubnet and icPodSubnet are the loopback ranges of this world's
+	// machines and of its pods' processes; no other suite uses them.
+	icSubnet    = "127.0.88.0/24"
+	icPodSubnet = "127.88.0.0/24"
+	icCluster   = "incluster"
+	icNamespace = "ichor-system"
+	// devVersion is the version of binaries built without the release's
+	// -ldflags: the installer records it, and the images are tagged latest.
+	devVersion = "v0.0.0-dev"
+	// leaseName is the controller replicas' leader election Lease.
+	leaseName = "ichor-controller.ichor.maesh.dev"
+)
+
+var (
+	icOnce  sync.Once
+	icWorld *world
+	icErr   error
+)
+
+// inClusterWorld starts the in-cluster world once for the package.
+func inClusterWorld(t *testing.T) *world {
+	t.Helper()
+
+	icOnce.Do(func() { icWorld, icErr = startInCluster() })
+
+	if icErr != nil {
+		t.Fatal(icErr)
+	}
+
+	return icWorld
+}
+
+// binary is one of Ichor's binaries: its module and package.
+type binary struct{ module, pkg string }
+
+var binaries = map[string]binary{
+	"ichor":            {"cli", "./cmd/ichor"},
+	"ichor-controller": {"controller", "./cmd"},
+	"ichor-installer":  {"installer", "./cmd"},
+	"ichor-ui":         {"uiserver", "./cmd/ichor-ui"},
+	"talosemu":         {"tools", "./cmd/talosemu"},
+}
+
+var shared struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// sharedBin builds every binary of the package's worlds once, into one
+// directory, and returns it.
+func sharedBin() (string, error) {
+	shared.once.Do(func() {
+		root, err := repoRoot()
+		if err != nil {
+			shared.err = err
+
+			return
+		}
+
+		dir, err := os.MkdirTemp("", "ichor-e2e-bin-")
+		if err != nil {
+			shared.err = err
+
+			return
+		}
+
+		cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
+		shared.bin, shared.err = dir, build(root, dir, "ichor", "ichor-controller", "ichor-installer", "ichor-ui", "talosemu")
+	})
+
+	return shared.bin, shared.err
+}
+
+// build builds the named binaries from this tree into bin.
+func build(root, bin string, names ...string) error {
+	for _, name := range names {
+		b := binaries[name]
+
+		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", filepath.Join(bin, name), b.pkg) //nolint:gosec // our own packages
+		cmd.Dir = filepath.Join(root, b.module)
+
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s: %w\n%s", name, err, out)
+		}
+	}
+
+	return nil
+}
+
+// icDurations records how long the in-cluster world took to start.
+var icDurations = map[string]time.Duration{}
+
+// startInCluster builds the binaries, starts two emulated machines (a
+// control plane and a worker) whose kubelets run Ichor's pods from them, and
+// runs `ichor init --install manifest` on the control plane: the installer
+// Job installs Ichor, and init waits for the in-cluster controller to take
+// over.
+func startInCluster() (*world, error) {
+	assets := os.Getenv(assetsEnv)
+	if assets == "" {
+		return nil, fmt.Errorf("%s is not set: run the e2e tests through `go tool task test`, or export %s=$(go tool task assets:dir)", assetsEnv, assetsEnv)
+	}
+
+	dir, err := os.MkdirTemp("", "ichor-e2e-incluster-")
+	if err != nil {
+		return nil, err
+	}
+
+	cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
+
+	start := time.Now()
+
+	bin, err := sharedBin()
+	if err != nil {
+		return nil, err
+	}
+
+	w := &world{dir: dir, bin: bin, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	w.env = append(os.Environ(), "ICHOR_HOME="+filepath.Join(dir, "home"), "ICHOR_PASSPHRASE="+passphrase, "KUBECONFIG="+w.kubeconfig)
+
+	icDurations["build"] = time.Since(start)
+	start = time.Now()
+
+	emu := exec.CommandContext(context.Background(), filepath.Join(w.bin, "talosemu"), "--machines", "2", "--controlplanes", "1", "--subnet", icSubnet, //nolint:gosec // our own binary
+		"--kubernetes", "--single-apiserver", "--kube-assets", assets, "--state-dir", filepath.Join(dir, "machines"), "--control", "127.0.0.1:0",
+		"--pod-bin-dir", w.bin, "--pod-subnet", icPodSubnet)
+	emu.Stderr, _ = os.Create(filepath.Join(dir, "talosemu.log"))
+
+	stdout, err := emu.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+
+	if err := emu.Start(); err != nil {
+		return nil, fmt.Errorf("starting talosemu: %w", err)
+	}
+
+	cleanups = append(cleanups, func() { stopProcess(emu) })
+
+	sc := bufio.NewScanner(stdout)
+	for len(w.machines) < 2 && sc.Scan() {
+		if _, url, ok := strings.Cut(sc.Text(), "; control API "); ok {
+			w.control = strings.TrimSpace(url)
+		}
+
+		var m emuMachine
+		if err := json.Unmarshal(sc.Bytes(), &m); err == nil && m.Endpoint != "" {
+			w.machines = append(w.machines, m)
+		}
+	}
+
+	if len(w.machines) < 2 {
+		return nil, fmt.Errorf("talosemu printed %d machines, want 2; its log: %s", len(w.machines), filepath.Join(dir, "talosemu.log"))
+	}
+
+	go func() { _, _ = bufio.NewReader(stdout).WriteTo(discard{}) }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	if _, err := w.ichor(ctx, "init", "--cluster", icCluster, "--preset", "standard", "--node", w.machines[0].ip(),
+		"--install", "manifest", "--write-kubeconfig", w.kubeconfig, "--timeout", "6m"); err != nil {
+		return nil, fmt.Errorf("%w\nthe installer Job's log: %s", err, w.installerLog(ctx))
+	}
+
+	icDurations["init --install manifest"] = time.Since(start)
+
+	return w, nil
+}
+
+// installerLog is the installer Job's log, for a failure's message.
+func (w *world) installerLog(ctx context.Context) string {
+	out, err := w.kubectl(ctx, "logs", "-n", icNamespace, "job/"+installJobName())
+	if err != nil {
+		return err.Error()
+	}
+
+	return out
+}
+
+// installJobName is install.JobName of the development version.
+func installJobName() string { return "ichor-install-v0-0-0-dev" }
+
+// kubeJSON reads an object or a list through kubectl into v.
+func (w *world) kubeJSON(ctx context.Context, v any, args ...string) error {
+	out, err := w.kubectl(ctx, append(args, "-o", "json")...)
+	if err != nil {
+		return err
+	}
+
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+
+	return nil
+}
+
+// pod is what the tests read of a pod.
+type pod struct {
+	Metadata struct {
+		Name              string  `json:"name"`
+		CreationTimestamp string  `json:"creationTimestamp"`
+		DeletionTimestamp *string `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
+	Status struct {
+		Phase      string `json:"phase"`
+		PodIP      string `json:"podIP"`
+		Conditions []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+		} `json:"conditions"`
+		ContainerStatuses []struct {
+			RestartCount int `json:"restartCount"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+func (p pod) ready() bool {
+	if p.Metadata.DeletionTimestamp != nil {
+		return false
+	}
+
+	for _, c := range p.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True"
+		}
+	}
+
+	return false
+}
+
+// pods lists the pods of an Ichor Deployment (its app.kubernetes.io/name).
+func (w *world) pods(ctx context.Context, app string) ([]pod, error) {
+	var l struct {
+		Items []pod `json:"items"`
+	}
+
+	err := w.kubeJSON(ctx, &l, "get", "pods", "-n", icNamespace, "-l", "app.kubernetes.io/name="+app)
+
+	return l.Items, err
+}
+
+func describePods(ps []pod) string {
+	var b strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&b, "  %s on %s %s ready=%v deleting=%v ip=%s\n", p.Metadata.Name, p.Spec.NodeName, p.Status.Phase, p.ready(), p.Metadata.DeletionTimestamp != nil, p.Status.PodIP)
+	}
+
+	return b.String()
+}
+
+// deployment is what the tests read of a Deployment.
+type deployment struct {
+	Spec struct {
+		Replicas int `json:"replicas"`
+	} `json:"spec"`
+	Status struct {
+		Replicas          int `json:"replicas"`
+		AvailableReplicas int `json:"availableReplicas"`
+		UpdatedReplicas   int `json:"updatedReplicas"`
+	} `json:"status"`
+}
+
+// waitAvailable waits until every replica of the Deployment name is
+// available and at least min are wanted; it returns the Ready pods.
+func (w *world) waitAvailable(t *testing.T, ctx context.Context, name string, minReplicas int, timeout time.Duration) []pod {
+	t.Helper()
+
+	var ready []pod
+
+	testenv.EventuallyEvery(t, timeout, 2*time.Second, fmt.Sprintf("Deployment %s with %d+ replicas, all available", name, minReplicas), func() (bool, string) {
+		var d deployment
+		if err := w.kubeJSON(ctx, &d, "get", "deployment", "-n", icNamespace, name); err != nil {
+			return false, err.Error()
+		}
+
+		ps, err := w.pods(ctx, name)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		ready = ready[:0]
+
+		for _, p := range ps {
+			if p.ready() {
+				ready = append(ready, p)
+			}
+		}
+
+		ok := d.Spec.Replicas >= minReplicas && d.Status.AvailableReplicas == d.Spec.Replicas &&
+			d.Status.Replicas == d.Spec.Replicas && len(ready) == d.Spec.Replicas
+
+		return ok, fmt.Sprintf("spec %d, status %+v; pods:\n%s", d.Spec.Replicas, d.Status, describePods(ps))
+	})
+
+	return ready
+}
+
+// podProcess is the PID of the process of this world's binary name that runs
+// as pod (the pod runner sets HOSTNAME to the pod's name); 0 when there is none.
+func (w *world) podProcess(name, podName string) int {
+	entries, _ := os.ReadDir("/proc")
+	exe := filepath.Join(w.bin, name)
+
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+
+		if target, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || target != exe {
+			continue
+		}
+
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if kv == "HOSTNAME="+podName {
+				return pid
+			}
+		}
+	}
+
+	return 0
+}
+
+// TestInClusterInstall: `ichor init --install manifest` ran the installer
+// Job; the controller and ichor-ui run as pods (processes of this tree's
+// binaries) and are Ready; the IchorInstallation records the version; the
+// admission webhook, called by the API server at the controller pod,
+// refuses with its message; `kubectl logs` reads the controller's log
+// through the kubelet API.
+func TestInClusterInstall(t *testing.T) {
+	start := time.Now()
+	w := inClusterWorld(t)
+	t.Logf("in-cluster world: %v", icDurations)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	for _, app := range []string{"ichor-controller", "ichor-ui"} {
+		ready := w.waitAvailable(t, ctx, app, 1, 3*time.Minute)
+
+		for _, p := range ready {
+			if pid := w.podProcess(app, p.Metadata.Name); pid == 0 {
+				t.Fatalf("pod %s is Ready but no process of %s runs it: kwok, not the pod runner, plays it", p.Metadata.Name, filepath.Join(w.bin, app))
+			}
+
+			if !strings.HasPrefix(p.Status.PodIP, "10.") {
+				t.Errorf("pod %s has address %q, not one of its Node's podCIDR", p.Metadata.Name, p.Status.PodIP)
+			}
+		}
+	}
+
+	// The installer Job completed, and its log says what it did.
+	var job struct {
+		Status struct {
+			Succeeded int `json:"succeeded"`
+		} `json:"status"`
+	}
+
+	if err := w.kubeJSON(ctx, &job, "get", "job", "-n", icNamespace, installJobName()); err != nil {
+		t.Fatal(err)
+	}
+
+	if job.Status.Succeeded != 1 {
+		t.Fatalf("the installer Job %s did not succeed: %+v", installJobName(), job.Status)
+	}
+
+	if log := w.installerLog(ctx); !strings.Contains(log, "done: Ichor "+devVersion+" is installed in "+icNamespace) ||
+		!strings.Contains(log, "denied the request") {
+		t.Fatalf("the installer Job's log does not say it installed Ichor and saw the webhook refuse:\n%s", log)
+	}
+
+	out, err := w.kubectl(ctx, "get", "ichorinstallation", "ichor", "-o", "jsonpath={.status.installedVersion}")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if out != devVersion {
+		t.Fatalf("IchorInstallation ichor: installedVersion %q, want %s", out, devVersion)
+	}
+
+	// The webhook (not the CRD's schema) refuses a reclaim credential that
+	// lives a day, with its rule and its way out.
+	reclaim := filepath.Join(w.dir, "reclaim.yaml")
+	if err := os.WriteFile(reclaim, []byte(`apiVersion: ichor.maesh.dev/v1alpha1
+kind: MachineReclaim
+metadata:
+  name: e2e-refused
+  namespace: `+icNamespace+`
+spec:
+  address: 192.0.2.10
+  credentialsRef:
+    name: e2e-absent
+  ttl: 24h
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err = w.kubectl(ctx, "create", "--dry-run=server", "-f", reclaim)
+	if err == nil {
+		t.Fatalf("the API server admitted a MachineReclaim the webhook must refuse:\n%s", out)
+	}
+
+	// kubectl prints the webhook's Invalid status as its causes; the CRD's
+	// schema bounds neither the TTL nor checks that a Secret exists.
+	for _, want := range []string{"is invalid", "the foreign credential lives at most 1h0m0s", `Secret "e2e-absent" does not exist in namespace`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the refusal lacks %q:\n%s", want, out)
+		}
+	}
+
+	// kubectl logs reaches the controller's log through the kubelet API.
+	testenv.EventuallyEvery(t, time.Minute, 2*time.Second, "the controller's log through kubectl logs", func() (bool, string) {
+		out, err := w.kubectl(ctx, "logs", "-n", icNamespace, "deploy/ichor-controller")
+		if err != nil {
+			return false, err.Error()
+		}
+
+		return strings.Contains(out, "Starting workers"), out
+	})
+
+	t.Logf("test %s", time.Since(start).Round(time.Second))
+}
+
+// uiForward is a running `ichor ui`.
+type uiForward struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	return l.b.String()
+}
+
+var consoleAt = regexp.MustCompile(`The web console is at (https://127\.0\.0\.1:[0-9]+)`)
+
+// startUIForward starts `ichor ui --port 0` and waits for the address it prints.
+func (w *world) startUIForward(t *testing.T) *uiForward {
+	t.Helper()
+
+	cmd := exec.CommandContext(t.Context(), filepath.Join(w.bin, "ichor"), "ui", "--port", "0") //nolint:gosec // our own binary
+	cmd.Env = w.env
+	f := &uiForward{cmd: cmd, stderr: &lockedBuffer{}}
+	cmd.Stderr = f.stderr
+
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Cleanup(func() { stopProcess(cmd) })
+
+	found := make(chan string, 1)
+
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := consoleAt.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+	}()
+
+	select {
+	case f.url = <-found:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("`ichor ui` printed no address within 2 minutes; its errors:\n%s", f.stderr.String())
+	}
+
+	return f
+}
+
+// TestUIPortForward: `ichor ui` port-forwards to the ichor-ui pod through the
+// API server and the kubelet API, and the console answers through it; the
+// pod is deleted, its ReplicaSet's new pod comes up, and `ichor ui` forwards
+// to it on the same local port.
+func TestUIPortForward(t *testing.T) {
+	w := inClusterWorld(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	before := w.waitAvailable(t, ctx, "ichor-ui", 1, 3*time.Minute)
+	f := w.startUIForward(t)
+	ui := &uiServer{url: f.url}
+
+	answers := func(what string) {
+		t.Helper()
+
+		testenv.EventuallyEvery(t, 2*time.Minute, time.Second, "the console through `ichor ui` "+what, func() (bool, string) {
+			code, body, err := ui.get(ctx, "/")
+			if err != nil {
+				return false, fmt.Sprintf("%v; ichor ui's errors:\n%s", err, f.stderr.String())
+			}
+
+			return code == http.StatusOK && strings.Contains(string(body), "<html"), fmt.Sprintf("%d %.200s", code, body)
+		})
+	}
+
+	answers("at first")
+
+	old := map[string]bool{}
+	for _, p := range before {
+		old[p.Metadata.Name] = true
+	}
+
+	if _, err := w.kubectl(ctx, "delete", "pod", "-n", icNamespace, "-l", "app.kubernetes.io/name=ichor-ui", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+
+	// New pods of the ReplicaSet, Ready, and none of the old ones left.
+	testenv.EventuallyEvery(t, 3*time.Minute, 2*time.Second, "new ichor-ui pods Ready, the old ones gone", func() (bool, string) {
+		ps, err := w.pods(ctx, "ichor-ui")
+		if err != nil {
+			return false, err.Error()
+		}
+
+		ready := 0
+
+		for _, p := range ps {
+			if old[p.Metadata.Name] {
+				return false, describePods(ps)
+			}
+
+			if p.ready() {
+				ready++
+			}
+		}
+
+		return ready == len(before), describePods(ps)
+	})
+
+	answers("after its pod was replaced")
+
+	if !strings.Contains(f.stderr.String(), "forwarding to another ichor-ui pod") {
+		t.Fatalf("`ichor ui` did not say it re-established the forward:\n%s", f.stderr.String())
+	}
+}
+
+// operation is what the tests read of a TalosOperation.
+type operation struct {
+	Status struct {
+		Phase string `json:"phase"`
+	} `json:"status"`
+}
+
+// leaseHolder is the holder identity of the controllers' leader Lease.
+func (w *world) leaseHolder(ctx context.Context) (string, error) {
+	return w.kubectl(ctx, "get", "lease", "-n", icNamespace, leaseName, "-o", "jsonpath={.spec.holderIdentity}")
+}
+
+// leaderPod is the controller pod whose current run acquired the Lease (its
+// log says so). The Lease's holder identity cannot say: it is the host name
+// (os.Hostname) and a UUID, and the pod runner's processes share the host's
+// name (no UTS namespace; tools/talosemu/README.md).
+func (w *world) leaderPod(ctx context.Context) (string, error) {
+	ps, err := w.pods(ctx, "ichor-controller")
+	if err != nil {
+		return "", err
+	}
+
+	var leaders []string
+
+	for _, p := range ps {
+		if p.Metadata.DeletionTimestamp != nil {
+			continue
+		}
+
+		out, err := w.kubectl(ctx, "logs", "-n", icNamespace, p.Metadata.Name)
+		if err != nil {
+			return "", err
+		}
+
+		if strings.Contains(strings.ToLower(out), "successfully acquired lease") {
+			leaders = append(leaders, p.Metadata.Name)
+		}
+	}
+
+	if len(leaders) != 1 {
+		return "", fmt.Errorf("%d controller pods say they acquired the Lease (%v); pods:\n%s", len(leaders), leaders, describePods(ps))
+	}
+
+	return leaders[0], nil
+}
+
+const rebootRPC = "/machine.MachineService/Reboot"
+
+// TestLeaderHandover: with the worker approved, the controller runs two
+// replicas. A node reboot of the worker starts; once its Reboot call is
+// sent, the leading controller's process is killed (SIGKILL); another
+// replica takes the Lease, the operation completes, and the worker got
+// exactly one Reboot (the emulator's RPC counters): the recorded step was not
+// sent again.
+func TestLeaderHandover(t *testing.T) {
+	w := inClusterWorld(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	worker := w.machines[1]
+	name := w.approveWorker(t, ctx, worker)
+
+	// Two schedulable nodes: the controller follows with two replicas.
+	w.waitAvailable(t, ctx, "ichor-controller", 2, 3*time.Minute)
+
+	// The worker's reboot takes long enough to kill the leader while the
+	// operation waits for it.
+	if err := w.controlPut(ctx, "/machines/"+worker.Name+"/durations", `{"reboot":"15s","boot":"5s"}`); err != nil {
+		t.Fatal(err)
+	}
+
+	before, err := w.rpcs(ctx, worker.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out := w.mustIchor(t, ctx, "node", "reboot", name, "--yes")
+
+	m := regexp.MustCompile(`Started operation (\S+)\.`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("`ichor node reboot` did not name its operation:\n%s", out)
+	}
+
+	op := m[1]
+
+	testenv.EventuallyEvery(t, 3*time.Minute, 500*time.Millisecond, "the worker's Reboot call", func() (bool, string) {
+		c, err := w.rpcs(ctx, worker.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		return c[rebootRPC] > before[rebootRPC], fmt.Sprintf("%v", c)
+	})
+
+	identity, err := w.leaseHolder(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	leader, err := w.leaderPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pid := w.podProcess("ichor-controller", leader)
+	if pid == 0 {
+		t.Fatalf("no process runs the leading controller pod %s", leader)
+	}
+
+	var o operation
+	if err := w.kubeJSON(ctx, &o, "get", "talosoperation", "-n", icNamespace, op); err != nil {
+		t.Fatal(err)
+	}
+
+	if o.Status.Phase == "Succeeded" || o.Status.Phase == "Failed" {
+		t.Fatalf("operation %s already ended (%s) before the leader was killed: nothing is handed over", op, o.Status.Phase)
+	}
+
+	// The process dies mid-operation, and its pod goes with it (a force
+	// delete, as of a node gone away), so its container does not start
+	// again in its place: another replica takes over.
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	killed := time.Now()
+
+	if _, err := w.kubectl(ctx, "delete", "pod", "-n", icNamespace, leader, "--grace-period=0", "--force", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+
+	testenv.EventuallyEvery(t, 2*time.Minute, time.Second, "another controller holding the Lease", func() (bool, string) {
+		id, err := w.leaseHolder(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		return id != "" && id != identity, "holder " + id
+	})
+
+	handover := time.Since(killed)
+
+	newLeader, err := w.leaderPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if newLeader == leader {
+		t.Fatalf("the killed pod %s holds the Lease again", leader)
+	}
+
+	testenv.EventuallyEvery(t, 4*time.Minute, 2*time.Second, "operation "+op+" Succeeded", func() (bool, string) {
+		var o operation
+		if err := w.kubeJSON(ctx, &o, "get", "talosoperation", "-n", icNamespace, op); err != nil {
+			return false, err.Error()
+		}
+
+		if o.Status.Phase == "Failed" {
+			t.Fatalf("operation %s failed after the handover", op)
+		}
+
+		return o.Status.Phase == "Succeeded", o.Status.Phase
+	})
+
+	after, err := w.rpcs(ctx, worker.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if n := after[rebootRPC] - before[rebootRPC]; n != 1 {
+		t.Fatalf("the worker got %d Reboot calls for one node reboot (a replica repeated the recorded step): %v", n, after)
+	}
+
+	t.Logf("killed leader %s (pid %d); %s took the Lease %s later; the operation succeeded with one Reboot", leader, pid, newLeader, handover.Round(time.Second))
+}
+
+// controlPut sends a PUT with a JSON body to talosemu's control API.
+func (w *world) controlPut(ctx context.Context, path, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.control+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+
+	defer func() { _ = resp.Body.Close() }()
+
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("PUT %s: %s", path, resp.Status)
+	}
+
+	return nil
+}
+
+var approveOnce struct {
+	once sync.Once
+	name string
+	err  error
+}
+
+// approveWorker adds the worker through discovery, approves it and waits
+// until it is Ready, once for the package; it returns its TalosMachine's name.
+func (w *world) approveWorker(t *testing.T, ctx context.Context, m emuMachine) string {
+	t.Helper()
+
+	approveOnce.once.Do(func() { approveOnce.name, approveOnce.err = w.approve(ctx, m) })
+
+	if approveOnce.err != nil {
+		t.Fatal(approveOnce.err)
+	}
+
+	return approveOnce.name
+}
+
+func (w *world) approve(ctx context.Context, m emuMachine) (string, error) {
+	if _, err := w.ichor(ctx, "cluster", "discovery", "add", m.ip()); err != nil {
+		return "", err
+	}
+
+	var name, last string
+
+	if err := poll(ctx, 3*time.Minute, func() (bool, error) {
+		ms, err := w.list(ctx)
+		if err != nil {
+			last = err.Error()
+
+			return false, nil //nolint:nilerr // retried until the timeout; last says why
+		}
+
+		last = describe(ms)
+
+		for _, tm := range ms {
+			if tm.Spec.Address == m.ip() && tm.Spec.Approval.State == "pending" {
+				name = tm.Metadata.Name
+
+				return true, nil
+			}
+		}
+
+		return false, nil
+	}); err != nil {
+		return "", fmt.Errorf("the worker %s was not discovered as pending: %w; machines:\n%s", m.ip(), err, last)
+	}
+
+	if _, err := w.ichor(ctx, "machine", "approve", name, "--role", "worker"); err != nil {
+		return "", err
+	}
+
+	if err := poll(ctx, 5*time.Minute, func() (bool, error) {
+		ms, err := w.list(ctx)
+		if err != nil {
+			last = err.Error()
+
+			return false, nil //nolint:nilerr // retried until the timeout; last says why
+		}
+
+		last = describe(ms)
+
+		for _, tm := range ms {
+			if tm.Metadata.Name == name && tm.ready() {
+				return true, nil
+			}
+		}
+
+		return false, nil
+	}); err != nil {
+		return "", fmt.Errorf("the approved worker %s is not Ready: %w; machines:\n%s", name, err, last)
+	}
+
+	return name, nil
+}
+
+// poll calls cond every 2 s until it is true, it fails, or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+
+		if time.Now().After(deadline) {
+			return errors.New("timed out after " + timeout.String())
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
