@@ -89,6 +89,7 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 	add(CheckControlPlaneCount(c.Spec.ControlPlane.Count))
 	if old != nil {
 		add(CheckControlPlaneCountLowered(old.Spec.ControlPlane.Count, c.Spec.ControlPlane.Count, facts.ApprovedControlPlanes))
+		add(CheckClusterDowntime(old, c, ApprovedCounts{ControlPlanes: facts.ApprovedControlPlanes, Workers: facts.ApprovedWorkers}))
 	}
 	// Only a change is refused: `ichor init --preset standard` (or large)
 	// creates the cluster tainted before any machine exists, workers to come
