@@ -317,3 +317,37 @@ func loadSmallClusterFacts(ctx context.Context, r client.Reader, op *ichorv1alph
 	}
 	return nil
 }
+
+// TalosUpgradeNotices reads what a Talos upgrade of c to target says before
+// it starts (the CLI's confirmation, the console's dialog): the downtime
+// notice of a single node ("" otherwise; the write then needs
+// AcceptDowntime) and the backup warnings.
+func TalosUpgradeNotices(ctx context.Context, r client.Reader, c *ichorv1alpha1.TalosCluster, target string, now time.Time) (string, []string, error) {
+	n, err := CountApproved(ctx, r, c.Namespace, c.Name, "")
+	if err != nil {
+		return "", nil, err
+	}
+	next := c.DeepCopy()
+	next.Spec.TalosVersion = target
+	downtime := ClusterDowntime(c, next, n)
+	var list ichorv1alpha1.TalosEtcdBackupList
+	switch err := r.List(ctx, &list, client.InNamespace(c.Namespace)); {
+	case apierrors.IsForbidden(err):
+		return downtime, nil, nil
+	case err != nil:
+		return "", nil, fmt.Errorf("listing TalosEtcdBackups in %s: %w", c.Namespace, err)
+	}
+	return downtime, BackupWarnings(c.Name, list.Items, now), nil
+}
+
+// AcceptDowntime records a person's consent to the downtime on obj, the
+// write the webhook checks: value is "true" on a TalosOperation, the new
+// Talos version on a TalosCluster.
+func AcceptDowntime(obj client.Object, value string) {
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[ichorv1alpha1.AcceptDowntimeAnnotation] = value
+	obj.SetAnnotations(a)
+}
