@@ -27,6 +27,9 @@ import (
 //   - Capacity: on three control planes and no worker, CheckDrainCapacity
 //     says whether what runs on the node to be drained fits on the other two.
 
+// annotationTrue is the value of a yes/no consent annotation.
+const annotationTrue = "true"
+
 // MaxBackupAge is how old the last verified snapshot of a cluster may be
 // before a disruptive operation warns that there is no recent backup.
 const MaxBackupAge = 48 * time.Hour
@@ -69,7 +72,7 @@ func OperationDowntime(op *ichorv1alpha1.TalosOperation, n ApprovedCounts) strin
 // that does not carry the consent: AcceptDowntimeAnnotation "true".
 func CheckOperationDowntime(op *ichorv1alpha1.TalosOperation, n ApprovedCounts) *Refusal {
 	notice := OperationDowntime(op, n)
-	if notice == "" || op.Annotations[ichorv1alpha1.AcceptDowntimeAnnotation] == "true" {
+	if notice == "" || op.Annotations[ichorv1alpha1.AcceptDowntimeAnnotation] == annotationTrue {
 		return nil
 	}
 	return &Refusal{
