@@ -161,8 +161,8 @@ func OperationWarnings(op *ichorv1alpha1.TalosOperation, facts OperationFacts, n
 	if !facts.BackupsUnknown {
 		out = BackupWarnings(op.Spec.ClusterName, facts.Backups, now)
 	}
-	if facts.Machine != nil && CapacityChecked(facts.Approved) && op.Spec.Type == ichorv1alpha1.OperationNode &&
-		op.Spec.Node != nil && op.Spec.Node.Action != ichorv1alpha1.NodeActionReboot {
+	// Every node action drains the node first (nodeop.NodeSteps).
+	if facts.Machine != nil && CapacityChecked(facts.Approved) && op.Spec.Type == ichorv1alpha1.OperationNode && op.Spec.Node != nil {
 		if r := CheckDrainCapacity(facts.Capacity, facts.Machine.Status.NodeName); r != nil {
 			out = append(out, r.Error())
 		}

@@ -191,6 +191,9 @@ func TestSmallClusterGuards(t *testing.T) {
 		if w := OperationWarnings(node(ichorv1alpha1.NodeActionShutdown, ""), facts, now); len(w) != 1 || !strings.Contains(w[0], "node a") {
 			t.Errorf("shutting down a full node of three: want the capacity warning, got %v", w)
 		}
+		if w := OperationWarnings(node(ichorv1alpha1.NodeActionReboot, ""), facts, now); len(w) != 1 {
+			t.Errorf("a reboot drains too: want the capacity warning, got %v", w)
+		}
 		facts.Approved = ApprovedCounts{ControlPlanes: 3, Workers: 2}
 		if w := OperationWarnings(node(ichorv1alpha1.NodeActionShutdown, ""), facts, now); len(w) != 0 {
 			t.Errorf("with workers the check is not made: %v", w)
