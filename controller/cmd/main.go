@@ -42,6 +42,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/storagestatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosupgrade"
+	"github.com/maeshinshin/ichor/controller/internal/controller/teardown"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichormetrics "github.com/maeshinshin/ichor/controller/internal/metrics"
@@ -206,6 +207,8 @@ func main() {
 		// The users ichor-ui may impersonate, bounded in RBAC (architecture, "Trust").
 		{"the impersonation reconciler", &impersonation.Reconciler{Namespace: namespace, ExtraUsers: impersonate}},
 		{"the cluster status reconciler", &clusterstatus.Reconciler{}},
+		// The TalosCluster finalizer: a deleted cluster's objects, in order, its nodes left as they are.
+		{"the cluster teardown", &teardown.Reconciler{}},
 		// TalosStorage's status: the selected machines and ExtensionsPresent.
 		{"the TalosStorage status reconciler", &storagestatus.Reconciler{}},
 		// Talos upgrade candidates, and the talos operation a spec.talosVersion change starts.

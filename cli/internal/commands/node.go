@@ -82,7 +82,7 @@ const (
 )
 
 // nodeActionText says what a node operation does, step by step (nodeop.NodeSteps).
-func nodeActionText(m *ichorv1alpha1.TalosMachine, action, wipeMode string, refusals []guard.Refusal) string {
+func nodeActionText(m *ichorv1alpha1.TalosMachine, action, wipeMode string, notices smallClusterNotices, refusals []guard.Refusal) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "This starts a node operation: %s machine %s", action, m.Name)
 	if m.Spec.Role != "" {
@@ -92,8 +92,43 @@ func nodeActionText(m *ichorv1alpha1.TalosMachine, action, wipeMode string, refu
 	for i, st := range nodeop.NodeSteps(m, action, wipeMode) {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, st)
 	}
+	notices.write(&b)
 	writeRefusals(&b, refusals)
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// smallClusterNotices is what the small-cluster rules say before a
+// disruptive operation (guard, smallcluster.go): the downtime of a single
+// node, which the confirmation asks about, and the warnings.
+type smallClusterNotices struct {
+	downtime string
+	warnings []string
+}
+
+// warnIfUnasked prints the notices when --yes skips the confirmation that
+// would have shown them.
+func (r *run) warnIfUnasked(n smallClusterNotices) {
+	if !r.cmd.Bool(flagYes) {
+		return
+	}
+	if n.downtime != "" {
+		r.warnf("%s; --yes accepts it", n.downtime)
+	}
+	for _, w := range n.warnings {
+		r.warnf("%s", w)
+	}
+}
+
+func (n smallClusterNotices) write(b *strings.Builder) {
+	if n.downtime != "" {
+		fmt.Fprintf(b, "Downtime: %s. Confirming accepts it (the %s annotation).\n", n.downtime, ichorv1alpha1.AcceptDowntimeAnnotation)
+	}
+	if len(n.warnings) > 0 {
+		b.WriteString("Warnings:\n")
+		for _, w := range n.warnings {
+			fmt.Fprintf(b, "  - %s\n", w)
+		}
+	}
 }
 
 // writeRefusals lists the refusals of a plan under "Refused:".
@@ -141,8 +176,9 @@ func nodeAction(ctx context.Context, cmd *cli.Command, action string) error {
 		return r.conn.Explain(err, "reading TalosCluster "+m.Spec.ClusterName+" and its TalosMachines")
 	}
 	refusals := guard.CheckOperation(op, facts)
+	notices := smallClusterNotices{downtime: guard.OperationDowntime(op, facts.Approved), warnings: guard.OperationWarnings(op, facts, time.Now())}
 	if dryRun {
-		r.printf("%s\n", nodeActionText(m, action, wipeMode, refusals))
+		r.printf("%s\n", nodeActionText(m, action, wipeMode, notices, refusals))
 		if err := refusalError(action+" of "+name, refusals); err != nil {
 			return err
 		}
@@ -152,8 +188,12 @@ func nodeAction(ctx context.Context, cmd *cli.Command, action string) error {
 	if err := refusalError(action+" of "+name, refusals); err != nil {
 		return err
 	}
-	if err := r.confirm(nodeActionText(m, action, wipeMode, nil), name); err != nil {
+	r.warnIfUnasked(notices)
+	if err := r.confirm(nodeActionText(m, action, wipeMode, notices, nil), name); err != nil {
 		return err
+	}
+	if notices.downtime != "" {
+		guard.AcceptDowntime(op, "true") // the person confirmed the text that says so
 	}
 	if err := r.c().Create(ctx, op); err != nil {
 		return r.conn.Explain(err, "creating the node operation for "+name)

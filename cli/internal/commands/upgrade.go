@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -199,11 +200,28 @@ func upgrade(ctx context.Context, cmd *cli.Command, u upgradeComponent) error {
 		}
 	}
 	from := u.running(c)
-	if err := r.confirm(fmt.Sprintf(u.what, c.Name, from, target), c.Name); err != nil {
+	text := fmt.Sprintf(u.what, c.Name, from, target)
+	var notices smallClusterNotices
+	if u.opType == ichorv1alpha1.OperationTalos {
+		downtime, warnings, err := guard.TalosUpgradeNotices(ctx, r.c(), c, target, time.Now())
+		if err != nil {
+			return r.conn.Explain(err, "reading the machines and backups of cluster "+c.Name)
+		}
+		notices = smallClusterNotices{downtime: downtime, warnings: warnings}
+		var b strings.Builder
+		b.WriteString(text + "\n")
+		notices.write(&b)
+		text = strings.TrimSuffix(b.String(), "\n")
+	}
+	r.warnIfUnasked(notices)
+	if err := r.confirm(text, c.Name); err != nil {
 		return err
 	}
 	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	u.set(c, target)
+	if notices.downtime != "" {
+		guard.AcceptDowntime(c, target) // the person confirmed the text that says so
+	}
 	if err := r.c().Patch(ctx, c, patch); err != nil {
 		return r.conn.Explain(err, "setting "+u.field+" of TalosCluster "+c.Name)
 	}

@@ -59,6 +59,15 @@ const (
 	// operation records the override as a Warning Event on the TalosCluster.
 	// `ichor operation resume NAME --override` sets it with the resume.
 	OverrideRemovedAPIsAnnotation = "ichor.maesh.dev/override-removed-apis"
+	// AcceptDowntimeAnnotation is a person's consent to the downtime of a
+	// disruptive operation on a cluster with a single node, which has nowhere
+	// to drain to (architecture, "Topology": the UI says there will be
+	// downtime and asks). On a TalosOperation (a reboot or shutdown of the
+	// only node) its value is "true"; on the TalosCluster write that changes
+	// spec.talosVersion it is the new version, so that the consent to one
+	// upgrade never carries over to the next. The CLI and the console set it
+	// once the person has confirmed; the webhook refuses the write without it.
+	AcceptDowntimeAnnotation = "ichor.maesh.dev/accept-downtime"
 )
 
 // Labels Ichor sets.

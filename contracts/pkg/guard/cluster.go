@@ -89,6 +89,7 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 	add(CheckControlPlaneCount(c.Spec.ControlPlane.Count))
 	if old != nil {
 		add(CheckControlPlaneCountLowered(old.Spec.ControlPlane.Count, c.Spec.ControlPlane.Count, facts.ApprovedControlPlanes))
+		add(CheckClusterDowntime(old, c, ApprovedCounts{ControlPlanes: facts.ApprovedControlPlanes, Workers: facts.ApprovedWorkers}))
 	}
 	// Only a change is refused: `ichor init --preset standard` (or large)
 	// creates the cluster tainted before any machine exists, workers to come
@@ -145,7 +146,7 @@ func checkCNI(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 			WayOut: "keep spec.cni.tunnel: " + ocni.Tunnel,
 		})
 	}
-	if ocni.KubeProxy != cni.KubeProxy && c.Annotations[ichorv1alpha1.KubeProxySwitchAnnotation] != "true" {
+	if ocni.KubeProxy != cni.KubeProxy && c.Annotations[ichorv1alpha1.KubeProxySwitchAnnotation] != annotationTrue {
 		out = append(out, Refusal{
 			Field:  "spec.cni.kubeProxy",
 			Rule:   fmt.Sprintf("switching kube-proxy (%q to %q) changes two owners in a fixed order", ocni.KubeProxy, cni.KubeProxy),
@@ -291,7 +292,7 @@ func ValidateClusterDelete(c *ichorv1alpha1.TalosCluster) []Refusal {
 }
 
 func checkAllowDelete(kind string, annotations map[string]string) *Refusal {
-	if annotations[ichorv1alpha1.AllowDeleteAnnotation] == "true" {
+	if annotations[ichorv1alpha1.AllowDeleteAnnotation] == annotationTrue {
 		return nil
 	}
 	return &Refusal{

@@ -89,7 +89,8 @@ func LoadClusterFacts(ctx context.Context, r client.Reader, c *ichorv1alpha1.Tal
 // LoadOperationFacts reads the facts of the operation checks for op: its
 // cluster, a node operation's machine and the cluster's other approved
 // machines, the cluster's unfinished shutdown, and an etcd restore's backup
-// and lock.
+// and lock, and the small-cluster facts (every approved machine, the
+// backups, the Node loads; see smallcluster.go).
 func LoadOperationFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.TalosOperation) (OperationFacts, error) {
 	c, err := LoadCluster(ctx, r, op.Namespace, op.Spec.ClusterName)
 	if err != nil {
@@ -103,6 +104,9 @@ func LoadOperationFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.
 		return OperationFacts{}, err
 	}
 	if err := loadRestoreFacts(ctx, r, op, &facts); err != nil {
+		return OperationFacts{}, err
+	}
+	if err := loadSmallClusterFacts(ctx, r, op, &facts); err != nil {
 		return OperationFacts{}, err
 	}
 	return facts, nil

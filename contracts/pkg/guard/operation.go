@@ -32,6 +32,16 @@ type OperationFacts struct {
 	// UnfinishedRestores are the cluster's other etcd-restore operations that
 	// have not finished; etcd restores only.
 	UnfinishedRestores []string
+	// Approved counts every approved machine of the cluster that is not
+	// being deleted (Machine included), for the small-cluster checks.
+	Approved ApprovedCounts
+	// Backups are the namespace's TalosEtcdBackups (disruptive operations
+	// only); BackupsUnknown is true when the reader may not list them.
+	Backups        []ichorv1alpha1.TalosEtcdBackup
+	BackupsUnknown bool
+	// Capacity is every Node's load, read for a node operation on a
+	// three-node cluster without workers (CheckDrainCapacity); nil otherwise.
+	Capacity []NodeLoad
 }
 
 // RunnableOperationTypes are the operation types this release of Ichor runs.

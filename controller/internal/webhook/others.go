@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,7 +36,18 @@ func (v *operationValidator) ValidateCreate(ctx context.Context, op *ichorv1alph
 	}
 	s := operationSubject(op)
 	reqs := append(guard.OperationRequirements(op), guard.OperationAnnotationRequirements(nil, op)...)
-	return v.decideRunnable(ctx, s, op, guard.CheckOperation(op, facts), reqs)
+	refusals := guard.CheckOperation(op, facts)
+	// The single node's downtime needs the person's consent on the write
+	// (the CLI and the console ask, then set it); the backup and capacity
+	// findings are warnings (architecture, "Topology").
+	if r := guard.CheckOperationDowntime(op, facts.Approved); r != nil {
+		refusals = append(refusals, *r)
+	}
+	w, err := v.decideRunnable(ctx, s, op, refusals, reqs)
+	if err != nil {
+		return w, err
+	}
+	return append(w, guard.OperationWarnings(op, facts, time.Now())...), nil
 }
 
 // decideRunnable decides as decide does, then refuses a type this release

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -360,4 +361,72 @@ func TestCredentialRequestsNeedDownload(t *testing.T) {
 	refused(t, admin.Create(ctx, req("creds", ichorv1alpha1.PurposeRotationCredentials)), "Forbidden",
 		"`download` on `talosclusters/credentials`", `user "ada"`)
 	testenv.Must(t, root.Create(ctx, req("creds", ichorv1alpha1.PurposeRotationCredentials)))
+}
+
+// Rule (architecture, "Topology"): on a cluster with a single node, a
+// reboot or shutdown of that node and a Talos upgrade mean downtime, and the
+// write needs the person's consent (the accept-downtime annotation, "true"
+// on the operation, the new version on the cluster); a missing backup is a
+// warning, never a refusal. Neighbours: the same reboot with a second node
+// needs no consent.
+func TestSmallClusterAdmission(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "cp", "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalApproved)))
+	on := func(action, accept string) func(*ichorv1alpha1.TalosOperation) {
+		return func(o *ichorv1alpha1.TalosOperation) {
+			o.Spec.Node = &ichorv1alpha1.NodeAction{MachineName: "cp", Action: action}
+			if accept != "" {
+				o.Annotations = map[string]string{ichorv1alpha1.AcceptDowntimeAnnotation: accept}
+			}
+		}
+	}
+
+	err := admin.Create(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode, on(ichorv1alpha1.NodeActionReboot, "")))
+	refused(t, err, "Invalid", ichorv1alpha1.AcceptDowntimeAnnotation, "cluster c has a single node", "rebooting cp", "`ichor node reboot cp`")
+	err = admin.Create(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode, on(ichorv1alpha1.NodeActionReboot, "false")))
+	refused(t, err, "Invalid", ichorv1alpha1.AcceptDowntimeAnnotation)
+
+	// With the consent it is admitted, with the warning that there is no backup.
+	adminWarnings.take()
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode, on(ichorv1alpha1.NodeActionReboot, "true"))))
+	if w := strings.Join(adminWarnings.take(), "\n"); !strings.Contains(w, "cluster c has no etcd backup configured") {
+		t.Errorf("want the missing-backup warning, got %q", w)
+	}
+	testenv.Must(t, root.Delete(ctx, newOperation(ns, "reboot", ichorv1alpha1.OperationNode)))
+
+	// A backup with a recent verified snapshot: no warning.
+	b := &ichorv1alpha1.TalosEtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"},
+		Spec: ichorv1alpha1.TalosEtcdBackupSpec{ClusterName: "c", Schedule: "@daily",
+			S3:               ichorv1alpha1.S3Destination{Endpoint: "https://s3.example.com", Bucket: "etcd", CredentialsRef: ichorv1alpha1.SecretReference{Name: "s3"}},
+			EncryptionKeyRef: ichorv1alpha1.SecretReference{Name: "age"}},
+	}
+	testenv.Must(t, root.Create(ctx, b))
+	b.Status.LastSuccessfulTime = &metav1.Time{Time: time.Now().Add(-time.Hour)}
+	testenv.Must(t, root.Status().Update(ctx, b))
+	adminWarnings.take()
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "reboot-2", ichorv1alpha1.OperationNode, on(ichorv1alpha1.NodeActionReboot, "true"))))
+	if w := adminWarnings.take(); len(w) != 0 {
+		t.Errorf("a recent backup: want no warning, got %q", w)
+	}
+	testenv.Must(t, root.Delete(ctx, newOperation(ns, "reboot-2", ichorv1alpha1.OperationNode)))
+
+	// A Talos upgrade of the single node: the consent names the version.
+	err = update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.TalosVersion = "v1.14.2" })
+	refused(t, err, "Invalid", "spec.talosVersion", "single node", "upgrading Talos to v1.14.2", `"v1.14.2"`)
+	err = update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
+		c.Spec.TalosVersion = "v1.14.2"
+		c.Annotations = map[string]string{ichorv1alpha1.AcceptDowntimeAnnotation: "v1.14.1"}
+	})
+	refused(t, err, "Invalid", "spec.talosVersion", "single node")
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
+		c.Spec.TalosVersion = "v1.14.2"
+		c.Annotations = map[string]string{ichorv1alpha1.AcceptDowntimeAnnotation: "v1.14.2"}
+	}))
+
+	// The neighbour: with a second node, nothing to consent to.
+	testenv.Must(t, root.Create(ctx, newMachine(ns, "w", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalApproved)))
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "reboot-3", ichorv1alpha1.OperationNode, on(ichorv1alpha1.NodeActionReboot, ""))))
 }

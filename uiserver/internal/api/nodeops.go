@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -158,9 +159,11 @@ func (s *OperationService) PreviewNodeOperation(ctx context.Context, req *ichorv
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
+	downtime := guard.OperationDowntime(op, facts.Approved)
 	return &ichorv1.PreviewNodeOperationResponse{
 		Machine: name, Action: action, WipeMode: wipeMode, Steps: nodeop.NodeSteps(m, action, wipeMode),
-		Refusals: refusalsToProto(d.refusals), Allowed: len(d.refusals) == 0, ConfirmName: nodeop.Destructive(action),
+		Refusals: refusalsToProto(d.refusals), Allowed: len(d.refusals) == 0, ConfirmName: nodeop.Destructive(action) || downtime != "",
+		Downtime: downtime, Warnings: guard.OperationWarnings(op, facts, time.Now()),
 	}, nil
 }
 
@@ -175,12 +178,18 @@ func (s *OperationService) StartNodeOperation(ctx context.Context, req *ichorv1.
 		return nil, err
 	}
 	what := action + " of machine " + name
-	if nodeop.Destructive(action) {
+	confirmed := func() error {
 		if got := strings.TrimSpace(req.GetConfirmMachineName()); got != name {
 			if got == "" {
-				return nil, invalid("%s: confirm_machine_name is required: type the machine's name, %q, to confirm; nothing was created", what, name)
+				return invalid("%s: confirm_machine_name is required: type the machine's name, %q, to confirm; nothing was created", what, name)
 			}
-			return nil, invalid("%s: the confirmation %q is not the machine's name; type %q to confirm; nothing was created", what, got, name)
+			return invalid("%s: the confirmation %q is not the machine's name; type %q to confirm; nothing was created", what, got, name)
+		}
+		return nil
+	}
+	if nodeop.Destructive(action) {
+		if err := confirmed(); err != nil {
+			return nil, err
 		}
 	}
 	if err := s.Clients.Authorize(ctx, "create", resOperations); err != nil {
@@ -201,6 +210,14 @@ func (s *OperationService) StartNodeOperation(ctx context.Context, req *ichorv1.
 	}
 	if len(d.refusals) > 0 {
 		return nil, refused(d.code, what, d.refusals)
+	}
+	// The only node of the cluster: the typed name is the consent to the
+	// downtime the dialog showed, recorded on the write the webhook checks.
+	if downtime := guard.OperationDowntime(op, facts.Approved); downtime != "" {
+		if err := confirmed(); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%s (%s)", err.Error(), downtime)
+		}
+		guard.AcceptDowntime(op, "true")
 	}
 	if err := s.Clients.User.Create(ctx, op); err != nil {
 		return nil, apiError(ctx, err, what)

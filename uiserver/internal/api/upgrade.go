@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"k8s.io/client-go/util/retry"
@@ -70,6 +71,13 @@ func (s *OperationService) PreviewTalosUpgrade(ctx context.Context, req *ichorv1
 		for _, r := range guard.CheckTalosUpgrade(c, ops.Items, out.Version) {
 			out.Refusals = append(out.Refusals, &ichorv1.Refusal{Field: r.Field, Rule: r.Rule, WayOut: r.WayOut, Overridable: r.Overridable})
 		}
+		// The small-cluster notices, read as the user: the single node's
+		// downtime (the typed name accepts it) and the backup warnings.
+		downtime, warnings, err := guard.TalosUpgradeNotices(ctx, s.Clients.User, c, out.Version, time.Now())
+		if err != nil {
+			return nil, apiError(ctx, err, what)
+		}
+		out.Downtime, out.Warnings = downtime, warnings
 	}
 
 	return out, nil
@@ -113,8 +121,18 @@ func (s *OperationService) StartTalosUpgrade(ctx context.Context, req *ichorv1.S
 			return refused(codes.FailedPrecondition, what, rs)
 		}
 
+		// The typed cluster name is the consent to the downtime of a single
+		// node that the dialog showed; the webhook checks it on this write.
+		downtime, _, err := guard.TalosUpgradeNotices(ctx, s.Clients.User, c, version, time.Now())
+		if err != nil {
+			return err
+		}
+
 		from = c.Spec.TalosVersion
 		c.Spec.TalosVersion = version
+		if downtime != "" {
+			guard.AcceptDowntime(c, version)
+		}
 
 		return s.Clients.User.Update(ctx, c)
 	})

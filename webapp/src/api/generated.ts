@@ -1154,14 +1154,27 @@ export interface PreviewNodeOperationResponse {
    * when the user holds the override verb).
    */
   allowed?: boolean;
-  /** True when the machine's name must be typed to start it (shutdown, reset). */
+  /**
+   * True when the machine's name must be typed to start it (shutdown, reset,
+   * and a reboot that means downtime).
+   */
   confirmName?: boolean;
+  /**
+   * The downtime of the cluster's only node: the dialog says it and the
+   * typed name accepts it (the accept-downtime annotation); empty otherwise.
+   */
+  downtime?: string;
   /** The TalosMachine. */
   machine?: string;
   /** What refuses it now: the checks, then the verbs the user lacks. */
   refusals?: Refusal[];
   /** What the operation does, step by step. */
   steps?: string[];
+  /**
+   * What does not refuse the action but a person should know: no recent
+   * etcd backup, pods a drain may not fit on a three-node cluster.
+   */
+  warnings?: string[];
   /** The wipe mode of a reset, normalized; empty for the other actions. */
   wipeMode?: string;
 }
@@ -1223,6 +1236,11 @@ export interface PreviewTalosUpgradeResponse {
   cluster?: string;
   /** spec.talosVersion. */
   current?: string;
+  /**
+   * The downtime of a single-node cluster for that version: the dialog says
+   * it and the typed cluster name accepts it; empty otherwise.
+   */
+  downtime?: string;
   /** What refuses that version (empty: it may be started). */
   refusals?: Refusal[];
   /** The release source (an Image Factory) the candidates were read from. */
@@ -1233,6 +1251,11 @@ export interface PreviewTalosUpgradeResponse {
   unfinished?: Operation;
   /** The version checked, normalized; empty when none was given. */
   version?: string;
+  /**
+   * What does not refuse the version but a person should know (no recent
+   * etcd backup).
+   */
+  warnings?: string[];
 }
 
 /** PrivilegedPatch is a TalosConfigPatch that carries privileged configuration. */
@@ -1489,7 +1512,8 @@ export interface StartNodeOperationRequest {
   action: string;
   /**
    * The machine's name, typed by the user: their consent to a shutdown or a
-   * reset; not needed for a reboot.
+   * reset, and to the downtime of a reboot of a single-node cluster; not
+   * needed for another reboot.
    */
   confirmMachineName?: string;
   /** The TalosMachine. */

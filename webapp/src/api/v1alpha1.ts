@@ -2,6 +2,7 @@
 // The API's string constants (condition types, reasons, phases, annotations) under their Go names.
 
 export const APIServerRestartRequiredCondition = "APIServerRestartRequired";
+export const AcceptDowntimeAnnotation = "ichor.maesh.dev/accept-downtime";
 export const AcceptedNoEffectReason = "AcceptedNoEffect";
 export const AdoptedAnnotation = "ichor.maesh.dev/adopted";
 export const AdoptedReason = "Adopted";

@@ -31,6 +31,8 @@ interface Preview {
   refusals?: Refusal[];
   unfinished?: Operation;
   warnings?: string[];
+  /** The downtime of a single-node cluster (Talos only); the typed name accepts it. */
+  downtime?: string;
 }
 
 interface Started {
@@ -271,6 +273,11 @@ export function UpgradeDialog({ client, cluster, open, onClose, initial }: { cli
                   </li>
                 ))}
               </ul>
+            </Alert>
+          )}
+          {checked && refusals.length === 0 && check?.downtime && (
+            <Alert tone="warn" title="There will be downtime">
+              <p data-testid={`${id}-downtime`}>{check.downtime}. Typing the cluster's name accepts it.</p>
             </Alert>
           )}
           {checked && (check?.warnings ?? []).length > 0 && (

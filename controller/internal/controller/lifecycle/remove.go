@@ -31,6 +31,22 @@ func (r *Reconciler) remove(ctx context.Context, s *scope) (ctrl.Result, error) 
 	m := s.machine
 
 	if m.Status.Removal == nil {
+		// The whole cluster is being torn down (its finalizer deletes its
+		// machines): the node is left as it is, neither drained nor reset
+		// (controller/internal/controller/teardown).
+		switch c, err := r.cluster(ctx, m); {
+		case err == nil && !c.DeletionTimestamp.IsZero(), apierrors.IsNotFound(err):
+			if m.Status.ConfigSentAt != nil || provisioned(m) {
+				warnf(r, m, ichorv1alpha1.RemovedWithoutWipeReason, "Remove",
+					"cluster %s is being torn down: %s was left as it is, not drained and not reset; it still runs the cluster's configuration",
+					m.Spec.ClusterName, m.Name)
+			}
+
+			return ctrl.Result{}, r.dropFinalizer(m, "left as it is: its cluster is being torn down")
+		case err != nil:
+			return ctrl.Result{}, err
+		}
+
 		if m.Status.ConfigSentAt == nil && !provisioned(m) {
 			// Nothing was ever sent to the node: nothing to undo.
 			return ctrl.Result{}, r.dropFinalizer(m, "nothing had been sent to the node")

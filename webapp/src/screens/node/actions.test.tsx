@@ -9,7 +9,7 @@ import { NodeActionButtons, NodeActionDialog } from "./actions";
 const m: Machine = { name: "w-1", role: "worker", approval: { state: "approved" } };
 
 /** A client whose preview answers as the backend would for what is asked, and that records the starts. */
-function client(opts: { refuse?: boolean; startError?: Error } = {}) {
+function client(opts: { refuse?: boolean; startError?: Error; singleNode?: boolean } = {}) {
   const previews: { machine?: string; action?: string; wipeMode?: string }[] = [];
   const starts: StartNodeOperationRequest[] = [];
   const c = {
@@ -20,7 +20,9 @@ function client(opts: { refuse?: boolean; startError?: Error } = {}) {
         action: args.action,
         wipeMode: args.action === "reset" && args.wipeMode !== "state-ephemeral" ? args.wipeMode : "",
         steps: [`${args.action} the node (once)`],
-        confirmName: args.action !== "reboot",
+        confirmName: args.action !== "reboot" || !!opts.singleNode,
+        downtime: opts.singleNode ? "cluster prod has a single node: rebooting w-1 stops etcd" : "",
+        warnings: opts.singleNode ? ["cluster prod has no etcd backup configured"] : [],
         allowed: !opts.refuse,
         refusals: opts.refuse ? [{ field: "spec.node.action", rule: "w-1 is the last worker", wayOut: "set spec.controlPlane.schedulable: true", overridable: true }] : [],
       };
@@ -107,6 +109,19 @@ describe("NodeActionDialog", () => {
     expect(starts).toEqual([{ machine: "w-1", action: "reboot", wipeMode: undefined, confirmMachineName: undefined }]);
     expect(closed.n).toBe(1);
     expect(location.pathname).toBe("/operations/node-reset-abcde");
+  });
+
+  it("says a single node's reboot means downtime, shows the warnings, and takes the typed name as the consent", async () => {
+    const { c, starts } = client({ singleNode: true });
+    await show(c, "reboot");
+    expect(q("[data-testid=node-action-downtime]")?.textContent).toContain("has a single node");
+    expect(q("[data-testid=node-action-warnings]")?.textContent).toContain("no etcd backup configured");
+    const start = () => q<HTMLButtonElement>("[data-testid=node-action-start]")!;
+    expect(start().disabled).toBe(true);
+    await type("#node-action-confirm", "w-1");
+    expect(start().disabled).toBe(false);
+    await submit();
+    expect(starts).toEqual([{ machine: "w-1", action: "reboot", wipeMode: undefined, confirmMachineName: "w-1" }]);
   });
 
   it("resets only with the machine's name typed, in the wipe mode chosen and previewed", async () => {

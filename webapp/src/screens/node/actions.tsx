@@ -1,6 +1,7 @@
 import { useEffect, useState } from "preact/hooks";
 import type { Client, Machine, PreviewNodeOperationResponse } from "../../api/generated";
 import * as api from "../../api/v1alpha1";
+import { Alert } from "../../components/ui/alert";
 import { Button } from "../../components/ui/button";
 import { Dialog } from "../../components/ui/dialog";
 import { Field, Input } from "../../components/ui/input";
@@ -106,6 +107,20 @@ export function NodeActionDialog({ client, m, action, onClose }: { client: Clien
         {preview && (
           <div class="flex flex-col gap-3 text-sm" aria-busy={loading}>
             <RefusalList refusals={preview.refusals ?? []} title={`The checks refuse this ${action} now`} testid="node-action-refusals" />
+            {preview.downtime && (
+              <Alert tone="warn" title="There will be downtime">
+                <p data-testid="node-action-downtime">{preview.downtime}. Typing the machine's name accepts it.</p>
+              </Alert>
+            )}
+            {(preview.warnings ?? []).length > 0 && (
+              <Alert tone="warn" title="Before you go on">
+                <ul class="list-disc pl-5" data-testid="node-action-warnings">
+                  {(preview.warnings ?? []).map((w, i) => (
+                    <li key={i}>{w}</li>
+                  ))}
+                </ul>
+              </Alert>
+            )}
             <div>
               <p class="font-semibold">Steps</p>
               <ol class="mt-1 list-decimal space-y-1 pl-5 text-muted-foreground" data-testid="node-action-steps">

@@ -103,8 +103,15 @@ type PreviewNodeOperationResponse struct {
 	// True when nothing refuses it (an overridable refusal counts as allowed
 	// when the user holds the override verb).
 	Allowed bool `protobuf:"varint,6,opt,name=allowed,proto3" json:"allowed,omitempty"`
-	// True when the machine's name must be typed to start it (shutdown, reset).
-	ConfirmName   bool `protobuf:"varint,7,opt,name=confirm_name,json=confirmName,proto3" json:"confirm_name,omitempty"`
+	// True when the machine's name must be typed to start it (shutdown, reset,
+	// and a reboot that means downtime).
+	ConfirmName bool `protobuf:"varint,7,opt,name=confirm_name,json=confirmName,proto3" json:"confirm_name,omitempty"`
+	// The downtime of the cluster's only node: the dialog says it and the
+	// typed name accepts it (the accept-downtime annotation); empty otherwise.
+	Downtime string `protobuf:"bytes,8,opt,name=downtime,proto3" json:"downtime,omitempty"`
+	// What does not refuse the action but a person should know: no recent
+	// etcd backup, pods a drain may not fit on a three-node cluster.
+	Warnings      []string `protobuf:"bytes,9,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -188,6 +195,20 @@ func (x *PreviewNodeOperationResponse) GetConfirmName() bool {
 	return false
 }
 
+func (x *PreviewNodeOperationResponse) GetDowntime() string {
+	if x != nil {
+		return x.Downtime
+	}
+	return ""
+}
+
+func (x *PreviewNodeOperationResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 // StartNodeOperationRequest asks for a node operation.
 type StartNodeOperationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -198,7 +219,8 @@ type StartNodeOperationRequest struct {
 	// For a reset: state-ephemeral (the default), system-disk or all.
 	WipeMode string `protobuf:"bytes,3,opt,name=wipe_mode,json=wipeMode,proto3" json:"wipe_mode,omitempty"`
 	// The machine's name, typed by the user: their consent to a shutdown or a
-	// reset; not needed for a reboot.
+	// reset, and to the downtime of a reboot of a single-node cluster; not
+	// needed for another reboot.
 	ConfirmMachineName string `protobuf:"bytes,4,opt,name=confirm_machine_name,json=confirmMachineName,proto3" json:"confirm_machine_name,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
@@ -667,7 +689,13 @@ type PreviewTalosUpgradeResponse struct {
 	// What refuses that version (empty: it may be started).
 	Refusals []*Refusal `protobuf:"bytes,8,rep,name=refusals,proto3" json:"refusals,omitempty"`
 	// The talos operation of the cluster that has not finished, if any.
-	Unfinished    *Operation `protobuf:"bytes,9,opt,name=unfinished,proto3" json:"unfinished,omitempty"`
+	Unfinished *Operation `protobuf:"bytes,9,opt,name=unfinished,proto3" json:"unfinished,omitempty"`
+	// The downtime of a single-node cluster for that version: the dialog says
+	// it and the typed cluster name accepts it; empty otherwise.
+	Downtime string `protobuf:"bytes,10,opt,name=downtime,proto3" json:"downtime,omitempty"`
+	// What does not refuse the version but a person should know (no recent
+	// etcd backup).
+	Warnings      []string `protobuf:"bytes,11,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -761,6 +789,20 @@ func (x *PreviewTalosUpgradeResponse) GetRefusals() []*Refusal {
 func (x *PreviewTalosUpgradeResponse) GetUnfinished() *Operation {
 	if x != nil {
 		return x.Unfinished
+	}
+	return nil
+}
+
+func (x *PreviewTalosUpgradeResponse) GetDowntime() string {
+	if x != nil {
+		return x.Downtime
+	}
+	return ""
+}
+
+func (x *PreviewTalosUpgradeResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -2316,7 +2358,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x1bPreviewNodeOperationRequest\x12\x1d\n" +
 	"\amachine\x18\x01 \x01(\tB\x03\xe0A\x02R\amachine\x12\x1b\n" +
 	"\x06action\x18\x02 \x01(\tB\x03\xe0A\x02R\x06action\x12\x1b\n" +
-	"\twipe_mode\x18\x03 \x01(\tR\bwipeMode\"\xef\x01\n" +
+	"\twipe_mode\x18\x03 \x01(\tR\bwipeMode\"\xa7\x02\n" +
 	"\x1cPreviewNodeOperationResponse\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1b\n" +
@@ -2324,7 +2366,9 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x05steps\x18\x04 \x03(\tR\x05steps\x12-\n" +
 	"\brefusals\x18\x05 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x18\n" +
 	"\aallowed\x18\x06 \x01(\bR\aallowed\x12!\n" +
-	"\fconfirm_name\x18\a \x01(\bR\vconfirmName\"\xa6\x01\n" +
+	"\fconfirm_name\x18\a \x01(\bR\vconfirmName\x12\x1a\n" +
+	"\bdowntime\x18\b \x01(\tR\bdowntime\x12\x1a\n" +
+	"\bwarnings\x18\t \x03(\tR\bwarnings\"\xa6\x01\n" +
 	"\x19StartNodeOperationRequest\x12\x1d\n" +
 	"\amachine\x18\x01 \x01(\tB\x03\xe0A\x02R\amachine\x12\x1b\n" +
 	"\x06action\x18\x02 \x01(\tB\x03\xe0A\x02R\x06action\x12\x1b\n" +
@@ -2352,7 +2396,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
 	"\adefault\x18\x03 \x01(\bR\adefault\"6\n" +
 	"\x1aPreviewTalosUpgradeRequest\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\tR\aversion\"\x85\x03\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\"\xbd\x03\n" +
 	"\x1bPreviewTalosUpgradeResponse\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\acurrent\x18\x02 \x01(\tR\acurrent\x12:\n" +
@@ -2367,7 +2411,10 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\brefusals\x18\b \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x123\n" +
 	"\n" +
 	"unfinished\x18\t \x01(\v2\x13.ichor.v1.OperationR\n" +
-	"unfinished\"p\n" +
+	"unfinished\x12\x1a\n" +
+	"\bdowntime\x18\n" +
+	" \x01(\tR\bdowntime\x12\x1a\n" +
+	"\bwarnings\x18\v \x03(\tR\bwarnings\"p\n" +
 	"\x18StartTalosUpgradeRequest\x12\x1d\n" +
 	"\aversion\x18\x01 \x01(\tB\x03\xe0A\x02R\aversion\x125\n" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"?\n" +
