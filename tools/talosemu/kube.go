@@ -24,6 +24,7 @@ import (
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"gopkg.in/yaml.v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -617,6 +618,14 @@ func (m *Machine) startKube(ctx context.Context) error {
 		return fmt.Errorf("kube-apiserver on %s: %w%s", ip, err, logTail(filepath.Join(logDir, "kube-apiserver.log")))
 	}
 
+	if err := waitSystemNamespaces(ctx, admin, 120*time.Second); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+
+		return fmt.Errorf("kube-apiserver on %s: %w%s", ip, err, logTail(filepath.Join(logDir, "kube-apiserver.log")))
+	}
+
 	cm := map[string]string{
 		"allocate-node-cidrs":              argTrue,
 		flagBindAddress:                    ip,
@@ -778,6 +787,46 @@ func waitReady(ctx context.Context, rc *rest.Config, timeout time.Duration, exit
 	}
 
 	return fmt.Errorf("not ready within %s: %w", timeout, last)
+}
+
+// systemNamespaces are the namespaces kube-apiserver's own system-namespaces controller creates
+// after it starts (k8s:pkg/controlplane/controller/systemnamespaces); /readyz does not wait for
+// them, and on a loaded machine a failed first attempt is retried only a minute later.
+var systemNamespaces = []string{metav1.NamespaceSystem, metav1.NamespacePublic, metav1.NamespaceDefault}
+
+// waitSystemNamespaces waits until the system namespaces exist, so that a control plane the
+// emulator reports as up accepts objects in "default" and "kube-system" at once.
+func waitSystemNamespaces(ctx context.Context, rc *rest.Config, timeout time.Duration) error {
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+
+	deadline := time.Now().Add(timeout)
+
+	var last error
+
+	for time.Now().Before(deadline) {
+		last = nil
+
+		for _, ns := range systemNamespaces {
+			if _, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+				last = fmt.Errorf("namespace %s: %w", ns, err)
+
+				break
+			}
+		}
+
+		if last == nil {
+			return nil
+		}
+
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+
+	return fmt.Errorf("system namespaces not created within %s: %w", timeout, last)
 }
 
 // adminClient returns a client for the machine's cluster endpoint with an admin identity.
