@@ -72,7 +72,7 @@ func getTalosVersion(t *testing.T, ns string) string {
 // machines run (status.kubernetesUpgrade.version), refuses a second upgrade
 // while one is unfinished (nothing written), and otherwise sets
 // spec.kubernetesVersion; `ichor operation resume --override` sets the
-// override with the resume, and only on a kubernetes operation.
+// override of the operation's type with the resume, and only on a failed step.
 func TestUpgradeKubernetes(t *testing.T) {
 	ns := namespace(t, "upgrade-k8s")
 	c := newCluster(ns, "prod")
@@ -113,7 +113,7 @@ func TestUpgradeKubernetes(t *testing.T) {
 
 	// Paused on its pre-checks: resume with the override.
 	op.Status = ichorv1alpha1.TalosOperationStatus{Phase: ichorv1alpha1.OperationPaused, FailedStep: ichorv1alpha1.KubernetesStagePreCheck,
-		FailureReason: "APIs that Kubernetes v1.36.3 removes are in use"}
+		FailureReason: "APIs that Kubernetes v1.36.3 removes are in use", Overridable: true}
 	must(t, k8s.Status().Update(context.Background(), op))
 	mustSucceed(t, ichor(t, "operation", "resume", "k8s-running", "--override", "-n", ns))
 
@@ -139,7 +139,22 @@ func TestUpgradeKubernetes(t *testing.T) {
 	createOperation(t, talos)
 	talos.Status = ichorv1alpha1.TalosOperationStatus{Phase: ichorv1alpha1.OperationPaused, FailedStep: "upgrade", FailureReason: "x"}
 	must(t, k8s.Status().Update(context.Background(), talos))
-	mustFail(t, ichor(t, "operation", "resume", "talos-paused", "--override", "-n", ns), "--override is for kubernetes operations", "nothing was changed")
+	mustFail(t, ichor(t, "operation", "resume", "talos-paused", "--override", "-n", ns), "did not stop at one", "nothing was changed")
+
+	// Stopped by the drain capacity check: the override of any other type
+	// is the drain capacity annotation.
+	talos.Status = ichorv1alpha1.TalosOperationStatus{Phase: ichorv1alpha1.OperationPaused, FailedStep: "drain",
+		FailureReason: "a cluster of three control planes and no worker is checked before each drain", Overridable: true}
+	must(t, k8s.Status().Update(context.Background(), talos))
+	mustSucceed(t, ichor(t, "operation", "resume", "talos-paused", "--override", "-n", ns))
+
+	got = &ichorv1alpha1.TalosOperation{}
+	must(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(talos), got))
+
+	if tok := got.Annotations[ichorv1alpha1.OverrideDrainCapacityAnnotation]; tok == "" || tok != got.Annotations[ichorv1alpha1.ResumeAnnotation] ||
+		got.Annotations[ichorv1alpha1.OverrideRemovedAPIsAnnotation] != "" {
+		t.Fatalf("annotations after resume --override of a talos operation: %v", got.Annotations)
+	}
 }
 
 func getKubernetesVersion(t *testing.T, ns string) string {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 )
@@ -67,8 +68,10 @@ func operationCommand() *cli.Command {
 					"or go on after a pause (spec.paused false)",
 				ArgsUsage:     argOperation,
 				ShellComplete: completeOperations,
-				Flags: []cli.Flag{&cli.BoolFlag{Name: flagOverride, Usage: "a kubernetes operation only: go on although APIs the target removes are in use " +
-					"(sets the " + ichorv1alpha1.OverrideRemovedAPIsAnnotation + " annotation; needs the override verb on the cluster and is recorded)"}},
+				Flags: []cli.Flag{&cli.BoolFlag{Name: flagOverride, Usage: "go past the overridable check the operation stopped at: a kubernetes operation " +
+					"goes on although APIs the target removes are in use (the " + ichorv1alpha1.OverrideRemovedAPIsAnnotation + " annotation); " +
+					"any other drains although the evicted pods do not fit on the other nodes (the " + ichorv1alpha1.OverrideDrainCapacityAnnotation +
+					" annotation); needs the override verb on the cluster and is recorded"}},
 				Action: operationResume,
 			},
 		},
@@ -523,8 +526,9 @@ func operationResume(ctx context.Context, cmd *cli.Command) error {
 			return fmt.Errorf("operation %s is not paused (phase %s): it has no failed step and spec.paused is false; nothing was changed",
 				name, orUnknown(op.Status.Phase))
 		}
-		if cmd.Bool(flagOverride) && op.Spec.Type != ichorv1alpha1.OperationKubernetes {
-			return fmt.Errorf("--override is for kubernetes operations (removed APIs in use); operation %s is of type %s; nothing was changed", name, op.Spec.Type)
+		if cmd.Bool(flagOverride) && !op.Status.Overridable {
+			return fmt.Errorf("--override goes past the check a failed step stopped at (removed APIs in use, the drain capacity check); "+
+				"operation %s did not stop at one (status.overridable is false); nothing was changed", name)
 		}
 		if op.Status.FailedStep != "" {
 			if op.Annotations == nil {
@@ -534,8 +538,9 @@ func operationResume(ctx context.Context, cmd *cli.Command) error {
 			op.Annotations[ichorv1alpha1.ResumeAnnotation] = tok
 			did = append(did, "re-runs its failed step "+op.Status.FailedStep)
 			if cmd.Bool(flagOverride) {
-				op.Annotations[ichorv1alpha1.OverrideRemovedAPIsAnnotation] = tok
-				did = append(did, "goes past the removed APIs in use (the override is recorded on the cluster)")
+				key, what := guard.OverrideAnnotationOf(op)
+				op.Annotations[key] = tok
+				did = append(did, "goes past "+what+" (the override is recorded on the cluster)")
 			}
 		}
 		if op.Spec.Paused {

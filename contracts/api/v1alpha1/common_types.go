@@ -59,6 +59,14 @@ const (
 	// operation records the override as a Warning Event on the TalosCluster.
 	// `ichor operation resume NAME --override` sets it with the resume.
 	OverrideRemovedAPIsAnnotation = "ichor.maesh.dev/override-removed-apis"
+	// OverrideDrainCapacityAnnotation on a TalosOperation lets its drains go
+	// on although, on a cluster of three control planes and no worker, the
+	// pods a drain evicts do not fit on the other two nodes (they stay
+	// Pending until the node is back). Its value is any token. Setting it
+	// needs the `override` verb on the cluster, and the operation records
+	// the override as a Warning Event on the TalosCluster.
+	// `ichor operation resume NAME --override` sets it with the resume.
+	OverrideDrainCapacityAnnotation = "ichor.maesh.dev/override-drain-capacity"
 	// AcceptDowntimeAnnotation is a person's consent to the downtime of a
 	// disruptive operation on a cluster with a single node, which has nowhere
 	// to drain to (architecture, "Topology": the UI says there will be

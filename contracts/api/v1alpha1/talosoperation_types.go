@@ -340,6 +340,13 @@ type TalosOperationStatus struct {
 	// failedStep is the step that failed.
 	// +optional
 	FailedStep string `json:"failedStep,omitempty"`
+	// overridable is true when the failed step stopped at a check that the
+	// override annotation of the operation's type goes past
+	// (`ichor operation resume NAME --override`): removed APIs in use for a
+	// kubernetes operation, the drain capacity check for the others. It is
+	// cleared when the step is resumed.
+	// +optional
+	Overridable bool `json:"overridable,omitempty"`
 	// lastHandledResume echoes the last resume annotation acted on.
 	// +optional
 	LastHandledResume string `json:"lastHandledResume,omitempty"`

@@ -17,7 +17,6 @@ import (
 const (
 	fieldKubernetesVersion     = "spec.kubernetesVersion"
 	fieldOperationK8sVersion   = "spec.kubernetes.version"
-	fieldOverrideRemovedAPIs   = "metadata.annotations[" + ichorv1alpha1.OverrideRemovedAPIsAnnotation + "]"
 	wayOutKubernetesCandidates = "; `ichor upgrade kubernetes --list` shows the candidates"
 )
 
@@ -122,26 +121,50 @@ func checkKubernetesOperation(op *ichorv1alpha1.TalosOperation, c *ichorv1alpha1
 	return out
 }
 
+// overrideAnnotations are the annotations of a TalosOperation that let it go
+// past an overridable check at run time, with what each one lets happen.
+var overrideAnnotations = []struct{ key, action string }{
+	{ichorv1alpha1.OverrideRemovedAPIsAnnotation, "upgrading Kubernetes although APIs the target removes are in use"},
+	{ichorv1alpha1.OverrideDrainCapacityAnnotation, "draining nodes although the evicted pods do not fit on the other nodes"},
+}
+
+// OverrideAnnotationOf is the override annotation a resume of op sets to go
+// past the overridable check its failed step stopped at, and what it goes
+// past: the removed APIs in use for a kubernetes operation, the drain
+// capacity check for any other (`ichor operation resume --override`, the
+// console's Resume with override).
+func OverrideAnnotationOf(op *ichorv1alpha1.TalosOperation) (key, what string) {
+	if op.Spec.Type == ichorv1alpha1.OperationKubernetes {
+		return ichorv1alpha1.OverrideRemovedAPIsAnnotation, "the removed APIs in use"
+	}
+
+	return ichorv1alpha1.OverrideDrainCapacityAnnotation, "the drain capacity check"
+}
+
 // OperationAnnotationRequirements returns the permissions a create (old nil)
-// or update of op needs for its annotations: setting or changing the
-// override annotation of a kubernetes operation needs `override` on the
-// cluster (it lets the upgrade go past removed APIs in use).
+// or update of op needs for its annotations: setting or changing an
+// override annotation (overrideAnnotations) needs `override` on the cluster.
 func OperationAnnotationRequirements(old, op *ichorv1alpha1.TalosOperation) []Requirement {
-	v, ok := op.Annotations[ichorv1alpha1.OverrideRemovedAPIsAnnotation]
-	if !ok {
-		return nil
-	}
+	var out []Requirement
 
-	if old != nil {
-		if ov, had := old.Annotations[ichorv1alpha1.OverrideRemovedAPIsAnnotation]; had && ov == v {
-			return nil
+	for _, a := range overrideAnnotations {
+		v, ok := op.Annotations[a.key]
+		if !ok {
+			continue
 		}
+
+		if old != nil {
+			if ov, had := old.Annotations[a.key]; had && ov == v {
+				continue
+			}
+		}
+
+		out = append(out, Requirement{
+			Permission: OverrideOn(op.Namespace, op.Spec.ClusterName), Field: "metadata.annotations[" + a.key + "]", Action: a.action,
+		})
 	}
 
-	return []Requirement{{
-		Permission: OverrideOn(op.Namespace, op.Spec.ClusterName), Field: fieldOverrideRemovedAPIs,
-		Action: "upgrading Kubernetes although APIs the target removes are in use",
-	}}
+	return out
 }
 
 func orNone(s string) string {

@@ -84,4 +84,37 @@ func TestKubernetesOperationRules(t *testing.T) {
 	if rs := OperationAnnotationRequirements(with, with.DeepCopy()); len(rs) != 0 {
 		t.Fatalf("an unchanged annotation needs nothing: %+v", rs)
 	}
+
+	if key, _ := OverrideAnnotationOf(k); key != ichorv1alpha1.OverrideRemovedAPIsAnnotation {
+		t.Errorf("the override of a kubernetes operation is %s", key)
+	}
+}
+
+// Rule: setting the drain capacity override on any operation needs the
+// override verb on the cluster; a resume with override of an operation that
+// is not a kubernetes one sets that annotation.
+func TestDrainCapacityOverrideNeedsOverride(t *testing.T) {
+	node := op(ichorv1alpha1.OperationNode, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.Node = &ichorv1alpha1.NodeAction{MachineName: "cp-2", Action: ichorv1alpha1.NodeActionReboot}
+	})
+
+	if key, what := OverrideAnnotationOf(node); key != ichorv1alpha1.OverrideDrainCapacityAnnotation || !strings.Contains(what, "drain capacity") {
+		t.Fatalf("the override of a node operation is %s (%s)", key, what)
+	}
+
+	with := node.DeepCopy()
+	with.Annotations = map[string]string{ichorv1alpha1.OverrideDrainCapacityAnnotation: "t1"}
+
+	rs := OperationAnnotationRequirements(node, with)
+	if len(rs) != 1 || rs[0].Permission != OverrideOn("ns", "prod") || !strings.Contains(rs[0].Field, ichorv1alpha1.OverrideDrainCapacityAnnotation) ||
+		!strings.Contains(rs[0].Action, "do not fit") {
+		t.Fatalf("requirements %+v", rs)
+	}
+
+	changed := with.DeepCopy()
+	changed.Annotations[ichorv1alpha1.OverrideDrainCapacityAnnotation] = "t2"
+
+	if rs := OperationAnnotationRequirements(with, changed); len(rs) != 1 {
+		t.Fatalf("a new token needs the verb again: %+v", rs)
+	}
 }

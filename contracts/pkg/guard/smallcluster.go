@@ -244,18 +244,24 @@ func LoadNodeLoads(ctx context.Context, r client.Reader) ([]NodeLoad, error) {
 		}
 		return nil, fmt.Errorf("listing Pods: %w", err)
 	}
-	byName := make(map[string]*NodeLoad, len(nodes.Items))
-	out := make([]NodeLoad, len(nodes.Items))
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
+	return NodeLoadsOf(nodes.Items, pods.Items), nil
+}
+
+// NodeLoadsOf is what CheckDrainCapacity reads of these Nodes and the pods
+// on them: pods on no listed Node and finished pods count nowhere.
+func NodeLoadsOf(nodes []corev1.Node, pods []corev1.Pod) []NodeLoad {
+	byName := make(map[string]*NodeLoad, len(nodes))
+	out := make([]NodeLoad, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
 		out[i] = NodeLoad{
 			Name: n.Name, Schedulable: !n.Spec.Unschedulable,
 			AllocatableMilliCPU: n.Status.Allocatable.Cpu().MilliValue(), AllocatableMemory: n.Status.Allocatable.Memory().Value(),
 		}
 		byName[n.Name] = &out[i]
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range pods {
+		p := &pods[i]
 		l := byName[p.Spec.NodeName]
 		if l == nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
@@ -272,7 +278,7 @@ func LoadNodeLoads(ctx context.Context, r client.Reader) ([]NodeLoad, error) {
 			l.MovableMemory += mem
 		}
 	}
-	return out, nil
+	return out
 }
 
 // daemonOrMirror reports whether a drain leaves p where it is: a DaemonSet's

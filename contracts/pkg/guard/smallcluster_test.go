@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -199,4 +201,57 @@ func TestSmallClusterGuards(t *testing.T) {
 			t.Errorf("with workers the check is not made: %v", w)
 		}
 	})
+}
+
+// NodeLoadsOf counts every unfinished pod's requests on its Node, and only
+// what a drain evicts as movable: DaemonSet and mirror pods stay; a cordoned
+// Node offers nothing to CheckDrainCapacity.
+func TestNodeLoadsOf(t *testing.T) {
+	node := func(name string, cordoned bool) corev1.Node {
+		return corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Unschedulable: cordoned},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}},
+		}
+	}
+	pod := func(name, on, cpu string, mutate ...func(*corev1.Pod)) corev1.Pod {
+		p := corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: on, Containers: []corev1.Container{{
+				Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}},
+			}}},
+		}
+		for _, m := range mutate {
+			m(&p)
+		}
+		return p
+	}
+	daemon := func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "agent"}} }
+	mirror := func(p *corev1.Pod) { p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"} }
+	done := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+
+	loads := NodeLoadsOf(
+		[]corev1.Node{node("a", false), node("b", false), node("c", true)},
+		[]corev1.Pod{
+			pod("app", "a", "1500m"), pod("agent", "a", "100m", daemon), pod("apiserver", "a", "200m", mirror), pod("job", "a", "3", done),
+			pod("big", "b", "3500m"), pod("nowhere", "", "1"),
+		},
+	)
+	if len(loads) != 3 {
+		t.Fatalf("loads %+v", loads)
+	}
+	a, b, c := loads[0], loads[1], loads[2]
+	if a.RequestedMilliCPU != 1800 || a.MovableMilliCPU != 1500 || a.AllocatableMilliCPU != 4000 || a.AllocatableMemory != 8<<30 || !a.Schedulable {
+		t.Errorf("node a: %+v", a)
+	}
+	if b.RequestedMilliCPU != 3500 || c.Schedulable {
+		t.Errorf("nodes b, c: %+v %+v", b, c)
+	}
+	// a's 1500m movable: b has 500m free and c is cordoned.
+	if r := CheckDrainCapacity(loads, "a"); r == nil || !r.Overridable || !strings.Contains(r.Rule, "1500m CPU") || !strings.Contains(r.Rule, "500m CPU") {
+		t.Errorf("draining a: %+v", r)
+	}
+	loads[2].Schedulable = true
+	if r := CheckDrainCapacity(loads, "a"); r != nil {
+		t.Errorf("draining a with c uncordoned (4500m free): %v", r)
+	}
 }

@@ -15,10 +15,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	"github.com/maeshinshin/ichor/contracts/pkg/privileged"
 	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
 
 const resOperations = "talosoperations"
@@ -136,11 +138,25 @@ func (s *OperationService) ResumeOperation(ctx context.Context, req *ichorv1.Res
 			op.Spec.Paused = false
 			changed = true
 		}
+		if req.GetOverride() && !op.Status.Overridable {
+			return false, status.Errorf(codes.FailedPrecondition,
+				"resuming operation %s with override: its failed step did not stop at a check the override goes past "+
+					"(removed APIs in use, the drain capacity check); nothing was changed; resume it without the override", name)
+		}
 		if op.Status.FailureReason != "" {
 			if op.Annotations == nil {
 				op.Annotations = map[string]string{}
 			}
-			op.Annotations[ichorv1alpha1.ResumeAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
+			tok := time.Now().UTC().Format(time.RFC3339Nano)
+			op.Annotations[ichorv1alpha1.ResumeAnnotation] = tok
+			if req.GetOverride() {
+				old := op.DeepCopy()
+				key, _ := guard.OverrideAnnotationOf(op)
+				op.Annotations[key] = tok
+				if err := s.mayAnnotate(ctx, old, op); err != nil {
+					return false, err
+				}
+			}
 			changed = true
 		}
 		return changed, nil
@@ -149,6 +165,26 @@ func (s *OperationService) ResumeOperation(ctx context.Context, req *ichorv1.Res
 		return nil, err
 	}
 	return &ichorv1.ResumeOperationResponse{Operation: operationToProto(op)}, nil
+}
+
+// mayAnnotate checks, before the write, that the signed-in user holds what
+// the annotations changed from old to op need (guard.OperationAnnotationRequirements;
+// the webhook decides again on the write).
+func (s *OperationService) mayAnnotate(ctx context.Context, old, op *ichorv1alpha1.TalosOperation) error {
+	user := ""
+	if id, ok := identity.From(ctx); ok {
+		user = id.Username
+	}
+	for _, req := range guard.OperationAnnotationRequirements(old, op) {
+		ok, err := s.holds(ctx, req.Permission)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return status.Errorf(codes.PermissionDenied, "resuming operation %s with override: %s; nothing was changed", op.Name, req.Refusal(user).Error())
+		}
+	}
+	return nil
 }
 
 // done reports whether the operation has finished for good.
@@ -196,7 +232,7 @@ func operationToProto(op *ichorv1alpha1.TalosOperation) *ichorv1.Operation {
 	}
 	out := &ichorv1.Operation{
 		Name: op.Name, Type: op.Spec.Type, Phase: phase, Step: st.Step, Paused: op.Spec.Paused,
-		From: st.From, To: st.To, FailureReason: st.FailureReason,
+		From: st.From, To: st.To, FailureReason: st.FailureReason, Overridable: st.Overridable,
 		StartedAt: ts(st.StartedAt), CompletedAt: ts(st.CompletedAt), CreatedAt: ts(&op.CreationTimestamp),
 		Conditions: conditions(st.Conditions), ResourceVersion: op.ResourceVersion,
 	}

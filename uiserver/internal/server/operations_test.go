@@ -266,3 +266,42 @@ func TestPauseFinishedOperation(t *testing.T) {
 		t.Errorf("pause without a name: %v, want InvalidArgument", err)
 	}
 }
+
+// A resume with override sets the override annotation of the operation's
+// type with the resume token, only on an operation that stopped at an
+// overridable check, and only for a user holding the override verb (the
+// webhook refuses the operator).
+func TestResumeWithOverride(t *testing.T) {
+	ctx := context.Background()
+	plain := createOperation(t, "ops-override-plain", testCluster, ichorv1alpha1.TalosOperationStatus{
+		Phase: ichorv1alpha1.OperationPaused, FailedStep: "reboot", FailureReason: "w-1 did not come back",
+	})
+	_, err := operations(t, adminTok(t)).ResumeOperation(ctx, &ichorv1.ResumeOperationRequest{Name: plain.Name, Override: true})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "did not stop at a check the override goes past") {
+		t.Fatalf("resume with override of a step that is not overridable: %v", err)
+	}
+	if _, ok := getOperation(t, plain.Name).Annotations[ichorv1alpha1.ResumeAnnotation]; ok {
+		t.Error("a refused resume with override set the resume annotation")
+	}
+
+	op := createOperation(t, "ops-override-drain", testCluster, ichorv1alpha1.TalosOperationStatus{
+		Phase: ichorv1alpha1.OperationPaused, FailedStep: "drain", Overridable: true,
+		FailureReason: "a cluster of three control planes and no worker is checked before each drain",
+	})
+	_, err = operations(t, operator(t)).ResumeOperation(ctx, &ichorv1.ResumeOperationRequest{Name: op.Name, Override: true})
+	if err == nil || !strings.Contains(err.Error(), "override") {
+		t.Fatalf("resume with override as an operator (no override verb): %v", err)
+	}
+	if got := getOperation(t, op.Name).Annotations; len(got) != 0 {
+		t.Fatalf("a refused resume with override left annotations %v", got)
+	}
+
+	resp, err := operations(t, adminTok(t)).ResumeOperation(ctx, &ichorv1.ResumeOperationRequest{Name: op.Name, Override: true})
+	if err != nil || !resp.GetOperation().GetOverridable() {
+		t.Fatalf("resume with override as an administrator: %v %v", resp, err)
+	}
+	got := getOperation(t, op.Name).Annotations
+	if tok := got[ichorv1alpha1.OverrideDrainCapacityAnnotation]; tok == "" || tok != got[ichorv1alpha1.ResumeAnnotation] || got[ichorv1alpha1.OverrideRemovedAPIsAnnotation] != "" {
+		t.Errorf("annotations after the resume with override of a talos operation: %v", got)
+	}
+}

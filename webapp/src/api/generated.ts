@@ -58,6 +58,11 @@ export interface OperationServicePauseOperationBody {
 
 /** ResumeOperationRequest names an operation. */
 export interface OperationServiceResumeOperationBody {
+  /**
+   * Go past the check the failed step stopped at (the operation must be
+   * overridable); needs the override verb on the cluster and is recorded.
+   */
+  override?: boolean;
 }
 
 /** DeletePatchRequest names the patch. */
@@ -1002,6 +1007,11 @@ export interface Operation {
   machines?: OperationMachine[];
   /** The TalosOperation's name. */
   name?: string;
+  /**
+   * True when the failed step stopped at a check a resume with override goes
+   * past (removed APIs in use, the drain capacity check).
+   */
+  overridable?: boolean;
   /** True when spec.paused is set. */
   paused?: boolean;
   /** Pending, Running, Paused, AwaitingCredentials, Succeeded or Failed. */

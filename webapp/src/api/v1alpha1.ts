@@ -154,6 +154,7 @@ export const OperationRunning = "Running";
 export const OperationShutdown = "shutdown";
 export const OperationSucceeded = "Succeeded";
 export const OperationTalos = "talos";
+export const OverrideDrainCapacityAnnotation = "ichor.maesh.dev/override-drain-capacity";
 export const OverrideReason = "Override";
 export const OverrideRemovedAPIsAnnotation = "ichor.maesh.dev/override-removed-apis";
 export const PausedCondition = "Paused";

@@ -8,6 +8,7 @@ import { Button } from "../components/ui/button";
 import { Card, CardContent, CardHeader, CardTitle } from "../components/ui/card";
 import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { Alert } from "../components/ui/alert";
+import { Dialog } from "../components/ui/dialog";
 import { ErrorAlert } from "../components/errors";
 import { Detail } from "./overview";
 import * as api from "../api/v1alpha1";
@@ -49,18 +50,28 @@ export function PhaseBadge({ op }: { op: Operation }) {
   );
 }
 
+/** overrideEffect says what a resume with override goes past, before a person confirms it. */
+export function overrideEffect(op: Operation): string {
+  const what =
+    op.type === "kubernetes"
+      ? "upgrades Kubernetes although APIs the target removes are in use"
+      : "drains the node although the pods it evicts do not fit on the other nodes: they stay Pending until it is back";
+  return `The failed step runs again and ${what}. The override needs the override verb on the cluster and is recorded on the cluster.`;
+}
+
 /** PauseResume are the operation's buttons; the caller hides them for viewers. */
-function PauseResume({ op, onDone }: { op: Operation; onDone: () => void }) {
+export function PauseResume({ op, onDone }: { op: Operation; onDone: () => void }) {
   const { client } = useConsole();
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
+  const [ask, setAsk] = useState(false);
   const name = op.name ?? "";
-  const act = async (what: "pause" | "resume") => {
+  const act = async (what: "pause" | "resume" | "override") => {
     setBusy(true);
     setError(null);
     try {
       if (what === "pause") await client.pauseOperation({ name, body: {} });
-      else await client.resumeOperation({ name, body: {} });
+      else await client.resumeOperation({ name, body: what === "override" ? { override: true } : {} });
       onDone();
     } catch (e) {
       setError(e);
@@ -80,6 +91,30 @@ function PauseResume({ op, onDone }: { op: Operation; onDone: () => void }) {
           <Button size="sm" disabled={busy} onClick={() => act("resume")} data-testid={`resume-${name}`} aria-label={`${op.failureReason ? "Retry the failed step of" : "Resume"} operation ${name}`}>
             {op.failureReason ? "Retry step" : "Resume"}
           </Button>
+        )}
+        {canResume(op) && op.overridable && (
+          <Button size="sm" variant="outline" disabled={busy} onClick={() => setAsk(true)} data-testid={`override-open-${name}`} aria-label={`Retry the failed step of operation ${name} with override…`}>
+            Retry with override…
+          </Button>
+        )}
+        {ask && (
+          <Dialog open onClose={() => setAsk(false)} title={`Retry operation ${name} with override?`} description={overrideEffect(op)}>
+            <div class="flex justify-end gap-2">
+              <Button variant="outline" onClick={() => setAsk(false)}>
+                Cancel
+              </Button>
+              <Button
+                disabled={busy}
+                data-testid={`override-${name}`}
+                onClick={() => {
+                  setAsk(false);
+                  void act("override");
+                }}
+              >
+                Retry with override
+              </Button>
+            </div>
+          </Dialog>
         )}
       </div>
       <ErrorAlert error={error} what={`Changing operation ${name}`} />

@@ -384,6 +384,10 @@ func TestKubernetesUpgradeRemovedAPI(t *testing.T) {
 		t.Fatalf("status.removedAPIs %+v", op.Status.RemovedAPIs)
 	}
 
+	if !op.Status.Overridable {
+		t.Error("status.overridable is false, but the removed APIs are all that stops the upgrade")
+	}
+
 	// Nothing moved: no pull, no apply, the kubelets and the API server as they were.
 	if after := [2]int{ec.rpcs(t, "cp-1", applyRPC), ec.rpcs(t, "cp-1", pullRPC)}; after != before {
 		t.Fatalf("cp-1 got %d applies and %d pulls while refused", after[0]-before[0], after[1]-before[1])

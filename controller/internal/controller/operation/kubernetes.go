@@ -209,6 +209,11 @@ func (r *Reconciler) kubernetesPrecheckPhase(ctx context.Context, s *scope) (ctr
 		setCond(op, ichorv1alpha1.PreChecksPassedCondition, metav1.ConditionFalse, ichorv1alpha1.FailedReason, msg)
 		r.fail(op, nil, opStepPreCheck, msg)
 
+		// The override goes past the removed APIs in use, and only when
+		// they are all that is wrong.
+		_, overridden := op.Annotations[ichorv1alpha1.OverrideRemovedAPIsAnnotation]
+		op.Status.Overridable = len(op.Status.RemovedAPIs) > 0 && !overridden && len(problems) == 1
+
 		return ctrl.Result{}, nil
 	}
 

@@ -12,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
@@ -127,6 +129,14 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 			Where: "Kubernetes Node " + node.Name + " at " + w.m.Spec.Address, Want: talos.MachineIdentity(w.m),
 			Got: talos.Identity{NodeName: node.Name}, Fields: []string{"Node name"},
 		})
+	}
+
+	if msg, err := w.drainCapacity(ctx, k, node.Name); err != nil {
+		return ctrl.Result{}, err
+	} else if msg != "" {
+		w.op.Status.Overridable = true
+
+		return w.fail(msg)
 	}
 
 	if err := workload.Drain(ctx, k, node, w.r.DrainTimeout, false); err != nil {
@@ -404,4 +414,48 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	return w.finishMachine(ctx, "rebooted into the rendered configuration")
+}
+
+// drainCapacity is the capacity check before each drain of a cluster of
+// three control planes and no worker (architecture, "Topology": such
+// clusters "get a capacity check before each drain"): the pods the drain
+// evicts must fit in what the other two nodes have free
+// (guard.CheckDrainCapacity), or the step fails with what does not fit and
+// the ways out. The override annotation lets it go on, recorded as a Warning
+// Event on the TalosCluster. It returns the failure message, "" to go on.
+func (w *work) drainCapacity(ctx context.Context, k kubernetes.Interface, node string) (string, error) {
+	n, err := guard.CountApproved(ctx, w.r.Client, w.op.Namespace, w.op.Spec.ClusterName, "")
+	if err != nil {
+		return "", err
+	}
+
+	if !guard.CapacityChecked(n) {
+		return "", nil
+	}
+
+	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "cannot read the cluster's Nodes for the capacity check before draining " + node + ": " + err.Error(), nil //nolint:nilerr // a failed step, not a retry
+	}
+
+	pods, err := k.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "cannot read the cluster's pods for the capacity check before draining " + node + ": " + err.Error(), nil //nolint:nilerr // a failed step, not a retry
+	}
+
+	refusal := guard.CheckDrainCapacity(guard.NodeLoadsOf(nodes.Items, pods.Items), node)
+	if refusal == nil {
+		return "", nil
+	}
+
+	if _, ok := w.op.Annotations[ichorv1alpha1.OverrideDrainCapacityAnnotation]; ok {
+		w.r.Recorder.Eventf(w.st.Cluster, w.op, corev1.EventTypeWarning, "OverrideDrainCapacity", "Drain",
+			"operation %s: override (%s): draining %s although %s", w.op.Name, ichorv1alpha1.OverrideDrainCapacityAnnotation, node, refusal.Rule)
+
+		return "", nil
+	}
+
+	return fmt.Sprintf("a cluster of three control planes and no worker is checked before each drain: %s. Scale workloads down or add a worker, "+
+		"then resume (`ichor operation resume %s`); or go on knowing that they wait: `ichor operation resume %s --override` "+
+		"(needs the override verb on the cluster and is recorded)", refusal.Rule, w.op.Name, w.op.Name), nil
 }

@@ -38,6 +38,7 @@ func (r *Reconciler) resume(op *ichorv1alpha1.TalosOperation) bool {
 	op.Status.LastHandledResume = token
 	op.Status.FailedStep = ""
 	op.Status.FailureReason = ""
+	op.Status.Overridable = false
 
 	for i := range op.Status.Machines {
 		if mp := &op.Status.Machines[i]; mp.Phase == ichorv1alpha1.MachineFailed {

@@ -1363,7 +1363,10 @@ type Operation struct {
 	// A kubernetes operation's stages, in order.
 	Stages []*OperationStage `protobuf:"bytes,15,rep,name=stages,proto3" json:"stages,omitempty"`
 	// A kubernetes operation's pre-check finding: the APIs in use its target removes.
-	RemovedApis   []*RemovedAPI `protobuf:"bytes,16,rep,name=removed_apis,json=removedApis,proto3" json:"removed_apis,omitempty"`
+	RemovedApis []*RemovedAPI `protobuf:"bytes,16,rep,name=removed_apis,json=removedApis,proto3" json:"removed_apis,omitempty"`
+	// True when the failed step stopped at a check a resume with override goes
+	// past (removed APIs in use, the drain capacity check).
+	Overridable   bool `protobuf:"varint,17,opt,name=overridable,proto3" json:"overridable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1508,6 +1511,13 @@ func (x *Operation) GetRemovedApis() []*RemovedAPI {
 		return x.RemovedApis
 	}
 	return nil
+}
+
+func (x *Operation) GetOverridable() bool {
+	if x != nil {
+		return x.Overridable
+	}
+	return false
 }
 
 // OperationMachine is one machine's progress in an operation.
@@ -1863,7 +1873,10 @@ func (x *PauseOperationResponse) GetOperation() *Operation {
 type ResumeOperationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The TalosOperation's name.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Go past the check the failed step stopped at (the operation must be
+	// overridable); needs the override verb on the cluster and is recorded.
+	Override      bool `protobuf:"varint,2,opt,name=override,proto3" json:"override,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1903,6 +1916,13 @@ func (x *ResumeOperationRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *ResumeOperationRequest) GetOverride() bool {
+	if x != nil {
+		return x.Override
+	}
+	return false
 }
 
 // ResumeOperationResponse is the operation after the change.
@@ -2454,7 +2474,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"RemovedAPI\x12\x10\n" +
 	"\x03api\x18\x01 \x01(\tR\x03api\x12'\n" +
 	"\x0fremoved_release\x18\x02 \x01(\tR\x0eremovedRelease\x12%\n" +
-	"\x0econtrol_planes\x18\x03 \x03(\tR\rcontrolPlanes\"\xf8\x04\n" +
+	"\x0econtrol_planes\x18\x03 \x03(\tR\rcontrolPlanes\"\x9a\x05\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
@@ -2476,7 +2496,8 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\bmachines\x18\r \x03(\v2\x1a.ichor.v1.OperationMachineR\bmachines\x12)\n" +
 	"\x10resource_version\x18\x0e \x01(\tR\x0fresourceVersion\x120\n" +
 	"\x06stages\x18\x0f \x03(\v2\x18.ichor.v1.OperationStageR\x06stages\x127\n" +
-	"\fremoved_apis\x18\x10 \x03(\v2\x14.ichor.v1.RemovedAPIR\vremovedApis\"\x80\x01\n" +
+	"\fremoved_apis\x18\x10 \x03(\v2\x14.ichor.v1.RemovedAPIR\vremovedApis\x12 \n" +
+	"\voverridable\x18\x11 \x01(\bR\voverridable\"\x80\x01\n" +
 	"\x10OperationMachine\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
@@ -2495,9 +2516,10 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x15PauseOperationRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"K\n" +
 	"\x16PauseOperationResponse\x121\n" +
-	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"1\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"M\n" +
 	"\x16ResumeOperationRequest\x12\x17\n" +
-	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\"L\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1a\n" +
+	"\boverride\x18\x02 \x01(\bR\boverride\"L\n" +
 	"\x17ResumeOperationResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"\xc0\x01\n" +
 	"\x0eRolloutMachine\x12\x12\n" +
