@@ -55,9 +55,9 @@ const (
 	WrittenReason = "AutoPatchWritten"
 	// RefusedReason is the Warning Event of a write the API server refused.
 	RefusedReason = "AutoPatchRefused"
-	// RetryAfterRefusal is how long a refused write waits before it is tried
-	// again (a change of the cluster tries at once).
-	RetryAfterRefusal = time.Hour
+	// RetryAfterRefusal is how long a write the webhook or RBAC refused
+	// waits before it is tried again (a change of the cluster tries at once).
+	RetryAfterRefusal = 10 * time.Minute
 )
 
 // Reconciler writes automatic patch upgrades.
@@ -141,9 +141,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	user := guard.AutoPatchUsername(r.Namespace)
 	if err := r.Writer.Patch(ctx, c.DeepCopy(), client.RawPatch(types.MergePatchType, body)); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// The cluster changed since it was read: decide again on the new one.
-			return ctrl.Result{Requeue: true}, nil
+		switch {
+		case apierrors.IsNotFound(err):
+			return ctrl.Result{}, nil
+		case !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err):
+			// A conflict (the cluster changed since it was read: decide again
+			// on the new one) or the API server out of reach: back off.
+			return ctrl.Result{}, fmt.Errorf("writing %s as %s: %w", moves, user, err)
 		}
 
 		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, RefusedReason, "AutoPatch",
