@@ -73,6 +73,10 @@ rules:
 `
 
 func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "ichor-autopatch-audit-")
 	if err != nil {
 		panic(err)
@@ -91,7 +95,7 @@ func TestMain(m *testing.M) {
 			"audit-log-mode":    "blocking",
 		},
 	}}
-	os.Exit(testenv.Main(m, opts, func(ctx context.Context, s *testenv.Suite) (func(), error) {
+	return testenv.Main(m, opts, func(ctx context.Context, s *testenv.Suite) (func(), error) {
 		suite, admin = s, s.Env.Client
 		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return nil, err
@@ -123,7 +127,7 @@ func TestMain(m *testing.M) {
 			return nil, err
 		}
 		return nil, waitForServer(ctx, net.JoinHostPort(wh.Host, strconv.Itoa(wh.Port)))
-	}))
+	})
 }
 
 func waitForServer(ctx context.Context, addr string) error {

@@ -141,14 +141,6 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 	return ichorreconcile.NextStep(), nil
 }
 
-func roleOrder(role string) int {
-	if role == ichorv1alpha1.RoleControlPlane {
-		return 0
-	}
-
-	return 1
-}
-
 func (r *Reconciler) machine(ctx context.Context, op *ichorv1alpha1.TalosOperation, name string) (*ichorv1alpha1.TalosMachine, error) {
 	m := &ichorv1alpha1.TalosMachine{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: name}, m); err != nil {
