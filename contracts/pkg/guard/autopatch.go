@@ -10,6 +10,7 @@ import (
 	"github.com/blang/semver/v4"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
@@ -109,7 +110,8 @@ type AutoPatchPlan struct {
 // Kubernetes, the newest version of available (each a list of releases,
 // normally release.Pinned's) that is a newer patch of the running minor, when
 // the component is settled (its running version, status.talosUpgrade.version
-// or status.kubernetesUpgrade.version, is the spec's) and the new pair is one
+// or status.kubernetesUpgrade.version, is the spec's, and the Talos schematic
+// too) and the new pair is one
 // the compatibility table accepts. Nothing is planned while automatic patch
 // upgrades are off, the cluster is paused or being deleted. Every plan passes
 // CheckAutoPatch.
@@ -124,12 +126,12 @@ func PlanAutoPatch(c *ichorv1alpha1.TalosCluster, talosAvailable, kubernetesAvai
 	}
 	var p AutoPatchPlan
 	var why []string
-	if c.Status.TalosUpgrade.Version != c.Spec.TalosVersion {
+	if u := c.Status.TalosUpgrade; u.Version != c.Spec.TalosVersion || u.Schematic != c.Spec.Schematic {
 		why = append(why, "a Talos upgrade to "+c.Spec.TalosVersion+" has not completed")
 	} else {
 		p.TalosVersion = newestPatch(c.Spec.TalosVersion, talosAvailable)
 	}
-	if c.Status.KubernetesUpgrade.Version != c.Spec.KubernetesVersion {
+	if c.Status.KubernetesUpgrade.Version == "" || !kubeupgrade.Same(c.Status.KubernetesUpgrade.Version, c.Spec.KubernetesVersion) {
 		why = append(why, "a Kubernetes upgrade to "+c.Spec.KubernetesVersion+" has not completed")
 	} else {
 		p.KubernetesVersion = newestPatch(c.Spec.KubernetesVersion, kubernetesAvailable)

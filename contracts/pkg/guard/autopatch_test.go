@@ -29,6 +29,9 @@ func TestPlanAutoPatch(t *testing.T) {
 		{name: "paused", mutate: func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true }, why: "paused"},
 		{name: "deleting", mutate: func(c *ichorv1alpha1.TalosCluster) { c.DeletionTimestamp = &metav1.Time{} }, why: "deleted"},
 		{name: "talos in flight", mutate: func(c *ichorv1alpha1.TalosCluster) { c.Status.TalosUpgrade.Version = "v1.13.9" }, kube: "1.37.2"},
+		{name: "a schematic in flight", mutate: func(c *ichorv1alpha1.TalosCluster) { c.Spec.Schematic = "abc" }, kube: "1.37.2"},
+		// The kubernetesupgrade reconciler records the version without "v" (kubeupgrade.Normalize).
+		{name: "kubernetes spelt with v", mutate: func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "v1.37.0" }, talos: "v1.14.1", kube: "v1.37.2"},
 		{name: "both in flight", mutate: func(c *ichorv1alpha1.TalosCluster) {
 			c.Status.TalosUpgrade.Version, c.Status.KubernetesUpgrade.Version = "", "1.36.9"
 		}, why: "has not completed"},
