@@ -27,6 +27,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/controller/internal/certs"
+	"github.com/maeshinshin/ichor/controller/internal/controller/autopatch"
 	"github.com/maeshinshin/ichor/controller/internal/controller/clusterstatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
@@ -215,6 +216,9 @@ func main() {
 		{"the Talos upgrade starter", &talosupgrade.Reconciler{ReleaseSource: releaseSource}},
 		// Kubernetes upgrade candidates, the running version, and the kubernetes operation a spec.kubernetesVersion change starts.
 		{"the Kubernetes upgrade starter", &kubernetesupgrade.Reconciler{ReleaseSource: k8sSource}},
+		// Automatic patch upgrades (spec.autoPatch, off by default): the two version
+		// fields written as the impersonated ServiceAccount ichor-auto-patch, never as the controller.
+		{"the automatic patch upgrader", &autopatch.Reconciler{Namespace: namespace}},
 		// Scheduled and requested etcd snapshots to S3 (architecture, "Backup, recovery, certificates").
 		{"the TalosEtcdBackup reconciler", &etcdbackup.Reconciler{}},
 		// The Ichor serving CA, ichor-ui's leaf (ichor-ui-tls) and the published ichor-ui-ca.

@@ -75,6 +75,15 @@ func TestClusterGetAndDiscoveryAdd(t *testing.T) {
 	out = attentionSince.ReplaceAllString(out, "${1}<age>  ")
 	out = attentionMore.ReplaceAllString(out, "           ${1}: ")
 	golden(t, "cluster-get.golden", out)
+
+	// Automatic patch upgrades are shown when a cluster opts in (off above).
+	staging := getCluster(t, ns, "staging")
+	staging.Spec.AutoPatch.Enabled = true
+	must(t, k8s.Update(context.Background(), staging))
+	if got := mustSucceed(t, ichor(t, "cluster", "get", "staging", "-n", ns)).stdout; !strings.Contains(got, "Automatic patches:    on: newer patches of the running minors") ||
+		!strings.Contains(got, "written as ichor-auto-patch") {
+		t.Fatalf("cluster get of a cluster with spec.autoPatch.enabled:\n%s", got)
+	}
 }
 
 var (

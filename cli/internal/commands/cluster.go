@@ -204,6 +204,7 @@ func (r *run) printCluster(c *ichorv1alpha1.TalosCluster, now time.Time) error {
 	b.Add("Talos", c.Spec.TalosVersion+runningSuffix(c.Status.TalosVersion))
 	b.Add("Kubernetes", c.Spec.KubernetesVersion+runningSuffix(c.Status.KubernetesVersion))
 	b.Add("Config contract", c.Spec.VersionContract)
+	b.Add("Automatic patches", autoPatchText(c))
 	port := c.Spec.Endpoint.Port
 	if port == 0 {
 		port = 6443
@@ -286,6 +287,14 @@ func (r *run) printAttention(items []attention.Item, incomplete []string, now ti
 		}
 	}
 	return nil
+}
+
+// autoPatchText says whether automatic patch upgrades (spec.autoPatch) are on.
+func autoPatchText(c *ichorv1alpha1.TalosCluster) string {
+	if !c.Spec.AutoPatch.Enabled {
+		return "off"
+	}
+	return "on: newer patches of the running minors (this Ichor's release set), written as " + guard.AutoPatchServiceAccount
 }
 
 func runningSuffix(observed string) string {

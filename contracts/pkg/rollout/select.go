@@ -1,6 +1,10 @@
 package rollout
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -118,4 +122,28 @@ func WorkerBudget(maxUnavailable *intstr.IntOrString, workers int) int {
 		return 1
 	}
 	return v
+}
+
+// Order sorts ms in the order a rollout (config, talos, kubernetes) takes
+// them, the order the controller records in status.machines and Next
+// follows: control planes first, then workers; within each, the machine on
+// the controller's own Node (ownNode, the downward API's spec.nodeName;
+// compared without case) last, so the leading controller moves to the other
+// replica once, at the end of its role; then by the value of the label
+// orderBy (spec.orderBy; compared as strings, a machine without the label
+// first), then by name.
+func Order(ms []ichorv1alpha1.TalosMachine, orderBy, ownNode string) {
+	isOwn := func(m *ichorv1alpha1.TalosMachine) int {
+		if ownNode != "" && strings.EqualFold(m.Status.NodeName, ownNode) {
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(ms, func(a, b ichorv1alpha1.TalosMachine) int {
+		return cmp.Or(
+			cmp.Compare(roleOrder(a.Spec.Role), roleOrder(b.Spec.Role)),
+			cmp.Compare(isOwn(&a), isOwn(&b)),
+			cmp.Compare(a.Labels[orderBy], b.Labels[orderBy]),
+			cmp.Compare(a.Name, b.Name))
+	})
 }

@@ -29,6 +29,9 @@ func (v *clusterValidator) facts(ctx context.Context, c *ichorv1alpha1.TalosClus
 
 // ValidateCreate checks a new TalosCluster.
 func (v *clusterValidator) ValidateCreate(ctx context.Context, c *ichorv1alpha1.TalosCluster) (admission.Warnings, error) {
+	if v.user(ctx) == guard.AutoPatchUsername(v.namespace) {
+		return v.decide(ctx, v.subject(c), guard.CheckAutoPatchVerb("create"), nil)
+	}
 	facts, err := v.facts(ctx, c)
 	if err != nil {
 		return nil, err
@@ -50,13 +53,31 @@ func (v *clusterValidator) ValidateUpdate(ctx context.Context, old, c *ichorv1al
 	}
 	reqs = append(reqs, guard.ClusterRequirements(old, c)...)
 	refusals := guard.ValidateCluster(old, c, facts)
-	if req, err := admission.RequestFromContext(ctx); err == nil && req.UserInfo.Username == guard.AutoPatchUsername(v.namespace) {
+	switch v.user(ctx) {
+	case guard.AutoPatchUsername(v.namespace):
+		// Automatic patch upgrades (architecture, principle 5): the two
+		// version fields, to a newer patch of the running minor, nothing else.
 		refusals = append(refusals, guard.CheckAutoPatch(old, c)...)
+		refusals = append(refusals, guard.CheckAutoPatchMetadata(old, c)...)
+	case guard.ControllerUsername(v.namespace):
+		refusals = append(refusals, guard.CheckControllerWrite(old, c)...)
 	}
 	return v.decide(ctx, v.subject(c), refusals, reqs)
 }
 
 // ValidateDelete checks the deletion of a TalosCluster.
 func (v *clusterValidator) ValidateDelete(ctx context.Context, c *ichorv1alpha1.TalosCluster) (admission.Warnings, error) {
+	if v.user(ctx) == guard.AutoPatchUsername(v.namespace) {
+		return v.decide(ctx, v.subject(c), guard.CheckAutoPatchVerb("delete"), nil)
+	}
 	return v.decide(ctx, v.subject(c), guard.ValidateClusterDelete(c), nil)
+}
+
+// user is the name of the user the request comes from ("" when unknown).
+func (v *clusterValidator) user(ctx context.Context) string {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return ""
+	}
+	return req.UserInfo.Username
 }

@@ -64,7 +64,8 @@ func (s *ClusterService) clusterProto(ctx context.Context, c *ichorv1alpha1.Talo
 			LastScanTime: ts(c.Status.Discovery.LastScanTime), Message: c.Status.Discovery.Message,
 			NextScanTime: ts(c.Status.Discovery.NextScanTime), ScanPending: c.PendingScanRequest() != "",
 		},
-		Paused: c.Spec.Paused,
+		Paused:    c.Spec.Paused,
+		AutoPatch: c.Spec.AutoPatch.Enabled,
 	}
 	if c.Spec.Paused {
 		out.PausedReason = c.Annotations[ichorv1alpha1.PausedReasonAnnotation]

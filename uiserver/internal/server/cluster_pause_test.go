@@ -189,3 +189,33 @@ func TestScanDiscovery(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClusterShowsAutoPatch: the cluster summary says whether automatic patch
+// upgrades are on (spec.autoPatch.enabled), off by default.
+func TestClusterShowsAutoPatch(t *testing.T) {
+	ctx := context.Background()
+	hc := httpClient()
+	autoPatch := func() any {
+		code, body := rest(t, hc, http.MethodGet, "/api/v1/cluster", viewer(t), "")
+		if code != http.StatusOK {
+			t.Fatalf("GET /api/v1/cluster: %d %v", code, body)
+		}
+		c, _ := body["cluster"].(map[string]any)
+		return c["autoPatch"]
+	}
+	if got := autoPatch(); got != nil && got != false {
+		t.Fatalf("autoPatch of a cluster that did not opt in: %v", got)
+	}
+	set := func(on bool) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			c := servedCluster(t)
+			c.Spec.AutoPatch.Enabled = on
+			return admin.Update(ctx, c)
+		})
+	}
+	testenv.Must(t, set(true))
+	t.Cleanup(func() { _ = set(false) })
+	if got := autoPatch(); got != true {
+		t.Fatalf("autoPatch of a cluster with spec.autoPatch.enabled: %v, want true", got)
+	}
+}

@@ -206,6 +206,12 @@ export interface CertificateExpiry {
 
 /** Cluster is the summary of a TalosCluster. */
 export interface Cluster {
+  /**
+   * Whether automatic patch upgrades are on (spec.autoPatch.enabled): the
+   * controller moves the two versions to newer patches of the running minors
+   * as the ServiceAccount ichor-auto-patch.
+   */
+  autoPatch?: boolean;
   /** The conditions of the TalosCluster. */
   conditions?: Condition[];
   /** The number of control planes the cluster declares. */

@@ -3,11 +3,8 @@ package operation
 // Which machines the rollout covers (select step) and works on in a pass (rollout.Next).
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,27 +82,11 @@ func workerBudget(op *ichorv1alpha1.TalosOperation) int {
 	return rollout.WorkerBudget(op.Spec.MaxUnavailable, workers)
 }
 
-// rolloutOrder sorts ms in the order a rollout takes them: control planes
-// first, then workers; within each, the machine on the controller's own Node
-// (own, the downward API's spec.nodeName) last, so the leading controller
-// moves to the other replica once, at the end of its role; then by orderBy's
-// label value, then by name.
+// rolloutOrder sorts ms in the order a rollout takes them (rollout.Order):
+// control planes first, then workers; within each, the machine on the
+// controller's own Node last, then by orderBy's label value, then by name.
 func rolloutOrder(ms []ichorv1alpha1.TalosMachine, orderBy, own string) {
-	isOwn := func(m *ichorv1alpha1.TalosMachine) int {
-		if own != "" && strings.EqualFold(m.Status.NodeName, own) {
-			return 1
-		}
-
-		return 0
-	}
-
-	slices.SortFunc(ms, func(a, b ichorv1alpha1.TalosMachine) int {
-		return cmp.Or(
-			cmp.Compare(roleOrder(a.Spec.Role), roleOrder(b.Spec.Role)),
-			cmp.Compare(isOwn(&a), isOwn(&b)),
-			cmp.Compare(a.Labels[orderBy], b.Labels[orderBy]),
-			cmp.Compare(a.Name, b.Name))
-	})
+	rollout.Order(ms, orderBy, own)
 }
 
 // selectMachines records the machines the rollout covers, in the order it
@@ -158,14 +139,6 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 			what, len(ms), workerBudget(op)))
 
 	return ichorreconcile.NextStep(), nil
-}
-
-func roleOrder(role string) int {
-	if role == ichorv1alpha1.RoleControlPlane {
-		return 0
-	}
-
-	return 1
 }
 
 func (r *Reconciler) machine(ctx context.Context, op *ichorv1alpha1.TalosOperation, name string) (*ichorv1alpha1.TalosMachine, error) {

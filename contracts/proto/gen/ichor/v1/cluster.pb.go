@@ -875,6 +875,10 @@ type Cluster struct {
 	// The machines a full-loss recovery holds until a person confirms
 	// (ConfirmRecovery); empty otherwise.
 	RecoveryHolds []*RecoveryHold `protobuf:"bytes,19,rep,name=recovery_holds,json=recoveryHolds,proto3" json:"recovery_holds,omitempty"`
+	// Whether automatic patch upgrades are on (spec.autoPatch.enabled): the
+	// controller moves the two versions to newer patches of the running minors
+	// as the ServiceAccount ichor-auto-patch.
+	AutoPatch     bool `protobuf:"varint,20,opt,name=auto_patch,json=autoPatch,proto3" json:"auto_patch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1040,6 +1044,13 @@ func (x *Cluster) GetRecoveryHolds() []*RecoveryHold {
 		return x.RecoveryHolds
 	}
 	return nil
+}
+
+func (x *Cluster) GetAutoPatch() bool {
+	if x != nil {
+		return x.AutoPatch
+	}
+	return false
 }
 
 // Condition mirrors a Kubernetes status condition.
@@ -1264,7 +1275,7 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\tprobed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bprobedAt\"\x13\n" +
 	"\x11GetClusterRequest\"A\n" +
 	"\x12GetClusterResponse\x12+\n" +
-	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\x8c\x06\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xab\x06\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12#\n" +
@@ -1287,7 +1298,9 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\x06paused\x18\x10 \x01(\bR\x06paused\x12#\n" +
 	"\rpaused_reason\x18\x11 \x01(\tR\fpausedReason\x12=\n" +
 	"\fpaused_since\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vpausedSince\x12=\n" +
-	"\x0erecovery_holds\x18\x13 \x03(\v2\x16.ichor.v1.RecoveryHoldR\rrecoveryHolds\"\xb7\x01\n" +
+	"\x0erecovery_holds\x18\x13 \x03(\v2\x16.ichor.v1.RecoveryHoldR\rrecoveryHolds\x12\x1d\n" +
+	"\n" +
+	"auto_patch\x18\x14 \x01(\bR\tautoPatch\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
