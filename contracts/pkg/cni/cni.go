@@ -27,13 +27,6 @@ const (
 	DetectedNone    = "none"
 )
 
-// UnsupportedReason is the reason of a true CNIUnsupported condition;
-// SupportedReason that of a false one.
-const (
-	UnsupportedReason = "PresetUnsupported"
-	SupportedReason   = "PresetSupported"
-)
-
 // Unsupported says why Ichor must leave cluster c alone because of its CNI
 // preset, or "" when the preset is one it manages: `cilium`, or `unmanaged`
 // on a cluster that carries the adoption annotation (the only place the

@@ -134,7 +134,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 
 	if msg := cni.Unsupported(c); msg != "" {
 		apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-			Type: ichorv1alpha1.CNIUnsupportedCondition, Status: metav1.ConditionTrue, Reason: cni.UnsupportedReason, Message: msg,
+			Type: ichorv1alpha1.CNIUnsupportedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.CNIPresetUnsupportedReason, Message: msg,
 		})
 
 		return ctrl.Result{}, nil
