@@ -77,6 +77,9 @@ const (
 	cniBinDir  = "/opt/cni/bin"
 )
 
+// k8sApp is the label the CNIs' manifests name their agents with.
+const k8sApp = "k8s-app"
+
 // known are the CNIs Detect names, in the order it prefers them when a
 // cluster runs more than one (Cilium first: it is the one Ichor manages).
 var known = []struct {
@@ -87,13 +90,13 @@ var known = []struct {
 	// Cilium's agent DaemonSet is `cilium` with k8s-app=cilium (the chart's
 	// install/kubernetes/cilium/templates/cilium-agent/daemonset.yaml); its
 	// other DaemonSets (cilium-envoy, cilium-node-init) carry other k8s-app values.
-	{name: DetectedCilium, match: named("cilium"), labels: map[string]string{"k8s-app": "cilium"}},
+	{name: DetectedCilium, match: named("cilium"), labels: map[string]string{k8sApp: "cilium"}},
 	// Calico's node agent is `calico-node` (k8s-app=calico-node), in
 	// kube-system (manifest install) or calico-system (the Tigera operator).
-	{name: DetectedCalico, match: named("calico-node"), labels: map[string]string{"k8s-app": "calico-node"}},
+	{name: DetectedCalico, match: named("calico-node"), labels: map[string]string{k8sApp: "calico-node"}},
 	// Flannel is Talos's own `kube-flannel` (k8s-app=flannel) or upstream's
 	// `kube-flannel-ds` (app=flannel) in the kube-flannel namespace.
-	{name: DetectedFlannel, match: named("kube-flannel", "kube-flannel-ds"), labels: map[string]string{"k8s-app": "flannel"}},
+	{name: DetectedFlannel, match: named("kube-flannel", "kube-flannel-ds"), labels: map[string]string{k8sApp: "flannel"}},
 	{name: DetectedFlannel, match: named(), labels: map[string]string{"app": "flannel"}},
 }
 

@@ -188,22 +188,22 @@ func TestKubernetesCiliumPair(t *testing.T) {
 		}
 		testenv.UpdateStatus(t, root, newCluster(ns, name), func(c *ichorv1alpha1.TalosCluster) { c.Status.CNI.CiliumVersion = cilium })
 	}
-	old("c", "v1.20.2")
+	old("runs-1-20", "v1.20.2")
 
-	err = update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" })
+	err = update(t, operator, newCluster(ns, "runs-1-20"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" })
 	refused(t, err, "Invalid", "spec.kubernetesVersion", "cilium v1.20.2 supports kubernetes 1.33 to 1.36, not 1.32.0",
 		"the Cilium the cluster runs (status.cni.ciliumVersion)", "ichor upgrade kubernetes --list", "override")
 
 	// Other writes of the cluster are not held by the pair.
-	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true }))
+	testenv.Must(t, update(t, operator, newCluster(ns, "runs-1-20"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true }))
 
 	// An admin overrides it: a warning and a Warning Event on the cluster.
 	adminWarnings.take()
-	testenv.Must(t, update(t, admin, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" }))
+	testenv.Must(t, update(t, admin, newCluster(ns, "runs-1-20"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" }))
 	if w := strings.Join(adminWarnings.take(), "\n"); !strings.Contains(w, "override by ada") || !strings.Contains(w, "cilium v1.20.2 supports") {
 		t.Errorf("the override must be reported as a warning, got %q", w)
 	}
-	waitForOverrideEvent(t, ns, "c", "cilium v1.20.2 supports")
+	waitForOverrideEvent(t, ns, "runs-1-20", "cilium v1.20.2 supports")
 
 	// The Cilium the cluster runs decides, not the one Ichor installs: v1.19 supports 1.32.
 	old("d", "v1.19.3")

@@ -70,7 +70,7 @@ type Reconciler struct {
 
 // SetupWithManager registers the reconciler on TalosClusters: a change of a
 // cluster's spec or annotations (the adoption annotation decides whether
-// the unmanaged preset is allowed) is looked at at once; the detection runs
+// the unmanaged preset is allowed) is handled at once; the detection runs
 // on its interval.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {

@@ -273,5 +273,4 @@ func TestCNIUnsupported(t *testing.T) {
 		return m.Status.ConfigSentAt != nil && em.RPCCounts()["/machine.MachineService/ApplyConfiguration"] > 0,
 			fmt.Sprintf("stage %q, configSentAt %v", m.Status.Stage, m.Status.ConfigSentAt)
 	})
-
 }
