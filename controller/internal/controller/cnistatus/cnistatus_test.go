@@ -2,15 +2,20 @@ package cnistatus_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -273,4 +278,80 @@ func TestCNIUnsupported(t *testing.T) {
 		return m.Status.ConfigSentAt != nil && em.RPCCounts()["/machine.MachineService/ApplyConfiguration"] > 0,
 			fmt.Sprintf("stage %q, configSentAt %v", m.Status.Stage, m.Status.ConfigSentAt)
 	})
+}
+
+// storeRaw writes c into the API server's etcd as it stores a custom
+// resource (JSON under /registry/<group>/<resource>/<namespace>/<name>),
+// past the CRD's schema and admission: a TalosCluster an older release, a
+// restored backup or a write while the webhook was away could have left.
+func storeRaw(t *testing.T, c *ichorv1alpha1.TalosCluster) {
+	t.Helper()
+
+	c.APIVersion, c.Kind = ichorv1alpha1.GroupVersion.String(), "TalosCluster"
+	c.UID, c.Generation, c.CreationTimestamp = uuid.NewUUID(), 1, metav1.Now()
+
+	raw, err := json.Marshal(c)
+	testenv.Must(t, err)
+
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{env.EtcdEndpoint()}, DialTimeout: 10 * time.Second})
+	testenv.Must(t, err)
+
+	defer etcd.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	_, err = etcd.Put(ctx, "/registry/"+ichorv1alpha1.Group+"/talosclusters/"+c.Namespace+"/"+c.Name, string(raw))
+	testenv.Must(t, err)
+}
+
+// TestCNIUnsupportedStoredPreset: a TalosCluster stored with a preset the
+// CRD no longer admits (flannel) gets CNIUnsupported=True naming it, saying
+// that Ichor changes nothing and that the preset is immutable, and naming
+// the way out; its first step, the allow-delete annotation, is a write the
+// API server takes (the schema ratchets an unchanged field).
+func TestCNIUnsupportedStoredPreset(t *testing.T) {
+	ctx := context.Background()
+	const other, name = "stored", "old-flannel"
+
+	testenv.Must(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}))
+
+	c := testenv.TalosCluster(other, name)
+	c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: "flannel"}
+
+	if err := k8s.Create(ctx, c.DeepCopy()); err == nil || !apierrors.IsInvalid(err) {
+		t.Fatalf("the CRD admitted preset flannel: %v", err)
+	}
+
+	storeRaw(t, c)
+
+	var cond *metav1.Condition
+
+	testenv.EventuallyOK(t, waitTimeout, "CNIUnsupported=True", func() (bool, string) {
+		cond = apimeta.FindStatusCondition(cluster(t, other, name).Status.Conditions, ichorv1alpha1.CNIUnsupportedCondition)
+
+		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", cond)
+	})
+
+	if cond.Reason != ichorv1alpha1.CNIPresetUnsupportedReason {
+		t.Errorf("reason %q; want %q", cond.Reason, ichorv1alpha1.CNIPresetUnsupportedReason)
+	}
+
+	for _, w := range []string{`spec.cni.preset is "flannel"`, "does not manage", "changes nothing", "immutable",
+		ichorv1alpha1.AllowDeleteAnnotation, "spec.cni.preset: cilium"} {
+		if !strings.Contains(cond.Message, w) {
+			t.Errorf("the CNIUnsupported message %q does not say %q", cond.Message, w)
+		}
+	}
+
+	if got := cluster(t, other, name).Status.CNI.Detected; got != "" {
+		t.Errorf("the CNI of an unsupported cluster was read: %q", got)
+	}
+
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := cluster(t, other, name)
+		cur.Annotations = map[string]string{ichorv1alpha1.AllowDeleteAnnotation: "true"}
+
+		return k8s.Update(ctx, cur)
+	}))
 }
