@@ -9,7 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -296,7 +295,7 @@ func storeRaw(t *testing.T, c *ichorv1alpha1.TalosCluster) {
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{env.EtcdEndpoint()}, DialTimeout: 10 * time.Second})
 	testenv.Must(t, err)
 
-	defer etcd.Close()
+	defer func() { _ = etcd.Close() }()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
