@@ -29,6 +29,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/certs"
 	"github.com/maeshinshin/ichor/controller/internal/controller/autopatch"
 	"github.com/maeshinshin/ichor/controller/internal/controller/clusterstatus"
+	"github.com/maeshinshin/ichor/controller/internal/controller/cnistatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
 	"github.com/maeshinshin/ichor/controller/internal/controller/etcdbackup"
@@ -208,6 +209,8 @@ func main() {
 		// The users ichor-ui may impersonate, bounded in RBAC (architecture, "Trust").
 		{"the impersonation reconciler", &impersonation.Reconciler{Namespace: namespace, ExtraUsers: impersonate}},
 		{"the cluster status reconciler", &clusterstatus.Reconciler{}},
+		// CNIUnsupported, and status.cni.detected read from the cluster on a slow requeue.
+		{"the CNI status reconciler", &cnistatus.Reconciler{}},
 		// The TalosCluster finalizer: a deleted cluster's objects, in order, its nodes left as they are.
 		{"the cluster teardown", &teardown.Reconciler{}},
 		// TalosStorage's status: the selected machines and ExtensionsPresent.

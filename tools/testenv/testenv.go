@@ -159,6 +159,13 @@ func Start(opts Options) (*Env, error) {
 	return &Env{Config: cfg, Client: c, CRDs: env.CRDs, env: env}, nil
 }
 
+// EtcdEndpoint is the address of the API server's etcd, for a test that
+// stores an object as an older release could have left it (past today's
+// schema and admission), under the API server's /registry prefix.
+func (e *Env) EtcdEndpoint() string {
+	return e.env.ControlPlane.Etcd.URL.String()
+}
+
 // Stop stops kube-apiserver and etcd and removes their data.
 func (e *Env) Stop() error {
 	return e.env.Stop()

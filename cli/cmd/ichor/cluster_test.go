@@ -70,6 +70,10 @@ func TestClusterGetAndDiscoveryAdd(t *testing.T) {
 	}
 	ichorv1alpha1.SummarizeTalosMachine(down)
 	createMachine(t, down)
+	// The CNI the controller read from the cluster (status.cni).
+	prod := getCluster(t, ns, "prod")
+	prod.Status.CNI.Detected, prod.Status.CNI.CiliumVersion = "cilium", "v1.20.2"
+	must(t, k8s.Status().Update(context.Background(), prod))
 	one := mustSucceed(t, ichor(t, "cluster", "get", "prod", "-n", ns))
 	out := ageLine.ReplaceAllString(one.stdout, "${1}<age>")
 	out = attentionSince.ReplaceAllString(out, "${1}<age>  ")

@@ -40,6 +40,9 @@ const (
 	AdoptedReason = "Adopted"
 	// CiliumCRDMissingReason means Cilium's CRDs do not exist, so no policy was applied.
 	CiliumCRDMissingReason = "CiliumCRDMissing"
+	// CNIPresetUnsupportedReason is the reason of a true CNIUnsupported: the
+	// stored spec.cni.preset is not one Ichor manages.
+	CNIPresetUnsupportedReason = "PresetUnsupported"
 	// UnsupportedPairReason means a version pair is refused by the compatibility table.
 	UnsupportedPairReason = "UnsupportedPair"
 )
@@ -600,11 +603,15 @@ type MachineCounts struct {
 
 // CNIStatus is the observed CNI.
 type CNIStatus struct {
-	// detected is the CNI that runs: cilium, flannel, calico, other or none.
+	// detected is the CNI that runs: cilium, flannel, calico, other (a
+	// DaemonSet that installs a CNI into the hosts, none of the three) or none,
+	// read from the cluster's DaemonSets every few minutes, for display.
 	// +optional
 	// +kubebuilder:validation:Enum=cilium;flannel;calico;other;none
 	Detected string `json:"detected,omitempty"`
-	// ciliumVersion is the version of the installed Cilium chart.
+	// ciliumVersion is the version of the installed Cilium (the chart's, which
+	// its agent image shares), read from the running agent; the Kubernetes ↔
+	// Cilium pair check holds a kubernetesVersion change to it.
 	// +optional
 	CiliumVersion string `json:"ciliumVersion,omitempty"`
 	// valuesHash is the hash of the effective Cilium values last applied.
@@ -642,6 +649,7 @@ type CertificatesStatus struct {
 // +kubebuilder:printcolumn:name="Kubernetes",type=string,JSONPath=`.spec.kubernetesVersion`
 // +kubebuilder:printcolumn:name="Control planes",type=integer,JSONPath=`.spec.controlPlane.count`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint.host`,priority=1
+// +kubebuilder:printcolumn:name="CNI",type=string,JSONPath=`.status.cni.detected`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TalosCluster struct {

@@ -244,7 +244,7 @@ func clusterItems(c *ichorv1alpha1.TalosCluster, machineTold bool) []Item {
 		case ichorv1alpha1.VersionsCompatibleCondition:
 			add(cond, Error, ActionNone, "", fmt.Sprintf("cluster %s runs a Talos and Kubernetes pair that is not supported", n))
 		case ichorv1alpha1.CNIUnsupportedCondition:
-			add(cond, Warning, ActionNone, "", fmt.Sprintf("cluster %s runs a CNI Ichor does not manage", n))
+			add(cond, Error, ActionNone, "", fmt.Sprintf("cluster %s names a CNI preset Ichor does not manage: the controllers change nothing on it", n))
 		case ichorv1alpha1.CARotationAdvisedCondition:
 			add(cond, Warning, ActionNone, "", fmt.Sprintf("the certificate authorities of cluster %s should be rotated", n))
 		case ichorv1alpha1.NetworkPoliciesAppliedCondition:

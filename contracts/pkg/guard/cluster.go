@@ -114,7 +114,11 @@ func boolValue(b *bool) bool { return b != nil && *b }
 func checkCNI(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 	var out []Refusal
 	cni := c.Spec.CNI
-	if cni.Preset != ichorv1alpha1.CNIPresetCilium && cni.Preset != ichorv1alpha1.CNIPresetUnmanaged {
+	// A preset Ichor does not manage is refused on a write that sets it. A
+	// cluster stored with one before (cni.Unsupported, the CNIUnsupported
+	// condition) keeps passing the writes that leave it alone: its way out,
+	// the allow-delete annotation and the deletion, must stay open.
+	if (old == nil || old.Spec.CNI.Preset != cni.Preset) && cni.Preset != ichorv1alpha1.CNIPresetCilium && cni.Preset != ichorv1alpha1.CNIPresetUnmanaged {
 		out = append(out, Refusal{
 			Field:  fieldCNIPreset,
 			Rule:   fmt.Sprintf("Cilium is the only CNI Ichor manages; preset %q is not supported", cni.Preset),
@@ -207,6 +211,18 @@ func checkVersions(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 				r.WayOut += ", or hold the `override` verb on the cluster (the override is recorded)"
 			}
 			out = append(out, r)
+		}
+	}
+	if kubeChanged {
+		// The Cilium the cluster runs is in the stored status (a create has
+		// none: the Cilium Ichor installs then).
+		probe := c
+		if old != nil {
+			probe = c.DeepCopy()
+			probe.Status.CNI = old.Status.CNI
+		}
+		if r := CheckCiliumPair(probe, "spec.kubernetesVersion", kube); r != nil {
+			out = append(out, *r)
 		}
 	}
 	if old == nil || old.Spec.VersionContract != c.Spec.VersionContract || talosChanged {

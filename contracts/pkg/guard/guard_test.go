@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -139,8 +140,41 @@ func TestValidateCluster(t *testing.T) {
 		{name: "kubernetes skips a minor", old: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.35.0" }), new: cluster(),
 			want: map[string][]string{"spec.kubernetesVersion": {"one minor"}}},
 		{name: "kubernetes one minor up", old: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.36.3" }), new: cluster()},
-		{name: "incompatible pair on create", new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.31.0" }),
-			want: map[string][]string{"spec.kubernetesVersion": {"incompatible pair", "override"}}},
+		{name: "incompatible pair on create", new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.38.0" }),
+			want: map[string][]string{"spec.kubernetesVersion": {"incompatible pair", "cannot run on talos", "override"}}},
+		// The Kubernetes ↔ Cilium pair (release.CheckCiliumPair): on create
+		// against the Cilium Ichor installs, on a change against the one the
+		// stored status says runs.
+		{name: "kubernetes the pinned cilium does not support, on create", new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" }),
+			want: map[string][]string{"spec.kubernetesVersion": {"cilium " + release.DefaultCiliumVersion + " supports kubernetes 1.33", "the Cilium this Ichor installs",
+				"choose a Kubernetes version Cilium " + release.DefaultCiliumVersion + " supports", "ichor upgrade kubernetes --list", "override"}}},
+		{name: "kubernetes the running cilium does not support", old: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.KubernetesVersion, c.Status.CNI.CiliumVersion = "1.31.4", "v1.20.2"
+		}), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" }),
+			want: map[string][]string{"spec.kubernetesVersion": {"cilium v1.20.2 supports kubernetes 1.33 to 1.36, not 1.32.0", "status.cni.ciliumVersion", "override"}}},
+		{name: "kubernetes the running older cilium supports", old: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.KubernetesVersion, c.Status.CNI.CiliumVersion = "1.31.4", "v1.19.3"
+		}), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" })},
+		{name: "a cilium this ichor does not know", old: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.KubernetesVersion, c.Status.CNI.CiliumVersion = "1.36.3", "v1.21.0"
+		}), new: cluster(), want: map[string][]string{"spec.kubernetesVersion": {"cilium v1.21.0 is not a version this Ichor knows", "override"}}},
+		{name: "the cilium pair is not checked when kubernetes stays", old: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.KubernetesVersion, c.Status.CNI.CiliumVersion = "1.32.0", "v1.20.2"
+		}), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0"; c.Spec.Paused = true })},
+		{name: "an unmanaged CNI has no cilium pair", new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.KubernetesVersion = "1.32.0"
+			c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetUnmanaged}
+			c.Annotations = map[string]string{ichorv1alpha1.AdoptedAnnotation: "true"}
+		})},
+		// A cluster stored with a preset Ichor does not manage (CNIUnsupported)
+		// can still be annotated for its deletion; setting such a preset cannot.
+		{name: "unsupported preset on create", new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: "flannel"} }),
+			want: map[string][]string{"spec.cni.preset": {`preset "flannel" is not supported`, "spec.cni.preset: cilium"}}},
+		{name: "stored unsupported preset annotated for deletion", old: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: "flannel"} }),
+			new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+				c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: "flannel"}
+				c.Annotations = map[string]string{ichorv1alpha1.AllowDeleteAnnotation: "true"}
+			})},
 		{name: "contract newer than talos", new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.VersionContract = "v1.15" }),
 			want: map[string][]string{"spec.versionContract": {"newer than talos"}}},
 		{name: "cilium values setting an owned key", new: cluster(func(c *ichorv1alpha1.TalosCluster) {
@@ -163,7 +197,7 @@ func TestValidateCluster(t *testing.T) {
 		})
 	}
 	// The pair refusal is the overridable one; a downgrade is not.
-	if r := ValidateCluster(nil, cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.31.0" }), ClusterFacts{}); !r[0].Overridable {
+	if r := ValidateCluster(nil, cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.31.0" }), ClusterFacts{}); len(r) != 2 || !r[0].Overridable || !r[1].Overridable {
 		t.Error("an incompatible pair must be overridable")
 	}
 	if r := ValidateCluster(cluster(), cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.TalosVersion = "v1.13.0" }), ClusterFacts{}); r[0].Overridable {

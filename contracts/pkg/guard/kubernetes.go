@@ -41,18 +41,57 @@ func kubernetesTarget(c *ichorv1alpha1.TalosCluster, field, target string) []Ref
 		out = append(out, pairRefusal(field, err))
 	}
 
-	if cilium := c.Status.CNI.CiliumVersion; cilium != "" && c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetCilium {
-		if _, err := release.CheckCiliumPair(cilium, target); err != nil {
-			r := pairRefusal(field, err)
-			if !errors.Is(err, release.ErrIncompatiblePair) {
-				r.WayOut = "upgrade Ichor to a release that embeds a Cilium supporting this Kubernetes"
-			}
-
-			out = append(out, r)
-		}
+	if r := CheckCiliumPair(c, field, target); r != nil {
+		out = append(out, *r)
 	}
 
 	return out
+}
+
+// InstalledCilium is the Cilium version the Kubernetes ↔ Cilium pair of
+// cluster c is checked against, and where it comes from: the one the cluster
+// runs (status.cni.ciliumVersion, read from the Cilium agent on the slow
+// requeue), or, while none is recorded, the chart this Ichor installs
+// (release.DefaultCiliumVersion: `ichor init` boots it). "" for a cluster
+// whose CNI Ichor does not manage (the unmanaged preset).
+func InstalledCilium(c *ichorv1alpha1.TalosCluster) (version, source string) {
+	if c.Spec.CNI.Preset != ichorv1alpha1.CNIPresetCilium {
+		return "", ""
+	}
+
+	if v := c.Status.CNI.CiliumVersion; v != "" {
+		return v, "the Cilium the cluster runs (status.cni.ciliumVersion)"
+	}
+
+	return release.DefaultCiliumVersion, "the Cilium this Ichor installs"
+}
+
+// CheckCiliumPair checks Kubernetes target against the cluster's Cilium
+// (InstalledCilium) with the one compatibility table
+// (release.CheckCiliumPair): a Kubernetes older than the Cilium supports is
+// refused, overridable like every incompatible pair (architecture,
+// "Upgrades"); one newer than it is tested on passes (UntestedCilium
+// warns). The webhook runs it on every write that changes
+// spec.kubernetesVersion, the CLI and ichor-ui before they write it.
+func CheckCiliumPair(c *ichorv1alpha1.TalosCluster, field, target string) *Refusal {
+	cilium, source := InstalledCilium(c)
+	if cilium == "" {
+		return nil
+	}
+
+	if _, err := release.CheckCiliumPair(cilium, target); err != nil {
+		r := pairRefusal(field, fmt.Errorf("%w (%s)", err, source))
+		if errors.Is(err, release.ErrIncompatiblePair) {
+			r.WayOut = fmt.Sprintf("choose a Kubernetes version Cilium %s supports%s, or hold the `override` verb on the cluster (the override is recorded)",
+				cilium, wayOutKubernetesCandidates)
+		} else {
+			r.WayOut = "upgrade Ichor to a release that embeds a Cilium supporting this Kubernetes"
+		}
+
+		return &r
+	}
+
+	return nil
 }
 
 // CheckKubernetesUpgrade checks a Kubernetes upgrade of cluster c to target

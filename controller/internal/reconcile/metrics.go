@@ -7,8 +7,8 @@ import (
 )
 
 // pausedSkips counts the reconciles the skeleton skipped because the object
-// or its TalosCluster was paused, by controller: an operator sees that a
-// pause holds, and a test has a positive marker that a controller looked at
+// or its TalosCluster was paused, or the cluster's CNI preset is not one
+// Ichor manages, by controller: an operator sees that a pause holds, and a test has a positive marker that a controller looked at
 // a paused object and did nothing.
 var pausedSkips = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "ichor_reconcile_paused_skips_total",

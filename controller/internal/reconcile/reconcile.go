@@ -37,6 +37,7 @@ import (
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/cni"
 )
 
 // Object is a kind the skeleton reconciles: every Ichor kind (the accessors
@@ -113,6 +114,11 @@ type Controller[T Object] struct {
 	// Paused reports the object's own pause (TalosOperation.spec.paused);
 	// nil means the object has none.
 	Paused func(T) bool
+	// ReportsCNI marks the one controller that runs on a cluster whose CNI
+	// preset Ichor does not manage (cni.Unsupported), to say so in its
+	// CNIUnsupported condition. Every other controller does nothing on such
+	// a cluster's objects (architecture, "CNI": refused, not guessed at).
+	ReportsCNI bool
 
 	// Summarize, when set, computes the kind's summary conditions (Ready)
 	// from the others on the object about to be written, after this
@@ -136,6 +142,10 @@ type Controller[T Object] struct {
 	// Phases run in order on an object that is not being deleted.
 	Phases []Phase[T]
 }
+
+// UnsupportedRecheck is how often a controller looks again at an object it
+// leaves alone because its cluster's CNI preset is not one Ichor manages.
+const UnsupportedRecheck = 5 * time.Minute
 
 // conflictBackoff paces the re-reads after a status write conflict: several
 // controllers write conditions of one object, often in the same second.
@@ -226,6 +236,16 @@ func (c *Controller[T]) Reconcile(ctx context.Context, req ctrl.Request) (res ct
 
 	c.setPaused(obj, "")
 
+	if why := c.unsupportedBy(obj, cluster); why != "" {
+		ctrl.LoggerFrom(ctx).V(1).Info("the cluster's CNI preset is not one Ichor manages: nothing done", "preset", why)
+		CountPausedSkip(c.Name)
+
+		// The preset is immutable; the adoption annotation (for the
+		// unmanaged preset) ends this without a spec change, which not
+		// every controller watches: look again now and then.
+		return ctrl.Result{RequeueAfter: UnsupportedRecheck}, nil
+	}
+
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return c.finalize(ctx, s)
 	}
@@ -315,6 +335,24 @@ func (c *Controller[T]) pausedBy(obj T, cluster *ichorv1alpha1.TalosCluster) str
 	}
 
 	return ""
+}
+
+// unsupportedBy returns the preset of the object's cluster when that is one
+// Ichor does not manage (cni.Unsupported) and this controller must leave the
+// object alone, "" otherwise. Once the cluster is being deleted, an object
+// that is being deleted too runs its finalizer: the teardown leaves the
+// nodes as they are (no Talos call, no drain), and it is the way out the
+// CNIUnsupported condition names.
+func (c *Controller[T]) unsupportedBy(obj T, cluster *ichorv1alpha1.TalosCluster) string {
+	if c.ReportsCNI || cluster == nil || cni.Unsupported(cluster) == "" {
+		return ""
+	}
+
+	if !cluster.DeletionTimestamp.IsZero() && !obj.GetDeletionTimestamp().IsZero() {
+		return ""
+	}
+
+	return fmt.Sprintf("%q", cluster.Spec.CNI.Preset)
 }
 
 // setPaused sets the Paused condition (why != "") or removes it, when this

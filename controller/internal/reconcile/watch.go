@@ -16,13 +16,15 @@ import (
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/cni"
 )
 
 // ClusterMembers is the handler of a watch on TalosClusters for a controller
-// of another kind: when a cluster's spec.paused changes, it enqueues the
-// cluster's objects of that kind (list is an empty list of the kind), so
-// unpausing resumes them at once. Other changes of the cluster enqueue
-// nothing.
+// of another kind: when a cluster's spec.paused changes, or whether its CNI
+// preset is one Ichor manages (cni.Unsupported: the adoption annotation
+// decides it for the unmanaged preset), it enqueues the cluster's objects of
+// that kind (list is an empty list of the kind), so unpausing resumes them
+// at once. Other changes of the cluster enqueue nothing.
 func ClusterMembers(c client.Reader, list client.ObjectList) handler.EventHandler {
 	enqueue := func(ctx context.Context, cluster client.Object, q workqueue.TypedRateLimitingInterface[ctrlreconcile.Request]) {
 		l, ok := list.DeepCopyObject().(client.ObjectList)
@@ -57,7 +59,7 @@ func ClusterMembers(c client.Reader, list client.ObjectList) handler.EventHandle
 			o, ok1 := e.ObjectOld.(*ichorv1alpha1.TalosCluster)
 			n, ok2 := e.ObjectNew.(*ichorv1alpha1.TalosCluster)
 
-			if ok1 && ok2 && o.Spec.Paused != n.Spec.Paused {
+			if ok1 && ok2 && (o.Spec.Paused != n.Spec.Paused || (cni.Unsupported(o) == "") != (cni.Unsupported(n) == "")) {
 				enqueue(ctx, n, q)
 			}
 		},

@@ -12,6 +12,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/release"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -159,6 +160,54 @@ func TestVersionsAreChecked(t *testing.T) {
 	})))
 	err = update(t, admin, newCluster(ns, "old"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.TalosVersion = "v1.14.1" })
 	refused(t, err, "Invalid", "spec.talosVersion", "upgrade path refused", "too old to upgrade")
+}
+
+// Rule: the Kubernetes ↔ Cilium pair (release.CheckCiliumPair through
+// guard.CheckCiliumPair) on every write of spec.kubernetesVersion: a create
+// against the Cilium Ichor installs, a change against the one the stored
+// status says runs; a Kubernetes the Cilium does not support is refused with
+// the way out, and only the override verb passes it (recorded).
+func TestKubernetesCiliumPair(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+
+	// Talos v1.14 runs Kubernetes 1.32, the pinned Cilium does not.
+	err := operator.Create(ctx, newCluster(ns, "new", func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" }))
+	refused(t, err, "Invalid", "spec.kubernetesVersion", "cilium "+release.DefaultCiliumVersion+" supports kubernetes 1.33",
+		"the Cilium this Ichor installs", "choose a Kubernetes version Cilium "+release.DefaultCiliumVersion+" supports", "override")
+
+	// Clusters that run Kubernetes 1.31 on Talos v1.13 (an admin's override
+	// let them in, with a warning), their Cilium as the controller read it.
+	old := func(name, cilium string) {
+		adminWarnings.take()
+		testenv.Must(t, admin.Create(ctx, newCluster(ns, name, func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.TalosVersion, c.Spec.VersionContract, c.Spec.KubernetesVersion = "v1.13.4", "v1.13", "1.31.4"
+		})))
+		if w := strings.Join(adminWarnings.take(), "\n"); !strings.Contains(w, "override by ada") || !strings.Contains(w, "supports kubernetes 1.33") {
+			t.Errorf("the override of the Cilium pair must be reported as a warning, got %q", w)
+		}
+		testenv.UpdateStatus(t, root, newCluster(ns, name), func(c *ichorv1alpha1.TalosCluster) { c.Status.CNI.CiliumVersion = cilium })
+	}
+	old("runs-1-20", "v1.20.2")
+
+	err = update(t, operator, newCluster(ns, "runs-1-20"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" })
+	refused(t, err, "Invalid", "spec.kubernetesVersion", "cilium v1.20.2 supports kubernetes 1.33 to 1.36, not 1.32.0",
+		"the Cilium the cluster runs (status.cni.ciliumVersion)", "ichor upgrade kubernetes --list", "override")
+
+	// Other writes of the cluster are not held by the pair.
+	testenv.Must(t, update(t, operator, newCluster(ns, "runs-1-20"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Paused = true }))
+
+	// An admin overrides it: a warning and a Warning Event on the cluster.
+	adminWarnings.take()
+	testenv.Must(t, update(t, admin, newCluster(ns, "runs-1-20"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" }))
+	if w := strings.Join(adminWarnings.take(), "\n"); !strings.Contains(w, "override by ada") || !strings.Contains(w, "cilium v1.20.2 supports") {
+		t.Errorf("the override must be reported as a warning, got %q", w)
+	}
+	waitForOverrideEvent(t, ns, "runs-1-20", "cilium v1.20.2 supports")
+
+	// The Cilium the cluster runs decides, not the one Ichor installs: v1.19 supports 1.32.
+	old("d", "v1.19.3")
+	testenv.Must(t, update(t, operator, newCluster(ns, "d"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.KubernetesVersion = "1.32.0" }))
 }
 
 // Rule: writes to Secret-naming fields need update on talosclusters/secret-references.

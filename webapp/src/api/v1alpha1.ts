@@ -27,6 +27,7 @@ export const CNIHandoverDoneReason = "HandoverDone";
 export const CNIHandoverPendingReason = "HandoverPending";
 export const CNIPresetCilium = "cilium";
 export const CNIPresetUnmanaged = "unmanaged";
+export const CNIPresetUnsupportedReason = "PresetUnsupported";
 export const CNIUnsupportedCondition = "CNIUnsupported";
 export const CandidateNextMinor = "Next minor";
 export const CandidatePatch = "Patch";

@@ -1,0 +1,213 @@
+// Package cnistatus keeps a TalosCluster's CNI facts (architecture, "CNI"):
+//
+//   - the CNIUnsupported condition: true when the stored spec.cni.preset is
+//     one Ichor does not manage (cni.Unsupported). The reconcile skeleton
+//     then keeps every other controller off the cluster's objects (no
+//     render, no apply, no operation); this controller is the one that runs,
+//     to say so;
+//   - status.cni.detected, the CNI that runs in the cluster, read from its
+//     DaemonSets (cni.Detect) on a slow requeue (Interval, minutes), not on
+//     every reconcile; and, for a cluster of the cilium preset running
+//     Cilium, status.cni.ciliumVersion from the agent's image, the Cilium the
+//     Kubernetes ↔ Cilium pair check holds a Kubernetes upgrade to.
+//
+// It reads the cluster and writes only the TalosCluster's status; it never
+// writes to the cluster.
+package cnistatus
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/cni"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/reconcile"
+	"github.com/maeshinshin/ichor/controller/internal/workload"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "cnistatus"
+
+// DefaultInterval is how often the CNI that runs is read again: the
+// detection is for display, and a CNI changes rarely.
+const DefaultInterval = 5 * time.Minute
+
+// retryInterval is how soon a cluster whose Kubernetes API could not be
+// reached is tried again.
+const retryInterval = 30 * time.Second
+
+// Reconciler reports a cluster's CNI facts.
+type Reconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	// Nodes dials configured nodes; nil means a Dialer on Talos's port.
+	Nodes *talos.Dialer
+	// Interval is the time between two detections; zero means DefaultInterval.
+	Interval time.Duration
+
+	// last is when each cluster's CNI was last read (in memory: a restarted
+	// controller reads once at once, then on the interval).
+	last sync.Map
+
+	skeleton *reconcile.Controller[*ichorv1alpha1.TalosCluster]
+}
+
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+
+// SetupWithManager registers the reconciler on TalosClusters: a change of a
+// cluster's spec or annotations (the adoption annotation decides whether
+// the unmanaged preset is allowed) is handled at once; the detection runs
+// on its interval.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+
+	if r.Nodes == nil {
+		r.Nodes = &talos.Dialer{}
+	}
+
+	r.skeleton = r.controller()
+
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Complete(r)
+}
+
+// controller is the reconciler on the skeleton. It owns CNIUnsupported and
+// status.cni.detected and status.cni.ciliumVersion, and it is the one
+// controller that runs on a cluster of an unsupported preset (ReportsCNI).
+func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosCluster] {
+	return &reconcile.Controller[*ichorv1alpha1.TalosCluster]{
+		Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
+		New:        func() *ichorv1alpha1.TalosCluster { return &ichorv1alpha1.TalosCluster{} },
+		Owned:      []string{ichorv1alpha1.CNIUnsupportedCondition},
+		ReportsCNI: true,
+		OwnStatus: func(dst, src *ichorv1alpha1.TalosCluster) {
+			dst.Status.CNI.Detected, dst.Status.CNI.CiliumVersion = src.Status.CNI.Detected, src.Status.CNI.CiliumVersion
+		},
+		Phases: []reconcile.Phase[*ichorv1alpha1.TalosCluster]{r.reconcile},
+	}
+}
+
+// Reconcile runs the skeleton.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if r.skeleton == nil {
+		r.skeleton = r.controller()
+	}
+
+	return r.skeleton.Reconcile(ctx, req)
+}
+
+func (r *Reconciler) interval() time.Duration {
+	if r.Interval <= 0 {
+		return DefaultInterval
+	}
+
+	return r.Interval
+}
+
+// reconcile sets CNIUnsupported (and stops there for an unsupported preset:
+// nothing of the cluster is read), then reads the CNI when the interval has
+// passed since the last reading.
+func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
+	c := s.Object
+
+	if msg := cni.Unsupported(c); msg != "" {
+		apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+			Type: ichorv1alpha1.CNIUnsupportedCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.CNIPresetUnsupportedReason, Message: msg,
+		})
+
+		return ctrl.Result{}, nil
+	}
+
+	apimeta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.CNIUnsupportedCondition)
+
+	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+	if v, ok := r.last.Load(key); ok {
+		if wait := v.(time.Time).Add(r.interval()).Sub(s.Now); wait > 0 { //nolint:forcetypeassert // only times are stored
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
+
+	if !r.detect(ctx, c) {
+		// Not reachable yet (a cluster being built): sooner than the
+		// interval, but still not on every reconcile.
+		return ctrl.Result{RequeueAfter: min(retryInterval, r.interval())}, nil
+	}
+
+	r.last.Store(key, s.Now)
+
+	return ctrl.Result{RequeueAfter: r.interval()}, nil
+}
+
+// detect reads the cluster's DaemonSets through a control plane's admin
+// kubeconfig and records what runs. A cluster that cannot be reached yet
+// (no bundle, no control plane answering) keeps what was read before, and
+// detect returns false.
+func (r *Reconciler) detect(ctx context.Context, c *ichorv1alpha1.TalosCluster) bool {
+	log := ctrl.LoggerFrom(ctx)
+
+	b, err := machinestate.LoadBundle(ctx, r.APIReader, c)
+	if err != nil {
+		log.V(1).Info("no bundle to reach the cluster with", "reason", err.Error())
+
+		return false
+	}
+
+	cps, err := machinestate.Machines(ctx, r.Client, c.Namespace, c.Name, func(m *ichorv1alpha1.TalosMachine) bool {
+		return m.Spec.Role == ichorv1alpha1.RoleControlPlane && m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved &&
+			m.Spec.Address != "" && m.DeletionTimestamp.IsZero()
+	})
+	if err != nil {
+		log.V(1).Info("listing the control planes", "reason", err.Error())
+
+		return false
+	}
+
+	k, err := workload.Client(ctx, r.Nodes, c.Name, cps, b)
+	if err != nil {
+		log.V(1).Info("the cluster's Kubernetes API is not reachable yet", "reason", err.Error())
+
+		return false
+	}
+
+	list, err := k.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		log.V(1).Info("listing the cluster's DaemonSets", "reason", err.Error())
+
+		return false
+	}
+
+	d := cni.Detect(list.Items)
+	if d.Detected != c.Status.CNI.Detected {
+		log.Info("CNI detected", "cni", d.Detected, "daemonSet", d.Via)
+	}
+
+	c.Status.CNI.Detected = d.Detected
+
+	if c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetCilium && d.CiliumVersion != "" {
+		c.Status.CNI.CiliumVersion = d.CiliumVersion
+	}
+
+	return true
+}
