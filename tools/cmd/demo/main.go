@@ -2,9 +2,13 @@
 // `go tool task demo`): five emulated Talos machines (tools/talosemu; three
 // control planes and two workers, in maintenance mode) whose first control
 // plane runs a real Kubernetes control plane once bootstrapped; `ichor init
-// --preset standard` against the first; ichor-controller as a local process
-// against the emulated cluster; and the other machines added to discovery, so
-// they wait as pending machines for `ichor machine approve`.
+// --preset standard --install manifest` against the first, whose installer
+// Job installs Ichor in the cluster (the emulator's pod runner runs the pods
+// of Ichor's images as processes of the binaries in bin/: ichor-controller
+// with its admission webhooks on, and ichor-ui); a local ichor-ui with
+// Ichor's own users for the web console (in-cluster sign-in is not set up by
+// the install yet); and the other machines added to discovery, so they wait
+// as pending machines for `ichor machine approve`.
 //
 // A second run reuses the state directory (the machines keep their
 // configuration, etcd and secrets, and init continues from what exists);
@@ -46,12 +50,13 @@ const (
 func main() {
 	stateDir := flag.String("state-dir", ".demo", "Directory for the demo's machines, secrets store, kubeconfig and logs.")
 	subnet := flag.String("subnet", "127.0.10.0/24", "Loopback subnet of the emulated Talos machines.")
-	binDir := flag.String("bin-dir", "", "Directory with the ichor and ichor-controller binaries (default: this program's directory).")
+	binDir := flag.String("bin-dir", "", "Directory with the ichor, ichor-controller, ichor-installer and ichor-ui binaries (default: this program's directory).")
+	podSubnet := flag.String("pod-subnet", "127.10.0.0/24", "Loopback range the processes of the cluster's Ichor pods listen on.")
 	fresh := flag.Bool("fresh", false, "Delete the state directory first and start a new cluster.")
 	uiListen := flag.String("ui-listen", "127.0.0.1:8443", "Address ichor-ui listens on (HTTPS).")
 	flag.Parse()
 
-	if err := run(*stateDir, *subnet, *binDir, *uiListen, *fresh); err != nil {
+	if err := run(*stateDir, *subnet, *podSubnet, *binDir, *uiListen, *fresh); err != nil {
 		fmt.Fprintln(os.Stderr, "ichor-demo:", err)
 		os.Exit(1)
 	}
@@ -67,7 +72,7 @@ type demo struct {
 	ageKey     string
 }
 
-func run(stateDir, subnet, binDir, uiListen string, fresh bool) error {
+func run(stateDir, subnet, podSubnet, binDir, uiListen string, fresh bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -76,6 +81,7 @@ func run(stateDir, subnet, binDir, uiListen string, fresh bool) error {
 		return err
 	}
 
+	started := time.Now()
 	d.uiURL = "https://" + uiListen
 
 	fmt.Printf("ichor-demo %s: starting 5 emulated Talos machines (3 control planes, 2 workers) with Kubernetes...\n", version.Get().Version)
@@ -91,7 +97,7 @@ func run(stateDir, subnet, binDir, uiListen string, fresh bool) error {
 	}
 
 	world, err := talosemu.Start(ctx, spec, filepath.Join(d.state, "machines"), talosemu.Options{
-		Kubernetes: true, SingleAPIServer: true, KubeAssets: assets,
+		Kubernetes: true, SingleAPIServer: true, KubeAssets: assets, PodBinDir: d.bin, PodSubnet: podSubnet,
 	})
 	if err != nil {
 		return fmt.Errorf("starting the emulated Talos machines: %w", err)
@@ -105,18 +111,16 @@ func run(stateDir, subnet, binDir, uiListen string, fresh bool) error {
 	machines := world.Machines()
 	first := machines[0].IP()
 
-	// init writes the kubeconfig once etcd is bootstrapped; the controller
-	// starts as soon as the CRDs are served, so init's wait sees it take over.
-	initDone := make(chan error, 1)
+	// init bootstraps etcd, runs the installer Job and waits until the
+	// in-cluster controller has taken the first control plane over.
+	initStart := time.Now()
 
-	go func() { initDone <- d.ichor(ctx, os.Stdout, d.initArgs(first)...) }()
-
-	ctrl, err := d.startController(ctx, initDone)
-	if err != nil {
+	if err := d.ichor(ctx, os.Stdout, d.initArgs(first)...); err != nil {
 		return err
 	}
 
-	defer ctrl.stop()
+	fmt.Printf("ichor-demo: Ichor runs in the cluster (ichor-controller with its webhooks, ichor-ui) %s after init started\n",
+		time.Since(initStart).Round(time.Second))
 
 	others := make([]string, 0, len(machines)-1)
 	for _, m := range machines[1:] {
@@ -150,11 +154,10 @@ func run(stateDir, subnet, binDir, uiListen string, fresh bool) error {
 	}()
 
 	d.next(world, machines, users)
+	fmt.Printf("ichor-demo: ready %s after start\n", time.Since(started).Round(time.Second))
 
 	select {
 	case <-ctx.Done():
-	case err := <-ctrl.exited:
-		return fmt.Errorf("ichor-controller stopped: %w; its log is %s", err, ctrl.log)
 	case err := <-ui.exited:
 		return fmt.Errorf("ichor-ui stopped: %w; its log is %s", err, ui.log)
 	}
@@ -187,7 +190,7 @@ func prepare(stateDir, binDir string, fresh bool) (*demo, error) {
 		binDir = filepath.Dir(exe)
 	}
 
-	for _, b := range []string{"ichor", "ichor-controller", "ichor-ui"} {
+	for _, b := range []string{"ichor", "ichor-controller", "ichor-installer", "ichor-ui"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			return nil, fmt.Errorf("%s is missing in %s: run `go tool task build` (or `go tool task demo`, which builds it)", b, binDir)
 		}
@@ -211,9 +214,9 @@ func prepare(stateDir, binDir string, fresh bool) (*demo, error) {
 func (d *demo) initArgs(first string) []string {
 	return []string{
 		"init", "--cluster", clusterName, "--preset", "standard", "--node", first,
-		// The controller runs here as a local process, so only the CRDs go in.
-		"--install", "none",
-		"--write-kubeconfig", d.kubeconfig, "--passphrase-file", d.passFile, "--timeout", "5m",
+		// The installer Job installs Ichor in the cluster.
+		"--install", "manifest",
+		"--write-kubeconfig", d.kubeconfig, "--passphrase-file", d.passFile, "--timeout", "8m",
 		"--ui-url", d.uiURL,
 	}
 }
@@ -267,62 +270,14 @@ func (d *demo) start(ctx context.Context, name string, args ...string) (*process
 	return p, nil
 }
 
-// startController starts ichor-controller once init has written the
-// kubeconfig and the API server serves Ichor's CRDs, then waits for init.
-func (d *demo) startController(ctx context.Context, initDone <-chan error) (*process, error) {
-	var initErr error
-
-	initFinished := false
-
-	for !served(ctx, d) {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case initErr = <-initDone:
-			if initErr != nil {
-				return nil, initErr
-			}
-
-			initFinished = true
-		case <-time.After(time.Second):
-		}
-	}
-
-	// Webhooks off: the API server cannot reach a local process's webhook
-	// server through the ichor-webhook Service, and the CRDs alone are
-	// installed, so nothing calls one.
-	c, err := d.start(ctx, "ichor-controller",
-		"--enable-webhooks=false", "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0")
-	if err != nil {
-		return nil, err
-	}
-
-	fmt.Printf("ichor-demo: ichor-controller runs as process %d (webhooks off: a local process cannot serve the cluster's admission webhooks); log: %s\n",
-		c.cmd.Process.Pid, c.log)
-
-	if !initFinished {
-		select {
-		case <-ctx.Done():
-			c.stop()
-
-			return nil, ctx.Err()
-		case err := <-initDone:
-			if err != nil {
-				c.stop()
-
-				return nil, err
-			}
-		}
-	}
-
-	return c, nil
-}
-
 // startUI starts ichor-ui with Ichor's own users on, serving the cluster on
 // listen with a self-signed certificate, and waits until it is ready.
 func (d *demo) startUI(ctx context.Context, listen string) (*process, error) {
+	// The in-cluster pods share this host's network (the pod runner), so the
+	// local ichor-ui serves the console only: no issuer or metrics listener
+	// on a wildcard address that the ichor-ui pod's own already hold.
 	ui, err := d.start(ctx, "ichor-ui", "--cluster", clusterName, "--namespace", "ichor-system", "--listen", listen,
-		"--issuer", d.uiURL, "--ichor-users")
+		"--issuer", d.uiURL, "--ichor-users", "--issuer-listen=", "--metrics-listen=")
 	if err != nil {
 		return nil, err
 	}
@@ -428,30 +383,6 @@ func (d *demo) users(ctx context.Context) ([]demoUser, error) {
 	return out, nil
 }
 
-// ichorCRDs are the CRDs the controller watches; it exits at start when one
-// is not served yet.
-var ichorCRDs = []string{
-	"crd/ichorinstallations.ichor.maesh.dev", "crd/ichorusers.ichor.maesh.dev", "crd/machinereclaims.ichor.maesh.dev",
-	"crd/talosclusters.ichor.maesh.dev", "crd/talosconfigpatches.ichor.maesh.dev", "crd/taloscredentialrequests.ichor.maesh.dev",
-	"crd/talosetcdbackups.ichor.maesh.dev", "crd/talosmachines.ichor.maesh.dev", "crd/talosoperations.ichor.maesh.dev",
-	"crd/talosstorages.ichor.maesh.dev",
-}
-
-// served reports whether the kubeconfig exists and the API server serves
-// every Ichor CRD, established (through the kubectl of the test binaries).
-func served(ctx context.Context, d *demo) bool {
-	if _, err := os.Stat(d.kubeconfig); err != nil {
-		return false
-	}
-
-	kubectl := filepath.Join(os.Getenv(testenv.AssetsEnv), "kubectl")
-	args := append([]string{flagKubeconfig, d.kubeconfig, "wait", "--for=condition=Established", "--timeout=2s"}, ichorCRDs...)
-	cmd := exec.CommandContext(ctx, kubectl, args...) //nolint:gosec // the test binaries
-	cmd.Env = d.env
-
-	return cmd.Run() == nil
-}
-
 func (p *process) stop() {
 	if p == nil || p.cmd.Process == nil {
 		return
@@ -488,7 +419,8 @@ func (d *demo) next(world *talosemu.World, machines []*talosemu.Machine, users [
 
 	fmt.Printf(`
 The demo cluster %q runs: its first control plane %s was initialised by ichor init,
-ichor-controller manages it, and the other machines wait in maintenance mode.
+ichor-controller manages it from inside it (two replicas once a second node is
+Ready, admission webhooks on), and the other machines wait in maintenance mode.
 
   machines:        `, clusterName, machines[0].IP())
 
@@ -502,8 +434,8 @@ ichor-controller manages it, and the other machines wait in maintenance mode.
 
 	fmt.Printf(`
   control API:     %s (power-off, wipe-disk, ...; tools/talosemu/README.md)
-  logs:            %s, ichor-ui.log beside it
-  web console:     %s (self-signed certificate: accept it in the browser)
+  controller log:  kubectl logs -n ichor-system deploy/ichor-controller (kubectl: %s)
+  web console:     %s (a local ichor-ui, its log in %s; self-signed certificate: accept it in the browser)
   console users:   %s
 
   The passwords are shown only now; `+"`ichor user set-password NAME`"+` sets new ones.
@@ -522,7 +454,7 @@ In another terminal:
 
 Press Ctrl-C to stop everything; `+"`go tool task demo`"+` again resumes this cluster,
 `+"`go tool task demo -- --fresh`"+` starts a new one.
-`, world.ControlURL(), rel(filepath.Join(d.state, "ichor-controller.log")), d.uiURL, describeUsers(users),
+`, world.ControlURL(), filepath.Join(os.Getenv(testenv.AssetsEnv), "kubectl"), d.uiURL, rel(filepath.Join(d.state, "ichor-ui.log")), describeUsers(users),
 		d.kubeconfig, filepath.Join(d.state, "home"), d.bin, d.s3Endpoint, rel(d.ageKey))
 }
 
