@@ -18,6 +18,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/attention"
 	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
+	"github.com/maeshinshin/ichor/contracts/pkg/cni"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
@@ -190,19 +191,6 @@ func clusterGet(ctx context.Context, cmd *cli.Command) error {
 	return t.Write(r.out)
 }
 
-// cniText is the cluster's CNI preset and the CNI the controller last read
-// from the cluster (status.cni.detected, with the Cilium agent's version).
-func cniText(c *ichorv1alpha1.TalosCluster) string {
-	d := c.Status.CNI.Detected
-	switch {
-	case d == "":
-		d = "not read yet"
-	case d == ichorv1alpha1.CNIPresetCilium && c.Status.CNI.CiliumVersion != "":
-		d += " " + c.Status.CNI.CiliumVersion
-	}
-	return c.Spec.CNI.Preset + " (detected: " + d + ")"
-}
-
 func condStatus(conds []metav1.Condition, t string) string {
 	if c := meta.FindStatusCondition(conds, t); c != nil {
 		return string(c.Status)
@@ -230,7 +218,7 @@ func (r *run) printCluster(c *ichorv1alpha1.TalosCluster, now time.Time) error {
 	b.Add("Control planes", fmt.Sprintf("%d ready of %d declared (schedulable: %s)", c.Status.ControlPlanes.Ready, c.Spec.ControlPlane.Count, sched))
 	b.Add("Workers", fmt.Sprintf("%d ready of %d approved", c.Status.Workers.Ready, c.Status.Workers.Approved))
 	b.Add("Pending machines", itoa(int(c.Status.PendingMachines)))
-	b.Add("CNI", cniText(c))
+	b.Add("CNI", cni.Describe(c))
 	b.Add("Discovery subnets", strings.Join(c.Spec.Discovery.Subnets, ", "))
 	b.Add("Discovery addresses", strings.Join(c.Spec.Discovery.Addresses, ", "))
 	b.Add("Secrets bundle", "Secret "+c.Spec.SecretsBundleRef.Name)

@@ -208,3 +208,19 @@ func agentVersion(ds *appsv1.DaemonSet) string {
 
 	return ""
 }
+
+// Describe is the cluster's CNI for people, as `ichor cluster get` and the
+// console's Cluster details show it: the preset and what the controller last
+// read from the cluster (status.cni.detected, with the Cilium agent's
+// version), e.g. "cilium (detected: cilium v1.20.2)".
+func Describe(c *ichorv1alpha1.TalosCluster) string {
+	d := c.Status.CNI.Detected
+	switch {
+	case d == "":
+		d = "not read yet"
+	case d == DetectedCilium && c.Status.CNI.CiliumVersion != "":
+		d += " " + c.Status.CNI.CiliumVersion
+	}
+
+	return c.Spec.CNI.Preset + " (detected: " + d + ")"
+}

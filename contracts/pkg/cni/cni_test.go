@@ -150,3 +150,20 @@ func TestUnsupported(t *testing.T) {
 		}
 	}
 }
+
+func TestDescribe(t *testing.T) {
+	c := &ichorv1alpha1.TalosCluster{}
+	c.Spec.CNI.Preset = ichorv1alpha1.CNIPresetCilium
+
+	for _, tc := range []struct{ detected, version, want string }{
+		{"", "", "cilium (detected: not read yet)"},
+		{DetectedCilium, "v1.20.2", "cilium (detected: cilium v1.20.2)"},
+		{DetectedCilium, "", "cilium (detected: cilium)"},
+		{DetectedFlannel, "v1.20.2", "cilium (detected: flannel)"},
+	} {
+		c.Status.CNI.Detected, c.Status.CNI.CiliumVersion = tc.detected, tc.version
+		if got := Describe(c); got != tc.want {
+			t.Errorf("Describe(%q, %q) = %q, want %q", tc.detected, tc.version, got, tc.want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
+	"github.com/maeshinshin/ichor/contracts/pkg/cni"
 	"github.com/maeshinshin/ichor/contracts/pkg/recovery"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
@@ -66,6 +67,7 @@ func (s *ClusterService) clusterProto(ctx context.Context, c *ichorv1alpha1.Talo
 		},
 		Paused:    c.Spec.Paused,
 		AutoPatch: c.Spec.AutoPatch.Enabled,
+		Cni:       cni.Describe(c),
 	}
 	if c.Spec.Paused {
 		out.PausedReason = c.Annotations[ichorv1alpha1.PausedReasonAnnotation]

@@ -219,3 +219,37 @@ func TestClusterShowsAutoPatch(t *testing.T) {
 		t.Fatalf("autoPatch of a cluster with spec.autoPatch.enabled: %v, want true", got)
 	}
 }
+
+// TestClusterShowsCNI: the cluster summary carries the CNI line `ichor
+// cluster get` prints (cni.Describe): the preset and what the controller last
+// read from the cluster.
+func TestClusterShowsCNI(t *testing.T) {
+	ctx := context.Background()
+	hc := httpClient()
+	cniOf := func() any {
+		code, body := rest(t, hc, http.MethodGet, "/api/v1/cluster", viewer(t), "")
+		if code != http.StatusOK {
+			t.Fatalf("GET /api/v1/cluster: %d %v", code, body)
+		}
+		c, _ := body["cluster"].(map[string]any)
+		return c["cni"]
+	}
+	setStatus := func(detected, version string) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			c := servedCluster(t)
+			c.Status.CNI.Detected, c.Status.CNI.CiliumVersion = detected, version
+			return admin.Status().Update(ctx, c)
+		})
+	}
+	before := servedCluster(t).Status.CNI
+	t.Cleanup(func() { _ = setStatus(before.Detected, before.CiliumVersion) })
+
+	testenv.Must(t, setStatus("", ""))
+	if got := cniOf(); got != "cilium (detected: not read yet)" {
+		t.Fatalf("cni before the controller read it: %v", got)
+	}
+	testenv.Must(t, setStatus("cilium", "v1.20.2"))
+	if got := cniOf(); got != "cilium (detected: cilium v1.20.2)" {
+		t.Fatalf("cni after the controller read it: %v", got)
+	}
+}

@@ -212,6 +212,12 @@ export interface Cluster {
    * as the ServiceAccount ichor-auto-patch.
    */
   autoPatch?: boolean;
+  /**
+   * The CNI preset and what the controller last read from the cluster
+   * (status.cni.detected, with the Cilium agent's version), e.g.
+   * "cilium (detected: cilium v1.20.2)".
+   */
+  cni?: string;
   /** The conditions of the TalosCluster. */
   conditions?: Condition[];
   /** The number of control planes the cluster declares. */

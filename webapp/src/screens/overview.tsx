@@ -184,6 +184,7 @@ export function Overview() {
               <Detail k="Control planes declared" v={String(cluster.controlPlaneCount ?? 0)} />
               <Detail k="Ready" v={`${cluster.ready ?? "Unknown"}${cluster.readyMessage ? ` — ${cluster.readyMessage}` : ""}`} />
               <Detail k="Version contract" v={cluster.versionContract} />
+              <Detail k="CNI" v={cluster.cni} />
               <Detail k="Automatic patches" v={cluster.autoPatch ? "on — newer patches of the running minors, written as ichor-auto-patch" : "off"} />
               <Detail k="Paused" v={cluster.paused ? `yes — ${pausedSince(cluster)}` : "no"} />
             </dl>

@@ -878,7 +878,11 @@ type Cluster struct {
 	// Whether automatic patch upgrades are on (spec.autoPatch.enabled): the
 	// controller moves the two versions to newer patches of the running minors
 	// as the ServiceAccount ichor-auto-patch.
-	AutoPatch     bool `protobuf:"varint,20,opt,name=auto_patch,json=autoPatch,proto3" json:"auto_patch,omitempty"`
+	AutoPatch bool `protobuf:"varint,20,opt,name=auto_patch,json=autoPatch,proto3" json:"auto_patch,omitempty"`
+	// The CNI preset and what the controller last read from the cluster
+	// (status.cni.detected, with the Cilium agent's version), e.g.
+	// "cilium (detected: cilium v1.20.2)".
+	Cni           string `protobuf:"bytes,21,opt,name=cni,proto3" json:"cni,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1051,6 +1055,13 @@ func (x *Cluster) GetAutoPatch() bool {
 		return x.AutoPatch
 	}
 	return false
+}
+
+func (x *Cluster) GetCni() string {
+	if x != nil {
+		return x.Cni
+	}
+	return ""
 }
 
 // Condition mirrors a Kubernetes status condition.
@@ -1275,7 +1286,7 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\tprobed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bprobedAt\"\x13\n" +
 	"\x11GetClusterRequest\"A\n" +
 	"\x12GetClusterResponse\x12+\n" +
-	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xab\x06\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xbd\x06\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12#\n" +
@@ -1300,7 +1311,8 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\fpaused_since\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vpausedSince\x12=\n" +
 	"\x0erecovery_holds\x18\x13 \x03(\v2\x16.ichor.v1.RecoveryHoldR\rrecoveryHolds\x12\x1d\n" +
 	"\n" +
-	"auto_patch\x18\x14 \x01(\bR\tautoPatch\"\xb7\x01\n" +
+	"auto_patch\x18\x14 \x01(\bR\tautoPatch\x12\x10\n" +
+	"\x03cni\x18\x15 \x01(\tR\x03cni\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
