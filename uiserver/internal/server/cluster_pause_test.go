@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -215,9 +216,11 @@ func TestClusterShowsAutoPatch(t *testing.T) {
 	}
 	testenv.Must(t, set(true))
 	t.Cleanup(func() { _ = set(false) })
-	if got := autoPatch(); got != true {
-		t.Fatalf("autoPatch of a cluster with spec.autoPatch.enabled: %v, want true", got)
-	}
+	// ichor-ui reads the cluster from its watch cache: poll until it sees the write.
+	testenv.EventuallyOK(t, 30*time.Second, "autoPatch true after spec.autoPatch.enabled", func() (bool, string) {
+		got := autoPatch()
+		return got == true, fmt.Sprintf("autoPatch %v", got)
+	})
 }
 
 // TestClusterShowsCNI: the cluster summary carries the CNI line `ichor
@@ -244,12 +247,15 @@ func TestClusterShowsCNI(t *testing.T) {
 	before := servedCluster(t).Status.CNI
 	t.Cleanup(func() { _ = setStatus(before.Detected, before.CiliumVersion) })
 
-	testenv.Must(t, setStatus("", ""))
-	if got := cniOf(); got != "cilium (detected: not read yet)" {
-		t.Fatalf("cni before the controller read it: %v", got)
-	}
-	testenv.Must(t, setStatus("cilium", "v1.20.2"))
-	if got := cniOf(); got != "cilium (detected: cilium v1.20.2)" {
-		t.Fatalf("cni after the controller read it: %v", got)
+	// ichor-ui reads the cluster from its watch cache: poll until it sees each write.
+	for _, tc := range []struct{ detected, version, want string }{
+		{"", "", "cilium (detected: not read yet)"},
+		{"cilium", "v1.20.2", "cilium (detected: cilium v1.20.2)"},
+	} {
+		testenv.Must(t, setStatus(tc.detected, tc.version))
+		testenv.EventuallyOK(t, 30*time.Second, "cni "+tc.want, func() (bool, string) {
+			got := cniOf()
+			return got == tc.want, fmt.Sprintf("cni %v", got)
+		})
 	}
 }
