@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,19 +131,23 @@ func run(m *testing.M) int {
 	})
 }
 
+// waitForServer polls until the webhook server accepts TLS connections (a
+// minute: a loaded 2-core machine starts it slowly).
 func waitForServer(ctx context.Context, addr string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		d := &tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // only probing that the server listens
 		conn, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			return conn.Close()
+		if err != nil {
+			last = err
+			return false, nil //nolint:nilerr // not listening yet: poll again
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("webhook server at %s did not start: %w", addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return true, conn.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("webhook server at %s did not start: %w (last: %w)", addr, err, last)
 	}
+	return nil
 }
 
 // awaitRBAC waits until the API server's authorizer answers the shipped
