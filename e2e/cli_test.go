@@ -24,17 +24,25 @@ import (
 )
 
 // The scenario of issue 9 through the CLI, as a person runs it: ichor init
-// against the first of five emulated machines, ichor-controller as a process,
+// --install manifest against the first of five emulated machines (Ichor runs
+// in the cluster it manages: talosemu's pod runner runs its pods as
+// processes of the binaries this package builds, admission webhooks on),
 // discovery of the others, approval of two control planes and two workers,
 // removal of a worker, which comes back as pending. Every binary is built
-// from this tree and run as a subprocess.
+// from this tree and run as a subprocess. The console's tests
+// (browser_test.go, config_editor_test.go) reach the in-cluster ichor-ui
+// through `ichor ui`'s port-forward at the address init recorded.
 
 const (
 	assetsEnv  = "KUBEBUILDER_ASSETS"
 	passphrase = "e2e-passphrase-not-a-secret-of-the-bundle" //nolint:gosec // the test's own store passphrase
 	cluster    = "e2e"
-	// subnet is the loopback subnet of this package's emulated machines.
-	subnet = "127.0.87.0/24"
+	// subnet is the loopback subnet of this package's emulated machines, and
+	// podSubnet the loopback range of their pods' processes.
+	subnet    = "127.0.87.0/24"
+	podSubnet = "127.87.0.0/24"
+	// icNamespace is the namespace Ichor is installed in.
+	icNamespace = "ichor-system"
 )
 
 var (
@@ -63,6 +71,9 @@ type world struct {
 	env        []string
 	machines   []emuMachine
 	ctrlLog    string
+	// uiURL is the address `ichor init --ui-url` recorded (a loopback port
+	// `ichor ui` forwards to ichor-ui); "" when Ichor does not run in the cluster.
+	uiURL string
 	// control is the base URL of talosemu's control API (RPC counters, faults).
 	control string
 	// ctrl is the running ichor-controller process, emu talosemu's.
@@ -101,12 +112,14 @@ func repoRoot() (string, error) {
 }
 
 // startWorld builds the binaries (sharedBin, once for the package), and starts five
-// emulated machines (3 control planes, 2 workers) with Kubernetes on the first.
-func startWorld() (*world, error) { return startWorldIn(subnet, 5, 3) }
+// emulated machines (3 control planes, 2 workers) with Kubernetes on the
+// first, whose kubelets run Ichor's pods as processes.
+func startWorld() (*world, error) { return startWorldIn(subnet, 5, 3, podSubnet) }
 
 // startWorldIn is startWorld with n machines, the first cps of them
-// control planes, on another loopback subnet.
-func startWorldIn(subnet string, n, cps int) (*world, error) {
+// control planes, on another loopback subnet; pods "" means no pod runs
+// (every pod is kwok's).
+func startWorldIn(subnet string, n, cps int, pods string) (*world, error) {
 	assets := os.Getenv(assetsEnv)
 	if assets == "" {
 		return nil, fmt.Errorf("%s is not set: run the e2e tests through `go tool task test`, or export %s=$(go tool task assets:dir)", assetsEnv, assetsEnv)
@@ -127,8 +140,13 @@ func startWorldIn(subnet string, n, cps int) (*world, error) {
 	w := &world{dir: dir, bin: bin, kubeconfig: filepath.Join(dir, "kubeconfig"), ctrlLog: filepath.Join(dir, "controller.log")}
 	w.env = append(os.Environ(), "ICHOR_HOME="+filepath.Join(dir, "home"), "ICHOR_PASSPHRASE="+passphrase, "KUBECONFIG="+w.kubeconfig)
 
-	emu := exec.CommandContext(context.Background(), filepath.Join(w.bin, "talosemu"), "--machines", strconv.Itoa(n), "--controlplanes", strconv.Itoa(cps), "--subnet", subnet, //nolint:gosec // our own binary
-		"--kubernetes", "--single-apiserver", "--kube-assets", assets, "--state-dir", filepath.Join(dir, "machines"), "--control", "127.0.0.1:0")
+	args := []string{"--machines", strconv.Itoa(n), "--controlplanes", strconv.Itoa(cps), "--subnet", subnet,
+		"--kubernetes", "--single-apiserver", "--kube-assets", assets, "--state-dir", filepath.Join(dir, "machines"), "--control", "127.0.0.1:0"}
+	if pods != "" {
+		args = append(args, "--pod-bin-dir", w.bin, "--pod-subnet", pods)
+	}
+
+	emu := exec.CommandContext(context.Background(), filepath.Join(w.bin, "talosemu"), args...) //nolint:gosec // our own binary
 	emu.Stderr, _ = os.Create(filepath.Join(dir, "talosemu.log"))
 
 	stdout, err := emu.StdoutPipe()
@@ -340,42 +358,25 @@ func runScenario() (w *world, err error) {
 	scenarioDurations["build+start"] = time.Since(start)
 	first := w.machines[0].ip()
 
-	// init runs while the test waits for the CRDs, then starts the controller
-	// whose take-over init waits for.
+	// The console's address: a loopback port `ichor ui` forwards to the
+	// in-cluster ichor-ui, the issuer of Ichor's own users.
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+
+	w.uiURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+
+	// init installs Ichor through the installer Job and waits for the
+	// in-cluster controller to take the first control plane over.
 	initStart := time.Now()
-	initErr := make(chan error, 1)
 
-	go func() {
-		_, err := w.ichor(ctx, "init", "--cluster", cluster, "--preset", "standard", "--node", first,
-			"--install", "none", "--write-kubeconfig", w.kubeconfig, "--timeout", "3m")
-		initErr <- err
-	}()
-
-	for {
-		if _, err := os.Stat(w.kubeconfig); err == nil {
-			if _, err := w.ichor(ctx, "cluster", "get"); err == nil {
-				break
-			}
-		}
-
-		select {
-		case err := <-initErr:
-			return nil, fmt.Errorf("init ended before the cluster's resources existed: %w", err)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Second):
-		}
+	if _, err := w.ichor(ctx, "init", "--cluster", cluster, "--preset", "standard", "--node", first,
+		"--install", "manifest", "--ui-url", w.uiURL, "--write-kubeconfig", w.kubeconfig, "--timeout", "6m"); err != nil {
+		return nil, fmt.Errorf("%w\nthe installer Job's log: %s", err, w.installerLog(ctx))
 	}
 
-	if err := w.startController(); err != nil {
-		return nil, err
-	}
-
-	if err := <-initErr; err != nil {
-		return nil, err
-	}
-
-	scenarioDurations["init"] = time.Since(initStart)
+	scenarioDurations["init --install manifest"] = time.Since(initStart)
 
 	return w, nil
 }
@@ -558,26 +559,74 @@ func TestNoBundleSecretInOutputOrLog(t *testing.T) {
 
 	secretValues = append(secretValues, passphrase)
 
-	ctrlLog, err := os.ReadFile(w.ctrlLog)
-	if err != nil {
-		t.Fatal(err)
-	}
+	logs := w.podLogs(t)
 
 	w.mu.Lock()
 	outputs := w.outputs.String()
 	w.mu.Unlock()
 
-	if !strings.Contains(outputs, "ichor init") || len(ctrlLog) == 0 {
-		t.Fatal("the recorded outputs or the controller log are empty: nothing was checked")
+	texts := map[string]string{"the CLI's output": outputs}
+	logged := map[string]bool{}
+
+	for pod, text := range logs {
+		texts["the log of pod "+pod] = text
+
+		for _, prefix := range []string{"ichor-controller-", "ichor-ui-", "ichor-install-"} {
+			if strings.HasPrefix(pod, prefix) && text != "" {
+				logged[prefix] = true
+			}
+		}
+	}
+
+	if !strings.Contains(outputs, "ichor init") || len(logged) != 3 {
+		t.Fatalf("the recorded outputs are empty, or of the controller's, the installer's and ichor-ui's pods only %v left a log: nothing was checked", logged)
 	}
 
 	for _, s := range secretValues {
-		for name, text := range map[string]string{"the CLI's output": outputs, "the controller's log": string(ctrlLog)} {
+		for name, text := range texts {
 			if strings.Contains(text, s) {
 				t.Errorf("%s holds a secret value (%d characters, starting %q)", name, len(s), s[:6])
 			}
 		}
 	}
+}
+
+// podLogs is every log file the pod runner kept of Ichor's pods (the
+// installer Job's, the controller's and ichor-ui's, each run's), by pod.
+func (w *world) podLogs(t *testing.T) map[string]string {
+	t.Helper()
+
+	logs := map[string]string{}
+
+	// <state>/<machine>/pods/<namespace>_<pod>_<uid>/logs/... (tools/talosemu/README.md).
+	dirs, err := filepath.Glob(filepath.Join(w.dir, "machines", "*", "pods", icNamespace+"_*", "logs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, dir := range dirs {
+		pod := strings.SplitN(filepath.Base(filepath.Dir(dir)), "_", 3)[1]
+
+		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+
+			data, err := os.ReadFile(path) //nolint:gosec // the test's own state directory
+			if err != nil {
+				return err
+			}
+
+			logs[pod] += string(data)
+
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	return logs
 }
 
 var secretLine = regexp.MustCompile(`(?m)^\s*-?\s*(key|secret|token|bootstraptoken|secretboxencryptionsecret|aescbcencryptionsecret|client-key-data):\s*(\S+)\s*$`)

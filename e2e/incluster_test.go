@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -27,42 +26,16 @@ import (
 // --install=manifest` installs Ichor the way it does on hardware: its
 // installer Job applies the controller (admission webhooks on) and ichor-ui,
 // and the in-cluster controller takes over the first control plane. The
-// tests of this file share that world: one control plane and one worker,
-// the worker approved by TestLeaderHandover (two nodes, so two controller
-// replicas).
+// tests of this file use the package's one world (cli_test.go): after the
+// CLI scenario it has five nodes, so two controller replicas.
 
 const (
-	// icSubnet and icPodSubnet are the loopback ranges of this world's
-	// machines and of its pods' processes; no other suite uses them.
-	icSubnet    = "127.0.88.0/24"
-	icPodSubnet = "127.88.0.0/24"
-	icCluster   = "incluster"
-	icNamespace = "ichor-system"
 	// devVersion is the version of binaries built without the release's
 	// -ldflags: the installer records it, and the images are tagged latest.
 	devVersion = "v0.0.0-dev"
 	// leaseName is the controller replicas' leader election Lease.
 	leaseName = "ichor-controller.ichor.maesh.dev"
 )
-
-var (
-	icOnce  sync.Once
-	icWorld *world
-	icErr   error
-)
-
-// inClusterWorld starts the in-cluster world once for the package.
-func inClusterWorld(t *testing.T) *world {
-	t.Helper()
-
-	icOnce.Do(func() { icWorld, icErr = startInCluster() })
-
-	if icErr != nil {
-		t.Fatal(icErr)
-	}
-
-	return icWorld
-}
 
 // binary is one of Ichor's binaries: its module and package.
 type binary struct{ module, pkg string }
@@ -120,87 +93,6 @@ func build(root, bin string, names ...string) error {
 	}
 
 	return nil
-}
-
-// icDurations records how long the in-cluster world took to start.
-var icDurations = map[string]time.Duration{}
-
-// startInCluster builds the binaries, starts two emulated machines (a
-// control plane and a worker) whose kubelets run Ichor's pods from them, and
-// runs `ichor init --install manifest` on the control plane: the installer
-// Job installs Ichor, and init waits for the in-cluster controller to take
-// over.
-func startInCluster() (*world, error) {
-	assets := os.Getenv(assetsEnv)
-	if assets == "" {
-		return nil, fmt.Errorf("%s is not set: run the e2e tests through `go tool task test`, or export %s=$(go tool task assets:dir)", assetsEnv, assetsEnv)
-	}
-
-	dir, err := os.MkdirTemp("", "ichor-e2e-incluster-")
-	if err != nil {
-		return nil, err
-	}
-
-	cleanups = append(cleanups, func() { _ = os.RemoveAll(dir) })
-
-	start := time.Now()
-
-	bin, err := sharedBin()
-	if err != nil {
-		return nil, err
-	}
-
-	w := &world{dir: dir, bin: bin, kubeconfig: filepath.Join(dir, "kubeconfig")}
-	w.env = append(os.Environ(), "ICHOR_HOME="+filepath.Join(dir, "home"), "ICHOR_PASSPHRASE="+passphrase, "KUBECONFIG="+w.kubeconfig)
-
-	icDurations["build"] = time.Since(start)
-	start = time.Now()
-
-	emu := exec.CommandContext(context.Background(), filepath.Join(w.bin, "talosemu"), "--machines", "2", "--controlplanes", "1", "--subnet", icSubnet, //nolint:gosec // our own binary
-		"--kubernetes", "--single-apiserver", "--kube-assets", assets, "--state-dir", filepath.Join(dir, "machines"), "--control", "127.0.0.1:0",
-		"--pod-bin-dir", w.bin, "--pod-subnet", icPodSubnet)
-	emu.Stderr, _ = os.Create(filepath.Join(dir, "talosemu.log"))
-
-	stdout, err := emu.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-
-	if err := emu.Start(); err != nil {
-		return nil, fmt.Errorf("starting talosemu: %w", err)
-	}
-
-	cleanups = append(cleanups, func() { stopProcess(emu) })
-
-	sc := bufio.NewScanner(stdout)
-	for len(w.machines) < 2 && sc.Scan() {
-		if _, url, ok := strings.Cut(sc.Text(), "; control API "); ok {
-			w.control = strings.TrimSpace(url)
-		}
-
-		var m emuMachine
-		if err := json.Unmarshal(sc.Bytes(), &m); err == nil && m.Endpoint != "" {
-			w.machines = append(w.machines, m)
-		}
-	}
-
-	if len(w.machines) < 2 {
-		return nil, fmt.Errorf("talosemu printed %d machines, want 2; its log: %s", len(w.machines), filepath.Join(dir, "talosemu.log"))
-	}
-
-	go func() { _, _ = bufio.NewReader(stdout).WriteTo(discard{}) }()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-
-	if _, err := w.ichor(ctx, "init", "--cluster", icCluster, "--preset", "standard", "--node", w.machines[0].ip(),
-		"--install", "manifest", "--write-kubeconfig", w.kubeconfig, "--timeout", "6m"); err != nil {
-		return nil, fmt.Errorf("%w\nthe installer Job's log: %s", err, w.installerLog(ctx))
-	}
-
-	icDurations["init --install manifest"] = time.Since(start)
-
-	return w, nil
 }
 
 // installerLog is the installer Job's log, for a failure's message.
@@ -373,8 +265,7 @@ func (w *world) podProcess(name, podName string) int {
 // through the kubelet API.
 func TestInClusterInstall(t *testing.T) {
 	start := time.Now()
-	w := inClusterWorld(t)
-	t.Logf("in-cluster world: %v", icDurations)
+	w := scenario(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -493,25 +384,24 @@ func (l *lockedBuffer) String() string {
 
 var consoleAt = regexp.MustCompile(`The web console is at (https://127\.0\.0\.1:[0-9]+)`)
 
-// startUIForward starts `ichor ui --port 0` and waits for the address it prints.
-func (w *world) startUIForward(t *testing.T) *uiForward {
-	t.Helper()
-
-	cmd := exec.CommandContext(t.Context(), filepath.Join(w.bin, "ichor"), "ui", "--port", "0") //nolint:gosec // our own binary
+// startUIForward starts `ichor ui` for the package (stopped after every
+// test) and waits for the address it prints.
+func (w *world) startUIForward(ctx context.Context) (*uiForward, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(w.bin, "ichor"), "ui") //nolint:gosec // our own binary
 	cmd.Env = w.env
 	f := &uiForward{cmd: cmd, stderr: &lockedBuffer{}}
 	cmd.Stderr = f.stderr
 
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 
-	t.Cleanup(func() { stopProcess(cmd) })
+	cleanups = append(cleanups, func() { stopProcess(cmd) })
 
 	found := make(chan string, 1)
 
@@ -526,26 +416,25 @@ func (w *world) startUIForward(t *testing.T) *uiForward {
 
 	select {
 	case f.url = <-found:
+		return f, nil
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("`ichor ui` printed no address within 2 minutes; its errors:\n%s", f.stderr.String())
+		return nil, fmt.Errorf("`ichor ui` printed no address within 2 minutes; its errors:\n%s", f.stderr.String())
 	}
-
-	return f
 }
 
-// TestUIPortForward: `ichor ui` port-forwards to the ichor-ui pod through the
-// API server and the kubelet API, and the console answers through it; the
-// pod is deleted, its ReplicaSet's new pod comes up, and `ichor ui` forwards
-// to it on the same local port.
+// TestUIPortForward: `ichor ui` port-forwards the address init recorded to
+// the ichor-ui pod through the API server and the kubelet API, and the
+// console answers through it; the pod is deleted, its ReplicaSet's new pod
+// comes up, and `ichor ui` forwards to it on the same local port.
 func TestUIPortForward(t *testing.T) {
-	w := inClusterWorld(t)
+	w := scenario(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
 	before := w.waitAvailable(t, ctx, "ichor-ui", 1, 3*time.Minute)
-	f := w.startUIForward(t)
-	ui := &uiServer{url: f.url}
+	ui := startedUI(t, w)
+	f := ui.forward
 
 	answers := func(what string) {
 		t.Helper()
@@ -648,20 +537,18 @@ func (w *world) leaderPod(ctx context.Context) (string, error) {
 
 const rebootRPC = "/machine.MachineService/Reboot"
 
-// TestLeaderHandover: with the worker approved, the controller runs two
-// replicas. A node reboot of the worker starts; once its Reboot call is
-// sent, the leading controller's process is killed (SIGKILL); another
-// replica takes the Lease, the operation completes, and the worker got
-// exactly one Reboot (the emulator's RPC counters): the recorded step was not
-// sent again.
+// TestLeaderHandover: with five nodes, the controller runs two replicas. A
+// node reboot of a worker starts; once its Reboot call is sent, the leading
+// controller's process is killed (SIGKILL); another replica takes the
+// Lease, the operation completes, and the worker got exactly one Reboot
+// (the emulator's RPC counters): the recorded step was not sent again.
 func TestLeaderHandover(t *testing.T) {
-	w := inClusterWorld(t)
+	w := approvedWorld(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	worker := w.machines[1]
-	name := w.approveWorker(t, ctx, worker)
+	name, worker := w.readyWorker(t, ctx)
 
 	// Two schedulable nodes: the controller follows with two replicas.
 	w.waitAvailable(t, ctx, "ichor-controller", 2, 3*time.Minute)
@@ -798,102 +685,46 @@ func (w *world) controlPut(ctx context.Context, path, body string) error {
 	return nil
 }
 
-var approveOnce struct {
-	once sync.Once
-	name string
-	err  error
-}
-
-// approveWorker adds the worker through discovery, approves it and waits
-// until it is Ready, once for the package; it returns its TalosMachine's name.
-func (w *world) approveWorker(t *testing.T, ctx context.Context, m emuMachine) string {
+// readyWorker is an approved, Ready worker: its TalosMachine's name and its
+// emulated machine. The scenarios before may each have removed a worker
+// (it comes back pending), so it approves a pending one when none is.
+func (w *world) readyWorker(t *testing.T, ctx context.Context) (string, emuMachine) {
 	t.Helper()
 
-	approveOnce.once.Do(func() { approveOnce.name, approveOnce.err = w.approve(ctx, m) })
-
-	if approveOnce.err != nil {
-		t.Fatal(approveOnce.err)
+	byIP := map[string]emuMachine{}
+	for _, m := range w.machines {
+		byIP[m.ip()] = m
 	}
 
-	return approveOnce.name
-}
+	var (
+		name    string
+		em      emuMachine
+		pending string
+	)
 
-func (w *world) approve(ctx context.Context, m emuMachine) (string, error) {
-	if _, err := w.ichor(ctx, "cluster", "discovery", "add", m.ip()); err != nil {
-		return "", err
-	}
-
-	var name, last string
-
-	if err := poll(ctx, 3*time.Minute, func() (bool, error) {
+	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "a Ready worker", func() (bool, string) {
 		ms, err := w.list(ctx)
 		if err != nil {
-			last = err.Error()
-
-			return false, nil //nolint:nilerr // retried until the timeout; last says why
+			return false, err.Error()
 		}
 
-		last = describe(ms)
+		for _, m := range ms {
+			switch {
+			case m.Metadata.DeletionTimestamp != nil:
+			case m.Spec.Role == "worker" && m.Spec.Approval.State == "approved" && m.ready():
+				name, em = m.Metadata.Name, byIP[m.Spec.Address]
 
-		for _, tm := range ms {
-			if tm.Spec.Address == m.ip() && tm.Spec.Approval.State == "pending" {
-				name = tm.Metadata.Name
-
-				return true, nil
+				return em.Name != "", ""
+			case m.Spec.Approval.State == "pending" && pending == "":
+				pending = m.Metadata.Name
+				if _, err := w.ichor(ctx, "machine", "approve", pending, "--role", "worker"); err != nil {
+					return false, err.Error()
+				}
 			}
 		}
 
-		return false, nil
-	}); err != nil {
-		return "", fmt.Errorf("the worker %s was not discovered as pending: %w; machines:\n%s", m.ip(), err, last)
-	}
+		return false, describe(ms)
+	})
 
-	if _, err := w.ichor(ctx, "machine", "approve", name, "--role", "worker"); err != nil {
-		return "", err
-	}
-
-	if err := poll(ctx, 5*time.Minute, func() (bool, error) {
-		ms, err := w.list(ctx)
-		if err != nil {
-			last = err.Error()
-
-			return false, nil //nolint:nilerr // retried until the timeout; last says why
-		}
-
-		last = describe(ms)
-
-		for _, tm := range ms {
-			if tm.Metadata.Name == name && tm.ready() {
-				return true, nil
-			}
-		}
-
-		return false, nil
-	}); err != nil {
-		return "", fmt.Errorf("the approved worker %s is not Ready: %w; machines:\n%s", name, err, last)
-	}
-
-	return name, nil
-}
-
-// poll calls cond every 2 s until it is true, it fails, or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-
-	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
-
-		if time.Now().After(deadline) {
-			return errors.New("timed out after " + timeout.String())
-		}
-
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
-	}
+	return name, em
 }

@@ -171,7 +171,7 @@ func fullLossRecovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
-	w, err := startWorldIn(recoverSubnet, 3, 2)
+	w, err := startWorldIn(recoverSubnet, 3, 2, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,22 +3,15 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
+	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -376,42 +369,38 @@ func waitRemoved(t *testing.T, ctx context.Context, w *world, name string) {
 	})
 }
 
-// leaderLease is the Lease ichor-controller's replicas compete for.
-const leaderLease = "ichor-controller.ichor.maesh.dev"
-
-// admissionOnly restarts ichor-controller with its admission webhooks on and
-// leader election on, while the test holds the leader Lease: the webhooks
-// answer, the reconcilers wait. The returned func gives the Lease up.
+// admissionOnly holds the controllers' leader Lease for the test: both
+// replicas keep serving their admission webhooks, but the leader finds the
+// Lease held by another at its next renewal, loses its leadership and its
+// process exits (controller-runtime's "leader election lost"); its restart
+// and the other replica wait for the Lease. The returned func gives it up.
 func (w *world) admissionOnly(t *testing.T, ctx context.Context, ns, probe string) func() {
 	t.Helper()
 
-	stopProcess(w.ctrl)
-
-	now := time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00")
-	lease := fmt.Sprintf(`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":%q,"namespace":"ichor-system"},`+
-		`"spec":{"holderIdentity":"e2e-test","leaseDurationSeconds":3600,"acquireTime":%q,"renewTime":%q}}`, leaderLease, now, now)
-
-	if err := os.WriteFile(filepath.Join(w.dir, "lease.json"), []byte(lease), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	if _, err := w.kubectl(ctx, "apply", "-f", filepath.Join(w.dir, "lease.json")); err != nil {
-		t.Fatal(err)
-	}
-
-	port, err := freePort()
+	leader, err := w.leaderPod(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	certDir, ca := webhookCerts(t, w.dir)
+	pid := w.podProcess("ichor-controller", leader)
+	if pid == 0 {
+		t.Fatalf("no process runs the leading controller pod %s", leader)
+	}
 
-	if err := w.startController("--enable-webhooks=true", "--manage-webhook-certs=false", "--leader-elect=true",
-		fmt.Sprintf("--webhook-port=%d", port), "--webhook-bind-address=127.0.0.1", "--webhook-cert-dir="+certDir); err != nil {
+	now := time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+	lease := fmt.Sprintf(`{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":%q,"namespace":%q},`+
+		`"spec":{"holderIdentity":"e2e-test","leaseDurationSeconds":3600,"acquireTime":%q,"renewTime":%q}}`, leaseName, icNamespace, now, now)
+
+	if _, err := w.kubectl(ctx, "patch", "lease", "-n", icNamespace, leaseName, "--type=merge", "-p", lease); err != nil {
 		t.Fatal(err)
 	}
 
-	w.installWebhooks(t, ctx, port, ca)
+	// The leader's process is gone (its container restarts and waits).
+	testenv.EventuallyEvery(t, 2*time.Minute, time.Second, "the leading controller "+leader+" giving up", func() (bool, string) {
+		err := syscall.Kill(pid, 0)
+
+		return errors.Is(err, syscall.ESRCH), fmt.Sprintf("process %d of pod %s still runs", pid, leader)
+	})
 
 	// A dry-run write goes through the validating webhook: once it passes, admission runs.
 	testenv.EventuallyEvery(t, 2*time.Minute, 2*time.Second, "the admission webhooks answer", func() (bool, string) {
@@ -421,129 +410,9 @@ func (w *world) admissionOnly(t *testing.T, ctx context.Context, ns, probe strin
 	})
 
 	return func() {
-		if _, err := w.kubectl(ctx, "-n", "ichor-system", "delete", "lease", leaderLease); err != nil {
+		if _, err := w.kubectl(ctx, "-n", icNamespace, "delete", "lease", leaseName); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// webhookCerts writes a serving certificate for 127.0.0.1, issued by a CA
-// made for the test, as tls.crt and tls.key; it returns the directory and the CA's PEM.
-func webhookCerts(t *testing.T, dir string) (string, []byte) {
-	t.Helper()
-
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e webhook CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature,
-	}
-
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	certDir := filepath.Join(dir, "webhook-certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-
-	for name, b := range map[string]*pem.Block{"tls.crt": {Type: "CERTIFICATE", Bytes: leafDER}, "tls.key": {Type: "PRIVATE KEY", Bytes: keyDER}} {
-		if err := os.WriteFile(filepath.Join(certDir, name), pem.EncodeToMemory(b), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	return certDir, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-}
-
-// installWebhooks installs the generated webhook configurations
-// (kustomize/base/webhook) with each webhook calling the local server by URL.
-func (w *world) installWebhooks(t *testing.T, ctx context.Context, port int, ca []byte) {
-	t.Helper()
-
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	out, err := w.kubectl(ctx, "create", "--dry-run=client", "-o", "json", "-f", filepath.Join(root, "kustomize", "base", "webhook", "manifests.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// kubectl prints one JSON object per document.
-	var items []map[string]any
-
-	dec := json.NewDecoder(strings.NewReader(out))
-	for dec.More() {
-		var o map[string]any
-		if err := dec.Decode(&o); err != nil {
-			t.Fatalf("the webhook manifests as JSON: %v\n%s", err, out)
-		}
-
-		items = append(items, o)
-	}
-
-	if len(items) == 0 {
-		t.Fatalf("no webhook configuration in the manifests:\n%s", out)
-	}
-
-	for _, o := range items {
-		meta, _ := o["metadata"].(map[string]any)
-		meta["name"] = "e2e-" + fmt.Sprint(meta["name"])
-
-		hooks, _ := o["webhooks"].([]any)
-		for _, h := range hooks {
-			wh, _ := h.(map[string]any)
-			cc, _ := wh["clientConfig"].(map[string]any)
-			svc, _ := cc["service"].(map[string]any)
-			wh["clientConfig"] = map[string]any{
-				"url":      fmt.Sprintf("https://127.0.0.1:%d%v", port, svc["path"]),
-				"caBundle": base64.StdEncoding.EncodeToString(ca),
-			}
-		}
-	}
-
-	b, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	path := filepath.Join(w.dir, "webhooks.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	if _, err := w.kubectl(ctx, "apply", "-f", path); err != nil {
-		t.Fatal(err)
 	}
 }
 

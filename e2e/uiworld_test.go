@@ -5,26 +5,26 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// The web console's part of the world: ichor-ui built from this tree and
-// started as a subprocess against the emulated cluster, with Ichor's own users
-// signed in by its OIDC issuer.
+// The web console's part of the world: the in-cluster ichor-ui, the issuer
+// of Ichor's own users at the loopback address `ichor init --ui-url`
+// recorded, reached through `ichor ui`, which port-forwards that address to
+// the ichor-ui pod (and to its successor when the pod goes away).
 
-// uiServer is a running ichor-ui.
+// uiServer is a reachable ichor-ui.
 type uiServer struct {
 	url string // https://127.0.0.1:PORT, also the issuer
-	log string
+	// forward is the `ichor ui` that forwards url to the pod.
+	forward *uiForward
 }
 
 var (
@@ -33,7 +33,8 @@ var (
 	uiErr  error
 )
 
-// startedUI starts ichor-ui once for the package.
+// startedUI starts `ichor ui` once for the package and waits until the
+// console answers through it.
 func startedUI(t *testing.T, w *world) *uiServer {
 	t.Helper()
 
@@ -58,43 +59,21 @@ func freePort() (int, error) {
 }
 
 func startUI(w *world) (*uiServer, error) {
-	// sharedBin built it with the world's other binaries.
-	bin := filepath.Join(w.bin, "ichor-ui")
-
-	// Every listener on loopback: a compiled-in wildcard address (":8445")
-	// would take the port from the in-cluster world's ichor-ui pod.
-	var ports [3]int
-
-	for i := range ports {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-
-		ports[i] = p
+	if w.uiURL == "" {
+		return nil, errors.New("this world recorded no ichor-ui address: Ichor does not run in it")
 	}
 
-	port := ports[0]
-
-	s := &uiServer{url: fmt.Sprintf("https://127.0.0.1:%d", port), log: filepath.Join(w.dir, "ichor-ui.log")}
-
-	logf, err := os.Create(s.log)
+	f, err := w.startUIForward(context.Background())
 	if err != nil {
 		return nil, err
 	}
 
-	c := exec.CommandContext(context.Background(), bin, "--cluster", cluster, "--namespace", "ichor-system", //nolint:gosec // our own binary
-		"--ichor-users", "--issuer", s.url, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--issuer-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", ports[2]))
-	c.Env, c.Stdout, c.Stderr = w.env, logf, logf
-
-	if err := c.Start(); err != nil {
-		return nil, fmt.Errorf("starting ichor-ui: %w", err)
+	if f.url != w.uiURL {
+		return nil, fmt.Errorf("`ichor ui` forwards %s, not the address init recorded (%s)", f.url, w.uiURL)
 	}
 
-	cleanups = append(cleanups, func() { stopProcess(c); _ = logf.Close() })
-
-	deadline := time.Now().Add(time.Minute)
+	s := &uiServer{url: f.url, forward: f}
+	deadline := time.Now().Add(2 * time.Minute)
 
 	for {
 		code, _, err := s.get(context.Background(), "/readyz")
@@ -107,10 +86,10 @@ func startUI(w *world) (*uiServer, error) {
 				err = fmt.Errorf("/readyz answered %d", code)
 			}
 
-			return nil, fmt.Errorf("ichor-ui at %s is not ready after a minute (its log: %s): %w", s.url, s.log, err)
+			return nil, fmt.Errorf("ichor-ui through `ichor ui` at %s is not ready after 2 minutes (its errors: %s): %w", s.url, f.stderr.String(), err)
 		}
 
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(time.Second)
 	}
 }
 

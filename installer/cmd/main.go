@@ -42,6 +42,8 @@ func run(args []string) int {
 	manifest := fs.String("manifest", "", "A multi-document YAML install manifest to install instead of the one embedded in this build.")
 	waitTimeout := fs.Duration("wait-timeout", installer.DefaultWaitTimeout, "How long to wait for each Deployment to be available, and for the post-checks.")
 	crdTimeout := fs.Duration("crd-timeout", installer.DefaultCRDTimeout, "How long to wait for the CRDs to be Established.")
+	uiURL := fs.String("ui-url", "", "The https URL browsers reach ichor-ui at: install ichor-ui as the issuer of Ichor's own users there, and record it "+
+		"(a later run without this flag keeps the recorded one).")
 	skipRefusal := fs.Bool("skip-webhook-refusal-check", false,
 		"Leave out the post-check that the admission webhook refuses a dry-run object (the webhook Service's endpoints are still checked); "+
 			"for a world whose pods are simulated.")
@@ -69,7 +71,7 @@ func run(args []string) int {
 
 	o := installer.Options{
 		Config: cfg, Namespace: *namespace, Version: version.Get().Version,
-		WaitTimeout: *waitTimeout, CRDTimeout: *crdTimeout, SkipWebhookRefusal: *skipRefusal,
+		WaitTimeout: *waitTimeout, CRDTimeout: *crdTimeout, SkipWebhookRefusal: *skipRefusal, UIURL: *uiURL,
 		Log: os.Stdout,
 	}
 

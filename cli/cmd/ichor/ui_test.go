@@ -9,8 +9,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/maeshinshin/ichor/cli/internal/initflow"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 )
 
 // TestUIAddress: `ichor ui` prints the address init recorded once ichor-ui
@@ -38,7 +38,7 @@ func TestUIAddress(t *testing.T) {
 	mustFail(t, ichor(t, "ui", "--url", "http://example.com"), "not an https URL")
 
 	inst := &ichorv1alpha1.IchorInstallation{
-		ObjectMeta: metav1.ObjectMeta{Name: ichorv1alpha1.IchorInstallationName, Annotations: map[string]string{initflow.UIURLAnnotation: srv.URL}},
+		ObjectMeta: metav1.ObjectMeta{Name: ichorv1alpha1.IchorInstallationName, Annotations: map[string]string{install.UIURLAnnotation: srv.URL}},
 		Spec:       ichorv1alpha1.IchorInstallationSpec{Version: ichorv1alpha1.IchorVersionSpec{Version: "v0.0.1"}},
 	}
 	must(t, k8s.Create(ctx, inst))
@@ -49,6 +49,9 @@ func TestUIAddress(t *testing.T) {
 	}
 	ready = false
 	mustFail(t, ichor(t, "ui"), "answers but is not ready", "503")
+	mustFail(t, ichor(t, "ui", "--url", "https://ichor.invalid:8443"), "does not answer", "--url")
+	// A recorded address on loopback where nothing listens is port-forwarded
+	// to on its port (here: there is no ichor-ui Service to forward to).
 	srv.Close()
-	mustFail(t, ichor(t, "ui"), "does not answer", "--url")
+	mustFail(t, ichor(t, "ui"), "nothing answers at ichor-ui's recorded address "+srv.URL, "no Service ichor-ui in namespace ichor-system", "--install-namespace")
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -24,8 +25,8 @@ import (
 	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/maeshinshin/ichor/cli/internal/initflow"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 )
 
 // uiService is the Service in front of ichor-ui in the install namespace.
@@ -61,9 +62,35 @@ func uiRun(ctx context.Context, cmd *cli.Command) error {
 		}
 	}
 	if u != "" {
+		// A URL on this machine's loopback is reached through this command's
+		// port-forward on its port (`ichor init --ui-url https://127.0.0.1:8443`):
+		// when nothing listens there yet, forward there.
+		if port, ok := install.LoopbackUIURL(u); ok && !listening(ctx, u) {
+			p, _ := strconv.Atoi(port)
+			host, _ := url.Parse(u)
+			return r.forwardUI(ctx, cmd.String("install-namespace"), host.Hostname(), p, strings.TrimSuffix(u, "/"))
+		}
 		return r.checkUI(ctx, u)
 	}
-	return r.forwardUI(ctx, cmd.String("install-namespace"), cmd.String("address"), cmd.Int("port"))
+	return r.forwardUI(ctx, cmd.String("install-namespace"), cmd.String("address"), cmd.Int("port"), "")
+}
+
+// listening reports whether something accepts connections at the URL's host and port.
+func listening(ctx context.Context, u string) bool {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	port := parsed.Port()
+	if port == "" {
+		port = "443"
+	}
+	c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", net.JoinHostPort(parsed.Hostname(), port))
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
 }
 
 // recordedUIURL is the address `ichor init --ui-url` recorded on the
@@ -73,7 +100,7 @@ func (r *run) recordedUIURL(ctx context.Context) (string, error) {
 	err := r.c().Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, inst)
 	switch {
 	case err == nil:
-		return inst.Annotations[initflow.UIURLAnnotation], nil
+		return inst.Annotations[install.UIURLAnnotation], nil
 	case apierrors.IsNotFound(err):
 		return "", nil
 	default:
@@ -118,14 +145,19 @@ func rootCauseOf(err error) error {
 }
 
 // forwardUI forwards address:port to a ready ichor-ui pod behind the Service,
-// and to another one whenever the pod goes away, until ctx ends.
-func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error {
+// and to another one whenever the pod goes away, until ctx ends. shown is the
+// address to print (ichor-ui's recorded URL); "" prints https://address:port.
+func (r *run) forwardUI(ctx context.Context, ns, address string, port int, shown string) error {
 	cs, err := kubernetes.NewForConfig(r.conn.Config)
 	if err != nil {
 		return err
 	}
 	svc, err := cs.CoreV1().Services(ns).Get(ctx, uiService, metav1.GetOptions{})
 	if err != nil {
+		if apierrors.IsNotFound(err) && shown != "" {
+			return fmt.Errorf("nothing answers at ichor-ui's recorded address %s, and no Service %s in namespace %s to port-forward to: "+
+				"is ichor-ui installed? Pass the install namespace with --install-namespace, or another address with --url", shown, uiService, ns)
+		}
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("no Service %s in namespace %s, and no address recorded: is ichor-ui installed (ichorUI.enabled)? "+
 				"Pass its address with --url, or the install namespace with --install-namespace", uiService, ns)
@@ -142,6 +174,9 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 	// Listen first, so that the port is known (and stays the same) across re-forwards.
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(address, strconv.Itoa(port)))
 	if err != nil {
+		if shown != "" {
+			return fmt.Errorf("local port %s:%d: %w; ichor-ui's recorded address %s needs this port: free it, or pass another address with --url", address, port, err, shown)
+		}
 		return fmt.Errorf("local port %s:%d: %w; pick another with --port", address, port, err)
 	}
 	local := ln.Addr().(*net.TCPAddr).Port
@@ -169,7 +204,10 @@ func (r *run) forwardUI(ctx context.Context, ns, address string, port int) error
 			select {
 			case <-ready:
 				if !printed {
-					r.printf("The web console is at https://%s (forwarded to ichor-ui; Ctrl-C stops)\n", net.JoinHostPort(address, strconv.Itoa(local)))
+					if shown == "" {
+						shown = "https://" + net.JoinHostPort(address, strconv.Itoa(local))
+					}
+					r.printf("The web console is at %s (forwarded to ichor-ui; Ctrl-C stops)\n", shown)
 					printed = true
 				}
 				select {

@@ -35,10 +35,6 @@ import (
 // FieldOwner is init's field manager.
 const FieldOwner = "ichor-init"
 
-// UIURLAnnotation records `--ui-url` on the IchorInstallation until the
-// installation's settings carry it.
-const UIURLAnnotation = "ichor.maesh.dev/ui-external-url"
-
 // writeRetry is how long a write is retried on a transient error
 // (architecture, "Bootstrap": every write retried for a few minutes).
 const writeRetry = 4 * time.Minute
@@ -213,7 +209,13 @@ func (k *kubeSteps) installJob(ctx context.Context) error {
 	}
 
 	name := install.JobName(s.env.Version)
-	job := install.InstallerJob(s.o.Namespace, name, k.installerImage())
+	var args []string
+	if s.o.UIURL != "" {
+		// The installer records it and installs ichor-ui as the issuer at it.
+		args = append(args, "--ui-url="+s.o.UIURL)
+	}
+
+	job := install.InstallerJob(s.o.Namespace, name, k.installerImage(), args...)
 
 	if err := k.startJob(ctx, job); err != nil {
 		return err
@@ -356,7 +358,7 @@ func (k *kubeSteps) resources(ctx context.Context) error {
 	}
 
 	if s.o.UIURL != "" {
-		inst.Annotations = map[string]string{UIURLAnnotation: s.o.UIURL}
+		inst.Annotations = map[string]string{install.UIURLAnnotation: s.o.UIURL}
 	}
 
 	if err := k.create(ctx, inst, nil); err != nil {
@@ -371,12 +373,12 @@ func (k *kubeSteps) resources(ctx context.Context) error {
 				return err
 			}
 
-			if cur.Annotations[UIURLAnnotation] == s.o.UIURL {
+			if cur.Annotations[install.UIURLAnnotation] == s.o.UIURL {
 				return nil
 			}
 
 			before := cur.DeepCopy()
-			metav1.SetMetaDataAnnotation(&cur.ObjectMeta, UIURLAnnotation, s.o.UIURL)
+			metav1.SetMetaDataAnnotation(&cur.ObjectMeta, install.UIURLAnnotation, s.o.UIURL)
 
 			return k.c().Patch(ctx, cur, client.MergeFrom(before), client.FieldOwner(FieldOwner))
 		}); err != nil {

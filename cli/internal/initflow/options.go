@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strings"
 	"time"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 )
 
 // Presets of the cluster's shape.
@@ -133,9 +133,8 @@ func (o *Options) Validate() error {
 	}
 
 	if o.UIURL != "" {
-		u, err := url.Parse(o.UIURL)
-		if err != nil || u.Scheme != "https" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("--ui-url %q: give the https URL browsers reach ichor-ui at, for example https://ichor.example.com", o.UIURL))
+		if err := install.CheckUIURL(o.UIURL); err != nil {
+			errs = append(errs, fmt.Errorf("--ui-url %w", err))
 		}
 	}
 

@@ -130,19 +130,77 @@ func (in *Installer) ensureInstallation(ctx context.Context) error {
 			},
 		}
 
+		if in.o.UIURL != "" {
+			ii.Annotations = map[string]string{install.UIURLAnnotation: in.o.UIURL}
+		}
+
 		err := in.c.Create(ctx, ii, client.FieldOwner(install.FieldManager))
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating IchorInstallation %s: %w", ichorv1alpha1.IchorInstallationName, err)
 		}
 
 		in.logf("      created IchorInstallation %s (version %s, managed by ichor)", ii.Name, in.o.Version)
+
+		if in.o.UIURL != "" {
+			in.logf("      recorded ichor-ui's URL %s on it", in.o.UIURL)
+		}
 	} else if ii.Spec.Version.Version != in.o.Version {
 		in.logf("      note: IchorInstallation %s asks for %s; this installer installs %s", ii.Name, ii.Spec.Version.Version, in.o.Version)
+	}
+
+	if err := in.recordedUIURL(ctx); err != nil {
+		return err
 	}
 
 	return in.writeStatus(ctx, func(st *ichorv1alpha1.IchorInstallationStatus) {
 		setInstalled(st, "Unknown", ichorv1alpha1.InstallInProgressReason, "the installer is installing Ichor "+in.o.Version)
 	})
+}
+
+// recordedUIURL takes, without --ui-url, the URL an earlier run (or `ichor
+// init --ui-url`) recorded on the IchorInstallation, so an upgrade keeps
+// ichor-ui signing in Ichor's users where it did. A new --ui-url is recorded
+// once the run succeeded (recordUIURL): the annotation is checked by the
+// admission webhook, which the controller serves.
+func (in *Installer) recordedUIURL(ctx context.Context) error {
+	ii, err := in.installation(ctx)
+	if err != nil || ii == nil {
+		return err
+	}
+
+	recorded := ii.Annotations[install.UIURLAnnotation]
+	if in.o.UIURL != "" || recorded == "" {
+		return nil
+	}
+
+	if err := install.CheckUIURL(recorded); err != nil {
+		return fmt.Errorf("IchorInstallation %s's annotation %s: %w; correct it with kubectl annotate --overwrite, or run the installer with --ui-url",
+			ii.Name, install.UIURLAnnotation, err)
+	}
+
+	in.o.UIURL = recorded
+
+	return nil
+}
+
+// recordUIURL records --ui-url on the IchorInstallation when it is not
+// recorded there yet.
+func (in *Installer) recordUIURL(ctx context.Context) error {
+	ii, err := in.installation(ctx)
+	if err != nil || ii == nil || in.o.UIURL == "" || ii.Annotations[install.UIURLAnnotation] == in.o.UIURL {
+		return err
+	}
+
+	patch := client.MergeFrom(ii.DeepCopy())
+	metav1.SetMetaDataAnnotation(&ii.ObjectMeta, install.UIURLAnnotation, in.o.UIURL)
+
+	if err := in.c.Patch(ctx, ii, patch, client.FieldOwner(install.FieldManager)); err != nil {
+		return fmt.Errorf("recording --ui-url on IchorInstallation %s: %w", ii.Name, err)
+	}
+
+	in.logf("      recorded ichor-ui's URL %s on IchorInstallation %s", in.o.UIURL, ii.Name)
+
+	return nil
 }
 
 // installationServed reads the IchorInstallation right after its CRD was
@@ -192,6 +250,14 @@ func (in *Installer) applyWorkload(ctx context.Context, step install.Step, deplo
 
 	if dep == nil {
 		return fmt.Errorf("the manifest has no Deployment %s", deployment)
+	}
+
+	if deployment == install.UIName && in.o.UIURL != "" {
+		if err := install.WithIchorUsers(dep, in.o.UIURL); err != nil {
+			return err
+		}
+
+		in.logf("      ichor-ui signs in Ichor's own users as the issuer at %s (one replica: its sessions live in memory)", in.o.UIURL)
 	}
 
 	a, err := in.availability(ctx, dep)

@@ -79,6 +79,11 @@ type Options struct {
 	// refuses a dry-run object (the webhook Service's endpoints are still
 	// checked). Only for a world whose pods do not run (kwok-simulated).
 	SkipWebhookRefusal bool
+	// UIURL is the https URL browsers reach ichor-ui at: ichor-ui is
+	// installed as the issuer of Ichor's own users there, and the URL is
+	// recorded on the IchorInstallation (install.UIURLAnnotation), which a
+	// later run without it keeps. Empty means the recorded one, if any.
+	UIURL string
 	// Retired are the CRD fields that may be removed; nil means crdcheck.RetiredFields.
 	Retired []crdcheck.Retired
 	// Log receives the run's lines; nil discards them.
@@ -129,6 +134,12 @@ func New(o Options) (*Installer, error) {
 
 	if o.Retired == nil {
 		o.Retired = crdcheck.RetiredFields
+	}
+
+	if o.UIURL != "" {
+		if err := install.CheckUIURL(o.UIURL); err != nil {
+			return nil, fmt.Errorf("--ui-url %w", err)
+		}
 	}
 
 	o.Version = install.ReleaseVersion(o.Version)
@@ -233,6 +244,7 @@ func (in *Installer) Run(ctx context.Context) error {
 		{"controller", controller},
 		{"ichor-ui", ui},
 		{"post-checks", in.postChecks},
+		{"ichor-ui's URL", in.recordUIURL},
 	} {
 		if err := s.run(ctx); err != nil {
 			return in.fail(ctx, s.name, err, true)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -507,4 +508,67 @@ func buildInstaller(t *testing.T, version string) string {
 	}
 
 	return out
+}
+
+// TestInstallerIchorUsers: --ui-url installs ichor-ui as the issuer of
+// Ichor's own users at that URL, with one replica (its sessions live in one
+// process) and no PodDisruptionBudget, and records the URL on the
+// IchorInstallation; a later run without the flag keeps both; a bad URL is
+// refused before anything is written.
+func TestInstallerIchorUsers(t *testing.T) {
+	installed(t, "v0.1.0")
+
+	const url = "https://127.0.0.1:18443"
+
+	if _, err := runInstaller(t, installer.Options{Version: "v0.1.1", UIURL: "http://" + strings.TrimPrefix(url, "https://")}); err == nil ||
+		!strings.Contains(err.Error(), "--ui-url") || !strings.Contains(err.Error(), "https URL") {
+		t.Fatalf("a plain-http --ui-url: %v", err)
+	}
+
+	if v := installation(t).Status.InstalledVersion; v != "v0.1.0" {
+		t.Fatalf("the refused run changed the installed version to %s", v)
+	}
+
+	check := func(run string) {
+		t.Helper()
+
+		d := deployment(t, install.UIName)
+		args := d.Spec.Template.Spec.Containers[0].Args
+
+		if !slices.Contains(args, "--ichor-users") || !slices.Contains(args, "--issuer="+url) {
+			t.Fatalf("%s: ichor-ui's args %q name no --ichor-users --issuer=%s", run, args, url)
+		}
+
+		if ok, why := available(d); !ok || *d.Spec.Replicas != 1 {
+			t.Fatalf("%s: Deployment ichor-ui: %d replicas, %s; want 1 available", run, *d.Spec.Replicas, why)
+		}
+
+		if pdbExists(t, install.UIName) {
+			t.Fatalf("%s: PodDisruptionBudget ichor-ui exists for a single-replica issuer", run)
+		}
+
+		if got := installation(t).Annotations[install.UIURLAnnotation]; got != url {
+			t.Fatalf("%s: IchorInstallation annotation %s = %q, want %q", run, install.UIURLAnnotation, got, url)
+		}
+	}
+
+	// A fresh install: the installer creates the IchorInstallation with the
+	// URL. (Changing the URL of an existing one is a patch the admission
+	// webhook checks; this suite's controller pods are kwok's and serve none.)
+	reset(t)
+
+	log, err := runInstaller(t, installer.Options{Version: "v0.1.1", UIURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mustContain(t, "the log", log, "recorded ichor-ui's URL "+url, "ichor-ui signs in Ichor's own users as the issuer at "+url,
+		"[6/8] ichor-ui: 2 schedulable nodes: 1 replica, no PodDisruptionBudget")
+	check("with --ui-url")
+
+	if _, err := runInstaller(t, installer.Options{Version: "v0.1.2"}); err != nil {
+		t.Fatal(err)
+	}
+
+	check("the next run without --ui-url")
 }

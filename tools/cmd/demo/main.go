@@ -5,10 +5,10 @@
 // --preset standard --install manifest` against the first, whose installer
 // Job installs Ichor in the cluster (the emulator's pod runner runs the pods
 // of Ichor's images as processes of the binaries in bin/: ichor-controller
-// with its admission webhooks on, and ichor-ui); a local ichor-ui with
-// Ichor's own users for the web console (in-cluster sign-in is not set up by
-// the install yet); and the other machines added to discovery, so they wait
-// as pending machines for `ichor machine approve`.
+// with its admission webhooks on, and ichor-ui, the issuer of Ichor's own
+// users at the --ui-url init records); `ichor ui` forwarding that address to
+// the ichor-ui pod for the web console; and the other machines added to
+// discovery, so they wait as pending machines for `ichor machine approve`.
 //
 // A second run reuses the state directory (the machines keep their
 // configuration, etcd and secrets, and init continues from what exists);
@@ -53,7 +53,7 @@ func main() {
 	binDir := flag.String("bin-dir", "", "Directory with the ichor, ichor-controller, ichor-installer and ichor-ui binaries (default: this program's directory).")
 	podSubnet := flag.String("pod-subnet", "127.10.0.0/24", "Loopback range the processes of the cluster's Ichor pods listen on.")
 	fresh := flag.Bool("fresh", false, "Delete the state directory first and start a new cluster.")
-	uiListen := flag.String("ui-listen", "127.0.0.1:8443", "Address ichor-ui listens on (HTTPS).")
+	uiListen := flag.String("ui-listen", "127.0.0.1:8443", "Local address of the web console (HTTPS), which `ichor ui` forwards to the ichor-ui pod.")
 	flag.Parse()
 
 	if err := run(*stateDir, *subnet, *podSubnet, *binDir, *uiListen, *fresh); err != nil {
@@ -131,7 +131,7 @@ func run(stateDir, subnet, podSubnet, binDir, uiListen string, fresh bool) error
 		return err
 	}
 
-	ui, err := d.startUI(ctx, uiListen)
+	ui, err := d.startUI(ctx)
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func run(stateDir, subnet, podSubnet, binDir, uiListen string, fresh bool) error
 	select {
 	case <-ctx.Done():
 	case err := <-ui.exited:
-		return fmt.Errorf("ichor-ui stopped: %w; its log is %s", err, ui.log)
+		return fmt.Errorf("`ichor ui` stopped: %w; its log is %s", err, ui.log)
 	}
 
 	return nil
@@ -270,20 +270,18 @@ func (d *demo) start(ctx context.Context, name string, args ...string) (*process
 	return p, nil
 }
 
-// startUI starts ichor-ui with Ichor's own users on, serving the cluster on
-// listen with a self-signed certificate, and waits until it is ready.
-func (d *demo) startUI(ctx context.Context, listen string) (*process, error) {
-	// The in-cluster pods share this host's network (the pod runner), so the
-	// local ichor-ui serves the console only: no issuer or metrics listener
-	// on a wildcard address that the ichor-ui pod's own already hold.
-	ui, err := d.start(ctx, "ichor-ui", "--cluster", clusterName, "--namespace", "ichor-system", "--listen", listen,
-		"--issuer", d.uiURL, "--ichor-users", "--issuer-listen=", "--metrics-listen=")
+// startUI starts `ichor ui`, which port-forwards the console's address (the
+// loopback URL init recorded with --ui-url) to the in-cluster ichor-ui, the
+// issuer of Ichor's own users there, and waits until the console answers.
+func (d *demo) startUI(ctx context.Context) (*process, error) {
+	ui, err := d.start(ctx, "ichor", "ui")
 	if err != nil {
 		return nil, err
 	}
 
-	// The demo's ichor-ui serves a self-signed certificate made at start:
-	// the readiness probe cannot verify it, and checks nothing else.
+	// ichor-ui's certificate is for its Service's names, not for the
+	// forwarded address: the readiness probe cannot verify it, and checks
+	// nothing else.
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
 
 	deadline := time.Now().Add(2 * time.Minute)
@@ -308,18 +306,18 @@ func (d *demo) startUI(ctx context.Context, listen string) (*process, error) {
 
 			return nil, ctx.Err()
 		case err := <-ui.exited:
-			return nil, fmt.Errorf("ichor-ui stopped at start (%w); its log is %s", err, ui.log)
+			return nil, fmt.Errorf("`ichor ui` stopped at start (%w); its log is %s", err, ui.log)
 		case <-time.After(500 * time.Millisecond):
 		}
 
 		if time.Now().After(deadline) {
 			ui.stop()
 
-			return nil, fmt.Errorf("ichor-ui did not become ready at %s within 2 minutes; its log is %s", d.uiURL, ui.log)
+			return nil, fmt.Errorf("the console did not answer ready at %s within 2 minutes; the log of `ichor ui` is %s", d.uiURL, ui.log)
 		}
 	}
 
-	fmt.Printf("ichor-demo: ichor-ui runs as process %d at %s; log: %s\n", ui.cmd.Process.Pid, d.uiURL, ui.log)
+	fmt.Printf("ichor-demo: `ichor ui` (process %d) forwards %s to the ichor-ui pod; its log: %s\n", ui.cmd.Process.Pid, d.uiURL, ui.log)
 
 	return ui, nil
 }
@@ -435,7 +433,8 @@ Ready, admission webhooks on), and the other machines wait in maintenance mode.
 	fmt.Printf(`
   control API:     %s (power-off, wipe-disk, ...; tools/talosemu/README.md)
   controller log:  kubectl logs -n ichor-system deploy/ichor-controller (kubectl: %s)
-  web console:     %s (a local ichor-ui, its log in %s; self-signed certificate: accept it in the browser)
+  web console:     %s (forwarded by `+"`ichor ui`"+` to the ichor-ui pod, its log in %s;
+                   the certificate names ichor-ui's Service: accept it in the browser)
   console users:   %s
 
   The passwords are shown only now; `+"`ichor user set-password NAME`"+` sets new ones.
@@ -448,13 +447,13 @@ In another terminal:
   ichor machine approve MACHINE --role worker          # the others
   ichor machine list --watch                           # until all are Ready
   ichor node remove MACHINE --reboot                   # a removed machine comes back as pending
-  ichor ui                                             # the web console's address
+  ichor ui                                             # the web console's address (the demo forwards it already)
   ichor etcd backup now demo-hourly --wait             # an etcd snapshot to the demo's S3 server (versitygw at %s)
   ichor etcd backup list                               # the snapshots; their age identity is %s
 
 Press Ctrl-C to stop everything; `+"`go tool task demo`"+` again resumes this cluster,
 `+"`go tool task demo -- --fresh`"+` starts a new one.
-`, world.ControlURL(), filepath.Join(os.Getenv(testenv.AssetsEnv), "kubectl"), d.uiURL, rel(filepath.Join(d.state, "ichor-ui.log")), describeUsers(users),
+`, world.ControlURL(), filepath.Join(os.Getenv(testenv.AssetsEnv), "kubectl"), d.uiURL, rel(filepath.Join(d.state, "ichor.log")), describeUsers(users),
 		d.kubeconfig, filepath.Join(d.state, "home"), d.bin, d.s3Endpoint, rel(d.ageKey))
 }
 
