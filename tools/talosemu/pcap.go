@@ -84,10 +84,10 @@ func (s *apiServer) PacketCapture(in *machine.PacketCaptureRequest, srv grpc.Ser
 		case now := <-t.C:
 			data := frame[:min(len(frame), int(snapLen))]
 			rec := make([]byte, 16, 16+len(data))
-			binary.LittleEndian.PutUint32(rec[0:], uint32(now.Unix()))              //nolint:gosec // seconds since 1970 fit until 2106
-			binary.LittleEndian.PutUint32(rec[4:], uint32(now.Nanosecond()/1000))   //nolint:gosec // below 10^6
-			binary.LittleEndian.PutUint32(rec[8:], uint32(len(data)))               //nolint:gosec // at most the frame
-			binary.LittleEndian.PutUint32(rec[12:], uint32(len(frame)))             //nolint:gosec // a 42-byte frame
+			binary.LittleEndian.PutUint32(rec[0:], uint32(now.Unix()))            //nolint:gosec // seconds since 1970 fit until 2106
+			binary.LittleEndian.PutUint32(rec[4:], uint32(now.Nanosecond()/1000)) //nolint:gosec // below 10^6
+			binary.LittleEndian.PutUint32(rec[8:], uint32(len(data)))             //nolint:gosec // at most the frame
+			binary.LittleEndian.PutUint32(rec[12:], uint32(len(frame)))           //nolint:gosec // a 42-byte frame
 			if err := srv.Send(&common.Data{Bytes: append(rec, data...)}); err != nil {
 				return err
 			}

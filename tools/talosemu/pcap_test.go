@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"github.com/cosi-project/runtime/pkg/safe"
 	"io"
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
