@@ -1,6 +1,7 @@
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { Session, SignInError, startSignIn } from "./api/auth";
 import { createClient, fetchTransport } from "./api/transport";
+import { fetchDownloader } from "./lib/download";
 import type { Cluster, Machine, WhoAmIResponse } from "./api/generated";
 import { ConsoleContext, type Console } from "./context";
 import { match, navigate, usePath } from "./lib/router";
@@ -94,6 +95,7 @@ function Redirect({ go }: { go: () => Promise<void> }) {
 
 function Signed({ session, route, onSignOut }: { session: Session; route: ReturnType<typeof match>; onSignOut: () => void }) {
   const client = useMemo(() => createClient(fetchTransport(session)), [session]);
+  const download = useMemo(() => fetchDownloader(session), [session]);
   const [me, setMe] = useState<WhoAmIResponse | null>(null);
   const [cluster, setCluster] = useState<Cluster | null>(null);
   const [clusterError, setClusterError] = useState<unknown>(null);
@@ -164,6 +166,7 @@ function Signed({ session, route, onSignOut }: { session: Session; route: Return
     watchError,
     connection,
     canWrite: canWrite(me?.groups),
+    download,
   };
 
   let screen;

@@ -25,9 +25,9 @@ const argBackup = "BACKUP"
 func etcdCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "etcd",
-		Usage:  "etcd of the clusters: backups and the restore into the live cluster",
+		Usage:  "etcd of the clusters: backups, the restore into the live cluster and a snapshot download",
 		Action: unknownSubcommand,
-		Commands: []*cli.Command{etcdRestoreCommand(), {
+		Commands: []*cli.Command{etcdRestoreCommand(), etcdSnapshotCommand(), {
 			Name:   "backup",
 			Usage:  "take and list etcd snapshots (TalosEtcdBackups)",
 			Action: unknownSubcommand,

@@ -21,7 +21,7 @@ import (
 func nodeCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "node",
-		Usage:  "remove, reboot, shut down or reset nodes",
+		Usage:  "remove, reboot, shut down or reset nodes; download a support bundle or a packet capture of one",
 		Action: unknownSubcommand,
 		Commands: []*cli.Command{
 			{
@@ -46,6 +46,8 @@ func nodeCommand() *cli.Command {
 			nodeActionCommand(ichorv1alpha1.NodeActionReset,
 				"reset a node: storage evacuated, cordoned and drained, STATE and EPHEMERAL wiped; the machine stays approved and is installed again "+
 					"from maintenance mode (needs the reset-node verb and override on the cluster)"),
+			supportBundleCommand(),
+			captureCommand(),
 		},
 	}
 }

@@ -32,7 +32,7 @@ func reclaimCommand() *cli.Command {
 			&cli.StringFlag{Name: "confirm-uuid", Usage: "the machine's SMBIOS `UUID`, typed as consent (asked for on a terminal when omitted)"},
 			&cli.BoolFlag{Name: "force", Usage: "reset a control plane even if that breaks its cluster's etcd quorum or it is the last one"},
 			&cli.BoolFlag{Name: "force-ungraceful", Usage: "skip the machine's own shutdown sequence (a dead foreign cluster)"},
-			&cli.IntFlag{Name: "port", Usage: "the Talos API `PORT` (default 50000)"},
+			&cli.IntFlag{Name: "port", Usage: usageTalosPort},
 		},
 		Action: machineReclaim,
 	}

@@ -62,7 +62,7 @@ func restoreCommand() *cli.Command {
 			&cli.StringFlag{Name: flagIdentity, Usage: "a `FILE` holding an age identity (AGE-SECRET-KEY-1…) of one of the backup's recipients", TakesFile: true},
 			&cli.StringFlag{Name: "install", Value: initflow.InstallManifest, Usage: "`MODE`: manifest (the installer Job installs Ichor, as `ichor init` does) or none (only its CRDs; the controller runs elsewhere)"},
 			&cli.StringFlag{Name: "installer-image", Usage: "the installer Job's `IMAGE` (default: this release's)"},
-			&cli.IntFlag{Name: "talos-port", Usage: "the Talos API `PORT` (default 50000)"},
+			&cli.IntFlag{Name: flagTalosPort, Usage: usageTalosPort},
 			&cli.StringFlag{Name: "write-kubeconfig", Usage: "also write the recovered cluster's admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
 			&cli.StringFlag{Name: flagPassphraseFile, Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
 			&cli.BoolFlag{Name: flagDryRun, Usage: "check everything and print the plan (or the held machines), and change nothing"},
@@ -176,7 +176,7 @@ func recoverCluster(ctx context.Context, cmd *cli.Command, cluster string) error
 
 	o := recoverflow.Options{
 		Cluster: cluster, Namespace: cmd.String(flagNamespace), Snapshot: cmd.String(flagSnapshot), Store: dest, Identities: ids,
-		TalosPort: cmd.Int("talos-port"), Install: cmd.String("install"), InstallerImage: cmd.String("installer-image"),
+		TalosPort: cmd.Int(flagTalosPort), Install: cmd.String("install"), InstallerImage: cmd.String("installer-image"),
 		WriteKubeconfig: cmd.String("write-kubeconfig"), DryRun: cmd.Bool(flagDryRun), Timeout: cmd.Duration(flagTimeout),
 	}
 

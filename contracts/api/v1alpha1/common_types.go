@@ -7,6 +7,13 @@ const (
 	// before it can be deleted, so that a prune by the user's own tooling cannot
 	// cascade into node resets. It never lets the last control plane go.
 	AllowDeleteAnnotation = "ichor.maesh.dev/allow-delete"
+	// TeardownResetMachinesAnnotation "true" on a TalosCluster makes its
+	// teardown reset each machine that runs the cluster's configuration (a
+	// graceful Talos Reset wiping STATE and EPHEMERAL, then a reboot into
+	// maintenance mode) before the bundle Secret is deleted; without it the
+	// machines are left as they are. Setting it needs `reset-node` on
+	// talosoperations, the verb of a node reset (ichor-admin).
+	TeardownResetMachinesAnnotation = "ichor.maesh.dev/teardown-reset-machines"
 	// AdoptedAnnotation marks a TalosCluster written by `ichor adopt`. Only such a
 	// cluster may use the `unmanaged` CNI preset.
 	AdoptedAnnotation = "ichor.maesh.dev/adopted"

@@ -248,6 +248,14 @@ func ClusterRequirements(old, c *ichorv1alpha1.TalosCluster) []Requirement {
 			Action:     actionSecretRef,
 		})
 	}
+	if c.Annotations[ichorv1alpha1.TeardownResetMachinesAnnotation] == "true" &&
+		(old == nil || old.Annotations[ichorv1alpha1.TeardownResetMachinesAnnotation] != "true") {
+		out = append(out, Requirement{
+			Permission: Permission{Verb: VerbResetNode, Resource: ResourceTalosOperations, Namespace: c.Namespace},
+			Field:      "metadata.annotations[" + ichorv1alpha1.TeardownResetMachinesAnnotation + "]",
+			Action:     "asking the teardown to reset every machine of the cluster",
+		})
+	}
 	if !reflect.DeepEqual(ciliumValues(old), ciliumValues(c)) {
 		out = append(out, Requirement{
 			Permission: Permission{Verb: VerbUpdate, Resource: ResourceTalosClusters, Subresource: SubresourceCiliumValues, Namespace: c.Namespace, Name: c.Name},

@@ -237,6 +237,23 @@ func TestClusterRequirements(t *testing.T) {
 	}
 }
 
+func TestTeardownResetRequirement(t *testing.T) {
+	reset := cluster(func(c *ichorv1alpha1.TalosCluster) {
+		c.Annotations = map[string]string{ichorv1alpha1.TeardownResetMachinesAnnotation: "true"}
+	})
+	got := ClusterRequirements(cluster(), reset)
+	if len(got) != 1 || got[0].Permission.Verb != VerbResetNode || got[0].Permission.Resource != ResourceTalosOperations ||
+		!strings.Contains(got[0].Field, ichorv1alpha1.TeardownResetMachinesAnnotation) {
+		t.Errorf("setting the teardown reset: %+v", got)
+	}
+	if got := ClusterRequirements(reset, reset); len(got) != 0 {
+		t.Errorf("keeping it needs nothing more: %+v", got)
+	}
+	if got := ClusterRequirements(reset, cluster()); len(got) != 0 {
+		t.Errorf("removing it needs nothing more: %+v", got)
+	}
+}
+
 func TestDeleteProtection(t *testing.T) {
 	expect(t, ValidateClusterDelete(cluster()), map[string][]string{
 		"metadata.annotations[ichor.maesh.dev/allow-delete]": {`ichor.maesh.dev/allow-delete: "true"`},

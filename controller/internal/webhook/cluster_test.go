@@ -342,3 +342,29 @@ func TestPauseIsAnUpdateWithAShortReason(t *testing.T) {
 		delete(c.Annotations, ichorv1alpha1.PausedReasonAnnotation)
 	}))
 }
+
+// Rule: asking the teardown to reset every machine
+// (ichor.maesh.dev/teardown-reset-machines: "true") needs `reset-node` on
+// talosoperations, the verb of a node reset: an operator is refused, an admin may set it, and anyone who may
+// edit the cluster may take it away again.
+func TestTeardownResetNeedsResetNode(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	set := func(v string) func(*ichorv1alpha1.TalosCluster) {
+		return func(c *ichorv1alpha1.TalosCluster) {
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			if v == "" {
+				delete(c.Annotations, ichorv1alpha1.TeardownResetMachinesAnnotation)
+				return
+			}
+			c.Annotations[ichorv1alpha1.TeardownResetMachinesAnnotation] = v
+		}
+	}
+	err := update(t, operator, newCluster(ns, "c"), set("true"))
+	refused(t, err, "Forbidden", ichorv1alpha1.TeardownResetMachinesAnnotation, "`reset-node` on `talosoperations`", `user "otto"`)
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), set("true")))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), set("")))
+}

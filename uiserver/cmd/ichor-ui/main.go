@@ -196,16 +196,18 @@ func run() error {
 		// /metrics only for callers the API server authenticates and allows get on /metrics.
 		Registry: registry, MetricsAuth: server.KubeMetricsAuth(cfg, log),
 		// The UI API, one service each.
-		Cluster:       &api.ClusterService{Deps: deps},
-		Machines:      machines,
-		Encodings:     machines,
-		Nodes:         nodeSvc,
-		Operations:    &api.OperationService{Deps: deps},
-		Backups:       &api.BackupService{Deps: deps},
-		Settings:      &api.SettingsService{Deps: deps, ReadOnly: *settingsRO},
-		Reclaims:      &api.ReclaimService{Deps: deps, Credentials: own}, // the foreign talosconfig Secrets of "Reset and add"
-		Patches:       &api.PatchService{Deps: deps},
-		Health:        &nodes.Health{Nodes: nodeSvc, APIServer: cfg},
+		Cluster:    &api.ClusterService{Deps: deps},
+		Machines:   machines,
+		Encodings:  machines,
+		Nodes:      nodeSvc,
+		Operations: &api.OperationService{Deps: deps},
+		Backups:    &api.BackupService{Deps: deps},
+		Settings:   &api.SettingsService{Deps: deps, ReadOnly: *settingsRO},
+		Reclaims:   &api.ReclaimService{Deps: deps, Credentials: own}, // the foreign talosconfig Secrets of "Reset and add"
+		Patches:    &api.PatchService{Deps: deps},
+		Health:     &nodes.Health{Nodes: nodeSvc, APIServer: cfg},
+		// The admin-gated downloads: credentials requested as the user, Events and waits as ichor-ui.
+		Downloads:     &nodes.Downloads{Nodes: nodeSvc, Backend: own},
 		Authenticator: tokens,
 		Ready: func() bool {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)

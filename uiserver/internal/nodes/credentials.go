@@ -178,12 +178,33 @@ func (c *Credentials) request(f *inflight, prev *Issued) {
 }
 
 func (c *Credentials) deleteRequest(ctx context.Context, name string) {
-	tcr := &ichorv1alpha1.TalosCredentialRequest{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
-	// Best effort: the controller deletes answered requests after they expire anyway.
-	_ = client.IgnoreNotFound(c.Client.Delete(ctx, tcr))
+	deleteRequest(ctx, c.Client, c.Namespace, name)
 }
 
 func (c *Credentials) issue(ctx context.Context) (*Issued, error) {
+	return issue(ctx, issueRequest{
+		create: c.Client, read: c.Client, namespace: c.Namespace, cluster: c.ClusterName,
+		purpose: ichorv1alpha1.PurposeReader, generateName: "ichor-ui-reader-", duration: c.Duration,
+		what: "ichor-ui's reader", createForbidden: "its ClusterRole ichor-ui needs create on taloscredentialrequests",
+	})
+}
+
+// issueRequest is one TalosCredentialRequest to make and wait for.
+type issueRequest struct {
+	// create writes the request: ichor-ui itself for its reads, the
+	// signed-in user (impersonated) for a download, so that the webhook
+	// checks that user's permission; read waits for the answer (ichor-ui).
+	create, read          client.Client
+	namespace, cluster    string
+	purpose, generateName string
+	duration              time.Duration
+	what, createForbidden string
+}
+
+// issue makes a key pair in memory, asks the controller to sign its public
+// half, waits for the answer and returns the certificate with its key. The
+// private key never leaves the process.
+func issue(ctx context.Context, r issueRequest) (*Issued, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "making a key pair: %v", err)
@@ -196,52 +217,62 @@ func (c *Credentials) issue(ctx context.Context) (*Issued, error) {
 
 	tcr := &ichorv1alpha1.TalosCredentialRequest{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: c.Namespace, GenerateName: "ichor-ui-reader-",
+			Namespace: r.namespace, GenerateName: r.generateName,
 			Labels: map[string]string{LabelManagedBy: managedBy},
 		},
 		Spec: ichorv1alpha1.TalosCredentialRequestSpec{
-			ClusterName: c.ClusterName,
-			Purpose:     ichorv1alpha1.PurposeReader,
+			ClusterName: r.cluster,
+			Purpose:     r.purpose,
 			PublicKey:   string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})),
 		},
 	}
-	if c.Duration > 0 {
-		tcr.Spec.Duration = &metav1.Duration{Duration: c.Duration}
+	if r.duration > 0 {
+		tcr.Spec.Duration = &metav1.Duration{Duration: r.duration}
 	}
 
-	if err := c.Client.Create(ctx, tcr); err != nil {
+	if err := r.create.Create(ctx, tcr); err != nil {
 		if apierrors.IsForbidden(err) {
 			return nil, status.Errorf(codes.PermissionDenied,
-				"ichor-ui may not create its reader TalosCredentialRequest: %s; its ClusterRole ichor-ui needs create on taloscredentialrequests", apiMessage(err))
+				"%s TalosCredentialRequest was refused: %s; %s", r.what, apiMessage(err), r.createForbidden)
 		}
 
-		return nil, status.Errorf(codes.Unavailable, "creating ichor-ui's reader TalosCredentialRequest: %s", apiMessage(err))
+		return nil, status.Errorf(codes.Unavailable, "creating %s TalosCredentialRequest: %s", r.what, apiMessage(err))
 	}
 
-	answered, err := c.wait(ctx, tcr.Name)
+	del := func() { deleteRequest(context.WithoutCancel(ctx), r.read, r.namespace, tcr.Name) }
+
+	answered, err := wait(ctx, r.read, r.namespace, tcr.Name, r.what)
 	if err != nil {
-		c.deleteRequest(context.WithoutCancel(ctx), tcr.Name)
+		del()
 
 		return nil, err
 	}
 
 	keyDER, err := stdx509.MarshalECPrivateKey(key)
 	if err != nil {
+		del()
+
 		return nil, status.Errorf(codes.Internal, "encoding the private key: %v", err)
 	}
 
 	pair, err := tls.X509KeyPair([]byte(answered.Status.Certificate), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
 	if err != nil {
+		del()
+
 		return nil, status.Errorf(codes.Internal, "the certificate of TalosCredentialRequest %s does not match ichor-ui's key: %v", tcr.Name, err)
 	}
 
 	roots := stdx509.NewCertPool()
 	if !roots.AppendCertsFromPEM([]byte(answered.Status.CA)) {
+		del()
+
 		return nil, status.Errorf(codes.Internal, "the CA of TalosCredentialRequest %s does not parse", tcr.Name)
 	}
 
 	leaf, err := stdx509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
+		del()
+
 		return nil, status.Errorf(codes.Internal, "the certificate of TalosCredentialRequest %s does not parse: %v", tcr.Name, err)
 	}
 
@@ -253,13 +284,19 @@ func (c *Credentials) issue(ctx context.Context) (*Issued, error) {
 	}, nil
 }
 
+func deleteRequest(ctx context.Context, c client.Client, namespace, name string) {
+	tcr := &ichorv1alpha1.TalosCredentialRequest{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	// Best effort: the controller deletes answered requests after they expire anyway.
+	_ = client.IgnoreNotFound(c.Delete(ctx, tcr))
+}
+
 // wait polls the request with backoff until the controller answers.
-func (c *Credentials) wait(ctx context.Context, name string) (*ichorv1alpha1.TalosCredentialRequest, error) {
+func wait(ctx context.Context, c client.Client, namespace, name, what string) (*ichorv1alpha1.TalosCredentialRequest, error) {
 	delay := 50 * time.Millisecond
 	tcr := &ichorv1alpha1.TalosCredentialRequest{}
 
 	for {
-		err := c.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, tcr)
+		err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, tcr)
 
 		switch {
 		case err == nil:
@@ -269,10 +306,10 @@ func (c *Credentials) wait(ctx context.Context, name string) (*ichorv1alpha1.Tal
 
 			if d := apimeta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.DeniedCondition); d != nil && d.Status == metav1.ConditionTrue {
 				return nil, status.Errorf(codes.FailedPrecondition,
-					"the controller denied ichor-ui's reader credential (TalosCredentialRequest %s): %s", name, d.Message)
+					"the controller denied %s credential (TalosCredentialRequest %s): %s", what, name, d.Message)
 			}
 		case apierrors.IsNotFound(err):
-			return nil, status.Errorf(codes.Unavailable, "ichor-ui's TalosCredentialRequest %s disappeared before it was answered; try again", name)
+			return nil, status.Errorf(codes.Unavailable, "%s TalosCredentialRequest %s disappeared before it was answered; try again", what, name)
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		default:
 			// transient: keep polling until the deadline
@@ -281,7 +318,7 @@ func (c *Credentials) wait(ctx context.Context, name string) (*ichorv1alpha1.Tal
 		select {
 		case <-ctx.Done():
 			return nil, status.Errorf(codes.Unavailable,
-				"the controller did not sign ichor-ui's reader credential (TalosCredentialRequest %s) in time: is ichor-controller running?", name)
+				"the controller did not sign %s credential (TalosCredentialRequest %s) in time: is ichor-controller running?", what, name)
 		case <-time.After(delay):
 		}
 

@@ -72,6 +72,10 @@ type Options struct {
 	Health ichorv1.HealthServiceServer
 	// Backups implements BackupService (the Backups page).
 	Backups ichorv1.BackupServiceServer
+	// Downloads serves the admin-gated downloads of a node (support bundle,
+	// etcd snapshot, packet capture) at GET /api/v1/nodes/{name}/{kind}, as
+	// the signed-in user (nodes.Downloads); nil serves none.
+	Downloads http.Handler
 	// Encodings, when set with Machines, serves the shared list of machines
 	// from encodings made once per change (gRPC and REST).
 	Encodings Encodings
@@ -215,6 +219,11 @@ func New(opts Options) (*Server, error) {
 		if opts.Encodings != nil && opts.Machines != nil {
 			api.Get("/v1/machines", s.listMachinesREST)
 		}
+		if opts.Downloads != nil {
+			for _, kind := range DownloadRoutes {
+				api.Get("/v1/nodes/{name}/"+kind, s.httpAuth(opts.Downloads))
+			}
+		}
 		api.Mount("/", gw)
 	})
 	if opts.Mount != nil {
@@ -233,6 +242,26 @@ func New(opts Options) (*Server, error) {
 
 // Handler returns the router (for tests that serve it themselves).
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// DownloadRoutes are the download routes below /api/v1/nodes/{name}/.
+var DownloadRoutes = []string{"support-bundle", "etcd-snapshot", "packet-capture"}
+
+// httpAuth authenticates a plain HTTP request (a download) with the same
+// bearer token check as the API's calls and puts the user in its context.
+func (s *Server) httpAuth(next http.Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		md := metadata.MD{}
+		if v := r.Header.Get("Authorization"); v != "" {
+			md.Set("authorization", v)
+		}
+		ctx, err := s.authenticate(metadata.NewIncomingContext(r.Context(), md))
+		if err != nil {
+			writeAPIError(w, http.StatusUnauthorized, codes.Unauthenticated, status.Convert(err).Message())
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	}
+}
 
 // grpcDispatch sends gRPC requests (HTTP/2, application/grpc) to the gRPC server.
 func (s *Server) grpcDispatch(next http.Handler) http.Handler {

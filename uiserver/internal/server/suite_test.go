@@ -169,6 +169,7 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		// The kube-apiservers are asked at the envtest API server's port: a
 		// control plane at 127.0.0.1 is that one, the emulated node none.
 		Health:        &nodes.Health{Nodes: nodeSvc, APIServer: backendCfg, APIServerPort: apiServerPort(backendCfg.Host)},
+		Downloads:     &nodes.Downloads{Nodes: nodeSvc, Backend: direct},
 		Authenticator: tokens, Frontend: frontend.FS(),
 		Ready: func() bool { return true },
 		Mount: oidcIssuer.Mount, TokenCacheTTL: tokenCacheTTL,

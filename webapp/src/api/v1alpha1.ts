@@ -242,6 +242,7 @@ export const StoreInClusterReason = "StoreInCluster";
 export const StoreOutsideClusterReason = "StoreOutsideCluster";
 export const StoreUnavailableReason = "StoreUnavailable";
 export const SucceededReason = "Succeeded";
+export const TeardownResetMachinesAnnotation = "ichor.maesh.dev/teardown-reset-machines";
 export const TopologyTransitioningCondition = "TopologyTransitioning";
 export const TrustMaintenanceFingerprintAnnotation = "ichor.maesh.dev/trust-maintenance-fingerprint";
 export const UniqueIdentityReason = "UniqueIdentity";

@@ -13,6 +13,7 @@ import { Table, TBody, TD, TH, THead, TR } from "../components/ui/table";
 import { Alert } from "../components/ui/alert";
 import { ErrorAlert } from "../components/errors";
 import * as api from "../api/v1alpha1";
+import { EtcdSnapshotDownload } from "./node/downloads";
 
 /** condition finds a condition by type. */
 function condition(b: Backup, type: string) {
@@ -74,7 +75,7 @@ export function useBackups(client: Client, everyMs = 5000) {
  * enforce).
  */
 export function BackupsPage() {
-  const { client, canWrite, me, cluster } = useConsole();
+  const { client, canWrite, me, cluster, machines, download } = useConsole();
   const { data, error, reload } = useBackups(client);
   const [restore, setRestore] = useState<{ backup: Backup; snapshot: Snapshot } | null>(null);
   const admin = canAdmin(me?.groups);
@@ -88,6 +89,7 @@ export function BackupsPage() {
           Cluster {name} has no TalosEtcdBackup: create one (kubectl apply a TalosEtcdBackup) to take encrypted etcd snapshots on a schedule.
         </Alert>
       )}
+      {admin && download && <EtcdSnapshotDownload machines={machines} download={download} />}
       {(data?.backups ?? []).map((b) => (
         <BackupCard key={b.name} backup={b} canWrite={canWrite} admin={admin} onChange={reload} onRestore={(s) => setRestore({ backup: b, snapshot: s })} />
       ))}

@@ -113,3 +113,31 @@ describe("NodePage", () => {
     expect(ok.removals).toEqual([]);
   });
 });
+
+describe("NodePage downloads", () => {
+  async function showAs(groups: string[], m: Machine) {
+    const download = () => Promise.resolve({ blob: new Blob([]), filename: "x" });
+    const ctx = { client: client({}).c, machines: [m], synced: true, canWrite: true, me: { username: "ichor:u", groups }, download } as unknown as Console;
+    await act(() => {
+      render(
+        <ConsoleContext.Provider value={ctx}>
+          <NodePage name={m.name ?? ""} tab="summary" />
+        </ConsoleContext.Provider>,
+        root,
+      );
+    });
+    await settle();
+  }
+
+  it("offers the admin downloads to admins on a running node, not to operators or viewers", async () => {
+    const running = { ...w1, address: "10.0.0.2" };
+    await showAs(["ichor:admin"], running);
+    expect(q('[data-testid="node-downloads"]')).not.toBeNull();
+    await showAs(["ichor:operator"], running);
+    expect(q('[data-testid="node-downloads"]')).toBeNull();
+    await showAs(["ichor:viewer"], running);
+    expect(q('[data-testid="node-downloads"]')).toBeNull();
+    await showAs(["ichor:admin"], { ...running, stage: api.StageInstalling });
+    expect(q('[data-testid="node-downloads"]')).toBeNull();
+  });
+});

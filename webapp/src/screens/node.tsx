@@ -13,10 +13,12 @@ import { Configuration } from "./node/config";
 import { RemoveDialog } from "./node/remove";
 import { NodeActionDialog } from "./node/actions";
 import { offersNodeActions } from "../lib/nodeops";
+import { canAdmin } from "../lib/operations";
+import { NodeDownloads, offersDownloads } from "./node/downloads";
 
 /** NodePage is one machine: its header, the tab the address names, the node action and remove dialogs. */
 export function NodePage({ name, tab }: { name: string; tab: string }) {
-  const { machines, synced, canWrite, client } = useConsole();
+  const { machines, synced, canWrite, client, me, download } = useConsole();
   const [removing, setRemoving] = useState(false);
   const [action, setAction] = useState("");
   const m = machines.find((x) => x.name === name);
@@ -44,6 +46,7 @@ export function NodePage({ name, tab }: { name: string; tab: string }) {
         {active === "config" && <Configuration m={m} client={client} />}
         {active === "logs" && <LogsTab m={m} client={client} />}
       </div>
+      {download && offersDownloads(m, canAdmin(me?.groups), download) && <NodeDownloads m={m} download={download} />}
       {action && <NodeActionDialog client={client} m={m} action={action} onClose={() => setAction("")} />}
       <RemoveDialog
         m={m}

@@ -36,6 +36,9 @@ func (r *Reconciler) remove(ctx context.Context, s *scope) (ctrl.Result, error) 
 		// (controller/internal/controller/teardown).
 		switch c, err := r.cluster(ctx, m); {
 		case err == nil && !c.DeletionTimestamp.IsZero(), apierrors.IsNotFound(err):
+			if m.Status.ResetRequestedAt != nil {
+				return ctrl.Result{}, r.dropFinalizer(m, "its cluster is being torn down and the teardown reset it")
+			}
 			if m.Status.ConfigSentAt != nil || provisioned(m) {
 				warnf(r, m, ichorv1alpha1.RemovedWithoutWipeReason, "Remove",
 					"cluster %s is being torn down: %s was left as it is, not drained and not reset; it still runs the cluster's configuration",

@@ -6,18 +6,22 @@
 //  1. the cluster's TalosOperations (nothing new starts on the nodes);
 //  2. its TalosEtcdBackups and TalosCredentialRequests (the snapshots in the
 //     stores are outside the cluster and stay);
-//  3. its TalosMachines, each with allow-delete: their own finalizer sees
+//  3. only when the cluster carries ichor.maesh.dev/teardown-reset-machines:
+//     "true", a graceful reset of each machine that runs its configuration,
+//     recorded in the machine's status before it is sent (reset.go);
+//  4. its TalosMachines, each with allow-delete: their own finalizer sees
 //     the cluster going and leaves the node as it is, neither drained nor
 //     reset (lifecycle, remove.go);
-//  4. its TalosConfigPatches and the cluster lock's Lease;
-//  5. last, the secrets bundle Secret (spec.secretsBundleRef), only when no
+//  5. its TalosConfigPatches and the cluster lock's Lease;
+//  6. last, the secrets bundle Secret (spec.secretsBundleRef), only when no
 //     machine was left running the cluster: otherwise it is kept, with a
 //     Warning Event, because it holds the only copy of the CAs of a cluster
 //     that still runs;
 //
 // and then drops the finalizer. Each step deletes what remains and waits
 // until it is gone, so a controller restarted at any point resumes at the
-// first step with something left. No Talos call is made.
+// first step with something left. No Talos call is made unless the resets
+// are asked.
 package teardown
 
 import (
@@ -39,10 +43,14 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 // ControllerName names the controller in Events and logs.
 const ControllerName = "ichor-teardown"
+
+// annotationTrue is the value of a consent annotation that gives it.
+const annotationTrue = "true"
 
 // pollWait is how long a step waits before it looks again at what it deleted.
 const pollWait = 2 * time.Second
@@ -67,6 +75,7 @@ const (
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosoperations;talosetcdbackups;taloscredentialrequests;talosconfigpatches,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;delete
 
@@ -74,6 +83,9 @@ const (
 type Reconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	// Dialer reaches the nodes for the resets the teardown-reset-machines
+	// annotation asks; nil dials Talos's port with the bundle's admin identity.
+	Dialer *talos.Dialer
 }
 
 // SetupWithManager registers the controller: it sees TalosClusters only.
@@ -107,7 +119,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	for _, step := range []func(context.Context, *ichorv1alpha1.TalosCluster) (bool, error){
-		r.operations, r.backupsAndCredentials, r.machines, r.configuration, r.bundle,
+		r.operations, r.backupsAndCredentials, r.resetMachines, r.machines, r.configuration, r.bundle,
 	} {
 		done, err := step(ctx, c)
 		if err != nil {
@@ -220,7 +232,7 @@ func (r *Reconciler) machines(ctx context.Context, c *ichorv1alpha1.TalosCluster
 	// their CAs.
 	var running []string
 	for _, m := range ms {
-		if m.Status.ConfigSentAt != nil || meta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ProvisionedCondition) {
+		if leftRunning(m) {
 			running = append(running, m.Name)
 		}
 	}
@@ -236,14 +248,14 @@ func (r *Reconciler) machines(ctx context.Context, c *ichorv1alpha1.TalosCluster
 		}
 	}
 	for _, m := range ms {
-		if !m.DeletionTimestamp.IsZero() || m.Annotations[ichorv1alpha1.AllowDeleteAnnotation] == "true" {
+		if !m.DeletionTimestamp.IsZero() || m.Annotations[ichorv1alpha1.AllowDeleteAnnotation] == annotationTrue {
 			continue
 		}
 		patch := client.MergeFrom(m.DeepCopy())
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}
 		}
-		m.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = "true"
+		m.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = annotationTrue
 		if err := r.Client.Patch(ctx, m, patch); err != nil && !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("allowing the deletion of TalosMachine %s: %w", m.Name, err)
 		}

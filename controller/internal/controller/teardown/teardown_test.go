@@ -161,7 +161,10 @@ func deleteCluster(t *testing.T, c *ichorv1alpha1.TalosCluster) {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
 			return err
 		}
-		c.Annotations = map[string]string{ichorv1alpha1.AllowDeleteAnnotation: "true"}
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[ichorv1alpha1.AllowDeleteAnnotation] = "true"
 		return k8s.Update(ctx, c)
 	}))
 	testenv.Must(t, k8s.Delete(ctx, c))
