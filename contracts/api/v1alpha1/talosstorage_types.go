@@ -25,6 +25,15 @@ const (
 	StoragePresetFilesystem = "filesystem"
 )
 
+// Disk registrations of a TalosStorage (spec.diskRegistration).
+const (
+	// DiskRegistrationNodeLabels hands the disks over through the storage
+	// system's own Node label and annotation (the default).
+	DiskRegistrationNodeLabels = "NodeLabels"
+	// DiskRegistrationNone leaves registering the disks to the user.
+	DiskRegistrationNone = "None"
+)
+
 // TalosStorageSpec is a thin integration with a storage system.
 type TalosStorageSpec struct {
 	// clusterName is the TalosCluster, in the same namespace, the storage integration belongs to.
@@ -40,7 +49,11 @@ type TalosStorageSpec struct {
 	// +optional
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 	// diskRegistration is how disks are handed to the storage system: NodeLabels
-	// (its own node label and annotation mechanism) or None.
+	// (its own node label and annotation mechanism; the default) or None. For
+	// longhorn-v1, NodeLabels makes Talos label the Node
+	// node.longhorn.io/create-default-disk=config and annotate it with
+	// node.longhorn.io/default-disks-config, which Longhorn honours only with
+	// its setting create-default-disk-labeled-nodes true (StorageConsistent).
 	// +optional
 	// +kubebuilder:validation:Enum=NodeLabels;None
 	DiskRegistration string `json:"diskRegistration,omitempty"`
