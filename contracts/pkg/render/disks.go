@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"strings"
 
 	blockcfg "github.com/siderolabs/talos/pkg/machinery/config/types/block"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -126,4 +127,109 @@ func sharedEphemeralDoc(m *ichorv1alpha1.TalosMachine) (doc, error) {
 	}
 
 	return multidoc("VolumeConfig", doc{keyName: constants.EphemeralPartitionLabel, keyProvisioning: doc{"maxSize": size, "grow": false}}), nil
+}
+
+// VolumeIntent is a volume the render places on a disk, by its VolumeStatus
+// ID on the node (EPHEMERAL, u-<name> for a user volume, r-<name> for a raw
+// one), with the spec fields that place and size it.
+type VolumeIntent struct {
+	// ID is the volume's VolumeStatus ID.
+	ID string
+	// Disk selects the disk; nil is Talos's default, the system disk.
+	Disk *ichorv1alpha1.DiskSelector
+	// MaxSize is the rendered maxSize ("" for none).
+	MaxSize string
+	// DiskPath and SizePath are the spec fields behind Disk and MaxSize.
+	DiskPath, SizePath string
+	// Storage is true for a volume a storage preset makes.
+	Storage bool
+}
+
+// VolumeIntents are the volumes the render of machine m places on its disks:
+// EPHEMERAL (an ephemeral disk role, or the shared layout's cap), the user
+// volumes of its disk roles, and the volumes of the storage preset of the
+// TalosStorages selecting it, in that order.
+func VolumeIntents(m *ichorv1alpha1.TalosMachine, storages []ichorv1alpha1.TalosStorage) ([]VolumeIntent, error) {
+	var out []VolumeIntent
+
+	if SharedLayout(m) {
+		size, path, err := SharedEphemeralMaxSize(m)
+		if err != nil {
+			return nil, err
+		}
+
+		out = append(out, VolumeIntent{ID: constants.EphemeralPartitionLabel, MaxSize: size, DiskPath: "spec.install.disk", SizePath: path})
+	}
+
+	for i, d := range m.Spec.Disks {
+		var id string
+
+		switch d.Role {
+		case ichorv1alpha1.DiskRoleEphemeral:
+			id = constants.EphemeralPartitionLabel
+		case ichorv1alpha1.DiskRoleUserVolume:
+			id = constants.UserVolumePrefix + d.VolumeName
+		default:
+			continue
+		}
+
+		size := d.MaxSize
+		if size == "" && d.Role == ichorv1alpha1.DiskRoleUserVolume {
+			size = storageFullSize
+		}
+
+		out = append(out, VolumeIntent{
+			ID: id, Disk: &m.Spec.Disks[i].Disk, MaxSize: size,
+			DiskPath: fmt.Sprintf("spec.disks[%d].disk", i), SizePath: fmt.Sprintf("spec.disks[%d].maxSize", i),
+		})
+	}
+
+	presets, err := selectedPresets(m, storages)
+	if err != nil {
+		return nil, err
+	}
+
+	kind, base := diskPreset(presets)
+	if kind == "" {
+		return out, nil
+	}
+
+	prefix := constants.UserVolumePrefix
+	if kind == "RawVolumeConfig" {
+		prefix = constants.RawVolumePrefix
+	}
+
+	for _, v := range storageVolumeList(m, base) {
+		size := v.Disk.MaxSize
+		if size == "" {
+			size = storageFullSize
+		}
+
+		in := VolumeIntent{ID: prefix + v.Name, Disk: &v.Disk.Disk, MaxSize: size, Storage: true}
+		if v.Disk.Index < 0 {
+			in.DiskPath, in.SizePath = "spec.install.disk", "spec.install.systemDiskLayout"
+		} else {
+			in.DiskPath, in.SizePath = fmt.Sprintf("spec.disks[%d].disk", v.Disk.Index), fmt.Sprintf("spec.disks[%d].maxSize", v.Disk.Index)
+		}
+
+		out = append(out, in)
+	}
+
+	return out, nil
+}
+
+// DiskMatches reports whether the disk selector s names disk d.
+func DiskMatches(s ichorv1alpha1.DiskSelector, d ichorv1alpha1.DiscoveredDisk) bool {
+	switch {
+	case s.WWID != "":
+		return s.WWID == d.WWID
+	case s.Serial != "":
+		return s.Serial == d.Serial
+	case s.ByID != "":
+		return strings.TrimPrefix(s.ByID, "/dev/disk/by-id/") == strings.TrimPrefix(d.ByID, "/dev/disk/by-id/")
+	case s.BusPath != "":
+		return s.BusPath == d.BusPath
+	default:
+		return s.DevicePath != "" && s.DevicePath == d.DevicePath
+	}
 }

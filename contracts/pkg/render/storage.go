@@ -93,6 +93,42 @@ var LonghornV2KernelModules = []string{"nvme_tcp", "vfio_pci", "uio_pci_generic"
 // longhorn-v1, filesystem and raw each claim the machine's storage disks, so
 // two of them selecting one machine is an error naming both.
 func storageDocs(m *ichorv1alpha1.TalosMachine, storages []ichorv1alpha1.TalosStorage, vc *coreconfig.VersionContract) ([]doc, error) {
+	presets, err := selectedPresets(m, storages)
+	if err != nil {
+		return nil, err
+	}
+
+	var out []doc
+
+	if len(presets[ichorv1alpha1.StoragePresetLonghornV2]) > 0 {
+		out = append(out, longhornV2Docs(vc)...)
+	}
+
+	kind, base := diskPreset(presets)
+	if kind == "" {
+		return out, nil
+	}
+
+	vols, names, err := storageVolumes(m, kind, base)
+	if err != nil {
+		return nil, err
+	}
+
+	out = append(out, vols...)
+
+	if len(presets[ichorv1alpha1.StoragePresetLonghornV1]) > 0 {
+		if reg := longhornRegistration(storages, m, names, vc); reg != nil {
+			out = append(out, reg)
+		}
+	}
+
+	return out, nil
+}
+
+// selectedPresets are the presets of the TalosStorages selecting m, each
+// with the names of those TalosStorages. longhorn-v1, filesystem and raw each
+// claim the machine's storage disks, so two of them is an error naming both.
+func selectedPresets(m *ichorv1alpha1.TalosMachine, storages []ichorv1alpha1.TalosStorage) (map[string][]string, error) {
 	presets := map[string][]string{}
 
 	for i := range storages {
@@ -119,41 +155,23 @@ func storageDocs(m *ichorv1alpha1.TalosMachine, storages []ichorv1alpha1.TalosSt
 			"change their spec.nodeSelector so that one of them selects the machine", m.Name, strings.Join(claims, " and "))
 	}
 
-	var out []doc
+	return presets, nil
+}
 
-	if len(presets[ichorv1alpha1.StoragePresetLonghornV2]) > 0 {
-		out = append(out, longhornV2Docs(vc)...)
-	}
-
+// diskPreset is the volume document kind and base name the selected presets
+// make of the storage disks; "" when none claims them (longhorn-v2 takes its
+// disks whole, without a volume).
+func diskPreset(presets map[string][]string) (kind, base string) {
 	switch {
 	case len(presets[ichorv1alpha1.StoragePresetLonghornV1]) > 0:
-		vols, names, err := storageVolumes(m, "UserVolumeConfig", LonghornVolumeName)
-		if err != nil {
-			return nil, err
-		}
-
-		out = append(out, vols...)
-
-		if reg := longhornRegistration(storages, m, names, vc); reg != nil {
-			out = append(out, reg)
-		}
+		return "UserVolumeConfig", LonghornVolumeName
 	case len(presets[ichorv1alpha1.StoragePresetFilesystem]) > 0:
-		vols, _, err := storageVolumes(m, "UserVolumeConfig", StorageVolumeName)
-		if err != nil {
-			return nil, err
-		}
-
-		out = append(out, vols...)
+		return "UserVolumeConfig", StorageVolumeName
 	case len(presets[ichorv1alpha1.StoragePresetRaw]) > 0:
-		vols, _, err := storageVolumes(m, "RawVolumeConfig", StorageVolumeName)
-		if err != nil {
-			return nil, err
-		}
-
-		out = append(out, vols...)
+		return "RawVolumeConfig", StorageVolumeName
+	default:
+		return "", ""
 	}
-
-	return out, nil
 }
 
 // longhornV2Docs are the huge pages and kernel modules of Longhorn's V2 data
@@ -191,6 +209,44 @@ func longhornV2Docs(vc *coreconfig.VersionContract) []doc {
 // EPHEMERAL leaves (100% of the space available once EPHEMERAL, provisioned
 // in the earlier wave, has its share).
 func storageVolumes(m *ichorv1alpha1.TalosMachine, kind, base string) ([]doc, []string, error) {
+	var (
+		out   []doc
+		names []string
+	)
+
+	for _, v := range storageVolumeList(m, base) {
+		prov, err := volumeProvisioning(v.Disk.DiskRole)
+		if err != nil {
+			return nil, nil, fmt.Errorf("machine %s: %s: %w", m.Name, v.Disk.path(), err)
+		}
+
+		if v.Disk.MaxSize == "" {
+			// Machinery requires a size on a partition volume and takes a
+			// relative one (config/types/block volume_config.go,
+			// ProvisioningSpec.Validate).
+			prov["maxSize"] = storageFullSize
+		}
+
+		out = append(out, multidoc(kind, doc{keyName: v.Name, keyProvisioning: prov}))
+		names = append(names, v.Name)
+	}
+
+	return out, names, nil
+}
+
+// storageFullSize is the maxSize of a storage volume without one: the whole
+// disk (what is available on it).
+const storageFullSize = "100%"
+
+// storageVolume is a storage disk and the name of its volume.
+type storageVolume struct {
+	Name string
+	Disk storageDisk
+}
+
+// storageVolumeList names m's storage disks' volumes base, base-2, ...,
+// skipping a name a userVolume disk role already creates.
+func storageVolumeList(m *ichorv1alpha1.TalosMachine, base string) []storageVolume {
 	taken := map[string]bool{}
 
 	for _, d := range m.Spec.Disks {
@@ -199,10 +255,7 @@ func storageVolumes(m *ichorv1alpha1.TalosMachine, kind, base string) ([]doc, []
 		}
 	}
 
-	var (
-		out   []doc
-		names []string
-	)
+	var out []storageVolume
 
 	next := 1
 
@@ -216,24 +269,10 @@ func storageVolumes(m *ichorv1alpha1.TalosMachine, kind, base string) ([]doc, []
 		}
 
 		taken[name] = true
-
-		prov, err := volumeProvisioning(d.DiskRole)
-		if err != nil {
-			return nil, nil, fmt.Errorf("machine %s: %s: %w", m.Name, d.path(), err)
-		}
-
-		if d.MaxSize == "" {
-			// Machinery requires a size on a partition volume and takes a
-			// relative one (config/types/block volume_config.go,
-			// ProvisioningSpec.Validate).
-			prov["maxSize"] = "100%"
-		}
-
-		out = append(out, multidoc(kind, doc{keyName: name, keyProvisioning: prov}))
-		names = append(names, name)
+		out = append(out, storageVolume{Name: name, Disk: d})
 	}
 
-	return out, names, nil
+	return out
 }
 
 // storageDisk is a disk a storage preset makes a volume of: a spec.disks
