@@ -10,11 +10,11 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	genoptional "github.com/siderolabs/gen/optional"
-	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
-	cfgiface "github.com/siderolabs/talos/pkg/machinery/config/config"
 	blockpb "github.com/siderolabs/talos/pkg/machinery/api/resource/definitions/block"
 	"github.com/siderolabs/talos/pkg/machinery/cel"
 	"github.com/siderolabs/talos/pkg/machinery/cel/celenv"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	cfgiface "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/imager/quirks"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
@@ -389,9 +389,9 @@ func setManifests(ctx context.Context, st state.State, cfg talosconfig.Provider)
 // m:imager/quirks PartitionSizes).
 type systemVolume struct {
 	id    string
-	size      uint64
-	fs        block.FilesystemType
-	mount     string
+	size  uint64
+	fs    block.FilesystemType
+	mount string
 }
 
 // setVolumeStatuses fills VolumeStatus (runtime namespace) of a configured, installed machine
