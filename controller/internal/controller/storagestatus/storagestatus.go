@@ -107,7 +107,7 @@ func (r *Reconciler) storagesOf(ctx context.Context, o client.Object) []ctrlreco
 func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosStorage] {
 	return &reconcile.Controller[*ichorv1alpha1.TalosStorage]{
 		Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
-		New:     func() *ichorv1alpha1.TalosStorage { return &ichorv1alpha1.TalosStorage{} },
+		New: func() *ichorv1alpha1.TalosStorage { return &ichorv1alpha1.TalosStorage{} },
 		Owned: []string{
 			ichorv1alpha1.ExtensionsPresentCondition, ichorv1alpha1.NodesPreparedCondition, ichorv1alpha1.StorageConsistentCondition,
 		},
