@@ -44,7 +44,7 @@ func ParseVolumeSize(s string) (VolumeSize, error) {
 
 	switch {
 	case sz.PercentageSize != nil:
-		raw, _ := sz.PercentageSize.MarshalText() //nolint:errcheck // never fails
+		raw, _ := sz.PercentageSize.MarshalText() // never fails: it returns what it parsed
 
 		return VolumeSize{Percent: sz.PercentageSize.Value(), Relative: true, Negative: len(raw) > 0 && raw[0] == '-'}, nil
 	case sz.ByteSize != nil:

@@ -255,11 +255,11 @@ func storageVolumeList(m *ichorv1alpha1.TalosMachine, base string) []storageVolu
 		}
 	}
 
-	var out []storageVolume
-
+	disks := storageDisks(m)
+	out := make([]storageVolume, 0, len(disks))
 	next := 1
 
-	for _, d := range storageDisks(m) {
+	for _, d := range disks {
 		name := ""
 		for ; name == "" || taken[name]; next++ {
 			name = base
@@ -369,7 +369,7 @@ func longhornRegistration(storages []ichorv1alpha1.TalosStorage, m *ichorv1alpha
 		disks = append(disks, LonghornDisk{Name: n, Path: constants.UserVolumeMountPoint + "/" + n, AllowScheduling: true})
 	}
 
-	raw, _ := json.Marshal(disks) //nolint:errcheck,errchkjson // plain strings and a bool
+	raw, _ := json.Marshal(disks) //nolint:errchkjson // plain strings and a bool
 
 	labels := doc{LonghornCreateDefaultDiskLabel: LonghornCreateDefaultDiskConfig}
 	annotations := doc{LonghornDefaultDisksConfigAnnotation: string(raw)}

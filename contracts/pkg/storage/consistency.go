@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// Longhorn's setting that makes it honour the Node label and annotation
+// LonghornSettingResource is where Longhorn keeps the setting that makes it honour the Node label and annotation
 // Ichor's disk registration writes (render.LonghornCreateDefaultDiskLabel):
 // settings.longhorn.io/v1beta2 create-default-disk-labeled-nodes in
 // longhorn-system, whose top-level value is "true" or "false"

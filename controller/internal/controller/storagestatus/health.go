@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -238,7 +237,7 @@ func (r *Reconciler) longhornSetting(ctx context.Context, cl *ichorv1alpha1.Talo
 		return storage.LonghornSetting{}, err
 	}
 
-	value, _, _ := unstructured.NestedString(obj.Object, "value") //nolint:errcheck // a missing or odd value is not "true"
+	value, _, _ := unstructured.NestedString(obj.Object, "value") // a missing or odd value is not "true"
 
 	return storage.LonghornSetting{Served: true, Found: true, Value: value}, nil
 }

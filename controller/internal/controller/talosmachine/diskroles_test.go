@@ -14,10 +14,12 @@ import (
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
-// diskRoles waits until the machine's DiskRolesEffective has status want,
+// diskRoles waits until diskMachine's DiskRolesEffective has status want,
 // for its current generation, and returns it.
-func diskRoles(t *testing.T, name string, want metav1.ConditionStatus) *metav1.Condition {
+func diskRoles(t *testing.T, want metav1.ConditionStatus) *metav1.Condition {
 	t.Helper()
+
+	const name = diskMachine
 
 	var c *metav1.Condition
 
@@ -68,7 +70,7 @@ func nodeVolume(t *testing.T, name, id, parent string) {
 func TestTalosMachineReconciler_DiskRolesEffective(t *testing.T) {
 	const name = diskMachine
 
-	diskRoles(t, name, metav1.ConditionTrue)
+	diskRoles(t, metav1.ConditionTrue)
 
 	role := func(serial, maxSize string) []ichorv1alpha1.DiskRole {
 		return []ichorv1alpha1.DiskRole{{
@@ -78,20 +80,20 @@ func TestTalosMachineReconciler_DiskRolesEffective(t *testing.T) {
 
 	t.Cleanup(func() {
 		setDisks(t, name, nil)
-		diskRoles(t, name, metav1.ConditionTrue)
+		diskRoles(t, metav1.ConditionTrue)
 		inSync(t, name)
 	})
 
 	setDisks(t, name, role("DATA-A", "20GiB"))
 	nodeVolume(t, name, "u-data", "/dev/sda")
 
-	if c := diskRoles(t, name, metav1.ConditionTrue); c.Reason != storage.DiskRolesInEffectReason {
+	if c := diskRoles(t, metav1.ConditionTrue); c.Reason != storage.DiskRolesInEffectReason {
 		t.Fatalf("provisioned as asked: %+v", c)
 	}
 
 	setDisks(t, name, role("DATA-B", "10GiB"))
 
-	c := diskRoles(t, name, metav1.ConditionFalse)
+	c := diskRoles(t, metav1.ConditionFalse)
 	if c.Reason != ichorv1alpha1.AcceptedNoEffectReason {
 		t.Errorf("reason %s, want %s", c.Reason, ichorv1alpha1.AcceptedNoEffectReason)
 	}
@@ -117,5 +119,5 @@ func TestTalosMachineReconciler_DiskRolesEffective(t *testing.T) {
 
 	// Putting the fields back is the other way out.
 	setDisks(t, name, role("DATA-A", "20GiB"))
-	diskRoles(t, name, metav1.ConditionTrue)
+	diskRoles(t, metav1.ConditionTrue)
 }
