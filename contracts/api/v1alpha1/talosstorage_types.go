@@ -40,6 +40,7 @@ const (
 )
 
 // TalosStorageSpec is a thin integration with a storage system.
+// +kubebuilder:validation:XValidation:rule="!has(self.diskRegistration) || self.diskRegistration != 'NodeLabels' || self.preset == 'longhorn-v1'",message="spec.diskRegistration: NodeLabels registers disks through Longhorn's Node label and annotation, which only the longhorn-v1 preset renders: leave it empty or set None, and hand the disks to the storage system yourself"
 type TalosStorageSpec struct {
 	// clusterName is the TalosCluster, in the same namespace, the storage integration belongs to.
 	// +required

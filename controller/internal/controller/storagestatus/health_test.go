@@ -230,3 +230,28 @@ func TestStorageConsistent(t *testing.T) {
 	storageCondition(t, "registering", ichorv1alpha1.StorageConsistentCondition, want(metav1.ConditionTrue, storage.StorageConsistentReason))
 	storageCondition(t, "unregistered", ichorv1alpha1.StorageConsistentCondition, want(metav1.ConditionTrue, storage.NoRegistrationReason))
 }
+
+// TestDiskRegistrationNeedsLonghornV1: the API server refuses
+// diskRegistration NodeLabels on a preset without a Node registration Ichor
+// renders, naming the way out; longhorn-v1 and None are admitted.
+func TestDiskRegistrationNeedsLonghornV1(t *testing.T) {
+	ctx := context.Background()
+
+	mk := func(name, preset, reg string) *ichorv1alpha1.TalosStorage {
+		return &ichorv1alpha1.TalosStorage{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: ichorv1alpha1.TalosStorageSpec{
+				ClusterName: cluster, Preset: preset, DiskRegistration: reg,
+				NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"none": "none"}},
+			},
+		}
+	}
+
+	err := k8s.Create(ctx, mk("raw-labels", ichorv1alpha1.StoragePresetRaw, ichorv1alpha1.DiskRegistrationNodeLabels))
+	if err == nil || !strings.Contains(err.Error(), "only the longhorn-v1 preset renders") || !strings.Contains(err.Error(), "set None") {
+		t.Fatalf("raw with NodeLabels: %v, want the refusal with its way out", err)
+	}
+
+	testenv.Must(t, k8s.Create(ctx, mk("raw-none", ichorv1alpha1.StoragePresetRaw, ichorv1alpha1.DiskRegistrationNone)))
+	testenv.Must(t, k8s.Create(ctx, mk("lh-labels", ichorv1alpha1.StoragePresetLonghornV1, ichorv1alpha1.DiskRegistrationNodeLabels)))
+}
