@@ -9,11 +9,16 @@ import (
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
+	genoptional "github.com/siderolabs/gen/optional"
+	blockpb "github.com/siderolabs/talos/pkg/machinery/api/resource/definitions/block"
+	"github.com/siderolabs/talos/pkg/machinery/cel"
+	"github.com/siderolabs/talos/pkg/machinery/cel/celenv"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	cfgiface "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/imager/quirks"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	talosproto "github.com/siderolabs/talos/pkg/machinery/proto"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
@@ -56,17 +61,11 @@ func (m *Machine) refreshDerived(ctx context.Context) error {
 		return err
 	}
 
-	var volumeDisk *diskHW
-
-	if cfg != nil && installed {
-		for i := range disks {
-			if disks[i].Name == systemDisk {
-				volumeDisk = &disks[i]
-			}
-		}
+	if !installed {
+		cfg = nil
 	}
 
-	if err := setVolumeStatuses(ctx, m.st, cfg, volumeDisk); err != nil {
+	if err := setVolumeStatuses(ctx, m.st, cfg, disks, systemDisk); err != nil {
 		return err
 	}
 
@@ -389,82 +388,40 @@ func setManifests(ctx context.Context, st state.State, cfg talosconfig.Provider)
 // (t:internal/pkg/partition/partition.go: EFI, META, STATE, EPHEMERAL, sized by
 // m:imager/quirks PartitionSizes).
 type systemVolume struct {
-	id, label string
-	size      uint64
-	fs        block.FilesystemType
-	mount     string
+	id    string
+	size  uint64
+	fs    block.FilesystemType
+	mount string
 }
 
-// setVolumeStatuses fills VolumeStatus (runtime namespace) for the system volumes META, STATE
-// and EPHEMERAL and for each UserVolumeConfig ("u-<name>") of a configured, installed
-// machine, as t:internal/app/machined/pkg/controllers/block/volume_manager.go reports them
-// once provisioned: phase ready, the partition on the system disk, its size, filesystem and
-// mount point. EPHEMERAL takes the rest of the disk after the user volumes.
-func setVolumeStatuses(ctx context.Context, st state.State, cfg talosconfig.Provider, disk *diskHW) error {
+// setVolumeStatuses fills VolumeStatus (runtime namespace) of a configured, installed machine
+// as t:internal/app/machined/pkg/controllers/block/internal/volumes (locate.go, partition.go,
+// grow.go) reports them once provisioned: phase ready, the partition, its disk, size,
+// filesystem and mount point.
+//
+//   - A volume that exists is located by its label and kept where and as large as it is,
+//     whatever its document now says (locate.go: discovered volumes are matched by the
+//     locator before the disk selector is read; a partition never shrinks).
+//   - EFI, META and STATE are on the system disk; EPHEMERAL on the disk its VolumeConfig
+//     selects (the system disk by default, volumeconfig/system_volumes.go), before user
+//     volumes (the system disk's wave comes first), taking its maxSize of the free space or,
+//     without one, all of it (grow defaults to true).
+//   - Each UserVolumeConfig ("u-<name>") and RawVolumeConfig ("r-<name>") is placed on the
+//     first disk its CEL selector matches (celenv.DiskLocator over the Disk resource, with
+//     system_disk) that has free space, sized by maxSize (bytes, a percentage of the free
+//     space, or negative: space to leave free, PartitionSpec.ResolveMaxSize) or its minSize;
+//     a volume no disk matches is failed, as Talos reports "no disks matched for volume".
+func setVolumeStatuses(ctx context.Context, st state.State, cfg talosconfig.Provider, disks []diskHW, systemDisk string) error {
 	want := map[string]block.VolumeStatusSpec{}
 
-	if cfg != nil && disk != nil {
-		ps := quirks.New("").PartitionSizes()
-		vols := make([]systemVolume, 0, 4+len(cfg.UserVolumeConfigs()))
-		vols = append(vols, []systemVolume{
-			{id: "EFI", label: constants.EFIPartitionLabel, size: ps.UKIEFISize(), fs: block.FilesystemTypeVFAT},
-			{id: constants.MetaPartitionLabel, label: constants.MetaPartitionLabel, size: ps.METASize(), fs: block.FilesystemTypeNone},
-			{id: constants.StatePartitionLabel, label: constants.StatePartitionLabel, size: ps.StateSize(), fs: block.FilesystemTypeXFS, mount: constants.StateMountPoint},
-			{id: constants.EphemeralPartitionLabel, label: constants.EphemeralPartitionLabel, fs: block.FilesystemTypeXFS, mount: constants.EphemeralMountPoint},
-		}...)
-
-		var used uint64 = 1 << 20 // GPT and alignment
-
-		for _, v := range vols {
-			used += v.size
+	if cfg != nil {
+		p, err := newVolumePlacer(ctx, st, disks, systemDisk)
+		if err != nil {
+			return err
 		}
 
-		for _, uv := range cfg.UserVolumeConfigs() {
-			size := uint64(1 << 30)
-
-			if p := uv.Provisioning(); p != nil {
-				if v, ok := p.MaxSize().Get(); ok && v > 0 {
-					size = v
-				} else if v, ok := p.MinSize().Get(); ok && v > 0 {
-					size = v
-				}
-			}
-
-			used += size
-			vols = append(vols, systemVolume{
-				id: constants.UserVolumePrefix + uv.Name(), label: constants.UserVolumePrefix + uv.Name(),
-				size: size, fs: block.FilesystemTypeXFS, mount: constants.UserVolumeMountPoint + "/" + uv.Name(),
-			})
-		}
-
-		if disk.Size > used {
-			vols[3].size = disk.Size - used
-		}
-
-		for i, v := range vols {
-			// EFI, META, STATE, EPHEMERAL are partitions 1-4, user volumes follow
-			idx := i + 1
-			part := partitionPath(disk.Name, idx)
-
-			spec := block.VolumeStatusSpec{
-				Phase:          block.VolumePhaseReady,
-				Type:           block.VolumeTypePartition,
-				Location:       part,
-				MountLocation:  part,
-				PartitionIndex: idx,
-				ParentLocation: "/dev/" + disk.Name,
-				UUID:           seed(disk.Name+v.id, "fs-uuid")[:36],
-				PartitionUUID:  seed(disk.Name+v.id, "part-uuid")[:36],
-				Size:           v.size,
-				PrettySize:     humanSize(v.size),
-				Filesystem:     v.fs,
-			}
-
-			if v.mount != "" {
-				spec.MountSpec = block.MountSpec{TargetPath: v.mount}
-			}
-
-			want[v.id] = spec
+		if p != nil {
+			want = p.place(cfg)
 		}
 	}
 
@@ -488,6 +445,269 @@ func setVolumeStatuses(ctx context.Context, st state.State, cfg talosconfig.Prov
 	}
 
 	return nil
+}
+
+// volumePlacer places a machine's volumes on its disks.
+type volumePlacer struct {
+	disks      []diskHW
+	systemDisk string
+	protos     map[string]*blockpb.DiskSpec
+	existing   map[string]block.VolumeStatusSpec
+	used       map[string]uint64
+	next       map[string]int
+	out        map[string]block.VolumeStatusSpec
+}
+
+// newVolumePlacer reads the Disk resources and the volumes that exist; nil without a system disk.
+func newVolumePlacer(ctx context.Context, st state.State, disks []diskHW, systemDisk string) (*volumePlacer, error) {
+	p := &volumePlacer{
+		disks: disks, systemDisk: systemDisk, protos: map[string]*blockpb.DiskSpec{},
+		existing: map[string]block.VolumeStatusSpec{}, used: map[string]uint64{}, next: map[string]int{},
+		out: map[string]block.VolumeStatusSpec{},
+	}
+
+	found := false
+
+	for _, d := range disks {
+		found = found || d.Name == systemDisk
+		p.used[d.Name] = 1 << 20 // GPT and alignment
+		p.next[d.Name] = 1
+
+		r, err := safe.StateGetByID[*block.Disk](ctx, st, d.Name)
+		if err != nil {
+			continue
+		}
+
+		var spec blockpb.DiskSpec
+		if err := talosproto.ResourceSpecToProto(r, &spec); err != nil {
+			return nil, fmt.Errorf("disk %s: %w", d.Name, err)
+		}
+
+		p.protos[d.Name] = &spec
+	}
+
+	if !found {
+		return nil, nil
+	}
+
+	vols, err := safe.StateListAll[*block.VolumeStatus](ctx, st)
+	if err != nil {
+		return nil, err
+	}
+
+	for v := range vols.All() {
+		s := *v.TypedSpec()
+		if s.Phase != block.VolumePhaseReady || s.ParentLocation == "" {
+			continue
+		}
+
+		name := strings.TrimPrefix(s.ParentLocation, "/dev/")
+		if _, ok := p.used[name]; !ok {
+			continue
+		}
+
+		p.existing[v.Metadata().ID()] = s
+	}
+
+	return p, nil
+}
+
+func (p *volumePlacer) place(cfg talosconfig.Provider) map[string]block.VolumeStatusSpec {
+	// what exists stays: account for its space first
+	for id, s := range p.existing {
+		if !p.wanted(cfg, id) {
+			continue
+		}
+
+		name := strings.TrimPrefix(s.ParentLocation, "/dev/")
+		p.used[name] += s.Size
+		p.next[name] = max(p.next[name], s.PartitionIndex+1)
+		p.out[id] = s
+	}
+
+	ps := quirks.New("").PartitionSizes()
+	for _, v := range []systemVolume{
+		{id: "EFI", size: ps.UKIEFISize(), fs: block.FilesystemTypeVFAT},
+		{id: constants.MetaPartitionLabel, size: ps.METASize(), fs: block.FilesystemTypeNone},
+		{id: constants.StatePartitionLabel, size: ps.StateSize(), fs: block.FilesystemTypeXFS, mount: constants.StateMountPoint},
+	} {
+		p.put(v, p.systemDisk)
+	}
+
+	eph := systemVolume{id: constants.EphemeralPartitionLabel, fs: block.FilesystemTypeXFS, mount: constants.EphemeralMountPoint}
+
+	var ephProv cfgiface.VolumeProvisioningConfig
+
+	if vc, ok := cfg.Volumes().ByName(constants.EphemeralPartitionLabel); ok {
+		ephProv = vc.Provisioning()
+	}
+
+	p.putSelected(eph, ephProv, true)
+
+	for _, uv := range cfg.UserVolumeConfigs() {
+		p.putSelected(systemVolume{
+			id: constants.UserVolumePrefix + uv.Name(), fs: block.FilesystemTypeXFS, mount: constants.UserVolumeMountPoint + "/" + uv.Name(),
+		}, uv.Provisioning(), false)
+	}
+
+	for _, rv := range cfg.RawVolumeConfigs() {
+		p.putSelected(systemVolume{id: constants.RawVolumePrefix + rv.Name(), fs: block.FilesystemTypeNone}, rv.Provisioning(), false)
+	}
+
+	return p.out
+}
+
+// wanted reports whether the config still has volume id.
+func (p *volumePlacer) wanted(cfg talosconfig.Provider, id string) bool {
+	switch id {
+	case "EFI", constants.MetaPartitionLabel, constants.StatePartitionLabel, constants.EphemeralPartitionLabel:
+		return true
+	}
+
+	for _, uv := range cfg.UserVolumeConfigs() {
+		if id == constants.UserVolumePrefix+uv.Name() {
+			return true
+		}
+	}
+
+	for _, rv := range cfg.RawVolumeConfigs() {
+		if id == constants.RawVolumePrefix+rv.Name() {
+			return true
+		}
+	}
+
+	return false
+}
+
+// putSelected places v on the first disk its selector matches with free space
+// (the system disk without a selector when systemDefault), sized from prov.
+func (p *volumePlacer) putSelected(v systemVolume, prov cfgiface.VolumeProvisioningConfig, systemDefault bool) {
+	if _, ok := p.out[v.id]; ok {
+		return
+	}
+
+	var sel genoptional.Optional[cel.Expression]
+	if prov != nil {
+		sel = prov.DiskSelector()
+	}
+
+	expr, hasSel := sel.Get()
+
+	for _, d := range p.disks {
+		free := p.free(d.Name)
+		if free == 0 {
+			continue
+		}
+
+		if !hasSel {
+			if !systemDefault || d.Name != p.systemDisk {
+				continue
+			}
+		} else {
+			spec := p.protos[d.Name]
+			if spec == nil {
+				continue
+			}
+
+			ok, err := expr.EvalBool(celenv.DiskLocator(), map[string]any{"disk": spec, "system_disk": d.Name == p.systemDisk})
+			if err != nil || !ok {
+				continue
+			}
+		}
+
+		def := uint64(1 << 30)
+		if systemDefault {
+			def = free // EPHEMERAL grows into what is free
+		}
+
+		v.size = resolveVolumeSize(prov, free, def)
+		if v.size == 0 {
+			continue
+		}
+
+		p.put(v, d.Name)
+
+		return
+	}
+
+	if hasSel || !systemDefault {
+		p.out[v.id] = block.VolumeStatusSpec{Phase: block.VolumePhaseFailed, Type: block.VolumeTypePartition, ErrorMessage: "no disks matched for volume"}
+	}
+}
+
+// free is the unallocated space of disk name.
+func (p *volumePlacer) free(name string) uint64 {
+	for _, d := range p.disks {
+		if d.Name == name && d.Size > p.used[name] {
+			return d.Size - p.used[name]
+		}
+	}
+
+	return 0
+}
+
+// resolveVolumeSize is a volume's size on a disk with free bytes available:
+// maxSize in bytes (capped by what is free), a percentage of the free space,
+// or, negative, the free space less that much (t:pkg/machinery/resources/block
+// PartitionSpec.ResolveMaxSize); else minSize, else def.
+func resolveVolumeSize(prov cfgiface.VolumeProvisioningConfig, free, def uint64) uint64 {
+	if prov == nil {
+		return min(def, free)
+	}
+
+	if v, ok := prov.MaxSize().Get(); ok && v > 0 {
+		if prov.MaxSizeNegative() {
+			return free - min(v, free)
+		}
+
+		return min(v, free)
+	}
+
+	if v, ok := prov.RelativeMaxSize().Get(); ok && v > 0 {
+		if prov.MaxSizeNegative() {
+			return free - free*v/100
+		}
+
+		return free * v / 100
+	}
+
+	if v, ok := prov.MinSize().Get(); ok && v > 0 {
+		return min(v, free)
+	}
+
+	return min(def, free)
+}
+
+// put places v (already sized) as the next partition of disk name.
+func (p *volumePlacer) put(v systemVolume, name string) {
+	if _, ok := p.out[v.id]; ok {
+		return
+	}
+
+	idx := p.next[name]
+	p.next[name]++
+	p.used[name] += v.size
+	part := partitionPath(name, idx)
+
+	spec := block.VolumeStatusSpec{
+		Phase:          block.VolumePhaseReady,
+		Type:           block.VolumeTypePartition,
+		Location:       part,
+		MountLocation:  part,
+		PartitionIndex: idx,
+		ParentLocation: "/dev/" + name,
+		UUID:           seed(name+v.id, "fs-uuid")[:36],
+		PartitionUUID:  seed(name+v.id, "part-uuid")[:36],
+		Size:           v.size,
+		PrettySize:     humanSize(v.size),
+		Filesystem:     v.fs,
+	}
+
+	if v.mount != "" {
+		spec.MountSpec = block.MountSpec{TargetPath: v.mount}
+	}
+
+	p.out[v.id] = spec
 }
 
 // partitionPath is the Linux device of partition idx of disk: nvme0n1p1, sda1, vda1.

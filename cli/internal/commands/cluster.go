@@ -259,7 +259,15 @@ func (r *run) attention(ctx context.Context, c *ichorv1alpha1.TalosCluster) ([]a
 	if err := r.c().List(ctx, backups, client.InNamespace(r.ns())); err != nil {
 		incomplete = append(incomplete, "etcd backups not read: "+r.conn.Explain(err, "listing TalosEtcdBackups").Error())
 	}
-	return attention.Items(c, machines.Items, ops.Items, backups.Items, time.Now()), incomplete
+	storages := &ichorv1alpha1.TalosStorageList{}
+	if err := r.c().List(ctx, storages, client.InNamespace(r.ns())); err != nil {
+		incomplete = append(incomplete, "storages not read: "+r.conn.Explain(err, "listing TalosStorages").Error())
+	}
+	name := ""
+	if c != nil {
+		name = c.Name
+	}
+	return attention.WithStorages(attention.Items(c, machines.Items, ops.Items, backups.Items, time.Now()), name, storages.Items), incomplete
 }
 
 // printAttention prints the items: severity, how long, the plain summary,

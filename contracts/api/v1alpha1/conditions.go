@@ -36,6 +36,7 @@ var ConditionHealthyStatus = map[string]metav1.ConditionStatus{
 	PreChecksPassedCondition:          metav1.ConditionTrue,
 	ExtensionsPresentCondition:        metav1.ConditionTrue,
 	StorageConsistentCondition:        metav1.ConditionTrue,
+	NodesPreparedCondition:            metav1.ConditionTrue,
 }
 
 // ConditionAbnormal reports whether c is in the status that is not its

@@ -173,6 +173,15 @@ const (
 	DiskRoleUnused = "unused"
 )
 
+// System disk layouts (spec.install.systemDiskLayout).
+const (
+	// SystemDiskLayoutDedicated gives the whole system disk to Talos (the default).
+	SystemDiskLayoutDedicated = "dedicated"
+	// SystemDiskLayoutShared caps EPHEMERAL on the system disk and leaves the
+	// rest for storage: a single-disk node.
+	SystemDiskLayoutShared = "shared"
+)
+
 // TalosMachineSpec is the desired state of one machine.
 type TalosMachineSpec struct {
 	// clusterName is the TalosCluster, in the same namespace, the machine belongs to. Immutable.
@@ -304,7 +313,9 @@ type MachineInstall struct {
 	// +optional
 	Disk *DiskSelector `json:"disk,omitempty"`
 	// systemDiskLayout is `dedicated` (default) or `shared` (EPHEMERAL is capped
-	// and the rest is left for storage; discouraged on control planes).
+	// and the rest is left for storage; discouraged on control planes). The cap
+	// is the maxSize of a spec.disks entry with the role system, 50% of the
+	// disk's free space without one; EPHEMERAL needs at least 2 GiB.
 	// +optional
 	// +kubebuilder:validation:Enum=dedicated;shared
 	SystemDiskLayout string `json:"systemDiskLayout,omitempty"`

@@ -2174,6 +2174,11 @@ func (in *TalosStorageStatus) DeepCopyInto(out *TalosStorageStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.UnpreparedNodes != nil {
+		in, out := &in.UnpreparedNodes, &out.UnpreparedNodes
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.MissingExtensions != nil {
 		in, out := &in.MissingExtensions, &out.MissingExtensions
 		*out = make([]string, len(*in))

@@ -62,6 +62,7 @@ const (
 	KindMachine   = "TalosMachine"
 	KindOperation = "TalosOperation"
 	KindBackup    = "TalosEtcdBackup"
+	KindStorage   = "TalosStorage"
 )
 
 // Item is one problem.
@@ -126,6 +127,14 @@ func Items(cluster *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMa
 	out = append(out, operationItems(name, operations)...)
 	out = append(out, backupItems(name, backups)...)
 
+	sortItems(out)
+
+	return out
+}
+
+// sortItems puts errors first, then warnings, then work in progress; the
+// oldest first within each.
+func sortItems(out []Item) {
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if a.Severity != b.Severity {
@@ -142,8 +151,6 @@ func Items(cluster *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMa
 
 		return a.Key < b.Key
 	})
-
-	return out
 }
 
 var rank = map[Severity]int{Error: 0, Warning: 1, Info: 2}

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/render"
 )
 
 // MachineFacts is what a machine check needs to know beyond the object itself.
@@ -66,6 +67,7 @@ func ValidateMachine(old, m *ichorv1alpha1.TalosMachine, facts MachineFacts) []R
 	if old != nil && old.Status.Installed {
 		out = append(out, checkInstalledDisks(old, m)...)
 	}
+	out = append(out, CheckSystemDiskLayout(m)...)
 	if r := CheckAddressFixed(old, m); r != nil {
 		out = append(out, *r)
 	}
@@ -115,6 +117,48 @@ func CheckDeletingUnchanged(old, m *ichorv1alpha1.TalosMachine) *Refusal {
 		Rule:   fmt.Sprintf("machine %s is being removed: its spec is fixed until the removal ends, except spec.forceRemove", m.Name),
 		WayOut: "wait until the removal finishes and approve the machine again when it reappears; set spec.forceRemove: true to skip drain and reset for dead hardware",
 	}
+}
+
+// CheckSystemDiskLayout refuses a shared system disk layout that cannot
+// work: an EPHEMERAL cap under Talos's 2 GiB minimum or one that is space to
+// leave free (render.SharedEphemeralMaxSize), or an ephemeral disk role,
+// which moves EPHEMERAL off the system disk the layout shares.
+func CheckSystemDiskLayout(m *ichorv1alpha1.TalosMachine) []Refusal {
+	if !render.SharedLayout(m) {
+		return nil
+	}
+	var out []Refusal
+	if _, path, err := render.SharedEphemeralMaxSize(m); err != nil {
+		out = append(out, Refusal{
+			Field:  path,
+			Rule:   err.Error(),
+			WayOut: "give the spec.disks entry with the role system a maxSize of at least 2GiB or a percentage such as 50%, or leave it out for 50%",
+		})
+	}
+	for i, d := range m.Spec.Disks {
+		if d.Role == ichorv1alpha1.DiskRoleEphemeral {
+			out = append(out, Refusal{
+				Field:  fmt.Sprintf("spec.disks[%d].role", i),
+				Rule:   "systemDiskLayout shared keeps EPHEMERAL on the system disk, capped; an ephemeral disk moves it to its own disk",
+				WayOut: "drop the ephemeral role (the shared layout is for a single disk), or set spec.install.systemDiskLayout to dedicated",
+			})
+		}
+	}
+	return out
+}
+
+// MachineWarnings are what admission lets through but a person should know:
+// the shared system disk layout on a control plane, where etcd shares the
+// disk's I/O with the storage system (architecture, "Disks").
+func MachineWarnings(old, m *ichorv1alpha1.TalosMachine) []string {
+	if !render.SharedLayout(m) || m.Spec.Role != ichorv1alpha1.RoleControlPlane {
+		return nil
+	}
+	if old != nil && render.SharedLayout(old) && old.Spec.Role == m.Spec.Role {
+		return nil
+	}
+	return []string{fmt.Sprintf("machine %s: systemDiskLayout shared on a control plane puts etcd on the disk the storage system uses: "+
+		"etcd is sensitive to I/O latency, so a busy volume can cost the cluster its quorum; a dedicated system disk is recommended", m.Name)}
 }
 
 // ReinstallDiskRoles are the disk roles whose change needs a reset and reinstall.

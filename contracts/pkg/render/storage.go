@@ -1,10 +1,12 @@
 package render
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
 	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -91,6 +93,42 @@ var LonghornV2KernelModules = []string{"nvme_tcp", "vfio_pci", "uio_pci_generic"
 // longhorn-v1, filesystem and raw each claim the machine's storage disks, so
 // two of them selecting one machine is an error naming both.
 func storageDocs(m *ichorv1alpha1.TalosMachine, storages []ichorv1alpha1.TalosStorage, vc *coreconfig.VersionContract) ([]doc, error) {
+	presets, err := selectedPresets(m, storages)
+	if err != nil {
+		return nil, err
+	}
+
+	var out []doc
+
+	if len(presets[ichorv1alpha1.StoragePresetLonghornV2]) > 0 {
+		out = append(out, longhornV2Docs(vc)...)
+	}
+
+	kind, base := diskPreset(presets)
+	if kind == "" {
+		return out, nil
+	}
+
+	vols, names, err := storageVolumes(m, kind, base)
+	if err != nil {
+		return nil, err
+	}
+
+	out = append(out, vols...)
+
+	if len(presets[ichorv1alpha1.StoragePresetLonghornV1]) > 0 {
+		if reg := longhornRegistration(storages, m, names, vc); reg != nil {
+			out = append(out, reg)
+		}
+	}
+
+	return out, nil
+}
+
+// selectedPresets are the presets of the TalosStorages selecting m, each
+// with the names of those TalosStorages. longhorn-v1, filesystem and raw each
+// claim the machine's storage disks, so two of them is an error naming both.
+func selectedPresets(m *ichorv1alpha1.TalosMachine, storages []ichorv1alpha1.TalosStorage) (map[string][]string, error) {
 	presets := map[string][]string{}
 
 	for i := range storages {
@@ -117,37 +155,23 @@ func storageDocs(m *ichorv1alpha1.TalosMachine, storages []ichorv1alpha1.TalosSt
 			"change their spec.nodeSelector so that one of them selects the machine", m.Name, strings.Join(claims, " and "))
 	}
 
-	var out []doc
+	return presets, nil
+}
 
-	if len(presets[ichorv1alpha1.StoragePresetLonghornV2]) > 0 {
-		out = append(out, longhornV2Docs(vc)...)
-	}
-
+// diskPreset is the volume document kind and base name the selected presets
+// make of the storage disks; "" when none claims them (longhorn-v2 takes its
+// disks whole, without a volume).
+func diskPreset(presets map[string][]string) (kind, base string) {
 	switch {
 	case len(presets[ichorv1alpha1.StoragePresetLonghornV1]) > 0:
-		vols, err := storageVolumes(m, "UserVolumeConfig", LonghornVolumeName)
-		if err != nil {
-			return nil, err
-		}
-
-		out = append(out, vols...)
+		return "UserVolumeConfig", LonghornVolumeName
 	case len(presets[ichorv1alpha1.StoragePresetFilesystem]) > 0:
-		vols, err := storageVolumes(m, "UserVolumeConfig", StorageVolumeName)
-		if err != nil {
-			return nil, err
-		}
-
-		out = append(out, vols...)
+		return "UserVolumeConfig", StorageVolumeName
 	case len(presets[ichorv1alpha1.StoragePresetRaw]) > 0:
-		vols, err := storageVolumes(m, "RawVolumeConfig", StorageVolumeName)
-		if err != nil {
-			return nil, err
-		}
-
-		out = append(out, vols...)
+		return "RawVolumeConfig", StorageVolumeName
+	default:
+		return "", ""
 	}
-
-	return out, nil
 }
 
 // longhornV2Docs are the huge pages and kernel modules of Longhorn's V2 data
@@ -180,8 +204,49 @@ func longhornV2Docs(vc *coreconfig.VersionContract) []doc {
 // storageVolumes is a volume document of kind per storage disk of m, in disk
 // order, named base, base-2, ...; a name a userVolume disk role already
 // creates is skipped (that disk role is the volume). A storage disk is the
-// storage system's: without maxSize the volume takes the whole disk.
-func storageVolumes(m *ichorv1alpha1.TalosMachine, kind, base string) ([]doc, error) {
+// storage system's: without maxSize the volume takes the whole disk. Under
+// systemDiskLayout shared the system disk comes first: its volume takes what
+// EPHEMERAL leaves (100% of the space available once EPHEMERAL, provisioned
+// in the earlier wave, has its share).
+func storageVolumes(m *ichorv1alpha1.TalosMachine, kind, base string) ([]doc, []string, error) {
+	var (
+		out   []doc
+		names []string
+	)
+
+	for _, v := range storageVolumeList(m, base) {
+		prov, err := volumeProvisioning(v.Disk.DiskRole)
+		if err != nil {
+			return nil, nil, fmt.Errorf("machine %s: %s: %w", m.Name, v.Disk.path(), err)
+		}
+
+		if v.Disk.MaxSize == "" {
+			// Machinery requires a size on a partition volume and takes a
+			// relative one (config/types/block volume_config.go,
+			// ProvisioningSpec.Validate).
+			prov["maxSize"] = storageFullSize
+		}
+
+		out = append(out, multidoc(kind, doc{keyName: v.Name, keyProvisioning: prov}))
+		names = append(names, v.Name)
+	}
+
+	return out, names, nil
+}
+
+// storageFullSize is the maxSize of a storage volume without one: the whole
+// disk (what is available on it).
+const storageFullSize = "100%"
+
+// storageVolume is a storage disk and the name of its volume.
+type storageVolume struct {
+	Name string
+	Disk storageDisk
+}
+
+// storageVolumeList names m's storage disks' volumes base, base-2, ...,
+// skipping a name a userVolume disk role already creates.
+func storageVolumeList(m *ichorv1alpha1.TalosMachine, base string) []storageVolume {
 	taken := map[string]bool{}
 
 	for _, d := range m.Spec.Disks {
@@ -190,15 +255,11 @@ func storageVolumes(m *ichorv1alpha1.TalosMachine, kind, base string) ([]doc, er
 		}
 	}
 
-	var out []doc
-
+	disks := storageDisks(m)
+	out := make([]storageVolume, 0, len(disks))
 	next := 1
 
-	for i, d := range m.Spec.Disks {
-		if d.Role != ichorv1alpha1.DiskRoleStorage {
-			continue
-		}
-
+	for _, d := range disks {
 		name := ""
 		for ; name == "" || taken[name]; next++ {
 			name = base
@@ -208,21 +269,114 @@ func storageVolumes(m *ichorv1alpha1.TalosMachine, kind, base string) ([]doc, er
 		}
 
 		taken[name] = true
-
-		prov, err := volumeProvisioning(d)
-		if err != nil {
-			return nil, fmt.Errorf("machine %s: disks[%d]: %w", m.Name, i, err)
-		}
-
-		if d.MaxSize == "" {
-			// Machinery requires a size on a partition volume and takes a
-			// relative one (config/types/block volume_config.go,
-			// ProvisioningSpec.Validate).
-			prov["maxSize"] = "100%"
-		}
-
-		out = append(out, multidoc(kind, doc{keyName: name, keyProvisioning: prov}))
+		out = append(out, storageVolume{Name: name, Disk: d})
 	}
 
-	return out, nil
+	return out
+}
+
+// storageDisk is a disk a storage preset makes a volume of: a spec.disks
+// entry with the role storage (Index its position), or the system disk under
+// the shared layout (Index -1).
+type storageDisk struct {
+	ichorv1alpha1.DiskRole
+	Index int
+}
+
+func (d storageDisk) path() string {
+	if d.Index < 0 {
+		return "install.disk"
+	}
+
+	return fmt.Sprintf("disks[%d]", d.Index)
+}
+
+// storageDisks are machine m's storage disks in order: the system disk first
+// under the shared layout, then the disks with the role storage.
+func storageDisks(m *ichorv1alpha1.TalosMachine) []storageDisk {
+	var out []storageDisk
+
+	if SharedLayout(m) && m.Spec.Install.Disk != nil {
+		out = append(out, storageDisk{DiskRole: ichorv1alpha1.DiskRole{Disk: *m.Spec.Install.Disk, Role: ichorv1alpha1.DiskRoleStorage}, Index: -1})
+	}
+
+	for i, d := range m.Spec.Disks {
+		if d.Role == ichorv1alpha1.DiskRoleStorage {
+			out = append(out, storageDisk{DiskRole: d, Index: i})
+		}
+	}
+
+	return out
+}
+
+// Longhorn's disk registration through the Kubernetes Node: with the setting
+// create-default-disk-labeled-nodes true, Longhorn creates the default disks
+// of a node labelled node.longhorn.io/create-default-disk=config from the
+// JSON list in its node.longhorn.io/default-disks-config annotation
+// (longhorn-manager types/types.go, UnmarshalToDisks: a list of
+// {"name","path","allowScheduling",...}; controller/node_controller.go,
+// syncDefaultDisk, reads the label only when that setting is true). Longhorn
+// reads them once, when it first sees the node with no disks (longhorn.io,
+// "Configuring Defaults for Nodes and Disks").
+const (
+	LonghornCreateDefaultDiskLabel       = "node.longhorn.io/create-default-disk"
+	LonghornCreateDefaultDiskConfig      = "config"
+	LonghornDefaultDisksConfigAnnotation = "node.longhorn.io/default-disks-config"
+)
+
+// LonghornDisk is one entry of the default-disks-config annotation.
+type LonghornDisk struct {
+	Name            string `json:"name"`
+	Path            string `json:"path"`
+	AllowScheduling bool   `json:"allowScheduling"`
+}
+
+// RegistersDisks reports whether TalosStorage s hands its disks to the
+// storage system through the Node (spec.diskRegistration NodeLabels, the
+// default): only longhorn-v1 has such a mechanism Ichor renders.
+func RegistersDisks(s *ichorv1alpha1.TalosStorage) bool {
+	return s.Spec.Preset == ichorv1alpha1.StoragePresetLonghornV1 && s.Spec.DiskRegistration != ichorv1alpha1.DiskRegistrationNone
+}
+
+// longhornRegistration is the node label and annotation registering the
+// machine's Longhorn volumes (mounted at /var/mnt/<name>) as Longhorn's
+// default disks, when a longhorn-v1 TalosStorage selecting m registers disks.
+// Talos writes them on the machine's Node and keeps them there: KubeNodeConfig
+// labels and annotations (machine.nodeLabels and machine.nodeAnnotations
+// under an older contract; siderolabs/talos
+// internal/app/machined/pkg/controllers/k8s/node_label_spec.go and
+// node_annotation_spec.go, applied by node_apply.go), so Ichor never writes
+// the workload cluster's Node or Longhorn's CRs.
+func longhornRegistration(storages []ichorv1alpha1.TalosStorage, m *ichorv1alpha1.TalosMachine, names []string, vc *coreconfig.VersionContract) doc {
+	if len(names) == 0 {
+		return nil
+	}
+
+	register := false
+
+	for i := range storages {
+		if ok, err := StorageSelects(&storages[i], m); err == nil && ok && RegistersDisks(&storages[i]) {
+			register = true
+		}
+	}
+
+	if !register {
+		return nil
+	}
+
+	disks := make([]LonghornDisk, 0, len(names))
+	for _, n := range names {
+		disks = append(disks, LonghornDisk{Name: n, Path: constants.UserVolumeMountPoint + "/" + n, AllowScheduling: true})
+	}
+
+	raw, _ := json.Marshal(disks) //nolint:errchkjson // plain strings and a bool
+
+	labels := doc{LonghornCreateDefaultDiskLabel: LonghornCreateDefaultDiskConfig}
+	annotations := doc{LonghornDefaultDisksConfigAnnotation: string(raw)}
+
+	if vc.MultidocKubernetesConfigSupported() {
+		return multidoc("KubeNodeConfig", doc{"labels": labels, "annotations": annotations})
+	}
+
+	return legacy(doc{keyMachine: doc{"nodeLabels": labels, "nodeAnnotations": annotations}})
 }

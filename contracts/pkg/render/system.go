@@ -489,16 +489,31 @@ func volumeProvisioning(d ichorv1alpha1.DiskRole) (doc, error) {
 // EPHEMERAL VolumeConfig on that disk, userVolume a UserVolumeConfig named
 // after volumeName. The system disk is the install target (not a volume
 // document); storage disks are prepared by the TalosStorage preset; unused
-// disks are left alone.
+// disks are left alone. Under systemDiskLayout shared, EPHEMERAL is capped on
+// the system disk (sharedEphemeralDoc).
 func volumeDocs(m *ichorv1alpha1.TalosMachine) ([]doc, error) {
 	var (
 		out       []doc
 		ephemeral bool
 	)
 
+	if SharedLayout(m) {
+		d, err := sharedEphemeralDoc(m)
+		if err != nil {
+			return nil, err
+		}
+
+		out = append(out, d)
+	}
+
 	for i, d := range m.Spec.Disks {
 		switch d.Role {
 		case ichorv1alpha1.DiskRoleEphemeral:
+			if SharedLayout(m) {
+				return nil, fmt.Errorf("machine %s: disks[%d]: an ephemeral disk with systemDiskLayout shared, "+
+					"which keeps EPHEMERAL on the system disk: use one or the other", m.Name, i)
+			}
+
 			if ephemeral {
 				return nil, fmt.Errorf("machine %s: disks[%d]: a second ephemeral disk", m.Name, i)
 			}

@@ -28,6 +28,8 @@ type State struct {
 	Cluster *ichorv1alpha1.TalosCluster
 	Bundle  *secrets.Bundle
 	Result  *render.Result
+	// Storages are the namespace's TalosStorages the render read.
+	Storages []ichorv1alpha1.TalosStorage
 }
 
 // StalledError is a state a person has to fix (a missing cluster or bundle, a
@@ -77,7 +79,7 @@ func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *icho
 		return nil, &StalledError{err.Error()}
 	}
 
-	return &State{Cluster: in.Cluster, Bundle: b, Result: res}, nil
+	return &State{Cluster: in.Cluster, Bundle: b, Result: res, Storages: in.Storages}, nil
 }
 
 // LoadBundle reads and parses the cluster's secrets bundle.

@@ -34,7 +34,11 @@ func (v *machineValidator) ValidateCreate(ctx context.Context, m *ichorv1alpha1.
 	if err != nil {
 		return nil, err
 	}
-	return v.decide(ctx, v.subject(m), withApprovalRecord(ctx, nil, m, guard.ValidateMachine(nil, m, facts)), guard.MachineRequirements(nil, m))
+	w, err := v.decide(ctx, v.subject(m), withApprovalRecord(ctx, nil, m, guard.ValidateMachine(nil, m, facts)), guard.MachineRequirements(nil, m))
+	if err != nil {
+		return w, err
+	}
+	return append(w, guard.MachineWarnings(nil, m)...), nil
 }
 
 // withApprovalRecord adds the refusal of an approval that does not record the requesting user.
@@ -69,7 +73,11 @@ func (v *machineValidator) ValidateUpdate(ctx context.Context, old, m *ichorv1al
 		return nil, err
 	}
 	reqs = append(reqs, guard.MachineRequirements(old, m)...)
-	return v.decide(ctx, v.subject(m), withApprovalRecord(ctx, old, m, guard.ValidateMachine(old, m, facts)), reqs)
+	w, err := v.decide(ctx, v.subject(m), withApprovalRecord(ctx, old, m, guard.ValidateMachine(old, m, facts)), reqs)
+	if err != nil {
+		return w, err
+	}
+	return append(w, guard.MachineWarnings(old, m)...), nil
 }
 
 // ValidateDelete checks the deletion of a TalosMachine.

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -215,4 +216,38 @@ func TestApprovalRecordsWhoDecided(t *testing.T) {
 	if got.Spec.Approval.DecidedBy != "otto" || got.Spec.Approval.DecidedAt == nil {
 		t.Fatalf("approval record: %+v", got.Spec.Approval)
 	}
+}
+
+// Rule: systemDiskLayout shared is warned about on a control plane (etcd
+// shares the disk's I/O), admitted on a worker, and refused when it cannot
+// work (an EPHEMERAL cap under Talos's 2 GiB minimum).
+func TestSharedSystemDiskLayout(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+
+	shared := func(maxSize string) func(*ichorv1alpha1.TalosMachine) {
+		return func(m *ichorv1alpha1.TalosMachine) {
+			m.Spec.Install = ichorv1alpha1.MachineInstall{Disk: &ichorv1alpha1.DiskSelector{WWID: "naa.sys"}, SystemDiskLayout: ichorv1alpha1.SystemDiskLayoutShared}
+			if maxSize != "" {
+				m.Spec.Disks = []ichorv1alpha1.DiskRole{{Disk: ichorv1alpha1.DiskSelector{WWID: "naa.sys"}, Role: ichorv1alpha1.DiskRoleSystem, MaxSize: maxSize}}
+			}
+		}
+	}
+
+	adminWarnings.take()
+	testenv.Must(t, admin.Create(ctx, newMachine(ns, "cp", "c", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.ApprovalPending, shared(""))))
+
+	if w := strings.Join(adminWarnings.take(), "\n"); !strings.Contains(w, "systemDiskLayout shared on a control plane") || !strings.Contains(w, "etcd") {
+		t.Errorf("warnings %q, want the control-plane warning", w)
+	}
+
+	testenv.Must(t, admin.Create(ctx, newMachine(ns, "w", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalPending, shared("40GiB"))))
+
+	if w := adminWarnings.take(); len(w) != 0 {
+		t.Errorf("a shared worker is warned about: %v", w)
+	}
+
+	err := admin.Create(ctx, newMachine(ns, "tiny", "c", ichorv1alpha1.RoleWorker, ichorv1alpha1.ApprovalPending, shared("1GiB")))
+	refused(t, err, "Invalid", "spec.disks[0].maxSize", "EPHEMERAL needs at least 2GiB", "maxSize of at least 2GiB")
 }

@@ -92,7 +92,25 @@ func (h *Health) ListAttention(ctx context.Context, _ *ichorv1.ListAttentionRequ
 		backups = list.Items
 	}
 
-	for _, it := range attention.Items(c, machines, ops, backups, time.Now()) {
+	var storages []ichorv1alpha1.TalosStorage
+
+	if err := s.Clients.Authorize(ctx, "list", "talosstorages"); err != nil {
+		out.Incomplete = append(out.Incomplete, "storages are not listed: "+err.Error())
+	} else {
+		list := &ichorv1alpha1.TalosStorageList{}
+		if err := s.Clients.Cache.List(ctx, list, client.InNamespace(s.Clients.Namespace)); err != nil {
+			return nil, userError(ctx, err, "listing TalosStorages")
+		}
+
+		storages = list.Items
+	}
+
+	clusterName := ""
+	if c != nil {
+		clusterName = c.Name
+	}
+
+	for _, it := range attention.WithStorages(attention.Items(c, machines, ops, backups, time.Now()), clusterName, storages) {
 		out.Items = append(out.Items, &ichorv1.AttentionItem{
 			Key: it.Key, Severity: string(it.Severity), Kind: it.Kind, Subject: it.Subject,
 			Summary: it.Summary, Detail: it.Detail, Since: stamp(it.Since), Action: string(it.Action), Command: it.Command,

@@ -47,6 +47,8 @@ export const DiscoveryResultConflict = "Conflict";
 export const DiscoveryResultKnown = "Known";
 export const DiscoveryResultPending = "Pending";
 export const DiscoveryResultUnreachable = "Unreachable";
+export const DiskRegistrationNodeLabels = "NodeLabels";
+export const DiskRegistrationNone = "None";
 export const DiskRoleEphemeral = "ephemeral";
 export const DiskRoleStorage = "storage";
 export const DiskRoleSystem = "system";
@@ -132,6 +134,7 @@ export const NodeActionReset = "reset";
 export const NodeActionShutdown = "shutdown";
 export const NodeHealthyCondition = "NodeHealthy";
 export const NodeUnreachableReason = "NodeUnreachable";
+export const NodesPreparedCondition = "NodesPrepared";
 export const NotConfiguredReason = "NotConfigured";
 export const NotDeniedReason = "NotDenied";
 export const NotDeployedReason = "NotDeployed";
@@ -242,6 +245,8 @@ export const StoreInClusterReason = "StoreInCluster";
 export const StoreOutsideClusterReason = "StoreOutsideCluster";
 export const StoreUnavailableReason = "StoreUnavailable";
 export const SucceededReason = "Succeeded";
+export const SystemDiskLayoutDedicated = "dedicated";
+export const SystemDiskLayoutShared = "shared";
 export const TeardownResetMachinesAnnotation = "ichor.maesh.dev/teardown-reset-machines";
 export const TopologyTransitioningCondition = "TopologyTransitioning";
 export const TrustMaintenanceFingerprintAnnotation = "ichor.maesh.dev/trust-maintenance-fingerprint";
@@ -277,6 +282,7 @@ export const ConditionHealthyStatus: Readonly<Record<string, "True" | "False">> 
   "Issued": "True",
   "NetworkPoliciesApplied": "True",
   "NodeHealthy": "True",
+  "NodesPrepared": "True",
   "Paused": "False",
   "PreChecksPassed": "True",
   "Provisioned": "True",

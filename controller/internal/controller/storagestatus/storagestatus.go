@@ -107,13 +107,17 @@ func (r *Reconciler) storagesOf(ctx context.Context, o client.Object) []ctrlreco
 func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosStorage] {
 	return &reconcile.Controller[*ichorv1alpha1.TalosStorage]{
 		Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
-		New:     func() *ichorv1alpha1.TalosStorage { return &ichorv1alpha1.TalosStorage{} },
-		Owned:   []string{ichorv1alpha1.ExtensionsPresentCondition},
+		New: func() *ichorv1alpha1.TalosStorage { return &ichorv1alpha1.TalosStorage{} },
+		Owned: []string{
+			ichorv1alpha1.ExtensionsPresentCondition, ichorv1alpha1.NodesPreparedCondition, ichorv1alpha1.StorageConsistentCondition,
+		},
 		Primary: true,
 		OwnStatus: func(dst, src *ichorv1alpha1.TalosStorage) {
 			dst.Status.Nodes, dst.Status.MissingExtensions = src.Status.Nodes, src.Status.MissingExtensions
+			dst.Status.ReadyNodes, dst.Status.UnpreparedNodes = src.Status.ReadyNodes, src.Status.UnpreparedNodes
 		},
-		Phases: []reconcile.Phase[*ichorv1alpha1.TalosStorage]{r.extensions},
+		Summarize: ichorv1alpha1.SummarizeTalosStorage,
+		Phases:    []reconcile.Phase[*ichorv1alpha1.TalosStorage]{r.status},
 	}
 }
 
@@ -126,6 +130,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.skeleton.Reconcile(ctx, req)
 }
 
+// status runs the three reports, each on its own (one waiting on the
+// workload cluster does not stop the others), and requeues at the soonest.
+func (r *Reconciler) status(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosStorage]) (ctrl.Result, error) {
+	var out ctrl.Result
+
+	for _, p := range []reconcile.Phase[*ichorv1alpha1.TalosStorage]{r.extensions, r.prepared, r.consistency} {
+		res, err := p(ctx, s)
+		if err != nil {
+			return res, err
+		}
+
+		if res.RequeueAfter > 0 && (out.RequeueAfter == 0 || res.RequeueAfter < out.RequeueAfter) {
+			out.RequeueAfter = res.RequeueAfter
+		}
+	}
+
+	return out, nil
+}
+
 // extensions counts the selected machines and sets ExtensionsPresent
 // (storage.CheckExtensions) from their Nodes' labels.
 func (r *Reconciler) extensions(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosStorage]) (ctrl.Result, error) {
@@ -136,27 +159,9 @@ func (r *Reconciler) extensions(ctx context.Context, s *reconcile.Scope[*ichorv1
 		resync = DefaultResync
 	}
 
-	var list ichorv1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ts.Namespace)); err != nil {
+	selected, err := r.selected(ctx, ts)
+	if err != nil {
 		return ctrl.Result{}, err
-	}
-
-	var selected []ichorv1alpha1.TalosMachine
-
-	for i := range list.Items {
-		m := &list.Items[i]
-		if m.Spec.Approval.State != ichorv1alpha1.ApprovalApproved || m.DeletionTimestamp != nil {
-			continue
-		}
-
-		ok, err := render.StorageSelects(ts, m)
-		if err != nil {
-			return ctrl.Result{}, reconcile.Terminal(err)
-		}
-
-		if ok {
-			selected = append(selected, *m)
-		}
 	}
 
 	ts.Status.Nodes = int32(len(selected)) //nolint:gosec // a namespace's machines
@@ -210,8 +215,36 @@ func (r *Reconciler) extensions(ctx context.Context, s *reconcile.Scope[*ichorv1
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
 
-// nodes lists the workload cluster's Nodes.
-func (r *Reconciler) nodes(ctx context.Context, cl *ichorv1alpha1.TalosCluster) ([]corev1.Node, error) {
+// selected are the approved machines, not being deleted, that ts selects.
+func (r *Reconciler) selected(ctx context.Context, ts *ichorv1alpha1.TalosStorage) ([]ichorv1alpha1.TalosMachine, error) {
+	var list ichorv1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &list, client.InNamespace(ts.Namespace)); err != nil {
+		return nil, err
+	}
+
+	var selected []ichorv1alpha1.TalosMachine
+
+	for i := range list.Items {
+		m := &list.Items[i]
+		if m.Spec.Approval.State != ichorv1alpha1.ApprovalApproved || m.DeletionTimestamp != nil {
+			continue
+		}
+
+		ok, err := render.StorageSelects(ts, m)
+		if err != nil {
+			return nil, reconcile.Terminal(err)
+		}
+
+		if ok {
+			selected = append(selected, *m)
+		}
+	}
+
+	return selected, nil
+}
+
+// workloadConfig is the REST configuration of the cluster's Kubernetes API.
+func (r *Reconciler) workloadConfig(ctx context.Context, cl *ichorv1alpha1.TalosCluster) (*rest.Config, error) {
 	b, err := machinestate.LoadBundle(ctx, r.APIReader, cl)
 	if err != nil {
 		return nil, err
@@ -237,6 +270,16 @@ func (r *Reconciler) nodes(ctx context.Context, cl *ichorv1alpha1.TalosCluster) 
 		}
 	}
 
+	if err != nil {
+		return nil, err
+	}
+
+	return cfg, nil
+}
+
+// nodes lists the workload cluster's Nodes.
+func (r *Reconciler) nodes(ctx context.Context, cl *ichorv1alpha1.TalosCluster) ([]corev1.Node, error) {
+	cfg, err := r.workloadConfig(ctx, cl)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/storagestatus"
+	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -27,7 +28,16 @@ import (
 // and the workload cluster's, whose Nodes carry the extensions.talos.dev/*
 // labels Talos writes (the test writes them as Talos's node label controller
 // would).
-var k8s client.Client
+var (
+	k8s       client.Client
+	world     *talosemu.World
+	theBundle *secrets.Bundle
+	restCfg   *rest.Config
+)
+
+// diskNode is the emulated machine, a control plane with a data disk
+// (serial DATA-A).
+const diskNode = "cp-disk"
 
 const (
 	ns      = "default"
@@ -41,6 +51,21 @@ func TestMain(m *testing.M) {
 
 		b, err := bundle.Generate(secrets.NewClock(), "v1.14")
 		if err != nil {
+			return nil, err
+		}
+
+		theBundle = b
+
+		// One emulated machine, for the Talos side of a TalosStorage (its volumes).
+		if world, err = talosemu.Start(ctx, &talosemu.Spec{
+			Subnet: "127.0.147.0/24",
+			Machines: []talosemu.MachineSpec{{Name: diskNode, Role: talosemu.RoleHintControlPlane, Disks: []talosemu.DiskSpec{
+				{Type: talosemu.DiskNVMe}, {Type: talosemu.DiskSATA, Size: "50GiB", Serial: new("DATA-A")},
+			}}},
+			Durations: talosemu.Durations{
+				Install: talosemu.Duration(100 * time.Millisecond), Reboot: talosemu.Duration(100 * time.Millisecond), Boot: talosemu.Duration(50 * time.Millisecond),
+			},
+		}, s.Dir); err != nil {
 			return nil, err
 		}
 
@@ -63,6 +88,7 @@ func TestMain(m *testing.M) {
 		}
 
 		cfg := rest.CopyConfig(mgr.GetConfig())
+		restCfg = cfg
 		r := &storagestatus.Reconciler{
 			Resync: 500 * time.Millisecond,
 			Config: func(context.Context, *ichorv1alpha1.TalosCluster, *secrets.Bundle) (*rest.Config, error) {
@@ -74,7 +100,7 @@ func TestMain(m *testing.M) {
 			return nil, err
 		}
 
-		return nil, testenv.StartManager(ctx, mgr)
+		return world.Close, testenv.StartManager(ctx, mgr)
 	}))
 }
 
@@ -138,8 +164,10 @@ func TestExtensionsPresent(t *testing.T) {
 			return fmt.Errorf("message %q", c.Message)
 		}
 
-		if apimeta.FindStatusCondition(ts.Status.Conditions, ichorv1alpha1.ReadyCondition) != nil {
-			return fmt.Errorf("the storage status controller wrote Ready")
+		// ExtensionsPresent never gates Ready: Ready follows NodesPrepared
+		// (the workers are not installed).
+		if r := apimeta.FindStatusCondition(ts.Status.Conditions, ichorv1alpha1.ReadyCondition); r == nil || r.Reason != storagestatus.NodesNotPreparedReason {
+			return fmt.Errorf("Ready %+v, want NodesNotPrepared", r)
 		}
 
 		return nil

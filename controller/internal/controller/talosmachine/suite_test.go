@@ -47,6 +47,9 @@ const (
 // their API certificate from it).
 var machineNames = []string{"cp-1", "w-1", "w-2"}
 
+// diskMachine is the worker with two data disks, sda (serial DATA-A) and sdb (DATA-B).
+const diskMachine = "w-1"
+
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.SuiteOptions{}, func(ctx context.Context, s *testenv.Suite) (func(), error) {
 		env, scheme, k8s = s.Env, s.Scheme, s.Env.Client
@@ -68,7 +71,17 @@ func setup(ctx context.Context, s *testenv.Suite) error {
 			role = talosemu.RoleHintControlPlane
 		}
 
-		spec.Machines = append(spec.Machines, talosemu.MachineSpec{Name: n, Role: role})
+		ms := talosemu.MachineSpec{Name: n, Role: role}
+		if n == diskMachine {
+			// Two data disks beside the system disk, for the disk-role tests.
+			ms.Disks = []talosemu.DiskSpec{
+				{Type: talosemu.DiskNVMe},
+				{Type: talosemu.DiskSATA, Size: "50GiB", Serial: new("DATA-A")},
+				{Type: talosemu.DiskSATA, Size: "50GiB", Serial: new("DATA-B")},
+			}
+		}
+
+		spec.Machines = append(spec.Machines, ms)
 	}
 
 	spec.Durations = talosemu.Durations{

@@ -223,7 +223,9 @@ type scope struct {
 	machine *ichorv1alpha1.TalosMachine
 	cluster *ichorv1alpha1.TalosCluster
 	result  *render.Result
-	node    *talos.Verified
+	// storages are the TalosStorages the render read.
+	storages []ichorv1alpha1.TalosStorage
+	node     *talos.Verified
 	// active and persistent are the node's running and stored configurations.
 	active, persistent []byte
 }
@@ -279,7 +281,7 @@ func (r *Reconciler) reconcileConfig(ctx context.Context, sk *ichorreconcile.Sco
 		}
 	}()
 
-	for _, step := range []func(context.Context, *scope) (ctrl.Result, error){r.reconcileRender, r.reconcileNode} {
+	for _, step := range []func(context.Context, *scope) (ctrl.Result, error){r.reconcileRender, r.reconcileNode, r.reconcileDiskRoles} {
 		res, err := step(ctx, s)
 		if err != nil || res.RequeueAfter > 0 {
 			return res, err
@@ -315,7 +317,7 @@ func (r *Reconciler) reconcileRender(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 
-	s.cluster, s.result = st.Cluster, st.Result
+	s.cluster, s.result, s.storages = st.Cluster, st.Result, st.Storages
 	m.Status.RenderedConfigHash = st.Result.Hash
 
 	node, err := r.Nodes.Dial(ctx, m.Spec.Address, st.Bundle)

@@ -7,11 +7,15 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/contracts/pkg/storage"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 // maxEventPaths caps the paths an Event names; status holds them all (up to its limit).
@@ -211,4 +215,63 @@ func equalStrings(a, b []string) bool {
 	}
 
 	return true
+}
+
+// reconcileDiskRoles sets DiskRolesEffective on an installed machine from
+// the node's volumes (storage.CheckDiskRoles): a disk-role change Talos
+// accepted but does not apply (a changed selector or a lowered maxSize of a
+// provisioned volume) is reported with its paths and the way out, with a
+// Warning Event when it first appears. A node whose volumes cannot be read
+// leaves the condition Unknown; the next poll reads again.
+func (r *Reconciler) reconcileDiskRoles(ctx context.Context, s *scope) (ctrl.Result, error) {
+	m := s.machine
+
+	if !m.Status.Installed {
+		set(m, ichorv1alpha1.DiskRolesEffectiveCondition, metav1.ConditionTrue, storage.NotInstalledReason,
+			"the machine is not installed yet: its disk roles apply at install")
+
+		return ctrl.Result{}, nil
+	}
+
+	vols, disks, err := s.node.Volumes(ctx)
+	if err != nil {
+		set(m, ichorv1alpha1.DiskRolesEffectiveCondition, metav1.ConditionUnknown, storage.VolumesUnreadableReason,
+			"cannot read the node's volumes: "+talos.Message(err))
+
+		return ctrl.Result{}, nil
+	}
+
+	intents, err := render.VolumeIntents(m, s.storages)
+	if err != nil {
+		// The render already refused this input; nothing more to say here.
+		return ctrl.Result{}, nil //nolint:nilerr // reported by the render (Stalled)
+	}
+
+	rep := storage.CheckDiskRoles(intents, StorageVolumes(vols), disks)
+	first := rep.Status == metav1.ConditionFalse && !conditionFalseWith(m, ichorv1alpha1.DiskRolesEffectiveCondition, rep.Message)
+
+	set(m, ichorv1alpha1.DiskRolesEffectiveCondition, rep.Status, rep.Reason, rep.Message)
+
+	if first {
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ichorv1alpha1.AcceptedNoEffectReason, "CheckVolumes", "%s", rep.Message)
+	}
+
+	return ctrl.Result{}, nil
+}
+
+// StorageVolumes converts the node's volumes for the storage checks.
+func StorageVolumes(vols []talos.VolumeStatus) []storage.Volume {
+	out := make([]storage.Volume, 0, len(vols))
+	for _, v := range vols {
+		out = append(out, storage.Volume{ID: v.ID, Phase: v.Phase, Parent: v.Parent, Size: v.Size})
+	}
+
+	return out
+}
+
+// conditionFalseWith reports whether condition t is already False with message msg.
+func conditionFalseWith(m *ichorv1alpha1.TalosMachine, t, msg string) bool {
+	c := apimeta.FindStatusCondition(m.Status.Conditions, t)
+
+	return c != nil && c.Status == metav1.ConditionFalse && c.Message == msg
 }
