@@ -190,7 +190,6 @@ require (
 	github.com/sajari/fuzzy v1.0.0 // indirect
 	github.com/sasha-s/go-deadlock v0.3.9 // indirect
 	github.com/shopspring/decimal v1.4.0 // indirect
-	github.com/siderolabs/gen v0.8.8 // indirect
 	github.com/siderolabs/go-api-signature v0.3.13 // indirect
 	github.com/siderolabs/go-pointer v1.0.1 // indirect
 	github.com/siderolabs/net v0.4.0 // indirect
@@ -284,6 +283,7 @@ require (
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/rs/xid v1.6.0
 	github.com/siderolabs/crypto v0.6.5
+	github.com/siderolabs/gen v0.8.8
 	github.com/siderolabs/talos/pkg/machinery v1.14.1
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
