@@ -42,7 +42,7 @@ func LoopbackUIURL(raw string) (port string, ok bool) {
 	}
 
 	host := u.Hostname()
-	if ip := net.ParseIP(host); !(host == "localhost" || ip != nil && ip.IsLoopback()) {
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return "", false
 	}
 
