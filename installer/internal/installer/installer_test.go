@@ -516,7 +516,7 @@ func buildInstaller(t *testing.T, version string) string {
 // IchorInstallation; a later run without the flag keeps both; a bad URL is
 // refused before anything is written.
 func TestInstallerIchorUsers(t *testing.T) {
-	installed(t, "v0.1.0")
+	installed(t, "v0.0.9")
 
 	const url = "https://127.0.0.1:18443"
 
@@ -525,7 +525,7 @@ func TestInstallerIchorUsers(t *testing.T) {
 		t.Fatalf("a plain-http --ui-url: %v", err)
 	}
 
-	if v := installation(t).Status.InstalledVersion; v != "v0.1.0" {
+	if v := installation(t).Status.InstalledVersion; v != "v0.0.9" {
 		t.Fatalf("the refused run changed the installed version to %s", v)
 	}
 
