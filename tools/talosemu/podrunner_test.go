@@ -118,6 +118,9 @@ func TestPodRunner(t *testing.T) {
 	t.Run("OtherImagesStayKwoks", func(t *testing.T) {
 		p := appPod("sim", worker)
 		p.Spec.Containers[0].Image = "registry.k8s.io/pause:3.10"
+		// Not a backend of the podapp Service: kwok's Ready pod would be one of the
+		// webhook's endpoints, at an address no process serves.
+		p.Labels = map[string]string{"app": "podapp-sim"}
 
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

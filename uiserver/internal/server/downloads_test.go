@@ -100,6 +100,16 @@ func downloadRequests(t *testing.T) []string {
 func TestAdminDownloads(t *testing.T) {
 	const captureQuery = "?interface=enp0s1&duration=1s&snapLen=128"
 
+	// The suite shares its namespace: the Warning Events this test makes
+	// would show in the other tests' lists of recent Events (TestClusterHealth).
+	t.Cleanup(func() {
+		err := admin.DeleteAllOf(context.Background(), &corev1.Event{}, client.InNamespace(testNS),
+			client.MatchingFields{"reason": download.EventReason})
+		if err != nil {
+			t.Errorf("deleting the download Events: %v", err)
+		}
+	})
+
 	paths := map[string]string{
 		"support-bundle": "/api/v1/nodes/" + nodeName + "/support-bundle",
 		"etcd-snapshot":  "/api/v1/nodes/" + nodeName + "/etcd-snapshot",

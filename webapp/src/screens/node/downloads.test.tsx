@@ -55,6 +55,11 @@ describe("NodeDownloads", () => {
     const { d, asked } = recorder();
     render(<NodeDownloads m={worker} download={d} />, root);
     expect(root.querySelector('[data-testid="download-etcd-snapshot"]')).toBeNull();
+    // Each capture field is named by its label (axe's "label" rule in the browser test).
+    for (const [id, label] of [["capture-interface", "Interface"], ["capture-seconds", "Seconds"]]) {
+      expect(root.querySelector(`label[for="${id}"]`)?.textContent).toBe(label);
+      expect(root.querySelector(`#${id}`)?.tagName).toBe("INPUT");
+    }
     const capture = root.querySelector<HTMLButtonElement>('[data-testid="download-packet-capture"]')!;
     expect(capture.disabled).toBe(true);
 

@@ -72,10 +72,10 @@ export function NodeDownloads({ m, download }: { m: Machine; download: Downloade
           }}
         >
           <Field id="capture-interface" label="Interface" class="w-40">
-            <Input value={iface} placeholder="eth0" onInput={(e) => setIface(e.currentTarget.value)} data-testid="capture-interface" />
+            <Input id="capture-interface" value={iface} placeholder="eth0" onInput={(e) => setIface(e.currentTarget.value)} data-testid="capture-interface" />
           </Field>
           <Field id="capture-seconds" label="Seconds" class="w-28">
-            <Input type="number" min={captureLimits.minSeconds} max={captureLimits.maxSeconds} value={seconds} onInput={(e) => setSeconds(e.currentTarget.value)} data-testid="capture-seconds" />
+            <Input id="capture-seconds" type="number" min={captureLimits.minSeconds} max={captureLimits.maxSeconds} value={seconds} onInput={(e) => setSeconds(e.currentTarget.value)} data-testid="capture-seconds" />
           </Field>
           <Button type="submit" variant="outline" disabled={!!dl.busy || !!captureProblem(form)} data-testid="download-packet-capture">
             {dl.busy === "packet-capture" ? "Capturing…" : "Capture packets"}
