@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v3"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/secretstore"
@@ -243,24 +242,7 @@ func (r *run) checkDownload(ctx context.Context, cluster, kind string) error {
 	tcr := &ichorv1alpha1.TalosCredentialRequest{}
 	tcr.Namespace, tcr.Spec.ClusterName, tcr.Spec.Purpose = r.ns(), cluster, kind
 
-	for _, req := range guard.CredentialRequestRequirements(tcr) {
-		p := req.Permission
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: p.Namespace, Verb: p.Verb, Group: ichorv1alpha1.GroupVersion.Group,
-				Resource: p.Resource, Subresource: p.Subresource, Name: p.Name,
-			},
-		}}
-		if err := r.c().Create(ctx, review); err != nil {
-			return r.conn.Explain(err, "checking whether you may download from the cluster")
-		}
-
-		if !review.Status.Allowed {
-			return fmt.Errorf("%s; nothing was downloaded", req.Refusal("").Error())
-		}
-	}
-
-	return nil
+	return r.checkRequirements(ctx, guard.CredentialRequestRequirements(tcr), "download from the cluster", "nothing was downloaded")
 }
 
 // openDownloadFile opens the file to write (0600, created or truncated) or

@@ -475,7 +475,14 @@ func invalidImpact(imp *plan.Impact) error {
 // refuse: privileged configuration without `update` on
 // talosconfigpatches/privileged (the same guard.PatchRequirements).
 func (r *run) checkPrivileged(ctx context.Context, e plan.PatchEdit) error {
-	for _, req := range guard.PatchRequirements(e.Old, e.New) {
+	return r.checkRequirements(ctx, guard.PatchRequirements(e.Old, e.New), "write privileged configuration", "nothing was written")
+}
+
+// checkRequirements asks the API server, as the kubeconfig's user, for each
+// permission the admission webhook would ask (a SelfSubjectAccessReview); the
+// first refused one is the error, with what was (not) done.
+func (r *run) checkRequirements(ctx context.Context, reqs []guard.Requirement, doing, nothing string) error {
+	for _, req := range reqs {
 		p := req.Permission
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -484,11 +491,10 @@ func (r *run) checkPrivileged(ctx context.Context, e plan.PatchEdit) error {
 			},
 		}}
 		if err := r.c().Create(ctx, review); err != nil {
-			return r.conn.Explain(err, "checking whether you may write privileged configuration")
+			return r.conn.Explain(err, "checking whether you may "+doing)
 		}
 		if !review.Status.Allowed {
-			rf := req.Refusal("")
-			return fmt.Errorf("%s; nothing was written", rf.Error())
+			return fmt.Errorf("%s; %s", req.Refusal("").Error(), nothing)
 		}
 	}
 	return nil
