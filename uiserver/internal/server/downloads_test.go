@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/download"
+	"github.com/maeshinshin/ichor/tools/testenv"
 	"github.com/maeshinshin/ichor/uiserver/internal/server"
 )
 
@@ -233,14 +235,11 @@ func TestAdminDownloads(t *testing.T) {
 	}
 
 	// The download's requests are deleted once the download ends.
-	deadline := time.Now().Add(time.Minute)
-	for reqs := downloadRequests(t); len(reqs) > 0; reqs = downloadRequests(t) {
-		if time.Now().After(deadline) {
-			t.Fatalf("download TalosCredentialRequests left behind: %v", reqs)
-		}
+	testenv.EventuallyOK(t, time.Minute, "no download TalosCredentialRequest left behind", func() (bool, string) {
+		reqs := downloadRequests(t)
 
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(reqs) == 0, fmt.Sprint(reqs)
+	})
 
 	// The etcd snapshot comes from control planes only; without a token nothing is served.
 	code, _, body = downloadGet(t, "/api/v1/nodes/nope/etcd-snapshot", tok)

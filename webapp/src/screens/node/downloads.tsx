@@ -86,12 +86,7 @@ export function NodeDownloads({ m, download }: { m: Machine; download: Downloade
             {problem}
           </p>
         )}
-        <ErrorAlert error={dl.error} what="The download" />
-        {dl.done && (
-          <p class="text-sm" role="status" data-testid="download-done">
-            Saved {dl.done}.
-          </p>
-        )}
+        <DownloadOutcome error={dl.error} done={dl.done} />
       </CardContent>
     </Card>
   );
@@ -124,13 +119,22 @@ export function EtcdSnapshotDownload({ machines, download }: { machines: Machine
             {dl.busy ? "Downloading…" : "Download etcd snapshot"}
           </Button>
         </div>
-        <ErrorAlert error={dl.error} what="The download" />
-        {dl.done && (
-          <p class="text-sm" role="status" data-testid="download-done">
-            Saved {dl.done}.
-          </p>
-        )}
+        <DownloadOutcome error={dl.error} done={dl.done} />
       </CardContent>
     </Card>
+  );
+}
+
+/** DownloadOutcome says how the last download ended: the backend's refusal, or the file saved. */
+function DownloadOutcome({ error, done }: { error: unknown; done?: string }) {
+  return (
+    <>
+      <ErrorAlert error={error} what="The download" />
+      {done && (
+        <p class="text-sm" role="status" data-testid="download-done">
+          Saved {done}.
+        </p>
+      )}
+    </>
   );
 }
