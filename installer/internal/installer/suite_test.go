@@ -22,6 +22,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -359,6 +360,8 @@ func reset(t *testing.T) {
 
 	del(t, snapshotObject())
 
+	var nudged time.Time
+
 	testenv.Eventually(t, waitTimeout, "Ichor's objects gone", func() error {
 		for _, o := range gone {
 			cur := &unstructured.Unstructured{}
@@ -366,7 +369,7 @@ func reset(t *testing.T) {
 
 			err := k8s.Get(ctx, client.ObjectKeyFromObject(o), cur)
 			if err == nil {
-				return fmt.Errorf("%s %s is still there", o.GetKind(), o.GetName())
+				return stillThere(t, cur, &nudged)
 			}
 
 			if !apierrors.IsNotFound(err) && !apimeta.IsNoMatchError(err) {
@@ -376,6 +379,44 @@ func reset(t *testing.T) {
 
 		return nil
 	})
+}
+
+// stillThere says why an object reset deleted is still there. A
+// CustomResourceDefinition waits for the API server's finalizer
+// (customresourcecleanup) to delete its instances; its Terminating condition
+// says how far it got. Once one has been terminating for 30 s, an annotation
+// is written to it: the finalizer's queue takes every update of a terminating
+// CustomResourceDefinition at once, while a key that failed before waits out
+// its exponential back-off (apiextensions-apiserver
+// pkg/controller/finalizer/crd_finalizer.go, updateCustomResourceDefinition).
+// nudged is when that was last done; it is done every 15 s at most.
+func stillThere(t *testing.T, cur *unstructured.Unstructured, nudged *time.Time) error {
+	t.Helper()
+
+	err := fmt.Errorf("%s %s is still there (finalizers %v)", cur.GetKind(), cur.GetName(), cur.GetFinalizers())
+
+	if cur.GetKind() != "CustomResourceDefinition" || cur.GetDeletionTimestamp() == nil {
+		return err
+	}
+
+	conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Terminating" {
+			err = fmt.Errorf("%w: Terminating %v %v: %v", err, m["status"], m["reason"], m["message"])
+		}
+	}
+
+	if time.Since(cur.GetDeletionTimestamp().Time) > 30*time.Second && time.Since(*nudged) > 15*time.Second {
+		*nudged = time.Now()
+		t.Logf("nudging the API server's finalizer of %s: %v", cur.GetName(), err)
+
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"ichor.test/reset":%q}}}`, time.Now().Format(time.RFC3339Nano))
+		if perr := k8s.Patch(t.Context(), cur, client.RawPatch(types.MergePatchType, []byte(patch))); perr != nil && !apierrors.IsNotFound(perr) {
+			t.Logf("nudging %s: %v", cur.GetName(), perr)
+		}
+	}
+
+	return err
 }
 
 func snapshotObject() *unstructured.Unstructured {
