@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
@@ -55,6 +56,47 @@ type Rendered struct {
 // the same options. A user layer that sets an Ichor-owned key fails with a
 // *ciliumvalues.OwnedKeyError, an unknown version with an *UnknownVersionError.
 func Render(ctx context.Context, opts Options) (*Rendered, error) {
+	in, err := prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+
+	// ClientOnly with DryRun is `helm template`: Helm swaps in a printing
+	// client and in-memory release storage and renders with default
+	// capabilities at KubeVersion (helm.sh/helm/v3 pkg/action/install.go,
+	// RunWithContext), which are in.capabilities(). No RESTClientGetter is
+	// set, so `lookup` finds nothing.
+	cfg := &action.Configuration{Log: func(string, ...any) {}}
+	install := action.NewInstall(cfg)
+	install.DryRun = true
+	install.DryRunOption = "client"
+	install.ClientOnly = true
+	install.ReleaseName = ReleaseName
+	install.Namespace = Namespace
+	install.KubeVersion = in.kubeVersion
+
+	rel, err := install.RunWithContext(ctx, in.chart, copyValues(in.values))
+	if err != nil {
+		return nil, fmt.Errorf("render the Cilium chart %s: %w", in.version, err)
+	}
+	manifest := strings.TrimSpace(rel.Manifest) + "\n"
+	sum := sha256.Sum256([]byte(manifest))
+	return &Rendered{Version: in.version, Values: in.values, Manifest: manifest, SHA256: hex.EncodeToString(sum[:])}, nil
+}
+
+// inputs are what a render of Options needs: Render and Apply share them,
+// so the release Apply installs is the manifest Render gives.
+type inputs struct {
+	version     string
+	kubeVersion *chartutil.KubeVersion
+	values      map[string]any
+	chart       *chart.Chart
+}
+
+// prepare resolves the defaults of opts, computes the effective values and
+// loads the chart. A user layer that sets an Ichor-owned key fails with a
+// *ciliumvalues.OwnedKeyError, an unknown version with an *UnknownVersionError.
+func prepare(opts Options) (*inputs, error) {
 	version := opts.Version
 	if version == "" {
 		version = release.DefaultCiliumVersion
@@ -75,31 +117,23 @@ func Render(ctx context.Context, opts Options) (*Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	// ClientOnly with DryRun is `helm template`: Helm swaps in a printing
-	// client and in-memory release storage and renders with default
-	// capabilities at KubeVersion (helm.sh/helm/v3 pkg/action/install.go,
-	// RunWithContext). No RESTClientGetter is set, so `lookup` finds nothing.
-	cfg := &action.Configuration{Log: func(string, ...any) {}}
-	install := action.NewInstall(cfg)
-	install.DryRun = true
-	install.DryRunOption = "client"
-	install.ClientOnly = true
-	install.ReleaseName = ReleaseName
-	install.Namespace = Namespace
-	install.KubeVersion = kv
-
-	// Helm's engine may change the values it is given (coalescing the chart's
-	// defaults into them), so it gets its own copy.
-	rel, err := install.RunWithContext(ctx, ch, copyValues(values))
-	if err != nil {
-		return nil, fmt.Errorf("render the Cilium chart %s: %w", version, err)
-	}
-	manifest := strings.TrimSpace(rel.Manifest) + "\n"
-	sum := sha256.Sum256([]byte(manifest))
-	return &Rendered{Version: version, Values: values, Manifest: manifest, SHA256: hex.EncodeToString(sum[:])}, nil
+	return &inputs{version: version, kubeVersion: kv, values: values, chart: ch}, nil
 }
 
+// capabilities are what a client-only render sees (Helm's default
+// capabilities at the Kubernetes version; install.go RunWithContext): Apply
+// renders against the cluster with these rather than the cluster's
+// discovery, so a CRD that happens to be installed (Gateway API, Prometheus
+// operator) cannot make the release differ from Render's manifest, which
+// Talos applied at bootstrap.
+func (in *inputs) capabilities() *chartutil.Capabilities {
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = *in.kubeVersion
+	return caps
+}
+
+// Helm's engine may change the values it is given (coalescing the chart's
+// defaults into them), so every use gets its own copy.
 func copyValues(m map[string]any) map[string]any {
 	out := make(map[string]any, len(m))
 	for k, v := range m {
