@@ -8,6 +8,11 @@
 //
 //	ichor-installer                                 # in a Job: the pod's ServiceAccount
 //	ichor-installer --kubeconfig ~/.kube/config     # from outside the cluster
+//
+// `ichor-installer cni apply` is the ichor-cni Job's command: it hands
+// Cilium over to its Helm release and upgrades it (installer/internal/cni).
+//
+//	ichor-installer cni apply --request /etc/ichor-cni/request.json --timeout 10m
 package main
 
 import (
@@ -27,6 +32,7 @@ import (
 
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
+	"github.com/maeshinshin/ichor/installer/internal/cni"
 	"github.com/maeshinshin/ichor/installer/internal/installer"
 )
 
@@ -35,6 +41,10 @@ func main() {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "cni" {
+		return runCNI(args[1:])
+	}
+
 	fs := flag.NewFlagSet("ichor-installer", flag.ContinueOnError)
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	kubeconfig := fs.String("kubeconfig", "", "A kubeconfig to reach the cluster with; empty means the pod's ServiceAccount (in a Job), else $KUBECONFIG.")
@@ -98,6 +108,18 @@ func run(args []string) int {
 	}
 
 	return 0
+}
+
+// runCNI runs `ichor-installer cni …` (installer/internal/cni).
+func runCNI(args []string) int {
+	// client-go and Helm log through klog; the command's log is its own lines.
+	klog.SetLogger(logr.Discard())
+	ctrllog.SetLogger(logr.Discard())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	return cni.Main(ctx, args, os.Stdout, os.Stderr)
 }
 
 // restConfig is the kubeconfig given, else the pod's ServiceAccount, else
