@@ -30,12 +30,14 @@ import (
 
 const (
 	// recoverSubnet is this test's loopback subnet (no other suite uses it).
-	recoverSubnet  = "127.0.163.0/24"
-	recoverCluster = "lost"
-	recoverNS      = "ichor-system"
-	recoverBucket  = "etcd-backups"
-	recoverPrefix  = "offsite"
-	applyRPC       = "/machine.MachineService/ApplyConfiguration"
+	recoverSubnet = "127.0.163.0/24"
+	// recoverPodSubnet is where the recovery world's pod runner puts pods.
+	recoverPodSubnet = "127.172.0.0/24"
+	recoverCluster   = "lost"
+	recoverNS        = "ichor-system"
+	recoverBucket    = "etcd-backups"
+	recoverPrefix    = "offsite"
+	applyRPC         = "/machine.MachineService/ApplyConfiguration"
 )
 
 // control sends a request to talosemu's control API.
@@ -171,7 +173,9 @@ func fullLossRecovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
-	w, err := startWorldIn(recoverSubnet, 3, 2, "")
+	// The pod runner runs the ichor-cni Job that hands Cilium over to Helm
+	// (init waits for it); the controller itself runs as a local process.
+	w, err := startWorldIn(recoverSubnet, 3, 2, recoverPodSubnet)
 	if err != nil {
 		t.Fatal(err)
 	}

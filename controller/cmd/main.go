@@ -29,6 +29,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/certs"
 	"github.com/maeshinshin/ichor/controller/internal/controller/autopatch"
 	"github.com/maeshinshin/ichor/controller/internal/controller/clusterstatus"
+	"github.com/maeshinshin/ichor/controller/internal/controller/cnihandover"
 	"github.com/maeshinshin/ichor/controller/internal/controller/cnistatus"
 	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
@@ -211,6 +212,8 @@ func main() {
 		{"the cluster status reconciler", &clusterstatus.Reconciler{}},
 		// CNIUnsupported, and status.cni.detected read from the cluster on a slow requeue.
 		{"the CNI status reconciler", &cnistatus.Reconciler{}},
+		// Cilium handed over from the bootstrap inline manifest to Ichor's Helm release, and its values kept applied.
+		{"the Cilium hand-over", &cnihandover.Reconciler{}},
 		// The TalosCluster finalizer: a deleted cluster's objects, in order, its nodes left as they are.
 		{"the cluster teardown", &teardown.Reconciler{}},
 		// TalosStorage's status: the selected machines and ExtensionsPresent.

@@ -14,13 +14,13 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/maeshinshin/ichor/cli/internal/secretstore"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
-	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
@@ -42,9 +42,6 @@ type Env struct {
 	// Version is this CLI's version, the version the IchorInstallation asks for.
 	Version string
 }
-
-// CiliumManifestName is the name of the inline manifest that carries Cilium.
-const CiliumManifestName = "cilium"
 
 // state is one run's working set.
 type state struct {
@@ -403,7 +400,12 @@ func (s *state) objects() error {
 
 	schedulable := topo.Schedulable
 	s.cluster = &ichorv1alpha1.TalosCluster{
-		ObjectMeta: objectMeta(s.o.Namespace, s.o.Cluster),
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.o.Namespace, Name: s.o.Cluster,
+			// Cilium is booted from the inline manifest configure sends; the
+			// controller keeps it in the render and hands it over to Helm.
+			Annotations: map[string]string{ichorv1alpha1.CNIBootstrapAnnotation: ichorv1alpha1.CNIBootstrapInline},
+		},
 		Spec: ichorv1alpha1.TalosClusterSpec{
 			TalosVersion:      s.talosVersion(),
 			VersionContract:   s.versionContract(),
@@ -471,17 +473,15 @@ func (s *state) configure(ctx context.Context) error {
 		return nil
 	}
 
-	ch, err := cilium.Render(ctx, cilium.Options{
-		KubernetesVersion: s.kubernetesVersion(),
-		Choices:           ciliumvalues.Choices{Tunnel: s.o.Tunnel, KubeProxy: s.cluster.Spec.CNI.KubeProxy, Nodes: 1},
-	})
+	// The controller's render keeps these bytes until the hand-over.
+	ch, err := cilium.BootstrapManifest(ctx, s.cluster)
 	if err != nil {
 		return fmt.Errorf("rendering the pinned Cilium chart: %w", err)
 	}
 
 	res, err := render.Render(render.Input{
 		Cluster: s.cluster, Machine: s.machine, Bundle: s.bundle,
-		InlineManifests: []render.InlineManifest{{Name: CiliumManifestName, Contents: ch.Manifest}},
+		InlineManifests: []render.InlineManifest{{Name: cilium.InlineManifestName, Contents: ch.Manifest}},
 	})
 	if err != nil {
 		return fmt.Errorf("rendering the first control plane's configuration: %w", err)

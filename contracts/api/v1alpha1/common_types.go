@@ -158,3 +158,15 @@ type ClusterReference struct {
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 }
+
+// Annotations Ichor writes to record a fact, not a consent.
+const (
+	// CNIBootstrapAnnotation on a TalosCluster says how its Cilium was
+	// booted: CNIBootstrapInline means `ichor init` sent it as a Talos
+	// inline manifest, which the control planes' render keeps until Cilium's
+	// Helm release has taken it over (CNIHandover) and which the controller
+	// then hands over. A cluster without it gets neither.
+	CNIBootstrapAnnotation = "ichor.maesh.dev/cni-bootstrap"
+	// CNIBootstrapInline is CNIBootstrapAnnotation's value for the inline manifest.
+	CNIBootstrapInline = "inline-manifest"
+)

@@ -36,6 +36,10 @@ const (
 	CNIHandoverPendingReason = "HandoverPending"
 	// CNIHandoverDoneReason means the hand-over finished.
 	CNIHandoverDoneReason = "HandoverDone"
+	// CNIHandoverFailedReason means the last Helm run of the Cilium release
+	// failed (the message says why and when the next one starts), or the
+	// running Cilium cannot be taken over by this build.
+	CNIHandoverFailedReason = "HandoverFailed"
 	// AdoptedReason means the cluster was adopted.
 	AdoptedReason = "Adopted"
 	// CiliumCRDMissingReason means Cilium's CRDs do not exist, so no policy was applied.

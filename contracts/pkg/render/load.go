@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
 	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 )
 
@@ -23,6 +24,8 @@ var ErrClusterNotFound = fmt.Errorf("TalosCluster not found")
 // configuration is the one the controller applies; each adds the bundle it
 // may hold (the real one, or ichor-ui's synthetic one). A missing cluster is
 // ErrClusterNotFound (wrapped, with its name); other errors are the reader's.
+// A control plane of a cluster whose Cilium is not handed over yet gets the
+// bootstrap Cilium as its inline manifest (cilium.BootstrapManifest).
 func LoadInput(ctx context.Context, r client.Reader, m *ichorv1alpha1.TalosMachine) (Input, error) {
 	c := &ichorv1alpha1.TalosCluster{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c); err != nil {
@@ -53,8 +56,24 @@ func LoadInput(ctx context.Context, r client.Reader, m *ichorv1alpha1.TalosMachi
 		}
 	}
 
-	return Input{
+	in := Input{
 		Cluster: c, Machine: m, Patches: patches.Items, Storages: storages.Items,
 		Kubernetes: kubeupgrade.Pins(c, m, ops.Items),
-	}, nil
+	}
+
+	// Until Cilium's Helm release has taken it over, a control plane keeps
+	// the bootstrap Cilium `ichor init` sent, byte for byte (Talos applies an
+	// inline manifest create-only, so the entry only matters should an
+	// object of it go missing, but dropping it is a config change on every
+	// control plane for nothing).
+	if m.Spec.Role == ichorv1alpha1.RoleControlPlane && cilium.NeedsBootstrapManifest(c) {
+		ch, err := cilium.BootstrapManifest(ctx, c)
+		if err != nil {
+			return Input{}, fmt.Errorf("rendering the bootstrap Cilium of TalosCluster %s/%s: %w", c.Namespace, c.Name, err)
+		}
+
+		in.InlineManifests = []InlineManifest{{Name: cilium.InlineManifestName, Contents: ch.Manifest}}
+	}
+
+	return in, nil
 }

@@ -1,0 +1,607 @@
+// Package cnihandover makes Ichor's Helm release the owner of Cilium
+// (architecture, "CNI"; issue #20 item 1). `ichor init` boots Cilium from a
+// Talos inline manifest, which Talos applies create-only and never again, so
+// nothing would own the running Cilium. Once the bootstrap Cilium DaemonSet
+// has rolled out, this controller runs the `ichor-cni` Job (the installer
+// image's `ichor-installer cni apply`, in kube-system, host network) that
+// installs release kube-system/cilium with the Helm SDK, taking over the
+// bootstrapped objects with the same chart and values, so no pod restarts.
+//
+// The Job's exit code is not trusted: the hand-over is done when Helm's own
+// release record (cilium.Deployed) says the release is deployed with the
+// chart version and values this controller asked for. Then CNIHandover is
+// True and status.cni.valuesHash records the values; the control planes'
+// render drops the inline entry (render.LoadInput). A later change of the
+// values (spec.cni.cilium.values, the Node count the operator's replicas
+// follow) is applied the same way. A Job that fails is retried with a growing
+// back-off, the reason in the condition. The Job runs under the cluster lock
+// as lock.CNIHelmIdentity, which this controller takes before it creates the
+// Job and releases when the Job has ended.
+package cnihandover
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
+	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
+	"github.com/maeshinshin/ichor/contracts/pkg/cni"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/contracts/pkg/release"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/contracts/pkg/version"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/reconcile"
+	"github.com/maeshinshin/ichor/controller/internal/workload"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "cnihandover"
+
+const (
+	// attemptLabel on a Job counts the attempts at one request.
+	attemptLabel = "ichor.maesh.dev/attempt"
+	// requestAnnotation on a Job is the hash of the request it carries.
+	requestAnnotation = "ichor.maesh.dev/cni-request"
+
+	// DefaultJobTimeout bounds one Helm run (its waits for the rollout included).
+	DefaultJobTimeout = 10 * time.Minute
+
+	pollInterval = 10 * time.Second
+	// settledInterval is how often a handed-over cluster is looked at again
+	// (a release changed by hand, a Node joining).
+	settledInterval = 5 * time.Minute
+	firstBackoff    = 30 * time.Second
+	maxBackoff      = 10 * time.Minute
+)
+
+// Reconciler hands Cilium over to Ichor's Helm release and keeps the
+// release's values those the cluster asks for.
+type Reconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	// Nodes dials configured nodes; nil means a Dialer on Talos's port.
+	Nodes *talos.Dialer
+	// Locker takes the cluster lock; nil means one on Client.
+	Locker *lock.Locker
+	// Image is the installer image the Job runs; empty means this build's.
+	Image string
+	// JobTimeout bounds one Helm run; zero means DefaultJobTimeout.
+	JobTimeout time.Duration
+	// FirstBackoff is the wait after a first failed Job, doubled for each
+	// further one up to ten minutes; zero means 30 s.
+	FirstBackoff time.Duration
+
+	skeleton *reconcile.Controller[*ichorv1alpha1.TalosCluster]
+}
+
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ichor-system,resources=leases,verbs=get;list;watch;create;update;patch
+
+// SetupWithManager registers the reconciler on TalosClusters.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+
+	r.defaults()
+
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Complete(r)
+}
+
+func (r *Reconciler) defaults() {
+	if r.Nodes == nil {
+		r.Nodes = &talos.Dialer{}
+	}
+
+	if r.Locker == nil {
+		r.Locker = &lock.Locker{Client: r.Client, Check: lock.ClientChecker(r.APIReader)}
+	}
+
+	if r.Image == "" {
+		r.Image = install.InstallerImage(version.Get().Version)
+	}
+
+	if r.JobTimeout <= 0 {
+		r.JobTimeout = DefaultJobTimeout
+	}
+
+	if r.FirstBackoff <= 0 {
+		r.FirstBackoff = firstBackoff
+	}
+
+	if r.skeleton == nil {
+		r.skeleton = &reconcile.Controller[*ichorv1alpha1.TalosCluster]{
+			Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
+			New:   func() *ichorv1alpha1.TalosCluster { return &ichorv1alpha1.TalosCluster{} },
+			Owned: []string{ichorv1alpha1.CNIHandoverCondition},
+			OwnStatus: func(dst, src *ichorv1alpha1.TalosCluster) {
+				dst.Status.CNI.ValuesHash = src.Status.CNI.ValuesHash
+			},
+			Phases: []reconcile.Phase[*ichorv1alpha1.TalosCluster]{r.reconcile},
+		}
+	}
+}
+
+// Reconcile runs the skeleton.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.defaults()
+
+	return r.skeleton.Reconcile(ctx, req)
+}
+
+// pending reports a hand-over not done yet, or failing. Once Cilium runs as
+// the release, CNIHandover stays True whatever a later values change does
+// (the render must not take the bootstrap entry back): the change's progress
+// or failure goes into its message, and status.cni.valuesHash keeps the
+// values last applied.
+func (r *Reconciler) pending(c *ichorv1alpha1.TalosCluster, reason, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+
+	if apimeta.IsStatusConditionTrue(c.Status.Conditions, ichorv1alpha1.CNIHandoverCondition) {
+		apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+			Type: ichorv1alpha1.CNIHandoverCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.CNIHandoverDoneReason,
+			Message: fmt.Sprintf("Cilium runs as Helm release %s/%s; new values are not applied yet: %s", cilium.Namespace, cilium.ReleaseName, msg),
+		})
+
+		return
+	}
+
+	apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+		Type: ichorv1alpha1.CNIHandoverCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg,
+	})
+}
+
+// waiting reports what the hand-over waits for; a handed-over cluster's
+// condition is left as it is (a rolling DaemonSet, an API server briefly
+// away are not news about the release).
+func (r *Reconciler) waiting(c *ichorv1alpha1.TalosCluster, format string, args ...any) {
+	if !apimeta.IsStatusConditionTrue(c.Status.Conditions, ichorv1alpha1.CNIHandoverCondition) {
+		r.pending(c, ichorv1alpha1.CNIHandoverPendingReason, format, args...)
+	}
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
+	c := s.Object
+	// Only the Cilium `ichor init` booted is handed over; a cluster made
+	// otherwise has no bootstrap Cilium to take over.
+	if !cilium.BootstrappedInline(c) {
+		apimeta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.CNIHandoverCondition)
+
+		return ctrl.Result{}, nil
+	}
+
+	cfg, k, err := r.workloadClient(ctx, c)
+	if err != nil {
+		r.waiting(c, "the cluster's Kubernetes API is not reachable yet: %v", err)
+
+		return ctrl.Result{RequeueAfter: pollInterval}, nil
+	}
+
+	ds, err := k.AppsV1().DaemonSets(cilium.Namespace).Get(ctx, "cilium", metav1.GetOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("reading DaemonSet %s/cilium: %w", cilium.Namespace, err)
+		}
+
+		r.waiting(c, "waiting for the bootstrap Cilium (DaemonSet %s/cilium) to be created", cilium.Namespace)
+
+		return ctrl.Result{RequeueAfter: pollInterval}, nil
+	}
+
+	if ok, why, err := workload.DaemonSetRolledOut(ctx, k, cilium.Namespace, "cilium"); err != nil || !ok {
+		if err != nil {
+			why = err.Error()
+		}
+
+		r.waiting(c, "waiting for Cilium's DaemonSet %s/cilium to roll out: %s", cilium.Namespace, why)
+
+		return ctrl.Result{RequeueAfter: pollInterval}, nil
+	}
+
+	deployed, err := cilium.Deployed(ctx, cfg)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("reading Helm's release %s/%s: %w", cilium.Namespace, cilium.ReleaseName, err)
+	}
+
+	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the cluster's Nodes: %w", err)
+	}
+
+	req, err := Request(c, ds, deployed, len(nodes.Items))
+	if err != nil {
+		r.pending(c, ichorv1alpha1.CNIHandoverFailedReason, "%v", err)
+
+		return ctrl.Result{RequeueAfter: settledInterval}, nil
+	}
+
+	values, err := ciliumvalues.Effective(req.UserValues, req.Choices)
+	if err != nil {
+		r.pending(c, ichorv1alpha1.CNIHandoverFailedReason, "the Cilium values cannot be used: %v", err)
+
+		return ctrl.Result{RequeueAfter: settledInterval}, nil
+	}
+
+	hash := cilium.ValuesSHA256(values)
+
+	if deployed != nil && deployed.Status == "deployed" && deployed.Version == req.Version && deployed.ValuesSHA256 == hash {
+		return r.done(ctx, s, k, deployed, hash)
+	}
+
+	return r.runJob(ctx, s, k, req, hash, deployed)
+}
+
+// Request is what the Job is asked to apply: the chart of the release (or,
+// before there is one, the chart of the Cilium that runs, which the hand-over
+// must not change), the cluster's Kubernetes version, tunnel and kube-proxy
+// mode, the Node count and the user's layer of values.
+func Request(c *ichorv1alpha1.TalosCluster, ds *appsv1.DaemonSet, deployed *cilium.ReleaseState, nodes int) (cilium.Request, error) {
+	v := release.DefaultCiliumVersion
+
+	switch {
+	case deployed != nil && deployed.Version != "":
+		v = deployed.Version
+	default:
+		if running := cni.Detect([]appsv1.DaemonSet{*ds}).CiliumVersion; running != "" {
+			v = running
+		}
+	}
+
+	if embedded := cilium.Versions(); !slices.Contains(embedded, v) {
+		return cilium.Request{}, fmt.Errorf("the Cilium that runs is %s, a chart this build of Ichor does not embed (it has %s): "+
+			"Ichor takes Cilium over only with the chart that runs, so that nothing restarts; run an Ichor whose charts include %s",
+			v, strings.Join(embedded, ", "), v)
+	}
+
+	var user map[string]any
+
+	if c.Spec.CNI.Cilium != nil && c.Spec.CNI.Cilium.Values != nil && len(c.Spec.CNI.Cilium.Values.Raw) > 0 {
+		if err := json.Unmarshal(c.Spec.CNI.Cilium.Values.Raw, &user); err != nil {
+			return cilium.Request{}, fmt.Errorf("spec.cni.cilium.values is not an object: %w", err)
+		}
+	}
+
+	return cilium.Request{
+		Version: v, KubernetesVersion: c.Spec.KubernetesVersion,
+		Choices:    ciliumvalues.Choices{Tunnel: c.Spec.CNI.Tunnel, KubeProxy: c.Spec.CNI.KubeProxy, Nodes: nodes},
+		UserValues: user,
+	}, nil
+}
+
+func (r *Reconciler) done(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster], k kubernetes.Interface,
+	deployed *cilium.ReleaseState, hash string,
+) (ctrl.Result, error) {
+	c := s.Object
+	if !apimeta.IsStatusConditionTrue(c.Status.Conditions, ichorv1alpha1.CNIHandoverCondition) {
+		ctrl.LoggerFrom(ctx).Info("Cilium runs as Ichor's Helm release", "chart", deployed.Version, "revision", deployed.Revision)
+	}
+
+	apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+		Type: ichorv1alpha1.CNIHandoverCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.CNIHandoverDoneReason,
+		Message: fmt.Sprintf("Cilium runs as Helm release %s/%s (chart %s, revision %d)", cilium.Namespace, cilium.ReleaseName, deployed.Version, deployed.Revision),
+	})
+	c.Status.CNI.ValuesHash = hash
+
+	// The Jobs and their requests are of no use once applied; a failed
+	// one's log was in the condition.
+	if err := r.cleanup(ctx, k, ""); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	if _, err := r.Locker.Release(ctx, clusterKey(c), lock.CNIHelmIdentity); err != nil {
+		return ctrl.Result{}, fmt.Errorf("releasing the cluster lock: %w", err)
+	}
+
+	return ctrl.Result{RequeueAfter: settledInterval}, nil
+}
+
+func clusterKey(c *ichorv1alpha1.TalosCluster) types.NamespacedName {
+	return types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+}
+
+// jobName names the Job of one request and attempt.
+func jobName(requestHash string, attempt int) string {
+	return fmt.Sprintf("ichor-cni-%s-%d", requestHash[:10], attempt)
+}
+
+func requestHash(req cilium.Request, valuesHash string) string {
+	sum := sha256.Sum256([]byte(req.Version + "\x00" + req.KubernetesVersion + "\x00" + valuesHash))
+
+	return hex.EncodeToString(sum[:])
+}
+
+// runJob starts, follows or retries the Job of the request.
+func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster], k kubernetes.Interface,
+	req cilium.Request, valuesHash string, deployed *cilium.ReleaseState,
+) (ctrl.Result, error) {
+	c := s.Object
+	rh := requestHash(req, valuesHash)
+
+	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=ichor-cni"})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the ichor-cni Jobs: %w", err)
+	}
+
+	// The latest attempt at this request; Jobs of other requests are stale.
+	var (
+		last    *batchv1.Job
+		attempt int
+	)
+
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if j.Annotations[requestAnnotation] != rh {
+			continue
+		}
+
+		if n, _ := strconv.Atoi(j.Labels[attemptLabel]); n > attempt {
+			last, attempt = j, n
+		}
+	}
+
+	if err := r.cleanup(ctx, k, rh); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	if last != nil {
+		st, msg := jobState(last)
+		switch st {
+		case jobRunning:
+			if res, err := r.lock(ctx, c); err != nil || !res.Acquired {
+				return ctrl.Result{RequeueAfter: pollInterval}, err
+			}
+
+			r.pending(c, ichorv1alpha1.CNIHandoverPendingReason, "the Job %s/%s applies Helm release %s (chart %s, attempt %d)",
+				cilium.Namespace, last.Name, cilium.ReleaseName, req.Version, attempt)
+
+			return ctrl.Result{RequeueAfter: pollInterval}, nil
+		case jobSucceeded:
+			// The release record disagrees (checked by the caller): the Job's
+			// claim is not taken on trust.
+			msg = fmt.Sprintf("the Job ended without error, but Helm's release record says %s", describe(deployed))
+		}
+
+		if _, err := r.Locker.Release(ctx, clusterKey(c), lock.CNIHelmIdentity); err != nil {
+			return ctrl.Result{}, fmt.Errorf("releasing the cluster lock: %w", err)
+		}
+
+		wait := r.backoff(attempt)
+		ended := jobEnded(last)
+
+		if left := ended.Add(wait).Sub(s.Now); left > 0 {
+			r.pending(c, ichorv1alpha1.CNIHandoverFailedReason, "attempt %d of the Job %s/%s failed: %s; the next attempt starts in %s (see `kubectl -n %s logs job/%s`)",
+				attempt, cilium.Namespace, last.Name, msg, left.Round(time.Second), cilium.Namespace, last.Name)
+
+			return ctrl.Result{RequeueAfter: left}, nil
+		}
+	}
+
+	res, err := r.lock(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	if !res.Acquired {
+		r.pending(c, ichorv1alpha1.CNIHandoverPendingReason, "waiting for the cluster lock, held by %s", res.Holder)
+
+		return ctrl.Result{RequeueAfter: pollInterval}, nil
+	}
+
+	name := jobName(rh, attempt+1)
+	if err := r.create(ctx, k, req, rh, name, attempt+1); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	ctrl.LoggerFrom(ctx).Info("started the Cilium Helm Job", "job", name, "chart", req.Version, "attempt", attempt+1)
+	r.pending(c, ichorv1alpha1.CNIHandoverPendingReason, "the Job %s/%s applies Helm release %s (chart %s, attempt %d)",
+		cilium.Namespace, name, cilium.ReleaseName, req.Version, attempt+1)
+
+	return ctrl.Result{RequeueAfter: pollInterval}, nil
+}
+
+func (r *Reconciler) lock(ctx context.Context, c *ichorv1alpha1.TalosCluster) (lock.Result, error) {
+	res, err := r.Locker.Acquire(ctx, clusterKey(c), lock.CNIHelmIdentity)
+	if errors.Is(err, lock.ErrConflict) {
+		return lock.Result{Holder: "(changing)"}, nil
+	}
+
+	if err != nil {
+		return res, fmt.Errorf("taking the cluster lock: %w", err)
+	}
+
+	return res, nil
+}
+
+func (r *Reconciler) backoff(attempt int) time.Duration {
+	d := r.FirstBackoff
+	for i := 1; i < attempt && d < maxBackoff; i++ {
+		d *= 2
+	}
+
+	return min(d, maxBackoff)
+}
+
+func describe(d *cilium.ReleaseState) string {
+	if d == nil {
+		return "there is no release"
+	}
+
+	return fmt.Sprintf("revision %d is %s with chart %s", d.Revision, d.Status, d.Version)
+}
+
+// create writes the Job's ServiceAccount and binding, its request and the Job.
+func (r *Reconciler) create(ctx context.Context, k kubernetes.Interface, req cilium.Request, rh, name string, attempt int) error {
+	sa, crb := cilium.JobObjects(r.Image)
+
+	if _, err := k.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+	}
+
+	if _, err := k.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterRoleBinding %s: %w", crb.Name, err)
+	}
+
+	cm, err := cilium.RequestConfigMap(name, req)
+	if err != nil {
+		return err
+	}
+
+	if _, err := k.CoreV1().ConfigMaps(cilium.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ConfigMap %s/%s: %w", cilium.Namespace, name, err)
+	}
+
+	job := cilium.Job(name, r.Image, name, r.JobTimeout)
+	if job.Labels == nil {
+		job.Labels = map[string]string{}
+	}
+
+	if job.Annotations == nil {
+		job.Annotations = map[string]string{}
+	}
+
+	job.Labels[attemptLabel] = strconv.Itoa(attempt)
+	job.Annotations[requestAnnotation] = rh
+
+	if _, err := k.BatchV1().Jobs(cilium.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Job %s/%s: %w", cilium.Namespace, name, err)
+	}
+
+	return nil
+}
+
+// cleanup deletes the ichor-cni Jobs and ConfigMaps that are not of the
+// request keep (all of them when keep is empty). A running Job of another
+// request is left to finish: two Helm runs at once would fight over the
+// release.
+func (r *Reconciler) cleanup(ctx context.Context, k kubernetes.Interface, keep string) error {
+	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=ichor-cni"})
+	if err != nil {
+		return fmt.Errorf("listing the ichor-cni Jobs: %w", err)
+	}
+
+	bg := metav1.DeletePropagationBackground
+
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if keep != "" && j.Annotations[requestAnnotation] == keep {
+			continue
+		}
+
+		if st, _ := jobState(j); st == jobRunning {
+			continue
+		}
+
+		if err := k.BatchV1().Jobs(cilium.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting Job %s/%s: %w", cilium.Namespace, j.Name, err)
+		}
+
+		if err := k.CoreV1().ConfigMaps(cilium.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting ConfigMap %s/%s: %w", cilium.Namespace, j.Name, err)
+		}
+	}
+
+	return nil
+}
+
+type jobPhase int
+
+const (
+	jobRunning jobPhase = iota
+	jobSucceeded
+	jobFailed
+)
+
+func jobState(j *batchv1.Job) (jobPhase, string) {
+	for _, cond := range j.Status.Conditions {
+		if cond.Status != corev1.ConditionTrue {
+			continue
+		}
+
+		switch cond.Type {
+		case batchv1.JobComplete:
+			return jobSucceeded, ""
+		case batchv1.JobFailed:
+			return jobFailed, fmt.Sprintf("%s: %s", cond.Reason, cond.Message)
+		}
+	}
+
+	return jobRunning, ""
+}
+
+func jobEnded(j *batchv1.Job) time.Time {
+	if j.Status.CompletionTime != nil {
+		return j.Status.CompletionTime.Time
+	}
+
+	for _, cond := range j.Status.Conditions {
+		if cond.Status == corev1.ConditionTrue && (cond.Type == batchv1.JobFailed || cond.Type == batchv1.JobComplete) {
+			return cond.LastTransitionTime.Time
+		}
+	}
+
+	return j.CreationTimestamp.Time
+}
+
+// workloadClient reaches the cluster's Kubernetes API with the admin
+// credentials of its bundle, through an approved control plane.
+func (r *Reconciler) workloadClient(ctx context.Context, c *ichorv1alpha1.TalosCluster) (*rest.Config, kubernetes.Interface, error) {
+	b, err := machinestate.LoadBundle(ctx, r.APIReader, c)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	cps, err := machinestate.Machines(ctx, r.Client, c.Namespace, c.Name, func(m *ichorv1alpha1.TalosMachine) bool {
+		return m.Spec.Role == ichorv1alpha1.RoleControlPlane && m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved &&
+			m.Spec.Address != "" && m.DeletionTimestamp.IsZero()
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+
+	cfg, err := workload.Config(ctx, r.Nodes, c.Name, cps, b)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	k, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	return cfg, k, nil
+}
