@@ -265,4 +265,3 @@ func applyAsTheJob(t *testing.T, k kubernetes.Interface, job *batchv1.Job) *cili
 
 	return applied
 }
-
