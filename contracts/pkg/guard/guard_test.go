@@ -129,7 +129,8 @@ func TestValidateCluster(t *testing.T) {
 		{name: "kube-proxy switch with annotation", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
 			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "true"}
-		})},
+		}),
+			want: map[string][]string{"spec.cni.kubeProxy": {"cannot switch kube-proxy on an existing cluster", "keep spec.cni.kubeProxy: enabled"}}},
 		{name: "pod subnets changed", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.PodSubnets = []string{"10.10.0.0/16"} }),
 			want: map[string][]string{"spec.network.podSubnets": {"fixed once set"}}},
 		{name: "service subnets changed", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.ServiceSubnets = nil }),

@@ -89,7 +89,9 @@ func TestCNIAndSubnetsAreImmutable(t *testing.T) {
 	testenv.Must(t, update(t, admin, newCluster(ns, "d"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.PodSubnets = []string{"10.10.0.0/16"} }))
 }
 
-// Rule: kube-proxy mode changes only with the explicit annotation.
+// Rule: kube-proxy mode changes only with the explicit annotation, and
+// this release, which has not the ordered switch, refuses it even then
+// (rule 9: refused at admission, not accepted and half done).
 func TestKubeProxySwitchNeedsTheAnnotation(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
@@ -97,10 +99,11 @@ func TestKubeProxySwitchNeedsTheAnnotation(t *testing.T) {
 	err := update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced })
 	refused(t, err, "Invalid", "spec.cni.kubeProxy", ichorv1alpha1.KubeProxySwitchAnnotation, `allow-kube-proxy-switch: "true"`)
 
-	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
+	err = update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
 		c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
 		c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "true"}
-	}))
+	})
+	refused(t, err, "Invalid", "spec.cni.kubeProxy", "cannot switch kube-proxy on an existing cluster", "keep spec.cni.kubeProxy")
 }
 
 // Rule: TalosCluster deletable only with allow-delete: "true".
