@@ -48,7 +48,7 @@ type Request struct {
 // Options are the render options of the request: Apply installs what
 // Render(ctx, r.Options()) renders.
 func (r Request) Options() Options {
-	return Options{Version: r.Version, KubernetesVersion: r.KubernetesVersion, Choices: r.Choices, UserValues: r.UserValues}
+	return Options(r)
 }
 
 // DecodeRequest reads a Request written as JSON; an unknown field is an
@@ -246,7 +246,7 @@ func upgrade(ctx context.Context, ac *action.Configuration, in *inputs, sum stri
 
 	prev, derr := ac.Releases.Deployed(ReleaseName)
 	if derr != nil {
-		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and there is no deployed revision to roll back to (%v): %w",
+		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and there is no deployed revision to roll back to (%w): %w",
 			Namespace, ReleaseName, in.version, derr, err)
 	}
 	logf(log, "rolling back release %s/%s to revision %d (chart v%s); waiting up to %s", Namespace, ReleaseName, prev.Version, prev.Chart.Metadata.Version, timeout)
@@ -255,7 +255,7 @@ func upgrade(ctx context.Context, ac *action.Configuration, in *inputs, sum stri
 	rb.Wait = true
 	rb.Timeout = timeout
 	if rerr := rb.Run(ReleaseName); rerr != nil {
-		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and the rollback to revision %d failed too (%v): %w",
+		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and the rollback to revision %d failed too (%w): %w",
 			Namespace, ReleaseName, in.version, prev.Version, rerr, err)
 	}
 	logf(log, "release %s/%s: rolled back to revision %d", Namespace, ReleaseName, prev.Version)

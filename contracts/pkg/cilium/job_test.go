@@ -2,6 +2,7 @@ package cilium
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -111,11 +112,8 @@ func TestRequestConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a, _ := json.Marshal(got)
-	b, _ := json.Marshal(req)
-
-	if string(a) != string(b) {
-		t.Errorf("decoded %s, want %s", a, b)
+	if !reflect.DeepEqual(got, req) {
+		t.Errorf("decoded %+v, want %+v", got, req)
 	}
 
 	if _, err := DecodeRequest([]byte(`{"values": {}}`)); err == nil {
