@@ -31,6 +31,9 @@ const (
 	ActionUnchanged = "unchanged"
 )
 
+// MaxHistory is how many records of the release an upgrade keeps.
+const MaxHistory = 10
+
 // Request is what the ichor-cni Job is asked to apply; it travels as JSON in
 // the key RequestKey of the Job's ConfigMap (RequestConfigMap).
 type Request struct {
@@ -48,7 +51,7 @@ type Request struct {
 // Options are the render options of the request: Apply installs what
 // Render(ctx, r.Options()) renders.
 func (r Request) Options() Options {
-	return Options{Version: r.Version, KubernetesVersion: r.KubernetesVersion, Choices: r.Choices, UserValues: r.UserValues}
+	return Options(r)
 }
 
 // DecodeRequest reads a Request written as JSON; an unknown field is an
@@ -235,6 +238,9 @@ func upgrade(ctx context.Context, ac *action.Configuration, in *inputs, sum stri
 	// Atomic stays off: the rollback below is Ichor's, so it is logged.
 	u.Atomic = false
 	u.CleanupOnFail = false
+	// Keep the release's history bounded (Helm deletes the oldest
+	// superseded records, never the deployed one).
+	u.MaxHistory = MaxHistory
 
 	logf(log, "upgrading release %s/%s to chart %s; waiting up to %s for the rollout", Namespace, ReleaseName, in.version, timeout)
 	rel, err := u.RunWithContext(ctx, ReleaseName, in.chart, copyValues(in.values))
@@ -246,7 +252,7 @@ func upgrade(ctx context.Context, ac *action.Configuration, in *inputs, sum stri
 
 	prev, derr := ac.Releases.Deployed(ReleaseName)
 	if derr != nil {
-		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and there is no deployed revision to roll back to (%v): %w",
+		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and there is no deployed revision to roll back to (%w): %w",
 			Namespace, ReleaseName, in.version, derr, err)
 	}
 	logf(log, "rolling back release %s/%s to revision %d (chart v%s); waiting up to %s", Namespace, ReleaseName, prev.Version, prev.Chart.Metadata.Version, timeout)
@@ -254,8 +260,9 @@ func upgrade(ctx context.Context, ac *action.Configuration, in *inputs, sum stri
 	rb.Version = prev.Version
 	rb.Wait = true
 	rb.Timeout = timeout
+	rb.MaxHistory = MaxHistory
 	if rerr := rb.Run(ReleaseName); rerr != nil {
-		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and the rollback to revision %d failed too (%v): %w",
+		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and the rollback to revision %d failed too (%w): %w",
 			Namespace, ReleaseName, in.version, prev.Version, rerr, err)
 	}
 	logf(log, "release %s/%s: rolled back to revision %d", Namespace, ReleaseName, prev.Version)

@@ -43,7 +43,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(args) > 0 {
 			what = fmt.Sprintf("unknown subcommand %q", args[0])
 		}
-		fmt.Fprintf(stderr, "ichor-installer cni: %s; the only one is apply\n%s\n", what, usage)
+		_, _ = fmt.Fprintf(stderr, "ichor-installer cni: %s; the only one is apply\n%s\n", what, usage)
 		return ExitUsage
 	}
 
@@ -54,7 +54,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	kubeconfig := fs.String("kubeconfig", "", "A kubeconfig to reach the cluster with; empty means the pod's ServiceAccount (in a Job), else $KUBECONFIG.")
 
 	if err := fs.Parse(args[1:]); err != nil {
-		fmt.Fprintln(stderr, usage)
+		_, _ = fmt.Fprintln(stderr, usage)
 		return ExitUsage
 	}
 
@@ -86,18 +86,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	applied, err := cilium.Apply(ctx, cfg, req, *timeout, stdout)
 	if err != nil {
-		fmt.Fprintf(stderr, "ichor-installer cni apply: %s (after %s)\n", oneLine(err), time.Since(start).Round(time.Second))
+		_, _ = fmt.Fprintf(stderr, "ichor-installer cni apply: %s (after %s)\n", oneLine(err), time.Since(start).Round(time.Second))
 		return ExitFail
 	}
 
-	fmt.Fprintf(stdout, "cilium %s: %s, revision %d, values sha256 %s (after %s)\n",
+	_, _ = fmt.Fprintf(stdout, "cilium %s: %s, revision %d, values sha256 %s (after %s)\n",
 		applied.Version, applied.Action, applied.Revision, applied.ValuesSHA256, time.Since(start).Round(time.Second))
 
 	return ExitOK
 }
 
 func usageError(stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "ichor-installer cni apply: %s\n%s\n", fmt.Sprintf(format, args...), usage)
+	_, _ = fmt.Fprintf(stderr, "ichor-installer cni apply: %s\n%s\n", fmt.Sprintf(format, args...), usage)
 	return ExitUsage
 }
 
