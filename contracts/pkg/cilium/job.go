@@ -42,9 +42,8 @@ func jobLabels() map[string]string {
 // ClusterRoles and ClusterRoleBindings, and granting a role needs every
 // permission it grants or the escalate and bind verbs (RBAC's escalation
 // check), which amounts to cluster-admin for Cilium's rules; CRDs, webhooks
-// and Namespaces-wide objects follow with later chart versions. image is
-// not used by these objects; it keeps the signature beside Job's.
-func JobObjects(_ string) (sa *corev1.ServiceAccount, crb *rbacv1.ClusterRoleBinding) {
+// and Namespaces-wide objects follow with later chart versions.
+func JobObjects() (sa *corev1.ServiceAccount, crb *rbacv1.ClusterRoleBinding) {
 	sa = &corev1.ServiceAccount{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: JobServiceAccount, Labels: jobLabels()},

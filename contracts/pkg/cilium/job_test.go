@@ -80,7 +80,7 @@ func TestJob(t *testing.T) {
 // TestJobObjects: the ServiceAccount ichor-cni in kube-system, bound to
 // cluster-admin (Helm creates Cilium's ClusterRoles).
 func TestJobObjects(t *testing.T) {
-	sa, crb := JobObjects("ghcr.io/maeshinshin/ichor-installer:v0.3.0")
+	sa, crb := JobObjects()
 
 	if sa.Namespace != "kube-system" || sa.Name != "ichor-cni" {
 		t.Errorf("ServiceAccount %s/%s, want kube-system/ichor-cni", sa.Namespace, sa.Name)

@@ -97,7 +97,7 @@ func TestJobRunsInTheWorld(t *testing.T) {
 	rendered, err := cilium.Render(ctx, req.Options())
 	testenv.Must(t, err)
 
-	sa, crb := cilium.JobObjects(installerImage)
+	sa, crb := cilium.JobObjects()
 	if _, err := clientset.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}

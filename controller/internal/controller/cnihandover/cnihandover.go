@@ -71,6 +71,9 @@ const (
 	// DefaultJobTimeout bounds one Helm run (its waits for the rollout included).
 	DefaultJobTimeout = 10 * time.Minute
 
+	// jobSelector selects the ichor-cni Jobs (cilium.Job's labels).
+	jobSelector = "app.kubernetes.io/name=" + cilium.JobAppName
+
 	pollInterval = 10 * time.Second
 	// settledInterval is how often a handed-over cluster is looked at again
 	// (a release changed by hand, a Node joining).
@@ -352,7 +355,7 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	c := s.Object
 	rh := requestHash(req, valuesHash)
 
-	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=ichor-cni"})
+	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: jobSelector})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the ichor-cni Jobs: %w", err)
 	}
@@ -466,7 +469,7 @@ func describe(d *cilium.ReleaseState) string {
 
 // create writes the Job's ServiceAccount and binding, its request and the Job.
 func (r *Reconciler) create(ctx context.Context, k kubernetes.Interface, req cilium.Request, rh, name string, attempt int) error {
-	sa, crb := cilium.JobObjects(r.Image)
+	sa, crb := cilium.JobObjects()
 
 	if _, err := k.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
@@ -509,7 +512,7 @@ func (r *Reconciler) create(ctx context.Context, k kubernetes.Interface, req cil
 // request is left to finish: two Helm runs at once would fight over the
 // release.
 func (r *Reconciler) cleanup(ctx context.Context, k kubernetes.Interface, keep string) error {
-	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=ichor-cni"})
+	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: jobSelector})
 	if err != nil {
 		return fmt.Errorf("listing the ichor-cni Jobs: %w", err)
 	}
