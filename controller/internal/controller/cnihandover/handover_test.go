@@ -72,7 +72,7 @@ func TestHandover(t *testing.T) {
 
 		return cond.Status == metav1.ConditionFalse && cond.Reason == ichorv1alpha1.CNIHandoverFailedReason &&
 			strings.Contains(cond.Message, "Helm's release record says there is no release") &&
-			strings.Contains(cond.Message, first.Name), fmt.Sprintf("%s %s: %s", cond.Status, cond.Reason, cond.Message)
+			strings.Contains(cond.Message, "kube-system/ichor-cni-"), fmt.Sprintf("%s %s: %s", cond.Status, cond.Reason, cond.Message)
 	})
 
 	second := waitJob(t, k, "-2")
