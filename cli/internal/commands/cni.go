@@ -38,9 +38,9 @@ func cniCommand() *cli.Command {
 			Action: unknownSubcommand,
 			Commands: []*cli.Command{
 				{
-					Name:  cmdGet,
-					Usage: "print the user's layer as YAML (-o json for JSON); --effective prints the merged values Helm gets instead (read-only)",
-					Flags: []cli.Flag{clusterFlag, &cli.BoolFlag{Name: flagEffective, Usage: "print Ichor's defaults, the user's layer and the Ichor-owned keys merged"}},
+					Name:   cmdGet,
+					Usage:  "print the user's layer as YAML (-o json for JSON); --effective prints the merged values Helm gets instead (read-only)",
+					Flags:  []cli.Flag{clusterFlag, &cli.BoolFlag{Name: flagEffective, Usage: "print Ichor's defaults, the user's layer and the Ichor-owned keys merged"}},
 					Action: cniValuesGet,
 				},
 				{
