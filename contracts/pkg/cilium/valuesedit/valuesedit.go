@@ -88,11 +88,11 @@ func (p *Preview) Changed() bool { return len(p.Objects) > 0 }
 // ObjectChange is one rendered object that differs.
 type ObjectChange struct {
 	// Object names it: Kind namespace/name (or Kind name).
-	Object string
+	Object string `json:"object"`
 	// Change is added, removed or changed.
-	Change string
+	Change string `json:"change"`
 	// Diff is its unified diff.
-	Diff string
+	Diff string `json:"diff"`
 }
 
 // The values of ObjectChange.Change.
