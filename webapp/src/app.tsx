@@ -18,6 +18,7 @@ import { OperationPage, Operations } from "./screens/operations";
 import { SettingsPage } from "./screens/settings";
 import { BackupsPage } from "./screens/backups";
 import { ConfigurationPage } from "./screens/configuration";
+import { CiliumPage } from "./screens/cilium";
 import { Alert } from "./components/ui/alert";
 import { connectionOf, pollMs, staleAfterMs } from "./lib/connection";
 import { describe } from "./api/errors";
@@ -198,6 +199,9 @@ function Signed({ session, route, onSignOut }: { session: Session; route: Return
       break;
     case "configuration":
       screen = <ConfigurationPage edit={route.edit} />;
+      break;
+    case "cilium":
+      screen = <CiliumPage />;
       break;
     default:
       screen = (

@@ -111,6 +111,7 @@ func New() *cli.Command {
 			nodeCommand(),
 			configCommand(),
 			patchCommand(),
+			cniCommand(),
 			operationCommand(),
 			upgradeCommand(),
 			etcdCommand(),

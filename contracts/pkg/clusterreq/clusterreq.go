@@ -1,21 +1,27 @@
 // Package clusterreq holds the writes of the cluster-wide requests a person
 // makes, shared by the ichor CLI and ichor-ui (both write as that person,
-// through the client they pass): pausing and resuming a cluster, and asking
-// discovery to scan now. Each reads the cluster afresh, runs the shared
+// through the client they pass): pausing and resuming a cluster, asking
+// discovery to scan now, and setting the user's layer of Cilium values. Each reads the cluster afresh, runs the shared
 // checks of package guard on what it read, and writes with that read's
 // resourceVersion, retrying on a conflict; a refusal writes nothing.
 package clusterreq
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/cilium/valuesedit"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 )
 
@@ -145,4 +151,77 @@ func Describe(c *ichorv1alpha1.TalosCluster) string {
 		return fmt.Sprintf("a scan is requested and due at %s", d.NextScanTime.UTC().Format(time.RFC3339))
 	}
 	return "a scan is requested; the controller has not picked it up yet"
+}
+
+// SetCiliumValues replaces the user's layer of Cilium values
+// (spec.cni.cilium.values) with proposed (YAML or JSON; empty removes the
+// layer). The layer is checked first with the webhook's rule
+// (valuesedit.Parse: a map, no Ichor-owned key), then the caller's right to
+// change it (`update` on `talosclusters/cilium-values`, asked as the caller
+// with a SelfSubjectAccessReview through c, so the refusal is the webhook's
+// even where the webhook is off); a refusal is a *Refused and writes
+// nothing. The controller applies the change through the ichor-cni Job.
+func SetCiliumValues(ctx context.Context, c client.Client, key client.ObjectKey, proposed []byte) (Result, error) {
+	user, err := valuesedit.Parse(proposed)
+	var vr *valuesedit.Refused
+	if errors.As(err, &vr) {
+		return Result{}, &Refused{Refusals: vr.Refusals}
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	var raw []byte
+	if len(user) > 0 {
+		if raw, err = json.Marshal(user); err != nil {
+			return Result{}, err
+		}
+	}
+	return write(ctx, c, key, func(cur *ichorv1alpha1.TalosCluster) (bool, error) {
+		if cur.Spec.CNI.Preset == ichorv1alpha1.CNIPresetUnmanaged {
+			return false, &Refused{Refusals: []guard.Refusal{{
+				Field: "spec.cni.cilium.values", Rule: valuesedit.ErrUnmanaged.Error(),
+				WayOut: "configure the cluster's own CNI with its own tools",
+			}}}
+		}
+		old := cur.DeepCopy()
+		stored, err := valuesedit.UserLayer(cur)
+		if err == nil && reflect.DeepEqual(stored, user) {
+			return false, nil
+		}
+		if raw == nil {
+			if cur.Spec.CNI.Cilium != nil {
+				cur.Spec.CNI.Cilium.Values = nil
+			}
+		} else {
+			if cur.Spec.CNI.Cilium == nil {
+				cur.Spec.CNI.Cilium = &ichorv1alpha1.CiliumSpec{}
+			}
+			cur.Spec.CNI.Cilium.Values = &runtime.RawExtension{Raw: raw}
+		}
+		for _, req := range guard.ClusterRequirements(old, cur) {
+			if err := allowed(ctx, c, req); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+}
+
+// allowed asks the API server, as the caller of c, whether it holds req's
+// permission; a refusal is a *Refused with the requirement's words.
+func allowed(ctx context.Context, c client.Client, req guard.Requirement) error {
+	p := req.Permission
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: p.Namespace, Verb: p.Verb, Group: ichorv1alpha1.GroupVersion.Group,
+			Resource: p.Resource, Subresource: p.Subresource, Name: p.Name,
+		},
+	}}
+	if err := c.Create(ctx, review); err != nil {
+		return fmt.Errorf("checking whether you hold %s: %w", p, err)
+	}
+	if !review.Status.Allowed {
+		return &Refused{Refusals: []guard.Refusal{req.Refusal("")}}
+	}
+	return nil
 }

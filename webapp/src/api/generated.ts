@@ -204,6 +204,16 @@ export interface CertificateExpiry {
   name?: string;
 }
 
+/** CiliumObjectChange is one rendered Cilium object that changes. */
+export interface CiliumObjectChange {
+  /** added, removed or changed. */
+  change?: string;
+  /** Its unified diff (a Secret's data is never shown). */
+  diff?: string;
+  /** Kind namespace/name. */
+  object?: string;
+}
+
 /** Cluster is the summary of a TalosCluster. */
 export interface Cluster {
   /**
@@ -553,6 +563,27 @@ export interface EtcdMemberHealth {
   learner?: boolean;
   /** The machine the member runs on, when known. */
   machine?: string;
+}
+
+/** GetCiliumValuesResponse is the cluster's Cilium values. */
+export interface GetCiliumValuesResponse {
+  /** True when the effective values are the ones last applied. */
+  applied?: boolean;
+  /** status.cni.valuesHash: the hash of the effective values last applied. */
+  appliedHash?: string;
+  /**
+   * Whether the signed-in user may change the values (a hint for the
+   * console; the write itself decides).
+   */
+  canWrite?: boolean;
+  /** The Cilium chart version the values apply to. */
+  chartVersion?: string;
+  /** The effective values as YAML, read-only. */
+  effectiveYaml?: string;
+  /** The CNIHandover condition; absent until the controller sets it. */
+  handover?: Condition;
+  /** The user's layer as YAML ("{}" when empty). */
+  valuesYaml?: string;
 }
 
 /** GetClusterHealthResponse is the control plane's health. */
@@ -1096,6 +1127,26 @@ export interface PauseOperationResponse {
   operation?: Operation;
 }
 
+/** PreviewCiliumValuesRequest carries a proposed user layer. */
+export interface PreviewCiliumValuesRequest {
+  /** The user layer, YAML or JSON; empty removes it. */
+  valuesYaml?: string;
+}
+
+/** PreviewCiliumValuesResponse is what a proposed user layer would change. */
+export interface PreviewCiliumValuesResponse {
+  /** The Cilium chart version both renders used. */
+  chartVersion?: string;
+  /** The unified diff of every changed object; empty when nothing changes. */
+  diff?: string;
+  /** The effective values with the proposed layer, as YAML. */
+  effectiveYaml?: string;
+  /** The rendered objects that change. */
+  objects?: CiliumObjectChange[];
+  /** Why the layer would be refused; empty when it is valid. */
+  refusals?: Refusal[];
+}
+
 /** PreviewClusterShutdownResponse is the dialog's content. */
 export interface PreviewClusterShutdownResponse {
   /** True when nothing refuses it. */
@@ -1623,6 +1674,20 @@ export interface TalosService {
   state?: string;
 }
 
+/** UpdateCiliumValuesRequest carries the new user layer. */
+export interface UpdateCiliumValuesRequest {
+  /** The user layer, YAML or JSON; empty removes it. */
+  valuesYaml?: string;
+}
+
+/** UpdateCiliumValuesResponse is the values after the write. */
+export interface UpdateCiliumValuesResponse {
+  /** False when the layer already was this one (nothing was written). */
+  changed?: boolean;
+  /** The values as stored now. */
+  values?: GetCiliumValuesResponse;
+}
+
 /** UpdatePatchResponse is the patch as stored. */
 export interface UpdatePatchResponse {
   /** The patch. */
@@ -1730,6 +1795,14 @@ export interface Client {
   createPatch(args: { body: CreatePatchRequest }, options?: CallOptions): Promise<CreatePatchResponse>;
   /** DeletePatch deletes a patch. */
   deletePatch(args: { name: string; body: PatchServiceDeletePatchBody }, options?: CallOptions): Promise<DeletePatchResponse>;
+  /**
+   * GetCiliumValues returns the user's layer of Cilium's Helm values
+   * (spec.cni.cilium.values) as YAML, the effective values (Ichor's
+   * defaults, the user's layer, the Ichor-owned keys; read-only), the chart
+   * they apply to, the hash of the values last applied (status.cni.valuesHash)
+   * and the CNIHandover condition. FailedPrecondition for an unmanaged CNI.
+   */
+  getCiliumValues(options?: CallOptions): Promise<GetCiliumValuesResponse>;
   /** GetCluster returns the cluster's name, versions and health. */
   getCluster(options?: CallOptions): Promise<GetClusterResponse>;
   /**
@@ -1802,6 +1875,13 @@ export interface Client {
   pauseCluster(args: { body: PauseClusterRequest }, options?: CallOptions): Promise<PauseClusterResponse>;
   /** PauseOperation sets spec.paused: the operation stops before its next step. */
   pauseOperation(args: { name: string; body: OperationServicePauseOperationBody }, options?: CallOptions): Promise<PauseOperationResponse>;
+  /**
+   * PreviewCiliumValues checks a proposed user layer with the admission
+   * webhook's rule and renders the chart before and after: it returns the
+   * refusals (an Ichor-owned key, not a map) or the rendered objects that
+   * change with their unified diff. It writes nothing.
+   */
+  previewCiliumValues(args: { body: PreviewCiliumValuesRequest }, options?: CallOptions): Promise<PreviewCiliumValuesResponse>;
   /**
    * PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
    * machines, and what refuses a shutdown now. It changes nothing.
@@ -1919,6 +1999,14 @@ export interface Client {
    * the lines after it.
    */
   streamNodeLogs(args: { name: string; service: string; tailLines?: number; follow?: boolean; resumeToken?: string }, onMessage: (message: StreamNodeLogsResponse) => void, options?: CallOptions): Promise<void>;
+  /**
+   * UpdateCiliumValues writes the user layer as the signed-in user, who
+   * needs `update` on `talosclusters/cilium-values` (ichor-admin). A refused
+   * layer is InvalidArgument, a missing permission PermissionDenied, both
+   * with RefusalDetails; nothing is written then. The controller applies
+   * the values with Helm (the CNIHandover condition reports it).
+   */
+  updateCiliumValues(args: { body: UpdateCiliumValuesRequest }, options?: CallOptions): Promise<UpdateCiliumValuesResponse>;
   /** UpdatePatch replaces a patch's layer, priority, target and documents. */
   updatePatch(args: { name: string; body: PatchServiceUpdatePatchBody }, options?: CallOptions): Promise<UpdatePatchResponse>;
   /**
@@ -1964,6 +2052,9 @@ export function createClient(t: Transport): Client {
     },
     deletePatch(args, options) {
       return t.unary<DeletePatchResponse>("POST", `/api/v1/patches/${enc(args.name)}:delete`, undefined, args.body, options);
+    },
+    getCiliumValues(options) {
+      return t.unary<GetCiliumValuesResponse>("GET", "/api/v1/cluster/cilium-values", undefined, undefined, options);
     },
     getCluster(options) {
       return t.unary<GetClusterResponse>("GET", "/api/v1/cluster", undefined, undefined, options);
@@ -2031,6 +2122,9 @@ export function createClient(t: Transport): Client {
     pauseOperation(args, options) {
       return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
     },
+    previewCiliumValues(args, options) {
+      return t.unary<PreviewCiliumValuesResponse>("POST", "/api/v1/cluster/cilium-values:preview", undefined, args.body, options);
+    },
     previewClusterShutdown(options) {
       return t.unary<PreviewClusterShutdownResponse>("GET", "/api/v1/operations:previewClusterShutdown", undefined, undefined, options);
     },
@@ -2094,6 +2188,9 @@ export function createClient(t: Transport): Client {
     streamNodeLogs(args, onMessage, options) {
       return t.stream<StreamNodeLogsResponse>("GET", `/api/v1/nodes/${enc(args.name)}/services/${enc(args.service)}/logs`, { tailLines: args?.tailLines, follow: args?.follow, resumeToken: args?.resumeToken }, onMessage, options);
     },
+    updateCiliumValues(args, options) {
+      return t.unary<UpdateCiliumValuesResponse>("POST", "/api/v1/cluster/cilium-values:update", undefined, args.body, options);
+    },
     updatePatch(args, options) {
       return t.unary<UpdatePatchResponse>("POST", `/api/v1/patches/${enc(args.name)}:update`, undefined, args.body, options);
     },
@@ -2119,6 +2216,7 @@ export const operationPaths = {
   confirmRecovery: { method: "POST", path: "/api/v1/cluster:confirm-recovery" },
   createPatch: { method: "POST", path: "/api/v1/patches" },
   deletePatch: { method: "POST", path: "/api/v1/patches/{name}:delete" },
+  getCiliumValues: { method: "GET", path: "/api/v1/cluster/cilium-values" },
   getCluster: { method: "GET", path: "/api/v1/cluster" },
   getClusterHealth: { method: "GET", path: "/api/v1/health" },
   getEffectiveConfig: { method: "GET", path: "/api/v1/machines/{name}/effective-config" },
@@ -2141,6 +2239,7 @@ export const operationPaths = {
   listReclaims: { method: "GET", path: "/api/v1/reclaims" },
   pauseCluster: { method: "POST", path: "/api/v1/cluster:pause" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
+  previewCiliumValues: { method: "POST", path: "/api/v1/cluster/cilium-values:preview" },
   previewClusterShutdown: { method: "GET", path: "/api/v1/operations:previewClusterShutdown" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
   previewKubernetesUpgrade: { method: "GET", path: "/api/v1/operations:previewKubernetesUpgrade" },
@@ -2162,6 +2261,7 @@ export const operationPaths = {
   startRestore: { method: "POST", path: "/api/v1/backups/{name}:restore" },
   startTalosUpgrade: { method: "POST", path: "/api/v1/operations:startTalosUpgrade" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },
+  updateCiliumValues: { method: "POST", path: "/api/v1/cluster/cilium-values:update" },
   updatePatch: { method: "POST", path: "/api/v1/patches/{name}:update" },
   updateSettings: { method: "POST", path: "/api/v1/settings" },
   watchMachines: { method: "GET", path: "/api/v1/machines:watch" },

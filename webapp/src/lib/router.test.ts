@@ -12,6 +12,7 @@ describe("pageTitle", () => {
     expect(pageTitle(match("/operations/up-1"), "prod")).toBe("Operation up-1 · prod · Ichor");
     expect(pageTitle(match("/settings"))).toBe("Settings · Ichor");
     expect(pageTitle(match("/configuration"), "prod")).toBe("Configuration · prod · Ichor");
+    expect(pageTitle(match("/cilium"), "prod")).toBe("Cilium · prod · Ichor");
     expect(pageTitle(match("/configuration/new"), "prod")).toBe("New patch · Configuration · prod · Ichor");
     expect(match("/configuration/patches/a%20b")).toEqual({ screen: "configuration", edit: "a b" });
     expect(pageTitle(match("/nope"))).toBe("No such page · Ichor");

@@ -28,6 +28,7 @@ export type Route =
   | { screen: "operation"; name: string }
   | { screen: "settings" }
   | { screen: "backups" }
+  | { screen: "cilium" }
   | { screen: "configuration"; edit?: string }
   | { screen: "callback" }
   | { screen: "missing"; path: string };
@@ -42,6 +43,7 @@ export function match(path: string): Route {
   if (p === "/operations") return { screen: "operations" };
   if (p === "/settings") return { screen: "settings" };
   if (p === "/backups") return { screen: "backups" };
+  if (p === "/cilium") return { screen: "cilium" };
   if (p === "/configuration") return { screen: "configuration" };
   if (p === "/configuration/new") return { screen: "configuration", edit: "" };
   const cp = /^\/configuration\/patches\/([^/]+)$/.exec(p);
@@ -84,6 +86,9 @@ export function pageTitle(route: Route, cluster?: string): string {
       break;
     case "backups":
       page = "Backups";
+      break;
+    case "cilium":
+      page = "Cilium";
       break;
     case "configuration":
       page = route.edit === undefined ? "Configuration" : route.edit === "" ? "New patch · Configuration" : `Patch ${route.edit} · Configuration`;

@@ -68,6 +68,7 @@ const nav = [
   { href: "/operations", label: "Operations", screens: ["operations", "operation"] },
   { href: "/backups", label: "Backups", screens: ["backups"] },
   { href: "/configuration", label: "Configuration", screens: ["configuration"] },
+  { href: "/cilium", label: "Cilium", screens: ["cilium"] },
   { href: "/settings", label: "Settings", screens: ["settings"] },
 ];
 

@@ -23,6 +23,437 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// GetCiliumValuesRequest has no fields.
+type GetCiliumValuesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCiliumValuesRequest) Reset() {
+	*x = GetCiliumValuesRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCiliumValuesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCiliumValuesRequest) ProtoMessage() {}
+
+func (x *GetCiliumValuesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCiliumValuesRequest.ProtoReflect.Descriptor instead.
+func (*GetCiliumValuesRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+// GetCiliumValuesResponse is the cluster's Cilium values.
+type GetCiliumValuesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user's layer as YAML ("{}" when empty).
+	ValuesYaml string `protobuf:"bytes,1,opt,name=values_yaml,json=valuesYaml,proto3" json:"values_yaml,omitempty"`
+	// The effective values as YAML, read-only.
+	EffectiveYaml string `protobuf:"bytes,2,opt,name=effective_yaml,json=effectiveYaml,proto3" json:"effective_yaml,omitempty"`
+	// The Cilium chart version the values apply to.
+	ChartVersion string `protobuf:"bytes,3,opt,name=chart_version,json=chartVersion,proto3" json:"chart_version,omitempty"`
+	// status.cni.valuesHash: the hash of the effective values last applied.
+	AppliedHash string `protobuf:"bytes,4,opt,name=applied_hash,json=appliedHash,proto3" json:"applied_hash,omitempty"`
+	// True when the effective values are the ones last applied.
+	Applied bool `protobuf:"varint,5,opt,name=applied,proto3" json:"applied,omitempty"`
+	// The CNIHandover condition; absent until the controller sets it.
+	Handover *Condition `protobuf:"bytes,6,opt,name=handover,proto3" json:"handover,omitempty"`
+	// Whether the signed-in user may change the values (a hint for the
+	// console; the write itself decides).
+	CanWrite      bool `protobuf:"varint,7,opt,name=can_write,json=canWrite,proto3" json:"can_write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCiliumValuesResponse) Reset() {
+	*x = GetCiliumValuesResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCiliumValuesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCiliumValuesResponse) ProtoMessage() {}
+
+func (x *GetCiliumValuesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCiliumValuesResponse.ProtoReflect.Descriptor instead.
+func (*GetCiliumValuesResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetCiliumValuesResponse) GetValuesYaml() string {
+	if x != nil {
+		return x.ValuesYaml
+	}
+	return ""
+}
+
+func (x *GetCiliumValuesResponse) GetEffectiveYaml() string {
+	if x != nil {
+		return x.EffectiveYaml
+	}
+	return ""
+}
+
+func (x *GetCiliumValuesResponse) GetChartVersion() string {
+	if x != nil {
+		return x.ChartVersion
+	}
+	return ""
+}
+
+func (x *GetCiliumValuesResponse) GetAppliedHash() string {
+	if x != nil {
+		return x.AppliedHash
+	}
+	return ""
+}
+
+func (x *GetCiliumValuesResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *GetCiliumValuesResponse) GetHandover() *Condition {
+	if x != nil {
+		return x.Handover
+	}
+	return nil
+}
+
+func (x *GetCiliumValuesResponse) GetCanWrite() bool {
+	if x != nil {
+		return x.CanWrite
+	}
+	return false
+}
+
+// PreviewCiliumValuesRequest carries a proposed user layer.
+type PreviewCiliumValuesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user layer, YAML or JSON; empty removes it.
+	ValuesYaml    string `protobuf:"bytes,1,opt,name=values_yaml,json=valuesYaml,proto3" json:"values_yaml,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewCiliumValuesRequest) Reset() {
+	*x = PreviewCiliumValuesRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewCiliumValuesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewCiliumValuesRequest) ProtoMessage() {}
+
+func (x *PreviewCiliumValuesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewCiliumValuesRequest.ProtoReflect.Descriptor instead.
+func (*PreviewCiliumValuesRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PreviewCiliumValuesRequest) GetValuesYaml() string {
+	if x != nil {
+		return x.ValuesYaml
+	}
+	return ""
+}
+
+// PreviewCiliumValuesResponse is what a proposed user layer would change.
+type PreviewCiliumValuesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why the layer would be refused; empty when it is valid.
+	Refusals []*Refusal `protobuf:"bytes,1,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// The Cilium chart version both renders used.
+	ChartVersion string `protobuf:"bytes,2,opt,name=chart_version,json=chartVersion,proto3" json:"chart_version,omitempty"`
+	// The rendered objects that change.
+	Objects []*CiliumObjectChange `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	// The unified diff of every changed object; empty when nothing changes.
+	Diff string `protobuf:"bytes,4,opt,name=diff,proto3" json:"diff,omitempty"`
+	// The effective values with the proposed layer, as YAML.
+	EffectiveYaml string `protobuf:"bytes,5,opt,name=effective_yaml,json=effectiveYaml,proto3" json:"effective_yaml,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewCiliumValuesResponse) Reset() {
+	*x = PreviewCiliumValuesResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewCiliumValuesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewCiliumValuesResponse) ProtoMessage() {}
+
+func (x *PreviewCiliumValuesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewCiliumValuesResponse.ProtoReflect.Descriptor instead.
+func (*PreviewCiliumValuesResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PreviewCiliumValuesResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewCiliumValuesResponse) GetChartVersion() string {
+	if x != nil {
+		return x.ChartVersion
+	}
+	return ""
+}
+
+func (x *PreviewCiliumValuesResponse) GetObjects() []*CiliumObjectChange {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *PreviewCiliumValuesResponse) GetDiff() string {
+	if x != nil {
+		return x.Diff
+	}
+	return ""
+}
+
+func (x *PreviewCiliumValuesResponse) GetEffectiveYaml() string {
+	if x != nil {
+		return x.EffectiveYaml
+	}
+	return ""
+}
+
+// CiliumObjectChange is one rendered Cilium object that changes.
+type CiliumObjectChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kind namespace/name.
+	Object string `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	// added, removed or changed.
+	Change string `protobuf:"bytes,2,opt,name=change,proto3" json:"change,omitempty"`
+	// Its unified diff (a Secret's data is never shown).
+	Diff          string `protobuf:"bytes,3,opt,name=diff,proto3" json:"diff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CiliumObjectChange) Reset() {
+	*x = CiliumObjectChange{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CiliumObjectChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CiliumObjectChange) ProtoMessage() {}
+
+func (x *CiliumObjectChange) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CiliumObjectChange.ProtoReflect.Descriptor instead.
+func (*CiliumObjectChange) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CiliumObjectChange) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *CiliumObjectChange) GetChange() string {
+	if x != nil {
+		return x.Change
+	}
+	return ""
+}
+
+func (x *CiliumObjectChange) GetDiff() string {
+	if x != nil {
+		return x.Diff
+	}
+	return ""
+}
+
+// UpdateCiliumValuesRequest carries the new user layer.
+type UpdateCiliumValuesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user layer, YAML or JSON; empty removes it.
+	ValuesYaml    string `protobuf:"bytes,1,opt,name=values_yaml,json=valuesYaml,proto3" json:"values_yaml,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateCiliumValuesRequest) Reset() {
+	*x = UpdateCiliumValuesRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateCiliumValuesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateCiliumValuesRequest) ProtoMessage() {}
+
+func (x *UpdateCiliumValuesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateCiliumValuesRequest.ProtoReflect.Descriptor instead.
+func (*UpdateCiliumValuesRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateCiliumValuesRequest) GetValuesYaml() string {
+	if x != nil {
+		return x.ValuesYaml
+	}
+	return ""
+}
+
+// UpdateCiliumValuesResponse is the values after the write.
+type UpdateCiliumValuesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the layer already was this one (nothing was written).
+	Changed bool `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	// The values as stored now.
+	Values        *GetCiliumValuesResponse `protobuf:"bytes,2,opt,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateCiliumValuesResponse) Reset() {
+	*x = UpdateCiliumValuesResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateCiliumValuesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateCiliumValuesResponse) ProtoMessage() {}
+
+func (x *UpdateCiliumValuesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateCiliumValuesResponse.ProtoReflect.Descriptor instead.
+func (*UpdateCiliumValuesResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UpdateCiliumValuesResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *UpdateCiliumValuesResponse) GetValues() *GetCiliumValuesResponse {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 // ConfirmRecoveryRequest carries the cluster's name as typed.
 type ConfirmRecoveryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -34,7 +465,7 @@ type ConfirmRecoveryRequest struct {
 
 func (x *ConfirmRecoveryRequest) Reset() {
 	*x = ConfirmRecoveryRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +477,7 @@ func (x *ConfirmRecoveryRequest) String() string {
 func (*ConfirmRecoveryRequest) ProtoMessage() {}
 
 func (x *ConfirmRecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +490,7 @@ func (x *ConfirmRecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRecoveryRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmRecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConfirmRecoveryRequest) GetConfirmClusterName() string {
@@ -82,7 +513,7 @@ type ConfirmRecoveryResponse struct {
 
 func (x *ConfirmRecoveryResponse) Reset() {
 	*x = ConfirmRecoveryResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -94,7 +525,7 @@ func (x *ConfirmRecoveryResponse) String() string {
 func (*ConfirmRecoveryResponse) ProtoMessage() {}
 
 func (x *ConfirmRecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -107,7 +538,7 @@ func (x *ConfirmRecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRecoveryResponse.ProtoReflect.Descriptor instead.
 func (*ConfirmRecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ConfirmRecoveryResponse) GetReleased() []string {
@@ -143,7 +574,7 @@ type RecoveryHold struct {
 
 func (x *RecoveryHold) Reset() {
 	*x = RecoveryHold{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -155,7 +586,7 @@ func (x *RecoveryHold) String() string {
 func (*RecoveryHold) ProtoMessage() {}
 
 func (x *RecoveryHold) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -168,7 +599,7 @@ func (x *RecoveryHold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryHold.ProtoReflect.Descriptor instead.
 func (*RecoveryHold) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RecoveryHold) GetMachine() string {
@@ -215,7 +646,7 @@ type ScanDiscoveryRequest struct {
 
 func (x *ScanDiscoveryRequest) Reset() {
 	*x = ScanDiscoveryRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -227,7 +658,7 @@ func (x *ScanDiscoveryRequest) String() string {
 func (*ScanDiscoveryRequest) ProtoMessage() {}
 
 func (x *ScanDiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -240,7 +671,7 @@ func (x *ScanDiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanDiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*ScanDiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 // ScanDiscoveryResponse is the cluster with the request written.
@@ -254,7 +685,7 @@ type ScanDiscoveryResponse struct {
 
 func (x *ScanDiscoveryResponse) Reset() {
 	*x = ScanDiscoveryResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +697,7 @@ func (x *ScanDiscoveryResponse) String() string {
 func (*ScanDiscoveryResponse) ProtoMessage() {}
 
 func (x *ScanDiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +710,7 @@ func (x *ScanDiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanDiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*ScanDiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ScanDiscoveryResponse) GetCluster() *Cluster {
@@ -300,7 +731,7 @@ type PauseClusterRequest struct {
 
 func (x *PauseClusterRequest) Reset() {
 	*x = PauseClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +743,7 @@ func (x *PauseClusterRequest) String() string {
 func (*PauseClusterRequest) ProtoMessage() {}
 
 func (x *PauseClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +756,7 @@ func (x *PauseClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseClusterRequest.ProtoReflect.Descriptor instead.
 func (*PauseClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PauseClusterRequest) GetReason() string {
@@ -346,7 +777,7 @@ type PauseClusterResponse struct {
 
 func (x *PauseClusterResponse) Reset() {
 	*x = PauseClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +789,7 @@ func (x *PauseClusterResponse) String() string {
 func (*PauseClusterResponse) ProtoMessage() {}
 
 func (x *PauseClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +802,7 @@ func (x *PauseClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseClusterResponse.ProtoReflect.Descriptor instead.
 func (*PauseClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PauseClusterResponse) GetCluster() *Cluster {
@@ -390,7 +821,7 @@ type ResumeClusterRequest struct {
 
 func (x *ResumeClusterRequest) Reset() {
 	*x = ResumeClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +833,7 @@ func (x *ResumeClusterRequest) String() string {
 func (*ResumeClusterRequest) ProtoMessage() {}
 
 func (x *ResumeClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +846,7 @@ func (x *ResumeClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeClusterRequest.ProtoReflect.Descriptor instead.
 func (*ResumeClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 // ResumeClusterResponse is the cluster after the change.
@@ -429,7 +860,7 @@ type ResumeClusterResponse struct {
 
 func (x *ResumeClusterResponse) Reset() {
 	*x = ResumeClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +872,7 @@ func (x *ResumeClusterResponse) String() string {
 func (*ResumeClusterResponse) ProtoMessage() {}
 
 func (x *ResumeClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +885,7 @@ func (x *ResumeClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeClusterResponse.ProtoReflect.Descriptor instead.
 func (*ResumeClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResumeClusterResponse) GetCluster() *Cluster {
@@ -477,7 +908,7 @@ type AddDiscoveryRequest struct {
 
 func (x *AddDiscoveryRequest) Reset() {
 	*x = AddDiscoveryRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +920,7 @@ func (x *AddDiscoveryRequest) String() string {
 func (*AddDiscoveryRequest) ProtoMessage() {}
 
 func (x *AddDiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +933,7 @@ func (x *AddDiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*AddDiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddDiscoveryRequest) GetAddresses() []string {
@@ -530,7 +961,7 @@ type AddDiscoveryResponse struct {
 
 func (x *AddDiscoveryResponse) Reset() {
 	*x = AddDiscoveryResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +973,7 @@ func (x *AddDiscoveryResponse) String() string {
 func (*AddDiscoveryResponse) ProtoMessage() {}
 
 func (x *AddDiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +986,7 @@ func (x *AddDiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*AddDiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddDiscoveryResponse) GetCluster() *Cluster {
@@ -589,7 +1020,7 @@ type Discovery struct {
 
 func (x *Discovery) Reset() {
 	*x = Discovery{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +1032,7 @@ func (x *Discovery) String() string {
 func (*Discovery) ProtoMessage() {}
 
 func (x *Discovery) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +1045,7 @@ func (x *Discovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Discovery.ProtoReflect.Descriptor instead.
 func (*Discovery) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Discovery) GetAddresses() []string {
@@ -685,7 +1116,7 @@ type DiscoveryResult struct {
 
 func (x *DiscoveryResult) Reset() {
 	*x = DiscoveryResult{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +1128,7 @@ func (x *DiscoveryResult) String() string {
 func (*DiscoveryResult) ProtoMessage() {}
 
 func (x *DiscoveryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +1141,7 @@ func (x *DiscoveryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryResult.ProtoReflect.Descriptor instead.
 func (*DiscoveryResult) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DiscoveryResult) GetAddress() string {
@@ -757,7 +1188,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +1200,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +1213,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 // GetClusterResponse carries the cluster.
@@ -796,7 +1227,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +1239,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +1252,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetClusterResponse) GetCluster() *Cluster {
@@ -889,7 +1320,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1332,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1345,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Cluster) GetName() string {
@@ -1083,7 +1514,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1526,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1539,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Condition) GetType() string {
@@ -1155,7 +1586,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1598,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1611,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 // WhoAmIResponse is the signed-in user.
@@ -1196,7 +1627,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1639,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1652,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WhoAmIResponse) GetUsername() string {
@@ -1242,7 +1673,36 @@ var File_ichor_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"J\n" +
+	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15ichor/v1/errors.proto\"\x18\n" +
+	"\x16GetCiliumValuesRequest\"\x91\x02\n" +
+	"\x17GetCiliumValuesResponse\x12\x1f\n" +
+	"\vvalues_yaml\x18\x01 \x01(\tR\n" +
+	"valuesYaml\x12%\n" +
+	"\x0eeffective_yaml\x18\x02 \x01(\tR\reffectiveYaml\x12#\n" +
+	"\rchart_version\x18\x03 \x01(\tR\fchartVersion\x12!\n" +
+	"\fapplied_hash\x18\x04 \x01(\tR\vappliedHash\x12\x18\n" +
+	"\aapplied\x18\x05 \x01(\bR\aapplied\x12/\n" +
+	"\bhandover\x18\x06 \x01(\v2\x13.ichor.v1.ConditionR\bhandover\x12\x1b\n" +
+	"\tcan_write\x18\a \x01(\bR\bcanWrite\"=\n" +
+	"\x1aPreviewCiliumValuesRequest\x12\x1f\n" +
+	"\vvalues_yaml\x18\x01 \x01(\tR\n" +
+	"valuesYaml\"\xe4\x01\n" +
+	"\x1bPreviewCiliumValuesResponse\x12-\n" +
+	"\brefusals\x18\x01 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12#\n" +
+	"\rchart_version\x18\x02 \x01(\tR\fchartVersion\x126\n" +
+	"\aobjects\x18\x03 \x03(\v2\x1c.ichor.v1.CiliumObjectChangeR\aobjects\x12\x12\n" +
+	"\x04diff\x18\x04 \x01(\tR\x04diff\x12%\n" +
+	"\x0eeffective_yaml\x18\x05 \x01(\tR\reffectiveYaml\"X\n" +
+	"\x12CiliumObjectChange\x12\x16\n" +
+	"\x06object\x18\x01 \x01(\tR\x06object\x12\x16\n" +
+	"\x06change\x18\x02 \x01(\tR\x06change\x12\x12\n" +
+	"\x04diff\x18\x03 \x01(\tR\x04diff\"<\n" +
+	"\x19UpdateCiliumValuesRequest\x12\x1f\n" +
+	"\vvalues_yaml\x18\x01 \x01(\tR\n" +
+	"valuesYaml\"q\n" +
+	"\x1aUpdateCiliumValuesResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x129\n" +
+	"\x06values\x18\x02 \x01(\v2!.ichor.v1.GetCiliumValuesResponseR\x06values\"J\n" +
 	"\x16ConfirmRecoveryRequest\x120\n" +
 	"\x14confirm_cluster_name\x18\x01 \x01(\tR\x12confirmClusterName\"b\n" +
 	"\x17ConfirmRecoveryResponse\x12\x1a\n" +
@@ -1322,7 +1782,7 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\rWhoAmIRequest\"D\n" +
 	"\x0eWhoAmIResponse\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x16\n" +
-	"\x06groups\x18\x02 \x03(\tR\x06groups2\xa9\x06\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups2\xd2\t\n" +
 	"\x0eClusterService\x12`\n" +
 	"\n" +
 	"GetCluster\x12\x1b.ichor.v1.GetClusterRequest\x1a\x1c.ichor.v1.GetClusterResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/cluster\x12S\n" +
@@ -1331,7 +1791,10 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\rScanDiscovery\x12\x1e.ichor.v1.ScanDiscoveryRequest\x1a\x1f.ichor.v1.ScanDiscoveryResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/api/v1/cluster/discovery:scan\x12o\n" +
 	"\fPauseCluster\x12\x1d.ichor.v1.PauseClusterRequest\x1a\x1e.ichor.v1.PauseClusterResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/api/v1/cluster:pause\x12s\n" +
 	"\rResumeCluster\x12\x1e.ichor.v1.ResumeClusterRequest\x1a\x1f.ichor.v1.ResumeClusterResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/api/v1/cluster:resume\x12\x83\x01\n" +
-	"\x0fConfirmRecovery\x12 .ichor.v1.ConfirmRecoveryRequest\x1a!.ichor.v1.ConfirmRecoveryResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /api/v1/cluster:confirm-recoveryBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\x0fConfirmRecovery\x12 .ichor.v1.ConfirmRecoveryRequest\x1a!.ichor.v1.ConfirmRecoveryResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /api/v1/cluster:confirm-recovery\x12}\n" +
+	"\x0fGetCiliumValues\x12 .ichor.v1.GetCiliumValuesRequest\x1a!.ichor.v1.GetCiliumValuesResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/api/v1/cluster/cilium-values\x12\x94\x01\n" +
+	"\x13PreviewCiliumValues\x12$.ichor.v1.PreviewCiliumValuesRequest\x1a%.ichor.v1.PreviewCiliumValuesResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/cluster/cilium-values:preview\x12\x90\x01\n" +
+	"\x12UpdateCiliumValues\x12#.ichor.v1.UpdateCiliumValuesRequest\x1a$.ichor.v1.UpdateCiliumValuesResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/api/v1/cluster/cilium-values:updateBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_cluster_proto_rawDescOnce sync.Once
@@ -1345,64 +1808,82 @@ func file_ichor_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_cluster_proto_rawDescData
 }
 
-var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_ichor_v1_cluster_proto_goTypes = []any{
-	(*ConfirmRecoveryRequest)(nil),  // 0: ichor.v1.ConfirmRecoveryRequest
-	(*ConfirmRecoveryResponse)(nil), // 1: ichor.v1.ConfirmRecoveryResponse
-	(*RecoveryHold)(nil),            // 2: ichor.v1.RecoveryHold
-	(*ScanDiscoveryRequest)(nil),    // 3: ichor.v1.ScanDiscoveryRequest
-	(*ScanDiscoveryResponse)(nil),   // 4: ichor.v1.ScanDiscoveryResponse
-	(*PauseClusterRequest)(nil),     // 5: ichor.v1.PauseClusterRequest
-	(*PauseClusterResponse)(nil),    // 6: ichor.v1.PauseClusterResponse
-	(*ResumeClusterRequest)(nil),    // 7: ichor.v1.ResumeClusterRequest
-	(*ResumeClusterResponse)(nil),   // 8: ichor.v1.ResumeClusterResponse
-	(*AddDiscoveryRequest)(nil),     // 9: ichor.v1.AddDiscoveryRequest
-	(*AddDiscoveryResponse)(nil),    // 10: ichor.v1.AddDiscoveryResponse
-	(*Discovery)(nil),               // 11: ichor.v1.Discovery
-	(*DiscoveryResult)(nil),         // 12: ichor.v1.DiscoveryResult
-	(*GetClusterRequest)(nil),       // 13: ichor.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),      // 14: ichor.v1.GetClusterResponse
-	(*Cluster)(nil),                 // 15: ichor.v1.Cluster
-	(*Condition)(nil),               // 16: ichor.v1.Condition
-	(*WhoAmIRequest)(nil),           // 17: ichor.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),          // 18: ichor.v1.WhoAmIResponse
-	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
+	(*GetCiliumValuesRequest)(nil),      // 0: ichor.v1.GetCiliumValuesRequest
+	(*GetCiliumValuesResponse)(nil),     // 1: ichor.v1.GetCiliumValuesResponse
+	(*PreviewCiliumValuesRequest)(nil),  // 2: ichor.v1.PreviewCiliumValuesRequest
+	(*PreviewCiliumValuesResponse)(nil), // 3: ichor.v1.PreviewCiliumValuesResponse
+	(*CiliumObjectChange)(nil),          // 4: ichor.v1.CiliumObjectChange
+	(*UpdateCiliumValuesRequest)(nil),   // 5: ichor.v1.UpdateCiliumValuesRequest
+	(*UpdateCiliumValuesResponse)(nil),  // 6: ichor.v1.UpdateCiliumValuesResponse
+	(*ConfirmRecoveryRequest)(nil),      // 7: ichor.v1.ConfirmRecoveryRequest
+	(*ConfirmRecoveryResponse)(nil),     // 8: ichor.v1.ConfirmRecoveryResponse
+	(*RecoveryHold)(nil),                // 9: ichor.v1.RecoveryHold
+	(*ScanDiscoveryRequest)(nil),        // 10: ichor.v1.ScanDiscoveryRequest
+	(*ScanDiscoveryResponse)(nil),       // 11: ichor.v1.ScanDiscoveryResponse
+	(*PauseClusterRequest)(nil),         // 12: ichor.v1.PauseClusterRequest
+	(*PauseClusterResponse)(nil),        // 13: ichor.v1.PauseClusterResponse
+	(*ResumeClusterRequest)(nil),        // 14: ichor.v1.ResumeClusterRequest
+	(*ResumeClusterResponse)(nil),       // 15: ichor.v1.ResumeClusterResponse
+	(*AddDiscoveryRequest)(nil),         // 16: ichor.v1.AddDiscoveryRequest
+	(*AddDiscoveryResponse)(nil),        // 17: ichor.v1.AddDiscoveryResponse
+	(*Discovery)(nil),                   // 18: ichor.v1.Discovery
+	(*DiscoveryResult)(nil),             // 19: ichor.v1.DiscoveryResult
+	(*GetClusterRequest)(nil),           // 20: ichor.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),          // 21: ichor.v1.GetClusterResponse
+	(*Cluster)(nil),                     // 22: ichor.v1.Cluster
+	(*Condition)(nil),                   // 23: ichor.v1.Condition
+	(*WhoAmIRequest)(nil),               // 24: ichor.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),              // 25: ichor.v1.WhoAmIResponse
+	(*Refusal)(nil),                     // 26: ichor.v1.Refusal
+	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
 }
 var file_ichor_v1_cluster_proto_depIdxs = []int32{
-	15, // 0: ichor.v1.ConfirmRecoveryResponse.cluster:type_name -> ichor.v1.Cluster
-	15, // 1: ichor.v1.ScanDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
-	15, // 2: ichor.v1.PauseClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	15, // 3: ichor.v1.ResumeClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	15, // 4: ichor.v1.AddDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
-	19, // 5: ichor.v1.Discovery.last_scan_time:type_name -> google.protobuf.Timestamp
-	12, // 6: ichor.v1.Discovery.results:type_name -> ichor.v1.DiscoveryResult
-	19, // 7: ichor.v1.Discovery.next_scan_time:type_name -> google.protobuf.Timestamp
-	19, // 8: ichor.v1.DiscoveryResult.probed_at:type_name -> google.protobuf.Timestamp
-	15, // 9: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	16, // 10: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
-	11, // 11: ichor.v1.Cluster.discovery:type_name -> ichor.v1.Discovery
-	19, // 12: ichor.v1.Cluster.paused_since:type_name -> google.protobuf.Timestamp
-	2,  // 13: ichor.v1.Cluster.recovery_holds:type_name -> ichor.v1.RecoveryHold
-	19, // 14: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	13, // 15: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
-	17, // 16: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
-	9,  // 17: ichor.v1.ClusterService.AddDiscovery:input_type -> ichor.v1.AddDiscoveryRequest
-	3,  // 18: ichor.v1.ClusterService.ScanDiscovery:input_type -> ichor.v1.ScanDiscoveryRequest
-	5,  // 19: ichor.v1.ClusterService.PauseCluster:input_type -> ichor.v1.PauseClusterRequest
-	7,  // 20: ichor.v1.ClusterService.ResumeCluster:input_type -> ichor.v1.ResumeClusterRequest
-	0,  // 21: ichor.v1.ClusterService.ConfirmRecovery:input_type -> ichor.v1.ConfirmRecoveryRequest
-	14, // 22: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
-	18, // 23: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
-	10, // 24: ichor.v1.ClusterService.AddDiscovery:output_type -> ichor.v1.AddDiscoveryResponse
-	4,  // 25: ichor.v1.ClusterService.ScanDiscovery:output_type -> ichor.v1.ScanDiscoveryResponse
-	6,  // 26: ichor.v1.ClusterService.PauseCluster:output_type -> ichor.v1.PauseClusterResponse
-	8,  // 27: ichor.v1.ClusterService.ResumeCluster:output_type -> ichor.v1.ResumeClusterResponse
-	1,  // 28: ichor.v1.ClusterService.ConfirmRecovery:output_type -> ichor.v1.ConfirmRecoveryResponse
-	22, // [22:29] is the sub-list for method output_type
-	15, // [15:22] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	23, // 0: ichor.v1.GetCiliumValuesResponse.handover:type_name -> ichor.v1.Condition
+	26, // 1: ichor.v1.PreviewCiliumValuesResponse.refusals:type_name -> ichor.v1.Refusal
+	4,  // 2: ichor.v1.PreviewCiliumValuesResponse.objects:type_name -> ichor.v1.CiliumObjectChange
+	1,  // 3: ichor.v1.UpdateCiliumValuesResponse.values:type_name -> ichor.v1.GetCiliumValuesResponse
+	22, // 4: ichor.v1.ConfirmRecoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	22, // 5: ichor.v1.ScanDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	22, // 6: ichor.v1.PauseClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	22, // 7: ichor.v1.ResumeClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	22, // 8: ichor.v1.AddDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	27, // 9: ichor.v1.Discovery.last_scan_time:type_name -> google.protobuf.Timestamp
+	19, // 10: ichor.v1.Discovery.results:type_name -> ichor.v1.DiscoveryResult
+	27, // 11: ichor.v1.Discovery.next_scan_time:type_name -> google.protobuf.Timestamp
+	27, // 12: ichor.v1.DiscoveryResult.probed_at:type_name -> google.protobuf.Timestamp
+	22, // 13: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	23, // 14: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
+	18, // 15: ichor.v1.Cluster.discovery:type_name -> ichor.v1.Discovery
+	27, // 16: ichor.v1.Cluster.paused_since:type_name -> google.protobuf.Timestamp
+	9,  // 17: ichor.v1.Cluster.recovery_holds:type_name -> ichor.v1.RecoveryHold
+	27, // 18: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	20, // 19: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
+	24, // 20: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
+	16, // 21: ichor.v1.ClusterService.AddDiscovery:input_type -> ichor.v1.AddDiscoveryRequest
+	10, // 22: ichor.v1.ClusterService.ScanDiscovery:input_type -> ichor.v1.ScanDiscoveryRequest
+	12, // 23: ichor.v1.ClusterService.PauseCluster:input_type -> ichor.v1.PauseClusterRequest
+	14, // 24: ichor.v1.ClusterService.ResumeCluster:input_type -> ichor.v1.ResumeClusterRequest
+	7,  // 25: ichor.v1.ClusterService.ConfirmRecovery:input_type -> ichor.v1.ConfirmRecoveryRequest
+	0,  // 26: ichor.v1.ClusterService.GetCiliumValues:input_type -> ichor.v1.GetCiliumValuesRequest
+	2,  // 27: ichor.v1.ClusterService.PreviewCiliumValues:input_type -> ichor.v1.PreviewCiliumValuesRequest
+	5,  // 28: ichor.v1.ClusterService.UpdateCiliumValues:input_type -> ichor.v1.UpdateCiliumValuesRequest
+	21, // 29: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
+	25, // 30: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
+	17, // 31: ichor.v1.ClusterService.AddDiscovery:output_type -> ichor.v1.AddDiscoveryResponse
+	11, // 32: ichor.v1.ClusterService.ScanDiscovery:output_type -> ichor.v1.ScanDiscoveryResponse
+	13, // 33: ichor.v1.ClusterService.PauseCluster:output_type -> ichor.v1.PauseClusterResponse
+	15, // 34: ichor.v1.ClusterService.ResumeCluster:output_type -> ichor.v1.ResumeClusterResponse
+	8,  // 35: ichor.v1.ClusterService.ConfirmRecovery:output_type -> ichor.v1.ConfirmRecoveryResponse
+	1,  // 36: ichor.v1.ClusterService.GetCiliumValues:output_type -> ichor.v1.GetCiliumValuesResponse
+	3,  // 37: ichor.v1.ClusterService.PreviewCiliumValues:output_type -> ichor.v1.PreviewCiliumValuesResponse
+	6,  // 38: ichor.v1.ClusterService.UpdateCiliumValues:output_type -> ichor.v1.UpdateCiliumValuesResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_cluster_proto_init() }
@@ -1410,13 +1891,14 @@ func file_ichor_v1_cluster_proto_init() {
 	if File_ichor_v1_cluster_proto != nil {
 		return
 	}
+	file_ichor_v1_errors_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_cluster_proto_rawDesc), len(file_ichor_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,13 +19,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_GetCluster_FullMethodName      = "/ichor.v1.ClusterService/GetCluster"
-	ClusterService_WhoAmI_FullMethodName          = "/ichor.v1.ClusterService/WhoAmI"
-	ClusterService_AddDiscovery_FullMethodName    = "/ichor.v1.ClusterService/AddDiscovery"
-	ClusterService_ScanDiscovery_FullMethodName   = "/ichor.v1.ClusterService/ScanDiscovery"
-	ClusterService_PauseCluster_FullMethodName    = "/ichor.v1.ClusterService/PauseCluster"
-	ClusterService_ResumeCluster_FullMethodName   = "/ichor.v1.ClusterService/ResumeCluster"
-	ClusterService_ConfirmRecovery_FullMethodName = "/ichor.v1.ClusterService/ConfirmRecovery"
+	ClusterService_GetCluster_FullMethodName          = "/ichor.v1.ClusterService/GetCluster"
+	ClusterService_WhoAmI_FullMethodName              = "/ichor.v1.ClusterService/WhoAmI"
+	ClusterService_AddDiscovery_FullMethodName        = "/ichor.v1.ClusterService/AddDiscovery"
+	ClusterService_ScanDiscovery_FullMethodName       = "/ichor.v1.ClusterService/ScanDiscovery"
+	ClusterService_PauseCluster_FullMethodName        = "/ichor.v1.ClusterService/PauseCluster"
+	ClusterService_ResumeCluster_FullMethodName       = "/ichor.v1.ClusterService/ResumeCluster"
+	ClusterService_ConfirmRecovery_FullMethodName     = "/ichor.v1.ClusterService/ConfirmRecovery"
+	ClusterService_GetCiliumValues_FullMethodName     = "/ichor.v1.ClusterService/GetCiliumValues"
+	ClusterService_PreviewCiliumValues_FullMethodName = "/ichor.v1.ClusterService/PreviewCiliumValues"
+	ClusterService_UpdateCiliumValues_FullMethodName  = "/ichor.v1.ClusterService/UpdateCiliumValues"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -65,6 +68,23 @@ type ClusterServiceClient interface {
 	// and re-installs the wiped workers. A hold of another value stays.
 	// FailedPrecondition when no machine is held by a recovery.
 	ConfirmRecovery(ctx context.Context, in *ConfirmRecoveryRequest, opts ...grpc.CallOption) (*ConfirmRecoveryResponse, error)
+	// GetCiliumValues returns the user's layer of Cilium's Helm values
+	// (spec.cni.cilium.values) as YAML, the effective values (Ichor's
+	// defaults, the user's layer, the Ichor-owned keys; read-only), the chart
+	// they apply to, the hash of the values last applied (status.cni.valuesHash)
+	// and the CNIHandover condition. FailedPrecondition for an unmanaged CNI.
+	GetCiliumValues(ctx context.Context, in *GetCiliumValuesRequest, opts ...grpc.CallOption) (*GetCiliumValuesResponse, error)
+	// PreviewCiliumValues checks a proposed user layer with the admission
+	// webhook's rule and renders the chart before and after: it returns the
+	// refusals (an Ichor-owned key, not a map) or the rendered objects that
+	// change with their unified diff. It writes nothing.
+	PreviewCiliumValues(ctx context.Context, in *PreviewCiliumValuesRequest, opts ...grpc.CallOption) (*PreviewCiliumValuesResponse, error)
+	// UpdateCiliumValues writes the user layer as the signed-in user, who
+	// needs `update` on `talosclusters/cilium-values` (ichor-admin). A refused
+	// layer is InvalidArgument, a missing permission PermissionDenied, both
+	// with RefusalDetails; nothing is written then. The controller applies
+	// the values with Helm (the CNIHandover condition reports it).
+	UpdateCiliumValues(ctx context.Context, in *UpdateCiliumValuesRequest, opts ...grpc.CallOption) (*UpdateCiliumValuesResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -145,6 +165,36 @@ func (c *clusterServiceClient) ConfirmRecovery(ctx context.Context, in *ConfirmR
 	return out, nil
 }
 
+func (c *clusterServiceClient) GetCiliumValues(ctx context.Context, in *GetCiliumValuesRequest, opts ...grpc.CallOption) (*GetCiliumValuesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCiliumValuesResponse)
+	err := c.cc.Invoke(ctx, ClusterService_GetCiliumValues_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) PreviewCiliumValues(ctx context.Context, in *PreviewCiliumValuesRequest, opts ...grpc.CallOption) (*PreviewCiliumValuesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewCiliumValuesResponse)
+	err := c.cc.Invoke(ctx, ClusterService_PreviewCiliumValues_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) UpdateCiliumValues(ctx context.Context, in *UpdateCiliumValuesRequest, opts ...grpc.CallOption) (*UpdateCiliumValuesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateCiliumValuesResponse)
+	err := c.cc.Invoke(ctx, ClusterService_UpdateCiliumValues_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -182,6 +232,23 @@ type ClusterServiceServer interface {
 	// and re-installs the wiped workers. A hold of another value stays.
 	// FailedPrecondition when no machine is held by a recovery.
 	ConfirmRecovery(context.Context, *ConfirmRecoveryRequest) (*ConfirmRecoveryResponse, error)
+	// GetCiliumValues returns the user's layer of Cilium's Helm values
+	// (spec.cni.cilium.values) as YAML, the effective values (Ichor's
+	// defaults, the user's layer, the Ichor-owned keys; read-only), the chart
+	// they apply to, the hash of the values last applied (status.cni.valuesHash)
+	// and the CNIHandover condition. FailedPrecondition for an unmanaged CNI.
+	GetCiliumValues(context.Context, *GetCiliumValuesRequest) (*GetCiliumValuesResponse, error)
+	// PreviewCiliumValues checks a proposed user layer with the admission
+	// webhook's rule and renders the chart before and after: it returns the
+	// refusals (an Ichor-owned key, not a map) or the rendered objects that
+	// change with their unified diff. It writes nothing.
+	PreviewCiliumValues(context.Context, *PreviewCiliumValuesRequest) (*PreviewCiliumValuesResponse, error)
+	// UpdateCiliumValues writes the user layer as the signed-in user, who
+	// needs `update` on `talosclusters/cilium-values` (ichor-admin). A refused
+	// layer is InvalidArgument, a missing permission PermissionDenied, both
+	// with RefusalDetails; nothing is written then. The controller applies
+	// the values with Helm (the CNIHandover condition reports it).
+	UpdateCiliumValues(context.Context, *UpdateCiliumValuesRequest) (*UpdateCiliumValuesResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -212,6 +279,15 @@ func (UnimplementedClusterServiceServer) ResumeCluster(context.Context, *ResumeC
 }
 func (UnimplementedClusterServiceServer) ConfirmRecovery(context.Context, *ConfirmRecoveryRequest) (*ConfirmRecoveryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ConfirmRecovery not implemented")
+}
+func (UnimplementedClusterServiceServer) GetCiliumValues(context.Context, *GetCiliumValuesRequest) (*GetCiliumValuesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCiliumValues not implemented")
+}
+func (UnimplementedClusterServiceServer) PreviewCiliumValues(context.Context, *PreviewCiliumValuesRequest) (*PreviewCiliumValuesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewCiliumValues not implemented")
+}
+func (UnimplementedClusterServiceServer) UpdateCiliumValues(context.Context, *UpdateCiliumValuesRequest) (*UpdateCiliumValuesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateCiliumValues not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -360,6 +436,60 @@ func _ClusterService_ConfirmRecovery_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_GetCiliumValues_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCiliumValuesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).GetCiliumValues(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_GetCiliumValues_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).GetCiliumValues(ctx, req.(*GetCiliumValuesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_PreviewCiliumValues_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewCiliumValuesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).PreviewCiliumValues(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_PreviewCiliumValues_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).PreviewCiliumValues(ctx, req.(*PreviewCiliumValuesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_UpdateCiliumValues_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateCiliumValuesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).UpdateCiliumValues(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_UpdateCiliumValues_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).UpdateCiliumValues(ctx, req.(*UpdateCiliumValuesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -394,6 +524,18 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ConfirmRecovery",
 			Handler:    _ClusterService_ConfirmRecovery_Handler,
+		},
+		{
+			MethodName: "GetCiliumValues",
+			Handler:    _ClusterService_GetCiliumValues_Handler,
+		},
+		{
+			MethodName: "PreviewCiliumValues",
+			Handler:    _ClusterService_PreviewCiliumValues_Handler,
+		},
+		{
+			MethodName: "UpdateCiliumValues",
+			Handler:    _ClusterService_UpdateCiliumValues_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,205 @@
+import { useEffect, useState } from "preact/hooks";
+import type { Client, Condition, GetCiliumValuesResponse, PreviewCiliumValuesResponse } from "../api/generated";
+import { useConsole } from "../context";
+import { Alert } from "../components/ui/alert";
+import { Badge, type Tone } from "../components/ui/badge";
+import { Button } from "../components/ui/button";
+import { Card, CardContent, CardHeader, CardTitle } from "../components/ui/card";
+import { Field, Textarea } from "../components/ui/input";
+import { ErrorAlert } from "../components/errors";
+import { RefusalList } from "../components/refusals";
+import * as api from "../api/v1alpha1";
+
+/** handoverState is the badge of the CNIHandover condition. */
+export function handoverState(c: Condition | undefined): { tone: Tone; text: string } {
+  if (!c) return { tone: "neutral", text: "Not reported yet" };
+  if (c.status === "True") return { tone: "ok", text: "Handed over" };
+  if (c.reason === api.CNIHandoverFailedReason) return { tone: "bad", text: "Failed" };
+  return { tone: "warn", text: c.reason || "Pending" };
+}
+
+/**
+ * CiliumPage is the Cilium page (architecture, "Cilium", "Values"): the
+ * hand-over, the chart, the effective values (read-only) and an editor of
+ * the user's layer. Preview asks ichor-ui to check the text with the
+ * webhook's rule and render the chart before and after; Save is enabled
+ * only after a successful preview of the text as it is, and writes it as
+ * the signed-in user (admins: `update` on `talosclusters/cilium-values`).
+ */
+export function CiliumPage() {
+  const { client } = useConsole();
+  return <CiliumValues client={client} />;
+}
+
+export function CiliumValues({ client }: { client: Client }) {
+  const [data, setData] = useState<GetCiliumValuesResponse | null>(null);
+  const [loadError, setLoadError] = useState<unknown>(null);
+  const [text, setText] = useState<string | null>(null);
+  const [preview, setPreview] = useState<{ text: string; res: PreviewCiliumValuesResponse } | null>(null);
+  const [previewError, setPreviewError] = useState<unknown>(null);
+  const [saveError, setSaveError] = useState<unknown>(null);
+  const [saved, setSaved] = useState(false);
+  const [busy, setBusy] = useState<"preview" | "save" | null>(null);
+  const [tick, setTick] = useState(0);
+
+  useEffect(() => {
+    let stop = false;
+    client.getCiliumValues().then(
+      (r) => {
+        if (stop) return;
+        setData(r);
+        setLoadError(null);
+        setText((t) => (t === null ? (r.valuesYaml ?? "") : t));
+      },
+      (e) => !stop && setLoadError(e),
+    );
+    return () => {
+      stop = true;
+    };
+  }, [client, tick]);
+
+  const current = text ?? "";
+  const refusals = preview?.res.refusals ?? [];
+  const previewed = preview !== null && preview.text === current && refusals.length === 0;
+  const canSave = previewed && busy === null && (data?.canWrite ?? false);
+
+  const runPreview = async () => {
+    setBusy("preview");
+    setPreviewError(null);
+    setSaveError(null);
+    setSaved(false);
+    try {
+      const res = await client.previewCiliumValues({ body: { valuesYaml: current } });
+      setPreview({ text: current, res });
+    } catch (e) {
+      setPreview(null);
+      setPreviewError(e);
+    } finally {
+      setBusy(null);
+    }
+  };
+  const save = async () => {
+    setBusy("save");
+    setSaveError(null);
+    try {
+      const res = await client.updateCiliumValues({ body: { valuesYaml: current } });
+      if (res.values) setData(res.values);
+      setSaved(true);
+      setPreview(null);
+      setTick((t) => t + 1);
+    } catch (e) {
+      setSaveError(e);
+    } finally {
+      setBusy(null);
+    }
+  };
+
+  const state = handoverState(data?.handover);
+  const objects = preview?.res.objects ?? [];
+  return (
+    <>
+      <h1 class="text-xl font-semibold">Cilium</h1>
+      <ErrorAlert error={loadError} what="Reading the Cilium values" />
+      {data && (
+        <Card>
+          <CardHeader>
+            <CardTitle>
+              Hand-over <Badge tone={state.tone}>{state.text}</Badge>
+            </CardTitle>
+          </CardHeader>
+          <CardContent class="text-sm">
+            <dl class="grid grid-cols-[max-content_1fr] gap-x-4 gap-y-1">
+              <dt class="text-muted-foreground">Chart</dt>
+              <dd data-testid="cilium-chart">Cilium {data.chartVersion}</dd>
+              <dt class="text-muted-foreground">Values applied</dt>
+              <dd data-testid="cilium-applied">{data.applied ? "yes" : "not yet: the controller applies them with Helm"}</dd>
+              {data.handover?.message && (
+                <>
+                  <dt class="text-muted-foreground">Hand-over</dt>
+                  <dd data-testid="cilium-handover">{data.handover.message}</dd>
+                </>
+              )}
+            </dl>
+          </CardContent>
+        </Card>
+      )}
+      {data && (
+        <Card>
+          <CardHeader>
+            <CardTitle>Your values</CardTitle>
+          </CardHeader>
+          <CardContent class="flex flex-col gap-3 text-sm">
+            <Field
+              id="cilium-values"
+              label="Your layer of Cilium Helm values (YAML)"
+              hint="Ichor's defaults lie under this layer and the Ichor-owned keys over it (IPAM, tunnel, kube-proxy replacement, the KubePrism endpoint, cgroup, capabilities, certificate generation); setting one of those is refused."
+            >
+              <Textarea
+                id="cilium-values"
+                class="min-h-64 font-mono"
+                spellcheck={false}
+                value={current}
+                onInput={(e) => {
+                  setText(e.currentTarget.value);
+                  setSaved(false);
+                }}
+              />
+            </Field>
+            <div class="flex flex-wrap items-center gap-2">
+              <Button variant="outline" onClick={runPreview} disabled={busy !== null} data-testid="cilium-preview">
+                {busy === "preview" ? "Previewing…" : "Preview"}
+              </Button>
+              <Button onClick={save} disabled={!canSave} data-testid="cilium-save">
+                {busy === "save" ? "Saving…" : "Save"}
+              </Button>
+              {!data.canWrite && <span class="text-xs text-muted-foreground">Saving needs `update` on `talosclusters/cilium-values` (the ichor-admin role).</span>}
+              {data.canWrite && !previewed && <span class="text-xs text-muted-foreground">Preview the values as they are to enable Save.</span>}
+            </div>
+            <ErrorAlert error={previewError} what="Previewing the Cilium values" />
+            <RefusalList refusals={refusals} title="These values would be refused; nothing can be saved" testid="cilium-refusals" />
+            {preview && refusals.length === 0 && objects.length === 0 && (
+              <Alert title="No change">
+                <span data-testid="cilium-nochange">The rendered Cilium {preview.res.chartVersion} objects do not change.</span>
+              </Alert>
+            )}
+            {preview && objects.length > 0 && (
+              <section aria-labelledby="cilium-diff-title" class="flex flex-col gap-2">
+                <h2 id="cilium-diff-title" class="font-medium">
+                  What changes in the rendered Cilium {preview.res.chartVersion} objects
+                </h2>
+                <ul class="list-disc pl-5" data-testid="cilium-objects">
+                  {objects.map((o) => (
+                    <li key={o.object}>
+                      {o.change} {o.object}
+                    </li>
+                  ))}
+                </ul>
+                <pre class="max-h-[32rem] overflow-auto rounded-md border bg-muted p-3 font-mono text-xs" data-testid="cilium-diff" tabIndex={0} aria-label="Unified diff of the rendered objects">
+                  {preview.res.diff}
+                </pre>
+              </section>
+            )}
+            <ErrorAlert error={saveError} what="Saving the Cilium values" />
+            {saved && (
+              <Alert title="Saved">
+                <span data-testid="cilium-saved">The controller applies the values with Helm; the hand-over above says how it went.</span>
+              </Alert>
+            )}
+          </CardContent>
+        </Card>
+      )}
+      {data && (
+        <Card>
+          <CardHeader>
+            <CardTitle>Effective values (read-only)</CardTitle>
+          </CardHeader>
+          <CardContent>
+            <pre class="max-h-[32rem] overflow-auto rounded-md border bg-muted p-3 font-mono text-xs" data-testid="cilium-effective" tabIndex={0} aria-label="Effective Cilium values">
+              {data.effectiveYaml}
+            </pre>
+          </CardContent>
+        </Card>
+      )}
+    </>
+  );
+}
