@@ -168,10 +168,12 @@ func setup(ctx context.Context, dir string) error {
 			return err
 		}
 
-		// As `ichor init` writes it: no CNI of Talos's, Cilium inline.
-		cfg.RawV1Alpha1().ClusterConfig.ClusterNetwork.CNI = &v1alpha1.CNIConfig{CNIName: "none"} //nolint:staticcheck // what generated v1.14 configs carry
+		// Cilium inline, as `ichor init` sends it. (Talos's own CNI document,
+		// flannel by default, is left: the emulator plays no CNI, and the
+		// tests look at Cilium's objects only.)
+		cc := cfg.RawV1Alpha1().ClusterConfig
 		if x.typ == machine.TypeControlPlane {
-			cfg.RawV1Alpha1().ClusterConfig.ClusterInlineManifests = v1alpha1.ClusterInlineManifests{ //nolint:staticcheck // what generated v1.14 configs carry
+			cc.ClusterInlineManifests = v1alpha1.ClusterInlineManifests{ //nolint:staticcheck // what generated v1.14 configs carry
 				{InlineManifestName: "cilium", InlineManifestContents: rendered.Manifest},
 			}
 		}
