@@ -167,12 +167,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.skeleton.Reconcile(ctx, req)
 }
 
-// pending reports a hand-over not done yet, or failing. Once Cilium runs as
+// pendingf reports a hand-over not done yet, or failing. Once Cilium runs as
 // the release, CNIHandover stays True whatever a later values change does
 // (the render must not take the bootstrap entry back): the change's progress
 // or failure goes into its message, and status.cni.valuesHash keeps the
 // values last applied.
-func (r *Reconciler) pending(c *ichorv1alpha1.TalosCluster, reason, format string, args ...any) {
+func (r *Reconciler) pendingf(c *ichorv1alpha1.TalosCluster, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 
 	if apimeta.IsStatusConditionTrue(c.Status.Conditions, ichorv1alpha1.CNIHandoverCondition) {
@@ -189,12 +189,12 @@ func (r *Reconciler) pending(c *ichorv1alpha1.TalosCluster, reason, format strin
 	})
 }
 
-// waiting reports what the hand-over waits for; a handed-over cluster's
+// waitingf reports what the hand-over waits for; a handed-over cluster's
 // condition is left as it is (a rolling DaemonSet, an API server briefly
 // away are not news about the release).
-func (r *Reconciler) waiting(c *ichorv1alpha1.TalosCluster, format string, args ...any) {
+func (r *Reconciler) waitingf(c *ichorv1alpha1.TalosCluster, format string, args ...any) {
 	if !apimeta.IsStatusConditionTrue(c.Status.Conditions, ichorv1alpha1.CNIHandoverCondition) {
-		r.pending(c, ichorv1alpha1.CNIHandoverPendingReason, format, args...)
+		r.pendingf(c, ichorv1alpha1.CNIHandoverPendingReason, format, args...)
 	}
 }
 
@@ -210,7 +210,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 
 	cfg, k, err := r.workloadClient(ctx, c)
 	if err != nil {
-		r.waiting(c, "the cluster's Kubernetes API is not reachable yet: %v", err)
+		r.waitingf(c, "the cluster's Kubernetes API is not reachable yet: %v", err)
 
 		return ctrl.Result{RequeueAfter: pollInterval}, nil
 	}
@@ -221,7 +221,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 			return ctrl.Result{}, fmt.Errorf("reading DaemonSet %s/cilium: %w", cilium.Namespace, err)
 		}
 
-		r.waiting(c, "waiting for the bootstrap Cilium (DaemonSet %s/cilium) to be created", cilium.Namespace)
+		r.waitingf(c, "waiting for the bootstrap Cilium (DaemonSet %s/cilium) to be created", cilium.Namespace)
 
 		return ctrl.Result{RequeueAfter: pollInterval}, nil
 	}
@@ -231,7 +231,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 			why = err.Error()
 		}
 
-		r.waiting(c, "waiting for Cilium's DaemonSet %s/cilium to roll out: %s", cilium.Namespace, why)
+		r.waitingf(c, "waiting for Cilium's DaemonSet %s/cilium to roll out: %s", cilium.Namespace, why)
 
 		return ctrl.Result{RequeueAfter: pollInterval}, nil
 	}
@@ -248,14 +248,14 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 
 	req, err := Request(c, ds, deployed, len(nodes.Items))
 	if err != nil {
-		r.pending(c, ichorv1alpha1.CNIHandoverFailedReason, "%v", err)
+		r.pendingf(c, ichorv1alpha1.CNIHandoverFailedReason, "%v", err)
 
 		return ctrl.Result{RequeueAfter: settledInterval}, nil
 	}
 
 	values, err := ciliumvalues.Effective(req.UserValues, req.Choices)
 	if err != nil {
-		r.pending(c, ichorv1alpha1.CNIHandoverFailedReason, "the Cilium values cannot be used: %v", err)
+		r.pendingf(c, ichorv1alpha1.CNIHandoverFailedReason, "the Cilium values cannot be used: %v", err)
 
 		return ctrl.Result{RequeueAfter: settledInterval}, nil
 	}
@@ -389,7 +389,7 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 				return ctrl.Result{RequeueAfter: pollInterval}, err
 			}
 
-			r.pending(c, ichorv1alpha1.CNIHandoverPendingReason, "the Job %s/%s applies Helm release %s (chart %s, attempt %d)",
+			r.pendingf(c, ichorv1alpha1.CNIHandoverPendingReason, "the Job %s/%s applies Helm release %s (chart %s, attempt %d)",
 				cilium.Namespace, last.Name, cilium.ReleaseName, req.Version, attempt)
 
 			return ctrl.Result{RequeueAfter: pollInterval}, nil
@@ -407,7 +407,7 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 		ended := jobEnded(last)
 
 		if left := ended.Add(wait).Sub(s.Now); left > 0 {
-			r.pending(c, ichorv1alpha1.CNIHandoverFailedReason, "attempt %d of the Job %s/%s failed: %s; the next attempt starts in %s (see `kubectl -n %s logs job/%s`)",
+			r.pendingf(c, ichorv1alpha1.CNIHandoverFailedReason, "attempt %d of the Job %s/%s failed: %s; the next attempt starts in %s (see `kubectl -n %s logs job/%s`)",
 				attempt, cilium.Namespace, last.Name, msg, left.Round(time.Second), cilium.Namespace, last.Name)
 
 			return ctrl.Result{RequeueAfter: left}, nil
@@ -420,7 +420,7 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	}
 
 	if !res.Acquired {
-		r.pending(c, ichorv1alpha1.CNIHandoverPendingReason, "waiting for the cluster lock, held by %s", res.Holder)
+		r.pendingf(c, ichorv1alpha1.CNIHandoverPendingReason, "waiting for the cluster lock, held by %s", res.Holder)
 
 		return ctrl.Result{RequeueAfter: pollInterval}, nil
 	}
@@ -431,7 +431,7 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	}
 
 	ctrl.LoggerFrom(ctx).Info("started the Cilium Helm Job", "job", name, "chart", req.Version, "attempt", attempt+1)
-	r.pending(c, ichorv1alpha1.CNIHandoverPendingReason, "the Job %s/%s applies Helm release %s (chart %s, attempt %d)",
+	r.pendingf(c, ichorv1alpha1.CNIHandoverPendingReason, "the Job %s/%s applies Helm release %s (chart %s, attempt %d)",
 		cilium.Namespace, name, cilium.ReleaseName, req.Version, attempt+1)
 
 	return ctrl.Result{RequeueAfter: pollInterval}, nil
