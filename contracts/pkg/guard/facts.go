@@ -106,6 +106,9 @@ func LoadOperationFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.
 	if err := loadRestoreFacts(ctx, r, op, &facts); err != nil {
 		return OperationFacts{}, err
 	}
+	if err := loadCNIFacts(ctx, r, op, &facts); err != nil {
+		return OperationFacts{}, err
+	}
 	if err := loadSmallClusterFacts(ctx, r, op, &facts); err != nil {
 		return OperationFacts{}, err
 	}

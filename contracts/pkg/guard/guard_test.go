@@ -456,7 +456,7 @@ func TestOperations(t *testing.T) {
 
 	// The types this release does not run are refused, each with a way out.
 	for _, typ := range []string{ichorv1alpha1.OperationIchor,
-		ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationCARotation,
+		ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationCARotation,
 		ichorv1alpha1.OperationKeyRotation} {
 		r := CheckRunnable(op(typ))
 		if r == nil || !strings.Contains(r.Rule, `type "`+typ+`"`) || r.WayOut == "" || r.WayOut == "this release has no way to do it" {
@@ -464,8 +464,8 @@ func TestOperations(t *testing.T) {
 		}
 	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), facts), nil)
-	// A Talos upgrade and a Kubernetes upgrade run.
-	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes} {
+	// A Talos, a Kubernetes and a Cilium upgrade run.
+	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationCNI} {
 		if r := CheckRunnable(op(typ)); r != nil {
 			t.Errorf("type %s is refused: %+v", typ, r)
 		}
