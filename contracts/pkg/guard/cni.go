@@ -78,7 +78,7 @@ func CheckCNIUpgrade(c *ichorv1alpha1.TalosCluster, facts CNIFacts, target strin
 
 	if len(facts.Unfinished) > 0 {
 		out = append(out, Refusal{Field: fieldSpecType,
-			Rule: fmt.Sprintf("operation %s changes cluster %s's Cilium and has not finished", strings.Join(facts.Unfinished, ", "), c.Name),
+			Rule:   fmt.Sprintf("operation %s changes cluster %s's Cilium and has not finished", strings.Join(facts.Unfinished, ", "), c.Name),
 			WayOut: fmt.Sprintf("wait for it (`ichor operation get %s --watch`), or resume or delete it first", facts.Unfinished[0])})
 	}
 
