@@ -15,6 +15,7 @@ import (
 	"github.com/maeshinshin/ichor/cli/internal/secretstore"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/release"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 )
 
@@ -42,6 +43,8 @@ func initCommand() *cli.Command {
 			&cli.IntFlag{Name: "endpoint-port", Usage: "`PORT` of the Kubernetes API (default 6443)"},
 			&cli.StringFlag{Name: "talos-version", Usage: "Talos `VERSION` the cluster installs (default: this release's)"},
 			&cli.StringFlag{Name: "kubernetes-version", Usage: "Kubernetes `VERSION` (default: this release's)"},
+			&cli.StringFlag{Name: "cilium-version", Usage: "Cilium chart `VERSION` to boot, one this Ichor embeds (" + strings.Join(release.CiliumVersions(), ", ") +
+				"; default " + release.DefaultCiliumVersion + "); `ichor cni upgrade` moves it later"},
 			&cli.StringFlag{Name: "install", Value: initflow.InstallManifest, Usage: "`MODE`: manifest (the installer Job installs Ichor in the cluster) or none (only its CRDs; the controller runs elsewhere)"},
 			&cli.StringFlag{Name: "installer-image", Usage: "the installer Job's `IMAGE` (default: this release's, " + install.InstallerRepository + ":<version>)"},
 			&cli.BoolFlag{Name: "wait", Value: true, Usage: "wait for the controller to take over the first control plane"},
@@ -80,6 +83,7 @@ func initAction(ctx context.Context, cmd *cli.Command) error {
 		EndpointPort:      int32(cmd.Int("endpoint-port")), //nolint:gosec // Validate checks the range
 		TalosVersion:      cmd.String("talos-version"),
 		KubernetesVersion: cmd.String("kubernetes-version"),
+		CiliumVersion:     cmd.String("cilium-version"),
 		Install:           cmd.String("install"),
 		InstallerImage:    cmd.String("installer-image"),
 		Wait:              cmd.Bool("wait"),

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
 func TestPresetTopology(t *testing.T) {
@@ -39,8 +40,13 @@ func TestValidateDefaults(t *testing.T) {
 	}
 
 	if o.Namespace != "ichor-system" || o.Tunnel != "vxlan" || o.Endpoint != "10.5.0.2" ||
-		o.EndpointType != ichorv1alpha1.EndpointTypeNode || o.Install != InstallManifest || o.Timeout <= 0 {
+		o.EndpointType != ichorv1alpha1.EndpointTypeNode || o.Install != InstallManifest || o.Timeout <= 0 || o.CiliumVersion != release.DefaultCiliumVersion {
 		t.Fatalf("defaults not filled: %+v", o)
+	}
+
+	older := Options{Cluster: "c", Preset: PresetSingle, Node: "10.5.0.2", CiliumVersion: "1.19.3"}
+	if err := older.Validate(); err != nil || older.CiliumVersion != "v1.19.3" {
+		t.Fatalf("--cilium-version 1.19.3 gave %q, %v", older.CiliumVersion, err)
 	}
 
 	v := Options{Cluster: "c", Preset: PresetSingle, Node: "10.5.0.2", Endpoint: "10.5.0.100"}
@@ -63,6 +69,8 @@ func TestValidateRefusesBadInput(t *testing.T) {
 		{Options{Preset: PresetSingle, Node: "10.5.0.2", Endpoint: "10.5.0.9", EndpointType: "node"}, "--endpoint-type node"},
 		{Options{Preset: PresetSingle, Node: "10.5.0.2", EndpointType: "dns"}, `--endpoint-type "dns"`},
 		{Options{Preset: PresetSingle, Node: "10.5.0.2", Install: "helm"}, `--install "helm"`},
+		{Options{Preset: PresetSingle, Node: "10.5.0.2", CiliumVersion: "v1.18.0"}, "--cilium-version v1.18.0: this Ichor embeds the Cilium charts v1.19.3, v1.20.2"},
+		{Options{Preset: PresetSingle, Node: "10.5.0.2", CiliumVersion: "v1.20.2", KubernetesVersion: "1.32.3"}, "incompatible pair"},
 	} {
 		err := tc.o.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

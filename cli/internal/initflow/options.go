@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
 // Presets of the cluster's shape.
@@ -98,6 +100,9 @@ type Options struct {
 	// TalosVersion and KubernetesVersion default to the release's.
 	TalosVersion      string
 	KubernetesVersion string
+	// CiliumVersion is the Cilium chart booted, one this Ichor embeds;
+	// empty means the pinned one.
+	CiliumVersion string
 
 	// Install is manifest or none.
 	Install string
@@ -130,6 +135,10 @@ func (o *Options) Validate() error {
 	case ciliumvalues.TunnelVXLAN, ciliumvalues.TunnelGeneve:
 	default:
 		errs = append(errs, fmt.Errorf("--cni-tunnel %q: use %s or %s", o.Tunnel, ciliumvalues.TunnelVXLAN, ciliumvalues.TunnelGeneve))
+	}
+
+	if err := o.validateCilium(); err != nil {
+		errs = append(errs, err)
 	}
 
 	if o.UIURL != "" {
@@ -185,4 +194,32 @@ func (o *Options) Validate() error {
 	}
 
 	return errors.Join(errs...)
+}
+
+// validateCilium settles the bootstrap chart: one this Ichor embeds, on a
+// Kubernetes version it supports.
+func (o *Options) validateCilium() error {
+	if o.CiliumVersion == "" {
+		o.CiliumVersion = release.DefaultCiliumVersion
+	}
+
+	if !strings.HasPrefix(o.CiliumVersion, "v") {
+		o.CiliumVersion = "v" + o.CiliumVersion
+	}
+
+	if !slices.Contains(release.CiliumVersions(), o.CiliumVersion) {
+		return fmt.Errorf("--cilium-version %s: this Ichor embeds the Cilium charts %s; name one of them",
+			o.CiliumVersion, strings.Join(release.CiliumVersions(), ", "))
+	}
+
+	kube := o.KubernetesVersion
+	if kube == "" {
+		kube = release.DefaultKubernetesVersion
+	}
+
+	if _, err := release.CheckCiliumPair(o.CiliumVersion, kube); err != nil {
+		return fmt.Errorf("--cilium-version %s with Kubernetes %s: %w; choose another pair", o.CiliumVersion, kube, err)
+	}
+
+	return nil
 }

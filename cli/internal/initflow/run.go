@@ -76,7 +76,7 @@ func Run(ctx context.Context, o Options, env Env) error {
 	}{
 		{"Secrets bundle", s.secretsBundle},
 		{"First control plane " + o.Node, s.firstNode},
-		{"Configuration (Cilium " + release.DefaultCiliumVersion + " as the only inline manifest)", s.configure},
+		{"Configuration (Cilium " + o.CiliumVersion + " as the only inline manifest)", s.configure},
 		{"Install and boot of " + o.Node, s.waitRunning},
 		{"etcd bootstrap", s.bootstrap},
 		{"Admin kubeconfig and os:admin talosconfig", s.credentials},
@@ -404,7 +404,9 @@ func (s *state) objects() error {
 			Namespace: s.o.Namespace, Name: s.o.Cluster,
 			// Cilium is booted from the inline manifest configure sends; the
 			// controller keeps it in the render and hands it over to Helm.
-			Annotations: map[string]string{ichorv1alpha1.CNIBootstrapAnnotation: ichorv1alpha1.CNIBootstrapInline},
+			Annotations: map[string]string{
+				ichorv1alpha1.CNIBootstrapAnnotation: ichorv1alpha1.CNIBootstrapInline, ichorv1alpha1.CNIBootstrapChartAnnotation: s.o.CiliumVersion,
+			},
 		},
 		Spec: ichorv1alpha1.TalosClusterSpec{
 			TalosVersion:      s.talosVersion(),

@@ -169,4 +169,10 @@ const (
 	CNIBootstrapAnnotation = "ichor.maesh.dev/cni-bootstrap"
 	// CNIBootstrapInline is CNIBootstrapAnnotation's value for the inline manifest.
 	CNIBootstrapInline = "inline-manifest"
+	// CNIBootstrapChartAnnotation on a TalosCluster is the Cilium chart
+	// `ichor init` booted from the inline manifest (`--cilium-version`, one
+	// this Ichor embeds): the control planes' render keeps that chart's
+	// bytes until the hand-over. Empty means the pinned default. It cannot
+	// change: the render would otherwise move Cilium before Helm owns it.
+	CNIBootstrapChartAnnotation = "ichor.maesh.dev/cni-bootstrap-chart"
 )

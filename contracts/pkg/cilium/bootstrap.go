@@ -16,13 +16,15 @@ import (
 const InlineManifestName = "cilium"
 
 // BootstrapOptions are the options of the bootstrap Cilium of a cluster: the
-// embedded default chart at the cluster's Kubernetes version, its tunnel and
+// chart init booted (CNIBootstrapChartAnnotation, else the embedded default)
+// at the cluster's Kubernetes version, its tunnel and
 // kube-proxy mode, one Node and no user values. `ichor init` sends it as an
 // inline manifest, and the controller's render keeps the same bytes on the
 // control planes until CNIHandover is True (BootstrapManifest), so the
 // controller's first apply changes nothing.
 func BootstrapOptions(c *ichorv1alpha1.TalosCluster) Options {
 	return Options{
+		Version:           c.Annotations[ichorv1alpha1.CNIBootstrapChartAnnotation],
 		KubernetesVersion: strings.TrimPrefix(c.Spec.KubernetesVersion, "v"),
 		Choices:           ciliumvalues.Choices{Tunnel: c.Spec.CNI.Tunnel, KubeProxy: c.Spec.CNI.KubeProxy, Nodes: 1},
 	}

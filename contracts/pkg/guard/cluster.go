@@ -125,6 +125,7 @@ func checkCNI(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 			WayOut: "set spec.cni.preset: cilium",
 		})
 	}
+	out = append(out, checkBootstrapChart(old, c)...)
 	if old == nil {
 		if cni.Preset == ichorv1alpha1.CNIPresetUnmanaged && c.Annotations[ichorv1alpha1.AdoptedAnnotation] == "" {
 			out = append(out, Refusal{

@@ -202,3 +202,31 @@ func checkCNIOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) [
 
 	return CheckCNIUpgrade(facts.Cluster, CNIFacts{Running: facts.Cluster.Status.CNI.CiliumVersion, Unfinished: facts.UnfinishedCNI}, op.Spec.CNI.Version)
 }
+
+// checkBootstrapChart refuses a bootstrap chart annotation that names no
+// embedded chart, and any change of it: the control planes' render keeps the
+// bootstrap chart's bytes until the hand-over, so a change would move Cilium
+// through Talos, outside Helm.
+func checkBootstrapChart(old, c *ichorv1alpha1.TalosCluster) []Refusal {
+	const field = "metadata.annotations[" + ichorv1alpha1.CNIBootstrapChartAnnotation + "]"
+
+	v, had := c.Annotations[ichorv1alpha1.CNIBootstrapChartAnnotation]
+	if old != nil {
+		was, wasSet := old.Annotations[ichorv1alpha1.CNIBootstrapChartAnnotation]
+		if was == v && wasSet == had {
+			return nil
+		}
+
+		return []Refusal{{Field: field,
+			Rule:   fmt.Sprintf("the bootstrap Cilium chart is a record of what `ichor init` booted (%q) and cannot change (to %q)", was, v),
+			WayOut: "keep the annotation as it was; move Cilium with `ichor cni upgrade` once CNIHandover is True"}}
+	}
+
+	if had && !slices.Contains(release.CiliumVersions(), v) {
+		return []Refusal{{Field: field,
+			Rule:   fmt.Sprintf("%q is not a Cilium chart this Ichor embeds (it has %s)", v, strings.Join(release.CiliumVersions(), ", ")),
+			WayOut: "name one of those, or leave the annotation out for " + release.DefaultCiliumVersion}}
+	}
+
+	return nil
+}

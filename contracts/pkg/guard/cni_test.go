@@ -74,3 +74,21 @@ func TestUnfinishedCNI(t *testing.T) {
 		t.Fatalf("UnfinishedCNI = %v, want [a c]", got)
 	}
 }
+
+// TestBootstrapChartAnnotation: init's record of the bootstrap chart names an
+// embedded chart and never changes.
+func TestBootstrapChartAnnotation(t *testing.T) {
+	const key = ichorv1alpha1.CNIBootstrapChartAnnotation
+	field := "metadata.annotations[" + key + "]"
+	with := func(v string) *ichorv1alpha1.TalosCluster {
+		return cluster(func(c *ichorv1alpha1.TalosCluster) { c.Annotations = map[string]string{key: v} })
+	}
+
+	expect(t, checkCNI(nil, with("v1.19.3")), nil)
+	expect(t, checkCNI(nil, cluster()), nil)
+	expect(t, checkCNI(nil, with("v1.18.0")), map[string][]string{field: {"not a Cilium chart this Ichor embeds", "v1.19.3, v1.20.2"}})
+	expect(t, checkCNI(with("v1.19.3"), with("v1.19.3")), nil)
+	expect(t, checkCNI(with("v1.19.3"), with("v1.20.2")), map[string][]string{field: {"cannot change", "ichor cni upgrade"}})
+	expect(t, checkCNI(cluster(), with("v1.20.2")), map[string][]string{field: {"cannot change"}})
+	expect(t, checkCNI(with("v1.19.3"), cluster()), map[string][]string{field: {"cannot change"}})
+}

@@ -23,38 +23,31 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
-	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
-	"github.com/maeshinshin/ichor/contracts/pkg/cni"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
-	"github.com/maeshinshin/ichor/contracts/pkg/release"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
-	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/cnijob"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
@@ -70,9 +63,6 @@ const (
 
 	// DefaultJobTimeout bounds one Helm run (its waits for the rollout included).
 	DefaultJobTimeout = 10 * time.Minute
-
-	// jobSelector selects the ichor-cni Jobs (cilium.Job's labels).
-	jobSelector = "app.kubernetes.io/name=" + cilium.JobAppName
 
 	pollInterval = 10 * time.Second
 	// settledInterval is how often a handed-over cluster is looked at again
@@ -104,7 +94,7 @@ type Reconciler struct {
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines;talosoperations,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ichor-system,resources=leases,verbs=get;list;watch;create;update;patch
 
@@ -123,7 +113,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A cni operation (a chart upgrade) changes the release: its end
+		// wakes the cluster, so the condition names the chart that runs.
+		Watches(&ichorv1alpha1.TalosOperation{}, handler.EnqueueRequestsFromMapFunc(cniOperationCluster)).
 		Complete(r)
+}
+
+// cniOperationCluster maps a cni operation to its cluster.
+func cniOperationCluster(_ context.Context, o client.Object) []ctrlreconcile.Request {
+	op, ok := o.(*ichorv1alpha1.TalosOperation)
+	if !ok || op.Spec.Type != ichorv1alpha1.OperationCNI {
+		return nil
+	}
+
+	return []ctrlreconcile.Request{{NamespacedName: types.NamespacedName{Namespace: op.Namespace, Name: op.Spec.ClusterName}}}
 }
 
 func (r *Reconciler) defaults() {
@@ -208,7 +211,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 		return ctrl.Result{}, nil
 	}
 
-	cfg, k, err := r.workloadClient(ctx, c)
+	cfg, k, err := cnijob.ForCluster(ctx, r.APIReader, r.Client, r.Nodes, c)
 	if err != nil {
 		r.waitingf(c, "the cluster's Kubernetes API is not reachable yet: %v", err)
 
@@ -246,64 +249,25 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 		return ctrl.Result{}, fmt.Errorf("listing the cluster's Nodes: %w", err)
 	}
 
-	req, err := Request(c, ds, deployed, len(nodes.Items))
+	req, err := cnijob.Request(c, ds, deployed, len(nodes.Items))
 	if err != nil {
 		r.pendingf(c, ichorv1alpha1.CNIHandoverFailedReason, "%v", err)
 
 		return ctrl.Result{RequeueAfter: settledInterval}, nil
 	}
 
-	values, err := ciliumvalues.Effective(req.UserValues, req.Choices)
+	hash, err := cnijob.ValuesHash(req)
 	if err != nil {
-		r.pendingf(c, ichorv1alpha1.CNIHandoverFailedReason, "the Cilium values cannot be used: %v", err)
+		r.pendingf(c, ichorv1alpha1.CNIHandoverFailedReason, "%v", err)
 
 		return ctrl.Result{RequeueAfter: settledInterval}, nil
 	}
 
-	hash := cilium.ValuesSHA256(values)
-
-	if deployed != nil && deployed.Status == "deployed" && deployed.Version == req.Version && deployed.ValuesSHA256 == hash {
+	if cnijob.Applied(deployed, req, hash) {
 		return r.done(ctx, s, k, deployed, hash)
 	}
 
 	return r.runJob(ctx, s, k, req, hash, deployed)
-}
-
-// Request is what the Job is asked to apply: the chart of the release (or,
-// before there is one, the chart of the Cilium that runs, which the hand-over
-// must not change), the cluster's Kubernetes version, tunnel and kube-proxy
-// mode, the Node count and the user's layer of values.
-func Request(c *ichorv1alpha1.TalosCluster, ds *appsv1.DaemonSet, deployed *cilium.ReleaseState, nodes int) (cilium.Request, error) {
-	v := release.DefaultCiliumVersion
-
-	switch {
-	case deployed != nil && deployed.Version != "":
-		v = deployed.Version
-	default:
-		if running := cni.Detect([]appsv1.DaemonSet{*ds}).CiliumVersion; running != "" {
-			v = running
-		}
-	}
-
-	if embedded := cilium.Versions(); !slices.Contains(embedded, v) {
-		return cilium.Request{}, fmt.Errorf("the Cilium that runs is %s, a chart this build of Ichor does not embed (it has %s): "+
-			"Ichor takes Cilium over only with the chart that runs, so that nothing restarts; run an Ichor whose charts include %s",
-			v, strings.Join(embedded, ", "), v)
-	}
-
-	var user map[string]any
-
-	if c.Spec.CNI.Cilium != nil && c.Spec.CNI.Cilium.Values != nil && len(c.Spec.CNI.Cilium.Values.Raw) > 0 {
-		if err := json.Unmarshal(c.Spec.CNI.Cilium.Values.Raw, &user); err != nil {
-			return cilium.Request{}, fmt.Errorf("spec.cni.cilium.values is not an object: %w", err)
-		}
-	}
-
-	return cilium.Request{
-		Version: v, KubernetesVersion: c.Spec.KubernetesVersion,
-		Choices:    ciliumvalues.Choices{Tunnel: c.Spec.CNI.Tunnel, KubeProxy: c.Spec.CNI.KubeProxy, Nodes: nodes},
-		UserValues: user,
-	}, nil
 }
 
 func (r *Reconciler) done(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster], k kubernetes.Interface,
@@ -355,7 +319,7 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	c := s.Object
 	rh := requestHash(req, valuesHash)
 
-	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: jobSelector})
+	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: cnijob.HandoverSelector})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the ichor-cni Jobs: %w", err)
 	}
@@ -382,9 +346,9 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	}
 
 	if last != nil {
-		st, msg := jobState(last)
+		st, msg := cnijob.State(last)
 		switch st {
-		case jobRunning:
+		case cnijob.Running:
 			if res, err := r.lock(ctx, c); err != nil || !res.Acquired {
 				return ctrl.Result{RequeueAfter: pollInterval}, err
 			}
@@ -393,10 +357,10 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 				cilium.Namespace, last.Name, cilium.ReleaseName, req.Version, attempt)
 
 			return ctrl.Result{RequeueAfter: pollInterval}, nil
-		case jobSucceeded:
+		case cnijob.Succeeded:
 			// The release record disagrees (checked by the caller): the Job's
 			// claim is not taken on trust.
-			msg = fmt.Sprintf("the Job ended without error, but Helm's release record says %s", describe(deployed))
+			msg = fmt.Sprintf("the Job ended without error, but Helm's release record says %s", cnijob.Describe(deployed))
 		}
 
 		if _, err := r.Locker.Release(ctx, clusterKey(c), lock.CNIHelmIdentity); err != nil {
@@ -404,7 +368,7 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 		}
 
 		wait := r.backoff(attempt)
-		ended := jobEnded(last)
+		ended := cnijob.Ended(last)
 
 		if left := ended.Add(wait).Sub(s.Now); left > 0 {
 			r.pendingf(c, ichorv1alpha1.CNIHandoverFailedReason, "attempt %d of the Job %s/%s failed: %s; the next attempt starts in %s (see `kubectl -n %s logs job/%s`)",
@@ -426,7 +390,8 @@ func (r *Reconciler) runJob(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	}
 
 	name := jobName(rh, attempt+1)
-	if err := r.create(ctx, k, req, rh, name, attempt+1); err != nil {
+	if err := cnijob.Create(ctx, k, r.Image, r.JobTimeout, req, name,
+		map[string]string{attemptLabel: strconv.Itoa(attempt + 1)}, map[string]string{requestAnnotation: rh}); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -459,65 +424,15 @@ func (r *Reconciler) backoff(attempt int) time.Duration {
 	return min(d, maxBackoff)
 }
 
-func describe(d *cilium.ReleaseState) string {
-	if d == nil {
-		return "there is no release"
-	}
-
-	return fmt.Sprintf("revision %d is %s with chart %s", d.Revision, d.Status, d.Version)
-}
-
-// create writes the Job's ServiceAccount and binding, its request and the Job.
-func (r *Reconciler) create(ctx context.Context, k kubernetes.Interface, req cilium.Request, rh, name string, attempt int) error {
-	sa, crb := cilium.JobObjects()
-
-	if _, err := k.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
-	}
-
-	if _, err := k.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ClusterRoleBinding %s: %w", crb.Name, err)
-	}
-
-	cm, err := cilium.RequestConfigMap(name, req)
-	if err != nil {
-		return err
-	}
-
-	if _, err := k.CoreV1().ConfigMaps(cilium.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ConfigMap %s/%s: %w", cilium.Namespace, name, err)
-	}
-
-	job := cilium.Job(name, r.Image, name, r.JobTimeout)
-	if job.Labels == nil {
-		job.Labels = map[string]string{}
-	}
-
-	if job.Annotations == nil {
-		job.Annotations = map[string]string{}
-	}
-
-	job.Labels[attemptLabel] = strconv.Itoa(attempt)
-	job.Annotations[requestAnnotation] = rh
-
-	if _, err := k.BatchV1().Jobs(cilium.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating Job %s/%s: %w", cilium.Namespace, name, err)
-	}
-
-	return nil
-}
-
 // cleanup deletes the ichor-cni Jobs and ConfigMaps that are not of the
 // request keep (all of them when keep is empty). A running Job of another
 // request is left to finish: two Helm runs at once would fight over the
 // release.
 func (r *Reconciler) cleanup(ctx context.Context, k kubernetes.Interface, keep string) error {
-	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: jobSelector})
+	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: cnijob.HandoverSelector})
 	if err != nil {
 		return fmt.Errorf("listing the ichor-cni Jobs: %w", err)
 	}
-
-	bg := metav1.DeletePropagationBackground
 
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
@@ -525,86 +440,15 @@ func (r *Reconciler) cleanup(ctx context.Context, k kubernetes.Interface, keep s
 			continue
 		}
 
-		if st, _ := jobState(j); st == jobRunning {
+		if st, _ := cnijob.State(j); st == cnijob.Running {
 			continue
 		}
 
-		if err := k.BatchV1().Jobs(cilium.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting Job %s/%s: %w", cilium.Namespace, j.Name, err)
-		}
-
-		if err := k.CoreV1().ConfigMaps(cilium.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting ConfigMap %s/%s: %w", cilium.Namespace, j.Name, err)
+		if err := cnijob.Delete(ctx, k, j.Name); err != nil {
+			return err
 		}
 	}
 
 	return nil
 }
 
-type jobPhase int
-
-const (
-	jobRunning jobPhase = iota
-	jobSucceeded
-	jobFailed
-)
-
-func jobState(j *batchv1.Job) (jobPhase, string) {
-	for _, cond := range j.Status.Conditions {
-		if cond.Status != corev1.ConditionTrue {
-			continue
-		}
-
-		switch cond.Type {
-		case batchv1.JobComplete:
-			return jobSucceeded, ""
-		case batchv1.JobFailed:
-			return jobFailed, fmt.Sprintf("%s: %s", cond.Reason, cond.Message)
-		}
-	}
-
-	return jobRunning, ""
-}
-
-func jobEnded(j *batchv1.Job) time.Time {
-	if j.Status.CompletionTime != nil {
-		return j.Status.CompletionTime.Time
-	}
-
-	for _, cond := range j.Status.Conditions {
-		if cond.Status == corev1.ConditionTrue && (cond.Type == batchv1.JobFailed || cond.Type == batchv1.JobComplete) {
-			return cond.LastTransitionTime.Time
-		}
-	}
-
-	return j.CreationTimestamp.Time
-}
-
-// workloadClient reaches the cluster's Kubernetes API with the admin
-// credentials of its bundle, through an approved control plane.
-func (r *Reconciler) workloadClient(ctx context.Context, c *ichorv1alpha1.TalosCluster) (*rest.Config, kubernetes.Interface, error) {
-	b, err := machinestate.LoadBundle(ctx, r.APIReader, c)
-	if err != nil {
-		return nil, nil, err
-	}
-
-	cps, err := machinestate.Machines(ctx, r.Client, c.Namespace, c.Name, func(m *ichorv1alpha1.TalosMachine) bool {
-		return m.Spec.Role == ichorv1alpha1.RoleControlPlane && m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved &&
-			m.Spec.Address != "" && m.DeletionTimestamp.IsZero()
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-
-	cfg, err := workload.Config(ctx, r.Nodes, c.Name, cps, b)
-	if err != nil {
-		return nil, nil, err
-	}
-
-	k, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-
-	return cfg, k, nil
-}

@@ -1,70 +1,11 @@
 package cnihandover
 
 import (
-	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
-	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
-	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
-
-func agent(image string) *appsv1.DaemonSet {
-	ds := &appsv1.DaemonSet{}
-	ds.Name, ds.Namespace = "cilium", "kube-system"
-	ds.Spec.Template.Spec.Containers = []corev1.Container{{Name: "cilium-agent", Image: image}}
-
-	return ds
-}
-
-// TestRequestKeepsTheChartThatRuns: the hand-over adopts with the chart of
-// the Cilium that runs (no pod may restart), a handed-over cluster keeps its
-// release's chart, and a Cilium this build has no chart of is refused with
-// what to do.
-func TestRequestKeepsTheChartThatRuns(t *testing.T) {
-	versions := cilium.Versions()
-	if len(versions) < 2 {
-		t.Fatalf("the test needs two embedded charts, has %v", versions)
-	}
-
-	older := versions[0]
-
-	c := &ichorv1alpha1.TalosCluster{}
-	c.Spec.KubernetesVersion = "1.36.1"
-	c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, Tunnel: "geneve", KubeProxy: ichorv1alpha1.KubeProxyReplaced,
-		Cilium: &ichorv1alpha1.CiliumSpec{Values: &runtime.RawExtension{Raw: []byte(`{"debug":{"enabled":true}}`)}}}
-
-	req, err := Request(c, agent("quay.io/cilium/cilium:"+older+"@sha256:abc"), nil, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	if req.Version != older || req.KubernetesVersion != "1.36.1" || req.Choices.Tunnel != "geneve" ||
-		req.Choices.KubeProxy != ichorv1alpha1.KubeProxyReplaced || req.Choices.Nodes != 3 {
-		t.Fatalf("request before the hand-over: %+v", req)
-	}
-
-	if dbg, _ := req.UserValues["debug"].(map[string]any); dbg["enabled"] != true {
-		t.Fatalf("the user's layer is not in the request: %v", req.UserValues)
-	}
-
-	// A deployed release's chart wins over the agent's image (an upgrade
-	// rolling out runs two images for a while).
-	req, err = Request(c, agent("quay.io/cilium/cilium:"+older), &cilium.ReleaseState{Version: release.DefaultCiliumVersion}, 1)
-	if err != nil || req.Version != release.DefaultCiliumVersion {
-		t.Fatalf("request of a handed-over cluster: %+v, %v", req, err)
-	}
-
-	_, err = Request(c, agent("quay.io/cilium/cilium:v1.2.3"), nil, 1)
-	if err == nil || !strings.Contains(err.Error(), "v1.2.3") || !strings.Contains(err.Error(), older) {
-		t.Fatalf("a Cilium without an embedded chart: %v", err)
-	}
-}
 
 // TestBackoffGrows: a Job that keeps failing is retried later each time, up
 // to ten minutes.

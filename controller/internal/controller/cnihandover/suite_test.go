@@ -38,6 +38,7 @@ import (
 // Job would do, the tests do in-process with cilium.Apply).
 var (
 	k8s    client.Client
+	suite  *testenv.Suite
 	world  *talosemu.World
 	theBun *secrets.Bundle
 )
@@ -46,13 +47,16 @@ const (
 	ns          = "default"
 	clusterName = "cni"
 	waitTimeout = 3 * time.Minute
+	// bootChart is the chart the cluster boots, upgradeChart the one
+	// TestCiliumUpgradeChaos moves it to.
+	bootChart, upgradeChart = "v1.19.3", "v1.20.2"
 	// firstBackoff is the controller's wait after a first failed Job, short here.
 	firstBackoff = 2 * time.Second
 )
 
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.SuiteOptions{}, func(ctx context.Context, s *testenv.Suite) (func(), error) {
-		k8s = s.Env.Client
+		k8s, suite = s.Env.Client, s
 		err := setup(ctx, s)
 
 		if world != nil {
@@ -91,7 +95,11 @@ func setup(ctx context.Context, s *testenv.Suite) error {
 	}
 
 	c := testenv.TalosCluster(ns, clusterName)
-	c.Annotations = map[string]string{ichorv1alpha1.CNIBootstrapAnnotation: ichorv1alpha1.CNIBootstrapInline}
+	// Booted with the older embedded chart, as `ichor init --cilium-version`
+	// does, so that TestCiliumUpgradeChaos has a chart to upgrade to.
+	c.Annotations = map[string]string{
+		ichorv1alpha1.CNIBootstrapAnnotation: ichorv1alpha1.CNIBootstrapInline, ichorv1alpha1.CNIBootstrapChartAnnotation: bootChart,
+	}
 	c.Spec.Endpoint = ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeNode, Host: em.IP()}
 	c.Spec.ControlPlane.Schedulable = new(true)
 	c.Spec.CNI.Tunnel, c.Spec.CNI.KubeProxy = "vxlan", ichorv1alpha1.KubeProxyReplaced

@@ -17,11 +17,12 @@
 //
 // This release runs operations of type config (the rollout of changes the
 // machine reconciler does not apply by itself, config.go), talos (Talos
-// upgrades, talos.go), node (reboot, shutdown or reset of one machine,
-// node.go), shutdown (the whole cluster, shutdown.go) and etcd-restore (a
-// snapshot restored into the live cluster, restore.go, with its progress also
-// kept in a marker next to the backups); the other types are refused with a
-// message that says so, before they take the lock.
+// upgrades, talos.go), kubernetes (kubernetes.go), node (reboot, shutdown or
+// reset of one machine, node.go), shutdown (the whole cluster, shutdown.go),
+// etcd-restore (a snapshot restored into the live cluster, restore.go, with
+// its progress also kept in a marker next to the backups) and cni (a Cilium
+// chart upgrade through the ichor-cni Job, cni.go); the other types are
+// refused with a message that says so, before they take the lock.
 package operation
 
 import (
@@ -43,8 +44,10 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
@@ -102,6 +105,12 @@ type Reconciler struct {
 	// Transport carries the requests to etcd restores' backup stores; nil
 	// means Go's default.
 	Transport http.RoundTripper
+	// InstallerImage is the image of the ichor-cni Job a cni operation runs;
+	// empty means this build's installer image.
+	InstallerImage string
+	// CNIJobTimeout bounds one Helm run of a cni operation; zero means
+	// DefaultCNIJobTimeout.
+	CNIJobTimeout time.Duration
 	// TempDir holds an etcd restore's checked snapshot until it is uploaded;
 	// empty means the system's temporary directory.
 	TempDir string
@@ -164,6 +173,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	def(&r.APIServerSettle, DefaultAPIServerSettle)
 	def(&r.APIServerTimeout, DefaultAPIServerTimeout)
 	def(&r.HeldWait, DefaultHeldWait)
+	def(&r.CNIJobTimeout, DefaultCNIJobTimeout)
 
 	r.skeleton = r.controller()
 
@@ -204,7 +214,7 @@ func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.Talo
 		},
 		Summarize: summarize,
 		Phases: []ichorreconcile.Phase[*ichorv1alpha1.TalosOperation]{
-			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.restorePhase, r.selectPhase, r.precheckPhase, r.rolloutPhase,
+			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.restorePhase, r.cniPhase, r.selectPhase, r.precheckPhase, r.rolloutPhase,
 		},
 	}
 }
@@ -236,6 +246,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *Reconciler) now() time.Time { return r.Clock.Now() }
+
+func (r *Reconciler) installerImage() string {
+	if r.InstallerImage != "" {
+		return r.InstallerImage
+	}
+
+	return install.InstallerImage(version.Get().Version)
+}
 
 // halted is an operation no later phase acts on: completed, or paused on a
 // failed step.
