@@ -3,8 +3,6 @@ package cnihandover
 import (
 	"testing"
 	"time"
-
-
 )
 
 // TestBackoffGrows: a Job that keeps failing is retried later each time, up
