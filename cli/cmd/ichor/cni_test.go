@@ -5,13 +5,19 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 func storedValues(t *testing.T, c *ichorv1alpha1.TalosCluster) string {
@@ -138,5 +144,217 @@ func TestCNIValuesCLI(t *testing.T) {
 	}
 	if got := storedValues(t, getCluster(t, ns, "prod")); got != `{"debug":{"enabled":false},"hubble":{"relay":{"enabled":false}}}` {
 		t.Fatalf("stored values after edit %s", got)
+	}
+}
+
+// cniOperations are the namespace's TalosOperations of type cni.
+func cniOperations(t *testing.T, ns string) []ichorv1alpha1.TalosOperation {
+	t.Helper()
+	list := &ichorv1alpha1.TalosOperationList{}
+	must(t, k8s.List(context.Background(), list, client.InNamespace(ns)))
+	var out []ichorv1alpha1.TalosOperation
+	for _, op := range list.Items {
+		if op.Spec.Type == ichorv1alpha1.OperationCNI {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// newCNIOperation is the one cni operation of ns not named in known, or nil.
+func newCNIOperation(t *testing.T, ns string, known ...string) *ichorv1alpha1.TalosOperation {
+	t.Helper()
+	for _, op := range cniOperations(t, ns) {
+		if !slices.Contains(known, op.Name) {
+			return &op
+		}
+	}
+	return nil
+}
+
+// marked is the cell under column col of the table row that starts with first.
+func marked(out, col, first string) string {
+	lines := strings.Split(out, "\n")
+	at := -1
+	for _, l := range lines {
+		if i := strings.Index(l, col); i >= 0 && strings.HasPrefix(l, "CHART") {
+			at = i
+		}
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, first+" ") && at >= 0 && len(l) > at {
+			return strings.TrimSpace(l[at : at+1])
+		}
+	}
+	return ""
+}
+
+// setCiliumStatus writes the running Cilium and the CNIHandover condition
+// (no condition when handover is "") as the controller would.
+func setCiliumStatus(t *testing.T, ns, running string, handover metav1.ConditionStatus, msg string) {
+	t.Helper()
+	c := getCluster(t, ns, "prod")
+	c.Status.CNI.CiliumVersion = running
+	apimeta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.CNIHandoverCondition)
+	if handover != "" {
+		apimeta.SetStatusCondition(&c.Status.Conditions, cond(ichorv1alpha1.CNIHandoverCondition, handover, "Test", msg))
+	}
+	must(t, k8s.Status().Update(context.Background(), c))
+}
+
+var startedOperation = regexp.MustCompile(`Started operation (\S+)\.`)
+
+// TestCNIUpgradeCLI: `ichor cni upgrade [VERSION] [--list] [--wait]`.
+// --list prints the running Cilium, the embedded charts and the default
+// target; the shared checks (guard.CheckCNIUpgrade) refuse before anything is
+// written (no CNIHandover, a chart not embedded, a downgrade, a skipped
+// minor, an incompatible pair, an unfinished cni operation), and no
+// TalosOperation exists after a refusal; otherwise, after the confirmation, a
+// TalosOperation of type cni is created ("Started operation NAME."), to the
+// named chart or, without VERSION, to the default; --wait follows it to its
+// end and a failed step is the error, with the failure reason.
+func TestCNIUpgradeCLI(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "cniupgrade")
+	must(t, k8s.Create(ctx, newCluster(ns, "prod"))) // Kubernetes 1.37.2
+	noOperation := func(what string) {
+		t.Helper()
+		if ops := cniOperations(t, ns); len(ops) != 0 {
+			t.Fatalf("%s created operation %s", what, ops[0].Name)
+		}
+	}
+
+	// --list before the controller read the running version.
+	r := mustSucceed(t, ichor(t, "cni", "upgrade", "--list", "-n", ns))
+	if !strings.Contains(r.stdout, "not known yet") || !strings.Contains(r.stdout, "v1.19.3") || !strings.Contains(r.stdout, "v1.20.2") ||
+		strings.Contains(r.stdout, "default target") {
+		t.Fatalf("--list without a running version:\n%s", r.stdout)
+	}
+	mustFail(t, ichor(t, "cni", "upgrade", "-n", ns, "-y"), "not known yet", "status.cni.ciliumVersion is empty", "nothing was changed")
+	mustFail(t, ichor(t, "cni", "upgrade", "v1.20.2", "-n", ns, "-y"), "spec.cni.version", "not known yet", "nothing was changed")
+	noOperation("an upgrade without a running version")
+
+	// --list with v1.19.3 running: both charts, the running one and the default marked.
+	setCiliumStatus(t, ns, "v1.19.3", "", "")
+	r = mustSucceed(t, ichor(t, "cni", "upgrade", "--list", "-n", ns))
+	for _, want := range []string{"runs Cilium v1.19.3", "CHART", "The default target is v1.20.2", "`ichor cni upgrade --cluster prod`"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("--list must say %q:\n%s", want, r.stdout)
+		}
+	}
+	if marked(r.stdout, "RUNNING", "v1.19.3") != "*" || marked(r.stdout, "DEFAULT", "v1.19.3") != "-" ||
+		marked(r.stdout, "RUNNING", "v1.20.2") != "-" || marked(r.stdout, "DEFAULT", "v1.20.2") != "*" {
+		t.Fatalf("--list must mark v1.19.3 running and v1.20.2 the default:\n%s", r.stdout)
+	}
+	var list struct {
+		Running string `json:"running"`
+		Default string `json:"default"`
+		Charts  []struct {
+			Version string `json:"version"`
+			Running bool   `json:"running"`
+			Default bool   `json:"default"`
+		} `json:"charts"`
+	}
+	must(t, json.Unmarshal([]byte(mustSucceed(t, ichor(t, "cni", "upgrade", "--list", "-n", ns, "-o", "json")).stdout), &list))
+	if list.Running != "v1.19.3" || list.Default != "v1.20.2" || len(list.Charts) != 2 ||
+		!list.Charts[0].Running || list.Charts[0].Default || list.Charts[1].Running || !list.Charts[1].Default {
+		t.Fatalf("--list -o json: %+v", list)
+	}
+
+	// Not Ichor's release yet: no CNIHandover, or one that is not True.
+	mustFail(t, ichor(t, "cni", "upgrade", "v1.20.2", "-n", ns, "-y"), "CNIHandover: the controller has not reported it", "wait until", "nothing was changed")
+	setCiliumStatus(t, ns, "v1.19.3", metav1.ConditionFalse, "adopting the release")
+	mustFail(t, ichor(t, "cni", "upgrade", "-n", ns, "-y"), "Upgrading Cilium on cluster prod to v1.20.2 is refused",
+		"CNIHandover: adopting the release", "nothing was changed")
+	noOperation("an upgrade before the hand-over")
+
+	// Charts that are not embedded, the running one, a downgrade, a skipped minor.
+	setCiliumStatus(t, ns, "v1.19.3", metav1.ConditionTrue, "Cilium is Ichor's Helm release")
+	mustFail(t, ichor(t, "cni", "upgrade", "v1.20.9", "-n", ns, "-y"), "spec.cni.version", "not a chart this Ichor embeds (it has v1.19.3, v1.20.2)", "nothing was changed")
+	mustFail(t, ichor(t, "cni", "upgrade", "1.19.3", "-n", ns, "-y"), "already runs v1.19.3", "`ichor cni upgrade v1.20.2`")
+	mustFail(t, ichor(t, "cni", "upgrade", "v1.19.3", "v1.20.2", "-n", ns, "-y"), "at most one VERSION")
+	setCiliumStatus(t, ns, "v1.20.2", metav1.ConditionTrue, "")
+	mustFail(t, ichor(t, "cni", "upgrade", "v1.19.3", "-n", ns, "-y"), "older than the running v1.20.2", "never moves Cilium down", "nothing was changed")
+	mustFail(t, ichor(t, "cni", "upgrade", "-n", ns, "-y"), "runs Cilium v1.20.2 and the newest chart this Ichor carries is v1.20.2", "nothing was changed")
+	if r := mustSucceed(t, ichor(t, "cni", "upgrade", "--list", "-n", ns)); !strings.Contains(r.stdout, "nothing to upgrade to") || strings.Contains(r.stdout, "default target") {
+		t.Fatalf("--list with the newest chart running:\n%s", r.stdout)
+	}
+	setCiliumStatus(t, ns, "v1.18.5", metav1.ConditionTrue, "")
+	mustFail(t, ichor(t, "cni", "upgrade", "v1.20.2", "-n", ns, "-y"), "v1.18.5 to v1.20.2 skips a minor", "`ichor cni upgrade v1.19.3`", "nothing was changed")
+
+	// A chart the cluster's Kubernetes is too old for: the pair is refused
+	// (overridable at admission; the CLI refuses it like its neighbours).
+	setCiliumStatus(t, ns, "v1.19.3", metav1.ConditionTrue, "")
+	c := getCluster(t, ns, "prod")
+	c.Spec.KubernetesVersion = "1.32.4"
+	must(t, k8s.Update(ctx, c))
+	mustFail(t, ichor(t, "cni", "upgrade", "v1.20.2", "-n", ns, "-y"), "supports kubernetes 1.33 to 1.36, not 1.32.4", "`override` verb", "nothing was changed")
+	c = getCluster(t, ns, "prod")
+	c.Spec.KubernetesVersion = "1.37.2"
+	must(t, k8s.Update(ctx, c))
+
+	// Not confirmed: nothing is created.
+	mustFail(t, ichor(t, "cni", "upgrade", "v1.20.2", "-n", ns), "not confirmed")
+	mustFail(t, ichorWith(t, invocation{stdin: "staging\n"}, "cni", "upgrade", "v1.20.2", "-n", ns), "not confirmed", "nothing was changed")
+	noOperation("an unconfirmed upgrade")
+
+	// The upgrade: an operation of type cni to the chart, the cluster named;
+	// Cilium 1.20 is tested up to Kubernetes 1.36, so 1.37.2 is warned about.
+	r = mustSucceed(t, ichor(t, "cni", "upgrade", "v1.20.2", "-n", ns, "-y"))
+	m := startedOperation.FindStringSubmatch(r.stdout)
+	ops := cniOperations(t, ns)
+	if m == nil || len(ops) != 1 || ops[0].Name != m[1] || !strings.HasPrefix(m[1], "cni-v1-20-2-") {
+		t.Fatalf("the upgrade must print the operation it created (%d cni operations):\n%s", len(ops), r.stdout)
+	}
+	if s := ops[0].Spec; s.ClusterName != "prod" || s.CNI == nil || s.CNI.Version != "v1.20.2" {
+		t.Fatalf("operation %s spec %+v", ops[0].Name, s)
+	}
+	if !strings.Contains(r.stderr, "warning: Cilium v1.20.2 is not tested on Kubernetes v1.37.2") ||
+		!strings.Contains(r.stdout, "ichor operation get "+m[1]+" --watch") {
+		t.Fatalf("the upgrade must warn of the untested pair and say how to follow it:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+
+	// A second one while the first has not finished: refused, naming it.
+	mustFail(t, ichor(t, "cni", "upgrade", "-n", ns, "-y"), "operation "+m[1]+" changes cluster prod's Cilium and has not finished",
+		"ichor operation get "+m[1]+" --watch", "nothing was changed")
+	if n := len(cniOperations(t, ns)); n != 1 {
+		t.Fatalf("a refused second upgrade left %d cni operations", n)
+	}
+
+	// Once it has finished, no VERSION moves to the default, after the
+	// confirmation that says what happens.
+	setOperationStatus(t, ns, m[1], func(st *ichorv1alpha1.TalosOperationStatus) { st.Phase = ichorv1alpha1.OperationSucceeded })
+	r = mustSucceed(t, ichorWith(t, invocation{stdin: "prod\n"}, "cni", "upgrade", "-n", ns))
+	for _, want := range []string{"from v1.19.3 to v1.20.2", "Helm upgrades the release kube-system/cilium", "one node at a time as the DaemonSet rolls",
+		"Helm rolls the release back to the running chart v1.19.3", "holds the cluster lock", `Type "prod" to confirm`} {
+		if !strings.Contains(r.stderr, want) {
+			t.Fatalf("the confirmation must say %q:\n%s", want, r.stderr)
+		}
+	}
+	m2 := startedOperation.FindStringSubmatch(r.stdout)
+	second := newCNIOperation(t, ns, m[1])
+	if m2 == nil || len(cniOperations(t, ns)) != 2 || second.Name != m2[1] || second.Spec.CNI.Version != "v1.20.2" {
+		t.Fatalf("no VERSION must start an operation to v1.20.2:\n%s\n%+v", r.stdout, second)
+	}
+
+	// --wait follows it to its end: a failed step is the error, with its reason.
+	setOperationStatus(t, ns, m2[1], func(st *ichorv1alpha1.TalosOperationStatus) { st.Phase = ichorv1alpha1.OperationFailed })
+	done := make(chan result, 1)
+	go func() { done <- ichor(t, "cni", "upgrade", "v1.20.2", "-n", ns, "-y", "--wait") }()
+	var third string
+	testenv.Eventually(t, 0, "the third cni operation", testenv.Holds(func() bool {
+		if op := newCNIOperation(t, ns, m[1], m2[1]); op != nil {
+			third = op.Name
+			return true
+		}
+		return false
+	}))
+	const reason = "helm upgrade of kube-system/cilium failed: DaemonSet cilium did not become ready; rolled back to v1.19.3"
+	setOperationStatus(t, ns, third, func(st *ichorv1alpha1.TalosOperationStatus) {
+		st.Phase, st.FailedStep, st.FailureReason = ichorv1alpha1.OperationPaused, "helm-upgrade", reason
+	})
+	r = mustFail(t, <-done, "operation "+third+" paused on a failed step (helm-upgrade): "+reason)
+	if !strings.Contains(r.stdout, "Started operation "+third+".") {
+		t.Fatalf("--wait must print the operation it started:\n%s", r.stdout)
 	}
 }

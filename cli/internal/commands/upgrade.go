@@ -235,6 +235,12 @@ func upgrade(ctx context.Context, cmd *cli.Command, u upgradeComponent) error {
 		return err
 	}
 	r.printf("Started operation %s.\n", op.Name)
+	return r.followToEnd(ctx, op)
+}
+
+// followToEnd follows op until it ends and says how it ended: the success
+// line with the Ready message, or the failure (operationOutcome) as the error.
+func (r *run) followToEnd(ctx context.Context, op *ichorv1alpha1.TalosOperation) error {
 	final, err := r.followOperation(ctx, op, false)
 	if err != nil {
 		return err
