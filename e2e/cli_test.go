@@ -371,7 +371,9 @@ func runScenario() (w *world, err error) {
 	// in-cluster controller to take the first control plane over.
 	initStart := time.Now()
 
-	if _, err := w.ichor(ctx, "init", "--cluster", cluster, "--preset", "standard", "--node", first,
+	// Cilium boots at the older embedded chart, so that
+	// TestCiliumUpgradeAndRollback has a chart to move it to.
+	if _, err := w.ichor(ctx, "init", "--cluster", cluster, "--preset", "standard", "--node", first, "--cilium-version", bootCilium,
 		"--install", "manifest", "--ui-url", w.uiURL, "--write-kubeconfig", w.kubeconfig, "--timeout", "6m"); err != nil {
 		return nil, fmt.Errorf("%w\nthe installer Job's log: %s", err, w.installerLog(ctx))
 	}

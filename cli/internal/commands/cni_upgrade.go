@@ -117,7 +117,7 @@ func cniUpgrade(ctx context.Context, cmd *cli.Command) error {
 // cniUpgradeText is the confirmation of a Cilium chart upgrade.
 func cniUpgradeText(cluster, from, to string) string {
 	return fmt.Sprintf("This upgrades Cilium on cluster %s from %s to %s: Helm upgrades the release %s to the chart %s this Ichor embeds, "+
-		"and Cilium's agents restart one node at a time as the DaemonSet rolls. If the upgrade fails, Helm rolls the release back to the running chart %s. "+
+		"and Cilium's agents restart as the DaemonSet rolls (the chart's rolling update, at most two nodes at a time unless the values say otherwise). If the upgrade fails, Helm rolls the release back to the running chart %s. "+
 		"The operation holds the cluster lock while it runs.", cluster, from, to, ciliumRelease, to, from)
 }
 
