@@ -1127,6 +1127,43 @@ export interface PauseOperationResponse {
   operation?: Operation;
 }
 
+/** PreviewCiliumUpgradeResponse is the upgrade card's and dialog's content. */
+export interface PreviewCiliumUpgradeResponse {
+  /**
+   * True when there is a target and nothing refuses it (an overridable
+   * refusal counts as allowed when the user holds the override verb).
+   */
+  allowed?: boolean;
+  /** The served cluster. */
+  cluster?: string;
+  /** The Cilium charts this Ichor embeds, oldest first. */
+  embedded?: string[];
+  /** The CNIHandover condition; absent until the controller sets it. */
+  handover?: Condition;
+  /**
+   * What refuses the target now: the checks, then the verbs the user lacks
+   * (empty when there is no target, or it may be started).
+   */
+  refusals?: Refusal[];
+  /**
+   * The Cilium version that runs (status.cni.ciliumVersion); empty until the
+   * controller has read it from the running agent.
+   */
+  running?: string;
+  /**
+   * The version checked: the one asked, normalized, or the chart offered;
+   * empty when none was asked and no newer embedded chart is offered.
+   */
+  target?: string;
+  /** The cluster's cni and kube-proxy operations that have not finished. */
+  unfinished?: string[];
+  /**
+   * What does not refuse the target but a person should know (the target
+   * is not tested on the cluster's Kubernetes version).
+   */
+  warnings?: string[];
+}
+
 /** PreviewCiliumValuesRequest carries a proposed user layer. */
 export interface PreviewCiliumValuesRequest {
   /** The user layer, YAML or JSON; empty removes it. */
@@ -1532,6 +1569,21 @@ export interface Snapshot {
   takenAt?: string;
 }
 
+/** StartCiliumUpgradeRequest asks for a Cilium chart upgrade. */
+export interface StartCiliumUpgradeRequest {
+  /**
+   * The target Cilium version: a chart this Ichor embeds, at most one minor
+   * above the running one.
+   */
+  version: string;
+}
+
+/** StartCiliumUpgradeResponse is the operation that was created. */
+export interface StartCiliumUpgradeResponse {
+  /** The new operation. */
+  operation?: Operation;
+}
+
 /** StartClusterShutdownRequest asks for a cluster shutdown. */
 export interface StartClusterShutdownRequest {
   /** The served cluster's name, typed by the user: their consent. */
@@ -1876,6 +1928,16 @@ export interface Client {
   /** PauseOperation sets spec.paused: the operation stops before its next step. */
   pauseOperation(args: { name: string; body: OperationServicePauseOperationBody }, options?: CallOptions): Promise<PauseOperationResponse>;
   /**
+   * PreviewCiliumUpgrade is what the Cilium page's upgrade card and dialog
+   * show: the Cilium version that runs (status.cni.ciliumVersion), the
+   * charts this Ichor embeds, the target (the version asked, or the one
+   * `ichor cni upgrade` offers: the newest embedded chart at most one minor
+   * up; empty when there is none), what refuses that target now (the
+   * admission webhook's checks, then `create` on talosoperations), the
+   * warnings and the CNIHandover condition. It changes nothing.
+   */
+  previewCiliumUpgrade(args?: { version?: string }, options?: CallOptions): Promise<PreviewCiliumUpgradeResponse>;
+  /**
    * PreviewCiliumValues checks a proposed user layer with the admission
    * webhook's rule and renders the chart before and after: it returns the
    * refusals (an Ichor-owned key, not a map) or the rendered objects that
@@ -1951,6 +2013,14 @@ export interface Client {
    * while the cluster is paused or registers nothing to scan.
    */
   scanDiscovery(args: { body: ScanDiscoveryRequest }, options?: CallOptions): Promise<ScanDiscoveryResponse>;
+  /**
+   * StartCiliumUpgrade creates a TalosOperation of type cni (Helm upgrades
+   * the release kube-system/cilium to the embedded chart) as the signed-in
+   * user, after the same checks as `ichor cni upgrade VERSION` and the
+   * admission webhook. A refused upgrade is FailedPrecondition (a missing
+   * permission PermissionDenied) with RefusalDetails; nothing is created then.
+   */
+  startCiliumUpgrade(args: { body: StartCiliumUpgradeRequest }, options?: CallOptions): Promise<StartCiliumUpgradeResponse>;
   /**
    * StartClusterShutdown creates a TalosOperation of type shutdown of the
    * served cluster as the signed-in user, after the same checks as `ichor
@@ -2122,6 +2192,9 @@ export function createClient(t: Transport): Client {
     pauseOperation(args, options) {
       return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
     },
+    previewCiliumUpgrade(args, options) {
+      return t.unary<PreviewCiliumUpgradeResponse>("GET", "/api/v1/operations:previewCiliumUpgrade", { version: args?.version }, undefined, options);
+    },
     previewCiliumValues(args, options) {
       return t.unary<PreviewCiliumValuesResponse>("POST", "/api/v1/cluster/cilium-values:preview", undefined, args.body, options);
     },
@@ -2163,6 +2236,9 @@ export function createClient(t: Transport): Client {
     },
     scanDiscovery(args, options) {
       return t.unary<ScanDiscoveryResponse>("POST", "/api/v1/cluster/discovery:scan", undefined, args.body, options);
+    },
+    startCiliumUpgrade(args, options) {
+      return t.unary<StartCiliumUpgradeResponse>("POST", "/api/v1/operations:startCiliumUpgrade", undefined, args.body, options);
     },
     startClusterShutdown(args, options) {
       return t.unary<StartClusterShutdownResponse>("POST", "/api/v1/operations:startClusterShutdown", undefined, args.body, options);
@@ -2239,6 +2315,7 @@ export const operationPaths = {
   listReclaims: { method: "GET", path: "/api/v1/reclaims" },
   pauseCluster: { method: "POST", path: "/api/v1/cluster:pause" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
+  previewCiliumUpgrade: { method: "GET", path: "/api/v1/operations:previewCiliumUpgrade" },
   previewCiliumValues: { method: "POST", path: "/api/v1/cluster/cilium-values:preview" },
   previewClusterShutdown: { method: "GET", path: "/api/v1/operations:previewClusterShutdown" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
@@ -2253,6 +2330,7 @@ export const operationPaths = {
   resumeCluster: { method: "POST", path: "/api/v1/cluster:resume" },
   resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
   scanDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:scan" },
+  startCiliumUpgrade: { method: "POST", path: "/api/v1/operations:startCiliumUpgrade" },
   startClusterShutdown: { method: "POST", path: "/api/v1/operations:startClusterShutdown" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
   startKubernetesUpgrade: { method: "POST", path: "/api/v1/operations:startKubernetesUpgrade" },

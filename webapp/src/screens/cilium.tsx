@@ -1,13 +1,17 @@
+import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import type { Client, Condition, GetCiliumValuesResponse, PreviewCiliumValuesResponse } from "../api/generated";
+import type { Client, Condition, GetCiliumValuesResponse, PreviewCiliumUpgradeResponse, PreviewCiliumValuesResponse } from "../api/generated";
 import { useConsole } from "../context";
 import { Alert } from "../components/ui/alert";
 import { Badge, type Tone } from "../components/ui/badge";
 import { Button } from "../components/ui/button";
 import { Card, CardContent, CardHeader, CardTitle } from "../components/ui/card";
+import { Dialog } from "../components/ui/dialog";
 import { Field, Textarea } from "../components/ui/input";
 import { ErrorAlert } from "../components/errors";
+import { Loading } from "../components/loading";
 import { RefusalList } from "../components/refusals";
+import { navigate } from "../lib/router";
 import * as api from "../api/v1alpha1";
 
 /** handoverState is the badge of the CNIHandover condition. */
@@ -27,11 +31,16 @@ export function handoverState(c: Condition | undefined): { tone: Tone; text: str
  * the signed-in user (admins: `update` on `talosclusters/cilium-values`).
  */
 export function CiliumPage() {
-  const { client } = useConsole();
-  return <CiliumValues client={client} />;
+  const { client, canWrite } = useConsole();
+  return (
+    <CiliumValues client={client}>
+      <CiliumUpgradeCard client={client} canWrite={canWrite} />
+    </CiliumValues>
+  );
 }
 
-export function CiliumValues({ client }: { client: Client }) {
+/** CiliumValues is the page's values part; children (the upgrade card) go under the hand-over. */
+export function CiliumValues({ client, children }: { client: Client; children?: ComponentChildren }) {
   const [data, setData] = useState<GetCiliumValuesResponse | null>(null);
   const [loadError, setLoadError] = useState<unknown>(null);
   const [text, setText] = useState<string | null>(null);
@@ -123,6 +132,7 @@ export function CiliumValues({ client }: { client: Client }) {
           </CardContent>
         </Card>
       )}
+      {data && children}
       {data && (
         <Card>
           <CardHeader>
@@ -201,5 +211,160 @@ export function CiliumValues({ client }: { client: Client }) {
         </Card>
       )}
     </>
+  );
+}
+
+/**
+ * upgradeOffer says what the upgrade card offers, from PreviewCiliumUpgrade
+ * asked without a version: the target, or why there is none.
+ */
+export function upgradeOffer(p: PreviewCiliumUpgradeResponse): { target: string } | { none: string } {
+  const running = p.running ?? "";
+  const embedded = p.embedded ?? [];
+  if (p.target) return { target: p.target };
+  if (!running) return { none: "The running Cilium version is not known yet: the controller reads it from the running agent. Reload in a few minutes." };
+  if (running === embedded[embedded.length - 1]) return { none: `Cilium ${running} is the newest chart this Ichor carries.` };
+  return { none: `This Ichor carries no chart Cilium ${running} can move to (it carries ${embedded.join(", ") || "none"}); a newer Ichor brings one.` };
+}
+
+/**
+ * CiliumUpgradeCard is the Cilium page's Upgrade card: the running Cilium,
+ * the charts this Ichor embeds, and the chart it offers (PreviewCiliumUpgrade,
+ * the same choice as `ichor cni upgrade`) behind a confirmation dialog. The
+ * start needs `create` on talosoperations (operators and admins); the
+ * backend and the webhook check it and the upgrade's rules again.
+ */
+export function CiliumUpgradeCard({ client, canWrite }: { client: Client; canWrite: boolean }) {
+  const [preview, setPreview] = useState<PreviewCiliumUpgradeResponse | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const [open, setOpen] = useState(false);
+
+  useEffect(() => {
+    let stop = false;
+    client.previewCiliumUpgrade().then(
+      (p) => !stop && setPreview(p),
+      (e) => !stop && setError(e),
+    );
+    return () => {
+      stop = true;
+    };
+  }, [client]);
+
+  const offer = preview ? upgradeOffer(preview) : null;
+  return (
+    <Card aria-labelledby="cilium-upgrade-title">
+      <CardHeader>
+        <CardTitle id="cilium-upgrade-title">Upgrade</CardTitle>
+      </CardHeader>
+      <CardContent class="flex flex-col gap-3 text-sm" data-testid="cilium-upgrade">
+        <ErrorAlert error={error} what="Checking for a Cilium upgrade" />
+        <Loading when={!preview && !error} />
+        {preview && (
+          <dl class="grid grid-cols-[max-content_1fr] gap-x-4 gap-y-1">
+            <dt class="text-muted-foreground">Running</dt>
+            <dd data-testid="cilium-running">{preview.running ? `Cilium ${preview.running}` : "not known yet"}</dd>
+            <dt class="text-muted-foreground">Charts this Ichor carries</dt>
+            <dd data-testid="cilium-embedded">{(preview.embedded ?? []).join(", ")}</dd>
+          </dl>
+        )}
+        {offer && "none" in offer && <p data-testid="cilium-upgrade-none">{offer.none}</p>}
+        {offer && "target" in offer && (
+          <div class="flex flex-wrap items-center gap-2">
+            <Button onClick={() => setOpen(true)} disabled={!canWrite} data-testid="cilium-upgrade-open">
+              Upgrade Cilium to {offer.target}
+            </Button>
+            {!canWrite && <span class="text-xs text-muted-foreground">Upgrading Cilium needs the operator or admin role (`create` on `talosoperations`).</span>}
+          </div>
+        )}
+        {open && offer && "target" in offer && (
+          <CiliumUpgradeDialog client={client} running={preview?.running ?? ""} target={offer.target} open={open} onClose={() => setOpen(false)} />
+        )}
+      </CardContent>
+    </Card>
+  );
+}
+
+/**
+ * CiliumUpgradeDialog confirms a Cilium chart upgrade: what it does, what
+ * refuses it now and what to know (PreviewCiliumUpgrade for the target,
+ * fresh), then StartCiliumUpgrade; it opens the operation's page.
+ */
+export function CiliumUpgradeDialog({ client, running, target, open, onClose }: { client: Client; running: string; target: string; open: boolean; onClose: () => void }) {
+  const [preview, setPreview] = useState<PreviewCiliumUpgradeResponse | null>(null);
+  const [previewError, setPreviewError] = useState<unknown>(null);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+
+  useEffect(() => {
+    if (!open) return;
+    let stop = false;
+    setPreview(null);
+    setPreviewError(null);
+    client.previewCiliumUpgrade({ version: target }).then(
+      (p) => !stop && setPreview(p),
+      (e) => !stop && setPreviewError(e),
+    );
+    return () => {
+      stop = true;
+    };
+  }, [open, client, target]);
+
+  function close() {
+    setError(null);
+    onClose();
+  }
+
+  const ready = preview?.allowed === true && !busy;
+  async function submit(e: Event) {
+    e.preventDefault();
+    if (!ready) return;
+    setBusy(true);
+    setError(null);
+    try {
+      const res = await client.startCiliumUpgrade({ body: { version: target } });
+      close();
+      navigate(`/operations/${encodeURIComponent(res.operation?.name ?? "")}`);
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  const from = preview?.running || running;
+  const warnings = preview?.warnings ?? [];
+  return (
+    <Dialog open={open} onClose={close} title={`Upgrade Cilium to ${target}?`}>
+      <form onSubmit={submit} class="flex flex-col gap-3 text-sm" data-testid="cilium-upgrade-dialog">
+        <ul class="list-disc space-y-1 pl-5 text-muted-foreground" data-testid="cilium-upgrade-explain">
+          <li>
+            Helm upgrades the release kube-system/cilium{from ? ` from ${from}` : ""} to the chart {target} this Ichor carries; Cilium moves at most one minor at a time.
+          </li>
+          <li>If the upgrade fails, Helm rolls the release back to the chart that ran.</li>
+          <li>It runs under the cluster lock: no other operation changes the cluster meanwhile.</li>
+        </ul>
+        <ErrorAlert error={previewError} what="Checking the Cilium upgrade" />
+        <Loading when={!preview && !previewError} />
+        {preview && <RefusalList refusals={preview.refusals ?? []} title="The checks refuse this upgrade now; nothing can be started" testid="cilium-upgrade-refusals" />}
+        {warnings.length > 0 && (
+          <Alert tone="warn" title="Before you go on">
+            <ul class="list-disc pl-5" data-testid="cilium-upgrade-warnings">
+              {warnings.map((w, i) => (
+                <li key={i}>{w}</li>
+              ))}
+            </ul>
+          </Alert>
+        )}
+        <ErrorAlert error={error} what={`Upgrading Cilium to ${target}`} />
+        <div class="flex justify-end gap-2">
+          <Button variant="outline" onClick={close}>
+            Cancel
+          </Button>
+          <Button type="submit" disabled={!ready} data-testid="cilium-upgrade-start">
+            {busy ? "Starting…" : `Upgrade to ${target}`}
+          </Button>
+        </div>
+      </form>
+    </Dialog>
   );
 }

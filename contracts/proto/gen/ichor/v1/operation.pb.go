@@ -330,6 +330,270 @@ func (x *StartNodeOperationResponse) GetOperation() *Operation {
 	return nil
 }
 
+// PreviewCiliumUpgradeRequest names the chart to check; empty checks the
+// one offered.
+type PreviewCiliumUpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target Cilium version, for example v1.20.2; empty for the newest
+	// embedded chart at most one minor above the running one.
+	Version       string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewCiliumUpgradeRequest) Reset() {
+	*x = PreviewCiliumUpgradeRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewCiliumUpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewCiliumUpgradeRequest) ProtoMessage() {}
+
+func (x *PreviewCiliumUpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewCiliumUpgradeRequest.ProtoReflect.Descriptor instead.
+func (*PreviewCiliumUpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PreviewCiliumUpgradeRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// PreviewCiliumUpgradeResponse is the upgrade card's and dialog's content.
+type PreviewCiliumUpgradeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served cluster.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The Cilium version that runs (status.cni.ciliumVersion); empty until the
+	// controller has read it from the running agent.
+	Running string `protobuf:"bytes,2,opt,name=running,proto3" json:"running,omitempty"`
+	// The version checked: the one asked, normalized, or the chart offered;
+	// empty when none was asked and no newer embedded chart is offered.
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// The Cilium charts this Ichor embeds, oldest first.
+	Embedded []string `protobuf:"bytes,4,rep,name=embedded,proto3" json:"embedded,omitempty"`
+	// What refuses the target now: the checks, then the verbs the user lacks
+	// (empty when there is no target, or it may be started).
+	Refusals []*Refusal `protobuf:"bytes,5,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// True when there is a target and nothing refuses it (an overridable
+	// refusal counts as allowed when the user holds the override verb).
+	Allowed bool `protobuf:"varint,6,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// What does not refuse the target but a person should know (the target
+	// is not tested on the cluster's Kubernetes version).
+	Warnings []string `protobuf:"bytes,7,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// The CNIHandover condition; absent until the controller sets it.
+	Handover *Condition `protobuf:"bytes,8,opt,name=handover,proto3" json:"handover,omitempty"`
+	// The cluster's cni and kube-proxy operations that have not finished.
+	Unfinished    []string `protobuf:"bytes,9,rep,name=unfinished,proto3" json:"unfinished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewCiliumUpgradeResponse) Reset() {
+	*x = PreviewCiliumUpgradeResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewCiliumUpgradeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewCiliumUpgradeResponse) ProtoMessage() {}
+
+func (x *PreviewCiliumUpgradeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewCiliumUpgradeResponse.ProtoReflect.Descriptor instead.
+func (*PreviewCiliumUpgradeResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PreviewCiliumUpgradeResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *PreviewCiliumUpgradeResponse) GetRunning() string {
+	if x != nil {
+		return x.Running
+	}
+	return ""
+}
+
+func (x *PreviewCiliumUpgradeResponse) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *PreviewCiliumUpgradeResponse) GetEmbedded() []string {
+	if x != nil {
+		return x.Embedded
+	}
+	return nil
+}
+
+func (x *PreviewCiliumUpgradeResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewCiliumUpgradeResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *PreviewCiliumUpgradeResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+func (x *PreviewCiliumUpgradeResponse) GetHandover() *Condition {
+	if x != nil {
+		return x.Handover
+	}
+	return nil
+}
+
+func (x *PreviewCiliumUpgradeResponse) GetUnfinished() []string {
+	if x != nil {
+		return x.Unfinished
+	}
+	return nil
+}
+
+// StartCiliumUpgradeRequest asks for a Cilium chart upgrade.
+type StartCiliumUpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target Cilium version: a chart this Ichor embeds, at most one minor
+	// above the running one.
+	Version       string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartCiliumUpgradeRequest) Reset() {
+	*x = StartCiliumUpgradeRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartCiliumUpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartCiliumUpgradeRequest) ProtoMessage() {}
+
+func (x *StartCiliumUpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartCiliumUpgradeRequest.ProtoReflect.Descriptor instead.
+func (*StartCiliumUpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *StartCiliumUpgradeRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// StartCiliumUpgradeResponse is the operation that was created.
+type StartCiliumUpgradeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartCiliumUpgradeResponse) Reset() {
+	*x = StartCiliumUpgradeResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartCiliumUpgradeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartCiliumUpgradeResponse) ProtoMessage() {}
+
+func (x *StartCiliumUpgradeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartCiliumUpgradeResponse.ProtoReflect.Descriptor instead.
+func (*StartCiliumUpgradeResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StartCiliumUpgradeResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 // PreviewClusterShutdownRequest asks for the shutdown's plan.
 type PreviewClusterShutdownRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -339,7 +603,7 @@ type PreviewClusterShutdownRequest struct {
 
 func (x *PreviewClusterShutdownRequest) Reset() {
 	*x = PreviewClusterShutdownRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +615,7 @@ func (x *PreviewClusterShutdownRequest) String() string {
 func (*PreviewClusterShutdownRequest) ProtoMessage() {}
 
 func (x *PreviewClusterShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[4]
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +628,7 @@ func (x *PreviewClusterShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewClusterShutdownRequest.ProtoReflect.Descriptor instead.
 func (*PreviewClusterShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
 }
 
 // PreviewClusterShutdownResponse is the dialog's content.
@@ -390,7 +654,7 @@ type PreviewClusterShutdownResponse struct {
 
 func (x *PreviewClusterShutdownResponse) Reset() {
 	*x = PreviewClusterShutdownResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +666,7 @@ func (x *PreviewClusterShutdownResponse) String() string {
 func (*PreviewClusterShutdownResponse) ProtoMessage() {}
 
 func (x *PreviewClusterShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[5]
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +679,7 @@ func (x *PreviewClusterShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewClusterShutdownResponse.ProtoReflect.Descriptor instead.
 func (*PreviewClusterShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PreviewClusterShutdownResponse) GetCluster() string {
@@ -478,7 +742,7 @@ type StartClusterShutdownRequest struct {
 
 func (x *StartClusterShutdownRequest) Reset() {
 	*x = StartClusterShutdownRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +754,7 @@ func (x *StartClusterShutdownRequest) String() string {
 func (*StartClusterShutdownRequest) ProtoMessage() {}
 
 func (x *StartClusterShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[6]
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +767,7 @@ func (x *StartClusterShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartClusterShutdownRequest.ProtoReflect.Descriptor instead.
 func (*StartClusterShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StartClusterShutdownRequest) GetConfirmClusterName() string {
@@ -524,7 +788,7 @@ type StartClusterShutdownResponse struct {
 
 func (x *StartClusterShutdownResponse) Reset() {
 	*x = StartClusterShutdownResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +800,7 @@ func (x *StartClusterShutdownResponse) String() string {
 func (*StartClusterShutdownResponse) ProtoMessage() {}
 
 func (x *StartClusterShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[7]
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +813,7 @@ func (x *StartClusterShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartClusterShutdownResponse.ProtoReflect.Descriptor instead.
 func (*StartClusterShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StartClusterShutdownResponse) GetOperation() *Operation {
@@ -574,7 +838,7 @@ type VersionCandidate struct {
 
 func (x *VersionCandidate) Reset() {
 	*x = VersionCandidate{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +850,7 @@ func (x *VersionCandidate) String() string {
 func (*VersionCandidate) ProtoMessage() {}
 
 func (x *VersionCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +863,7 @@ func (x *VersionCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCandidate.ProtoReflect.Descriptor instead.
 func (*VersionCandidate) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *VersionCandidate) GetVersion() string {
@@ -634,7 +898,7 @@ type PreviewTalosUpgradeRequest struct {
 
 func (x *PreviewTalosUpgradeRequest) Reset() {
 	*x = PreviewTalosUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +910,7 @@ func (x *PreviewTalosUpgradeRequest) String() string {
 func (*PreviewTalosUpgradeRequest) ProtoMessage() {}
 
 func (x *PreviewTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +923,7 @@ func (x *PreviewTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewTalosUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*PreviewTalosUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PreviewTalosUpgradeRequest) GetVersion() string {
@@ -702,7 +966,7 @@ type PreviewTalosUpgradeResponse struct {
 
 func (x *PreviewTalosUpgradeResponse) Reset() {
 	*x = PreviewTalosUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +978,7 @@ func (x *PreviewTalosUpgradeResponse) String() string {
 func (*PreviewTalosUpgradeResponse) ProtoMessage() {}
 
 func (x *PreviewTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +991,7 @@ func (x *PreviewTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewTalosUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*PreviewTalosUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PreviewTalosUpgradeResponse) GetCluster() string {
@@ -820,7 +1084,7 @@ type StartTalosUpgradeRequest struct {
 
 func (x *StartTalosUpgradeRequest) Reset() {
 	*x = StartTalosUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1096,7 @@ func (x *StartTalosUpgradeRequest) String() string {
 func (*StartTalosUpgradeRequest) ProtoMessage() {}
 
 func (x *StartTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1109,7 @@ func (x *StartTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTalosUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*StartTalosUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StartTalosUpgradeRequest) GetVersion() string {
@@ -875,7 +1139,7 @@ type StartTalosUpgradeResponse struct {
 
 func (x *StartTalosUpgradeResponse) Reset() {
 	*x = StartTalosUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1151,7 @@ func (x *StartTalosUpgradeResponse) String() string {
 func (*StartTalosUpgradeResponse) ProtoMessage() {}
 
 func (x *StartTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1164,7 @@ func (x *StartTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTalosUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*StartTalosUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartTalosUpgradeResponse) GetFrom() string {
@@ -928,7 +1192,7 @@ type PreviewKubernetesUpgradeRequest struct {
 
 func (x *PreviewKubernetesUpgradeRequest) Reset() {
 	*x = PreviewKubernetesUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1204,7 @@ func (x *PreviewKubernetesUpgradeRequest) String() string {
 func (*PreviewKubernetesUpgradeRequest) ProtoMessage() {}
 
 func (x *PreviewKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1217,7 @@ func (x *PreviewKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*PreviewKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PreviewKubernetesUpgradeRequest) GetVersion() string {
@@ -993,7 +1257,7 @@ type PreviewKubernetesUpgradeResponse struct {
 
 func (x *PreviewKubernetesUpgradeResponse) Reset() {
 	*x = PreviewKubernetesUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1269,7 @@ func (x *PreviewKubernetesUpgradeResponse) String() string {
 func (*PreviewKubernetesUpgradeResponse) ProtoMessage() {}
 
 func (x *PreviewKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1282,7 @@ func (x *PreviewKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*PreviewKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PreviewKubernetesUpgradeResponse) GetCluster() string {
@@ -1104,7 +1368,7 @@ type StartKubernetesUpgradeRequest struct {
 
 func (x *StartKubernetesUpgradeRequest) Reset() {
 	*x = StartKubernetesUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1380,7 @@ func (x *StartKubernetesUpgradeRequest) String() string {
 func (*StartKubernetesUpgradeRequest) ProtoMessage() {}
 
 func (x *StartKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1393,7 @@ func (x *StartKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*StartKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StartKubernetesUpgradeRequest) GetVersion() string {
@@ -1159,7 +1423,7 @@ type StartKubernetesUpgradeResponse struct {
 
 func (x *StartKubernetesUpgradeResponse) Reset() {
 	*x = StartKubernetesUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[16]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1435,7 @@ func (x *StartKubernetesUpgradeResponse) String() string {
 func (*StartKubernetesUpgradeResponse) ProtoMessage() {}
 
 func (x *StartKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[16]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1448,7 @@ func (x *StartKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*StartKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{16}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StartKubernetesUpgradeResponse) GetFrom() string {
@@ -1216,7 +1480,7 @@ type OperationStage struct {
 
 func (x *OperationStage) Reset() {
 	*x = OperationStage{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[17]
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1492,7 @@ func (x *OperationStage) String() string {
 func (*OperationStage) ProtoMessage() {}
 
 func (x *OperationStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[17]
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1505,7 @@ func (x *OperationStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationStage.ProtoReflect.Descriptor instead.
 func (*OperationStage) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{17}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OperationStage) GetName() string {
@@ -1280,7 +1544,7 @@ type RemovedAPI struct {
 
 func (x *RemovedAPI) Reset() {
 	*x = RemovedAPI{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[18]
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1556,7 @@ func (x *RemovedAPI) String() string {
 func (*RemovedAPI) ProtoMessage() {}
 
 func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[18]
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1569,7 @@ func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovedAPI.ProtoReflect.Descriptor instead.
 func (*RemovedAPI) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{18}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemovedAPI) GetApi() string {
@@ -1373,7 +1637,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[19]
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1649,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[19]
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1662,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{19}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Operation) GetName() string {
@@ -1539,7 +1803,7 @@ type OperationMachine struct {
 
 func (x *OperationMachine) Reset() {
 	*x = OperationMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[20]
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1815,7 @@ func (x *OperationMachine) String() string {
 func (*OperationMachine) ProtoMessage() {}
 
 func (x *OperationMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[20]
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1828,7 @@ func (x *OperationMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMachine.ProtoReflect.Descriptor instead.
 func (*OperationMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{20}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OperationMachine) GetName() string {
@@ -1611,7 +1875,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1887,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1900,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{21}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{25}
 }
 
 // ListOperationsResponse is the operations, newest first.
@@ -1650,7 +1914,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1926,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1939,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{22}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -1696,7 +1960,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	mi := &file_ichor_v1_operation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1972,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	mi := &file_ichor_v1_operation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1985,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{23}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -1742,7 +2006,7 @@ type GetOperationResponse struct {
 
 func (x *GetOperationResponse) Reset() {
 	*x = GetOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	mi := &file_ichor_v1_operation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +2018,7 @@ func (x *GetOperationResponse) String() string {
 func (*GetOperationResponse) ProtoMessage() {}
 
 func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	mi := &file_ichor_v1_operation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +2031,7 @@ func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationResponse.ProtoReflect.Descriptor instead.
 func (*GetOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{24}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetOperationResponse) GetOperation() *Operation {
@@ -1788,7 +2052,7 @@ type PauseOperationRequest struct {
 
 func (x *PauseOperationRequest) Reset() {
 	*x = PauseOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[25]
+	mi := &file_ichor_v1_operation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +2064,7 @@ func (x *PauseOperationRequest) String() string {
 func (*PauseOperationRequest) ProtoMessage() {}
 
 func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[25]
+	mi := &file_ichor_v1_operation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +2077,7 @@ func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationRequest.ProtoReflect.Descriptor instead.
 func (*PauseOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{25}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PauseOperationRequest) GetName() string {
@@ -1834,7 +2098,7 @@ type PauseOperationResponse struct {
 
 func (x *PauseOperationResponse) Reset() {
 	*x = PauseOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[26]
+	mi := &file_ichor_v1_operation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2110,7 @@ func (x *PauseOperationResponse) String() string {
 func (*PauseOperationResponse) ProtoMessage() {}
 
 func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[26]
+	mi := &file_ichor_v1_operation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2123,7 @@ func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationResponse.ProtoReflect.Descriptor instead.
 func (*PauseOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{26}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PauseOperationResponse) GetOperation() *Operation {
@@ -1883,7 +2147,7 @@ type ResumeOperationRequest struct {
 
 func (x *ResumeOperationRequest) Reset() {
 	*x = ResumeOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[27]
+	mi := &file_ichor_v1_operation_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2159,7 @@ func (x *ResumeOperationRequest) String() string {
 func (*ResumeOperationRequest) ProtoMessage() {}
 
 func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[27]
+	mi := &file_ichor_v1_operation_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2172,7 @@ func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{27}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResumeOperationRequest) GetName() string {
@@ -1936,7 +2200,7 @@ type ResumeOperationResponse struct {
 
 func (x *ResumeOperationResponse) Reset() {
 	*x = ResumeOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[28]
+	mi := &file_ichor_v1_operation_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2212,7 @@ func (x *ResumeOperationResponse) String() string {
 func (*ResumeOperationResponse) ProtoMessage() {}
 
 func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[28]
+	mi := &file_ichor_v1_operation_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2225,7 @@ func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{28}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResumeOperationResponse) GetOperation() *Operation {
@@ -1992,7 +2256,7 @@ type RolloutMachine struct {
 
 func (x *RolloutMachine) Reset() {
 	*x = RolloutMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[29]
+	mi := &file_ichor_v1_operation_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2268,7 @@ func (x *RolloutMachine) String() string {
 func (*RolloutMachine) ProtoMessage() {}
 
 func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[29]
+	mi := &file_ichor_v1_operation_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2281,7 @@ func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutMachine.ProtoReflect.Descriptor instead.
 func (*RolloutMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{29}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RolloutMachine) GetName() string {
@@ -2074,7 +2338,7 @@ type PreviewConfigRolloutRequest struct {
 
 func (x *PreviewConfigRolloutRequest) Reset() {
 	*x = PreviewConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[30]
+	mi := &file_ichor_v1_operation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2350,7 @@ func (x *PreviewConfigRolloutRequest) String() string {
 func (*PreviewConfigRolloutRequest) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[30]
+	mi := &file_ichor_v1_operation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2363,7 @@ func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{30}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PreviewConfigRolloutRequest) GetSelector() string {
@@ -2134,7 +2398,7 @@ type PreviewConfigRolloutResponse struct {
 
 func (x *PreviewConfigRolloutResponse) Reset() {
 	*x = PreviewConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[31]
+	mi := &file_ichor_v1_operation_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2410,7 @@ func (x *PreviewConfigRolloutResponse) String() string {
 func (*PreviewConfigRolloutResponse) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[31]
+	mi := &file_ichor_v1_operation_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2423,7 @@ func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{31}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PreviewConfigRolloutResponse) GetCluster() string {
@@ -2217,7 +2481,7 @@ type PrivilegedPatch struct {
 
 func (x *PrivilegedPatch) Reset() {
 	*x = PrivilegedPatch{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[32]
+	mi := &file_ichor_v1_operation_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2493,7 @@ func (x *PrivilegedPatch) String() string {
 func (*PrivilegedPatch) ProtoMessage() {}
 
 func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[32]
+	mi := &file_ichor_v1_operation_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2506,7 @@ func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrivilegedPatch.ProtoReflect.Descriptor instead.
 func (*PrivilegedPatch) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{32}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PrivilegedPatch) GetName() string {
@@ -2273,7 +2537,7 @@ type StartConfigRolloutRequest struct {
 
 func (x *StartConfigRolloutRequest) Reset() {
 	*x = StartConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[33]
+	mi := &file_ichor_v1_operation_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2549,7 @@ func (x *StartConfigRolloutRequest) String() string {
 func (*StartConfigRolloutRequest) ProtoMessage() {}
 
 func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[33]
+	mi := &file_ichor_v1_operation_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2562,7 @@ func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{33}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StartConfigRolloutRequest) GetSelector() string {
@@ -2328,7 +2592,7 @@ type StartConfigRolloutResponse struct {
 
 func (x *StartConfigRolloutResponse) Reset() {
 	*x = StartConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[34]
+	mi := &file_ichor_v1_operation_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2604,7 @@ func (x *StartConfigRolloutResponse) String() string {
 func (*StartConfigRolloutResponse) ProtoMessage() {}
 
 func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[34]
+	mi := &file_ichor_v1_operation_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2617,7 @@ func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{34}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StartConfigRolloutResponse) GetOperation() *Operation {
@@ -2395,6 +2659,24 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\twipe_mode\x18\x03 \x01(\tR\bwipeMode\x120\n" +
 	"\x14confirm_machine_name\x18\x04 \x01(\tR\x12confirmMachineName\"O\n" +
 	"\x1aStartNodeOperationResponse\x121\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"7\n" +
+	"\x1bPreviewCiliumUpgradeRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\"\xbc\x02\n" +
+	"\x1cPreviewCiliumUpgradeResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
+	"\arunning\x18\x02 \x01(\tR\arunning\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12\x1a\n" +
+	"\bembedded\x18\x04 \x03(\tR\bembedded\x12-\n" +
+	"\brefusals\x18\x05 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x18\n" +
+	"\aallowed\x18\x06 \x01(\bR\aallowed\x12\x1a\n" +
+	"\bwarnings\x18\a \x03(\tR\bwarnings\x12/\n" +
+	"\bhandover\x18\b \x01(\v2\x13.ichor.v1.ConditionR\bhandover\x12\x1e\n" +
+	"\n" +
+	"unfinished\x18\t \x03(\tR\n" +
+	"unfinished\":\n" +
+	"\x19StartCiliumUpgradeRequest\x12\x1d\n" +
+	"\aversion\x18\x01 \x01(\tB\x03\xe0A\x02R\aversion\"O\n" +
+	"\x1aStartCiliumUpgradeResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"\x1f\n" +
 	"\x1dPreviewClusterShutdownRequest\"\x8f\x02\n" +
 	"\x1ePreviewClusterShutdownResponse\x12\x18\n" +
@@ -2549,7 +2831,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x85\x01\n" +
 	"\x1aStartConfigRolloutResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\x124\n" +
-	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\x85\x10\n" +
+	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xb2\x12\n" +
 	"\x10OperationService\x12o\n" +
 	"\x0eListOperations\x12\x1f.ichor.v1.ListOperationsRequest\x1a .ichor.v1.ListOperationsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/operations\x12p\n" +
 	"\fGetOperation\x12\x1d.ichor.v1.GetOperationRequest\x1a\x1e.ichor.v1.GetOperationResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/operations/{name}\x12\x7f\n" +
@@ -2562,7 +2844,9 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x18PreviewKubernetesUpgrade\x12).ichor.v1.PreviewKubernetesUpgradeRequest\x1a*.ichor.v1.PreviewKubernetesUpgradeResponse\"3\x82\xd3\xe4\x93\x02-\x12+/api/v1/operations:previewKubernetesUpgrade\x12\xa1\x01\n" +
 	"\x16StartKubernetesUpgrade\x12'.ichor.v1.StartKubernetesUpgradeRequest\x1a(.ichor.v1.StartKubernetesUpgradeResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/api/v1/operations:startKubernetesUpgrade\x12\x96\x01\n" +
 	"\x14PreviewNodeOperation\x12%.ichor.v1.PreviewNodeOperationRequest\x1a&.ichor.v1.PreviewNodeOperationResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/operations:previewNodeOperation\x12\x91\x01\n" +
-	"\x12StartNodeOperation\x12#.ichor.v1.StartNodeOperationRequest\x1a$.ichor.v1.StartNodeOperationResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startNodeOperation\x12\x9e\x01\n" +
+	"\x12StartNodeOperation\x12#.ichor.v1.StartNodeOperationRequest\x1a$.ichor.v1.StartNodeOperationResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startNodeOperation\x12\x96\x01\n" +
+	"\x14PreviewCiliumUpgrade\x12%.ichor.v1.PreviewCiliumUpgradeRequest\x1a&.ichor.v1.PreviewCiliumUpgradeResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/operations:previewCiliumUpgrade\x12\x91\x01\n" +
+	"\x12StartCiliumUpgrade\x12#.ichor.v1.StartCiliumUpgradeRequest\x1a$.ichor.v1.StartCiliumUpgradeResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startCiliumUpgrade\x12\x9e\x01\n" +
 	"\x16PreviewClusterShutdown\x12'.ichor.v1.PreviewClusterShutdownRequest\x1a(.ichor.v1.PreviewClusterShutdownResponse\"1\x82\xd3\xe4\x93\x02+\x12)/api/v1/operations:previewClusterShutdown\x12\x99\x01\n" +
 	"\x14StartClusterShutdown\x12%.ichor.v1.StartClusterShutdownRequest\x1a&.ichor.v1.StartClusterShutdownResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/api/v1/operations:startClusterShutdownBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
@@ -2578,110 +2862,121 @@ func file_ichor_v1_operation_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_operation_proto_rawDescData
 }
 
-var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_ichor_v1_operation_proto_goTypes = []any{
 	(*PreviewNodeOperationRequest)(nil),      // 0: ichor.v1.PreviewNodeOperationRequest
 	(*PreviewNodeOperationResponse)(nil),     // 1: ichor.v1.PreviewNodeOperationResponse
 	(*StartNodeOperationRequest)(nil),        // 2: ichor.v1.StartNodeOperationRequest
 	(*StartNodeOperationResponse)(nil),       // 3: ichor.v1.StartNodeOperationResponse
-	(*PreviewClusterShutdownRequest)(nil),    // 4: ichor.v1.PreviewClusterShutdownRequest
-	(*PreviewClusterShutdownResponse)(nil),   // 5: ichor.v1.PreviewClusterShutdownResponse
-	(*StartClusterShutdownRequest)(nil),      // 6: ichor.v1.StartClusterShutdownRequest
-	(*StartClusterShutdownResponse)(nil),     // 7: ichor.v1.StartClusterShutdownResponse
-	(*VersionCandidate)(nil),                 // 8: ichor.v1.VersionCandidate
-	(*PreviewTalosUpgradeRequest)(nil),       // 9: ichor.v1.PreviewTalosUpgradeRequest
-	(*PreviewTalosUpgradeResponse)(nil),      // 10: ichor.v1.PreviewTalosUpgradeResponse
-	(*StartTalosUpgradeRequest)(nil),         // 11: ichor.v1.StartTalosUpgradeRequest
-	(*StartTalosUpgradeResponse)(nil),        // 12: ichor.v1.StartTalosUpgradeResponse
-	(*PreviewKubernetesUpgradeRequest)(nil),  // 13: ichor.v1.PreviewKubernetesUpgradeRequest
-	(*PreviewKubernetesUpgradeResponse)(nil), // 14: ichor.v1.PreviewKubernetesUpgradeResponse
-	(*StartKubernetesUpgradeRequest)(nil),    // 15: ichor.v1.StartKubernetesUpgradeRequest
-	(*StartKubernetesUpgradeResponse)(nil),   // 16: ichor.v1.StartKubernetesUpgradeResponse
-	(*OperationStage)(nil),                   // 17: ichor.v1.OperationStage
-	(*RemovedAPI)(nil),                       // 18: ichor.v1.RemovedAPI
-	(*Operation)(nil),                        // 19: ichor.v1.Operation
-	(*OperationMachine)(nil),                 // 20: ichor.v1.OperationMachine
-	(*ListOperationsRequest)(nil),            // 21: ichor.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),           // 22: ichor.v1.ListOperationsResponse
-	(*GetOperationRequest)(nil),              // 23: ichor.v1.GetOperationRequest
-	(*GetOperationResponse)(nil),             // 24: ichor.v1.GetOperationResponse
-	(*PauseOperationRequest)(nil),            // 25: ichor.v1.PauseOperationRequest
-	(*PauseOperationResponse)(nil),           // 26: ichor.v1.PauseOperationResponse
-	(*ResumeOperationRequest)(nil),           // 27: ichor.v1.ResumeOperationRequest
-	(*ResumeOperationResponse)(nil),          // 28: ichor.v1.ResumeOperationResponse
-	(*RolloutMachine)(nil),                   // 29: ichor.v1.RolloutMachine
-	(*PreviewConfigRolloutRequest)(nil),      // 30: ichor.v1.PreviewConfigRolloutRequest
-	(*PreviewConfigRolloutResponse)(nil),     // 31: ichor.v1.PreviewConfigRolloutResponse
-	(*PrivilegedPatch)(nil),                  // 32: ichor.v1.PrivilegedPatch
-	(*StartConfigRolloutRequest)(nil),        // 33: ichor.v1.StartConfigRolloutRequest
-	(*StartConfigRolloutResponse)(nil),       // 34: ichor.v1.StartConfigRolloutResponse
-	(*Refusal)(nil),                          // 35: ichor.v1.Refusal
-	(*timestamppb.Timestamp)(nil),            // 36: google.protobuf.Timestamp
-	(*Condition)(nil),                        // 37: ichor.v1.Condition
+	(*PreviewCiliumUpgradeRequest)(nil),      // 4: ichor.v1.PreviewCiliumUpgradeRequest
+	(*PreviewCiliumUpgradeResponse)(nil),     // 5: ichor.v1.PreviewCiliumUpgradeResponse
+	(*StartCiliumUpgradeRequest)(nil),        // 6: ichor.v1.StartCiliumUpgradeRequest
+	(*StartCiliumUpgradeResponse)(nil),       // 7: ichor.v1.StartCiliumUpgradeResponse
+	(*PreviewClusterShutdownRequest)(nil),    // 8: ichor.v1.PreviewClusterShutdownRequest
+	(*PreviewClusterShutdownResponse)(nil),   // 9: ichor.v1.PreviewClusterShutdownResponse
+	(*StartClusterShutdownRequest)(nil),      // 10: ichor.v1.StartClusterShutdownRequest
+	(*StartClusterShutdownResponse)(nil),     // 11: ichor.v1.StartClusterShutdownResponse
+	(*VersionCandidate)(nil),                 // 12: ichor.v1.VersionCandidate
+	(*PreviewTalosUpgradeRequest)(nil),       // 13: ichor.v1.PreviewTalosUpgradeRequest
+	(*PreviewTalosUpgradeResponse)(nil),      // 14: ichor.v1.PreviewTalosUpgradeResponse
+	(*StartTalosUpgradeRequest)(nil),         // 15: ichor.v1.StartTalosUpgradeRequest
+	(*StartTalosUpgradeResponse)(nil),        // 16: ichor.v1.StartTalosUpgradeResponse
+	(*PreviewKubernetesUpgradeRequest)(nil),  // 17: ichor.v1.PreviewKubernetesUpgradeRequest
+	(*PreviewKubernetesUpgradeResponse)(nil), // 18: ichor.v1.PreviewKubernetesUpgradeResponse
+	(*StartKubernetesUpgradeRequest)(nil),    // 19: ichor.v1.StartKubernetesUpgradeRequest
+	(*StartKubernetesUpgradeResponse)(nil),   // 20: ichor.v1.StartKubernetesUpgradeResponse
+	(*OperationStage)(nil),                   // 21: ichor.v1.OperationStage
+	(*RemovedAPI)(nil),                       // 22: ichor.v1.RemovedAPI
+	(*Operation)(nil),                        // 23: ichor.v1.Operation
+	(*OperationMachine)(nil),                 // 24: ichor.v1.OperationMachine
+	(*ListOperationsRequest)(nil),            // 25: ichor.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),           // 26: ichor.v1.ListOperationsResponse
+	(*GetOperationRequest)(nil),              // 27: ichor.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),             // 28: ichor.v1.GetOperationResponse
+	(*PauseOperationRequest)(nil),            // 29: ichor.v1.PauseOperationRequest
+	(*PauseOperationResponse)(nil),           // 30: ichor.v1.PauseOperationResponse
+	(*ResumeOperationRequest)(nil),           // 31: ichor.v1.ResumeOperationRequest
+	(*ResumeOperationResponse)(nil),          // 32: ichor.v1.ResumeOperationResponse
+	(*RolloutMachine)(nil),                   // 33: ichor.v1.RolloutMachine
+	(*PreviewConfigRolloutRequest)(nil),      // 34: ichor.v1.PreviewConfigRolloutRequest
+	(*PreviewConfigRolloutResponse)(nil),     // 35: ichor.v1.PreviewConfigRolloutResponse
+	(*PrivilegedPatch)(nil),                  // 36: ichor.v1.PrivilegedPatch
+	(*StartConfigRolloutRequest)(nil),        // 37: ichor.v1.StartConfigRolloutRequest
+	(*StartConfigRolloutResponse)(nil),       // 38: ichor.v1.StartConfigRolloutResponse
+	(*Refusal)(nil),                          // 39: ichor.v1.Refusal
+	(*Condition)(nil),                        // 40: ichor.v1.Condition
+	(*timestamppb.Timestamp)(nil),            // 41: google.protobuf.Timestamp
 }
 var file_ichor_v1_operation_proto_depIdxs = []int32{
-	35, // 0: ichor.v1.PreviewNodeOperationResponse.refusals:type_name -> ichor.v1.Refusal
-	19, // 1: ichor.v1.StartNodeOperationResponse.operation:type_name -> ichor.v1.Operation
-	35, // 2: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
-	19, // 3: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
-	19, // 4: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
-	8,  // 5: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	36, // 6: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	35, // 7: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	19, // 8: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	8,  // 9: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	36, // 10: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	35, // 11: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	19, // 12: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	36, // 13: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	36, // 14: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	36, // 15: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	37, // 16: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
-	20, // 17: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
-	17, // 18: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
-	18, // 19: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
-	19, // 20: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
-	19, // 21: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
-	19, // 22: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
-	19, // 23: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
-	29, // 24: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	19, // 25: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
-	32, // 26: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
-	19, // 27: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
-	29, // 28: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	21, // 29: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	23, // 30: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	25, // 31: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	27, // 32: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	30, // 33: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
-	33, // 34: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
-	9,  // 35: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
-	11, // 36: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
-	13, // 37: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
-	15, // 38: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
-	0,  // 39: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
-	2,  // 40: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
-	4,  // 41: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
-	6,  // 42: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
-	22, // 43: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	24, // 44: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	26, // 45: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	28, // 46: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	31, // 47: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
-	34, // 48: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
-	10, // 49: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
-	12, // 50: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
-	14, // 51: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
-	16, // 52: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
-	1,  // 53: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
-	3,  // 54: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
-	5,  // 55: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
-	7,  // 56: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
-	43, // [43:57] is the sub-list for method output_type
-	29, // [29:43] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	39, // 0: ichor.v1.PreviewNodeOperationResponse.refusals:type_name -> ichor.v1.Refusal
+	23, // 1: ichor.v1.StartNodeOperationResponse.operation:type_name -> ichor.v1.Operation
+	39, // 2: ichor.v1.PreviewCiliumUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	40, // 3: ichor.v1.PreviewCiliumUpgradeResponse.handover:type_name -> ichor.v1.Condition
+	23, // 4: ichor.v1.StartCiliumUpgradeResponse.operation:type_name -> ichor.v1.Operation
+	39, // 5: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
+	23, // 6: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
+	23, // 7: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
+	12, // 8: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	41, // 9: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	39, // 10: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	23, // 11: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	12, // 12: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	41, // 13: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	39, // 14: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	23, // 15: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	41, // 16: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	41, // 17: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	41, // 18: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	40, // 19: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	24, // 20: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
+	21, // 21: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
+	22, // 22: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
+	23, // 23: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
+	23, // 24: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
+	23, // 25: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
+	23, // 26: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
+	33, // 27: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	23, // 28: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
+	36, // 29: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
+	23, // 30: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	33, // 31: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	25, // 32: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	27, // 33: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	29, // 34: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	31, // 35: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	34, // 36: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	37, // 37: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	13, // 38: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
+	15, // 39: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
+	17, // 40: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
+	19, // 41: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
+	0,  // 42: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
+	2,  // 43: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
+	4,  // 44: ichor.v1.OperationService.PreviewCiliumUpgrade:input_type -> ichor.v1.PreviewCiliumUpgradeRequest
+	6,  // 45: ichor.v1.OperationService.StartCiliumUpgrade:input_type -> ichor.v1.StartCiliumUpgradeRequest
+	8,  // 46: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
+	10, // 47: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
+	26, // 48: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	28, // 49: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	30, // 50: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	32, // 51: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	35, // 52: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	38, // 53: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	14, // 54: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
+	16, // 55: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
+	18, // 56: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
+	20, // 57: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
+	1,  // 58: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
+	3,  // 59: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
+	5,  // 60: ichor.v1.OperationService.PreviewCiliumUpgrade:output_type -> ichor.v1.PreviewCiliumUpgradeResponse
+	7,  // 61: ichor.v1.OperationService.StartCiliumUpgrade:output_type -> ichor.v1.StartCiliumUpgradeResponse
+	9,  // 62: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
+	11, // 63: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
+	48, // [48:64] is the sub-list for method output_type
+	32, // [32:48] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }
@@ -2697,7 +2992,7 @@ func file_ichor_v1_operation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_operation_proto_rawDesc), len(file_ichor_v1_operation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,8 @@ const (
 	OperationService_StartKubernetesUpgrade_FullMethodName   = "/ichor.v1.OperationService/StartKubernetesUpgrade"
 	OperationService_PreviewNodeOperation_FullMethodName     = "/ichor.v1.OperationService/PreviewNodeOperation"
 	OperationService_StartNodeOperation_FullMethodName       = "/ichor.v1.OperationService/StartNodeOperation"
+	OperationService_PreviewCiliumUpgrade_FullMethodName     = "/ichor.v1.OperationService/PreviewCiliumUpgrade"
+	OperationService_StartCiliumUpgrade_FullMethodName       = "/ichor.v1.OperationService/StartCiliumUpgrade"
 	OperationService_PreviewClusterShutdown_FullMethodName   = "/ichor.v1.OperationService/PreviewClusterShutdown"
 	OperationService_StartClusterShutdown_FullMethodName     = "/ichor.v1.OperationService/StartClusterShutdown"
 )
@@ -89,6 +91,20 @@ type OperationServiceClient interface {
 	// signed-in user, after the same checks as `ichor node ACTION` (and the
 	// admission webhook); a shutdown or a reset needs the machine's name typed.
 	StartNodeOperation(ctx context.Context, in *StartNodeOperationRequest, opts ...grpc.CallOption) (*StartNodeOperationResponse, error)
+	// PreviewCiliumUpgrade is what the Cilium page's upgrade card and dialog
+	// show: the Cilium version that runs (status.cni.ciliumVersion), the
+	// charts this Ichor embeds, the target (the version asked, or the one
+	// `ichor cni upgrade` offers: the newest embedded chart at most one minor
+	// up; empty when there is none), what refuses that target now (the
+	// admission webhook's checks, then `create` on talosoperations), the
+	// warnings and the CNIHandover condition. It changes nothing.
+	PreviewCiliumUpgrade(ctx context.Context, in *PreviewCiliumUpgradeRequest, opts ...grpc.CallOption) (*PreviewCiliumUpgradeResponse, error)
+	// StartCiliumUpgrade creates a TalosOperation of type cni (Helm upgrades
+	// the release kube-system/cilium to the embedded chart) as the signed-in
+	// user, after the same checks as `ichor cni upgrade VERSION` and the
+	// admission webhook. A refused upgrade is FailedPrecondition (a missing
+	// permission PermissionDenied) with RefusalDetails; nothing is created then.
+	StartCiliumUpgrade(ctx context.Context, in *StartCiliumUpgradeRequest, opts ...grpc.CallOption) (*StartCiliumUpgradeResponse, error)
 	// PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
 	// machines, and what refuses a shutdown now. It changes nothing.
 	PreviewClusterShutdown(ctx context.Context, in *PreviewClusterShutdownRequest, opts ...grpc.CallOption) (*PreviewClusterShutdownResponse, error)
@@ -226,6 +242,26 @@ func (c *operationServiceClient) StartNodeOperation(ctx context.Context, in *Sta
 	return out, nil
 }
 
+func (c *operationServiceClient) PreviewCiliumUpgrade(ctx context.Context, in *PreviewCiliumUpgradeRequest, opts ...grpc.CallOption) (*PreviewCiliumUpgradeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewCiliumUpgradeResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewCiliumUpgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartCiliumUpgrade(ctx context.Context, in *StartCiliumUpgradeRequest, opts ...grpc.CallOption) (*StartCiliumUpgradeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartCiliumUpgradeResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartCiliumUpgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *operationServiceClient) PreviewClusterShutdown(ctx context.Context, in *PreviewClusterShutdownRequest, opts ...grpc.CallOption) (*PreviewClusterShutdownResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PreviewClusterShutdownResponse)
@@ -300,6 +336,20 @@ type OperationServiceServer interface {
 	// signed-in user, after the same checks as `ichor node ACTION` (and the
 	// admission webhook); a shutdown or a reset needs the machine's name typed.
 	StartNodeOperation(context.Context, *StartNodeOperationRequest) (*StartNodeOperationResponse, error)
+	// PreviewCiliumUpgrade is what the Cilium page's upgrade card and dialog
+	// show: the Cilium version that runs (status.cni.ciliumVersion), the
+	// charts this Ichor embeds, the target (the version asked, or the one
+	// `ichor cni upgrade` offers: the newest embedded chart at most one minor
+	// up; empty when there is none), what refuses that target now (the
+	// admission webhook's checks, then `create` on talosoperations), the
+	// warnings and the CNIHandover condition. It changes nothing.
+	PreviewCiliumUpgrade(context.Context, *PreviewCiliumUpgradeRequest) (*PreviewCiliumUpgradeResponse, error)
+	// StartCiliumUpgrade creates a TalosOperation of type cni (Helm upgrades
+	// the release kube-system/cilium to the embedded chart) as the signed-in
+	// user, after the same checks as `ichor cni upgrade VERSION` and the
+	// admission webhook. A refused upgrade is FailedPrecondition (a missing
+	// permission PermissionDenied) with RefusalDetails; nothing is created then.
+	StartCiliumUpgrade(context.Context, *StartCiliumUpgradeRequest) (*StartCiliumUpgradeResponse, error)
 	// PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
 	// machines, and what refuses a shutdown now. It changes nothing.
 	PreviewClusterShutdown(context.Context, *PreviewClusterShutdownRequest) (*PreviewClusterShutdownResponse, error)
@@ -352,6 +402,12 @@ func (UnimplementedOperationServiceServer) PreviewNodeOperation(context.Context,
 }
 func (UnimplementedOperationServiceServer) StartNodeOperation(context.Context, *StartNodeOperationRequest) (*StartNodeOperationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartNodeOperation not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewCiliumUpgrade(context.Context, *PreviewCiliumUpgradeRequest) (*PreviewCiliumUpgradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewCiliumUpgrade not implemented")
+}
+func (UnimplementedOperationServiceServer) StartCiliumUpgrade(context.Context, *StartCiliumUpgradeRequest) (*StartCiliumUpgradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartCiliumUpgrade not implemented")
 }
 func (UnimplementedOperationServiceServer) PreviewClusterShutdown(context.Context, *PreviewClusterShutdownRequest) (*PreviewClusterShutdownResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PreviewClusterShutdown not implemented")
@@ -596,6 +652,42 @@ func _OperationService_StartNodeOperation_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperationService_PreviewCiliumUpgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewCiliumUpgradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewCiliumUpgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewCiliumUpgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewCiliumUpgrade(ctx, req.(*PreviewCiliumUpgradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartCiliumUpgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartCiliumUpgradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartCiliumUpgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartCiliumUpgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartCiliumUpgrade(ctx, req.(*StartCiliumUpgradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OperationService_PreviewClusterShutdown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PreviewClusterShutdownRequest)
 	if err := dec(in); err != nil {
@@ -686,6 +778,14 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartNodeOperation",
 			Handler:    _OperationService_StartNodeOperation_Handler,
+		},
+		{
+			MethodName: "PreviewCiliumUpgrade",
+			Handler:    _OperationService_PreviewCiliumUpgrade_Handler,
+		},
+		{
+			MethodName: "StartCiliumUpgrade",
+			Handler:    _OperationService_StartCiliumUpgrade_Handler,
 		},
 		{
 			MethodName: "PreviewClusterShutdown",
