@@ -256,12 +256,12 @@ func upgrade(ctx context.Context, ac *action.Configuration, in *inputs, sum stri
 			Namespace, ReleaseName, in.version, derr, err)
 	}
 	logf(log, "rolling back release %s/%s to revision %d (chart v%s); waiting up to %s", Namespace, ReleaseName, prev.Version, prev.Chart.Metadata.Version, timeout)
-	rb := action.NewRollback(ac)
-	rb.Version = prev.Version
-	rb.Wait = true
-	rb.Timeout = timeout
-	rb.MaxHistory = MaxHistory
-	if rerr := rb.Run(ReleaseName); rerr != nil {
+	failed, lerr := ac.Releases.Last(ReleaseName)
+	if lerr != nil {
+		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and its record cannot be read to roll back (%w): %w",
+			Namespace, ReleaseName, in.version, lerr, err)
+	}
+	if _, rerr := rollback(ac, failed, prev, timeout, log); rerr != nil {
 		return nil, fmt.Errorf("upgrade the Helm release %s/%s to chart %s failed, and the rollback to revision %d failed too (%w): %w",
 			Namespace, ReleaseName, in.version, prev.Version, rerr, err)
 	}
