@@ -387,7 +387,7 @@ func TestBrowserAccessibility(t *testing.T) {
 
 	pages := []string{"/", "/nodes", "/add-node", "/nodes/" + cp, "/nodes/" + cp + "/storage", "/nodes/" + cp + "/talos",
 		"/nodes/" + cp + "/kubernetes", "/nodes/" + cp + "/config", "/nodes/" + cp + "/logs", "/operations", "/settings",
-		"/configuration", "/configuration/new"}
+		"/configuration", "/configuration/new", "/cilium"}
 
 	for _, v := range []struct {
 		name          string
@@ -419,4 +419,18 @@ func TestBrowserAccessibility(t *testing.T) {
 			}
 		}
 	}
+
+	// The Cilium page's upgrade dialog: the world boots Cilium at the older
+	// chart (bootCilium), so the page offers the newer one; the dialog shows
+	// the server's preview and is closed again without starting anything.
+	navigate(t, tab, "/cilium")
+	waitJS(t, tab, time.Minute, "the Cilium page offers "+nextCilium,
+		`document.querySelector("[data-testid=cilium-upgrade-open]")?.textContent.includes("`+nextCilium+`")`)
+	run(t, tab, "open the upgrade dialog", chromedp.Click(chromedp.CSS(`[data-testid=cilium-upgrade-open]`)))
+	waitJS(t, tab, 30*time.Second, "the dialog with the preview", `document.querySelector("[data-testid=cilium-upgrade-explain]") && !document.querySelector("[data-loading]")`)
+	time.Sleep(300 * time.Millisecond)
+	checkAccessibility(t, tab, script, "the Cilium upgrade dialog")
+	screenshot(t, tab, "22-cilium-upgrade-dialog")
+	run(t, tab, "cancel the dialog", chromedp.Click(chromedp.CSS(`[data-testid=cilium-upgrade-dialog] button[type=button]`)))
+	waitJS(t, tab, 10*time.Second, "the dialog closed", `!document.querySelector("[data-testid=cilium-upgrade-dialog]")`)
 }
