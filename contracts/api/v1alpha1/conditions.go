@@ -37,6 +37,7 @@ var ConditionHealthyStatus = map[string]metav1.ConditionStatus{
 	ExtensionsPresentCondition:        metav1.ConditionTrue,
 	StorageConsistentCondition:        metav1.ConditionTrue,
 	NodesPreparedCondition:            metav1.ConditionTrue,
+	KubeProxyConsistentCondition:      metav1.ConditionTrue,
 }
 
 // ConditionAbnormal reports whether c is in the status that is not its

@@ -28,6 +28,11 @@ const (
 	SecureBootCondition = "SecureBoot"
 	// KernelLockdownCondition reports whether the nodes meet spec.security.kernelLockdown.
 	KernelLockdownCondition = "KernelLockdown"
+	// KubeProxyConsistentCondition is false when kube-proxy's two owners
+	// disagree with spec.cni.kubeProxy: Cilium's live config
+	// (kube-proxy-replacement in ConfigMap kube-system/cilium-config) or,
+	// when Cilium replaces kube-proxy, a kube-proxy DaemonSet still running.
+	KubeProxyConsistentCondition = "KubeProxyConsistent"
 )
 
 // TalosCluster condition reasons.
@@ -49,6 +54,10 @@ const (
 	CNIPresetUnsupportedReason = "PresetUnsupported"
 	// UnsupportedPairReason means a version pair is refused by the compatibility table.
 	UnsupportedPairReason = "UnsupportedPair"
+	// KubeProxyConsistentReason is a true KubeProxyConsistent.
+	KubeProxyConsistentReason = "Consistent"
+	// KubeProxyMismatchReason is a false KubeProxyConsistent.
+	KubeProxyMismatchReason = "Mismatch"
 )
 
 // CNI presets.

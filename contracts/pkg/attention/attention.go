@@ -256,6 +256,8 @@ func clusterItems(c *ichorv1alpha1.TalosCluster, machineTold bool) []Item {
 			add(cond, Warning, ActionNone, "", fmt.Sprintf("the certificate authorities of cluster %s should be rotated", n))
 		case ichorv1alpha1.NetworkPoliciesAppliedCondition:
 			add(cond, Warning, ActionNone, "", fmt.Sprintf("Ichor's network policies are not in place in cluster %s", n))
+		case ichorv1alpha1.KubeProxyConsistentCondition:
+			add(cond, Error, ActionNone, "", fmt.Sprintf("Cilium and Talos disagree about kube-proxy on cluster %s", n))
 		case ichorv1alpha1.TopologyTransitioningCondition:
 			add(cond, Info, ActionNone, "", fmt.Sprintf("the control planes of cluster %s are changing in number", n))
 		default:

@@ -224,3 +224,43 @@ func Describe(c *ichorv1alpha1.TalosCluster) string {
 
 	return c.Spec.CNI.Preset + " (detected: " + d + ")"
 }
+
+// CiliumConfigMap is the ConfigMap in kube-system that holds Cilium's live
+// configuration, and KubeProxyReplacementKey its key for kube-proxy
+// replacement ("true" or "false"; the chart's cilium-configmap.yaml).
+const (
+	CiliumConfigMap         = "cilium-config"
+	KubeProxyReplacementKey = "kube-proxy-replacement"
+	// KubeProxyDaemonSet is the DaemonSet Talos runs kube-proxy as, in kube-system.
+	KubeProxyDaemonSet = "kube-proxy"
+)
+
+// CheckKubeProxy compares kube-proxy's two owners with mode
+// (spec.cni.kubeProxy): Cilium's live kube-proxy-replacement must say what
+// mode says, and with mode replaced no kube-proxy DaemonSet may run (two
+// proxies would program the same Services). It returns "" when they agree,
+// else what disagrees. A kube-proxy missing while mode is enabled is not
+// judged here: Talos runs it, and its absence shows in the Services that do
+// not answer, not in Cilium's config.
+func CheckKubeProxy(mode string, ciliumConfig map[string]string, kubeProxyRuns bool) string {
+	want := "false"
+	if mode == ichorv1alpha1.KubeProxyReplaced {
+		want = "true"
+	}
+
+	var out []string
+
+	switch got, ok := ciliumConfig[KubeProxyReplacementKey]; {
+	case !ok:
+		out = append(out, fmt.Sprintf("Cilium's config (ConfigMap kube-system/%s) has no %s; spec.cni.kubeProxy %s wants %q", CiliumConfigMap, KubeProxyReplacementKey, mode, want))
+	case got != want:
+		out = append(out, fmt.Sprintf("Cilium runs with %s %q (ConfigMap kube-system/%s) while spec.cni.kubeProxy %s wants %q",
+			KubeProxyReplacementKey, got, CiliumConfigMap, mode, want))
+	}
+
+	if mode == ichorv1alpha1.KubeProxyReplaced && kubeProxyRuns {
+		out = append(out, fmt.Sprintf("DaemonSet kube-system/%s still runs while Cilium replaces kube-proxy: two proxies program the same Services", KubeProxyDaemonSet))
+	}
+
+	return strings.Join(out, "; ")
+}

@@ -167,3 +167,30 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckKubeProxy(t *testing.T) {
+	for _, tc := range []struct {
+		mode   string
+		config map[string]string
+		proxy  bool
+		want   []string
+	}{
+		{ichorv1alpha1.KubeProxyReplaced, map[string]string{KubeProxyReplacementKey: "true"}, false, nil},
+		{ichorv1alpha1.KubeProxyEnabled, map[string]string{KubeProxyReplacementKey: "false"}, true, nil},
+		{ichorv1alpha1.KubeProxyEnabled, map[string]string{KubeProxyReplacementKey: "false"}, false, nil},
+		{ichorv1alpha1.KubeProxyReplaced, map[string]string{KubeProxyReplacementKey: "false"}, false, []string{`kube-proxy-replacement "false"`, `wants "true"`}},
+		{ichorv1alpha1.KubeProxyEnabled, map[string]string{KubeProxyReplacementKey: "true"}, true, []string{`kube-proxy-replacement "true"`, `wants "false"`}},
+		{ichorv1alpha1.KubeProxyReplaced, map[string]string{KubeProxyReplacementKey: "true"}, true, []string{"DaemonSet kube-system/kube-proxy still runs", "two proxies"}},
+		{ichorv1alpha1.KubeProxyReplaced, map[string]string{}, true, []string{"has no kube-proxy-replacement", "two proxies"}},
+	} {
+		got := CheckKubeProxy(tc.mode, tc.config, tc.proxy)
+		if (got == "") != (len(tc.want) == 0) {
+			t.Errorf("CheckKubeProxy(%s, %v, %t) = %q; want %v", tc.mode, tc.config, tc.proxy, got, tc.want)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("CheckKubeProxy(%s, %v, %t) = %q; does not say %q", tc.mode, tc.config, tc.proxy, got, w)
+			}
+		}
+	}
+}

@@ -17,16 +17,22 @@ package cnistatus
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cni"
@@ -65,7 +71,7 @@ type Reconciler struct {
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines;talosoperations,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // SetupWithManager registers the reconciler on TalosClusters: a change of a
@@ -90,7 +96,25 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A cni operation that ended (a chart upgrade) changed what runs:
+		// read it again at once rather than on the interval.
+		Watches(&ichorv1alpha1.TalosOperation{}, handler.EnqueueRequestsFromMapFunc(r.cniOperationEnded)).
 		Complete(r)
+}
+
+// cniOperationEnded maps a cni operation that has ended to its cluster, and
+// forgets when that cluster was last read.
+func (r *Reconciler) cniOperationEnded(_ context.Context, o client.Object) []ctrlreconcile.Request {
+	op, ok := o.(*ichorv1alpha1.TalosOperation)
+	if !ok || op.Spec.Type != ichorv1alpha1.OperationCNI ||
+		(op.Status.Phase != ichorv1alpha1.OperationSucceeded && op.Status.Phase != ichorv1alpha1.OperationFailed) {
+		return nil
+	}
+
+	key := types.NamespacedName{Namespace: op.Namespace, Name: op.Spec.ClusterName}
+	r.last.Delete(key)
+
+	return []ctrlreconcile.Request{{NamespacedName: key}}
 }
 
 // controller is the reconciler on the skeleton. It owns CNIUnsupported and
@@ -100,7 +124,7 @@ func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosClus
 	return &reconcile.Controller[*ichorv1alpha1.TalosCluster]{
 		Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
 		New:        func() *ichorv1alpha1.TalosCluster { return &ichorv1alpha1.TalosCluster{} },
-		Owned:      []string{ichorv1alpha1.CNIUnsupportedCondition},
+		Owned:      []string{ichorv1alpha1.CNIUnsupportedCondition, ichorv1alpha1.KubeProxyConsistentCondition},
 		ReportsCNI: true,
 		OwnStatus: func(dst, src *ichorv1alpha1.TalosCluster) {
 			dst.Status.CNI.Detected, dst.Status.CNI.CiliumVersion = src.Status.CNI.Detected, src.Status.CNI.CiliumVersion
@@ -208,6 +232,44 @@ func (r *Reconciler) detect(ctx context.Context, c *ichorv1alpha1.TalosCluster) 
 	if c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetCilium && d.CiliumVersion != "" {
 		c.Status.CNI.CiliumVersion = d.CiliumVersion
 	}
+
+	return r.kubeProxy(ctx, k, c, d, list.Items)
+}
+
+// kubeProxy sets KubeProxyConsistent on a cluster whose Cilium runs: the
+// health check of kube-proxy's two owners (cni.CheckKubeProxy). Without
+// Cilium's config (no Cilium, or another CNI) there is nothing to compare.
+func (r *Reconciler) kubeProxy(ctx context.Context, k kubernetes.Interface, c *ichorv1alpha1.TalosCluster, d cni.Detection, dss []appsv1.DaemonSet) bool {
+	if c.Spec.CNI.Preset != ichorv1alpha1.CNIPresetCilium || d.Detected != cni.DetectedCilium {
+		apimeta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.KubeProxyConsistentCondition)
+
+		return true
+	}
+
+	cm, err := k.CoreV1().ConfigMaps("kube-system").Get(ctx, cni.CiliumConfigMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		apimeta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.KubeProxyConsistentCondition)
+
+		return true
+	}
+
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("reading Cilium's config", "reason", err.Error())
+
+		return false
+	}
+
+	proxy := slices.ContainsFunc(dss, func(ds appsv1.DaemonSet) bool {
+		return ds.Namespace == "kube-system" && ds.Name == cni.KubeProxyDaemonSet
+	})
+
+	cond := metav1.Condition{Type: ichorv1alpha1.KubeProxyConsistentCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.KubeProxyConsistentReason,
+		Message: "Cilium's config and Talos's kube-proxy agree with spec.cni.kubeProxy " + c.Spec.CNI.KubeProxy}
+	if msg := cni.CheckKubeProxy(c.Spec.CNI.KubeProxy, cm.Data, proxy); msg != "" {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ichorv1alpha1.KubeProxyMismatchReason, msg
+	}
+
+	apimeta.SetStatusCondition(&c.Status.Conditions, cond)
 
 	return true
 }

@@ -132,9 +132,17 @@ func TestCNIDetected(t *testing.T) {
 		t.Errorf("status.cni.ciliumVersion = %q; want the agent's v1.19.3", c.Status.CNI.CiliumVersion)
 	}
 
+	kubeProxyConsistency(t, k, c)
+
 	flannel := daemonSet("kube-system", "kube-flannel", "ghcr.io/siderolabs/flannel:v0.27.4", map[string]string{"k8s-app": "flannel"}, "/etc/cni/net.d")
 	swap(t, k, cilium, flannel)
 	waitDetected(t, "flannel")
+
+	testenv.EventuallyOK(t, waitTimeout, "no KubeProxyConsistent without Cilium", func() (bool, string) {
+		cond := apimeta.FindStatusCondition(cluster(t, ns, clusterName).Status.Conditions, ichorv1alpha1.KubeProxyConsistentCondition)
+
+		return cond == nil, fmt.Sprintf("%+v", cond)
+	})
 
 	_, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "calico-system"}}, metav1.CreateOptions{})
 	testenv.Must(t, err)
@@ -353,4 +361,60 @@ func TestCNIUnsupportedStoredPreset(t *testing.T) {
 
 		return k8s.Update(ctx, cur)
 	}))
+}
+
+// kubeProxyConsistency: with Cilium running, KubeProxyConsistent compares
+// Cilium's live kube-proxy-replacement (ConfigMap kube-system/cilium-config)
+// with spec.cni.kubeProxy, and with kube-proxy replaced also refuses a
+// running kube-proxy DaemonSet: a mismatch is False with what disagrees
+// (and on the attention list), agreement True.
+func kubeProxyConsistency(t *testing.T, k kubernetes.Interface, c *ichorv1alpha1.TalosCluster) {
+	t.Helper()
+
+	ctx := context.Background()
+	want, wrong := "false", "true"
+
+	if c.Spec.CNI.KubeProxy == ichorv1alpha1.KubeProxyReplaced {
+		want, wrong = "true", "false"
+	}
+
+	waitKubeProxy := func(status metav1.ConditionStatus, says string) {
+		t.Helper()
+
+		testenv.EventuallyOK(t, waitTimeout, "KubeProxyConsistent "+string(status), func() (bool, string) {
+			cond := apimeta.FindStatusCondition(cluster(t, ns, clusterName).Status.Conditions, ichorv1alpha1.KubeProxyConsistentCondition)
+			if cond == nil {
+				return false, "no condition"
+			}
+
+			return cond.Status == status && strings.Contains(cond.Message, says), fmt.Sprintf("%s: %s", cond.Status, cond.Message)
+		})
+	}
+
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "cilium-config"},
+		Data:       map[string]string{"kube-proxy-replacement": wrong},
+	}
+	_, err := k.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{})
+	testenv.Must(t, err)
+
+	t.Cleanup(func() { _ = k.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), cm.Name, metav1.DeleteOptions{}) })
+
+	waitKubeProxy(metav1.ConditionFalse, fmt.Sprintf(`Cilium runs with kube-proxy-replacement %q`, wrong))
+
+	cm.Data["kube-proxy-replacement"] = want
+	_, err = k.CoreV1().ConfigMaps("kube-system").Update(ctx, cm, metav1.UpdateOptions{})
+	testenv.Must(t, err)
+
+	waitKubeProxy(metav1.ConditionTrue, "agree with spec.cni.kubeProxy "+c.Spec.CNI.KubeProxy)
+
+	if c.Spec.CNI.KubeProxy != ichorv1alpha1.KubeProxyReplaced {
+		return
+	}
+
+	proxy := daemonSet("kube-system", "kube-proxy", "registry.k8s.io/kube-proxy:v1.37.2", map[string]string{"k8s-app": "kube-proxy"})
+	swap(t, k, nil, proxy)
+	waitKubeProxy(metav1.ConditionFalse, "two proxies")
+	swap(t, k, proxy, nil)
+	waitKubeProxy(metav1.ConditionTrue, "agree")
 }
