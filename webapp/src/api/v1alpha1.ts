@@ -23,6 +23,7 @@ export const BadPublicKeyReason = "BadPublicKey";
 export const BundleUnavailableReason = "BundleUnavailable";
 export const CARotationAdvisedCondition = "CARotationAdvised";
 export const CNIBootstrapAnnotation = "ichor.maesh.dev/cni-bootstrap";
+export const CNIBootstrapChartAnnotation = "ichor.maesh.dev/cni-bootstrap-chart";
 export const CNIBootstrapInline = "inline-manifest";
 export const CNIHandoverCondition = "CNIHandover";
 export const CNIHandoverDoneReason = "HandoverDone";
@@ -102,7 +103,10 @@ export const IssuedReason = "Issued";
 export const JoinedReason = "Joined";
 export const JoiningReason = "Joining";
 export const KernelLockdownCondition = "KernelLockdown";
+export const KubeProxyConsistentCondition = "KubeProxyConsistent";
+export const KubeProxyConsistentReason = "Consistent";
 export const KubeProxyEnabled = "enabled";
+export const KubeProxyMismatchReason = "Mismatch";
 export const KubeProxyReplaced = "replaced";
 export const KubeProxySwitchAnnotation = "ichor.maesh.dev/allow-kube-proxy-switch";
 export const KubernetesStageControlPlane = "control-plane";
@@ -283,6 +287,7 @@ export const ConditionHealthyStatus: Readonly<Record<string, "True" | "False">> 
   "IdentityConflict": "False",
   "InSync": "True",
   "Issued": "True",
+  "KubeProxyConsistent": "True",
   "NetworkPoliciesApplied": "True",
   "NodeHealthy": "True",
   "NodesPrepared": "True",
