@@ -211,7 +211,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 		return ctrl.Result{}, nil
 	}
 
-	cfg, k, err := cnijob.ForCluster(ctx, r.APIReader, r.Client, r.Nodes, c)
+	cfg, k, err := workload.ForCluster(ctx, r.APIReader, r.Client, r.Nodes, c)
 	if err != nil {
 		r.waitingf(c, "the cluster's Kubernetes API is not reachable yet: %v", err)
 

@@ -37,7 +37,6 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cni"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
-	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
@@ -191,24 +190,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 func (r *Reconciler) detect(ctx context.Context, c *ichorv1alpha1.TalosCluster) bool {
 	log := ctrl.LoggerFrom(ctx)
 
-	b, err := machinestate.LoadBundle(ctx, r.APIReader, c)
-	if err != nil {
-		log.V(1).Info("no bundle to reach the cluster with", "reason", err.Error())
-
-		return false
-	}
-
-	cps, err := machinestate.Machines(ctx, r.Client, c.Namespace, c.Name, func(m *ichorv1alpha1.TalosMachine) bool {
-		return m.Spec.Role == ichorv1alpha1.RoleControlPlane && m.Spec.Approval.State == ichorv1alpha1.ApprovalApproved &&
-			m.Spec.Address != "" && m.DeletionTimestamp.IsZero()
-	})
-	if err != nil {
-		log.V(1).Info("listing the control planes", "reason", err.Error())
-
-		return false
-	}
-
-	k, err := workload.Client(ctx, r.Nodes, c.Name, cps, b)
+	_, k, err := workload.ForCluster(ctx, r.APIReader, r.Client, r.Nodes, c)
 	if err != nil {
 		log.V(1).Info("the cluster's Kubernetes API is not reachable yet", "reason", err.Error())
 

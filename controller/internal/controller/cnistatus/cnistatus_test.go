@@ -398,7 +398,9 @@ func kubeProxyConsistency(t *testing.T, k kubernetes.Interface, c *ichorv1alpha1
 	_, err := k.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{})
 	testenv.Must(t, err)
 
-	t.Cleanup(func() { _ = k.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), cm.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = k.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
+	})
 
 	waitKubeProxy(metav1.ConditionFalse, fmt.Sprintf(`Cilium runs with kube-proxy-replacement %q`, wrong))
 

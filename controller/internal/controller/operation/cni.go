@@ -67,7 +67,7 @@ func (r *Reconciler) cniPhase(ctx context.Context, s *scope) (ctrl.Result, error
 		return ctrl.Result{}, nil
 	}
 
-	cfg, k, err := cnijob.ForCluster(ctx, r.APIReader, r.Client, r.Nodes, s.Cluster)
+	cfg, k, err := workload.ForCluster(ctx, r.APIReader, r.Client, r.Nodes, s.Cluster)
 	if err != nil {
 		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason,
 			"the cluster's Kubernetes API is not reachable: "+err.Error())
