@@ -68,23 +68,8 @@ func TestCiliumHandover(t *testing.T) {
 
 	// Helm's own record (the Secrets driver's labels): revision 1 is the
 	// adoption, the last one is deployed.
-	out, err := w.kubectl(ctx, "get", "secret", "-n", "kube-system", "-l", "owner=helm,name=cilium",
-		"-o", "jsonpath={range .items[*]}{.metadata.labels.version}={.metadata.labels.status}{\"\\n\"}{end}")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	status := map[int]string{}
-	last := 0
-
-	for _, rec := range strings.Fields(out) {
-		v, st, _ := strings.Cut(rec, "=")
-		n, _ := strconv.Atoi(v)
-		status[n], last = st, max(last, n)
-	}
-
-	if status[1] == "" || status[last] != "deployed" {
-		t.Fatalf("Helm's records of release cilium: %q, want revision 1 (the adoption) and the last deployed", out)
+	if revs := w.ciliumRevisions(t, ctx); len(revs) == 0 || revs[0] == "" || revs[len(revs)-1] != "deployed" {
+		t.Fatalf("Helm's records of release cilium: %v, want revision 1 (the adoption) and the last deployed", revs)
 	}
 
 	var ds struct {

@@ -1,7 +1,6 @@
 package cnihandover_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,11 +18,9 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
-	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/cnijob"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
-	"github.com/maeshinshin/ichor/controller/internal/hook"
-	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -196,39 +193,8 @@ func reconcileUntil(t *testing.T, k kubernetes.Interface, name string, seen map[
 func reconcileOnceInFreshController(t *testing.T, name string) ctrl.Result {
 	t.Helper()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	mgr, err := suite.NewManager()
-	testenv.Must(t, err)
-	testenv.Must(t, machinestate.RegisterIndexes(ctx, mgr.GetFieldIndexer()))
-
-	r := &operation.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("chaos"),
-		Nodes: &talos.Dialer{}, Storage: hook.None{}, InstallerImage: "ghcr.io/maeshinshin/ichor-installer:test",
-	}
-	r.Locker = &lock.Locker{Client: r.Client, Check: lock.ClientChecker(r.APIReader)}
-
-	done := make(chan struct{})
-
-	go func() {
-		defer close(done)
-
-		_ = mgr.Start(ctx)
-	}()
-
-	defer func() { cancel(); <-done }()
-
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
-
-	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}})
-	if err != nil {
-		t.Logf("reconcile: %v", err)
-	}
-
-	return res
+	return testworld.ReconcileOperationOnce(t, suite.NewManager,
+		&operation.Reconciler{InstallerImage: "ghcr.io/maeshinshin/ichor-installer:test"}, client.ObjectKey{Namespace: ns, Name: name})
 }
 
 // onlyJob is the operation's one Job.

@@ -37,7 +37,6 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
-	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/talosemu"
@@ -507,36 +506,5 @@ func runtimeConfigPatch() ichorv1alpha1.TalosConfigPatch {
 func reconcileOnceInFreshController(t *testing.T, ns, name string) ctrl.Result {
 	t.Helper()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	mgr, err := newManager()
-	testenv.Must(t, err)
-	testenv.Must(t, machinestate.RegisterIndexes(ctx, mgr.GetFieldIndexer()))
-
-	r := newOperations()
-	r.Client, r.APIReader, r.Recorder = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("chaos")
-	r.Nodes, r.Storage = &talos.Dialer{}, hook.None{}
-	r.Locker = &lock.Locker{Client: r.Client, Check: lock.ClientChecker(r.APIReader)}
-
-	done := make(chan struct{})
-
-	go func() {
-		defer close(done)
-
-		_ = mgr.Start(ctx)
-	}()
-
-	defer func() { cancel(); <-done }()
-
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
-
-	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}})
-	if err != nil {
-		t.Logf("reconcile: %v", err)
-	}
-
-	return res
+	return testworld.ReconcileOperationOnce(t, newManager, newOperations(), client.ObjectKey{Namespace: ns, Name: name})
 }

@@ -398,42 +398,12 @@ func etcdHealthy(ctx context.Context) string {
 func reconcileOnceInFreshController(t *testing.T, name string, mutate ...func(*operation.Reconciler)) ctrl.Result {
 	t.Helper()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	mgr, err := newManager()
-	testenv.Must(t, err)
-	testenv.Must(t, machinestate.RegisterIndexes(ctx, mgr.GetFieldIndexer()))
-
 	r := newOperations()
-	r.Client, r.APIReader, r.Recorder = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("chaos")
-	r.Nodes, r.Storage = &talos.Dialer{}, hook.None{}
-	r.Locker = &lock.Locker{Client: r.Client, Check: lock.ClientChecker(r.APIReader)}
-
 	for _, f := range mutate {
 		f(r)
 	}
 
-	done := make(chan struct{})
-
-	go func() {
-		defer close(done)
-
-		_ = mgr.Start(ctx)
-	}()
-
-	defer func() { cancel(); <-done }()
-
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
-
-	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}})
-	if err != nil {
-		t.Logf("reconcile: %v", err)
-	}
-
-	return res
+	return testworld.ReconcileOperationOnce(t, newManager, r, client.ObjectKey{Namespace: ns, Name: name})
 }
 
 // workloadConfig is the emulated cluster's own Kubernetes API, through cp-1's
