@@ -19,9 +19,12 @@ import (
 // the TalosOperation key once and dies: a new manager (newManager), its
 // cache synced, and r, an operation reconciler wired to it (its client, API
 // reader, an Event recorder, a Talos dialer, no storage hook and a cluster
-// lock on the manager's client; the chaos tests set their timings on r).
-// An error of the reconcile is logged, as a controller would, not fatal.
-func ReconcileOperationOnce(t testing.TB, newManager func() (ctrl.Manager, error), r *operation.Reconciler, key client.ObjectKey) ctrl.Result {
+// lock on the manager's client; the chaos tests set their timings on r),
+// then changed by mutate (a client that fails on purpose, say). An error of
+// the reconcile is logged, as a controller would, not fatal.
+func ReconcileOperationOnce(t testing.TB, newManager func() (ctrl.Manager, error), r *operation.Reconciler, key client.ObjectKey,
+	mutate ...func(*operation.Reconciler),
+) ctrl.Result {
 	t.Helper()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -41,6 +44,10 @@ func ReconcileOperationOnce(t testing.TB, newManager func() (ctrl.Manager, error
 	}
 
 	r.Locker = &lock.Locker{Client: r.Client, Check: lock.ClientChecker(r.APIReader)}
+
+	for _, f := range mutate {
+		f(r)
+	}
 
 	done := make(chan struct{})
 

@@ -398,12 +398,7 @@ func etcdHealthy(ctx context.Context) string {
 func reconcileOnceInFreshController(t *testing.T, name string, mutate ...func(*operation.Reconciler)) ctrl.Result {
 	t.Helper()
 
-	r := newOperations()
-	for _, f := range mutate {
-		f(r)
-	}
-
-	return testworld.ReconcileOperationOnce(t, newManager, r, client.ObjectKey{Namespace: ns, Name: name})
+	return testworld.ReconcileOperationOnce(t, newManager, newOperations(), client.ObjectKey{Namespace: ns, Name: name}, mutate...)
 }
 
 // workloadConfig is the emulated cluster's own Kubernetes API, through cp-1's
