@@ -176,7 +176,10 @@ func TestMetricsNamespaceOpensMetrics(t *testing.T) {
 		if pol == nil {
 			t.Fatalf("metricsNamespace must render %s", p)
 		}
-		raw, _ := json.Marshal(pol["spec"])
+		raw, err := json.Marshal(pol["spec"])
+		if err != nil {
+			t.Fatal(err)
+		}
 		want := `"ingress":[{"fromEndpoints":[{"matchLabels":{"k8s:io.kubernetes.pod.namespace":"observability"}}],"toPorts":[{"ports":[{"port":"` + port + `","protocol":"TCP"}]}]}]`
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("%s: %s, want %s", p, raw, want)

@@ -15,6 +15,8 @@ import (
 const (
 	namespaceLabel     = "k8s:io.kubernetes.pod.namespace"
 	namespaceLabelBare = "io.kubernetes.pod.namespace"
+	// protoANY is Cilium's protocol for both TCP and UDP, and its default.
+	protoANY = "ANY"
 )
 
 // Allows evaluates f against policies as Cilium would, for the rule shapes
@@ -51,7 +53,7 @@ func Allows(policies []*unstructured.Unstructured, f Flow) (policy string, ok bo
 		parsed = append(parsed, p)
 	}
 
-	if f.Protocol != "TCP" && f.Protocol != "UDP" {
+	if f.Protocol != TCP && f.Protocol != UDP {
 		return "", false, fmt.Errorf("flow %s: protocol %q is neither TCP nor UDP", f, f.Protocol)
 	}
 
@@ -210,7 +212,7 @@ func (r rule) matches(policyNamespace string, peer Peer, f Flow) bool {
 	}
 
 	for _, p := range r.ports {
-		if p.number == f.Port && (p.protocol == "ANY" || p.protocol == f.Protocol) {
+		if p.number == f.Port && (p.protocol == protoANY || p.protocol == f.Protocol) {
 			return true
 		}
 	}
@@ -440,12 +442,12 @@ func parsePorts(where string, raw any, dir direction) ([]port, error) {
 				return nil, fmt.Errorf("%s ports[%d]: port %v is not a number from 1 to 65535 (names and ranges are not understood)", w, j, pm["port"])
 			}
 
-			proto := "ANY"
+			proto := protoANY
 			if v, ok := pm["protocol"]; ok {
 				proto, _ = v.(string)
 			}
 
-			if proto != "TCP" && proto != "UDP" && proto != "ANY" {
+			if proto != TCP && proto != UDP && proto != protoANY {
 				return nil, fmt.Errorf("%s ports[%d]: protocol %v is not understood", w, j, pm["protocol"])
 			}
 

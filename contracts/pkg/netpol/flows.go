@@ -20,6 +20,12 @@ const (
 	EntityWorld = "world"
 )
 
+// The protocols of a flow.
+const (
+	TCP = "TCP"
+	UDP = "UDP"
+)
+
 // AppLabel is the label the policies select Ichor's pods by.
 const AppLabel = "app.kubernetes.io/name"
 
@@ -114,47 +120,50 @@ func Flows(namespace string, opts Options) []Flow {
 	installer := App(namespace, InstallerPolicy)
 	apiserver, remoteNode, host := Entity(EntityKubeAPIServer), Entity(EntityRemoteNode), Entity(EntityHost)
 
+	// The container ports' names in kustomize/base.
+	const webhook, health, https, oidc, metrics = "webhook", "health", "https", "oidc", "metrics"
+
 	flows := []Flow{
-		{From: apiserver, To: controller, Port: ControllerWebhookPort, Protocol: "TCP", PortName: "webhook", Policy: ControllerPolicy,
+		{From: apiserver, To: controller, Port: ControllerWebhookPort, Protocol: TCP, PortName: webhook, Policy: ControllerPolicy,
 			Why: "the API server calls the admission webhooks (Service ichor-webhook)"},
-		{From: remoteNode, To: controller, Port: ControllerWebhookPort, Protocol: "TCP", PortName: "webhook", Policy: ControllerPolicy,
+		{From: remoteNode, To: controller, Port: ControllerWebhookPort, Protocol: TCP, PortName: webhook, Policy: ControllerPolicy,
 			Why: "the API server's webhook calls to a pod on another node arrive from that control plane's cilium_host address"},
-		{From: host, To: controller, Port: ControllerHealthPort, Protocol: "TCP", PortName: "health", Policy: ControllerPolicy,
+		{From: host, To: controller, Port: ControllerHealthPort, Protocol: TCP, PortName: health, Policy: ControllerPolicy,
 			Why: "the kubelet's liveness and readiness probes"},
-		{From: controller, To: apiserver, Port: KubeAPIServerPort, Protocol: "TCP", Policy: ControllerPolicy,
+		{From: controller, To: apiserver, Port: KubeAPIServerPort, Protocol: TCP, Policy: ControllerPolicy,
 			Why: "the controller's watches and writes, leader election"},
-		{From: controller, To: KubeDNS(), Port: DNSPort, Protocol: "UDP", Policy: ControllerPolicy,
+		{From: controller, To: KubeDNS(), Port: DNSPort, Protocol: UDP, Policy: ControllerPolicy,
 			Why: "names of S3 stores and release sources"},
-		{From: controller, To: KubeDNS(), Port: DNSPort, Protocol: "TCP", Policy: ControllerPolicy,
+		{From: controller, To: KubeDNS(), Port: DNSPort, Protocol: TCP, Policy: ControllerPolicy,
 			Why: "DNS answers too large for UDP"},
 
-		{From: Entity(EntityWorld), To: ui, Port: UIHTTPSPort, Protocol: "TCP", PortName: "https", Policy: UIPolicy,
+		{From: Entity(EntityWorld), To: ui, Port: UIHTTPSPort, Protocol: TCP, PortName: https, Policy: UIPolicy,
 			Why: "browsers through a LoadBalancer that keeps client addresses"},
-		{From: Pod("ingress", "app.kubernetes.io/name", "ingress-nginx"), To: ui, Port: UIHTTPSPort, Protocol: "TCP", PortName: "https", Policy: UIPolicy,
+		{From: Pod("ingress", "app.kubernetes.io/name", "ingress-nginx"), To: ui, Port: UIHTTPSPort, Protocol: TCP, PortName: https, Policy: UIPolicy,
 			Why: "browsers through an Ingress or Gateway controller, in a namespace Ichor cannot know"},
-		{From: host, To: ui, Port: UIHTTPSPort, Protocol: "TCP", PortName: "https", Policy: UIPolicy,
+		{From: host, To: ui, Port: UIHTTPSPort, Protocol: TCP, PortName: https, Policy: UIPolicy,
 			Why: "the kubelet's liveness and readiness probes"},
-		{From: apiserver, To: ui, Port: UIOIDCPort, Protocol: "TCP", PortName: "oidc", Policy: UIPolicy,
+		{From: apiserver, To: ui, Port: UIOIDCPort, Protocol: TCP, PortName: oidc, Policy: UIPolicy,
 			Why: "the API server fetches the issuer's discovery document and keys"},
-		{From: remoteNode, To: ui, Port: UIOIDCPort, Protocol: "TCP", PortName: "oidc", Policy: UIPolicy,
+		{From: remoteNode, To: ui, Port: UIOIDCPort, Protocol: TCP, PortName: oidc, Policy: UIPolicy,
 			Why: "the same, from an API server on another node"},
-		{From: ui, To: apiserver, Port: KubeAPIServerPort, Protocol: "TCP", Policy: UIPolicy,
+		{From: ui, To: apiserver, Port: KubeAPIServerPort, Protocol: TCP, Policy: UIPolicy,
 			Why: "every console call, impersonating its user"},
-		{From: ui, To: KubeDNS(), Port: DNSPort, Protocol: "UDP", Policy: UIPolicy,
+		{From: ui, To: KubeDNS(), Port: DNSPort, Protocol: UDP, Policy: UIPolicy,
 			Why: "an external OIDC provider's name"},
-		{From: ui, To: KubeDNS(), Port: DNSPort, Protocol: "TCP", Policy: UIPolicy,
+		{From: ui, To: KubeDNS(), Port: DNSPort, Protocol: TCP, Policy: UIPolicy,
 			Why: "DNS answers too large for UDP"},
 
-		{From: installer, To: apiserver, Port: KubeAPIServerPort, Protocol: "TCP", Policy: InstallerPolicy,
+		{From: installer, To: apiserver, Port: KubeAPIServerPort, Protocol: TCP, Policy: InstallerPolicy,
 			Why: "the installer applies the manifest, waits and rolls back through the API server"},
 	}
 
 	if opts.MetricsNamespace != "" {
 		prometheus := Pod(opts.MetricsNamespace, AppLabel, "prometheus")
 		flows = append(flows,
-			Flow{From: prometheus, To: controller, Port: ControllerMetricsPort, Protocol: "TCP", PortName: "metrics", Policy: ControllerMetricsPolicy,
+			Flow{From: prometheus, To: controller, Port: ControllerMetricsPort, Protocol: TCP, PortName: metrics, Policy: ControllerMetricsPolicy,
 				Why: "Prometheus scrapes the controller's /metrics"},
-			Flow{From: prometheus, To: ui, Port: UIMetricsPort, Protocol: "TCP", PortName: "metrics", Policy: UIMetricsPolicy,
+			Flow{From: prometheus, To: ui, Port: UIMetricsPort, Protocol: TCP, PortName: metrics, Policy: UIMetricsPolicy,
 				Why: "Prometheus scrapes ichor-ui's /metrics"},
 		)
 	}

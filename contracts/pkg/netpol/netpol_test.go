@@ -41,35 +41,35 @@ func TestNetworkPolicyFlows(t *testing.T) {
 		flow Flow
 		why  string
 	}{
-		{Options{}, Flow{From: controller, To: world, Port: 443, Protocol: "TCP"}, "no world egress: S3 stores are the controller's dynamic policies'"},
-		{Options{}, Flow{From: controller, To: world, Port: 50000, Protocol: "TCP"}, "no world egress: Talos nodes are the controller's dynamic policies'"},
-		{Options{}, Flow{From: controller, To: remoteNode, Port: 50000, Protocol: "TCP"}, "the static set opens no Talos API port, not even the cluster's own nodes'"},
-		{Options{}, Flow{From: controller, To: otherPod, Port: 80, Protocol: "TCP"}, "the controller calls no pod but DNS"},
-		{Options{}, Flow{From: controller, To: KubeDNS(), Port: 5353, Protocol: "UDP"}, "DNS is port 53 only"},
-		{Options{}, Flow{From: ui, To: world, Port: 443, Protocol: "TCP"}, "no world egress from ichor-ui"},
-		{Options{}, Flow{From: ui, To: host, Port: 50000, Protocol: "TCP"}, "ichor-ui → a node is not in the static set"},
-		{Options{}, Flow{From: ui, To: controller, Port: ControllerWebhookPort, Protocol: "TCP"}, "ichor-ui does not call the controller"},
-		{Options{}, Flow{From: ui, To: controller, Port: ControllerMetricsPort, Protocol: "TCP"}, "ichor-ui does not call the controller"},
-		{Options{}, Flow{From: ui, To: otherPod, Port: 443, Protocol: "TCP"}, "ichor-ui calls no pod but DNS"},
-		{Options{}, Flow{From: installer, To: KubeDNS(), Port: DNSPort, Protocol: "UDP"}, "the installer looks no name up"},
-		{Options{}, Flow{From: installer, To: world, Port: 443, Protocol: "TCP"}, "no world egress from the installer"},
-		{Options{}, Flow{From: apiserver, To: installer, Port: 8080, Protocol: "TCP"}, "nothing calls the installer"},
-		{Options{}, Flow{From: otherPod, To: controller, Port: ControllerWebhookPort, Protocol: "TCP"}, "only the API server calls the webhooks"},
-		{Options{}, Flow{From: Pod(ns, AppLabel, "intruder"), To: controller, Port: ControllerWebhookPort, Protocol: "TCP"}, "not even a pod of Ichor's namespace"},
-		{Options{}, Flow{From: host, To: controller, Port: ControllerWebhookPort, Protocol: "TCP"}, "the webhooks are the API server's"},
-		{Options{}, Flow{From: world, To: controller, Port: ControllerWebhookPort, Protocol: "TCP"}, "the webhooks are the API server's"},
-		{Options{}, Flow{From: remoteNode, To: controller, Port: ControllerHealthPort, Protocol: "TCP"}, "probes come from the pod's own node"},
-		{Options{}, Flow{From: prometheus, To: controller, Port: ControllerMetricsPort, Protocol: "TCP"}, "no metrics namespace named: no scraper"},
-		{Options{}, Flow{From: prometheus, To: ui, Port: UIMetricsPort, Protocol: "TCP"}, "no metrics namespace named: no scraper"},
-		{Options{}, Flow{From: host, To: controller, Port: ControllerMetricsPort, Protocol: "TCP"}, "metrics are not the host's"},
-		{Options{}, Flow{From: world, To: ui, Port: UIOIDCPort, Protocol: "TCP"}, "the issuer listener is the API server's"},
-		{Options{}, Flow{From: otherPod, To: ui, Port: UIOIDCPort, Protocol: "TCP"}, "the issuer listener is the API server's"},
-		{Options{}, Flow{From: world, To: ui, Port: UIMetricsPort, Protocol: "TCP"}, "metrics are not the console's"},
-		{Options{}, Flow{From: Pod(ns, AppLabel, "intruder"), To: apiserver, Port: KubeAPIServerPort, Protocol: "TCP"}, "default deny: an unknown pod of the namespace"},
-		{Options{MetricsNamespace: "monitoring"}, Flow{From: otherPod, To: controller, Port: ControllerMetricsPort, Protocol: "TCP"}, "metrics only from the named namespace"},
-		{Options{MetricsNamespace: "monitoring"}, Flow{From: otherPod, To: ui, Port: UIMetricsPort, Protocol: "TCP"}, "metrics only from the named namespace"},
-		{Options{MetricsNamespace: "monitoring"}, Flow{From: prometheus, To: controller, Port: ControllerWebhookPort, Protocol: "TCP"}, "the named namespace gets metrics only"},
-		{Options{MetricsNamespace: "monitoring"}, Flow{From: prometheus, To: ui, Port: UIOIDCPort, Protocol: "TCP"}, "the named namespace gets metrics only"},
+		{Options{}, Flow{From: controller, To: world, Port: 443, Protocol: TCP}, "no world egress: S3 stores are the controller's dynamic policies'"},
+		{Options{}, Flow{From: controller, To: world, Port: 50000, Protocol: TCP}, "no world egress: Talos nodes are the controller's dynamic policies'"},
+		{Options{}, Flow{From: controller, To: remoteNode, Port: 50000, Protocol: TCP}, "the static set opens no Talos API port, not even the cluster's own nodes'"},
+		{Options{}, Flow{From: controller, To: otherPod, Port: 80, Protocol: TCP}, "the controller calls no pod but DNS"},
+		{Options{}, Flow{From: controller, To: KubeDNS(), Port: 5353, Protocol: UDP}, "DNS is port 53 only"},
+		{Options{}, Flow{From: ui, To: world, Port: 443, Protocol: TCP}, "no world egress from ichor-ui"},
+		{Options{}, Flow{From: ui, To: host, Port: 50000, Protocol: TCP}, "ichor-ui → a node is not in the static set"},
+		{Options{}, Flow{From: ui, To: controller, Port: ControllerWebhookPort, Protocol: TCP}, "ichor-ui does not call the controller"},
+		{Options{}, Flow{From: ui, To: controller, Port: ControllerMetricsPort, Protocol: TCP}, "ichor-ui does not call the controller"},
+		{Options{}, Flow{From: ui, To: otherPod, Port: 443, Protocol: TCP}, "ichor-ui calls no pod but DNS"},
+		{Options{}, Flow{From: installer, To: KubeDNS(), Port: DNSPort, Protocol: UDP}, "the installer looks no name up"},
+		{Options{}, Flow{From: installer, To: world, Port: 443, Protocol: TCP}, "no world egress from the installer"},
+		{Options{}, Flow{From: apiserver, To: installer, Port: 8080, Protocol: TCP}, "nothing calls the installer"},
+		{Options{}, Flow{From: otherPod, To: controller, Port: ControllerWebhookPort, Protocol: TCP}, "only the API server calls the webhooks"},
+		{Options{}, Flow{From: Pod(ns, AppLabel, "intruder"), To: controller, Port: ControllerWebhookPort, Protocol: TCP}, "not even a pod of Ichor's namespace"},
+		{Options{}, Flow{From: host, To: controller, Port: ControllerWebhookPort, Protocol: TCP}, "the webhooks are the API server's"},
+		{Options{}, Flow{From: world, To: controller, Port: ControllerWebhookPort, Protocol: TCP}, "the webhooks are the API server's"},
+		{Options{}, Flow{From: remoteNode, To: controller, Port: ControllerHealthPort, Protocol: TCP}, "probes come from the pod's own node"},
+		{Options{}, Flow{From: prometheus, To: controller, Port: ControllerMetricsPort, Protocol: TCP}, "no metrics namespace named: no scraper"},
+		{Options{}, Flow{From: prometheus, To: ui, Port: UIMetricsPort, Protocol: TCP}, "no metrics namespace named: no scraper"},
+		{Options{}, Flow{From: host, To: controller, Port: ControllerMetricsPort, Protocol: TCP}, "metrics are not the host's"},
+		{Options{}, Flow{From: world, To: ui, Port: UIOIDCPort, Protocol: TCP}, "the issuer listener is the API server's"},
+		{Options{}, Flow{From: otherPod, To: ui, Port: UIOIDCPort, Protocol: TCP}, "the issuer listener is the API server's"},
+		{Options{}, Flow{From: world, To: ui, Port: UIMetricsPort, Protocol: TCP}, "metrics are not the console's"},
+		{Options{}, Flow{From: Pod(ns, AppLabel, "intruder"), To: apiserver, Port: KubeAPIServerPort, Protocol: TCP}, "default deny: an unknown pod of the namespace"},
+		{Options{MetricsNamespace: "monitoring"}, Flow{From: otherPod, To: controller, Port: ControllerMetricsPort, Protocol: TCP}, "metrics only from the named namespace"},
+		{Options{MetricsNamespace: "monitoring"}, Flow{From: otherPod, To: ui, Port: UIMetricsPort, Protocol: TCP}, "metrics only from the named namespace"},
+		{Options{MetricsNamespace: "monitoring"}, Flow{From: prometheus, To: controller, Port: ControllerWebhookPort, Protocol: TCP}, "the named namespace gets metrics only"},
+		{Options{MetricsNamespace: "monitoring"}, Flow{From: prometheus, To: ui, Port: UIOIDCPort, Protocol: TCP}, "the named namespace gets metrics only"},
 	}
 
 	for _, r := range refused {
@@ -103,7 +103,7 @@ func TestNoWorldEgress(t *testing.T) {
 // in the namespace asked for; the metrics policies only with a namespace.
 func TestPolicies(t *testing.T) {
 	names := func(objs []*unstructured.Unstructured) []string {
-		var out []string
+		out := make([]string, 0, len(objs))
 
 		for _, o := range objs {
 			if o.GetNamespace() != "tenant-ichor" || o.GroupVersionKind() != GVK {
@@ -190,7 +190,7 @@ func TestAllowsRefusesUnknownShapes(t *testing.T) {
 		}
 	}
 
-	if _, _, err := Allows(Policies(ns, Options{}), Flow{From: Entity(EntityWorld), To: Entity(EntityHost), Port: 22, Protocol: "TCP"}); err == nil {
+	if _, _, err := Allows(Policies(ns, Options{}), Flow{From: Entity(EntityWorld), To: Entity(EntityHost), Port: 22, Protocol: TCP}); err == nil {
 		t.Error("a flow no policy selects an end of must be an error")
 	}
 }
@@ -210,7 +210,7 @@ func TestAllowsSeesABrokenPolicy(t *testing.T) {
 		_ = unstructured.SetNestedSlice(o.Object, rules, "spec", "ingress")
 	}
 
-	f := Flow{From: Entity(EntityRemoteNode), To: App(ns, ControllerPolicy), Port: ControllerWebhookPort, Protocol: "TCP"}
+	f := Flow{From: Entity(EntityRemoteNode), To: App(ns, ControllerPolicy), Port: ControllerWebhookPort, Protocol: TCP}
 	if _, ok, err := Allows(policies, f); err != nil || ok {
 		t.Errorf("%s: allowed %v (%v) after remote-node was taken out of the webhook rule", f, ok, err)
 	}

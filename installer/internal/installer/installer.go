@@ -99,11 +99,11 @@ type Installer struct {
 	o    Options
 	c    client.Client
 	objs []*unstructured.Unstructured
+	log  io.Writer
+	step int
 	// policies are Ichor's CiliumNetworkPolicies, when the API server serves
 	// their kind (detectNetworkPolicies); nil otherwise.
 	policies []*unstructured.Unstructured
-	log      io.Writer
-	step int
 
 	snap *snapshot
 	// previous is the version installed before this run, "" on a fresh install.

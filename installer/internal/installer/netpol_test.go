@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -85,7 +86,11 @@ func removeCRD(ctx context.Context, t *testing.T, c client.Client) {
 			return nil
 		}
 
-		return fmt.Errorf("still there (%v)", err)
+		if err != nil {
+			return fmt.Errorf("reading it: %w", err)
+		}
+
+		return errors.New("still there")
 	})
 }
 
