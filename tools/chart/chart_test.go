@@ -47,6 +47,20 @@ func TestCommittedChartIsCurrent(t *testing.T) {
 	}
 }
 
+// The policy set contracts/pkg/netpol embeds is kustomize's build of today.
+func TestEmbeddedPolicySetIsCurrent(t *testing.T) {
+	files, err := NetpolFiles(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range files {
+		got, err := os.ReadFile(filepath.Join(repoRoot, path))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%s is stale (%v); run `go tool task generate`", path, err)
+		}
+	}
+}
+
 func TestHelmLintPasses(t *testing.T) {
 	result := lint.All(filepath.Join(repoRoot, chartDir), nil, namespace, false)
 	for _, m := range result.Messages {
@@ -135,10 +149,50 @@ func TestValuesChangeTheRender(t *testing.T) {
 	if container["image"] != "registry.example/ichor:v9.9.9" {
 		t.Errorf("image: %v", container["image"])
 	}
-	for _, p := range []string{"ichor-default-deny", "ichor-controller"} {
+	for _, p := range []string{"ichor-default-deny", "ichor-controller", "ichor-ui", "ichor-installer"} {
 		if objs["CiliumNetworkPolicy/"+p] == nil {
 			t.Errorf("networkPolicy.cilium.enabled must render %s", p)
 		}
+	}
+	for _, p := range []string{"ichor-controller-metrics", "ichor-ui-metrics"} {
+		if objs["CiliumNetworkPolicy/"+p] != nil {
+			t.Errorf("%s without networkPolicy.cilium.metricsNamespace: /metrics must stay closed", p)
+		}
+	}
+}
+
+// networkPolicy.cilium.metricsNamespace opens /metrics to that namespace's
+// pods, and to no other.
+func TestMetricsNamespaceOpensMetrics(t *testing.T) {
+	rendered, err := Render(filepath.Join(repoRoot, chartDir), map[string]any{
+		"networkPolicy": map[string]any{"cilium": map[string]any{"enabled": true, "metricsNamespace": "observability"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := manifests(t, rendered)
+	for p, port := range map[string]string{"ichor-controller-metrics": "8080", "ichor-ui-metrics": "8445"} {
+		pol := objs["CiliumNetworkPolicy/"+p]
+		if pol == nil {
+			t.Fatalf("metricsNamespace must render %s", p)
+		}
+		raw, err := json.Marshal(pol["spec"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `"ingress":[{"fromEndpoints":[{"matchLabels":{"k8s:io.kubernetes.pod.namespace":"observability"}}],"toPorts":[{"ports":[{"port":"` + port + `","protocol":"TCP"}]}]}]`
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("%s: %s, want %s", p, raw, want)
+		}
+	}
+	rendered, err = Render(filepath.Join(repoRoot, chartDir), map[string]any{
+		"networkPolicy": map[string]any{"cilium": map[string]any{"metricsNamespace": "observability"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs := manifests(t, rendered); objs["CiliumNetworkPolicy/ichor-controller-metrics"] != nil {
+		t.Error("metricsNamespace renders policies while networkPolicy.cilium.enabled is off")
 	}
 }
 

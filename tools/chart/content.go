@@ -30,6 +30,10 @@ networkPolicy:
     # enabled renders Ichor's CiliumNetworkPolicies (default deny plus one allow
     # per flow). Needs Cilium's CRDs.
     enabled: false
+    # metricsNamespace opens both /metrics ports (the controller's 8080,
+    # ichor-ui's 8445) to the pods of this one namespace (where Prometheus
+    # runs). Empty: no pod may reach them.
+    metricsNamespace: ""
 
 # monitoring renders what a Prometheus Operator and Grafana pick up; Ichor
 # installs no monitoring stack. Each part is off by default (the ServiceMonitor
@@ -114,7 +118,7 @@ ichor-ui, CRDs and RBAC), not a cluster:
     helm install ichor charts/ichor --namespace ichor-system --create-namespace
 
 The chart never ships Cilium. Values: ` + "`controller.replicas`" + `,
-` + "`controller.image.*`" + `, ` + "`networkPolicy.cilium.enabled`" + `, ` + "`ichorUI.*`" + `,
+` + "`controller.image.*`" + `, ` + "`networkPolicy.cilium.*`" + `, ` + "`ichorUI.*`" + `,
 ` + "`monitoring.*`" + ` (ServiceMonitors, alert rules and Grafana dashboards, all off
 by default).
 `
