@@ -28,7 +28,9 @@ controller:
 networkPolicy:
   cilium:
     # enabled renders Ichor's CiliumNetworkPolicies (default deny plus one allow
-    # per flow). Needs Cilium's CRDs.
+    # per flow). Needs Cilium's CRDs. Not for a controller that manages Talos
+    # nodes or S3 stores from this cluster yet: the egress to them is written
+    # by the controller, which this release does not do, so the deny blocks it.
     enabled: false
     # metricsNamespace opens both /metrics ports (the controller's 8080,
     # ichor-ui's 8445) to the pods of this one namespace (where Prometheus

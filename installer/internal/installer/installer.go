@@ -8,8 +8,7 @@
 //  2. check the CRDs: every change to a stored version is additive, or the
 //     field is on the retired list (contracts/pkg/crdcheck); a refusal
 //     changes nothing;
-//  3. snapshot the objects the run will change (the network policies among
-//     them when it applies them), as they are now, into
+//  3. snapshot the objects the manifest will change, as they are now, into
 //     the ConfigMap ichor-installer-snapshot (Secret kinds into a Secret of
 //     that name);
 //  4. apply the CRDs (server-side apply, field manager ichor-installer) and
@@ -17,12 +16,9 @@
 //     is none;
 //  5. apply the controller's objects and wait until its Deployment is available;
 //  6. apply ichor-ui's objects and wait until its Deployment is available;
-//  7. apply Ichor's CiliumNetworkPolicies (contracts/pkg/netpol) when the API
-//     server serves their kind (Cilium's CRD is installed), or say that it
-//     does not and skip them;
-//  8. post-checks: the webhook Service has ready endpoints, and the admission
+//  7. post-checks: the webhook Service has ready endpoints, and the admission
 //     webhook refuses a dry-run object it must refuse;
-//  9. write the IchorInstallation's status: installedVersion, Installed.
+//  8. write the IchorInstallation's status: installedVersion, Installed.
 //
 // A failure after the snapshot rolls back: the snapshot is applied again,
 // what this run created is deleted (never a CRD: CRDs are never
@@ -101,9 +97,6 @@ type Installer struct {
 	objs []*unstructured.Unstructured
 	log  io.Writer
 	step int
-	// policies are Ichor's CiliumNetworkPolicies, when the API server serves
-	// their kind (detectNetworkPolicies); nil otherwise.
-	policies []*unstructured.Unstructured
 
 	snap *snapshot
 	// previous is the version installed before this run, "" on a fresh install.
@@ -111,7 +104,7 @@ type Installer struct {
 }
 
 // steps is the number of numbered steps in the log.
-const steps = 9
+const steps = 8
 
 // Scheme returns the scheme of the installer's client.
 func Scheme() *runtime.Scheme {
@@ -234,10 +227,6 @@ func (in *Installer) Run(ctx context.Context) error {
 		return in.fail(ctx, "CRD check", err, false)
 	}
 
-	if err := in.detectNetworkPolicies(); err != nil {
-		return in.fail(ctx, "network policies", err, false)
-	}
-
 	if err := in.takeSnapshot(ctx); err != nil {
 		return in.fail(ctx, "snapshot", err, false)
 	}
@@ -254,7 +243,6 @@ func (in *Installer) Run(ctx context.Context) error {
 		{"CRDs", in.applyCRDs},
 		{"controller", controller},
 		{"ichor-ui", ui},
-		{"network policies", in.applyNetworkPolicies},
 		{"post-checks", in.postChecks},
 		{"ichor-ui's URL", in.recordUIURL},
 	} {
