@@ -28,9 +28,10 @@ controller:
 networkPolicy:
   cilium:
     # enabled renders Ichor's CiliumNetworkPolicies (default deny plus one allow
-    # per flow). Needs Cilium's CRDs. Not for a controller that manages Talos
-    # nodes or S3 stores from this cluster yet: the egress to them is written
-    # by the controller, which this release does not do, so the deny blocks it.
+    # per flow). Needs Cilium's CRDs. Not yet for an Ichor that reaches Talos
+    # nodes or S3 stores from this cluster: the controller's and ichor-ui's
+    # egress to them is not allowed by any policy of this release, so the
+    # default deny blocks it.
     enabled: false
     # metricsNamespace opens both /metrics ports (the controller's 8080,
     # ichor-ui's 8445) to the pods of this one namespace (where Prometheus

@@ -149,8 +149,8 @@ func TestCiliumUpgradeChaos(t *testing.T) {
 }
 
 // reconcileUntil reconciles the operation, each time in a new controller,
-// until until holds, recording the names of the operation's Jobs in seen.
-func reconcileUntil(t *testing.T, k kubernetes.Interface, name string, seen map[string]bool, until func(*ichorv1alpha1.TalosOperation) bool) *ichorv1alpha1.TalosOperation {
+// until done holds, recording the names of the operation's Jobs in seen.
+func reconcileUntil(t *testing.T, k kubernetes.Interface, name string, seen map[string]bool, done func(*ichorv1alpha1.TalosOperation) bool) *ichorv1alpha1.TalosOperation {
 	t.Helper()
 
 	deadline := time.Now().Add(waitTimeout)
@@ -168,7 +168,7 @@ func reconcileUntil(t *testing.T, k kubernetes.Interface, name string, seen map[
 		op := &ichorv1alpha1.TalosOperation{}
 		testenv.Must(t, k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, op))
 
-		if until(op) {
+		if done(op) {
 			t.Logf("after %d controller restarts: phase %s, step %s", restarts+1, op.Status.Phase, op.Status.Step)
 
 			return op

@@ -72,7 +72,7 @@ func (r *Reconciler) cniPhase(ctx context.Context, s *scope) (ctrl.Result, error
 		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason,
 			"the cluster's Kubernetes API is not reachable: "+err.Error())
 
-		return ctrl.Result{RequeueAfter: cniPoll}, nil
+		return ctrl.Result{RequeueAfter: cniPoll}, nil //nolint:nilerr // an API server away is waited for, said in Ready, not an error to back off on
 	}
 
 	u := &cniUpgrade{r: r, s: s, op: op, cfg: cfg, k: k, target: guard.CNIVersion(op.Spec.CNI.Version)}
