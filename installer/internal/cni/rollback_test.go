@@ -86,8 +86,12 @@ func TestApplyRollsBackAFailedUpgrade(t *testing.T) {
 
 		ds.Spec.Template.Spec.Containers[0].Image = "quay.io/cilium/cilium:" + newer
 		_, err = clientset.AppsV1().DaemonSets(cilium.Namespace).Update(ctx, ds, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil || !strings.Contains(err.Error(), "is refused") {
-			return fmt.Errorf("a dry-run update to %s: %v", newer, err)
+		if err == nil {
+			return fmt.Errorf("a dry-run update to %s was allowed", newer)
+		}
+
+		if !strings.Contains(err.Error(), "is refused") {
+			return fmt.Errorf("a dry-run update to %s: %w", newer, err)
 		}
 
 		return nil
