@@ -67,7 +67,7 @@ func cniCommand() *cli.Command {
 			Name: "upgrade",
 			Usage: "move Ichor's Cilium Helm release (kube-system/cilium) to another chart this Ichor embeds, at most one minor up " +
 				"(default: the newest such chart): a cni operation under the cluster lock, rolled back by Helm on failure; or list the charts",
-			ArgsUsage: "[VERSION]",
+			ArgsUsage: argsVersion,
 			Flags: []cli.Flag{
 				clusterFlag,
 				&cli.BoolFlag{Name: flagList, Usage: "print the running Cilium version and the embedded charts (the default target marked), and change nothing"},

@@ -20,6 +20,9 @@ import (
 // flagList prints the candidates of an upgrade.
 const flagList = cmdList
 
+// argsVersion is the usage of the upgrade commands' optional argument.
+const argsVersion = "[VERSION]"
+
 // startWait bounds the wait for the controller to start the operation after
 // spec.talosVersion or spec.kubernetesVersion was written.
 const startWait = 2 * time.Minute
@@ -33,7 +36,7 @@ func upgradeCommand() *cli.Command {
 			{
 				Name:      "talos",
 				Usage:     "upgrade Talos on every machine (control planes first, one at a time), or list the versions to upgrade to",
-				ArgsUsage: "[VERSION]",
+				ArgsUsage: argsVersion,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 					&cli.BoolFlag{Name: flagList, Usage: "print the candidates (recommended, patch, next minor; the default marked) and change nothing"},
@@ -45,7 +48,7 @@ func upgradeCommand() *cli.Command {
 				Name: "kubernetes",
 				Usage: "upgrade Kubernetes one minor up at most: control planes one at a time, then kube-proxy and the bootstrap manifests, " +
 					"then every kubelet; or list the versions to upgrade to",
-				ArgsUsage: "[VERSION]",
+				ArgsUsage: argsVersion,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: flagCluster, Usage: usageCluster},
 					&cli.BoolFlag{Name: flagList, Usage: "print the candidates (recommended, patch, next minor; the default marked) and change nothing"},
