@@ -57,7 +57,7 @@ func (r *Reconciler) resetMachines(ctx context.Context, c *ichorv1alpha1.TalosCl
 	if c.Annotations[ichorv1alpha1.TeardownResetMachinesAnnotation] != annotationTrue {
 		return true, nil
 	}
-	ms, err := ofCluster(ctx, r.Client, c, &ichorv1alpha1.TalosMachineList{},
+	ms, err := ofCluster(ctx, r.machineReader(), c, &ichorv1alpha1.TalosMachineList{},
 		func(o *ichorv1alpha1.TalosMachine) string { return o.Spec.ClusterName })
 	if err != nil {
 		return false, err

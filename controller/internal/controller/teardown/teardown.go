@@ -81,8 +81,13 @@ const (
 
 // Reconciler is the TalosCluster finalizer.
 type Reconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader lists the cluster's TalosMachines uncached: whether a machine
+	// was reset (status.resetRequestedAt, written one step earlier in the
+	// same reconcile) decides whether the bundle Secret is kept, and the
+	// cache may not have seen that write yet. Nil means the manager's.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 	// Dialer reaches the nodes for the resets the teardown-reset-machines
 	// annotation asks; nil dials Talos's port with the bundle's admin identity.
 	Dialer *talos.Dialer
@@ -92,6 +97,9 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder(ControllerName)
@@ -222,7 +230,7 @@ func (r *Reconciler) backupsAndCredentials(ctx context.Context, c *ichorv1alpha1
 // machines deletes the cluster's TalosMachines, each with allow-delete
 // first; their own finalizer leaves the nodes as they are.
 func (r *Reconciler) machines(ctx context.Context, c *ichorv1alpha1.TalosCluster) (bool, error) {
-	ms, err := ofCluster(ctx, r.Client, c, &ichorv1alpha1.TalosMachineList{},
+	ms, err := ofCluster(ctx, r.machineReader(), c, &ichorv1alpha1.TalosMachineList{},
 		func(o *ichorv1alpha1.TalosMachine) string { return o.Spec.ClusterName })
 	if err != nil {
 		return false, err
@@ -261,6 +269,15 @@ func (r *Reconciler) machines(ctx context.Context, c *ichorv1alpha1.TalosCluster
 		}
 	}
 	return r.deleteAll(ctx, c, "TalosMachines (their nodes are left as they are)", asObjects(ms))
+}
+
+// machineReader reads TalosMachines past the cache (APIReader), or through
+// Client when there is none.
+func (r *Reconciler) machineReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 // configuration deletes the cluster's TalosConfigPatches and its lock Lease.
