@@ -325,7 +325,7 @@ func TestCNIUpgradeCLI(t *testing.T) {
 	// confirmation that says what happens.
 	setOperationStatus(t, ns, m[1], func(st *ichorv1alpha1.TalosOperationStatus) { st.Phase = ichorv1alpha1.OperationSucceeded })
 	r = mustSucceed(t, ichorWith(t, invocation{stdin: "prod\n"}, "cni", "upgrade", "-n", ns))
-	for _, want := range []string{"from v1.19.3 to v1.20.2", "Helm upgrades the release kube-system/cilium", "one node at a time as the DaemonSet rolls",
+	for _, want := range []string{"from v1.19.3 to v1.20.2", "Helm upgrades the release kube-system/cilium", "restart as the DaemonSet rolls (the chart's rolling update, at most two nodes at a time",
 		"Helm rolls the release back to the running chart v1.19.3", "holds the cluster lock", `Type "prod" to confirm`} {
 		if !strings.Contains(r.stderr, want) {
 			t.Fatalf("the confirmation must say %q:\n%s", want, r.stderr)
