@@ -357,9 +357,16 @@ spec:
 		}
 	}
 
-	// kubectl logs reaches the controller's log through the kubelet API.
-	testenv.EventuallyEvery(t, time.Minute, 2*time.Second, "the controller's log through kubectl logs", func() (bool, string) {
-		out, err := w.kubectl(ctx, "logs", "-n", icNamespace, "deploy/ichor-controller")
+	// kubectl logs reaches the controller's log through the kubelet API: the
+	// leading replica's (a standby waits for the Lease and starts no workers;
+	// an earlier test may have killed the first leader).
+	testenv.EventuallyEvery(t, time.Minute, 2*time.Second, "the leading controller's log through kubectl logs", func() (bool, string) {
+		leader, err := w.leaderPod(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		out, err := w.kubectl(ctx, "logs", "-n", icNamespace, leader)
 		if err != nil {
 			return false, err.Error()
 		}
