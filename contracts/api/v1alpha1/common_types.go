@@ -17,8 +17,9 @@ const (
 	// AdoptedAnnotation marks a TalosCluster written by `ichor adopt`. Only such a
 	// cluster may use the `unmanaged` CNI preset.
 	AdoptedAnnotation = "ichor.maesh.dev/adopted"
-	// KubeProxySwitchAnnotation must be "true" on the write that changes
-	// spec.cni.kubeProxy; `ichor cni kube-proxy` sets it for that one write.
+	// KubeProxySwitchAnnotation names the kube-proxy TalosOperation on the
+	// write that changes spec.cni.kubeProxy: the operation sets it for that
+	// one write, at its Talos step, and removes it when it ends.
 	KubeProxySwitchAnnotation = "ichor.maesh.dev/allow-kube-proxy-switch"
 	// HoldApplyAnnotation stops the controller from applying configuration to a
 	// machine; drift is still computed and reported (AdoptionHeld).

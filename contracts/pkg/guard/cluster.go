@@ -32,6 +32,9 @@ type ClusterFacts struct {
 	ApprovedControlPlanes int
 	// ApprovedWorkers is the number of approved worker TalosMachines of the cluster.
 	ApprovedWorkers int
+	// KubeProxySwitching are the cluster's unfinished kube-proxy operations:
+	// only the one at its Talos step writes spec.cni.kubeProxy.
+	KubeProxySwitching []KubeProxySwitching
 }
 
 // CheckControlPlaneCountLowered refuses, overridably, lowering the declared
@@ -97,7 +100,7 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 	if old != nil && boolValue(old.Spec.ControlPlane.Schedulable) != boolValue(c.Spec.ControlPlane.Schedulable) {
 		add(CheckSchedulable(c.Spec.ControlPlane.Schedulable, facts.ApprovedWorkers))
 	}
-	out = append(out, checkCNI(old, c)...)
+	out = append(out, checkCNI(old, c, facts)...)
 	out = append(out, checkVersions(old, c)...)
 	out = append(out, checkDiscovery(old, c)...)
 	if reason := c.Annotations[ichorv1alpha1.PausedReasonAnnotation]; old == nil || old.Annotations[ichorv1alpha1.PausedReasonAnnotation] != reason {
@@ -111,7 +114,7 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 
 func boolValue(b *bool) bool { return b != nil && *b }
 
-func checkCNI(old, c *ichorv1alpha1.TalosCluster) []Refusal {
+func checkCNI(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []Refusal {
 	var out []Refusal
 	cni := c.Spec.CNI
 	// A preset Ichor does not manage is refused on a write that sets it. A
@@ -151,24 +154,8 @@ func checkCNI(old, c *ichorv1alpha1.TalosCluster) []Refusal {
 			WayOut: "keep spec.cni.tunnel: " + ocni.Tunnel,
 		})
 	}
-	switch {
-	case ocni.KubeProxy == cni.KubeProxy:
-	case c.Annotations[ichorv1alpha1.KubeProxySwitchAnnotation] != annotationTrue:
-		out = append(out, Refusal{
-			Field:  "spec.cni.kubeProxy",
-			Rule:   fmt.Sprintf("switching kube-proxy (%q to %q) changes two owners in a fixed order", ocni.KubeProxy, cni.KubeProxy),
-			WayOut: "set the annotation " + ichorv1alpha1.KubeProxySwitchAnnotation + `: "true" on the same write`,
-		})
-	default:
-		// The ordered switch (Cilium's kubeProxyReplacement verified on every
-		// node before Talos's kube-proxy goes, its objects deleted after) is
-		// not built in this release: refused rather than accepted and half done.
-		out = append(out, Refusal{
-			Field: "spec.cni.kubeProxy",
-			Rule: fmt.Sprintf("this release of Ichor cannot switch kube-proxy on an existing cluster (%q to %q): "+
-				"the ordered switch of Cilium and Talos is not built yet", ocni.KubeProxy, cni.KubeProxy),
-			WayOut: "keep spec.cni.kubeProxy: " + ocni.KubeProxy,
-		})
+	if r := checkKubeProxyWrite(old, c, facts); r != nil {
+		out = append(out, *r)
 	}
 	if len(old.Spec.Network.PodSubnets) > 0 && !slices.Equal(old.Spec.Network.PodSubnets, c.Spec.Network.PodSubnets) {
 		out = append(out, Refusal{

@@ -174,9 +174,9 @@ func UnfinishedCNI(cluster, except string, ops []ichorv1alpha1.TalosOperation) [
 	return out
 }
 
-// loadCNIFacts adds a cni operation's unfinished siblings to facts.
+// loadCNIFacts adds a cni or kube-proxy operation's unfinished siblings to facts.
 func loadCNIFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.TalosOperation, facts *OperationFacts) error {
-	if op.Spec.Type != ichorv1alpha1.OperationCNI {
+	if op.Spec.Type != ichorv1alpha1.OperationCNI && op.Spec.Type != ichorv1alpha1.OperationKubeProxy {
 		return nil
 	}
 

@@ -84,11 +84,11 @@ func TestBootstrapChartAnnotation(t *testing.T) {
 		return cluster(func(c *ichorv1alpha1.TalosCluster) { c.Annotations = map[string]string{key: v} })
 	}
 
-	expect(t, checkCNI(nil, with("v1.19.3")), nil)
-	expect(t, checkCNI(nil, cluster()), nil)
-	expect(t, checkCNI(nil, with("v1.18.0")), map[string][]string{field: {"not a Cilium chart this Ichor embeds", "v1.19.3, v1.20.2"}})
-	expect(t, checkCNI(with("v1.19.3"), with("v1.19.3")), nil)
-	expect(t, checkCNI(with("v1.19.3"), with("v1.20.2")), map[string][]string{field: {"cannot change", "ichor cni upgrade"}})
-	expect(t, checkCNI(cluster(), with("v1.20.2")), map[string][]string{field: {"cannot change"}})
-	expect(t, checkCNI(with("v1.19.3"), cluster()), map[string][]string{field: {"cannot change"}})
+	expect(t, checkCNI(nil, with("v1.19.3"), ClusterFacts{}), nil)
+	expect(t, checkCNI(nil, cluster(), ClusterFacts{}), nil)
+	expect(t, checkCNI(nil, with("v1.18.0"), ClusterFacts{}), map[string][]string{field: {"not a Cilium chart this Ichor embeds", "v1.19.3, v1.20.2"}})
+	expect(t, checkCNI(with("v1.19.3"), with("v1.19.3"), ClusterFacts{}), nil)
+	expect(t, checkCNI(with("v1.19.3"), with("v1.20.2"), ClusterFacts{}), map[string][]string{field: {"cannot change", "ichor cni upgrade"}})
+	expect(t, checkCNI(cluster(), with("v1.20.2"), ClusterFacts{}), map[string][]string{field: {"cannot change"}})
+	expect(t, checkCNI(with("v1.19.3"), cluster(), ClusterFacts{}), map[string][]string{field: {"cannot change"}})
 }

@@ -77,13 +77,19 @@ func LoadMachineFacts(ctx context.Context, r client.Reader, m *ichorv1alpha1.Tal
 }
 
 // LoadClusterFacts reads the facts of the cluster checks for c: its approved
-// machines (see CountApproved).
+// machines (see CountApproved) and its unfinished kube-proxy operations.
 func LoadClusterFacts(ctx context.Context, r client.Reader, c *ichorv1alpha1.TalosCluster) (ClusterFacts, error) {
 	n, err := CountApproved(ctx, r, c.Namespace, c.Name, "")
 	if err != nil {
 		return ClusterFacts{}, err
 	}
-	return ClusterFacts{ApprovedControlPlanes: n.ControlPlanes, ApprovedWorkers: n.Workers}, nil
+	facts := ClusterFacts{ApprovedControlPlanes: n.ControlPlanes, ApprovedWorkers: n.Workers}
+	var ops ichorv1alpha1.TalosOperationList
+	if err := r.List(ctx, &ops, client.InNamespace(c.Namespace)); err != nil {
+		return ClusterFacts{}, fmt.Errorf("listing TalosOperations in %s: %w", c.Namespace, err)
+	}
+	facts.KubeProxySwitching = UnfinishedKubeProxy(c.Name, ops.Items)
+	return facts, nil
 }
 
 // LoadOperationFacts reads the facts of the operation checks for op: its

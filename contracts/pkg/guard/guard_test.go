@@ -125,12 +125,27 @@ func TestValidateCluster(t *testing.T) {
 			want: map[string][]string{"spec.cni.tunnel": {"keep spec.cni.tunnel: vxlan"}}},
 		{name: "tunnel set for the first time", old: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Tunnel = "" }), new: cluster()},
 		{name: "kube-proxy switch without annotation", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced }),
-			want: map[string][]string{"spec.cni.kubeProxy": {ichorv1alpha1.KubeProxySwitchAnnotation, "allow-kube-proxy-switch: \"true\""}}},
-		{name: "kube-proxy switch with annotation", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			want: map[string][]string{"spec.cni.kubeProxy": {"written only by the kube-proxy operation", "ichor cni kube-proxy replaced --cluster prod"}}},
+		{name: "kube-proxy switch with an annotation that names no operation", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
 			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "true"}
 		}),
-			want: map[string][]string{"spec.cni.kubeProxy": {"cannot switch kube-proxy on an existing cluster", "keep spec.cni.kubeProxy: enabled"}}},
+			want: map[string][]string{"spec.cni.kubeProxy": {`names "true"`, "ichor cni kube-proxy replaced"}}},
+		{name: "kube-proxy switch by its operation before the Talos step", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
+			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "kp"}
+		}), facts: ClusterFacts{KubeProxySwitching: []KubeProxySwitching{{Name: "kp", Mode: ichorv1alpha1.KubeProxyReplaced, Step: KubeProxyStepVerify}}},
+			want: map[string][]string{"spec.cni.kubeProxy": {"at its step " + KubeProxyStepTalos}}},
+		{name: "kube-proxy switch by an operation to the other mode", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
+			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "kp"}
+		}), facts: ClusterFacts{KubeProxySwitching: []KubeProxySwitching{{Name: "kp", Mode: ichorv1alpha1.KubeProxyEnabled, Step: KubeProxyStepTalos}}},
+			want: map[string][]string{"spec.cni.kubeProxy": {"switching to replaced"}}},
+		{name: "kube-proxy switch by its operation at the Talos step", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
+			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "kp"}
+		}), facts: ClusterFacts{KubeProxySwitching: []KubeProxySwitching{{Name: "kp", Mode: ichorv1alpha1.KubeProxyReplaced, Step: KubeProxyStepTalos}}}},
+		{name: "kube-proxy unset to enabled is no switch", old: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = "" }), new: cluster()},
 		{name: "pod subnets changed", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.PodSubnets = []string{"10.10.0.0/16"} }),
 			want: map[string][]string{"spec.network.podSubnets": {"fixed once set"}}},
 		{name: "service subnets changed", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.ServiceSubnets = nil }),
@@ -455,8 +470,7 @@ func TestOperations(t *testing.T) {
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationCNI), OperationFacts{Cluster: unmanaged}), map[string][]string{"spec.type": {"unmanaged CNI"}})
 
 	// The types this release does not run are refused, each with a way out.
-	for _, typ := range []string{ichorv1alpha1.OperationIchor,
-		ichorv1alpha1.OperationKubeProxy, ichorv1alpha1.OperationCARotation,
+	for _, typ := range []string{ichorv1alpha1.OperationIchor, ichorv1alpha1.OperationCARotation,
 		ichorv1alpha1.OperationKeyRotation} {
 		r := CheckRunnable(op(typ))
 		if r == nil || !strings.Contains(r.Rule, `type "`+typ+`"`) || r.WayOut == "" || r.WayOut == "this release has no way to do it" {
@@ -465,7 +479,7 @@ func TestOperations(t *testing.T) {
 	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), facts), nil)
 	// A Talos, a Kubernetes and a Cilium upgrade run.
-	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationCNI} {
+	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy} {
 		if r := CheckRunnable(op(typ)); r != nil {
 			t.Errorf("type %s is refused: %+v", typ, r)
 		}

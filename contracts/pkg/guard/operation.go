@@ -40,7 +40,7 @@ type OperationFacts struct {
 	Backups        []ichorv1alpha1.TalosEtcdBackup
 	BackupsUnknown bool
 	// UnfinishedCNI names the cluster's other cni and kube-proxy operations
-	// that have not finished; cni operations only.
+	// that have not finished; cni and kube-proxy operations only.
 	UnfinishedCNI []string
 	// Capacity is every Node's load, read for a node operation on a
 	// three-node cluster without workers (CheckDrainCapacity); nil otherwise.
@@ -52,7 +52,7 @@ type OperationFacts struct {
 // operation controller fails one that got in before the rule existed.
 var RunnableOperationTypes = []string{
 	ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationNode,
-	ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationEtcdRestore, ichorv1alpha1.OperationCNI,
+	ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationEtcdRestore, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy,
 }
 
 // OperationRunnable reports whether this release runs operations of type t.
@@ -66,7 +66,6 @@ const adminTalosconfig = "the os:admin talosconfig of the cluster's secrets (`ic
 // notRunnableWayOut says, per type, what a person can do without the operation.
 var notRunnableWayOut = map[string]string{
 	ichorv1alpha1.OperationIchor:       "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",
-	ichorv1alpha1.OperationKubeProxy:   "this release cannot switch kube-proxy; keep spec.cni.kubeProxy as it is",
 	ichorv1alpha1.OperationCARotation:  "rotate the CAs with `talosctl rotate-ca` and " + adminTalosconfig,
 	ichorv1alpha1.OperationKeyRotation: "this release cannot rotate the service-account or secretbox key; they stay as they are",
 }
@@ -151,11 +150,7 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 	case ichorv1alpha1.OperationCNI:
 		out = append(out, checkCNIOperation(op, facts)...)
 	case ichorv1alpha1.OperationKubeProxy:
-		if c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetUnmanaged {
-			out = append(out, Refusal{Field: fieldSpecType,
-				Rule:   fmt.Sprintf("cluster %q has an unmanaged CNI; Ichor does not upgrade or configure it", c.Name),
-				WayOut: "manage the CNI with its own tooling"})
-		}
+		out = append(out, checkKubeProxyOperation(op, facts)...)
 	case ichorv1alpha1.OperationNode:
 		out = append(out, CheckNodeAction(op, facts)...)
 	case ichorv1alpha1.OperationShutdown:
