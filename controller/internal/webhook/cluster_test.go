@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,21 +90,45 @@ func TestCNIAndSubnetsAreImmutable(t *testing.T) {
 	testenv.Must(t, update(t, admin, newCluster(ns, "d"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.PodSubnets = []string{"10.10.0.0/16"} }))
 }
 
-// Rule: kube-proxy mode changes only with the explicit annotation, and
-// this release, which has not the ordered switch, refuses it even then
-// (rule 9: refused at admission, not accepted and half done).
+// Rule: spec.cni.kubeProxy changes only by the write of the kube-proxy
+// operation doing the switch, at its Talos step, which names itself in the
+// annotation: a plain edit, an annotation naming nothing, and the
+// operation's name before that step are refused.
 func TestKubeProxySwitchNeedsTheAnnotation(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	err := update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced })
-	refused(t, err, "Invalid", "spec.cni.kubeProxy", ichorv1alpha1.KubeProxySwitchAnnotation, `allow-kube-proxy-switch: "true"`)
+	refused(t, err, "Invalid", "spec.cni.kubeProxy", "written only by the kube-proxy operation", "ichor cni kube-proxy replaced --cluster c")
 
-	err = update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
-		c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
-		c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "true"}
-	})
-	refused(t, err, "Invalid", "spec.cni.kubeProxy", "cannot switch kube-proxy on an existing cluster", "keep spec.cni.kubeProxy")
+	annotated := func(name string) func(c *ichorv1alpha1.TalosCluster) {
+		return func(c *ichorv1alpha1.TalosCluster) {
+			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
+			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: name}
+		}
+	}
+	err = update(t, operator, newCluster(ns, "c"), annotated("true"))
+	refused(t, err, "Invalid", "spec.cni.kubeProxy", `names "true"`, "ichor cni kube-proxy replaced")
+
+	// The operation exists (Ichor's Cilium release is a precondition of its
+	// admission) but has not reached its Talos step.
+	c := &ichorv1alpha1.TalosCluster{}
+	testenv.Must(t, admin.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "c"}, c))
+	apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.CNIHandoverCondition, Status: metav1.ConditionTrue,
+		Reason: ichorv1alpha1.CNIHandoverDoneReason, Message: "test"})
+	testenv.Must(t, root.Status().Update(ctx, c))
+	op := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kp"},
+		Spec: ichorv1alpha1.TalosOperationSpec{ClusterName: "c", Type: ichorv1alpha1.OperationKubeProxy,
+			KubeProxy: &ichorv1alpha1.KubeProxySwitch{Mode: ichorv1alpha1.KubeProxyReplaced}},
+	}
+	testenv.Must(t, admin.Create(ctx, op))
+	err = update(t, operator, newCluster(ns, "c"), annotated("kp"))
+	refused(t, err, "Invalid", "spec.cni.kubeProxy", "at its step "+guard.KubeProxyStepTalos)
+
+	op.Status.Phase, op.Status.Step = ichorv1alpha1.OperationRunning, guard.KubeProxyStepTalos
+	testenv.Must(t, root.Status().Update(ctx, op))
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), annotated("kp")))
 }
 
 // Rule: TalosCluster deletable only with allow-delete: "true".
