@@ -17,9 +17,10 @@ const (
 	// AdoptedAnnotation marks a TalosCluster written by `ichor adopt`. Only such a
 	// cluster may use the `unmanaged` CNI preset.
 	AdoptedAnnotation = "ichor.maesh.dev/adopted"
-	// KubeProxySwitchAnnotation names the kube-proxy TalosOperation on the
-	// write that changes spec.cni.kubeProxy: the operation sets it for that
-	// one write, at its Talos step, and removes it when it ends.
+	// KubeProxySwitchAnnotation must name the new mode on the write that
+	// changes spec.cni.kubeProxy (`ichor cni kube-proxy` and ichor-ui set it
+	// for that one write); the controller then starts the kube-proxy
+	// operation that switches Cilium and Talos in order.
 	KubeProxySwitchAnnotation = "ichor.maesh.dev/allow-kube-proxy-switch"
 	// HoldApplyAnnotation stops the controller from applying configuration to a
 	// machine; drift is still computed and reported (AdoptionHeld).

@@ -630,6 +630,13 @@ type CNIStatus struct {
 	// valuesHash is the hash of the effective Cilium values last applied.
 	// +optional
 	ValuesHash string `json:"valuesHash,omitempty"`
+	// kubeProxy is the kube-proxy mode Talos's side is rendered with
+	// (enabled or replaced): spec.cni.kubeProxy as first seen, then what a
+	// kube-proxy operation switched Talos to at its step kube-proxy-talos.
+	// While it differs from spec.cni.kubeProxy a switch is pending.
+	// +optional
+	// +kubebuilder:validation:Enum=enabled;replaced
+	KubeProxy string `json:"kubeProxy,omitempty"`
 	// takenOverInlineManifest is the name of the foreign inline manifest entry taken over at adoption.
 	// +optional
 	TakenOverInlineManifest string `json:"takenOverInlineManifest,omitempty"`

@@ -32,9 +32,9 @@ type ClusterFacts struct {
 	ApprovedControlPlanes int
 	// ApprovedWorkers is the number of approved worker TalosMachines of the cluster.
 	ApprovedWorkers int
-	// KubeProxySwitching are the cluster's unfinished kube-proxy operations:
-	// only the one at its Talos step writes spec.cni.kubeProxy.
-	KubeProxySwitching []KubeProxySwitching
+	// UnfinishedCNI names the cluster's unfinished cni and kube-proxy
+	// operations (a kube-proxy switch waits for them).
+	UnfinishedCNI []string
 }
 
 // CheckControlPlaneCountLowered refuses, overridably, lowering the declared
@@ -154,9 +154,7 @@ func checkCNI(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []Refusal 
 			WayOut: "keep spec.cni.tunnel: " + ocni.Tunnel,
 		})
 	}
-	if r := checkKubeProxyWrite(old, c, facts); r != nil {
-		out = append(out, *r)
-	}
+	out = append(out, checkKubeProxyWrite(old, c, facts)...)
 	if len(old.Spec.Network.PodSubnets) > 0 && !slices.Equal(old.Spec.Network.PodSubnets, c.Spec.Network.PodSubnets) {
 		out = append(out, Refusal{
 			Field:  "spec.network.podSubnets",

@@ -77,7 +77,7 @@ func LoadMachineFacts(ctx context.Context, r client.Reader, m *ichorv1alpha1.Tal
 }
 
 // LoadClusterFacts reads the facts of the cluster checks for c: its approved
-// machines (see CountApproved) and its unfinished kube-proxy operations.
+// machines (see CountApproved) and its unfinished cni and kube-proxy operations.
 func LoadClusterFacts(ctx context.Context, r client.Reader, c *ichorv1alpha1.TalosCluster) (ClusterFacts, error) {
 	n, err := CountApproved(ctx, r, c.Namespace, c.Name, "")
 	if err != nil {
@@ -88,7 +88,7 @@ func LoadClusterFacts(ctx context.Context, r client.Reader, c *ichorv1alpha1.Tal
 	if err := r.List(ctx, &ops, client.InNamespace(c.Namespace)); err != nil {
 		return ClusterFacts{}, fmt.Errorf("listing TalosOperations in %s: %w", c.Namespace, err)
 	}
-	facts.KubeProxySwitching = UnfinishedKubeProxy(c.Name, ops.Items)
+	facts.UnfinishedCNI = UnfinishedCNI(c.Name, "", ops.Items)
 	return facts, nil
 }
 

@@ -51,6 +51,13 @@ func machine(role, state string, mutate ...func(*ichorv1alpha1.TalosMachine)) *i
 
 // expect checks that refusals holds exactly one refusal per wanted field, each
 // message containing the wanted words; an empty want means "allowed".
+// kubeProxyRecorded is a cluster Ichor's Cilium runs on, whose Talos side
+// is recorded as running spec.cni.kubeProxy.
+func kubeProxyRecorded(c *ichorv1alpha1.TalosCluster) {
+	handedOver(c)
+	c.Status.CNI.KubeProxy = c.Spec.CNI.KubeProxy
+}
+
 func expect(t *testing.T, refusals []Refusal, want map[string][]string) {
 	t.Helper()
 	if len(want) == 0 {
@@ -124,27 +131,22 @@ func TestValidateCluster(t *testing.T) {
 		{name: "tunnel changed", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Tunnel = "geneve" }),
 			want: map[string][]string{"spec.cni.tunnel": {"keep spec.cni.tunnel: vxlan"}}},
 		{name: "tunnel set for the first time", old: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Tunnel = "" }), new: cluster()},
-		{name: "kube-proxy switch without annotation", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced }),
-			want: map[string][]string{"spec.cni.kubeProxy": {"written only by the kube-proxy operation", "ichor cni kube-proxy replaced --cluster prod"}}},
-		{name: "kube-proxy switch with an annotation that names no operation", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+		{name: "kube-proxy switch without annotation", old: cluster(kubeProxyRecorded), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced }),
+			want: map[string][]string{"spec.cni.kubeProxy": {"asked for explicitly", "ichor cni kube-proxy replaced --cluster prod"}}},
+		{name: "kube-proxy switch annotated for the other mode", old: cluster(kubeProxyRecorded), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
 			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "true"}
 		}),
-			want: map[string][]string{"spec.cni.kubeProxy": {`names "true"`, "ichor cni kube-proxy replaced"}}},
-		{name: "kube-proxy switch by its operation before the Talos step", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			want: map[string][]string{"spec.cni.kubeProxy": {`says "true", not "replaced"`}}},
+		{name: "kube-proxy switch annotated", old: cluster(kubeProxyRecorded), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
-			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "kp"}
-		}), facts: ClusterFacts{KubeProxySwitching: []KubeProxySwitching{{Name: "kp", Mode: ichorv1alpha1.KubeProxyReplaced, Step: KubeProxyStepVerify}}},
-			want: map[string][]string{"spec.cni.kubeProxy": {"at its step " + KubeProxyStepTalos}}},
-		{name: "kube-proxy switch by an operation to the other mode", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
+			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: ichorv1alpha1.KubeProxyReplaced}
+		})},
+		{name: "kube-proxy switch while a cni operation runs", old: cluster(kubeProxyRecorded), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
-			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "kp"}
-		}), facts: ClusterFacts{KubeProxySwitching: []KubeProxySwitching{{Name: "kp", Mode: ichorv1alpha1.KubeProxyEnabled, Step: KubeProxyStepTalos}}},
-			want: map[string][]string{"spec.cni.kubeProxy": {"switching to replaced"}}},
-		{name: "kube-proxy switch by its operation at the Talos step", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) {
-			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
-			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: "kp"}
-		}), facts: ClusterFacts{KubeProxySwitching: []KubeProxySwitching{{Name: "kp", Mode: ichorv1alpha1.KubeProxyReplaced, Step: KubeProxyStepTalos}}}},
+			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: ichorv1alpha1.KubeProxyReplaced}
+		}), facts: ClusterFacts{UnfinishedCNI: []string{"cni-x"}},
+			want: map[string][]string{"spec.cni.kubeProxy": {"operation cni-x"}}},
 		{name: "kube-proxy unset to enabled is no switch", old: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = "" }), new: cluster()},
 		{name: "pod subnets changed", old: cluster(), new: cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.PodSubnets = []string{"10.10.0.0/16"} }),
 			want: map[string][]string{"spec.network.podSubnets": {"fixed once set"}}},

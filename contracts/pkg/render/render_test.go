@@ -110,6 +110,32 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
+// TestKubeProxyFollowsTheRecordedMode: while a kube-proxy switch is pending
+// (spec.cni.kubeProxy moved, status.cni.kubeProxy not yet), Talos's side
+// keeps the recorded mode; the operation moves the record at its Talos step.
+func TestKubeProxyFollowsTheRecordedMode(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		spec, recorded string
+		want           bool
+	}{
+		{ichorv1alpha1.KubeProxyReplaced, ichorv1alpha1.KubeProxyEnabled, true},
+		{ichorv1alpha1.KubeProxyEnabled, ichorv1alpha1.KubeProxyReplaced, false},
+		{ichorv1alpha1.KubeProxyReplaced, "", false},
+		{ichorv1alpha1.KubeProxyReplaced, ichorv1alpha1.KubeProxyReplaced, false},
+	} {
+		in := input(t)
+		in.Machine = machine("m-1", ichorv1alpha1.RoleControlPlane)
+		in.Cluster.Spec.CNI.KubeProxy = tc.spec
+		in.Cluster.Status.CNI.KubeProxy = tc.recorded
+
+		if x, _ := get(values(t, renderOK(t, in)), "KubeProxyConfig:enabled"); x != tc.want {
+			t.Errorf("spec %s, recorded %q: KubeProxyConfig:enabled = %v, want %v", tc.spec, tc.recorded, x, tc.want)
+		}
+	}
+}
+
 func TestSystemLayer(t *testing.T) {
 	t.Parallel()
 

@@ -241,7 +241,25 @@ func cniDocs(c *ichorv1alpha1.TalosCluster, vc *coreconfig.VersionContract) ([]d
 	return []doc{legacy(doc{keyCluster: doc{keyNetwork: doc{"cni": doc{keyName: "none"}}}})}, nil
 }
 
-// kubeProxyDocs follows spec.cni.kubeProxy. KubeProxyConfig is a
+// TalosKubeProxy is the kube-proxy mode Talos's side is rendered with:
+// status.cni.kubeProxy once the controller has recorded it, spec.cni.kubeProxy
+// before that. A switch moves the record at its Talos step, after Cilium's
+// side when kube-proxy is being replaced (guard/kubeproxy.go), so a spec
+// change alone never turns Talos's kube-proxy off first.
+func TalosKubeProxy(c *ichorv1alpha1.TalosCluster) string {
+	m := c.Status.CNI.KubeProxy
+	if m == "" {
+		m = c.Spec.CNI.KubeProxy
+	}
+
+	if m == "" {
+		return ichorv1alpha1.KubeProxyEnabled
+	}
+
+	return m
+}
+
+// kubeProxyDocs follows TalosKubeProxy. KubeProxyConfig is a
 // control-plane-only document (machinery refuses it on a worker), as is
 // cluster.proxy in v1alpha1 in practice: kube-proxy is a DaemonSet the control
 // planes' bootstrap manifests create.
@@ -251,7 +269,7 @@ func kubeProxyDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine,
 		return nil
 	}
 
-	enabled := c.Spec.CNI.KubeProxy != ichorv1alpha1.KubeProxyReplaced
+	enabled := TalosKubeProxy(c) != ichorv1alpha1.KubeProxyReplaced
 
 	if vc.MultidocKubernetesConfigSupported() {
 		return []doc{multidoc("KubeProxyConfig", doc{"enabled": enabled})}

@@ -90,45 +90,42 @@ func TestCNIAndSubnetsAreImmutable(t *testing.T) {
 	testenv.Must(t, update(t, admin, newCluster(ns, "d"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.Network.PodSubnets = []string{"10.10.0.0/16"} }))
 }
 
-// Rule: spec.cni.kubeProxy changes only by the write of the kube-proxy
-// operation doing the switch, at its Talos step, which names itself in the
-// annotation: a plain edit, an annotation naming nothing, and the
-// operation's name before that step are refused.
+// Rule: spec.cni.kubeProxy changes only on a write whose annotation names
+// the new mode, and only on a cluster whose Cilium is Ichor's release and
+// whose Talos side is recorded (the controller then runs the ordered switch).
 func TestKubeProxySwitchNeedsTheAnnotation(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
 	err := update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced })
-	refused(t, err, "Invalid", "spec.cni.kubeProxy", "written only by the kube-proxy operation", "ichor cni kube-proxy replaced --cluster c")
+	refused(t, err, "Invalid", "spec.cni.kubeProxy", "asked for explicitly", "ichor cni kube-proxy replaced --cluster c")
 
-	annotated := func(name string) func(c *ichorv1alpha1.TalosCluster) {
+	annotated := func(v string) func(c *ichorv1alpha1.TalosCluster) {
 		return func(c *ichorv1alpha1.TalosCluster) {
 			c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
-			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: name}
+			c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: v}
 		}
 	}
 	err = update(t, operator, newCluster(ns, "c"), annotated("true"))
-	refused(t, err, "Invalid", "spec.cni.kubeProxy", `names "true"`, "ichor cni kube-proxy replaced")
+	refused(t, err, "Invalid", "spec.cni.kubeProxy", `says "true", not "replaced"`)
 
-	// The operation exists (Ichor's Cilium release is a precondition of its
-	// admission) but has not reached its Talos step.
+	err = update(t, operator, newCluster(ns, "c"), annotated(ichorv1alpha1.KubeProxyReplaced))
+	refused(t, err, "Invalid", "spec.cni.kubeProxy", "status.cni.kubeProxy is empty", "not Ichor's Helm release yet")
+
 	c := &ichorv1alpha1.TalosCluster{}
 	testenv.Must(t, admin.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "c"}, c))
 	apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.CNIHandoverCondition, Status: metav1.ConditionTrue,
 		Reason: ichorv1alpha1.CNIHandoverDoneReason, Message: "test"})
+	c.Status.CNI.KubeProxy = ichorv1alpha1.KubeProxyEnabled
 	testenv.Must(t, root.Status().Update(ctx, c))
-	op := &ichorv1alpha1.TalosOperation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kp"},
-		Spec: ichorv1alpha1.TalosOperationSpec{ClusterName: "c", Type: ichorv1alpha1.OperationKubeProxy,
-			KubeProxy: &ichorv1alpha1.KubeProxySwitch{Mode: ichorv1alpha1.KubeProxyReplaced}},
-	}
-	testenv.Must(t, admin.Create(ctx, op))
-	err = update(t, operator, newCluster(ns, "c"), annotated("kp"))
-	refused(t, err, "Invalid", "spec.cni.kubeProxy", "at its step "+guard.KubeProxyStepTalos)
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), annotated(ichorv1alpha1.KubeProxyReplaced)))
 
-	op.Status.Phase, op.Status.Step = ichorv1alpha1.OperationRunning, guard.KubeProxyStepTalos
-	testenv.Must(t, root.Status().Update(ctx, op))
-	testenv.Must(t, update(t, operator, newCluster(ns, "c"), annotated("kp")))
+	// The switch is pending (Talos's side still enabled): no second one.
+	err = update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
+		c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyEnabled
+		c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: ichorv1alpha1.KubeProxyEnabled}
+	})
+	refused(t, err, "Invalid", "spec.cni.kubeProxy", "is switching kube-proxy from enabled to replaced")
 }
 
 // Rule: TalosCluster deletable only with allow-delete: "true".
