@@ -18,6 +18,9 @@ const (
 	namespaceLabelBare = "io.kubernetes.pod.namespace"
 	// protoANY is Cilium's protocol for both TCP and UDP, and its default.
 	protoANY = "ANY"
+	// Rule keys.
+	keyToEntities = "toEntities"
+	keyToPorts    = "toPorts"
 )
 
 // Allows evaluates f against policies as Cilium would, for the rule shapes
@@ -330,7 +333,7 @@ func parseCNP(o *unstructured.Unstructured) (*cnp, error) {
 		into     *[]rule
 	}{
 		{"ingress", ingress, [2]string{"fromEntities", "fromEndpoints"}, &p.ingress},
-		{"egress", egress, [2]string{"toEntities", "toEndpoints"}, &p.egress},
+		{"egress", egress, [2]string{keyToEntities, "toEndpoints"}, &p.egress},
 	} {
 		raw, present := spec[d.key]
 		if !present {
@@ -377,7 +380,7 @@ func parseRule(where string, item any, dir direction, peerKeys [2]string) (rule,
 		peerKinds = append(peerKinds, "toCIDR", "toFQDNs")
 	}
 
-	if err := onlyKeys(where, m, append(slices.Clone(peerKinds), "toPorts")...); err != nil {
+	if err := onlyKeys(where, m, append(slices.Clone(peerKinds), keyToPorts)...); err != nil {
 		return rule{}, err
 	}
 
@@ -451,7 +454,7 @@ func parseRule(where string, item any, dir direction, peerKeys [2]string) (rule,
 		}
 	}
 
-	if raw, ok := m["toPorts"]; ok {
+	if raw, ok := m[keyToPorts]; ok {
 		ports, dns, err := parsePorts(where, raw, dir)
 		if err != nil {
 			return rule{}, err

@@ -107,8 +107,8 @@ func EgressPolicies(namespace string, t Targets) ([]*unstructured.Unstructured, 
 	if t.ClusterNodes {
 		rules, _, _ := unstructured.NestedSlice(controller.Object, "spec", "egress")
 		rules = slices.Insert(rules, 2, any(map[string]any{
-			"toEntities": []any{EntityHost, EntityRemoteNode},
-			"toPorts":    tcpPorts(TalosAPIPort),
+			keyToEntities: []any{EntityHost, EntityRemoteNode},
+			keyToPorts:    tcpPorts(TalosAPIPort),
 		}))
 		_ = unstructured.SetNestedSlice(controller.Object, rules, "spec", "egress")
 	}
@@ -145,7 +145,7 @@ func checkTarget(t Target) error {
 // targets grouped by port, addresses before names, in a stable order.
 func egressPolicy(namespace, name, app, description string, targets []Target) *unstructured.Unstructured {
 	rules := []any{
-		map[string]any{"toEntities": []any{EntityKubeAPIServer}},
+		map[string]any{keyToEntities: []any{EntityKubeAPIServer}},
 		dnsRule(),
 	}
 
@@ -176,7 +176,7 @@ func egressPolicy(namespace, name, app, description string, targets []Target) *u
 		g := byPort[p]
 
 		if cidrs := sortedUnique(g[0]); len(cidrs) > 0 {
-			rules = append(rules, map[string]any{"toCIDR": toAny(cidrs), "toPorts": tcpPorts(p)})
+			rules = append(rules, map[string]any{"toCIDR": toAny(cidrs), keyToPorts: tcpPorts(p)})
 		}
 
 		if names := sortedUnique(g[1]); len(names) > 0 {
@@ -185,7 +185,7 @@ func egressPolicy(namespace, name, app, description string, targets []Target) *u
 				fqdns = append(fqdns, map[string]any{"matchName": n})
 			}
 
-			rules = append(rules, map[string]any{"toFQDNs": fqdns, "toPorts": tcpPorts(p)})
+			rules = append(rules, map[string]any{"toFQDNs": fqdns, keyToPorts: tcpPorts(p)})
 		}
 	}
 
@@ -214,7 +214,7 @@ func dnsRule() map[string]any {
 		"toEndpoints": []any{map[string]any{"matchLabels": map[string]any{
 			"k8s-app": "kube-dns", namespaceLabel: "kube-system",
 		}}},
-		"toPorts": []any{map[string]any{
+		keyToPorts: []any{map[string]any{
 			"ports": []any{map[string]any{"port": strconv.Itoa(DNSPort), "protocol": protoANY}},
 			"rules": map[string]any{"dns": []any{map[string]any{"matchPattern": "*"}}},
 		}},

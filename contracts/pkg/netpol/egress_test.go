@@ -104,9 +104,10 @@ func TestEgressPolicies(t *testing.T) {
 	t.Run("FQDNNeedsTheDNSRule", func(t *testing.T) {
 		// Cilium learns a name's addresses only through its DNS proxy: with
 		// the DNS rules removed from every policy, the name is not reached.
-		var stripped []*unstructured.Unstructured
+		all := Ordered(egress, Policies(ns, Options{}))
+		stripped := make([]*unstructured.Unstructured, 0, len(all))
 
-		for _, o := range Ordered(egress, Policies(ns, Options{})) {
+		for _, o := range all {
 			o = o.DeepCopy()
 			rules, _, _ := unstructured.NestedSlice(o.Object, "spec", "egress")
 			rules = slices.DeleteFunc(rules, func(r any) bool { _, ok := r.(map[string]any)["toEndpoints"]; return ok })

@@ -140,8 +140,10 @@ func condition(t *testing.T, name string) *metav1.Condition {
 	return apimeta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.NetworkPoliciesAppliedCondition)
 }
 
-func waitCondition(t *testing.T, name string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+func waitCondition(t *testing.T, status metav1.ConditionStatus, reason string) *metav1.Condition {
 	t.Helper()
+
+	const name = "home"
 
 	var got *metav1.Condition
 
@@ -226,7 +228,7 @@ func TestNetworkPolicies(t *testing.T) {
 	testenv.UpdateStatus(t, k8s, away, func(m *ichorv1alpha1.TalosMachine) { m.Status.NodeName = "node-away" })
 
 	t.Run("NoCRD", func(t *testing.T) {
-		c := waitCondition(t, "home", metav1.ConditionFalse, ichorv1alpha1.CiliumCRDMissingReason)
+		c := waitCondition(t, metav1.ConditionFalse, ichorv1alpha1.CiliumCRDMissingReason)
 		if !strings.Contains(c.Message, "is not isolated by Ichor") {
 			t.Fatalf("message %q", c.Message)
 		}
@@ -254,7 +256,7 @@ func TestNetworkPolicies(t *testing.T) {
 	})
 
 	t.Run("NotCilium", func(t *testing.T) {
-		c := waitCondition(t, "home", metav1.ConditionFalse, ichorv1alpha1.CNINotCiliumReason)
+		c := waitCondition(t, metav1.ConditionFalse, ichorv1alpha1.CNINotCiliumReason)
 		if !strings.Contains(c.Message, "not detected yet") {
 			t.Fatalf("message %q", c.Message)
 		}
@@ -276,7 +278,7 @@ func TestNetworkPolicies(t *testing.T) {
 	testenv.UpdateStatus(t, k8s, testenv.TalosCluster(ns, "home"), func(c *ichorv1alpha1.TalosCluster) { c.Status.CNI.Detected = cni.DetectedCilium })
 
 	t.Run("Applied", func(t *testing.T) {
-		c := waitCondition(t, "home", metav1.ConditionTrue, ichorv1alpha1.NetworkPoliciesInPlaceReason)
+		c := waitCondition(t, metav1.ConditionTrue, ichorv1alpha1.NetworkPoliciesInPlaceReason)
 		for _, want := range []string{netpol.ControllerEgressPolicy, netpol.UIEgressPolicy, netpol.DefaultDenyName} {
 			if !strings.Contains(c.Message, want) {
 				t.Fatalf("message %q does not name %s", c.Message, want)
@@ -356,7 +358,7 @@ func TestNetworkPolicies(t *testing.T) {
 		}
 		testenv.Must(t, k8s.Create(ctx, d))
 
-		c := waitCondition(t, "home", metav1.ConditionFalse, ichorv1alpha1.NetworkPoliciesFailedReason)
+		c := waitCondition(t, metav1.ConditionFalse, ichorv1alpha1.NetworkPoliciesFailedReason)
 		if !strings.Contains(c.Message, "Deployment ichor-system/ichor-ui container ichor-ui --oidc-issuer-url") ||
 			!strings.Contains(c.Message, "not an http(s) URL") {
 			t.Fatalf("message %q does not say which object and why", c.Message)
@@ -370,7 +372,7 @@ func TestNetworkPolicies(t *testing.T) {
 		testenv.Must(t, k8s.Update(ctx, d))
 
 		// The Deployment is not watched: the resync applies it.
-		waitCondition(t, "home", metav1.ConditionTrue, ichorv1alpha1.NetworkPoliciesInPlaceReason)
+		waitCondition(t, metav1.ConditionTrue, ichorv1alpha1.NetworkPoliciesInPlaceReason)
 		checkFlows(t)
 
 		f := netpol.Flow{From: netpol.App(ns, netpol.UIPolicy), To: netpol.External("login.example.org"), Port: 443, Protocol: netpol.TCP}
