@@ -39,6 +39,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubernetesupgrade"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/machinereclaim"
+	"github.com/maeshinshin/ichor/controller/internal/controller/netpolicy"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/selfdeploy"
 	"github.com/maeshinshin/ichor/controller/internal/controller/servingca"
@@ -231,6 +232,9 @@ func main() {
 		{"the serving CA keeper", &servingca.Keeper{Namespace: namespace}},
 		// One replica and no PodDisruptionBudget on a single schedulable node, two with them otherwise.
 		{"the controller's and ichor-ui's replicas", &selfdeploy.Reconciler{Namespace: namespace}},
+		// Ichor's CiliumNetworkPolicies in its namespace: the egress to what the objects name first, then the
+		// static set, the default deny last; NetworkPoliciesApplied on the cluster Ichor runs in (its own Node's).
+		{"Ichor's network policies", &netpolicy.Reconciler{Namespace: namespace, OwnNode: ownNode, ReleaseSources: []string{releaseSource, k8sSource}}},
 	} {
 		if err := r.setup.SetupWithManager(mgr); err != nil {
 			log.Error(err, "registering "+r.what)

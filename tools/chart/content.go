@@ -28,10 +28,10 @@ controller:
 networkPolicy:
   cilium:
     # enabled renders Ichor's CiliumNetworkPolicies (default deny plus one allow
-    # per flow). Needs Cilium's CRDs. Not yet for an Ichor that reaches Talos
-    # nodes or S3 stores from this cluster: the controller's and ichor-ui's
-    # egress to them is not allowed by any policy of this release, so the
-    # default deny blocks it.
+    # per flow). Needs Cilium's CRDs. The egress to Talos nodes, S3 stores,
+    # release sources and an external OIDC provider is written by the
+    # controller (ichor-controller-egress, ichor-ui-egress) once it runs on a
+    # node of a cluster it manages; until then the default deny blocks it.
     enabled: false
     # metricsNamespace opens both /metrics ports (the controller's 8080,
     # ichor-ui's 8445) to the pods of this one namespace (where Prometheus

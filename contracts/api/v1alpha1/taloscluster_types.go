@@ -49,6 +49,15 @@ const (
 	AdoptedReason = "Adopted"
 	// CiliumCRDMissingReason means Cilium's CRDs do not exist, so no policy was applied.
 	CiliumCRDMissingReason = "CiliumCRDMissing"
+	// NetworkPoliciesInPlaceReason is a true NetworkPoliciesApplied: the
+	// policy set and the egress policies were applied.
+	NetworkPoliciesInPlaceReason = "Applied"
+	// CNINotCiliumReason means the cluster does not run Cilium (as detected),
+	// so no policy was applied.
+	CNINotCiliumReason = "CNINotCilium"
+	// NetworkPoliciesFailedReason means building or applying the policies
+	// failed; the message says why.
+	NetworkPoliciesFailedReason = "ApplyFailed"
 	// CNIPresetUnsupportedReason is the reason of a true CNIUnsupported: the
 	// stored spec.cni.preset is not one Ichor manages.
 	CNIPresetUnsupportedReason = "PresetUnsupported"

@@ -3,6 +3,7 @@ package netpol
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,9 @@ const (
 	namespaceLabelBare = "io.kubernetes.pod.namespace"
 	// protoANY is Cilium's protocol for both TCP and UDP, and its default.
 	protoANY = "ANY"
+	// Rule keys.
+	keyToEntities = "toEntities"
+	keyToPorts    = "toPorts"
 )
 
 // Allows evaluates f against policies as Cilium would, for the rule shapes
@@ -34,9 +38,19 @@ const (
 // description, endpointSelector (matchLabels), ingress and egress; rules
 // with fromEntities/toEntities (all, cluster, world, host, remote-node,
 // kube-apiserver) or fromEndpoints/toEndpoints (matchLabels, with the
-// namespace label or without), each with or without toPorts (numbered ports,
-// TCP, UDP or ANY; on egress, a DNS rule matching every name), and the empty
-// rule {} that allows nothing. Any other shape is an error, never a verdict.
+// namespace label or without), or on egress toCIDR (single prefixes, no
+// except) and toFQDNs (matchName), each with or without toPorts (numbered
+// ports, TCP, UDP or ANY; on egress, a DNS rule matching every name), and
+// the empty rule {} that allows nothing. Any other shape is an error, never
+// a verdict.
+//
+// A toCIDR rule selects an External peer whose host is an address in one of
+// its prefixes, never an entity (Cilium's CIDR rules do not select the
+// cluster's nodes: cilium/cilium Documentation/security/policy/layer3.rst).
+// A toFQDNs rule selects an External peer whose host is the name, and only
+// when a policy selecting the subject also has the DNS rule: Cilium learns a
+// name's addresses from the answers its DNS proxy sees, and without the DNS
+// rule it sees none (layer3.rst, "DNS based").
 //
 // An entity peer is one identity here; Cilium gives a kube-apiserver on the
 // pod's own node both the host and the kube-apiserver identity, which this
@@ -124,6 +138,10 @@ func side(policies []*cnp, dir direction, subject, peer Peer, f Flow) (allowedBy
 		enforcing = true
 
 		for _, r := range rules {
+			if r.fqdns != nil && !dnsProxied(policies, subject) {
+				continue
+			}
+
 			if r.matches(p.namespace, peer, f) {
 				allowedBy = append(allowedBy, p.name)
 
@@ -135,12 +153,26 @@ func side(policies []*cnp, dir direction, subject, peer Peer, f Flow) (allowedBy
 	return allowedBy, enforcing
 }
 
+// dnsProxied says whether a policy selecting subject sends its DNS through
+// Cilium's DNS proxy (an egress DNS rule).
+func dnsProxied(policies []*cnp, subject Peer) bool {
+	for _, p := range policies {
+		if p.namespace == subject.Namespace && p.selector.selects(subject.Labels) && p.dnsRule {
+			return true
+		}
+	}
+
+	return false
+}
+
 // cnp is a parsed policy.
 type cnp struct {
 	name, namespace string
 	selector        labelSelector
 	// ingress and egress are nil when the policy has no rules for the direction.
 	ingress, egress []rule
+	// dnsRule: an egress rule has the DNS rule.
+	dnsRule bool
 }
 
 type labelSelector map[string]string
@@ -162,6 +194,11 @@ type rule struct {
 	empty     bool
 	entities  []string
 	endpoints []endpointSelector
+	cidrs     []netip.Prefix
+	// fqdns is the toFQDNs names; nil when the rule has none.
+	fqdns []string
+	// dns: the rule has the DNS L7 rule.
+	dns bool
 	// ports is nil for every port.
 	ports []port
 }
@@ -187,6 +224,22 @@ func (r rule) matches(policyNamespace string, peer Peer, f Flow) bool {
 	for _, e := range r.entities {
 		if entityMatches(e, peer) {
 			peerOK = true
+		}
+	}
+
+	if peer.Host != "" {
+		if a, err := netip.ParseAddr(peer.Host); err == nil {
+			for _, c := range r.cidrs {
+				if c.Contains(a.Unmap()) {
+					peerOK = true
+				}
+			}
+		}
+
+		for _, n := range r.fqdns {
+			if strings.EqualFold(n, strings.TrimSuffix(peer.Host, ".")) {
+				peerOK = true
+			}
 		}
 	}
 
@@ -280,7 +333,7 @@ func parseCNP(o *unstructured.Unstructured) (*cnp, error) {
 		into     *[]rule
 	}{
 		{"ingress", ingress, [2]string{"fromEntities", "fromEndpoints"}, &p.ingress},
-		{"egress", egress, [2]string{"toEntities", "toEndpoints"}, &p.egress},
+		{"egress", egress, [2]string{keyToEntities, "toEndpoints"}, &p.egress},
 	} {
 		raw, present := spec[d.key]
 		if !present {
@@ -301,6 +354,7 @@ func parseCNP(o *unstructured.Unstructured) (*cnp, error) {
 			}
 
 			rules = append(rules, r)
+			p.dnsRule = p.dnsRule || r.dns
 		}
 
 		*d.into = rules
@@ -320,18 +374,36 @@ func parseRule(where string, item any, dir direction, peerKeys [2]string) (rule,
 	}
 
 	entitiesKey, endpointsKey := peerKeys[0], peerKeys[1]
-	if err := onlyKeys(where, m, entitiesKey, endpointsKey, "toPorts"); err != nil {
+	peerKinds := []string{entitiesKey, endpointsKey}
+
+	if dir == egress {
+		peerKinds = append(peerKinds, "toCIDR", "toFQDNs")
+	}
+
+	if err := onlyKeys(where, m, append(slices.Clone(peerKinds), keyToPorts)...); err != nil {
 		return rule{}, err
+	}
+
+	kinds := 0
+
+	for _, k := range peerKinds {
+		if _, ok := m[k]; ok {
+			kinds++
+		}
+	}
+
+	if kinds != 1 {
+		return rule{}, fmt.Errorf("%s: want exactly one of %s (a rule of ports only, or of several, is not understood)", where, strings.Join(peerKinds, ", "))
 	}
 
 	_, hasEntities := m[entitiesKey]
 	_, hasEndpoints := m[endpointsKey]
 
-	if hasEntities == hasEndpoints {
-		return rule{}, fmt.Errorf("%s: want exactly one of %s and %s (a rule of ports only, or of both, is not understood)", where, entitiesKey, endpointsKey)
-	}
-
 	var r rule
+
+	if err := parseExternal(where, m, &r); err != nil {
+		return rule{}, err
+	}
 
 	if hasEntities {
 		list, ok := m[entitiesKey].([]any)
@@ -382,64 +454,114 @@ func parseRule(where string, item any, dir direction, peerKeys [2]string) (rule,
 		}
 	}
 
-	if raw, ok := m["toPorts"]; ok {
-		ports, err := parsePorts(where, raw, dir)
+	if raw, ok := m[keyToPorts]; ok {
+		ports, dns, err := parsePorts(where, raw, dir)
 		if err != nil {
 			return rule{}, err
 		}
 
-		r.ports = ports
+		r.ports, r.dns = ports, dns
 	}
 
 	return r, nil
 }
 
-func parsePorts(where string, raw any, dir direction) ([]port, error) {
-	list, ok := raw.([]any)
-	if !ok || len(list) == 0 {
-		return nil, fmt.Errorf("%s: toPorts is not a list", where)
+// parseExternal reads a rule's toCIDR (prefixes) or toFQDNs (matchName).
+func parseExternal(where string, m map[string]any, r *rule) error {
+	if raw, ok := m["toCIDR"]; ok {
+		list, ok := raw.([]any)
+		if !ok || len(list) == 0 {
+			return fmt.Errorf("%s: toCIDR is not a list of prefixes", where)
+		}
+
+		for _, c := range list {
+			s, _ := c.(string)
+
+			pfx, err := netip.ParsePrefix(s)
+			if err != nil {
+				return fmt.Errorf("%s: toCIDR %v is not a prefix", where, c)
+			}
+
+			r.cidrs = append(r.cidrs, pfx)
+		}
 	}
 
-	var out []port
+	if raw, ok := m["toFQDNs"]; ok {
+		list, ok := raw.([]any)
+		if !ok || len(list) == 0 {
+			return fmt.Errorf("%s: toFQDNs is not a list of selectors", where)
+		}
+
+		r.fqdns = []string{}
+
+		for i, e := range list {
+			sel, ok := e.(map[string]any)
+			if !ok {
+				return fmt.Errorf("%s: toFQDNs[%d] is not a selector", where, i)
+			}
+
+			if err := onlyKeys(fmt.Sprintf("%s toFQDNs[%d]", where, i), sel, "matchName"); err != nil {
+				return err
+			}
+
+			name, _ := sel["matchName"].(string)
+			if name == "" {
+				return fmt.Errorf("%s: toFQDNs[%d] has no matchName", where, i)
+			}
+
+			r.fqdns = append(r.fqdns, name)
+		}
+	}
+
+	return nil
+}
+
+func parsePorts(where string, raw any, dir direction) (out []port, dns bool, err error) {
+	list, ok := raw.([]any)
+	if !ok || len(list) == 0 {
+		return nil, false, fmt.Errorf("%s: toPorts is not a list", where)
+	}
 
 	for i, item := range list {
 		w := fmt.Sprintf("%s toPorts[%d]", where, i)
 
 		m, ok := item.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("%s: not a port rule", w)
+			return nil, false, fmt.Errorf("%s: not a port rule", w)
 		}
 
 		if err := onlyKeys(w, m, "ports", "rules"); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 
 		if rules, ok := m["rules"]; ok {
 			if dir != egress || !dnsEveryName(rules) {
-				return nil, fmt.Errorf("%s: only the egress rule dns: [{matchPattern: \"*\"}] is understood among L7 rules", w)
+				return nil, false, fmt.Errorf("%s: only the egress rule dns: [{matchPattern: \"*\"}] is understood among L7 rules", w)
 			}
+
+			dns = true
 		}
 
 		ports, ok := m["ports"].([]any)
 		if !ok || len(ports) == 0 {
-			return nil, fmt.Errorf("%s: no ports", w)
+			return nil, false, fmt.Errorf("%s: no ports", w)
 		}
 
 		for j, pp := range ports {
 			pm, ok := pp.(map[string]any)
 			if !ok {
-				return nil, fmt.Errorf("%s ports[%d]: not a port", w, j)
+				return nil, false, fmt.Errorf("%s ports[%d]: not a port", w, j)
 			}
 
 			if err := onlyKeys(fmt.Sprintf("%s ports[%d]", w, j), pm, "port", "protocol"); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 
 			s, _ := pm["port"].(string)
 
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 || n > 65535 {
-				return nil, fmt.Errorf("%s ports[%d]: port %v is not a number from 1 to 65535 (names and ranges are not understood)", w, j, pm["port"])
+				return nil, false, fmt.Errorf("%s ports[%d]: port %v is not a number from 1 to 65535 (names and ranges are not understood)", w, j, pm["port"])
 			}
 
 			proto := protoANY
@@ -448,14 +570,14 @@ func parsePorts(where string, raw any, dir direction) ([]port, error) {
 			}
 
 			if proto != TCP && proto != UDP && proto != protoANY {
-				return nil, fmt.Errorf("%s ports[%d]: protocol %v is not understood", w, j, pm["protocol"])
+				return nil, false, fmt.Errorf("%s ports[%d]: protocol %v is not understood", w, j, pm["protocol"])
 			}
 
 			out = append(out, port{number: n, protocol: proto})
 		}
 	}
 
-	return out, nil
+	return out, dns, nil
 }
 
 // dnsEveryName is the L7 rule dns: [{matchPattern: "*"}]: every name may be

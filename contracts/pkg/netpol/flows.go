@@ -37,7 +37,14 @@ type Peer struct {
 	Namespace string
 	// Labels are a pod's labels.
 	Labels map[string]string
+	// Host is the address or DNS name of a peer outside the cluster
+	// (Entity is then world).
+	Host string
 }
+
+// External is a peer outside the cluster at host, an IP address or a DNS
+// name: the world entity, which toCIDR and toFQDNs rules select by host.
+func External(host string) Peer { return Peer{Entity: EntityWorld, Host: host} }
 
 // Entity is the peer of a Cilium entity.
 func Entity(name string) Peer { return Peer{Entity: name} }
@@ -56,6 +63,10 @@ func Pod(namespace string, kv ...string) Peer {
 func App(namespace, name string) Peer { return Pod(namespace, AppLabel, name) }
 
 func (p Peer) String() string {
+	if p.Host != "" {
+		return p.Host
+	}
+
 	if p.Entity != "" {
 		return p.Entity
 	}

@@ -160,8 +160,11 @@ func TestAllowsRefusesUnknownShapes(t *testing.T) {
 		name string
 		spec string
 	}{
-		{"toFQDNs", `{endpointSelector: {}, egress: [{toFQDNs: [{matchName: s3.example}]}]}`},
-		{"toCIDR", `{endpointSelector: {}, egress: [{toCIDR: [10.0.0.0/8]}]}`},
+		{"toFQDNs matchPattern", `{endpointSelector: {}, egress: [{toFQDNs: [{matchPattern: "*.example"}]}]}`},
+		{"toFQDNs on ingress", `{endpointSelector: {}, ingress: [{toFQDNs: [{matchName: s3.example}]}]}`},
+		{"toCIDR not a prefix", `{endpointSelector: {}, egress: [{toCIDR: [10.0.0.300/8]}]}`},
+		{"toCIDRSet", `{endpointSelector: {}, egress: [{toCIDRSet: [{cidr: 10.0.0.0/8, except: [10.1.0.0/16]}]}]}`},
+		{"toCIDR and toFQDNs in one rule", `{endpointSelector: {}, egress: [{toCIDR: [10.0.0.0/8], toFQDNs: [{matchName: s3.example}]}]}`},
 		{"matchExpressions", `{endpointSelector: {matchExpressions: [{key: a, operator: Exists}]}, ingress: [{}]}`},
 		{"deny rules", `{endpointSelector: {}, ingressDeny: [{fromEntities: [world]}]}`},
 		{"enableDefaultDeny", `{endpointSelector: {}, enableDefaultDeny: {ingress: false}, ingress: [{fromEntities: [host]}]}`},

@@ -8,7 +8,8 @@
 //  2. check the CRDs: every change to a stored version is additive, or the
 //     field is on the retired list (contracts/pkg/crdcheck); a refusal
 //     changes nothing;
-//  3. snapshot the objects the manifest will change, as they are now, into
+//  3. snapshot the objects the run will change (the network policies among
+//     them when it applies them), as they are now, into
 //     the ConfigMap ichor-installer-snapshot (Secret kinds into a Secret of
 //     that name);
 //  4. apply the CRDs (server-side apply, field manager ichor-installer) and
@@ -16,9 +17,13 @@
 //     is none;
 //  5. apply the controller's objects and wait until its Deployment is available;
 //  6. apply ichor-ui's objects and wait until its Deployment is available;
-//  7. post-checks: the webhook Service has ready endpoints, and the admission
+//  7. apply Ichor's CiliumNetworkPolicies (contracts/pkg/netpol) when the API
+//     server serves their kind (Cilium's CRD is installed) and the
+//     controller has written its egress policies, or say why not and skip
+//     them;
+//  8. post-checks: the webhook Service has ready endpoints, and the admission
 //     webhook refuses a dry-run object it must refuse;
-//  8. write the IchorInstallation's status: installedVersion, Installed.
+//  9. write the IchorInstallation's status: installedVersion, Installed.
 //
 // A failure after the snapshot rolls back: the snapshot is applied again,
 // what this run created is deleted (never a CRD: CRDs are never
@@ -97,6 +102,11 @@ type Installer struct {
 	objs []*unstructured.Unstructured
 	log  io.Writer
 	step int
+	// policies are Ichor's CiliumNetworkPolicies, when the API server serves
+	// their kind (detectNetworkPolicies); nil otherwise.
+	policies []*unstructured.Unstructured
+	// policiesWhy says why policies is nil.
+	policiesWhy string
 
 	snap *snapshot
 	// previous is the version installed before this run, "" on a fresh install.
@@ -104,7 +114,7 @@ type Installer struct {
 }
 
 // steps is the number of numbered steps in the log.
-const steps = 8
+const steps = 9
 
 // Scheme returns the scheme of the installer's client.
 func Scheme() *runtime.Scheme {
@@ -227,6 +237,10 @@ func (in *Installer) Run(ctx context.Context) error {
 		return in.fail(ctx, "CRD check", err, false)
 	}
 
+	if err := in.detectNetworkPolicies(ctx); err != nil {
+		return in.fail(ctx, "network policies", err, false)
+	}
+
 	if err := in.takeSnapshot(ctx); err != nil {
 		return in.fail(ctx, "snapshot", err, false)
 	}
@@ -243,6 +257,7 @@ func (in *Installer) Run(ctx context.Context) error {
 		{"CRDs", in.applyCRDs},
 		{"controller", controller},
 		{"ichor-ui", ui},
+		{"network policies", in.applyNetworkPolicies},
 		{"post-checks", in.postChecks},
 		{"ichor-ui's URL", in.recordUIURL},
 	} {

@@ -43,15 +43,16 @@ func TestInstallerInstalls(t *testing.T) {
 
 	mustContain(t, "the log", log,
 		"installing Ichor v0.1.0 into namespace ichor-system",
-		"[1/8] installer RBAC: applying Namespace ichor-system, ServiceAccount ichor-installer",
-		"[2/8] CRD check: 0 of 10 CRDs are installed; every change is additive",
-		"[3/8] snapshot: 0 objects of no previous version saved in ConfigMap ichor-system/ichor-installer-snapshot",
-		"[4/8] CRDs: applying 10 CustomResourceDefinitions", "the CRDs are Established",
+		"[1/9] installer RBAC: applying Namespace ichor-system, ServiceAccount ichor-installer",
+		"[2/9] CRD check: 0 of 10 CRDs are installed; every change is additive",
+		"[3/9] snapshot: 0 objects of no previous version saved in ConfigMap ichor-system/ichor-installer-snapshot",
+		"[4/9] CRDs: applying 10 CustomResourceDefinitions", "the CRDs are Established",
 		"created IchorInstallation ichor (version v0.1.0, managed by ichor)",
-		"[5/8] controller: 2 schedulable nodes: 2 replicas with a PodDisruptionBudget", "Deployment ichor-controller is available (2/2)",
-		"[6/8] ichor-ui: 2 schedulable nodes: 2 replicas with a PodDisruptionBudget", "Deployment ichor-ui is available (2/2)",
-		"[7/8] post-checks: the webhook Service has ready endpoints", "Service ichor-webhook has 2 ready endpoint(s)",
-		"[8/8] IchorInstallation ichor: installedVersion v0.1.0",
+		"[5/9] controller: 2 schedulable nodes: 2 replicas with a PodDisruptionBudget", "Deployment ichor-controller is available (2/2)",
+		"[6/9] ichor-ui: 2 schedulable nodes: 2 replicas with a PodDisruptionBudget", "Deployment ichor-ui is available (2/2)",
+		"[7/9] network policies: skipped, the API server does not serve cilium.io/v2 CiliumNetworkPolicy (CRD ciliumnetworkpolicies.cilium.io): ichor-system is not isolated by the installer",
+		"[8/9] post-checks: the webhook Service has ready endpoints", "Service ichor-webhook has 2 ready endpoint(s)",
+		"[9/9] IchorInstallation ichor: installedVersion v0.1.0",
 		"done: Ichor v0.1.0 is installed in ichor-system")
 
 	for _, name := range []string{install.ControllerName, install.UIName} {
@@ -89,7 +90,7 @@ func TestInstallerInstalls(t *testing.T) {
 		t.Fatalf("the upgrade failed: %v", err)
 	}
 
-	mustContain(t, "the upgrade's log", log, "[2/8] CRD check: 10 of 10 CRDs are installed; every change is additive",
+	mustContain(t, "the upgrade's log", log, "[2/9] CRD check: 10 of 10 CRDs are installed; every change is additive",
 		"objects of v0.1.0 saved in ConfigMap", "done: Ichor v0.2.0 is installed")
 
 	if ii := installation(t); ii.Status.InstalledVersion != "v0.2.0" || ii.Spec.Version.Version != "v0.1.0" {
@@ -159,12 +160,12 @@ func TestInstallerRollback(t *testing.T) {
 			t.Fatal("a CRD change that drops a stored field was installed")
 		}
 
-		mustContain(t, "the log", log, "[2/8] CRD check: 10 of 10 CRDs are installed; 1 change(s) are not additive",
+		mustContain(t, "the log", log, "[2/9] CRD check: 10 of 10 CRDs are installed; 1 change(s) are not additive",
 			"FAILED at CRD check", "talosmachines.ichor.maesh.dev v1alpha1 .spec.install.disk: removed",
 			"nothing of Ichor was changed (only the installer's own RBAC was applied); the installed Ichor (v0.1.0) is left as it was",
 			"IchorInstallation ichor: Installed=False, reason Refused")
 
-		if strings.Contains(log, "[3/8]") {
+		if strings.Contains(log, "[3/9]") {
 			t.Fatal("the installer went on after the refusal")
 		}
 
@@ -223,7 +224,7 @@ func TestInstallerRollback(t *testing.T) {
 			"installing Ichor v0.2.0 into namespace ichor-system from "+path,
 			"objects of v0.1.0 saved in ConfigMap",
 			"Deployment ichor-controller is available",
-			"[6/8] ichor-ui: 0 schedulable nodes: 1 replica, no PodDisruptionBudget",
+			"[6/9] ichor-ui: 0 schedulable nodes: 1 replica, no PodDisruptionBudget",
 			"deleted PodDisruptionBudget ichor-ui",
 			"FAILED at ichor-ui: Deployment ichor-ui did not become available within 30s",
 			"not scheduled: 0/2 nodes are available",
@@ -294,7 +295,7 @@ func TestInstallerRollback(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		mustContain(t, "the log", log, "[3/8] snapshot: an earlier run (of v0.2.0) did not finish; keeping its snapshot of v0.1.0")
+		mustContain(t, "the log", log, "[3/9] snapshot: an earlier run (of v0.2.0) did not finish; keeping its snapshot of v0.1.0")
 
 		if ii := installation(t); ii.Status.InstalledVersion != "v0.2.0" || ii.Status.FailureReason != "" ||
 			!apimeta.IsStatusConditionTrue(ii.Status.Conditions, ichorv1alpha1.InstalledCondition) {
@@ -338,9 +339,9 @@ func TestInstallerSingleNode(t *testing.T) {
 	}
 
 	mustContain(t, "the log", log,
-		"[5/8] controller: 1 schedulable node: 1 replica, no PodDisruptionBudget", "deleted PodDisruptionBudget ichor-controller",
+		"[5/9] controller: 1 schedulable node: 1 replica, no PodDisruptionBudget", "deleted PodDisruptionBudget ichor-controller",
 		"Deployment ichor-controller is available (1/1)",
-		"[6/8] ichor-ui: 1 schedulable node: 1 replica, no PodDisruptionBudget", "deleted PodDisruptionBudget ichor-ui",
+		"[6/9] ichor-ui: 1 schedulable node: 1 replica, no PodDisruptionBudget", "deleted PodDisruptionBudget ichor-ui",
 		"Deployment ichor-ui is available (1/1)", "done: Ichor v0.1.1 is installed")
 
 	for _, name := range []string{install.ControllerName, install.UIName} {
@@ -563,7 +564,7 @@ func TestInstallerIchorUsers(t *testing.T) {
 	}
 
 	mustContain(t, "the log", log, "recorded ichor-ui's URL "+url, "ichor-ui signs in Ichor's own users as the issuer at "+url,
-		"[6/8] ichor-ui: 2 schedulable nodes: 1 replica, no PodDisruptionBudget")
+		"[6/9] ichor-ui: 2 schedulable nodes: 1 replica, no PodDisruptionBudget")
 	check("with --ui-url")
 
 	if _, err := runInstaller(t, installer.Options{Version: "v0.1.2"}); err != nil {

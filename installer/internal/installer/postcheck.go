@@ -20,7 +20,7 @@ import (
 // ProbeName names the dry-run MachineReclaim of the post-check.
 const ProbeName = "ichor-installer-post-check"
 
-// postChecks is step 7: the admission webhooks answer. The webhook Service
+// postChecks is step 8: the admission webhooks answer. The webhook Service
 // must have a ready endpoint, and (unless SkipWebhookRefusal) a dry-run
 // MachineReclaim the webhook must refuse (a TTL of a day, a Secret that does
 // not exist) must be refused by the webhook itself, not by a call that

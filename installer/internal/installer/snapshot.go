@@ -36,8 +36,8 @@ const (
 	maxSnapshotBytes = 900 * 1024
 )
 
-// snapshot is what ran before this run changed anything: the objects of the
-// controller's and ichor-ui's steps that existed, as they were.
+// snapshot is what ran before this run changed anything: the restorable
+// objects that existed, as they were.
 type snapshot struct {
 	version string
 	objects []*unstructured.Unstructured
@@ -60,13 +60,13 @@ func key(o *unstructured.Unstructured) string {
 	return o.GroupVersionKind().GroupKind().String() + "/" + o.GetNamespace() + "/" + o.GetName()
 }
 
-// restorable are the manifest's objects a rollback puts back: those of the
-// controller's and ichor-ui's steps that the installer owns (not the
-// create-only ones, which are the controller's to keep). The installer's
-// RBAC, the Namespace and the CRDs are never rolled back: CRDs are never
-// downgraded.
+// restorable are the objects a rollback puts back: those of the manifest's
+// controller and ichor-ui steps that the installer owns (not the
+// create-only ones, which are the controller's to keep), and the network
+// policies when this run applies them. The installer's RBAC, the Namespace
+// and the CRDs are never rolled back: CRDs are never downgraded.
 func (in *Installer) restorable() []*unstructured.Unstructured {
-	var out []*unstructured.Unstructured
+	out := append([]*unstructured.Unstructured(nil), in.policies...)
 
 	for _, o := range in.objs {
 		s := install.StepOf(o)
