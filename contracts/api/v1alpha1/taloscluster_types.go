@@ -67,6 +67,9 @@ const (
 	KubeProxyConsistentReason = "Consistent"
 	// KubeProxyMismatchReason is a false KubeProxyConsistent.
 	KubeProxyMismatchReason = "Mismatch"
+	// KubeProxySwitchingReason is an unknown KubeProxyConsistent while a
+	// kube-proxy switch is pending or runs (the two owners change in turn).
+	KubeProxySwitchingReason = "Switching"
 )
 
 // CNI presets.

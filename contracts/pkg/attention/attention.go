@@ -257,6 +257,12 @@ func clusterItems(c *ichorv1alpha1.TalosCluster, machineTold bool) []Item {
 		case ichorv1alpha1.NetworkPoliciesAppliedCondition:
 			add(cond, Warning, ActionNone, "", fmt.Sprintf("Ichor's network policies are not in place in cluster %s", n))
 		case ichorv1alpha1.KubeProxyConsistentCondition:
+			if cond.Reason == ichorv1alpha1.KubeProxySwitchingReason {
+				add(cond, Info, ActionNone, "", fmt.Sprintf("kube-proxy of cluster %s is being switched: %s", n, cond.Message))
+
+				break
+			}
+
 			add(cond, Error, ActionNone, "", fmt.Sprintf("Cilium and Talos disagree about kube-proxy on cluster %s", n))
 		case ichorv1alpha1.TopologyTransitioningCondition:
 			add(cond, Info, ActionNone, "", fmt.Sprintf("the control planes of cluster %s are changing in number", n))

@@ -75,12 +75,21 @@ func kubeProxyOrEnabled(m string) string {
 // CheckKubeProxySwitch checks a switch of cluster c (as it is before the
 // write) to target (enabled or replaced): a managed Cilium that is Ichor's
 // Helm release, the mode Talos's side is recorded in, another mode, no
-// unfinished cni or kube-proxy operation.
+// unfinished cni or kube-proxy operation. With two modes, a target while a
+// switch is pending is either the mode asked for (nothing to switch) or the
+// mode Talos's side runs: calling the switch off, always allowed.
 func CheckKubeProxySwitch(c *ichorv1alpha1.TalosCluster, facts CNIFacts, target string) []Refusal {
 	if c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetUnmanaged {
 		return []Refusal{{Field: fieldKubeProxy,
 			Rule:   fmt.Sprintf("cluster %q has an unmanaged CNI; spec.cni.kubeProxy only records what its nodes have", c.Name),
 			WayOut: "switch kube-proxy with the CNI's own tooling"}}
+	}
+
+	// Back to the mode Talos's side still runs: the pending switch is
+	// called off before its Talos step (its operation ends, the hand-over
+	// controller puts Cilium's values back to that mode).
+	if c.Status.CNI.KubeProxy != "" && KubeProxySwitchPending(c) && target == RenderedKubeProxy(c) {
+		return nil
 	}
 
 	var out []Refusal
@@ -102,10 +111,6 @@ func CheckKubeProxySwitch(c *ichorv1alpha1.TalosCluster, facts CNIFacts, target 
 		out = append(out, Refusal{Field: fieldKubeProxy,
 			Rule:   fmt.Sprintf("the controller has not recorded the kube-proxy mode cluster %s's Talos side runs (status.cni.kubeProxy is empty)", c.Name),
 			WayOut: "wait a minute for the controller to record it, then try again"})
-	} else if KubeProxySwitchPending(c) {
-		out = append(out, Refusal{Field: fieldKubeProxy,
-			Rule:   fmt.Sprintf("cluster %s is switching kube-proxy from %s to %s", c.Name, c.Status.CNI.KubeProxy, KubeProxyMode(c)),
-			WayOut: "wait for the kube-proxy operation to finish (`ichor operation list`), or resume or delete it first"})
 	}
 
 	if len(facts.Unfinished) > 0 {

@@ -24,9 +24,13 @@ func TestCheckKubeProxySwitch(t *testing.T) {
 		map[string][]string{fieldKubeProxy: {`"off" is not one Ichor knows`, "enabled (Talos runs kube-proxy) or replaced"}})
 	expect(t, CheckKubeProxySwitch(cluster(handedOver), CNIFacts{}, ichorv1alpha1.KubeProxyReplaced),
 		map[string][]string{fieldKubeProxy: {"status.cni.kubeProxy is empty"}})
-	pending := cluster(kubeProxyRecorded, func(c *ichorv1alpha1.TalosCluster) { c.Status.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced })
-	expect(t, CheckKubeProxySwitch(pending, CNIFacts{}, ichorv1alpha1.KubeProxyReplaced),
-		map[string][]string{fieldKubeProxy: {"is switching kube-proxy from replaced to enabled", "ichor operation list"}})
+	// Calling a pending switch off (back to what Talos's side runs) is
+	// always possible, even while its operation runs.
+	cancel := cluster(func(c *ichorv1alpha1.TalosCluster) {
+		c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
+		c.Status.CNI.KubeProxy = ichorv1alpha1.KubeProxyEnabled
+	})
+	expect(t, CheckKubeProxySwitch(cancel, CNIFacts{Unfinished: []string{"kube-proxy-x"}}, ichorv1alpha1.KubeProxyEnabled), nil)
 	notOwned := cluster(func(c *ichorv1alpha1.TalosCluster) { c.Status.CNI.KubeProxy = c.Spec.CNI.KubeProxy })
 	expect(t, CheckKubeProxySwitch(notOwned, CNIFacts{}, ichorv1alpha1.KubeProxyReplaced),
 		map[string][]string{fieldKubeProxy: {"not Ichor's Helm release yet", "CNIHandover"}})

@@ -120,12 +120,12 @@ func TestKubeProxySwitchNeedsTheAnnotation(t *testing.T) {
 	testenv.Must(t, root.Status().Update(ctx, c))
 	testenv.Must(t, update(t, operator, newCluster(ns, "c"), annotated(ichorv1alpha1.KubeProxyReplaced)))
 
-	// The switch is pending (Talos's side still enabled): no second one.
-	err = update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
+	// The switch is pending (Talos's side still enabled): putting spec back
+	// to enabled calls it off, which is always allowed.
+	testenv.Must(t, update(t, operator, newCluster(ns, "c"), func(c *ichorv1alpha1.TalosCluster) {
 		c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyEnabled
 		c.Annotations = map[string]string{ichorv1alpha1.KubeProxySwitchAnnotation: ichorv1alpha1.KubeProxyEnabled}
-	})
-	refused(t, err, "Invalid", "spec.cni.kubeProxy", "is switching kube-proxy from enabled to replaced")
+	}))
 }
 
 // Rule: TalosCluster deletable only with allow-delete: "true".

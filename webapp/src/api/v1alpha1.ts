@@ -110,6 +110,7 @@ export const KubeProxyEnabled = "enabled";
 export const KubeProxyMismatchReason = "Mismatch";
 export const KubeProxyReplaced = "replaced";
 export const KubeProxySwitchAnnotation = "ichor.maesh.dev/allow-kube-proxy-switch";
+export const KubeProxySwitchingReason = "Switching";
 export const KubernetesStageControlPlane = "control-plane";
 export const KubernetesStageKubeProxy = "kube-proxy";
 export const KubernetesStageKubelet = "kubelet";

@@ -44,6 +44,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
@@ -249,7 +250,14 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 		return ctrl.Result{}, fmt.Errorf("listing the cluster's Nodes: %w", err)
 	}
 
-	req, err := cnijob.Request(c, ds, deployed, len(nodes.Items))
+	// Cilium's kubeProxyReplacement follows the mode Talos's side runs, not
+	// a pending switch of spec.cni.kubeProxy: the kube-proxy operation moves
+	// the two in order, under the cluster lock, and a switch called off
+	// before its Talos step is put back here.
+	settled := c.DeepCopy()
+	settled.Spec.CNI.KubeProxy = guard.RenderedKubeProxy(c)
+
+	req, err := cnijob.Request(settled, ds, deployed, len(nodes.Items))
 	if err != nil {
 		r.pendingf(c, ichorv1alpha1.CNIHandoverFailedReason, "%v", err)
 

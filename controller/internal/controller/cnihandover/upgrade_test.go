@@ -71,7 +71,7 @@ func TestCiliumUpgradeChaos(t *testing.T) {
 		t.Fatalf("the operation paused at %q (from %q to %q): %s", got.Status.FailedStep, got.Status.From, got.Status.To, got.Status.FailureReason)
 	}
 
-	for _, want := range []string{"did not upgrade Helm release cilium to chart " + upgradeChart, "the Job ended without error",
+	for _, want := range []string{"upgrades Helm release cilium from chart " + bootChart + " to " + upgradeChart + " did not succeed", "the Job ended without error",
 		"is deployed with chart " + bootChart, "ichor operation resume " + op.Name} {
 		if !strings.Contains(got.Status.FailureReason, want) {
 			t.Fatalf("failureReason %q does not say %q", got.Status.FailureReason, want)

@@ -17,6 +17,7 @@ package cnistatus
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -35,6 +36,7 @@ import (
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/cni"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
@@ -71,6 +73,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines;talosoperations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosoperations,verbs=create
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // SetupWithManager registers the reconciler on TalosClusters: a change of a
@@ -95,6 +98,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// Only spec and annotations wake it (its own status writes do not),
+		// so the kube-proxy record the kube-proxy operation moves is read
+		// through the operation's end below.
 		// A cni operation that ended (a chart upgrade) changed what runs:
 		// read it again at once rather than on the interval.
 		Watches(&ichorv1alpha1.TalosOperation{}, handler.EnqueueRequestsFromMapFunc(r.cniOperationEnded)).
@@ -105,7 +111,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // forgets when that cluster was last read.
 func (r *Reconciler) cniOperationEnded(_ context.Context, o client.Object) []ctrlreconcile.Request {
 	op, ok := o.(*ichorv1alpha1.TalosOperation)
-	if !ok || op.Spec.Type != ichorv1alpha1.OperationCNI ||
+	if !ok || (op.Spec.Type != ichorv1alpha1.OperationCNI && op.Spec.Type != ichorv1alpha1.OperationKubeProxy) ||
 		(op.Status.Phase != ichorv1alpha1.OperationSucceeded && op.Status.Phase != ichorv1alpha1.OperationFailed) {
 		return nil
 	}
@@ -164,6 +170,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 	}
 
 	apimeta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.CNIUnsupportedCondition)
+
+	if err := r.kubeProxySwitch(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
 
 	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
 	if v, ok := r.last.Load(key); ok {
@@ -245,6 +255,15 @@ func (r *Reconciler) kubeProxy(ctx context.Context, k kubernetes.Interface, c *i
 		return ds.Namespace == "kube-system" && ds.Name == cni.KubeProxyDaemonSet
 	})
 
+	if guard.KubeProxySwitchPending(c) {
+		apimeta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.KubeProxyConsistentCondition,
+			Status: metav1.ConditionUnknown, Reason: ichorv1alpha1.KubeProxySwitchingReason,
+			Message: fmt.Sprintf("spec.cni.kubeProxy asks for %s; Talos's side runs %s until the kube-proxy operation's step %s (`ichor operation list`)",
+				guard.KubeProxyMode(c), guard.RenderedKubeProxy(c), guard.KubeProxyStepTalos)})
+
+		return true
+	}
+
 	cond := metav1.Condition{Type: ichorv1alpha1.KubeProxyConsistentCondition, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.KubeProxyConsistentReason,
 		Message: "Cilium's config and Talos's kube-proxy agree with spec.cni.kubeProxy " + c.Spec.CNI.KubeProxy}
 	if msg := cni.CheckKubeProxy(c.Spec.CNI.KubeProxy, cm.Data, proxy); msg != "" {
@@ -254,4 +273,58 @@ func (r *Reconciler) kubeProxy(ctx context.Context, k kubernetes.Interface, c *i
 	apimeta.SetStatusCondition(&c.Status.Conditions, cond)
 
 	return true
+}
+
+// kubeProxySwitch records the mode Talos's side runs when it was never
+// recorded (spec.cni.kubeProxy then), and starts the kube-proxy operation
+// when spec.cni.kubeProxy asks for another mode and no cni or kube-proxy
+// operation of the cluster is unfinished (read past the cache, so a
+// restarted or lagging controller never starts a second one).
+func (r *Reconciler) kubeProxySwitch(ctx context.Context, c *ichorv1alpha1.TalosCluster) error {
+	if c.Spec.CNI.Preset != ichorv1alpha1.CNIPresetCilium {
+		return nil
+	}
+
+	if c.Status.CNI.KubeProxy == "" {
+		// Only this field, and only on the version read: the operation is
+		// the other writer of the record.
+		patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q},"status":{"cni":{"kubeProxy":%q}}}`, c.ResourceVersion, guard.KubeProxyMode(c))
+		if err := r.Client.Status().Patch(ctx, c.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return fmt.Errorf("recording status.cni.kubeProxy: %w", err)
+		}
+
+		c.Status.CNI.KubeProxy = guard.KubeProxyMode(c)
+
+		return nil
+	}
+
+	if !guard.KubeProxySwitchPending(c) {
+		return nil
+	}
+
+	var ops ichorv1alpha1.TalosOperationList
+	if err := r.APIReader.List(ctx, &ops, client.InNamespace(c.Namespace)); err != nil {
+		return fmt.Errorf("listing TalosOperations in %s: %w", c.Namespace, err)
+	}
+
+	if busy := guard.UnfinishedCNI(c.Name, "", ops.Items); len(busy) > 0 {
+		return nil
+	}
+
+	target := guard.KubeProxyMode(c)
+	op := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, GenerateName: "kube-proxy-" + target + "-"},
+		Spec: ichorv1alpha1.TalosOperationSpec{
+			ClusterName: c.Name, Type: ichorv1alpha1.OperationKubeProxy,
+			KubeProxy: &ichorv1alpha1.KubeProxySwitch{Mode: target},
+		},
+	}
+
+	if err := r.Client.Create(ctx, op); err != nil {
+		return fmt.Errorf("starting the kube-proxy operation to %s: %w", target, err)
+	}
+
+	ctrl.LoggerFrom(ctx).Info("started the kube-proxy switch", "operation", op.Name, "from", c.Status.CNI.KubeProxy, "to", target)
+
+	return nil
 }

@@ -75,7 +75,14 @@ func (r *Reconciler) cniPhase(ctx context.Context, s *scope) (ctrl.Result, error
 		return ctrl.Result{RequeueAfter: cniPoll}, nil //nolint:nilerr // an API server away is waited for, said in Ready, not an error to back off on
 	}
 
-	u := &cniUpgrade{r: r, s: s, op: op, cfg: cfg, k: k, target: guard.CNIVersion(op.Spec.CNI.Version)}
+	u := &cniUpgrade{r: r, s: s, op: op, cfg: cfg, k: k, target: guard.CNIVersion(op.Spec.CNI.Version), step: opStepCNIApply}
+	u.what = fmt.Sprintf("upgrades Helm release %s from chart %s to %s", cilium.ReleaseName, op.Status.From, u.target)
+	u.event = "CiliumUpgradeStarted"
+	u.applied = func(_ context.Context, deployed *cilium.ReleaseState) (ctrl.Result, error) {
+		return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason,
+			fmt.Sprintf("Cilium runs chart %s (Helm revision %d of release %s/%s), upgraded from %s", u.target, deployed.Revision,
+				cilium.Namespace, cilium.ReleaseName, op.Status.From))
+	}
 
 	switch op.Status.Step {
 	case "", opStepSelect, opStepCNICheck:
@@ -91,7 +98,8 @@ func (r *Reconciler) cniPhase(ctx context.Context, s *scope) (ctrl.Result, error
 	}
 }
 
-// cniUpgrade is one reconcile of a chart upgrade with the cluster it reaches.
+// cniUpgrade is one reconcile of a Job run over Cilium's release (a chart
+// upgrade, or the values of a kube-proxy switch) with the cluster it reaches.
 type cniUpgrade struct {
 	r      *Reconciler
 	s      *scope
@@ -99,6 +107,12 @@ type cniUpgrade struct {
 	cfg    *rest.Config
 	k      kubernetes.Interface
 	target string
+	// step is the operation step the Job runs in; what says what the Job
+	// does ("upgrades Helm release cilium from chart A to B"); event is the
+	// reason of the Event at its start.
+	step, what, event string
+	// applied goes on once Helm's record says the request is deployed.
+	applied func(context.Context, *cilium.ReleaseState) (ctrl.Result, error)
 }
 
 // request is what the Job applies: the cluster's Cilium request (values,
@@ -221,8 +235,7 @@ func (u *cniUpgrade) apply(ctx context.Context) (ctrl.Result, error) {
 	st, why := cnijob.State(job)
 	if st == cnijob.Running {
 		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason,
-			fmt.Sprintf("the Job %s/%s upgrades Helm release %s from chart %s to %s (kubectl -n %s logs job/%s)",
-				cilium.Namespace, name, cilium.ReleaseName, op.Status.From, u.target, cilium.Namespace, name))
+			fmt.Sprintf("the Job %s/%s %s (kubectl -n %s logs job/%s)", cilium.Namespace, name, u.what, cilium.Namespace, name))
 
 		return ctrl.Result{RequeueAfter: cniPoll}, nil
 	}
@@ -237,17 +250,15 @@ func (u *cniUpgrade) apply(ctx context.Context) (ctrl.Result, error) {
 			return ctrl.Result{}, err
 		}
 
-		return ctrl.Result{}, u.r.complete(ctx, u.s, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason,
-			fmt.Sprintf("Cilium runs chart %s (Helm revision %d of release %s/%s), upgraded from %s", u.target, deployed.Revision,
-				cilium.Namespace, cilium.ReleaseName, op.Status.From))
+		return u.applied(ctx, deployed)
 	}
 
 	if st == cnijob.Succeeded {
 		why = "the Job ended without error"
 	}
 
-	msg := fmt.Sprintf("the Job %s/%s did not upgrade Helm release %s to chart %s (%s); Helm's record: %s",
-		cilium.Namespace, name, cilium.ReleaseName, u.target, why, cnijob.Describe(deployed))
+	msg := fmt.Sprintf("the Job %s/%s that %s did not succeed (%s); Helm's record: %s",
+		cilium.Namespace, name, u.what, why, cnijob.Describe(deployed))
 	if deployed != nil && deployed.Status == "deployed" && deployed.Version == op.Status.From {
 		msg += fmt.Sprintf(" (rolled back: Cilium runs chart %s as before)", op.Status.From)
 	}
@@ -256,7 +267,7 @@ func (u *cniUpgrade) apply(ctx context.Context) (ctrl.Result, error) {
 		msg += "; the Job's last lines: " + tail
 	}
 
-	u.r.fail(op, nil, opStepCNIApply, msg+fmt.Sprintf("; the whole log: `kubectl -n %s logs job/%s`", cilium.Namespace, name))
+	u.r.fail(op, nil, u.step, msg+fmt.Sprintf("; the whole log: `kubectl -n %s logs job/%s`", cilium.Namespace, name))
 
 	return ctrl.Result{}, nil
 }
@@ -265,7 +276,7 @@ func (u *cniUpgrade) apply(ctx context.Context) (ctrl.Result, error) {
 func (u *cniUpgrade) start(ctx context.Context, name string, deployed *cilium.ReleaseState) (ctrl.Result, error) {
 	req, _, err := u.request(ctx, deployed)
 	if err != nil {
-		u.r.fail(u.op, nil, opStepCNIApply, err.Error())
+		u.r.fail(u.op, nil, u.step, err.Error())
 
 		return ctrl.Result{}, nil
 	}
@@ -275,9 +286,8 @@ func (u *cniUpgrade) start(ctx context.Context, name string, deployed *cilium.Re
 		return ctrl.Result{}, err
 	}
 
-	ctrl.LoggerFrom(ctx).Info("started the Cilium upgrade Job", "job", name, "from", u.op.Status.From, "to", u.target)
-	u.r.Recorder.Eventf(u.op, nil, corev1.EventTypeNormal, "CiliumUpgradeStarted", "Upgrade", "the Job %s/%s upgrades Helm release %s from chart %s to %s",
-		cilium.Namespace, name, cilium.ReleaseName, u.op.Status.From, u.target)
+	ctrl.LoggerFrom(ctx).Info("started the Cilium Job", "job", name, "what", u.what)
+	u.r.Recorder.Eventf(u.op, nil, corev1.EventTypeNormal, u.event, "Start", "the Job %s/%s %s", cilium.Namespace, name, u.what)
 	setCond(u.op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason,
 		fmt.Sprintf("started the Job %s/%s", cilium.Namespace, name))
 

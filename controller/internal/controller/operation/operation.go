@@ -20,8 +20,10 @@
 // upgrades, talos.go), kubernetes (kubernetes.go), node (reboot, shutdown or
 // reset of one machine, node.go), shutdown (the whole cluster, shutdown.go),
 // etcd-restore (a snapshot restored into the live cluster, restore.go, with
-// its progress also kept in a marker next to the backups) and cni (a Cilium
-// chart upgrade through the ichor-cni Job, cni.go); the other types are
+// its progress also kept in a marker next to the backups), cni (a Cilium
+// chart upgrade through the ichor-cni Job, cni.go) and kube-proxy (the
+// ordered switch between Talos's kube-proxy and Cilium's replacement,
+// kubeproxy.go); the other types are
 // refused with a message that says so, before they take the lock.
 package operation
 
@@ -214,7 +216,7 @@ func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.Talo
 		},
 		Summarize: summarize,
 		Phases: []ichorreconcile.Phase[*ichorv1alpha1.TalosOperation]{
-			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.restorePhase, r.cniPhase, r.selectPhase, r.precheckPhase, r.rolloutPhase,
+			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.restorePhase, r.cniPhase, r.kubeProxyPhase, r.selectPhase, r.precheckPhase, r.rolloutPhase,
 		},
 	}
 }

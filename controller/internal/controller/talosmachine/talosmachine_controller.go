@@ -86,7 +86,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&ichorv1alpha1.TalosConfigPatch{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&ichorv1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeProxyRecordChanged{}))).
 		Watches(&ichorv1alpha1.TalosStorage{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfStorage),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
@@ -189,6 +189,20 @@ func (reconcileRequested) Update(e event.UpdateEvent) bool {
 
 // holdChanged passes a change of the hold-apply annotation: a hold set or
 // lifted shows in AdoptionHeld at once, and a lifted hold applies what waited.
+// kubeProxyRecordChanged passes a cluster whose status.cni.kubeProxy moved:
+// the render of Talos's kube-proxy follows it (render.TalosKubeProxy), and the
+// kube-proxy operation waits for the control planes to run it.
+type kubeProxyRecordChanged struct {
+	predicate.Funcs
+}
+
+func (kubeProxyRecordChanged) Update(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*ichorv1alpha1.TalosCluster)
+	n, ok2 := e.ObjectNew.(*ichorv1alpha1.TalosCluster)
+
+	return ok1 && ok2 && o.Status.CNI.KubeProxy != n.Status.CNI.KubeProxy
+}
+
 type holdChanged struct {
 	predicate.Funcs
 }
