@@ -15,7 +15,7 @@ import (
 // no plan.
 func TestKubeProxySwitchPlan(t *testing.T) {
 	steps := func(p []KubeProxyPlanStep) []string {
-		var out []string
+		out := make([]string, 0, len(p))
 		for _, s := range p {
 			out = append(out, s.Step)
 		}
