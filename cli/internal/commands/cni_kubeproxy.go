@@ -136,11 +136,7 @@ func (r *run) printKubeProxy(cmd *cli.Command, s kubeProxyState) error {
 		r.printf("Switching to %s: operation %s, step %s (`ichor operation get %s --watch`).\n", u.Mode, u.Name, step, u.Name)
 	}
 	if len(s.Unfinished) == 0 {
-		other := ichorv1alpha1.KubeProxyReplaced
-		if s.Mode == ichorv1alpha1.KubeProxyReplaced {
-			other = ichorv1alpha1.KubeProxyEnabled
-		}
-		r.printf("`%s %s --cluster %s` switches it.\n", cmd.FullName(), other, s.Cluster)
+		r.printf("`%s %s --cluster %s` switches it.\n", cmd.FullName(), guard.KubeProxyOtherMode(s.Mode), s.Cluster)
 	}
 	return nil
 }

@@ -46,3 +46,12 @@ func KubeProxySwitchPlan(cluster, target string) []KubeProxyPlanStep {
 
 	return nil
 }
+
+// KubeProxyOtherMode is the mode a switch of a cluster in mode moves to.
+func KubeProxyOtherMode(mode string) string {
+	if mode == ichorv1alpha1.KubeProxyReplaced {
+		return ichorv1alpha1.KubeProxyEnabled
+	}
+
+	return ichorv1alpha1.KubeProxyReplaced
+}

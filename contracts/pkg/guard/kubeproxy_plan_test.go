@@ -37,6 +37,10 @@ func TestKubeProxySwitchPlan(t *testing.T) {
 		!strings.Contains(toEnabled[2].Action, "kubeProxyReplacement: false") {
 		t.Fatalf("to enabled: %+v", toEnabled)
 	}
+	if KubeProxyOtherMode(ichorv1alpha1.KubeProxyReplaced) != ichorv1alpha1.KubeProxyEnabled || KubeProxyOtherMode("") != ichorv1alpha1.KubeProxyReplaced ||
+		KubeProxyOtherMode(ichorv1alpha1.KubeProxyEnabled) != ichorv1alpha1.KubeProxyReplaced {
+		t.Fatal("KubeProxyOtherMode: the other of replaced is enabled, of enabled (or unset) replaced")
+	}
 	if p := KubeProxySwitchPlan("prod", "strict"); p != nil {
 		t.Fatalf("an unknown mode has a plan: %+v", p)
 	}
