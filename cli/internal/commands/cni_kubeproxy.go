@@ -80,15 +80,7 @@ func cniKubeProxy(ctx context.Context, cmd *cli.Command) error {
 			KubeProxy:   &ichorv1alpha1.KubeProxySwitch{Mode: target},
 		},
 	}
-	if err := r.c().Create(ctx, op); err != nil {
-		return fmt.Errorf("%w; nothing was created", r.conn.Explain(err, "creating the kube-proxy operation for cluster "+c.Name))
-	}
-	r.printf("Started operation %s.\n", op.Name)
-	if !cmd.Bool(flagWait) {
-		r.printf("Follow it with `ichor operation get %s --watch`.\n", op.Name)
-		return nil
-	}
-	return r.followToEnd(ctx, op)
+	return r.startOperation(ctx, cmd, op)
 }
 
 func kubeProxyStateOf(c *ichorv1alpha1.TalosCluster, ops []ichorv1alpha1.TalosOperation) kubeProxyState {
