@@ -99,17 +99,7 @@ func TestKubeProxySwitchAPI(t *testing.T) {
 	refusedStart := func(client ichorv1.OperationServiceClient, mode string, code codes.Code, says ...string) {
 		t.Helper()
 		_, err := client.StartKubeProxySwitch(ctx, &ichorv1.StartKubeProxySwitchRequest{Mode: mode})
-		if ops := kubeProxyOperations(t); len(ops) != 0 {
-			t.Fatalf("start %q (%v) created %s", mode, err, ops[0].Name)
-		}
-		if status.Code(err) != code {
-			t.Fatalf("start %q: %v, want %s", mode, err, code)
-		}
-		for _, s := range says {
-			if !strings.Contains(err.Error(), s) {
-				t.Errorf("start %q: %v, want it to say %q", mode, err, s)
-			}
-		}
+		refusedNothingCreated(t, "start "+mode, err, kubeProxyOperations(t), code, says...)
 	}
 	refusedStart(asAdmin, " ", codes.InvalidArgument, "mode is required", "enabled (Talos runs kube-proxy) or replaced (Cilium replaces it)", "nothing was created")
 	refusedStart(asAdmin, "strict", codes.InvalidArgument, `kube-proxy mode "strict" is not one Ichor knows`, "name enabled (Talos runs kube-proxy) or replaced")
