@@ -286,12 +286,19 @@ export function CiliumUpgradeCard({ client, canWrite }: { client: Client; canWri
 }
 
 /**
- * CiliumUpgradeDialog confirms a Cilium chart upgrade: what it does, what
- * refuses it now and what to know (PreviewCiliumUpgrade for the target,
- * fresh), then StartCiliumUpgrade; it opens the operation's page.
+ * usePreviewThenStart is a start dialog's state: the server's preview,
+ * fetched fresh each time the dialog opens (deps name what it depends on);
+ * ready once the preview allows the start; submit starts the operation and
+ * opens its page, or keeps the server's refusal to show.
  */
-export function CiliumUpgradeDialog({ client, running, target, open, onClose }: { client: Client; running: string; target: string; open: boolean; onClose: () => void }) {
-  const [preview, setPreview] = useState<PreviewCiliumUpgradeResponse | null>(null);
+function usePreviewThenStart<P extends { allowed?: boolean }>(
+  open: boolean,
+  load: () => Promise<P>,
+  start: () => Promise<{ operation?: { name?: string } }>,
+  deps: unknown[],
+  onClose: () => void,
+) {
+  const [preview, setPreview] = useState<P | null>(null);
   const [previewError, setPreviewError] = useState<unknown>(null);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
@@ -301,14 +308,15 @@ export function CiliumUpgradeDialog({ client, running, target, open, onClose }: 
     let stop = false;
     setPreview(null);
     setPreviewError(null);
-    client.previewCiliumUpgrade({ version: target }).then(
+    load().then(
       (p) => !stop && setPreview(p),
       (e) => !stop && setPreviewError(e),
     );
     return () => {
       stop = true;
     };
-  }, [open, client, target]);
+    // load is a new function each render; deps name what it reads.
+  }, [open, ...deps]);
 
   function close() {
     setError(null);
@@ -322,7 +330,7 @@ export function CiliumUpgradeDialog({ client, running, target, open, onClose }: 
     setBusy(true);
     setError(null);
     try {
-      const res = await client.startCiliumUpgrade({ body: { version: target } });
+      const res = await start();
       close();
       navigate(`/operations/${encodeURIComponent(res.operation?.name ?? "")}`);
     } catch (err) {
@@ -331,6 +339,22 @@ export function CiliumUpgradeDialog({ client, running, target, open, onClose }: 
       setBusy(false);
     }
   }
+  return { preview, previewError, busy, error, ready, close, submit };
+}
+
+/**
+ * CiliumUpgradeDialog confirms a Cilium chart upgrade: what it does, what
+ * refuses it now and what to know (PreviewCiliumUpgrade for the target,
+ * fresh), then StartCiliumUpgrade; it opens the operation's page.
+ */
+export function CiliumUpgradeDialog({ client, running, target, open, onClose }: { client: Client; running: string; target: string; open: boolean; onClose: () => void }) {
+  const { preview, previewError, busy, error, ready, close, submit } = usePreviewThenStart(
+    open,
+    () => client.previewCiliumUpgrade({ version: target }),
+    () => client.startCiliumUpgrade({ body: { version: target } }),
+    [client, target],
+    onClose,
+  );
 
   const from = preview?.running || running;
   const warnings = preview?.warnings ?? [];
@@ -459,46 +483,13 @@ export function KubeProxyCard({ client, canWrite }: { client: Client; canWrite: 
  * refuses, then StartKubeProxySwitch opens the operation's page.
  */
 export function KubeProxyDialog({ client, mode, target, open, onClose }: { client: Client; mode: string; target: string; open: boolean; onClose: () => void }) {
-  const [preview, setPreview] = useState<PreviewKubeProxySwitchResponse | null>(null);
-  const [previewError, setPreviewError] = useState<unknown>(null);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
-
-  useEffect(() => {
-    if (!open) return;
-    let stop = false;
-    setPreview(null);
-    setPreviewError(null);
-    client.previewKubeProxySwitch({ mode: target }).then(
-      (p) => !stop && setPreview(p),
-      (e) => !stop && setPreviewError(e),
-    );
-    return () => {
-      stop = true;
-    };
-  }, [open, client, target]);
-
-  function close() {
-    setError(null);
-    onClose();
-  }
-
-  const ready = preview?.allowed === true && !busy;
-  async function submit(e: Event) {
-    e.preventDefault();
-    if (!ready) return;
-    setBusy(true);
-    setError(null);
-    try {
-      const res = await client.startKubeProxySwitch({ body: { mode: target } });
-      close();
-      navigate(`/operations/${encodeURIComponent(res.operation?.name ?? "")}`);
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
-  }
+  const { preview, previewError, busy, error, ready, close, submit } = usePreviewThenStart(
+    open,
+    () => client.previewKubeProxySwitch({ mode: target }),
+    () => client.startKubeProxySwitch({ body: { mode: target } }),
+    [client, target],
+    onClose,
+  );
 
   const from = preview?.mode || mode;
   const steps = preview?.steps ?? [];
