@@ -150,11 +150,17 @@ func TestCNIValuesCLI(t *testing.T) {
 // cniOperations are the namespace's TalosOperations of type cni.
 func cniOperations(t *testing.T, ns string) []ichorv1alpha1.TalosOperation {
 	t.Helper()
+	return operationsOfType(t, ns, ichorv1alpha1.OperationCNI)
+}
+
+// operationsOfType are the namespace's TalosOperations of type typ.
+func operationsOfType(t *testing.T, ns, typ string) []ichorv1alpha1.TalosOperation {
+	t.Helper()
 	list := &ichorv1alpha1.TalosOperationList{}
 	must(t, k8s.List(context.Background(), list, client.InNamespace(ns)))
 	var out []ichorv1alpha1.TalosOperation
 	for _, op := range list.Items {
-		if op.Spec.Type == ichorv1alpha1.OperationCNI {
+		if op.Spec.Type == typ {
 			out = append(out, op)
 		}
 	}
@@ -164,7 +170,13 @@ func cniOperations(t *testing.T, ns string) []ichorv1alpha1.TalosOperation {
 // newCNIOperation is the one cni operation of ns not named in known, or nil.
 func newCNIOperation(t *testing.T, ns string, known ...string) *ichorv1alpha1.TalosOperation {
 	t.Helper()
-	for _, op := range cniOperations(t, ns) {
+	return newOperationOfType(t, ns, ichorv1alpha1.OperationCNI, known...)
+}
+
+// newOperationOfType is the one operation of type typ in ns not named in known, or nil.
+func newOperationOfType(t *testing.T, ns, typ string, known ...string) *ichorv1alpha1.TalosOperation {
+	t.Helper()
+	for _, op := range operationsOfType(t, ns, typ) {
 		if !slices.Contains(known, op.Name) {
 			return &op
 		}

@@ -74,6 +74,14 @@ func cniCommand() *cli.Command {
 				&cli.BoolFlag{Name: flagWait, Usage: usageWaitOperation},
 			},
 			Action: cniUpgrade,
+		}, {
+			Name: "kube-proxy",
+			Usage: "print the cluster's kube-proxy mode (spec.cni.kubeProxy), its KubeProxyConsistent condition and an unfinished switch; " +
+				"or switch it: enabled (Talos runs kube-proxy) or replaced (Cilium replaces it), a kube-proxy operation under the cluster lock " +
+				"that changes Cilium and Talos in the order that keeps Services proxied",
+			ArgsUsage: argsKubeProxyMode,
+			Flags:     []cli.Flag{clusterFlag, &cli.BoolFlag{Name: flagWait, Usage: usageWaitOperation}},
+			Action:    cniKubeProxy,
 		}},
 	}
 }

@@ -103,8 +103,14 @@ func cniUpgrade(ctx context.Context, cmd *cli.Command) error {
 			CNI:         &ichorv1alpha1.CNIUpgrade{Version: target},
 		},
 	}
+	return r.startOperation(ctx, cmd, op)
+}
+
+// startOperation creates op (after its checks and the confirmation), says
+// its name and, with --wait, follows it to its end.
+func (r *run) startOperation(ctx context.Context, cmd *cli.Command, op *ichorv1alpha1.TalosOperation) error {
 	if err := r.c().Create(ctx, op); err != nil {
-		return fmt.Errorf("%w; nothing was created", r.conn.Explain(err, "creating the cni operation for cluster "+c.Name))
+		return fmt.Errorf("%w; nothing was created", r.conn.Explain(err, fmt.Sprintf("creating the %s operation for cluster %s", op.Spec.Type, op.Spec.ClusterName)))
 	}
 	r.printf("Started operation %s.\n", op.Name)
 	if !cmd.Bool(flagWait) {

@@ -39,11 +39,35 @@ func (s *OperationService) cniOperation(version string) *ichorv1alpha1.TalosOper
 
 // createOperationRequirement is `create` on talosoperations, which every
 // operation needs; guard.OperationRequirements lists only the verbs beyond it.
-func (s *OperationService) createOperationRequirement() guard.Requirement {
+// action names what it is for ("upgrading Cilium").
+func (s *OperationService) createOperationRequirement(action string) guard.Requirement {
 	return guard.Requirement{
 		Permission: guard.Permission{Verb: "create", Resource: guard.ResourceTalosOperations, Namespace: s.Clients.Namespace},
-		Field:      "spec.type", Action: "upgrading Cilium",
+		Field:      "spec.type", Action: action,
 	}
+}
+
+// previewRefusals is what refuses op for the signed-in user in a preview: the
+// shared checks (decideOperation), then `create` on talosoperations for action.
+func (s *OperationService) previewRefusals(ctx context.Context, op *ichorv1alpha1.TalosOperation, facts guard.OperationFacts, action string) ([]guard.Refusal, error) {
+	d, err := s.decideOperation(ctx, op, facts)
+	if err != nil {
+		return nil, err
+	}
+	refusals := d.refusals
+	create := s.createOperationRequirement(action)
+	ok, err := s.holds(ctx, create.Permission)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		user := ""
+		if id, found := identity.From(ctx); found {
+			user = id.Username
+		}
+		refusals = append(refusals, create.Refusal(user))
+	}
+	return refusals, nil
 }
 
 // ciliumFacts reads the facts of the cni checks for op as the signed-in user:
@@ -111,22 +135,9 @@ func (s *OperationService) PreviewCiliumUpgrade(ctx context.Context, req *ichorv
 		return out, nil
 	}
 	op.Spec.CNI.Version = target
-	d, err := s.decideOperation(ctx, op, facts)
+	refusals, err := s.previewRefusals(ctx, op, facts, "upgrading Cilium")
 	if err != nil {
 		return nil, apiError(ctx, err, what)
-	}
-	refusals := d.refusals
-	create := s.createOperationRequirement()
-	ok, err := s.holds(ctx, create.Permission)
-	if err != nil {
-		return nil, apiError(ctx, err, what)
-	}
-	if !ok {
-		user := ""
-		if id, found := identity.From(ctx); found {
-			user = id.Username
-		}
-		refusals = append(refusals, create.Refusal(user))
 	}
 	out.Refusals, out.Allowed = refusalsToProto(refusals), len(refusals) == 0
 	if w := untestedCilium(c, target); w != "" {

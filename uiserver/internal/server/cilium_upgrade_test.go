@@ -44,6 +44,24 @@ func cniOperations(t testing.TB) []ichorv1alpha1.TalosOperation {
 	return out
 }
 
+// refusedNothingCreated checks a refused start (what): no operation was left
+// (left are the operations of its type), the status code, and that the error
+// says each of says.
+func refusedNothingCreated(t testing.TB, what string, err error, left []ichorv1alpha1.TalosOperation, code codes.Code, says ...string) {
+	t.Helper()
+	if len(left) != 0 {
+		t.Fatalf("%s (%v) created %s", what, err, left[0].Name)
+	}
+	if status.Code(err) != code {
+		t.Fatalf("%s: %v, want %s", what, err, code)
+	}
+	for _, s := range says {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: %v, want it to say %q", what, err, s)
+		}
+	}
+}
+
 // The Cilium page's upgrade API: the preview says what runs, which charts
 // this Ichor embeds and which one it offers, and what refuses it for the
 // signed-in user; the start runs the admission webhook's checks on fresh
@@ -90,17 +108,7 @@ func TestCiliumUpgradeAPI(t *testing.T) {
 	refusedStart := func(client ichorv1.OperationServiceClient, version string, code codes.Code, says ...string) {
 		t.Helper()
 		_, err := client.StartCiliumUpgrade(ctx, &ichorv1.StartCiliumUpgradeRequest{Version: version})
-		if ops := cniOperations(t); len(ops) != 0 {
-			t.Fatalf("start %q (%v) created %s", version, err, ops[0].Name)
-		}
-		if status.Code(err) != code {
-			t.Fatalf("start %q: %v, want %s", version, err, code)
-		}
-		for _, s := range says {
-			if !strings.Contains(err.Error(), s) {
-				t.Errorf("start %q: %v, want it to say %q", version, err, s)
-			}
-		}
+		refusedNothingCreated(t, "start "+version, err, cniOperations(t), code, says...)
 	}
 	refusedStart(asAdmin, " ", codes.InvalidArgument, "version is required", "v1.19.3, v1.20.2", "nothing was created")
 	refusedStart(asViewer, "v1.20.2", codes.PermissionDenied, "create")

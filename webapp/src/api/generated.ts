@@ -730,6 +730,24 @@ export interface GetSettingsResponse {
   settings?: Settings;
 }
 
+/** KubeProxyStep is one step of a kube-proxy switch. */
+export interface KubeProxyStep {
+  /** What happens in it. */
+  action?: string;
+  /** The step's name, as the operation's status.step records it. */
+  step?: string;
+}
+
+/** KubeProxySwitching is an unfinished kube-proxy operation. */
+export interface KubeProxySwitching {
+  /** Its target mode. */
+  mode?: string;
+  /** The operation's name. */
+  name?: string;
+  /** Its status.step; empty before the first step. */
+  step?: string;
+}
+
 /** ListAttentionResponse is the list. */
 export interface ListAttentionResponse {
   /**
@@ -1228,6 +1246,29 @@ export interface PreviewConfigRolloutResponse {
   unfinished?: Operation;
 }
 
+/** PreviewKubeProxySwitchResponse is the kube-proxy card's and dialog's content. */
+export interface PreviewKubeProxySwitchResponse {
+  /** True when nothing refuses the switch. */
+  allowed?: boolean;
+  /** The served cluster. */
+  cluster?: string;
+  /** The KubeProxyConsistent condition; absent until the controller sets it. */
+  consistent?: Condition;
+  /** The cluster's kube-proxy mode (spec.cni.kubeProxy; enabled when unset). */
+  mode?: string;
+  /** What refuses the target now: the checks, then the verbs the user lacks. */
+  refusals?: Refusal[];
+  /**
+   * What the switch to target does, in the order the controller runs it;
+   * empty for a mode Ichor does not know.
+   */
+  steps?: KubeProxyStep[];
+  /** The mode checked: the one asked, or the other one. */
+  target?: string;
+  /** The cluster's kube-proxy operations that have not finished. */
+  unfinished?: KubeProxySwitching[];
+}
+
 /** PreviewKubernetesUpgradeResponse is the dialog's Kubernetes tab. */
 export interface PreviewKubernetesUpgradeResponse {
   /** The candidates: Recommended, Patch, then Next minor, newest first within each. */
@@ -1615,6 +1656,21 @@ export interface StartConfigRolloutResponse {
   operation?: Operation;
 }
 
+/** StartKubeProxySwitchRequest asks for a kube-proxy switch. */
+export interface StartKubeProxySwitchRequest {
+  /**
+   * The target mode: enabled (Talos runs kube-proxy) or replaced (Cilium
+   * replaces it).
+   */
+  mode: string;
+}
+
+/** StartKubeProxySwitchResponse is the operation that was created. */
+export interface StartKubeProxySwitchResponse {
+  /** The new operation. */
+  operation?: Operation;
+}
+
 /** StartKubernetesUpgradeRequest asks for a Kubernetes upgrade. */
 export interface StartKubernetesUpgradeRequest {
   /** The served cluster's name, typed by the user: their consent. */
@@ -1957,6 +2013,16 @@ export interface Client {
    */
   previewConfigRollout(args?: { selector?: string }, options?: CallOptions): Promise<PreviewConfigRolloutResponse>;
   /**
+   * PreviewKubeProxySwitch is what the Cilium page's kube-proxy card and
+   * dialog show: the cluster's kube-proxy mode (spec.cni.kubeProxy), the
+   * KubeProxyConsistent condition, the unfinished kube-proxy operations with
+   * their steps, and for the target (the mode asked, else the other one) the
+   * steps in the order the controller runs them and what refuses the switch
+   * now (the admission webhook's checks, then `create` on talosoperations).
+   * It changes nothing.
+   */
+  previewKubeProxySwitch(args?: { mode?: string }, options?: CallOptions): Promise<PreviewKubeProxySwitchResponse>;
+  /**
    * PreviewKubernetesUpgrade is the upgrade dialog's Kubernetes tab: the
    * candidates the controller found (the kubelet image's tags, grouped, the
    * default marked), and, for a version typed or chosen, the checks `ichor
@@ -2034,6 +2100,13 @@ export interface Client {
    * typed cluster name confirms it.
    */
   startConfigRollout(args: { body: StartConfigRolloutRequest }, options?: CallOptions): Promise<StartConfigRolloutResponse>;
+  /**
+   * StartKubeProxySwitch creates a TalosOperation of type kube-proxy as the
+   * signed-in user, after the same checks as `ichor cni kube-proxy MODE` and
+   * the admission webhook. A refused switch is FailedPrecondition (a missing
+   * permission PermissionDenied) with RefusalDetails; nothing is created then.
+   */
+  startKubeProxySwitch(args: { body: StartKubeProxySwitchRequest }, options?: CallOptions): Promise<StartKubeProxySwitchResponse>;
   /**
    * StartKubernetesUpgrade sets the served cluster's spec.kubernetesVersion as
    * the signed-in user, after the same checks and the typed cluster name; the
@@ -2204,6 +2277,9 @@ export function createClient(t: Transport): Client {
     previewConfigRollout(args, options) {
       return t.unary<PreviewConfigRolloutResponse>("GET", "/api/v1/operations:previewConfigRollout", { selector: args?.selector }, undefined, options);
     },
+    previewKubeProxySwitch(args, options) {
+      return t.unary<PreviewKubeProxySwitchResponse>("GET", "/api/v1/operations:previewKubeProxySwitch", { mode: args?.mode }, undefined, options);
+    },
     previewKubernetesUpgrade(args, options) {
       return t.unary<PreviewKubernetesUpgradeResponse>("GET", "/api/v1/operations:previewKubernetesUpgrade", { version: args?.version }, undefined, options);
     },
@@ -2245,6 +2321,9 @@ export function createClient(t: Transport): Client {
     },
     startConfigRollout(args, options) {
       return t.unary<StartConfigRolloutResponse>("POST", "/api/v1/operations:startConfigRollout", undefined, args.body, options);
+    },
+    startKubeProxySwitch(args, options) {
+      return t.unary<StartKubeProxySwitchResponse>("POST", "/api/v1/operations:startKubeProxySwitch", undefined, args.body, options);
     },
     startKubernetesUpgrade(args, options) {
       return t.unary<StartKubernetesUpgradeResponse>("POST", "/api/v1/operations:startKubernetesUpgrade", undefined, args.body, options);
@@ -2319,6 +2398,7 @@ export const operationPaths = {
   previewCiliumValues: { method: "POST", path: "/api/v1/cluster/cilium-values:preview" },
   previewClusterShutdown: { method: "GET", path: "/api/v1/operations:previewClusterShutdown" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
+  previewKubeProxySwitch: { method: "GET", path: "/api/v1/operations:previewKubeProxySwitch" },
   previewKubernetesUpgrade: { method: "GET", path: "/api/v1/operations:previewKubernetesUpgrade" },
   previewNodeOperation: { method: "GET", path: "/api/v1/operations:previewNodeOperation" },
   previewPatch: { method: "POST", path: "/api/v1/patches:preview" },
@@ -2333,6 +2413,7 @@ export const operationPaths = {
   startCiliumUpgrade: { method: "POST", path: "/api/v1/operations:startCiliumUpgrade" },
   startClusterShutdown: { method: "POST", path: "/api/v1/operations:startClusterShutdown" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
+  startKubeProxySwitch: { method: "POST", path: "/api/v1/operations:startKubeProxySwitch" },
   startKubernetesUpgrade: { method: "POST", path: "/api/v1/operations:startKubernetesUpgrade" },
   startNodeOperation: { method: "POST", path: "/api/v1/operations:startNodeOperation" },
   startReclaim: { method: "POST", path: "/api/v1/reclaims" },

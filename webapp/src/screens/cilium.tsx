@@ -1,6 +1,6 @@
-import type { ComponentChildren } from "preact";
+import { Fragment, type ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import type { Client, Condition, GetCiliumValuesResponse, PreviewCiliumUpgradeResponse, PreviewCiliumValuesResponse } from "../api/generated";
+import type { Client, Condition, GetCiliumValuesResponse, PreviewCiliumUpgradeResponse, PreviewCiliumValuesResponse, PreviewKubeProxySwitchResponse } from "../api/generated";
 import { useConsole } from "../context";
 import { Alert } from "../components/ui/alert";
 import { Badge, type Tone } from "../components/ui/badge";
@@ -35,11 +35,12 @@ export function CiliumPage() {
   return (
     <CiliumValues client={client}>
       <CiliumUpgradeCard client={client} canWrite={canWrite} />
+      <KubeProxyCard client={client} canWrite={canWrite} />
     </CiliumValues>
   );
 }
 
-/** CiliumValues is the page's values part; children (the upgrade card) go under the hand-over. */
+/** CiliumValues is the page's values part; children (the upgrade and kube-proxy cards) go under the hand-over. */
 export function CiliumValues({ client, children }: { client: Client; children?: ComponentChildren }) {
   const [data, setData] = useState<GetCiliumValuesResponse | null>(null);
   const [loadError, setLoadError] = useState<unknown>(null);
@@ -285,12 +286,19 @@ export function CiliumUpgradeCard({ client, canWrite }: { client: Client; canWri
 }
 
 /**
- * CiliumUpgradeDialog confirms a Cilium chart upgrade: what it does, what
- * refuses it now and what to know (PreviewCiliumUpgrade for the target,
- * fresh), then StartCiliumUpgrade; it opens the operation's page.
+ * usePreviewThenStart is a start dialog's state: the server's preview,
+ * fetched fresh each time the dialog opens (deps name what it depends on);
+ * ready once the preview allows the start; submit starts the operation and
+ * opens its page, or keeps the server's refusal to show.
  */
-export function CiliumUpgradeDialog({ client, running, target, open, onClose }: { client: Client; running: string; target: string; open: boolean; onClose: () => void }) {
-  const [preview, setPreview] = useState<PreviewCiliumUpgradeResponse | null>(null);
+function usePreviewThenStart<P extends { allowed?: boolean }>(
+  open: boolean,
+  load: () => Promise<P>,
+  start: () => Promise<{ operation?: { name?: string } }>,
+  deps: unknown[],
+  onClose: () => void,
+) {
+  const [preview, setPreview] = useState<P | null>(null);
   const [previewError, setPreviewError] = useState<unknown>(null);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
@@ -300,14 +308,15 @@ export function CiliumUpgradeDialog({ client, running, target, open, onClose }: 
     let stop = false;
     setPreview(null);
     setPreviewError(null);
-    client.previewCiliumUpgrade({ version: target }).then(
+    load().then(
       (p) => !stop && setPreview(p),
       (e) => !stop && setPreviewError(e),
     );
     return () => {
       stop = true;
     };
-  }, [open, client, target]);
+    // load is a new function each render; deps name what it reads.
+  }, [open, ...deps]);
 
   function close() {
     setError(null);
@@ -321,7 +330,7 @@ export function CiliumUpgradeDialog({ client, running, target, open, onClose }: 
     setBusy(true);
     setError(null);
     try {
-      const res = await client.startCiliumUpgrade({ body: { version: target } });
+      const res = await start();
       close();
       navigate(`/operations/${encodeURIComponent(res.operation?.name ?? "")}`);
     } catch (err) {
@@ -330,6 +339,22 @@ export function CiliumUpgradeDialog({ client, running, target, open, onClose }: 
       setBusy(false);
     }
   }
+  return { preview, previewError, busy, error, ready, close, submit };
+}
+
+/**
+ * CiliumUpgradeDialog confirms a Cilium chart upgrade: what it does, what
+ * refuses it now and what to know (PreviewCiliumUpgrade for the target,
+ * fresh), then StartCiliumUpgrade; it opens the operation's page.
+ */
+export function CiliumUpgradeDialog({ client, running, target, open, onClose }: { client: Client; running: string; target: string; open: boolean; onClose: () => void }) {
+  const { preview, previewError, busy, error, ready, close, submit } = usePreviewThenStart(
+    open,
+    () => client.previewCiliumUpgrade({ version: target }),
+    () => client.startCiliumUpgrade({ body: { version: target } }),
+    [client, target],
+    onClose,
+  );
 
   const from = preview?.running || running;
   const warnings = preview?.warnings ?? [];
@@ -362,6 +387,137 @@ export function CiliumUpgradeDialog({ client, running, target, open, onClose }: 
           </Button>
           <Button type="submit" disabled={!ready} data-testid="cilium-upgrade-start">
             {busy ? "Starting…" : `Upgrade to ${target}`}
+          </Button>
+        </div>
+      </form>
+    </Dialog>
+  );
+}
+
+/** consistencyState is the badge of the KubeProxyConsistent condition. */
+export function consistencyState(c: Condition | undefined): { tone: Tone; text: string } {
+  if (!c) return { tone: "neutral", text: "Not reported yet" };
+  if (c.status === "True") return { tone: "ok", text: "Consistent" };
+  return { tone: "bad", text: c.reason || "Inconsistent" };
+}
+
+/** kubeProxyModeText says what a kube-proxy mode means. */
+function kubeProxyModeText(mode: string): string {
+  return mode === api.KubeProxyReplaced ? "replaced (Cilium replaces kube-proxy)" : "enabled (Talos runs kube-proxy)";
+}
+
+/**
+ * KubeProxyCard is the Cilium page's kube-proxy card: the cluster's mode
+ * (spec.cni.kubeProxy), the KubeProxyConsistent condition, an unfinished
+ * switch with its step (linked to the operation), and a button that opens
+ * the switch to the other mode (PreviewKubeProxySwitch, the same checks and
+ * steps as `ichor cni kube-proxy MODE`). The start needs `create` on
+ * talosoperations (operators and admins).
+ */
+export function KubeProxyCard({ client, canWrite }: { client: Client; canWrite: boolean }) {
+  const [preview, setPreview] = useState<PreviewKubeProxySwitchResponse | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const [open, setOpen] = useState(false);
+
+  useEffect(() => {
+    let stop = false;
+    client.previewKubeProxySwitch().then(
+      (p) => !stop && setPreview(p),
+      (e) => !stop && setError(e),
+    );
+    return () => {
+      stop = true;
+    };
+  }, [client]);
+
+  const state = consistencyState(preview?.consistent);
+  const unfinished = preview?.unfinished ?? [];
+  const target = preview?.target ?? "";
+  return (
+    <Card aria-labelledby="kube-proxy-title">
+      <CardHeader>
+        <CardTitle id="kube-proxy-title">
+          kube-proxy {preview && <Badge tone={state.tone}>{state.text}</Badge>}
+        </CardTitle>
+      </CardHeader>
+      <CardContent class="flex flex-col gap-3 text-sm" data-testid="kube-proxy">
+        <ErrorAlert error={error} what="Reading the kube-proxy mode" />
+        <Loading when={!preview && !error} />
+        {preview && (
+          <dl class="grid grid-cols-[max-content_1fr] gap-x-4 gap-y-1">
+            <dt class="text-muted-foreground">Mode</dt>
+            <dd data-testid="kube-proxy-mode">{kubeProxyModeText(preview.mode ?? "")}</dd>
+            <dt class="text-muted-foreground">Consistency</dt>
+            <dd data-testid="kube-proxy-consistent">{preview.consistent?.message || "not reported yet: the controller compares Cilium's live config with the mode once Cilium runs"}</dd>
+            {unfinished.map((u) => (
+              <Fragment key={u.name}>
+                <dt class="text-muted-foreground">Switching to {u.mode}</dt>
+                <dd data-testid="kube-proxy-unfinished">
+                  <a class="underline" href={`/operations/${encodeURIComponent(u.name ?? "")}`}>
+                    {u.name}
+                  </a>
+                  , step {u.step || "not started"}
+                </dd>
+              </Fragment>
+            ))}
+          </dl>
+        )}
+        {preview && target && unfinished.length === 0 && (
+          <div class="flex flex-wrap items-center gap-2">
+            <Button onClick={() => setOpen(true)} disabled={!canWrite} data-testid="kube-proxy-open">
+              Switch to {target}
+            </Button>
+            {!canWrite && <span class="text-xs text-muted-foreground">Switching kube-proxy needs the operator or admin role (`create` on `talosoperations`).</span>}
+          </div>
+        )}
+        {open && target && <KubeProxyDialog client={client} mode={preview?.mode ?? ""} target={target} open={open} onClose={() => setOpen(false)} />}
+      </CardContent>
+    </Card>
+  );
+}
+
+/**
+ * KubeProxyDialog confirms a kube-proxy switch: the steps in the order the
+ * controller runs them and what refuses it now (PreviewKubeProxySwitch for
+ * the target, fresh); Start is enabled only after a preview that nothing
+ * refuses, then StartKubeProxySwitch opens the operation's page.
+ */
+export function KubeProxyDialog({ client, mode, target, open, onClose }: { client: Client; mode: string; target: string; open: boolean; onClose: () => void }) {
+  const { preview, previewError, busy, error, ready, close, submit } = usePreviewThenStart(
+    open,
+    () => client.previewKubeProxySwitch({ mode: target }),
+    () => client.startKubeProxySwitch({ body: { mode: target } }),
+    [client, target],
+    onClose,
+  );
+
+  const from = preview?.mode || mode;
+  const steps = preview?.steps ?? [];
+  return (
+    <Dialog open={open} onClose={close} title={`Switch kube-proxy to ${target}?`}>
+      <form onSubmit={submit} class="flex flex-col gap-3 text-sm" data-testid="kube-proxy-dialog">
+        <p class="text-muted-foreground">
+          kube-proxy goes from {from || "its mode"} to {target}, in this order; Services keep a proxy at every step. The operation holds the cluster lock while it runs; a failed step pauses it.
+        </p>
+        <ErrorAlert error={previewError} what="Checking the kube-proxy switch" />
+        <Loading when={!preview && !previewError} />
+        {steps.length > 0 && (
+          <ol class="list-decimal space-y-1 pl-5" data-testid="kube-proxy-steps">
+            {steps.map((s) => (
+              <li key={s.step}>
+                <code class="font-mono text-xs">{s.step}</code>: {s.action}
+              </li>
+            ))}
+          </ol>
+        )}
+        {preview && <RefusalList refusals={preview.refusals ?? []} title="The checks refuse this switch now; nothing can be started" testid="kube-proxy-refusals" />}
+        <ErrorAlert error={error} what={`Switching kube-proxy to ${target}`} />
+        <div class="flex justify-end gap-2">
+          <Button variant="outline" onClick={close}>
+            Cancel
+          </Button>
+          <Button type="submit" disabled={!ready} data-testid="kube-proxy-start">
+            {busy ? "Starting…" : `Switch to ${target}`}
           </Button>
         </div>
       </form>

@@ -594,6 +594,376 @@ func (x *StartCiliumUpgradeResponse) GetOperation() *Operation {
 	return nil
 }
 
+// PreviewKubeProxySwitchRequest names the mode to check; empty checks the
+// other mode than the cluster's.
+type PreviewKubeProxySwitchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target mode, enabled or replaced; empty for the one the cluster
+	// does not have.
+	Mode          string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewKubeProxySwitchRequest) Reset() {
+	*x = PreviewKubeProxySwitchRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewKubeProxySwitchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewKubeProxySwitchRequest) ProtoMessage() {}
+
+func (x *PreviewKubeProxySwitchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewKubeProxySwitchRequest.ProtoReflect.Descriptor instead.
+func (*PreviewKubeProxySwitchRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PreviewKubeProxySwitchRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+// PreviewKubeProxySwitchResponse is the kube-proxy card's and dialog's content.
+type PreviewKubeProxySwitchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served cluster.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The cluster's kube-proxy mode (spec.cni.kubeProxy; enabled when unset).
+	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The mode checked: the one asked, or the other one.
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// What the switch to target does, in the order the controller runs it;
+	// empty for a mode Ichor does not know.
+	Steps []*KubeProxyStep `protobuf:"bytes,4,rep,name=steps,proto3" json:"steps,omitempty"`
+	// What refuses the target now: the checks, then the verbs the user lacks.
+	Refusals []*Refusal `protobuf:"bytes,5,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// True when nothing refuses the switch.
+	Allowed bool `protobuf:"varint,6,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// The KubeProxyConsistent condition; absent until the controller sets it.
+	Consistent *Condition `protobuf:"bytes,7,opt,name=consistent,proto3" json:"consistent,omitempty"`
+	// The cluster's kube-proxy operations that have not finished.
+	Unfinished    []*KubeProxySwitching `protobuf:"bytes,8,rep,name=unfinished,proto3" json:"unfinished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewKubeProxySwitchResponse) Reset() {
+	*x = PreviewKubeProxySwitchResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewKubeProxySwitchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewKubeProxySwitchResponse) ProtoMessage() {}
+
+func (x *PreviewKubeProxySwitchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewKubeProxySwitchResponse.ProtoReflect.Descriptor instead.
+func (*PreviewKubeProxySwitchResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PreviewKubeProxySwitchResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *PreviewKubeProxySwitchResponse) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *PreviewKubeProxySwitchResponse) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *PreviewKubeProxySwitchResponse) GetSteps() []*KubeProxyStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *PreviewKubeProxySwitchResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewKubeProxySwitchResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *PreviewKubeProxySwitchResponse) GetConsistent() *Condition {
+	if x != nil {
+		return x.Consistent
+	}
+	return nil
+}
+
+func (x *PreviewKubeProxySwitchResponse) GetUnfinished() []*KubeProxySwitching {
+	if x != nil {
+		return x.Unfinished
+	}
+	return nil
+}
+
+// KubeProxyStep is one step of a kube-proxy switch.
+type KubeProxyStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step's name, as the operation's status.step records it.
+	Step string `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	// What happens in it.
+	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KubeProxyStep) Reset() {
+	*x = KubeProxyStep{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KubeProxyStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KubeProxyStep) ProtoMessage() {}
+
+func (x *KubeProxyStep) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KubeProxyStep.ProtoReflect.Descriptor instead.
+func (*KubeProxyStep) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *KubeProxyStep) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *KubeProxyStep) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+// KubeProxySwitching is an unfinished kube-proxy operation.
+type KubeProxySwitching struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its target mode.
+	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Its status.step; empty before the first step.
+	Step          string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KubeProxySwitching) Reset() {
+	*x = KubeProxySwitching{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KubeProxySwitching) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KubeProxySwitching) ProtoMessage() {}
+
+func (x *KubeProxySwitching) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KubeProxySwitching.ProtoReflect.Descriptor instead.
+func (*KubeProxySwitching) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *KubeProxySwitching) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KubeProxySwitching) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *KubeProxySwitching) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+// StartKubeProxySwitchRequest asks for a kube-proxy switch.
+type StartKubeProxySwitchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target mode: enabled (Talos runs kube-proxy) or replaced (Cilium
+	// replaces it).
+	Mode          string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartKubeProxySwitchRequest) Reset() {
+	*x = StartKubeProxySwitchRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartKubeProxySwitchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartKubeProxySwitchRequest) ProtoMessage() {}
+
+func (x *StartKubeProxySwitchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartKubeProxySwitchRequest.ProtoReflect.Descriptor instead.
+func (*StartKubeProxySwitchRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StartKubeProxySwitchRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+// StartKubeProxySwitchResponse is the operation that was created.
+type StartKubeProxySwitchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartKubeProxySwitchResponse) Reset() {
+	*x = StartKubeProxySwitchResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartKubeProxySwitchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartKubeProxySwitchResponse) ProtoMessage() {}
+
+func (x *StartKubeProxySwitchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartKubeProxySwitchResponse.ProtoReflect.Descriptor instead.
+func (*StartKubeProxySwitchResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StartKubeProxySwitchResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 // PreviewClusterShutdownRequest asks for the shutdown's plan.
 type PreviewClusterShutdownRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -603,7 +973,7 @@ type PreviewClusterShutdownRequest struct {
 
 func (x *PreviewClusterShutdownRequest) Reset() {
 	*x = PreviewClusterShutdownRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +985,7 @@ func (x *PreviewClusterShutdownRequest) String() string {
 func (*PreviewClusterShutdownRequest) ProtoMessage() {}
 
 func (x *PreviewClusterShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[8]
+	mi := &file_ichor_v1_operation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +998,7 @@ func (x *PreviewClusterShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewClusterShutdownRequest.ProtoReflect.Descriptor instead.
 func (*PreviewClusterShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
 }
 
 // PreviewClusterShutdownResponse is the dialog's content.
@@ -654,7 +1024,7 @@ type PreviewClusterShutdownResponse struct {
 
 func (x *PreviewClusterShutdownResponse) Reset() {
 	*x = PreviewClusterShutdownResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +1036,7 @@ func (x *PreviewClusterShutdownResponse) String() string {
 func (*PreviewClusterShutdownResponse) ProtoMessage() {}
 
 func (x *PreviewClusterShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[9]
+	mi := &file_ichor_v1_operation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +1049,7 @@ func (x *PreviewClusterShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewClusterShutdownResponse.ProtoReflect.Descriptor instead.
 func (*PreviewClusterShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PreviewClusterShutdownResponse) GetCluster() string {
@@ -742,7 +1112,7 @@ type StartClusterShutdownRequest struct {
 
 func (x *StartClusterShutdownRequest) Reset() {
 	*x = StartClusterShutdownRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +1124,7 @@ func (x *StartClusterShutdownRequest) String() string {
 func (*StartClusterShutdownRequest) ProtoMessage() {}
 
 func (x *StartClusterShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[10]
+	mi := &file_ichor_v1_operation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +1137,7 @@ func (x *StartClusterShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartClusterShutdownRequest.ProtoReflect.Descriptor instead.
 func (*StartClusterShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StartClusterShutdownRequest) GetConfirmClusterName() string {
@@ -788,7 +1158,7 @@ type StartClusterShutdownResponse struct {
 
 func (x *StartClusterShutdownResponse) Reset() {
 	*x = StartClusterShutdownResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +1170,7 @@ func (x *StartClusterShutdownResponse) String() string {
 func (*StartClusterShutdownResponse) ProtoMessage() {}
 
 func (x *StartClusterShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[11]
+	mi := &file_ichor_v1_operation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +1183,7 @@ func (x *StartClusterShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartClusterShutdownResponse.ProtoReflect.Descriptor instead.
 func (*StartClusterShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartClusterShutdownResponse) GetOperation() *Operation {
@@ -838,7 +1208,7 @@ type VersionCandidate struct {
 
 func (x *VersionCandidate) Reset() {
 	*x = VersionCandidate{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +1220,7 @@ func (x *VersionCandidate) String() string {
 func (*VersionCandidate) ProtoMessage() {}
 
 func (x *VersionCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[12]
+	mi := &file_ichor_v1_operation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1233,7 @@ func (x *VersionCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCandidate.ProtoReflect.Descriptor instead.
 func (*VersionCandidate) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *VersionCandidate) GetVersion() string {
@@ -898,7 +1268,7 @@ type PreviewTalosUpgradeRequest struct {
 
 func (x *PreviewTalosUpgradeRequest) Reset() {
 	*x = PreviewTalosUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1280,7 @@ func (x *PreviewTalosUpgradeRequest) String() string {
 func (*PreviewTalosUpgradeRequest) ProtoMessage() {}
 
 func (x *PreviewTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[13]
+	mi := &file_ichor_v1_operation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1293,7 @@ func (x *PreviewTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewTalosUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*PreviewTalosUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PreviewTalosUpgradeRequest) GetVersion() string {
@@ -966,7 +1336,7 @@ type PreviewTalosUpgradeResponse struct {
 
 func (x *PreviewTalosUpgradeResponse) Reset() {
 	*x = PreviewTalosUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1348,7 @@ func (x *PreviewTalosUpgradeResponse) String() string {
 func (*PreviewTalosUpgradeResponse) ProtoMessage() {}
 
 func (x *PreviewTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[14]
+	mi := &file_ichor_v1_operation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1361,7 @@ func (x *PreviewTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewTalosUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*PreviewTalosUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PreviewTalosUpgradeResponse) GetCluster() string {
@@ -1084,7 +1454,7 @@ type StartTalosUpgradeRequest struct {
 
 func (x *StartTalosUpgradeRequest) Reset() {
 	*x = StartTalosUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1466,7 @@ func (x *StartTalosUpgradeRequest) String() string {
 func (*StartTalosUpgradeRequest) ProtoMessage() {}
 
 func (x *StartTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[15]
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1479,7 @@ func (x *StartTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTalosUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*StartTalosUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StartTalosUpgradeRequest) GetVersion() string {
@@ -1139,7 +1509,7 @@ type StartTalosUpgradeResponse struct {
 
 func (x *StartTalosUpgradeResponse) Reset() {
 	*x = StartTalosUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[16]
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1521,7 @@ func (x *StartTalosUpgradeResponse) String() string {
 func (*StartTalosUpgradeResponse) ProtoMessage() {}
 
 func (x *StartTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[16]
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1534,7 @@ func (x *StartTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTalosUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*StartTalosUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{16}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StartTalosUpgradeResponse) GetFrom() string {
@@ -1192,7 +1562,7 @@ type PreviewKubernetesUpgradeRequest struct {
 
 func (x *PreviewKubernetesUpgradeRequest) Reset() {
 	*x = PreviewKubernetesUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[17]
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1574,7 @@ func (x *PreviewKubernetesUpgradeRequest) String() string {
 func (*PreviewKubernetesUpgradeRequest) ProtoMessage() {}
 
 func (x *PreviewKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[17]
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1587,7 @@ func (x *PreviewKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*PreviewKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{17}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PreviewKubernetesUpgradeRequest) GetVersion() string {
@@ -1257,7 +1627,7 @@ type PreviewKubernetesUpgradeResponse struct {
 
 func (x *PreviewKubernetesUpgradeResponse) Reset() {
 	*x = PreviewKubernetesUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[18]
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1639,7 @@ func (x *PreviewKubernetesUpgradeResponse) String() string {
 func (*PreviewKubernetesUpgradeResponse) ProtoMessage() {}
 
 func (x *PreviewKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[18]
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1652,7 @@ func (x *PreviewKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*PreviewKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{18}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PreviewKubernetesUpgradeResponse) GetCluster() string {
@@ -1368,7 +1738,7 @@ type StartKubernetesUpgradeRequest struct {
 
 func (x *StartKubernetesUpgradeRequest) Reset() {
 	*x = StartKubernetesUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[19]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1750,7 @@ func (x *StartKubernetesUpgradeRequest) String() string {
 func (*StartKubernetesUpgradeRequest) ProtoMessage() {}
 
 func (x *StartKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[19]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1763,7 @@ func (x *StartKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*StartKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{19}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StartKubernetesUpgradeRequest) GetVersion() string {
@@ -1423,7 +1793,7 @@ type StartKubernetesUpgradeResponse struct {
 
 func (x *StartKubernetesUpgradeResponse) Reset() {
 	*x = StartKubernetesUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[20]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1805,7 @@ func (x *StartKubernetesUpgradeResponse) String() string {
 func (*StartKubernetesUpgradeResponse) ProtoMessage() {}
 
 func (x *StartKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[20]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1818,7 @@ func (x *StartKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*StartKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{20}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StartKubernetesUpgradeResponse) GetFrom() string {
@@ -1480,7 +1850,7 @@ type OperationStage struct {
 
 func (x *OperationStage) Reset() {
 	*x = OperationStage{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	mi := &file_ichor_v1_operation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1862,7 @@ func (x *OperationStage) String() string {
 func (*OperationStage) ProtoMessage() {}
 
 func (x *OperationStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	mi := &file_ichor_v1_operation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1875,7 @@ func (x *OperationStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationStage.ProtoReflect.Descriptor instead.
 func (*OperationStage) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{21}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OperationStage) GetName() string {
@@ -1544,7 +1914,7 @@ type RemovedAPI struct {
 
 func (x *RemovedAPI) Reset() {
 	*x = RemovedAPI{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	mi := &file_ichor_v1_operation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1926,7 @@ func (x *RemovedAPI) String() string {
 func (*RemovedAPI) ProtoMessage() {}
 
 func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	mi := &file_ichor_v1_operation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1939,7 @@ func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovedAPI.ProtoReflect.Descriptor instead.
 func (*RemovedAPI) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{22}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemovedAPI) GetApi() string {
@@ -1637,7 +2007,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	mi := &file_ichor_v1_operation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +2019,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	mi := &file_ichor_v1_operation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +2032,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{23}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Operation) GetName() string {
@@ -1803,7 +2173,7 @@ type OperationMachine struct {
 
 func (x *OperationMachine) Reset() {
 	*x = OperationMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	mi := &file_ichor_v1_operation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +2185,7 @@ func (x *OperationMachine) String() string {
 func (*OperationMachine) ProtoMessage() {}
 
 func (x *OperationMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	mi := &file_ichor_v1_operation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +2198,7 @@ func (x *OperationMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMachine.ProtoReflect.Descriptor instead.
 func (*OperationMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{24}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OperationMachine) GetName() string {
@@ -1875,7 +2245,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[25]
+	mi := &file_ichor_v1_operation_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2257,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[25]
+	mi := &file_ichor_v1_operation_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2270,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{25}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{31}
 }
 
 // ListOperationsResponse is the operations, newest first.
@@ -1914,7 +2284,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[26]
+	mi := &file_ichor_v1_operation_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2296,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[26]
+	mi := &file_ichor_v1_operation_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2309,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{26}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -1960,7 +2330,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[27]
+	mi := &file_ichor_v1_operation_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2342,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[27]
+	mi := &file_ichor_v1_operation_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2355,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{27}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -2006,7 +2376,7 @@ type GetOperationResponse struct {
 
 func (x *GetOperationResponse) Reset() {
 	*x = GetOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[28]
+	mi := &file_ichor_v1_operation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2388,7 @@ func (x *GetOperationResponse) String() string {
 func (*GetOperationResponse) ProtoMessage() {}
 
 func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[28]
+	mi := &file_ichor_v1_operation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2401,7 @@ func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationResponse.ProtoReflect.Descriptor instead.
 func (*GetOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{28}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetOperationResponse) GetOperation() *Operation {
@@ -2052,7 +2422,7 @@ type PauseOperationRequest struct {
 
 func (x *PauseOperationRequest) Reset() {
 	*x = PauseOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[29]
+	mi := &file_ichor_v1_operation_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2434,7 @@ func (x *PauseOperationRequest) String() string {
 func (*PauseOperationRequest) ProtoMessage() {}
 
 func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[29]
+	mi := &file_ichor_v1_operation_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2447,7 @@ func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationRequest.ProtoReflect.Descriptor instead.
 func (*PauseOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{29}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PauseOperationRequest) GetName() string {
@@ -2098,7 +2468,7 @@ type PauseOperationResponse struct {
 
 func (x *PauseOperationResponse) Reset() {
 	*x = PauseOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[30]
+	mi := &file_ichor_v1_operation_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2480,7 @@ func (x *PauseOperationResponse) String() string {
 func (*PauseOperationResponse) ProtoMessage() {}
 
 func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[30]
+	mi := &file_ichor_v1_operation_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2493,7 @@ func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationResponse.ProtoReflect.Descriptor instead.
 func (*PauseOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{30}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PauseOperationResponse) GetOperation() *Operation {
@@ -2147,7 +2517,7 @@ type ResumeOperationRequest struct {
 
 func (x *ResumeOperationRequest) Reset() {
 	*x = ResumeOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[31]
+	mi := &file_ichor_v1_operation_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2529,7 @@ func (x *ResumeOperationRequest) String() string {
 func (*ResumeOperationRequest) ProtoMessage() {}
 
 func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[31]
+	mi := &file_ichor_v1_operation_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2542,7 @@ func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{31}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResumeOperationRequest) GetName() string {
@@ -2200,7 +2570,7 @@ type ResumeOperationResponse struct {
 
 func (x *ResumeOperationResponse) Reset() {
 	*x = ResumeOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[32]
+	mi := &file_ichor_v1_operation_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2582,7 @@ func (x *ResumeOperationResponse) String() string {
 func (*ResumeOperationResponse) ProtoMessage() {}
 
 func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[32]
+	mi := &file_ichor_v1_operation_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2595,7 @@ func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{32}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResumeOperationResponse) GetOperation() *Operation {
@@ -2256,7 +2626,7 @@ type RolloutMachine struct {
 
 func (x *RolloutMachine) Reset() {
 	*x = RolloutMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[33]
+	mi := &file_ichor_v1_operation_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2638,7 @@ func (x *RolloutMachine) String() string {
 func (*RolloutMachine) ProtoMessage() {}
 
 func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[33]
+	mi := &file_ichor_v1_operation_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2651,7 @@ func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutMachine.ProtoReflect.Descriptor instead.
 func (*RolloutMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{33}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RolloutMachine) GetName() string {
@@ -2338,7 +2708,7 @@ type PreviewConfigRolloutRequest struct {
 
 func (x *PreviewConfigRolloutRequest) Reset() {
 	*x = PreviewConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[34]
+	mi := &file_ichor_v1_operation_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2720,7 @@ func (x *PreviewConfigRolloutRequest) String() string {
 func (*PreviewConfigRolloutRequest) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[34]
+	mi := &file_ichor_v1_operation_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2733,7 @@ func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{34}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PreviewConfigRolloutRequest) GetSelector() string {
@@ -2398,7 +2768,7 @@ type PreviewConfigRolloutResponse struct {
 
 func (x *PreviewConfigRolloutResponse) Reset() {
 	*x = PreviewConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[35]
+	mi := &file_ichor_v1_operation_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2780,7 @@ func (x *PreviewConfigRolloutResponse) String() string {
 func (*PreviewConfigRolloutResponse) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[35]
+	mi := &file_ichor_v1_operation_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2793,7 @@ func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{35}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PreviewConfigRolloutResponse) GetCluster() string {
@@ -2481,7 +2851,7 @@ type PrivilegedPatch struct {
 
 func (x *PrivilegedPatch) Reset() {
 	*x = PrivilegedPatch{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[36]
+	mi := &file_ichor_v1_operation_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2863,7 @@ func (x *PrivilegedPatch) String() string {
 func (*PrivilegedPatch) ProtoMessage() {}
 
 func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[36]
+	mi := &file_ichor_v1_operation_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2876,7 @@ func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrivilegedPatch.ProtoReflect.Descriptor instead.
 func (*PrivilegedPatch) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{36}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PrivilegedPatch) GetName() string {
@@ -2537,7 +2907,7 @@ type StartConfigRolloutRequest struct {
 
 func (x *StartConfigRolloutRequest) Reset() {
 	*x = StartConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[37]
+	mi := &file_ichor_v1_operation_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +2919,7 @@ func (x *StartConfigRolloutRequest) String() string {
 func (*StartConfigRolloutRequest) ProtoMessage() {}
 
 func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[37]
+	mi := &file_ichor_v1_operation_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +2932,7 @@ func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{37}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StartConfigRolloutRequest) GetSelector() string {
@@ -2592,7 +2962,7 @@ type StartConfigRolloutResponse struct {
 
 func (x *StartConfigRolloutResponse) Reset() {
 	*x = StartConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[38]
+	mi := &file_ichor_v1_operation_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2974,7 @@ func (x *StartConfigRolloutResponse) String() string {
 func (*StartConfigRolloutResponse) ProtoMessage() {}
 
 func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[38]
+	mi := &file_ichor_v1_operation_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2987,7 @@ func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{38}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StartConfigRolloutResponse) GetOperation() *Operation {
@@ -2677,6 +3047,32 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x19StartCiliumUpgradeRequest\x12\x1d\n" +
 	"\aversion\x18\x01 \x01(\tB\x03\xe0A\x02R\aversion\"O\n" +
 	"\x1aStartCiliumUpgradeResponse\x121\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"3\n" +
+	"\x1dPreviewKubeProxySwitchRequest\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\"\xd1\x02\n" +
+	"\x1ePreviewKubeProxySwitchResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12-\n" +
+	"\x05steps\x18\x04 \x03(\v2\x17.ichor.v1.KubeProxyStepR\x05steps\x12-\n" +
+	"\brefusals\x18\x05 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x18\n" +
+	"\aallowed\x18\x06 \x01(\bR\aallowed\x123\n" +
+	"\n" +
+	"consistent\x18\a \x01(\v2\x13.ichor.v1.ConditionR\n" +
+	"consistent\x12<\n" +
+	"\n" +
+	"unfinished\x18\b \x03(\v2\x1c.ichor.v1.KubeProxySwitchingR\n" +
+	"unfinished\";\n" +
+	"\rKubeProxyStep\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\"P\n" +
+	"\x12KubeProxySwitching\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\tR\x04step\"6\n" +
+	"\x1bStartKubeProxySwitchRequest\x12\x17\n" +
+	"\x04mode\x18\x01 \x01(\tB\x03\xe0A\x02R\x04mode\"Q\n" +
+	"\x1cStartKubeProxySwitchResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"\x1f\n" +
 	"\x1dPreviewClusterShutdownRequest\"\x8f\x02\n" +
 	"\x1ePreviewClusterShutdownResponse\x12\x18\n" +
@@ -2831,7 +3227,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x85\x01\n" +
 	"\x1aStartConfigRolloutResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\x124\n" +
-	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xb2\x12\n" +
+	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xef\x14\n" +
 	"\x10OperationService\x12o\n" +
 	"\x0eListOperations\x12\x1f.ichor.v1.ListOperationsRequest\x1a .ichor.v1.ListOperationsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/operations\x12p\n" +
 	"\fGetOperation\x12\x1d.ichor.v1.GetOperationRequest\x1a\x1e.ichor.v1.GetOperationResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/operations/{name}\x12\x7f\n" +
@@ -2847,6 +3243,8 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x12StartNodeOperation\x12#.ichor.v1.StartNodeOperationRequest\x1a$.ichor.v1.StartNodeOperationResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startNodeOperation\x12\x96\x01\n" +
 	"\x14PreviewCiliumUpgrade\x12%.ichor.v1.PreviewCiliumUpgradeRequest\x1a&.ichor.v1.PreviewCiliumUpgradeResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/operations:previewCiliumUpgrade\x12\x91\x01\n" +
 	"\x12StartCiliumUpgrade\x12#.ichor.v1.StartCiliumUpgradeRequest\x1a$.ichor.v1.StartCiliumUpgradeResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startCiliumUpgrade\x12\x9e\x01\n" +
+	"\x16PreviewKubeProxySwitch\x12'.ichor.v1.PreviewKubeProxySwitchRequest\x1a(.ichor.v1.PreviewKubeProxySwitchResponse\"1\x82\xd3\xe4\x93\x02+\x12)/api/v1/operations:previewKubeProxySwitch\x12\x99\x01\n" +
+	"\x14StartKubeProxySwitch\x12%.ichor.v1.StartKubeProxySwitchRequest\x1a&.ichor.v1.StartKubeProxySwitchResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/api/v1/operations:startKubeProxySwitch\x12\x9e\x01\n" +
 	"\x16PreviewClusterShutdown\x12'.ichor.v1.PreviewClusterShutdownRequest\x1a(.ichor.v1.PreviewClusterShutdownResponse\"1\x82\xd3\xe4\x93\x02+\x12)/api/v1/operations:previewClusterShutdown\x12\x99\x01\n" +
 	"\x14StartClusterShutdown\x12%.ichor.v1.StartClusterShutdownRequest\x1a&.ichor.v1.StartClusterShutdownResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/api/v1/operations:startClusterShutdownBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
@@ -2862,7 +3260,7 @@ func file_ichor_v1_operation_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_operation_proto_rawDescData
 }
 
-var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_ichor_v1_operation_proto_goTypes = []any{
 	(*PreviewNodeOperationRequest)(nil),      // 0: ichor.v1.PreviewNodeOperationRequest
 	(*PreviewNodeOperationResponse)(nil),     // 1: ichor.v1.PreviewNodeOperationResponse
@@ -2872,111 +3270,126 @@ var file_ichor_v1_operation_proto_goTypes = []any{
 	(*PreviewCiliumUpgradeResponse)(nil),     // 5: ichor.v1.PreviewCiliumUpgradeResponse
 	(*StartCiliumUpgradeRequest)(nil),        // 6: ichor.v1.StartCiliumUpgradeRequest
 	(*StartCiliumUpgradeResponse)(nil),       // 7: ichor.v1.StartCiliumUpgradeResponse
-	(*PreviewClusterShutdownRequest)(nil),    // 8: ichor.v1.PreviewClusterShutdownRequest
-	(*PreviewClusterShutdownResponse)(nil),   // 9: ichor.v1.PreviewClusterShutdownResponse
-	(*StartClusterShutdownRequest)(nil),      // 10: ichor.v1.StartClusterShutdownRequest
-	(*StartClusterShutdownResponse)(nil),     // 11: ichor.v1.StartClusterShutdownResponse
-	(*VersionCandidate)(nil),                 // 12: ichor.v1.VersionCandidate
-	(*PreviewTalosUpgradeRequest)(nil),       // 13: ichor.v1.PreviewTalosUpgradeRequest
-	(*PreviewTalosUpgradeResponse)(nil),      // 14: ichor.v1.PreviewTalosUpgradeResponse
-	(*StartTalosUpgradeRequest)(nil),         // 15: ichor.v1.StartTalosUpgradeRequest
-	(*StartTalosUpgradeResponse)(nil),        // 16: ichor.v1.StartTalosUpgradeResponse
-	(*PreviewKubernetesUpgradeRequest)(nil),  // 17: ichor.v1.PreviewKubernetesUpgradeRequest
-	(*PreviewKubernetesUpgradeResponse)(nil), // 18: ichor.v1.PreviewKubernetesUpgradeResponse
-	(*StartKubernetesUpgradeRequest)(nil),    // 19: ichor.v1.StartKubernetesUpgradeRequest
-	(*StartKubernetesUpgradeResponse)(nil),   // 20: ichor.v1.StartKubernetesUpgradeResponse
-	(*OperationStage)(nil),                   // 21: ichor.v1.OperationStage
-	(*RemovedAPI)(nil),                       // 22: ichor.v1.RemovedAPI
-	(*Operation)(nil),                        // 23: ichor.v1.Operation
-	(*OperationMachine)(nil),                 // 24: ichor.v1.OperationMachine
-	(*ListOperationsRequest)(nil),            // 25: ichor.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),           // 26: ichor.v1.ListOperationsResponse
-	(*GetOperationRequest)(nil),              // 27: ichor.v1.GetOperationRequest
-	(*GetOperationResponse)(nil),             // 28: ichor.v1.GetOperationResponse
-	(*PauseOperationRequest)(nil),            // 29: ichor.v1.PauseOperationRequest
-	(*PauseOperationResponse)(nil),           // 30: ichor.v1.PauseOperationResponse
-	(*ResumeOperationRequest)(nil),           // 31: ichor.v1.ResumeOperationRequest
-	(*ResumeOperationResponse)(nil),          // 32: ichor.v1.ResumeOperationResponse
-	(*RolloutMachine)(nil),                   // 33: ichor.v1.RolloutMachine
-	(*PreviewConfigRolloutRequest)(nil),      // 34: ichor.v1.PreviewConfigRolloutRequest
-	(*PreviewConfigRolloutResponse)(nil),     // 35: ichor.v1.PreviewConfigRolloutResponse
-	(*PrivilegedPatch)(nil),                  // 36: ichor.v1.PrivilegedPatch
-	(*StartConfigRolloutRequest)(nil),        // 37: ichor.v1.StartConfigRolloutRequest
-	(*StartConfigRolloutResponse)(nil),       // 38: ichor.v1.StartConfigRolloutResponse
-	(*Refusal)(nil),                          // 39: ichor.v1.Refusal
-	(*Condition)(nil),                        // 40: ichor.v1.Condition
-	(*timestamppb.Timestamp)(nil),            // 41: google.protobuf.Timestamp
+	(*PreviewKubeProxySwitchRequest)(nil),    // 8: ichor.v1.PreviewKubeProxySwitchRequest
+	(*PreviewKubeProxySwitchResponse)(nil),   // 9: ichor.v1.PreviewKubeProxySwitchResponse
+	(*KubeProxyStep)(nil),                    // 10: ichor.v1.KubeProxyStep
+	(*KubeProxySwitching)(nil),               // 11: ichor.v1.KubeProxySwitching
+	(*StartKubeProxySwitchRequest)(nil),      // 12: ichor.v1.StartKubeProxySwitchRequest
+	(*StartKubeProxySwitchResponse)(nil),     // 13: ichor.v1.StartKubeProxySwitchResponse
+	(*PreviewClusterShutdownRequest)(nil),    // 14: ichor.v1.PreviewClusterShutdownRequest
+	(*PreviewClusterShutdownResponse)(nil),   // 15: ichor.v1.PreviewClusterShutdownResponse
+	(*StartClusterShutdownRequest)(nil),      // 16: ichor.v1.StartClusterShutdownRequest
+	(*StartClusterShutdownResponse)(nil),     // 17: ichor.v1.StartClusterShutdownResponse
+	(*VersionCandidate)(nil),                 // 18: ichor.v1.VersionCandidate
+	(*PreviewTalosUpgradeRequest)(nil),       // 19: ichor.v1.PreviewTalosUpgradeRequest
+	(*PreviewTalosUpgradeResponse)(nil),      // 20: ichor.v1.PreviewTalosUpgradeResponse
+	(*StartTalosUpgradeRequest)(nil),         // 21: ichor.v1.StartTalosUpgradeRequest
+	(*StartTalosUpgradeResponse)(nil),        // 22: ichor.v1.StartTalosUpgradeResponse
+	(*PreviewKubernetesUpgradeRequest)(nil),  // 23: ichor.v1.PreviewKubernetesUpgradeRequest
+	(*PreviewKubernetesUpgradeResponse)(nil), // 24: ichor.v1.PreviewKubernetesUpgradeResponse
+	(*StartKubernetesUpgradeRequest)(nil),    // 25: ichor.v1.StartKubernetesUpgradeRequest
+	(*StartKubernetesUpgradeResponse)(nil),   // 26: ichor.v1.StartKubernetesUpgradeResponse
+	(*OperationStage)(nil),                   // 27: ichor.v1.OperationStage
+	(*RemovedAPI)(nil),                       // 28: ichor.v1.RemovedAPI
+	(*Operation)(nil),                        // 29: ichor.v1.Operation
+	(*OperationMachine)(nil),                 // 30: ichor.v1.OperationMachine
+	(*ListOperationsRequest)(nil),            // 31: ichor.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),           // 32: ichor.v1.ListOperationsResponse
+	(*GetOperationRequest)(nil),              // 33: ichor.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),             // 34: ichor.v1.GetOperationResponse
+	(*PauseOperationRequest)(nil),            // 35: ichor.v1.PauseOperationRequest
+	(*PauseOperationResponse)(nil),           // 36: ichor.v1.PauseOperationResponse
+	(*ResumeOperationRequest)(nil),           // 37: ichor.v1.ResumeOperationRequest
+	(*ResumeOperationResponse)(nil),          // 38: ichor.v1.ResumeOperationResponse
+	(*RolloutMachine)(nil),                   // 39: ichor.v1.RolloutMachine
+	(*PreviewConfigRolloutRequest)(nil),      // 40: ichor.v1.PreviewConfigRolloutRequest
+	(*PreviewConfigRolloutResponse)(nil),     // 41: ichor.v1.PreviewConfigRolloutResponse
+	(*PrivilegedPatch)(nil),                  // 42: ichor.v1.PrivilegedPatch
+	(*StartConfigRolloutRequest)(nil),        // 43: ichor.v1.StartConfigRolloutRequest
+	(*StartConfigRolloutResponse)(nil),       // 44: ichor.v1.StartConfigRolloutResponse
+	(*Refusal)(nil),                          // 45: ichor.v1.Refusal
+	(*Condition)(nil),                        // 46: ichor.v1.Condition
+	(*timestamppb.Timestamp)(nil),            // 47: google.protobuf.Timestamp
 }
 var file_ichor_v1_operation_proto_depIdxs = []int32{
-	39, // 0: ichor.v1.PreviewNodeOperationResponse.refusals:type_name -> ichor.v1.Refusal
-	23, // 1: ichor.v1.StartNodeOperationResponse.operation:type_name -> ichor.v1.Operation
-	39, // 2: ichor.v1.PreviewCiliumUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	40, // 3: ichor.v1.PreviewCiliumUpgradeResponse.handover:type_name -> ichor.v1.Condition
-	23, // 4: ichor.v1.StartCiliumUpgradeResponse.operation:type_name -> ichor.v1.Operation
-	39, // 5: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
-	23, // 6: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
-	23, // 7: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
-	12, // 8: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	41, // 9: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	39, // 10: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	23, // 11: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	12, // 12: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	41, // 13: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	39, // 14: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	23, // 15: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	41, // 16: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	41, // 17: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	41, // 18: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	40, // 19: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
-	24, // 20: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
-	21, // 21: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
-	22, // 22: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
-	23, // 23: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
-	23, // 24: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
-	23, // 25: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
-	23, // 26: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
-	33, // 27: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	23, // 28: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
-	36, // 29: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
-	23, // 30: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
-	33, // 31: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	25, // 32: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	27, // 33: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	29, // 34: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	31, // 35: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	34, // 36: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
-	37, // 37: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
-	13, // 38: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
-	15, // 39: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
-	17, // 40: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
-	19, // 41: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
-	0,  // 42: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
-	2,  // 43: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
-	4,  // 44: ichor.v1.OperationService.PreviewCiliumUpgrade:input_type -> ichor.v1.PreviewCiliumUpgradeRequest
-	6,  // 45: ichor.v1.OperationService.StartCiliumUpgrade:input_type -> ichor.v1.StartCiliumUpgradeRequest
-	8,  // 46: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
-	10, // 47: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
-	26, // 48: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	28, // 49: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	30, // 50: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	32, // 51: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	35, // 52: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
-	38, // 53: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
-	14, // 54: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
-	16, // 55: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
-	18, // 56: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
-	20, // 57: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
-	1,  // 58: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
-	3,  // 59: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
-	5,  // 60: ichor.v1.OperationService.PreviewCiliumUpgrade:output_type -> ichor.v1.PreviewCiliumUpgradeResponse
-	7,  // 61: ichor.v1.OperationService.StartCiliumUpgrade:output_type -> ichor.v1.StartCiliumUpgradeResponse
-	9,  // 62: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
-	11, // 63: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
-	48, // [48:64] is the sub-list for method output_type
-	32, // [32:48] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	45, // 0: ichor.v1.PreviewNodeOperationResponse.refusals:type_name -> ichor.v1.Refusal
+	29, // 1: ichor.v1.StartNodeOperationResponse.operation:type_name -> ichor.v1.Operation
+	45, // 2: ichor.v1.PreviewCiliumUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	46, // 3: ichor.v1.PreviewCiliumUpgradeResponse.handover:type_name -> ichor.v1.Condition
+	29, // 4: ichor.v1.StartCiliumUpgradeResponse.operation:type_name -> ichor.v1.Operation
+	10, // 5: ichor.v1.PreviewKubeProxySwitchResponse.steps:type_name -> ichor.v1.KubeProxyStep
+	45, // 6: ichor.v1.PreviewKubeProxySwitchResponse.refusals:type_name -> ichor.v1.Refusal
+	46, // 7: ichor.v1.PreviewKubeProxySwitchResponse.consistent:type_name -> ichor.v1.Condition
+	11, // 8: ichor.v1.PreviewKubeProxySwitchResponse.unfinished:type_name -> ichor.v1.KubeProxySwitching
+	29, // 9: ichor.v1.StartKubeProxySwitchResponse.operation:type_name -> ichor.v1.Operation
+	45, // 10: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
+	29, // 11: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
+	29, // 12: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
+	18, // 13: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	47, // 14: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	45, // 15: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	29, // 16: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	18, // 17: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	47, // 18: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	45, // 19: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	29, // 20: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	47, // 21: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	47, // 22: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	47, // 23: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	46, // 24: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	30, // 25: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
+	27, // 26: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
+	28, // 27: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
+	29, // 28: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
+	29, // 29: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
+	29, // 30: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
+	29, // 31: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
+	39, // 32: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	29, // 33: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
+	42, // 34: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
+	29, // 35: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	39, // 36: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	31, // 37: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	33, // 38: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	35, // 39: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	37, // 40: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	40, // 41: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	43, // 42: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	19, // 43: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
+	21, // 44: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
+	23, // 45: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
+	25, // 46: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
+	0,  // 47: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
+	2,  // 48: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
+	4,  // 49: ichor.v1.OperationService.PreviewCiliumUpgrade:input_type -> ichor.v1.PreviewCiliumUpgradeRequest
+	6,  // 50: ichor.v1.OperationService.StartCiliumUpgrade:input_type -> ichor.v1.StartCiliumUpgradeRequest
+	8,  // 51: ichor.v1.OperationService.PreviewKubeProxySwitch:input_type -> ichor.v1.PreviewKubeProxySwitchRequest
+	12, // 52: ichor.v1.OperationService.StartKubeProxySwitch:input_type -> ichor.v1.StartKubeProxySwitchRequest
+	14, // 53: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
+	16, // 54: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
+	32, // 55: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	34, // 56: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	36, // 57: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	38, // 58: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	41, // 59: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	44, // 60: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	20, // 61: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
+	22, // 62: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
+	24, // 63: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
+	26, // 64: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
+	1,  // 65: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
+	3,  // 66: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
+	5,  // 67: ichor.v1.OperationService.PreviewCiliumUpgrade:output_type -> ichor.v1.PreviewCiliumUpgradeResponse
+	7,  // 68: ichor.v1.OperationService.StartCiliumUpgrade:output_type -> ichor.v1.StartCiliumUpgradeResponse
+	9,  // 69: ichor.v1.OperationService.PreviewKubeProxySwitch:output_type -> ichor.v1.PreviewKubeProxySwitchResponse
+	13, // 70: ichor.v1.OperationService.StartKubeProxySwitch:output_type -> ichor.v1.StartKubeProxySwitchResponse
+	15, // 71: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
+	17, // 72: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
+	55, // [55:73] is the sub-list for method output_type
+	37, // [37:55] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }
@@ -2992,7 +3405,7 @@ func file_ichor_v1_operation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_operation_proto_rawDesc), len(file_ichor_v1_operation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,8 @@ const (
 	OperationService_StartNodeOperation_FullMethodName       = "/ichor.v1.OperationService/StartNodeOperation"
 	OperationService_PreviewCiliumUpgrade_FullMethodName     = "/ichor.v1.OperationService/PreviewCiliumUpgrade"
 	OperationService_StartCiliumUpgrade_FullMethodName       = "/ichor.v1.OperationService/StartCiliumUpgrade"
+	OperationService_PreviewKubeProxySwitch_FullMethodName   = "/ichor.v1.OperationService/PreviewKubeProxySwitch"
+	OperationService_StartKubeProxySwitch_FullMethodName     = "/ichor.v1.OperationService/StartKubeProxySwitch"
 	OperationService_PreviewClusterShutdown_FullMethodName   = "/ichor.v1.OperationService/PreviewClusterShutdown"
 	OperationService_StartClusterShutdown_FullMethodName     = "/ichor.v1.OperationService/StartClusterShutdown"
 )
@@ -105,6 +107,19 @@ type OperationServiceClient interface {
 	// admission webhook. A refused upgrade is FailedPrecondition (a missing
 	// permission PermissionDenied) with RefusalDetails; nothing is created then.
 	StartCiliumUpgrade(ctx context.Context, in *StartCiliumUpgradeRequest, opts ...grpc.CallOption) (*StartCiliumUpgradeResponse, error)
+	// PreviewKubeProxySwitch is what the Cilium page's kube-proxy card and
+	// dialog show: the cluster's kube-proxy mode (spec.cni.kubeProxy), the
+	// KubeProxyConsistent condition, the unfinished kube-proxy operations with
+	// their steps, and for the target (the mode asked, else the other one) the
+	// steps in the order the controller runs them and what refuses the switch
+	// now (the admission webhook's checks, then `create` on talosoperations).
+	// It changes nothing.
+	PreviewKubeProxySwitch(ctx context.Context, in *PreviewKubeProxySwitchRequest, opts ...grpc.CallOption) (*PreviewKubeProxySwitchResponse, error)
+	// StartKubeProxySwitch creates a TalosOperation of type kube-proxy as the
+	// signed-in user, after the same checks as `ichor cni kube-proxy MODE` and
+	// the admission webhook. A refused switch is FailedPrecondition (a missing
+	// permission PermissionDenied) with RefusalDetails; nothing is created then.
+	StartKubeProxySwitch(ctx context.Context, in *StartKubeProxySwitchRequest, opts ...grpc.CallOption) (*StartKubeProxySwitchResponse, error)
 	// PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
 	// machines, and what refuses a shutdown now. It changes nothing.
 	PreviewClusterShutdown(ctx context.Context, in *PreviewClusterShutdownRequest, opts ...grpc.CallOption) (*PreviewClusterShutdownResponse, error)
@@ -262,6 +277,26 @@ func (c *operationServiceClient) StartCiliumUpgrade(ctx context.Context, in *Sta
 	return out, nil
 }
 
+func (c *operationServiceClient) PreviewKubeProxySwitch(ctx context.Context, in *PreviewKubeProxySwitchRequest, opts ...grpc.CallOption) (*PreviewKubeProxySwitchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewKubeProxySwitchResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewKubeProxySwitch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartKubeProxySwitch(ctx context.Context, in *StartKubeProxySwitchRequest, opts ...grpc.CallOption) (*StartKubeProxySwitchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartKubeProxySwitchResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartKubeProxySwitch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *operationServiceClient) PreviewClusterShutdown(ctx context.Context, in *PreviewClusterShutdownRequest, opts ...grpc.CallOption) (*PreviewClusterShutdownResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PreviewClusterShutdownResponse)
@@ -350,6 +385,19 @@ type OperationServiceServer interface {
 	// admission webhook. A refused upgrade is FailedPrecondition (a missing
 	// permission PermissionDenied) with RefusalDetails; nothing is created then.
 	StartCiliumUpgrade(context.Context, *StartCiliumUpgradeRequest) (*StartCiliumUpgradeResponse, error)
+	// PreviewKubeProxySwitch is what the Cilium page's kube-proxy card and
+	// dialog show: the cluster's kube-proxy mode (spec.cni.kubeProxy), the
+	// KubeProxyConsistent condition, the unfinished kube-proxy operations with
+	// their steps, and for the target (the mode asked, else the other one) the
+	// steps in the order the controller runs them and what refuses the switch
+	// now (the admission webhook's checks, then `create` on talosoperations).
+	// It changes nothing.
+	PreviewKubeProxySwitch(context.Context, *PreviewKubeProxySwitchRequest) (*PreviewKubeProxySwitchResponse, error)
+	// StartKubeProxySwitch creates a TalosOperation of type kube-proxy as the
+	// signed-in user, after the same checks as `ichor cni kube-proxy MODE` and
+	// the admission webhook. A refused switch is FailedPrecondition (a missing
+	// permission PermissionDenied) with RefusalDetails; nothing is created then.
+	StartKubeProxySwitch(context.Context, *StartKubeProxySwitchRequest) (*StartKubeProxySwitchResponse, error)
 	// PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
 	// machines, and what refuses a shutdown now. It changes nothing.
 	PreviewClusterShutdown(context.Context, *PreviewClusterShutdownRequest) (*PreviewClusterShutdownResponse, error)
@@ -408,6 +456,12 @@ func (UnimplementedOperationServiceServer) PreviewCiliumUpgrade(context.Context,
 }
 func (UnimplementedOperationServiceServer) StartCiliumUpgrade(context.Context, *StartCiliumUpgradeRequest) (*StartCiliumUpgradeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartCiliumUpgrade not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewKubeProxySwitch(context.Context, *PreviewKubeProxySwitchRequest) (*PreviewKubeProxySwitchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewKubeProxySwitch not implemented")
+}
+func (UnimplementedOperationServiceServer) StartKubeProxySwitch(context.Context, *StartKubeProxySwitchRequest) (*StartKubeProxySwitchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartKubeProxySwitch not implemented")
 }
 func (UnimplementedOperationServiceServer) PreviewClusterShutdown(context.Context, *PreviewClusterShutdownRequest) (*PreviewClusterShutdownResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PreviewClusterShutdown not implemented")
@@ -688,6 +742,42 @@ func _OperationService_StartCiliumUpgrade_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperationService_PreviewKubeProxySwitch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewKubeProxySwitchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewKubeProxySwitch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewKubeProxySwitch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewKubeProxySwitch(ctx, req.(*PreviewKubeProxySwitchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartKubeProxySwitch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartKubeProxySwitchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartKubeProxySwitch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartKubeProxySwitch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartKubeProxySwitch(ctx, req.(*StartKubeProxySwitchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OperationService_PreviewClusterShutdown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PreviewClusterShutdownRequest)
 	if err := dec(in); err != nil {
@@ -786,6 +876,14 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartCiliumUpgrade",
 			Handler:    _OperationService_StartCiliumUpgrade_Handler,
+		},
+		{
+			MethodName: "PreviewKubeProxySwitch",
+			Handler:    _OperationService_PreviewKubeProxySwitch_Handler,
+		},
+		{
+			MethodName: "StartKubeProxySwitch",
+			Handler:    _OperationService_StartKubeProxySwitch_Handler,
 		},
 		{
 			MethodName: "PreviewClusterShutdown",
