@@ -18,10 +18,11 @@ import (
 // condition and an unfinished switch with its step; with one, the shared
 // checks (guard.CheckKubeProxySwitch) refuse before anything is written (a
 // mode Ichor does not know, the mode the cluster has, no CNIHandover, an
-// unfinished cni or kube-proxy operation), and no TalosOperation exists
-// after a refusal; otherwise the confirmation says the steps in the
-// controller's order and a TalosOperation of type kube-proxy is created;
-// --wait follows it to its end.
+// unfinished cni or kube-proxy operation, a mode Talos's side has not
+// recorded), and nothing is written after a refusal; otherwise the
+// confirmation says the steps in the controller's order and
+// spec.cni.kubeProxy is written with the annotation naming the mode (no
+// operation: the controller starts it); --wait follows the one it starts.
 func TestKubeProxyCLI(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, "kubeproxy")
@@ -65,35 +66,57 @@ func TestKubeProxyCLI(t *testing.T) {
 	mustFail(t, ichor(t, "cni", "kube-proxy", "enabled", "-n", ns, "-y"), "CNIHandover: the controller has not reported it", "wait until", "nothing was changed")
 	noOperation("a refused switch")
 
-	// Not confirmed: nothing is created; the confirmation says the steps in order.
+	// Ichor's release, but the mode Talos's side runs not recorded yet.
 	setCiliumStatus(t, ns, "v1.20.2", metav1.ConditionTrue, "Cilium is Ichor's Helm release")
+	mustFail(t, ichor(t, "cni", "kube-proxy", "enabled", "-n", ns, "-y"), "status.cni.kubeProxy is empty", "nothing was changed")
+	recordKubeProxy := func(mode string) {
+		t.Helper()
+		c := getCluster(t, ns, "prod")
+		c.Status.CNI.KubeProxy = mode
+		must(t, k8s.Status().Update(ctx, c))
+	}
+	recordKubeProxy(ichorv1alpha1.KubeProxyReplaced)
+	specMode := func() string {
+		t.Helper()
+		return getCluster(t, ns, "prod").Spec.CNI.KubeProxy
+	}
+
+	// Not confirmed: nothing is changed; the confirmation says the steps in order.
 	r = mustFail(t, ichorWith(t, invocation{stdin: "staging\n"}, "cni", "kube-proxy", "enabled", "-n", ns), "not confirmed", "nothing was changed")
-	noOperation("an unconfirmed switch")
-	wantInOrder(t, r.stderr, "from replaced to enabled", "1. kube-proxy-check:", "2. kube-proxy-talos: Talos's machine config turns kube-proxy on",
+	if m := specMode(); m != ichorv1alpha1.KubeProxyReplaced {
+		t.Fatalf("an unconfirmed switch wrote spec.cni.kubeProxy %q", m)
+	}
+	wantInOrder(t, r.stderr, "from replaced to enabled", "1. kube-proxy-check:", "2. kube-proxy-talos: Talos's side moves (status.cni.kubeProxy: enabled)",
 		"waits until it runs on every node", "3. kube-proxy-cilium: the ichor-cni Job upgrades Cilium's Helm release kube-system/cilium with kubeProxyReplacement: false",
 		"4. kube-proxy-verify:", "holds the cluster lock", `Type "prod" to confirm`)
 
-	// The switch: an operation of type kube-proxy to enabled, the cluster named.
+	// The switch: spec.cni.kubeProxy written with the annotation naming the
+	// mode (admission refuses it otherwise); the operation is the controller's.
 	r = mustSucceed(t, ichorWith(t, invocation{stdin: "prod\n"}, "cni", "kube-proxy", "enabled", "-n", ns))
-	m := startedOperation.FindStringSubmatch(r.stdout)
-	ops := kubeProxyOps()
-	if m == nil || len(ops) != 1 || ops[0].Name != m[1] || !strings.HasPrefix(m[1], "kube-proxy-enabled-") ||
-		!strings.Contains(r.stdout, "ichor operation get "+m[1]+" --watch") {
-		t.Fatalf("the switch must print the operation it created (%d kube-proxy operations):\n%s", len(ops), r.stdout)
+	c = getCluster(t, ns, "prod")
+	if c.Spec.CNI.KubeProxy != ichorv1alpha1.KubeProxyEnabled || c.Annotations[ichorv1alpha1.KubeProxySwitchAnnotation] != ichorv1alpha1.KubeProxyEnabled ||
+		!strings.Contains(r.stdout, "Set spec.cni.kubeProxy of cluster prod to enabled; the controller starts a kube-proxy operation.") {
+		t.Fatalf("the switch: spec.cni.kubeProxy %q, annotations %v:\n%s", c.Spec.CNI.KubeProxy, c.Annotations, r.stdout)
 	}
-	if s := ops[0].Spec; s.ClusterName != "prod" || s.Type != ichorv1alpha1.OperationKubeProxy || s.KubeProxy == nil || s.KubeProxy.Mode != ichorv1alpha1.KubeProxyEnabled || s.CNI != nil {
-		t.Fatalf("operation %s spec %+v", ops[0].Name, s)
-	}
-	if c := getCluster(t, ns, "prod"); c.Spec.CNI.KubeProxy != ichorv1alpha1.KubeProxyReplaced {
-		t.Fatalf("the CLI wrote spec.cni.kubeProxy %q; only the operation does, at its Talos step", c.Spec.CNI.KubeProxy)
-	}
+	noOperation("the CLI (the controller starts the operation)")
 
-	// The status names the unfinished switch and its step, as data too.
-	if r := mustSucceed(t, ichor(t, "cni", "kube-proxy", "-n", ns)); !strings.Contains(r.stdout, "Switching to enabled: operation "+m[1]+", step not started") ||
+	// The operation the controller starts; the status names it and its step, as data too.
+	startOp := func(mode string) string {
+		t.Helper()
+		op := &ichorv1alpha1.TalosOperation{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "kube-proxy-" + mode + "-"},
+			Spec: ichorv1alpha1.TalosOperationSpec{ClusterName: "prod", Type: ichorv1alpha1.OperationKubeProxy,
+				KubeProxy: &ichorv1alpha1.KubeProxySwitch{Mode: mode}},
+		}
+		must(t, k8s.Create(ctx, op))
+		return op.Name
+	}
+	first := startOp(ichorv1alpha1.KubeProxyEnabled)
+	if r := mustSucceed(t, ichor(t, "cni", "kube-proxy", "-n", ns)); !strings.Contains(r.stdout, "Switching to enabled: operation "+first+", step not started") ||
 		strings.Contains(r.stdout, "switches it") {
 		t.Fatalf("the status with a switch before its first step:\n%s", r.stdout)
 	}
-	setOperationStatus(t, ns, m[1], func(st *ichorv1alpha1.TalosOperationStatus) {
+	setOperationStatus(t, ns, first, func(st *ichorv1alpha1.TalosOperationStatus) {
 		st.Phase, st.Step = ichorv1alpha1.OperationRunning, "kube-proxy-talos"
 	})
 	var state struct {
@@ -104,37 +127,28 @@ func TestKubeProxyCLI(t *testing.T) {
 		} `json:"unfinished"`
 	}
 	must(t, json.Unmarshal([]byte(mustSucceed(t, ichor(t, "cni", "kube-proxy", "-n", ns, "-o", "json")).stdout), &state))
-	if state.Mode != ichorv1alpha1.KubeProxyReplaced || state.Consistent == nil || state.Consistent.Status != metav1.ConditionFalse ||
-		len(state.Unfinished) != 1 || state.Unfinished[0].Name != m[1] || state.Unfinished[0].Mode != "enabled" || state.Unfinished[0].Step != "kube-proxy-talos" {
+	if state.Mode != ichorv1alpha1.KubeProxyEnabled || state.Consistent == nil || state.Consistent.Status != metav1.ConditionFalse ||
+		len(state.Unfinished) != 1 || state.Unfinished[0].Name != first || state.Unfinished[0].Mode != "enabled" || state.Unfinished[0].Step != "kube-proxy-talos" {
 		t.Fatalf("the status as data: %+v", state)
 	}
 
-	// A second switch, or a Cilium upgrade, while it has not finished: refused, naming it.
-	mustFail(t, ichor(t, "cni", "kube-proxy", "enabled", "-n", ns, "-y"), "operation "+m[1]+" changes cluster prod's Cilium and has not finished",
-		"ichor operation get "+m[1]+" --watch", "nothing was changed")
-	mustFail(t, ichor(t, "cni", "upgrade", "v1.20.2", "-n", ns, "-y"), "operation "+m[1]+" changes cluster prod's Cilium and has not finished")
-	if n := len(kubeProxyOps()); n != 1 {
-		t.Fatalf("a refused second switch left %d kube-proxy operations", n)
-	}
+	// The same mode again, or a Cilium upgrade while the switch runs: refused.
+	mustFail(t, ichor(t, "cni", "kube-proxy", "enabled", "-n", ns, "-y"), "already has kube-proxy enabled", "nothing was changed")
+	mustFail(t, ichor(t, "cni", "upgrade", "v1.20.2", "-n", ns, "-y"), "operation "+first+" changes cluster prod's Cilium and has not finished")
 
-	// --wait follows the next one to its end.
-	setOperationStatus(t, ns, m[1], func(st *ichorv1alpha1.TalosOperationStatus) { st.Phase = ichorv1alpha1.OperationFailed })
+	// --wait follows the operation the controller starts for the next switch.
+	setOperationStatus(t, ns, first, func(st *ichorv1alpha1.TalosOperationStatus) { st.Phase = ichorv1alpha1.OperationSucceeded })
+	recordKubeProxy(ichorv1alpha1.KubeProxyEnabled)
 	done := make(chan result, 1)
-	go func() { done <- ichor(t, "cni", "kube-proxy", "enabled", "-n", ns, "-y", "--wait") }()
-	var second string
-	testenv.Eventually(t, 0, "the second kube-proxy operation", testenv.Holds(func() bool {
-		if op := newOperationOfType(t, ns, ichorv1alpha1.OperationKubeProxy, m[1]); op != nil {
-			second = op.Name
-			return true
-		}
-		return false
-	}))
+	go func() { done <- ichor(t, "cni", "kube-proxy", "replaced", "-n", ns, "-y", "--wait") }()
+	testenv.Eventually(t, 0, "spec.cni.kubeProxy replaced", testenv.Holds(func() bool { return specMode() == ichorv1alpha1.KubeProxyReplaced }))
+	second := startOp(ichorv1alpha1.KubeProxyReplaced)
 	setOperationStatus(t, ns, second, func(st *ichorv1alpha1.TalosOperationStatus) {
-		st.Phase, st.Step = ichorv1alpha1.OperationSucceeded, "kube-proxy-verify"
-		st.Conditions = []metav1.Condition{cond(ichorv1alpha1.ReadyCondition, metav1.ConditionTrue, "Succeeded", "kube-proxy is enabled on every node")}
+		st.Phase, st.Step = ichorv1alpha1.OperationSucceeded, "kube-proxy-cleanup"
+		st.Conditions = []metav1.Condition{cond(ichorv1alpha1.ReadyCondition, metav1.ConditionTrue, "Succeeded", "kube-proxy switched from enabled to replaced")}
 	})
 	r = mustSucceed(t, <-done)
-	if !strings.Contains(r.stdout, "Started operation "+second+".") || !strings.Contains(r.stdout, "Operation "+second+" succeeded: kube-proxy is enabled on every node.") {
+	if !strings.Contains(r.stdout, "Started operation "+second+".") || !strings.Contains(r.stdout, "Operation "+second+" succeeded: kube-proxy switched from enabled to replaced.") {
 		t.Fatalf("--wait must print the operation and how it ended:\n%s", r.stdout)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -39,8 +40,9 @@ type kubeProxySwitching struct {
 
 // cniKubeProxy is `ichor cni kube-proxy [enabled|replaced] [--wait]`: the
 // cluster's kube-proxy mode, or the shared checks, a confirmation that says
-// the steps in order and a TalosOperation of type kube-proxy, which the
-// controller runs.
+// the steps in order and the write of spec.cni.kubeProxy (annotated for
+// that write), after which the controller starts and runs a TalosOperation
+// of type kube-proxy.
 func cniKubeProxy(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() > 1 {
 		return fmt.Errorf("`%s` takes at most one mode, %s or %s; run `%s --help`",
@@ -72,15 +74,63 @@ func cniKubeProxy(ctx context.Context, cmd *cli.Command) error {
 	if err := r.confirm(kubeProxySwitchText(c.Name, guard.KubeProxyMode(c), target), c.Name); err != nil {
 		return err
 	}
-	op := &ichorv1alpha1.TalosOperation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, GenerateName: "kube-proxy-" + target + "-"},
-		Spec: ichorv1alpha1.TalosOperationSpec{
-			ClusterName: c.Name,
-			Type:        ichorv1alpha1.OperationKubeProxy,
-			KubeProxy:   &ichorv1alpha1.KubeProxySwitch{Mode: target},
-		},
+	// The request is spec.cni.kubeProxy with the annotation naming the mode
+	// on that one write (admission refuses the change without it); the
+	// controller then starts the kube-proxy operation.
+	before := map[string]bool{}
+	for _, o := range ops.Items {
+		before[o.Name] = true
 	}
-	return r.startOperation(ctx, cmd, op)
+	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	c.Spec.CNI.KubeProxy = target
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[ichorv1alpha1.KubeProxySwitchAnnotation] = target
+	if err := r.c().Patch(ctx, c, patch); err != nil {
+		return fmt.Errorf("%w; nothing was changed", r.conn.Explain(err, "setting spec.cni.kubeProxy of TalosCluster "+c.Name))
+	}
+	r.printf("Set spec.cni.kubeProxy of cluster %s to %s; the controller starts a kube-proxy operation.\n", c.Name, target)
+	if !cmd.Bool(flagWait) {
+		r.printf("Follow it with `ichor cni kube-proxy --cluster %s` or `ichor operation list`.\n", c.Name)
+		return nil
+	}
+	op, err := r.waitKubeProxyOperation(ctx, c.Name, target, before)
+	if err != nil {
+		return err
+	}
+	r.printf("Started operation %s.\n", op.Name)
+	return r.followToEnd(ctx, op)
+}
+
+// waitKubeProxyOperation waits for the kube-proxy operation to target of
+// cluster that the controller starts after the write (one not in before).
+func (r *run) waitKubeProxyOperation(ctx context.Context, cluster, target string, before map[string]bool) (*ichorv1alpha1.TalosOperation, error) {
+	deadline := time.Now().Add(startWait)
+	tick := time.NewTicker(followInterval)
+	defer tick.Stop()
+	for {
+		ops := &ichorv1alpha1.TalosOperationList{}
+		if err := r.c().List(ctx, ops, client.InNamespace(r.ns())); err != nil {
+			return nil, r.conn.Explain(err, "listing TalosOperations in namespace "+r.ns())
+		}
+		for i := range ops.Items {
+			op := &ops.Items[i]
+			if !before[op.Name] && op.Spec.ClusterName == cluster && op.Spec.Type == ichorv1alpha1.OperationKubeProxy &&
+				op.Spec.KubeProxy != nil && op.Spec.KubeProxy.Mode == target {
+				return op, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the controller started no kube-proxy operation to %s within %s; check the controller's logs and the TalosCluster's "+
+				"KubeProxyConsistent condition (`ichor cni kube-proxy --cluster %s`)", target, startWait, cluster)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 func kubeProxyStateOf(c *ichorv1alpha1.TalosCluster, ops []ichorv1alpha1.TalosOperation) kubeProxyState {

@@ -217,3 +217,27 @@ func KubeProxyStepDone(target, step, want string) bool {
 
 	return i >= 0 && j >= 0 && i > j
 }
+
+// KubeProxySwitching is an unfinished kube-proxy operation of a cluster.
+type KubeProxySwitching struct {
+	// Name is the operation's name, Mode its target, Step its status.step.
+	Name, Mode, Step string
+}
+
+// UnfinishedKubeProxy returns the cluster's unfinished kube-proxy operations.
+func UnfinishedKubeProxy(cluster string, ops []ichorv1alpha1.TalosOperation) []KubeProxySwitching {
+	var out []KubeProxySwitching
+
+	for i := range ops {
+		o := &ops[i]
+		if o.Spec.ClusterName != cluster || o.DeletionTimestamp != nil || o.Spec.Type != ichorv1alpha1.OperationKubeProxy || o.Spec.KubeProxy == nil {
+			continue
+		}
+
+		if o.Status.Phase != ichorv1alpha1.OperationSucceeded && o.Status.Phase != ichorv1alpha1.OperationFailed {
+			out = append(out, KubeProxySwitching{Name: o.Name, Mode: o.Spec.KubeProxy.Mode, Step: o.Status.Step})
+		}
+	}
+
+	return out
+}

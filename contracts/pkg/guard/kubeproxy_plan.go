@@ -15,8 +15,8 @@ type KubeProxyPlanStep struct {
 }
 
 // KubeProxySwitchPlan is what a kube-proxy operation of cluster does to
-// reach target (enabled or replaced), in the order the controller runs it;
-// nil for a mode Ichor does not know.
+// reach target (enabled or replaced), in the order the controller runs it
+// (KubeProxySteps); nil for a mode Ichor does not know.
 func KubeProxySwitchPlan(cluster, target string) []KubeProxyPlanStep {
 	check := KubeProxyPlanStep{KubeProxyStepCheck,
 		fmt.Sprintf("the operation takes cluster %s's lock and checks the switch again", cluster)}
@@ -29,14 +29,16 @@ func KubeProxySwitchPlan(cluster, target string) []KubeProxyPlanStep {
 				"Cilium's pods roll (the chart's rolling update)"},
 			{KubeProxyStepVerify, "Cilium's replacement is verified on every node: the DaemonSet kube-system/cilium has rolled out " +
 				"and the ConfigMap kube-system/cilium-config says kube-proxy-replacement: true"},
-			{KubeProxyStepTalos, "Talos's machine config turns kube-proxy off (spec.cni.kubeProxy: replaced)"},
-			{KubeProxyStepCleanup, "Talos's kube-proxy DaemonSet, ServiceAccount, ClusterRoleBinding and ConfigMap in kube-system are deleted"},
+			{KubeProxyStepTalos, "Talos's side moves (status.cni.kubeProxy: replaced): the control planes' machine config turns kube-proxy off, " +
+				"and the operation reads every control plane's running config back"},
+			{KubeProxyStepCleanup, "Talos's kube-proxy DaemonSet, ServiceAccount, ClusterRoleBinding and ConfigMap in kube-system are deleted, " +
+				"and their entries in Talos's manifest inventory, so that enabling kube-proxy again recreates them"},
 		}
 	case ichorv1alpha1.KubeProxyEnabled:
 		return []KubeProxyPlanStep{
 			check,
-			{KubeProxyStepTalos, "Talos's machine config turns kube-proxy on (spec.cni.kubeProxy: enabled); Talos creates the DaemonSet " +
-				"kube-system/kube-proxy, and the operation waits until it runs on every node"},
+			{KubeProxyStepTalos, "Talos's side moves (status.cni.kubeProxy: enabled): the control planes' machine config turns kube-proxy on, " +
+				"Talos creates the DaemonSet kube-system/kube-proxy, and the operation waits until it runs on every node"},
 			{KubeProxyStepCilium, "the ichor-cni Job upgrades Cilium's Helm release kube-system/cilium with kubeProxyReplacement: false; " +
 				"Cilium's pods roll (the chart's rolling update)"},
 			{KubeProxyStepVerify, "the change is verified on every node: the DaemonSet kube-system/cilium has rolled out " +

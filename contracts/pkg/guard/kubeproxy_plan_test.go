@@ -41,6 +41,12 @@ func TestKubeProxySwitchPlan(t *testing.T) {
 		KubeProxyOtherMode(ichorv1alpha1.KubeProxyEnabled) != ichorv1alpha1.KubeProxyReplaced {
 		t.Fatal("KubeProxyOtherMode: the other of replaced is enabled, of enabled (or unset) replaced")
 	}
+	// The plan a person reads is the steps the controller runs.
+	for _, mode := range []string{ichorv1alpha1.KubeProxyEnabled, ichorv1alpha1.KubeProxyReplaced} {
+		if got := steps(KubeProxySwitchPlan("prod", mode)); !slices.Equal(got, KubeProxySteps(mode)) {
+			t.Fatalf("to %s: the plan says %v, the controller runs %v", mode, got, KubeProxySteps(mode))
+		}
+	}
 	if p := KubeProxySwitchPlan("prod", "strict"); p != nil {
 		t.Fatalf("an unknown mode has a plan: %+v", p)
 	}

@@ -52,7 +52,17 @@ func TestKubeProxySwitchAPI(t *testing.T) {
 	t.Cleanup(func() {
 		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			c := servedCluster(t)
-			c.Status.CNI.CiliumVersion, c.Status.Conditions = before.Status.CNI.CiliumVersion, before.Status.Conditions
+			if c.Spec.CNI.KubeProxy == before.Spec.CNI.KubeProxy {
+				return nil
+			}
+			// Calling the pending switch off, as admission allows.
+			c.Spec.CNI.KubeProxy = before.Spec.CNI.KubeProxy
+			c.Annotations[ichorv1alpha1.KubeProxySwitchAnnotation] = before.Spec.CNI.KubeProxy
+			return admin.Update(context.Background(), c)
+		})
+		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			c := servedCluster(t)
+			c.Status.CNI.CiliumVersion, c.Status.Conditions, c.Status.CNI.KubeProxy = before.Status.CNI.CiliumVersion, before.Status.Conditions, before.Status.CNI.KubeProxy
 			return admin.Status().Update(context.Background(), c)
 		})
 	})
@@ -64,6 +74,12 @@ func TestKubeProxySwitchAPI(t *testing.T) {
 	}
 	asViewer, asOperator, asAdmin := operations(t, viewer(t)), operations(t, operator(t)), operations(t, adminTok(t))
 	setCilium(t, "1.20.2", metav1.ConditionTrue)
+	// The mode Talos's side runs, as cnistatus records it.
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := servedCluster(t)
+		c.Status.CNI.KubeProxy = ichorv1alpha1.KubeProxyEnabled
+		return admin.Status().Update(ctx, c)
+	}))
 
 	// The card: enabled, replaced offered, with the steps in order.
 	p, err := asOperator.PreviewKubeProxySwitch(ctx, &ichorv1.PreviewKubeProxySwitchRequest{})
@@ -90,20 +106,23 @@ func TestKubeProxySwitchAPI(t *testing.T) {
 	// Over REST too, as the console calls it; a viewer may read but not start.
 	code, body := rest(t, httpClient(), http.MethodGet, "/api/v1/operations:previewKubeProxySwitch?mode=enabled", viewer(t), "")
 	if code != http.StatusOK || body["mode"] != "enabled" || body["target"] != "enabled" || body["allowed"] == true ||
-		!strings.Contains(toJSON(body["refusals"]), "already has kube-proxy enabled") || !strings.Contains(toJSON(body["refusals"]), "`create` on `talosoperations`") ||
+		!strings.Contains(toJSON(body["refusals"]), "already has kube-proxy enabled") || !strings.Contains(toJSON(body["refusals"]), "update") ||
 		!strings.Contains(toJSON(body["consistent"]), "Cilium and Talos agree") {
 		t.Fatalf("a viewer's preview of the mode the cluster has, over REST: %d %v", code, body)
 	}
 
-	// Refused: nothing is created, the message names the rule and the way out.
+	// Refused: nothing is written, the message names the rule and the way out.
 	refusedStart := func(client ichorv1.OperationServiceClient, mode string, code codes.Code, says ...string) {
 		t.Helper()
 		_, err := client.StartKubeProxySwitch(ctx, &ichorv1.StartKubeProxySwitchRequest{Mode: mode})
+		if m := servedCluster(t).Spec.CNI.KubeProxy; m != ichorv1alpha1.KubeProxyEnabled {
+			t.Fatalf("a refused start (%v) wrote spec.cni.kubeProxy %q", err, m)
+		}
 		refusedNothingCreated(t, "start "+mode, err, kubeProxyOperations(t), code, says...)
 	}
-	refusedStart(asAdmin, " ", codes.InvalidArgument, "mode is required", "enabled (Talos runs kube-proxy) or replaced (Cilium replaces it)", "nothing was created")
+	refusedStart(asAdmin, " ", codes.InvalidArgument, "mode is required", "enabled (Talos runs kube-proxy) or replaced (Cilium replaces it)", "nothing was changed")
 	refusedStart(asAdmin, "strict", codes.InvalidArgument, `kube-proxy mode "strict" is not one Ichor knows`, "name enabled (Talos runs kube-proxy) or replaced")
-	refusedStart(asViewer, "replaced", codes.PermissionDenied, "create")
+	refusedStart(asViewer, "replaced", codes.PermissionDenied, "update")
 	refusedStart(asAdmin, "enabled", codes.FailedPrecondition, "already has kube-proxy enabled", "name the other mode")
 
 	// Not handed over: the release is not Ichor's yet.
@@ -132,30 +151,33 @@ func TestKubeProxySwitchAPI(t *testing.T) {
 		t.Fatalf("kube-proxy operations %v after the refusals", ops)
 	}
 
-	// The allowed start, as an operator: ichor-ui itself may not create
-	// TalosOperations, so the operation exists only because it was created
-	// as the signed-in user.
+	// The allowed start, as an operator: spec.cni.kubeProxy written as the
+	// signed-in user with the annotation naming the mode (admission refuses
+	// it otherwise); no operation: the controller starts it.
 	resp, err := asOperator.StartKubeProxySwitch(ctx, &ichorv1.StartKubeProxySwitchRequest{Mode: "replaced"})
 	if err != nil {
 		t.Fatalf("an operator's start: %v", err)
 	}
-	name := resp.GetOperation().GetName()
-	deleteOperationWhenDone(t, name)
-	if !strings.HasPrefix(name, testCluster+"-kube-proxy-") || resp.GetOperation().GetType() != ichorv1alpha1.OperationKubeProxy {
-		t.Fatalf("the operation returned: %v", resp.GetOperation())
+	if resp.GetFrom() != "enabled" || resp.GetTo() != "replaced" {
+		t.Fatalf("the start's answer: %v", resp)
 	}
-	if o := getOperation(t, name); o.Spec.Type != ichorv1alpha1.OperationKubeProxy || o.Spec.ClusterName != testCluster ||
-		o.Spec.KubeProxy == nil || o.Spec.KubeProxy.Mode != "replaced" || o.Spec.CNI != nil {
-		t.Fatalf("the kube-proxy operation: %+v", o.Spec)
+	if c := servedCluster(t); c.Spec.CNI.KubeProxy != ichorv1alpha1.KubeProxyReplaced || c.Annotations[ichorv1alpha1.KubeProxySwitchAnnotation] != "replaced" {
+		t.Fatalf("after the start: spec.cni.kubeProxy %q, annotations %v", c.Spec.CNI.KubeProxy, c.Annotations)
 	}
-	if ops := kubeProxyOperations(t); len(ops) != 1 {
-		t.Fatalf("%d kube-proxy operations after one start", len(ops))
-	}
-	if m := servedCluster(t).Spec.CNI.KubeProxy; m != ichorv1alpha1.KubeProxyEnabled {
-		t.Fatalf("the start wrote spec.cni.kubeProxy %q; only the operation does, at its Talos step", m)
+	if ops := kubeProxyOperations(t); len(ops) != 0 {
+		t.Fatalf("the start created %d kube-proxy operations; the controller starts it", len(ops))
 	}
 
-	// The card names it with its step; it blocks a second one.
+	// The operation the controller starts: the card names it with its step,
+	// and the same mode again is refused.
+	op := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testCluster + "-kube-proxy-test"},
+		Spec: ichorv1alpha1.TalosOperationSpec{ClusterName: testCluster, Type: ichorv1alpha1.OperationKubeProxy,
+			KubeProxy: &ichorv1alpha1.KubeProxySwitch{Mode: "replaced"}},
+	}
+	testenv.Must(t, admin.Create(ctx, op))
+	name := op.Name
+	deleteOperationWhenDone(t, name)
 	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		o := getOperation(t, name)
 		o.Status.Phase, o.Status.Step = ichorv1alpha1.OperationRunning, guard.KubeProxyStepVerify
@@ -167,7 +189,7 @@ func TestKubeProxySwitchAPI(t *testing.T) {
 		t.Fatalf("the preview while %s runs: %v %v", name, p, err)
 	}
 	_, err = asOperator.StartKubeProxySwitch(ctx, &ichorv1.StartKubeProxySwitchRequest{Mode: "replaced"})
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "operation "+name+" changes cluster") {
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "already has kube-proxy replaced") {
 		t.Fatalf("a second start: %v", err)
 	}
 }

@@ -1665,10 +1665,15 @@ export interface StartKubeProxySwitchRequest {
   mode: string;
 }
 
-/** StartKubeProxySwitchResponse is the operation that was created. */
+/**
+ * StartKubeProxySwitchResponse is the switch asked for: spec.cni.kubeProxy
+ * was written; the controller starts the kube-proxy operation.
+ */
 export interface StartKubeProxySwitchResponse {
-  /** The new operation. */
-  operation?: Operation;
+  /** spec.cni.kubeProxy before the write. */
+  from?: string;
+  /** spec.cni.kubeProxy now. */
+  to?: string;
 }
 
 /** StartKubernetesUpgradeRequest asks for a Kubernetes upgrade. */
@@ -2101,10 +2106,12 @@ export interface Client {
    */
   startConfigRollout(args: { body: StartConfigRolloutRequest }, options?: CallOptions): Promise<StartConfigRolloutResponse>;
   /**
-   * StartKubeProxySwitch creates a TalosOperation of type kube-proxy as the
-   * signed-in user, after the same checks as `ichor cni kube-proxy MODE` and
-   * the admission webhook. A refused switch is FailedPrecondition (a missing
-   * permission PermissionDenied) with RefusalDetails; nothing is created then.
+   * StartKubeProxySwitch writes spec.cni.kubeProxy, annotated for that
+   * write, as the signed-in user, after the same checks as `ichor cni
+   * kube-proxy MODE` and the admission webhook; the controller then starts a
+   * TalosOperation of type kube-proxy. A refused switch is FailedPrecondition
+   * (a missing permission PermissionDenied) with RefusalDetails; nothing is
+   * changed then.
    */
   startKubeProxySwitch(args: { body: StartKubeProxySwitchRequest }, options?: CallOptions): Promise<StartKubeProxySwitchResponse>;
   /**

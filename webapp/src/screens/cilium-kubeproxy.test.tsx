@@ -38,7 +38,7 @@ const offered: PreviewKubeProxySwitchResponse = {
 function client(
   card: PreviewKubeProxySwitchResponse,
   dialog: PreviewKubeProxySwitchResponse = card,
-  start: () => Promise<unknown> = () => Promise.resolve({ operation: { name: "prod-kube-proxy-x7k2p", type: "kube-proxy" } }),
+  start: () => Promise<unknown> = () => Promise.resolve({ from: "enabled", to: "replaced" }),
 ) {
   const previews: (string | undefined)[] = [];
   const starts: StartKubeProxySwitchRequest[] = [];
@@ -117,7 +117,7 @@ describe("kube-proxy card", () => {
   it("keeps the button off for a viewer and says why", async () => {
     await show(client(offered).c, false);
     expect(q<HTMLButtonElement>("[data-testid=kube-proxy-open]")!.disabled).toBe(true);
-    expect(root.textContent).toContain("`create` on `talosoperations`");
+    expect(root.textContent).toContain("`update` on `talosclusters`");
   });
 
   it("links an unfinished switch with its step and offers no other", async () => {
@@ -136,7 +136,7 @@ describe("kube-proxy card", () => {
     expect(q("[data-testid=kube-proxy-open]")).toBeNull();
   });
 
-  it("shows the steps in order, starts the switch with the target, and opens the operation", async () => {
+  it("shows the steps in order, starts the switch with the target, and reads the card again", async () => {
     const { c, previews, starts } = client(offered);
     await show(c);
     await openDialog();
@@ -149,7 +149,12 @@ describe("kube-proxy card", () => {
     expect(start().disabled).toBe(false);
     await submit();
     expect(starts).toEqual([{ mode: "replaced" } satisfies StartKubeProxySwitchRequest]);
-    expect(location.pathname).toBe("/operations/prod-kube-proxy-x7k2p");
+    await settle();
+    // The controller starts the operation: the page stays, and the card
+    // reads the switch again to show it.
+    expect(location.pathname).toBe("/cilium");
+    expect(previews).toEqual([undefined, "replaced", undefined]);
+    expect(q("[data-testid=kube-proxy-dialog]")).toBeNull();
   });
 
   it("keeps Start off until the preview has answered", async () => {
@@ -159,7 +164,7 @@ describe("kube-proxy card", () => {
       previewKubeProxySwitch: (args?: { mode?: string }) => (args?.mode ? new Promise<PreviewKubeProxySwitchResponse>((r) => (answer = r)) : Promise.resolve(offered)),
       startKubeProxySwitch: ({ body }: { body: StartKubeProxySwitchRequest }) => {
         starts.push(body);
-        return Promise.resolve({ operation: { name: "x" } });
+        return Promise.resolve({ from: "enabled", to: "replaced" });
       },
     } as unknown as Client;
     await show(c);

@@ -332,7 +332,9 @@ function usePreviewThenStart<P extends { allowed?: boolean }>(
     try {
       const res = await start();
       close();
-      navigate(`/operations/${encodeURIComponent(res.operation?.name ?? "")}`);
+      // A start that names its operation opens it; one the controller
+      // starts later (the kube-proxy switch) leaves the page to show it.
+      if (res.operation?.name) navigate(`/operations/${encodeURIComponent(res.operation.name)}`);
     } catch (err) {
       setError(err);
     } finally {
@@ -418,6 +420,7 @@ export function KubeProxyCard({ client, canWrite }: { client: Client; canWrite: 
   const [preview, setPreview] = useState<PreviewKubeProxySwitchResponse | null>(null);
   const [error, setError] = useState<unknown>(null);
   const [open, setOpen] = useState(false);
+  const [reads, setReads] = useState(0);
 
   useEffect(() => {
     let stop = false;
@@ -428,7 +431,7 @@ export function KubeProxyCard({ client, canWrite }: { client: Client; canWrite: 
     return () => {
       stop = true;
     };
-  }, [client]);
+  }, [client, reads]);
 
   const state = consistencyState(preview?.consistent);
   const unfinished = preview?.unfinished ?? [];
@@ -467,10 +470,21 @@ export function KubeProxyCard({ client, canWrite }: { client: Client; canWrite: 
             <Button onClick={() => setOpen(true)} disabled={!canWrite} data-testid="kube-proxy-open">
               Switch to {target}
             </Button>
-            {!canWrite && <span class="text-xs text-muted-foreground">Switching kube-proxy needs the operator or admin role (`create` on `talosoperations`).</span>}
+            {!canWrite && <span class="text-xs text-muted-foreground">Switching kube-proxy needs the operator or admin role (`update` on `talosclusters`).</span>}
           </div>
         )}
-        {open && target && <KubeProxyDialog client={client} mode={preview?.mode ?? ""} target={target} open={open} onClose={() => setOpen(false)} />}
+        {open && target && (
+          <KubeProxyDialog
+            client={client}
+            mode={preview?.mode ?? ""}
+            target={target}
+            open={open}
+            onClose={() => {
+              setOpen(false);
+              setReads((n) => n + 1);
+            }}
+          />
+        )}
       </CardContent>
     </Card>
   );
@@ -480,13 +494,14 @@ export function KubeProxyCard({ client, canWrite }: { client: Client; canWrite: 
  * KubeProxyDialog confirms a kube-proxy switch: the steps in the order the
  * controller runs them and what refuses it now (PreviewKubeProxySwitch for
  * the target, fresh); Start is enabled only after a preview that nothing
- * refuses, then StartKubeProxySwitch opens the operation's page.
+ * refuses, then StartKubeProxySwitch writes spec.cni.kubeProxy; the card
+ * then shows the switch the controller starts.
  */
 export function KubeProxyDialog({ client, mode, target, open, onClose }: { client: Client; mode: string; target: string; open: boolean; onClose: () => void }) {
   const { preview, previewError, busy, error, ready, close, submit } = usePreviewThenStart(
     open,
     () => client.previewKubeProxySwitch({ mode: target }),
-    () => client.startKubeProxySwitch({ body: { mode: target } }),
+    () => client.startKubeProxySwitch({ body: { mode: target } }).then(() => ({})),
     [client, target],
     onClose,
   );

@@ -918,11 +918,14 @@ func (x *StartKubeProxySwitchRequest) GetMode() string {
 	return ""
 }
 
-// StartKubeProxySwitchResponse is the operation that was created.
+// StartKubeProxySwitchResponse is the switch asked for: spec.cni.kubeProxy
+// was written; the controller starts the kube-proxy operation.
 type StartKubeProxySwitchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The new operation.
-	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	// spec.cni.kubeProxy before the write.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// spec.cni.kubeProxy now.
+	To            string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -957,11 +960,18 @@ func (*StartKubeProxySwitchResponse) Descriptor() ([]byte, []int) {
 	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *StartKubeProxySwitchResponse) GetOperation() *Operation {
+func (x *StartKubeProxySwitchResponse) GetFrom() string {
 	if x != nil {
-		return x.Operation
+		return x.From
 	}
-	return nil
+	return ""
+}
+
+func (x *StartKubeProxySwitchResponse) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
 }
 
 // PreviewClusterShutdownRequest asks for the shutdown's plan.
@@ -3071,9 +3081,10 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\tR\x04step\"6\n" +
 	"\x1bStartKubeProxySwitchRequest\x12\x17\n" +
-	"\x04mode\x18\x01 \x01(\tB\x03\xe0A\x02R\x04mode\"Q\n" +
-	"\x1cStartKubeProxySwitchResponse\x121\n" +
-	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"\x1f\n" +
+	"\x04mode\x18\x01 \x01(\tB\x03\xe0A\x02R\x04mode\"B\n" +
+	"\x1cStartKubeProxySwitchResponse\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\"\x1f\n" +
 	"\x1dPreviewClusterShutdownRequest\"\x8f\x02\n" +
 	"\x1ePreviewClusterShutdownResponse\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12%\n" +
@@ -3321,75 +3332,74 @@ var file_ichor_v1_operation_proto_depIdxs = []int32{
 	45, // 6: ichor.v1.PreviewKubeProxySwitchResponse.refusals:type_name -> ichor.v1.Refusal
 	46, // 7: ichor.v1.PreviewKubeProxySwitchResponse.consistent:type_name -> ichor.v1.Condition
 	11, // 8: ichor.v1.PreviewKubeProxySwitchResponse.unfinished:type_name -> ichor.v1.KubeProxySwitching
-	29, // 9: ichor.v1.StartKubeProxySwitchResponse.operation:type_name -> ichor.v1.Operation
-	45, // 10: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
-	29, // 11: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
-	29, // 12: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
-	18, // 13: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	47, // 14: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	45, // 15: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	29, // 16: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	18, // 17: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	47, // 18: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	45, // 19: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	29, // 20: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	47, // 21: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	47, // 22: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	47, // 23: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	46, // 24: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
-	30, // 25: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
-	27, // 26: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
-	28, // 27: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
-	29, // 28: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
-	29, // 29: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
-	29, // 30: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
-	29, // 31: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
-	39, // 32: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	29, // 33: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
-	42, // 34: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
-	29, // 35: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
-	39, // 36: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	31, // 37: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	33, // 38: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	35, // 39: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	37, // 40: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	40, // 41: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
-	43, // 42: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
-	19, // 43: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
-	21, // 44: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
-	23, // 45: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
-	25, // 46: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
-	0,  // 47: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
-	2,  // 48: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
-	4,  // 49: ichor.v1.OperationService.PreviewCiliumUpgrade:input_type -> ichor.v1.PreviewCiliumUpgradeRequest
-	6,  // 50: ichor.v1.OperationService.StartCiliumUpgrade:input_type -> ichor.v1.StartCiliumUpgradeRequest
-	8,  // 51: ichor.v1.OperationService.PreviewKubeProxySwitch:input_type -> ichor.v1.PreviewKubeProxySwitchRequest
-	12, // 52: ichor.v1.OperationService.StartKubeProxySwitch:input_type -> ichor.v1.StartKubeProxySwitchRequest
-	14, // 53: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
-	16, // 54: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
-	32, // 55: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	34, // 56: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	36, // 57: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	38, // 58: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	41, // 59: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
-	44, // 60: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
-	20, // 61: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
-	22, // 62: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
-	24, // 63: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
-	26, // 64: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
-	1,  // 65: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
-	3,  // 66: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
-	5,  // 67: ichor.v1.OperationService.PreviewCiliumUpgrade:output_type -> ichor.v1.PreviewCiliumUpgradeResponse
-	7,  // 68: ichor.v1.OperationService.StartCiliumUpgrade:output_type -> ichor.v1.StartCiliumUpgradeResponse
-	9,  // 69: ichor.v1.OperationService.PreviewKubeProxySwitch:output_type -> ichor.v1.PreviewKubeProxySwitchResponse
-	13, // 70: ichor.v1.OperationService.StartKubeProxySwitch:output_type -> ichor.v1.StartKubeProxySwitchResponse
-	15, // 71: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
-	17, // 72: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
-	55, // [55:73] is the sub-list for method output_type
-	37, // [37:55] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	45, // 9: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
+	29, // 10: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
+	29, // 11: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
+	18, // 12: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	47, // 13: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	45, // 14: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	29, // 15: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	18, // 16: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	47, // 17: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	45, // 18: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	29, // 19: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	47, // 20: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	47, // 21: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	47, // 22: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	46, // 23: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	30, // 24: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
+	27, // 25: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
+	28, // 26: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
+	29, // 27: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
+	29, // 28: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
+	29, // 29: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
+	29, // 30: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
+	39, // 31: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	29, // 32: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
+	42, // 33: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
+	29, // 34: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	39, // 35: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	31, // 36: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	33, // 37: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	35, // 38: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	37, // 39: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	40, // 40: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	43, // 41: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	19, // 42: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
+	21, // 43: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
+	23, // 44: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
+	25, // 45: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
+	0,  // 46: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
+	2,  // 47: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
+	4,  // 48: ichor.v1.OperationService.PreviewCiliumUpgrade:input_type -> ichor.v1.PreviewCiliumUpgradeRequest
+	6,  // 49: ichor.v1.OperationService.StartCiliumUpgrade:input_type -> ichor.v1.StartCiliumUpgradeRequest
+	8,  // 50: ichor.v1.OperationService.PreviewKubeProxySwitch:input_type -> ichor.v1.PreviewKubeProxySwitchRequest
+	12, // 51: ichor.v1.OperationService.StartKubeProxySwitch:input_type -> ichor.v1.StartKubeProxySwitchRequest
+	14, // 52: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
+	16, // 53: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
+	32, // 54: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	34, // 55: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	36, // 56: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	38, // 57: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	41, // 58: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	44, // 59: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	20, // 60: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
+	22, // 61: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
+	24, // 62: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
+	26, // 63: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
+	1,  // 64: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
+	3,  // 65: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
+	5,  // 66: ichor.v1.OperationService.PreviewCiliumUpgrade:output_type -> ichor.v1.PreviewCiliumUpgradeResponse
+	7,  // 67: ichor.v1.OperationService.StartCiliumUpgrade:output_type -> ichor.v1.StartCiliumUpgradeResponse
+	9,  // 68: ichor.v1.OperationService.PreviewKubeProxySwitch:output_type -> ichor.v1.PreviewKubeProxySwitchResponse
+	13, // 69: ichor.v1.OperationService.StartKubeProxySwitch:output_type -> ichor.v1.StartKubeProxySwitchResponse
+	15, // 70: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
+	17, // 71: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
+	54, // [54:72] is the sub-list for method output_type
+	36, // [36:54] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }

@@ -115,10 +115,12 @@ type OperationServiceClient interface {
 	// now (the admission webhook's checks, then `create` on talosoperations).
 	// It changes nothing.
 	PreviewKubeProxySwitch(ctx context.Context, in *PreviewKubeProxySwitchRequest, opts ...grpc.CallOption) (*PreviewKubeProxySwitchResponse, error)
-	// StartKubeProxySwitch creates a TalosOperation of type kube-proxy as the
-	// signed-in user, after the same checks as `ichor cni kube-proxy MODE` and
-	// the admission webhook. A refused switch is FailedPrecondition (a missing
-	// permission PermissionDenied) with RefusalDetails; nothing is created then.
+	// StartKubeProxySwitch writes spec.cni.kubeProxy, annotated for that
+	// write, as the signed-in user, after the same checks as `ichor cni
+	// kube-proxy MODE` and the admission webhook; the controller then starts a
+	// TalosOperation of type kube-proxy. A refused switch is FailedPrecondition
+	// (a missing permission PermissionDenied) with RefusalDetails; nothing is
+	// changed then.
 	StartKubeProxySwitch(ctx context.Context, in *StartKubeProxySwitchRequest, opts ...grpc.CallOption) (*StartKubeProxySwitchResponse, error)
 	// PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
 	// machines, and what refuses a shutdown now. It changes nothing.
@@ -393,10 +395,12 @@ type OperationServiceServer interface {
 	// now (the admission webhook's checks, then `create` on talosoperations).
 	// It changes nothing.
 	PreviewKubeProxySwitch(context.Context, *PreviewKubeProxySwitchRequest) (*PreviewKubeProxySwitchResponse, error)
-	// StartKubeProxySwitch creates a TalosOperation of type kube-proxy as the
-	// signed-in user, after the same checks as `ichor cni kube-proxy MODE` and
-	// the admission webhook. A refused switch is FailedPrecondition (a missing
-	// permission PermissionDenied) with RefusalDetails; nothing is created then.
+	// StartKubeProxySwitch writes spec.cni.kubeProxy, annotated for that
+	// write, as the signed-in user, after the same checks as `ichor cni
+	// kube-proxy MODE` and the admission webhook; the controller then starts a
+	// TalosOperation of type kube-proxy. A refused switch is FailedPrecondition
+	// (a missing permission PermissionDenied) with RefusalDetails; nothing is
+	// changed then.
 	StartKubeProxySwitch(context.Context, *StartKubeProxySwitchRequest) (*StartKubeProxySwitchResponse, error)
 	// PreviewClusterShutdown is what the shutdown dialog shows: the steps, the
 	// machines, and what refuses a shutdown now. It changes nothing.
