@@ -152,7 +152,7 @@ func (u *cniUpgrade) check(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{}, fmt.Errorf("reading Helm's release %s/%s: %w", cilium.Namespace, cilium.ReleaseName, err)
 	}
 
-	if deployed == nil || deployed.Status != "deployed" {
+	if deployed == nil || deployed.Status != releaseDeployed {
 		u.r.fail(op, nil, opStepCNICheck, fmt.Sprintf("Helm's release %s/%s is not deployed (%s); the hand-over controller reports why in the TalosCluster's CNIHandover condition",
 			cilium.Namespace, cilium.ReleaseName, cnijob.Describe(deployed)))
 
@@ -259,7 +259,7 @@ func (u *cniUpgrade) apply(ctx context.Context) (ctrl.Result, error) {
 
 	msg := fmt.Sprintf("the Job %s/%s that %s did not succeed (%s); Helm's record: %s",
 		cilium.Namespace, name, u.what, why, cnijob.Describe(deployed))
-	if deployed != nil && deployed.Status == "deployed" && deployed.Version == op.Status.From {
+	if deployed != nil && deployed.Status == releaseDeployed && deployed.Version == op.Status.From {
 		msg += fmt.Sprintf(" (rolled back: Cilium runs chart %s as before)", op.Status.From)
 	}
 

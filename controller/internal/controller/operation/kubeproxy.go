@@ -31,6 +31,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,9 +41,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
-	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
@@ -63,6 +62,14 @@ import (
 const (
 	talosInventory           = "talos-bootstrap-manifests-inventory"
 	talosInventoryAnnotation = "config.k8s.io/owning-inventory"
+
+	kindDaemonSet          = "DaemonSet"
+	kindConfigMap          = "ConfigMap"
+	kindClusterRoleBinding = "ClusterRoleBinding"
+	kindServiceAccount     = "ServiceAccount"
+
+	// releaseDeployed is the status of a Helm release record that is deployed.
+	releaseDeployed = "deployed"
 )
 
 func isKubeProxy(op *ichorv1alpha1.TalosOperation) bool {
@@ -160,7 +167,7 @@ func (x *kubeProxySwitch) check(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{}, fmt.Errorf("reading Helm's release %s/%s: %w", cilium.Namespace, cilium.ReleaseName, err)
 	}
 
-	if deployed == nil || deployed.Status != "deployed" {
+	if deployed == nil || deployed.Status != releaseDeployed {
 		x.r.fail(op, nil, guard.KubeProxyStepCheck, fmt.Sprintf("Helm's release %s/%s is not deployed (%s); the hand-over controller reports why in the TalosCluster's CNIHandover condition",
 			cilium.Namespace, cilium.ReleaseName, cnijob.Describe(deployed)))
 
@@ -331,16 +338,16 @@ func (x *kubeProxySwitch) nodeRunsKubeProxy(ctx context.Context, m *ichorv1alpha
 // kube-proxy (t:internal/app/machined/pkg/controllers/k8s/internal/k8stemplates/kube-proxy.go),
 // with their inventory keys.
 var kubeProxyObjects = []struct{ kind, key string }{
-	{"DaemonSet", "kube-system_kube-proxy_apps_DaemonSet"},
-	{"ConfigMap", "kube-system_kube-proxy__ConfigMap"},
-	{"ClusterRoleBinding", "_kube-proxy_rbac.authorization.k8s.io_ClusterRoleBinding"},
-	{"ServiceAccount", "kube-system_kube-proxy__ServiceAccount"},
+	{kindDaemonSet, "kube-system_kube-proxy_apps_DaemonSet"},
+	{kindConfigMap, "kube-system_kube-proxy__ConfigMap"},
+	{kindClusterRoleBinding, "_kube-proxy_rbac.authorization.k8s.io_ClusterRoleBinding"},
+	{kindServiceAccount, "kube-system_kube-proxy__ServiceAccount"},
 }
 
 // cleanup: Talos's kube-proxy objects (the ones its inventory owns) are
 // deleted, then their inventory entries; the DaemonSet's pods are waited for.
 func (x *kubeProxySwitch) cleanup(ctx context.Context) (ctrl.Result, error) {
-	var deleted, foreign []string
+	var foreign []string
 
 	for _, o := range kubeProxyObjects {
 		meta, err := x.getKubeProxyObject(ctx, o.kind)
@@ -361,8 +368,6 @@ func (x *kubeProxySwitch) cleanup(ctx context.Context) (ctrl.Result, error) {
 		if err := x.deleteKubeProxyObject(ctx, o.kind, meta.UID); err != nil && !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("deleting %s kube-proxy: %w", o.kind, err)
 		}
-
-		deleted = append(deleted, o.kind)
 	}
 
 	if err := x.forgetInventory(ctx); err != nil {
@@ -389,29 +394,29 @@ func (x *kubeProxySwitch) cleanup(ctx context.Context) (ctrl.Result, error) {
 
 func (x *kubeProxySwitch) getKubeProxyObject(ctx context.Context, kind string) (metav1.ObjectMeta, error) {
 	switch kind {
-	case "DaemonSet":
+	case kindDaemonSet:
 		o, err := x.k.AppsV1().DaemonSets("kube-system").Get(ctx, cni.KubeProxyDaemonSet, metav1.GetOptions{})
 		if err != nil {
 			return metav1.ObjectMeta{}, err
 		}
 
 		return o.ObjectMeta, nil
-	case "ConfigMap":
-		o, err := x.k.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	case kindConfigMap:
+		o, err := x.k.CoreV1().ConfigMaps("kube-system").Get(ctx, kubeProxyName, metav1.GetOptions{})
 		if err != nil {
 			return metav1.ObjectMeta{}, err
 		}
 
 		return o.ObjectMeta, nil
-	case "ClusterRoleBinding":
-		o, err := x.k.RbacV1().ClusterRoleBindings().Get(ctx, "kube-proxy", metav1.GetOptions{})
+	case kindClusterRoleBinding:
+		o, err := x.k.RbacV1().ClusterRoleBindings().Get(ctx, kubeProxyName, metav1.GetOptions{})
 		if err != nil {
 			return metav1.ObjectMeta{}, err
 		}
 
 		return o.ObjectMeta, nil
 	default:
-		o, err := x.k.CoreV1().ServiceAccounts("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+		o, err := x.k.CoreV1().ServiceAccounts("kube-system").Get(ctx, kubeProxyName, metav1.GetOptions{})
 		if err != nil {
 			return metav1.ObjectMeta{}, err
 		}
@@ -424,14 +429,14 @@ func (x *kubeProxySwitch) deleteKubeProxyObject(ctx context.Context, kind string
 	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
 
 	switch kind {
-	case "DaemonSet":
+	case kindDaemonSet:
 		return x.k.AppsV1().DaemonSets("kube-system").Delete(ctx, cni.KubeProxyDaemonSet, opts)
-	case "ConfigMap":
-		return x.k.CoreV1().ConfigMaps("kube-system").Delete(ctx, "kube-proxy", opts)
-	case "ClusterRoleBinding":
-		return x.k.RbacV1().ClusterRoleBindings().Delete(ctx, "kube-proxy", opts)
+	case kindConfigMap:
+		return x.k.CoreV1().ConfigMaps("kube-system").Delete(ctx, kubeProxyName, opts)
+	case kindClusterRoleBinding:
+		return x.k.RbacV1().ClusterRoleBindings().Delete(ctx, kubeProxyName, opts)
 	default:
-		return x.k.CoreV1().ServiceAccounts("kube-system").Delete(ctx, "kube-proxy", opts)
+		return x.k.CoreV1().ServiceAccounts("kube-system").Delete(ctx, kubeProxyName, opts)
 	}
 }
 

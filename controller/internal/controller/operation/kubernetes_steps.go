@@ -304,7 +304,7 @@ func (w *work) proxyWait(ctx context.Context) (ctrl.Result, error) {
 		}
 
 		for _, o := range m.Objects {
-			if o.GetKind() == "DaemonSet" && o.GetName() == kubeProxyName && containerImage(o) == images.Proxy {
+			if o.GetKind() == kindDaemonSet && o.GetName() == kubeProxyName && containerImage(o) == images.Proxy {
 				return w.finishMachine(ctx, "Talos renders kube-proxy with "+images.Proxy)
 			}
 		}
