@@ -10,11 +10,10 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/maeshinshin/ichor/uiserver/internal/identity"
-
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
+	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
 
 // The kube-proxy switch, as the console's Cilium page starts it: the same
