@@ -3,12 +3,8 @@ package installer_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -20,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
 	"github.com/maeshinshin/ichor/contracts/pkg/netpol"
@@ -32,30 +27,11 @@ import (
 // installs: the oldest chart contracts/pkg/cilium embeds.
 const ciliumVersion = "v1.19.3"
 
-// ciliumCRD reads Cilium's own CiliumNetworkPolicy CRD out of its Go module
-// (the go command fetches it once into the module cache and checks its sum).
+// ciliumCRD is Cilium's own CiliumNetworkPolicy CRD of ciliumVersion.
 func ciliumCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 
-	out, err := exec.CommandContext(t.Context(), "go", "mod", "download", "-json", "github.com/cilium/cilium@"+ciliumVersion).Output()
-	if err != nil {
-		t.Fatalf("go mod download github.com/cilium/cilium@%s: %v", ciliumVersion, err)
-	}
-
-	var mod struct{ Dir string }
-	testenv.Must(t, json.Unmarshal(out, &mod))
-
-	data, err := os.ReadFile(filepath.Join(mod.Dir, "pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml"))
-	testenv.Must(t, err)
-
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	testenv.Must(t, yaml.Unmarshal(data, crd))
-
-	if crd.Name != netpol.CRDName {
-		t.Fatalf("Cilium %s's CRD is %s, want %s", ciliumVersion, crd.Name, netpol.CRDName)
-	}
-
-	return crd
+	return testenv.CiliumNetworkPolicyCRD(t, ciliumVersion)
 }
 
 // crds is the cluster admin's client for CustomResourceDefinitions.

@@ -2,12 +2,9 @@ package netpolicy_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -23,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cni"
@@ -88,30 +84,11 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// ciliumCRD reads Cilium's own CiliumNetworkPolicy CRD out of its Go module
-// (the go command fetches it once into the module cache and checks its sum).
+// ciliumCRD is Cilium's own CiliumNetworkPolicy CRD of ciliumVersion.
 func ciliumCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 
-	out, err := exec.CommandContext(t.Context(), "go", "mod", "download", "-json", "github.com/cilium/cilium@"+ciliumVersion).Output()
-	if err != nil {
-		t.Fatalf("go mod download github.com/cilium/cilium@%s: %v", ciliumVersion, err)
-	}
-
-	var mod struct{ Dir string }
-	testenv.Must(t, json.Unmarshal(out, &mod))
-
-	data, err := os.ReadFile(filepath.Join(mod.Dir, "pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml"))
-	testenv.Must(t, err)
-
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	testenv.Must(t, yaml.Unmarshal(data, crd))
-
-	if crd.Name != netpol.CRDName {
-		t.Fatalf("Cilium %s's CRD is %s, want %s", ciliumVersion, crd.Name, netpol.CRDName)
-	}
-
-	return crd
+	return testenv.CiliumNetworkPolicyCRD(t, ciliumVersion)
 }
 
 func machine(cluster, name, address string, role string) *ichorv1alpha1.TalosMachine {
