@@ -19,7 +19,7 @@ import (
 func CiliumNetworkPolicyCRD(t *testing.T, version string) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 
-	out, err := exec.CommandContext(t.Context(), "go", "mod", "download", "-json", "github.com/cilium/cilium@"+version).Output()
+	out, err := exec.CommandContext(t.Context(), "go", "mod", "download", "-json", "github.com/cilium/cilium@"+version).Output() //nolint:gosec // a version the test names, run by the go command
 	if err != nil {
 		t.Fatalf("go mod download github.com/cilium/cilium@%s: %v", version, err)
 	}

@@ -33,7 +33,9 @@ import (
 //   - to replaced: Cilium first; Talos's side never moves while Cilium's
 //     live config is not kubeProxyReplacement true, and Talos's kube-proxy
 //     objects are deleted only after Talos's side moved, their entries in
-//     Talos's manifest inventory too.
+//     Talos's manifest inventory too;
+//   - a switch called off (spec put back) before its Talos step ends Failed
+//     and moves nothing.
 //
 // kwok "completes" each Cilium Job without a Helm run: the operation pauses
 // on kube-proxy-cilium with Helm's record, the release is applied as the Job
@@ -149,6 +151,28 @@ func TestKubeProxySwitch(t *testing.T) {
 
 	if c := cluster(t); c.Status.CNI.KubeProxy != ichorv1alpha1.KubeProxyReplaced {
 		t.Fatalf("status.cni.kubeProxy %q after the switch", c.Status.CNI.KubeProxy)
+	}
+
+	lockFree(t)
+
+	// Called off: spec put back before the Talos step ends the operation;
+	// Talos's side never moved.
+	op = switchKubeProxy(t, ichorv1alpha1.KubeProxyEnabled, "kp-called-off")
+	reconcileUntil(t, k, op, map[string]bool{}, func(o *ichorv1alpha1.TalosOperation) bool { return o.Status.Step == guard.KubeProxyStepTalos })
+
+	c := cluster(t)
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Spec.CNI.KubeProxy = ichorv1alpha1.KubeProxyReplaced
+	c.Annotations[ichorv1alpha1.KubeProxySwitchAnnotation] = ichorv1alpha1.KubeProxyReplaced
+	testenv.Must(t, k8s.Patch(ctx, c, patch))
+
+	off := reconcileUntil(t, k, op, map[string]bool{}, func(o *ichorv1alpha1.TalosOperation) bool { return o.Status.Phase == ichorv1alpha1.OperationFailed })
+	if cond := apimeta.FindStatusCondition(off.Status.Conditions, ichorv1alpha1.ReadyCondition); cond == nil || !strings.Contains(cond.Message, "called off") {
+		t.Fatalf("Ready of the called-off switch: %+v", cond)
+	}
+
+	if c := cluster(t); c.Status.CNI.KubeProxy != ichorv1alpha1.KubeProxyReplaced || kubeProxyDaemonSetExists(t, k) {
+		t.Fatalf("a called-off switch moved Talos's side: status.cni.kubeProxy %q, kube-proxy DaemonSet %t", c.Status.CNI.KubeProxy, kubeProxyDaemonSetExists(t, k))
 	}
 
 	lockFree(t)
