@@ -246,6 +246,7 @@ func (w *World) controlHandler() http.Handler {
 		return w.durations(), nil
 	})
 	handle("GET /durations", func(*http.Request) (any, error) { return w.durations(), nil })
+	handle("GET /flows", func(*http.Request) (any, error) { return w.Flows(), nil })
 	w.releaseRoutes(handle)
 	w.kubeVersionRoutes(handle, action)
 

@@ -354,6 +354,7 @@ func (m *Machine) startAPILocked() error {
 		return fmt.Errorf("machine %s: cannot listen on %s: %w", m.Name(), m.Address(), err)
 	}
 
+	lis = m.world.listenFlows(lis)
 	m.lis = lis
 
 	if m.hung {

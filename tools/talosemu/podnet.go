@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,8 @@ type podNetState struct {
 	egressLis  net.Listener
 	egressWG   sync.WaitGroup
 	egressStop context.CancelFunc
+
+	flowLog flowLog // flows.go: the flows the pods use
 }
 
 // startPodNet checks the pod runner's options and starts the egress proxy (Kubernetes only).
@@ -112,6 +115,16 @@ func (w *World) startPodNet(ctx context.Context, opt Options) error {
 
 		w.serveEgress(pctx, lis)
 	}()
+
+	if w.podBinDir != "" {
+		w.egressWG.Add(1)
+
+		go func() {
+			defer w.egressWG.Done()
+
+			w.sampleFlows(pctx)
+		}()
+	}
 
 	return nil
 }
@@ -222,6 +235,14 @@ func (w *World) egressConn(ctx context.Context, c net.Conn) {
 
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
+	}
+
+	if host, port, err := net.SplitHostPort(target); err == nil {
+		n, _ := strconv.Atoi(port)
+		if k := w.recordInbound(host, n, PeerKubeAPIServer); k != "" {
+			w.flowLog.open(k, 1)
+			defer w.flowLog.open(k, -1)
+		}
 	}
 
 	if n := br.Buffered(); n > 0 {

@@ -375,3 +375,55 @@ func TestEgressProxy(t *testing.T) {
 		t.Fatalf("released pod address: %d, want 403", code)
 	}
 }
+
+// TestSocketsOfAProcess: the flow sampler's reading of /proc finds this process's own
+// connection, an IPv4 one and one on a dual-stack socket, with both ends and the listener.
+func TestSocketsOfAProcess(t *testing.T) {
+	for _, network := range []string{"tcp4", "tcp"} {
+		lis, err := (&net.ListenConfig{}).Listen(t.Context(), network, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		conn, err := (&net.Dialer{}).DialContext(t.Context(), network, lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		server, err := lis.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		socks, err := readTCPTables()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		var listening, outbound, accepted bool
+
+		for ino := range socketInodes(os.Getpid()) {
+			s, ok := socks[ino]
+			if !ok {
+				continue
+			}
+
+			switch {
+			case s.listen && s.local.String() == lis.Addr().String():
+				listening = true
+			case s.established && s.local.String() == conn.LocalAddr().String() && s.remote.String() == lis.Addr().String():
+				outbound = true
+			case s.established && s.local.String() == lis.Addr().String() && s.remote.String() == conn.LocalAddr().String():
+				accepted = true
+			}
+		}
+
+		_ = server.Close()
+		_ = conn.Close()
+		_ = lis.Close()
+
+		if !listening || !outbound || !accepted {
+			t.Fatalf("%s: listener %t, outbound %t, accepted %t in this process's sockets", network, listening, outbound, accepted)
+		}
+	}
+}

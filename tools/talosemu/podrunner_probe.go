@@ -176,6 +176,8 @@ func (c *runCtr) probeOnce(ctx context.Context, pr *corev1.Probe) (bool, string)
 			return false, err.Error()
 		}
 
+		c.p.r.m.world.recordInbound(host, port, PeerKubelet)
+
 		conn, err := (&net.Dialer{}).DialContext(pctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
 			return false, err.Error()
@@ -189,6 +191,8 @@ func (c *runCtr) probeOnce(ctx context.Context, pr *corev1.Probe) (bool, string)
 		if pr.GRPC.Service != nil {
 			service = *pr.GRPC.Service
 		}
+
+		c.p.r.m.world.recordInbound(host, int(pr.GRPC.Port), PeerKubelet)
 
 		return probeGRPC(pctx, net.JoinHostPort(host, strconv.Itoa(int(pr.GRPC.Port))), service)
 	default:
@@ -207,6 +211,8 @@ func (c *runCtr) probeHTTP(ctx context.Context, g *corev1.HTTPGetAction, host st
 	if g.Scheme == corev1.URISchemeHTTPS {
 		scheme = strings.ToLower(string(corev1.URISchemeHTTPS))
 	}
+
+	c.p.r.m.world.recordInbound(host, port, PeerKubelet)
 
 	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: g.Path}
 	if u.Path == "" {

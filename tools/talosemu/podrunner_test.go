@@ -238,6 +238,32 @@ func TestPodRunner(t *testing.T) {
 		}
 	})
 
+	t.Run("FlowsSeen", func(t *testing.T) {
+		// the emulator records the pod's flows where they happen (flows.go): the API
+		// server's webhook call through the egress proxy, the kubelet's probe, and the
+		// pod's own connection to the API server on the control plane's address
+		testenv.EventuallyOK(t, 30*time.Second, "the app pod's flows", func() (bool, string) {
+			var webhook, probe, api bool
+
+			for _, f := range w.Flows() {
+				if f.Namespace != "default" || f.Pod != "app" || f.Node != worker {
+					continue
+				}
+
+				switch {
+				case f.Inbound && f.Port == 9443 && f.Peer == talosemu.PeerKubeAPIServer:
+					webhook = true
+				case f.Inbound && f.Port == 8080 && f.Peer == talosemu.PeerKubelet:
+					probe = true
+				case !f.Inbound && f.Port == 6443 && f.Peer == ms[0].IP() && f.PeerMachine == ms[0].Name() && f.PeerControlPlane:
+					api = true
+				}
+			}
+
+			return webhook && probe && api, fmt.Sprintf("webhook %t, probe %t, API server %t: %+v", webhook, probe, api, w.Flows())
+		})
+	})
+
 	t.Run("KilledProcessRestarts", func(t *testing.T) {
 		if err := syscall.Kill(appPID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)

@@ -20,7 +20,9 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +31,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/netpol"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 )
 
@@ -684,4 +687,90 @@ func InstallInto(ctx context.Context, kubeconfig []byte, o Options, env Env) err
 // InstallTitle names what InstallInto does for o.
 func InstallTitle(o Options, env Env) string {
 	return (&kubeSteps{s: &state{o: o, env: env}}).installTitle()
+}
+
+// policyWait bounds how long init waits for the network policies once
+// Cilium's CRD is served: the cluster works without them, so a controller
+// that has not applied them by then is reported, not failed.
+const policyWait = 2 * time.Minute
+
+// networkPolicies follows the isolation of Ichor's namespace once Cilium is
+// Ichor's (architecture, "Deployment", Network policy): the controller
+// applies the CiliumNetworkPolicies as soon as the API server serves
+// Cilium's CRD, which Cilium registers when its agent and operator start.
+// When the CRD is served, init waits for NetworkPoliciesApplied=True (at
+// most policyWait); when it is not, or the wait runs out, init says so and
+// how to follow it, and the step still ends: the cluster runs without them.
+func (k *kubeSteps) networkPolicies(ctx context.Context) error {
+	s := k.s
+	key := client.ObjectKey{Namespace: s.o.Namespace, Name: s.o.Cluster}
+	follow := fmt.Sprintf("follow its NetworkPoliciesApplied condition with `kubectl describe taloscluster %s -n %s`", s.o.Cluster, s.o.Namespace)
+
+	served, err := servesCNP(k.conn.Config)
+	if err != nil {
+		s.p.Notef("could not ask the API server whether it serves %s: %s; the controller applies the network policies of %s when it does: %s",
+			netpol.CRDName, shortErr(err), s.o.Namespace, follow)
+
+		return nil
+	}
+
+	if !served {
+		s.p.Notef("the API server does not serve %s yet (Cilium registers it when it starts): the controller applies the network policies of %s when it does; %s",
+			netpol.CRDName, s.o.Namespace, follow)
+
+		return nil
+	}
+
+	last := "the controller has not reported NetworkPoliciesApplied yet"
+
+	err = poll(ctx, min(policyWait, s.o.Timeout), func(ctx context.Context) (bool, error) {
+		c := &ichorv1alpha1.TalosCluster{}
+		if err := k.c().Get(ctx, key, c); err != nil {
+			if !Transient(err) {
+				last = shortErr(err)
+			}
+
+			return false, nil
+		}
+
+		cond := apimeta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.NetworkPoliciesAppliedCondition)
+		if cond != nil {
+			last = fmt.Sprintf("NetworkPoliciesApplied %s, %s: %s", cond.Status, cond.Reason, cond.Message)
+		}
+
+		s.p.Detailf("%s", last)
+
+		return cond != nil && cond.Status == metav1.ConditionTrue, nil
+	})
+	if err != nil {
+		s.p.Notef("the network policies of %s are not in place yet (%s); the controller keeps trying: %s", s.o.Namespace, last, follow)
+	}
+
+	return nil
+}
+
+// servesCNP asks the API server's discovery (not a cached mapping) whether
+// it serves Cilium's CiliumNetworkPolicy.
+func servesCNP(cfg *rest.Config) (bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+
+	list, err := dc.ServerResourcesForGroupVersion(netpol.GVK.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+
+	if err != nil {
+		return false, err
+	}
+
+	for _, r := range list.APIResources {
+		if r.Kind == netpol.GVK.Kind {
+			return true, nil
+		}
+	}
+
+	return false, nil
 }

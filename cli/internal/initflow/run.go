@@ -107,7 +107,10 @@ func Run(ctx context.Context, o Options, env Env) error {
 		kSteps = append(kSteps, struct {
 			title string
 			do    func(context.Context) error
-		}{"The controller takes over the first control plane", k.wait})
+		}{"The controller takes over the first control plane", k.wait}, struct {
+			title string
+			do    func(context.Context) error
+		}{"Network policies of " + o.Namespace, k.networkPolicies})
 	}
 
 	for _, st := range kSteps {

@@ -63,6 +63,11 @@ const (
 	FieldOwner = "ichor-controller"
 	// DefaultResync is how often the policies are applied again without a change.
 	DefaultResync = 5 * time.Minute
+	// CRDRecheck is how soon a cluster whose API server does not serve
+	// Cilium's CRD yet is looked at again: Cilium registers its CRDs when
+	// its agent and operator start, seconds after the DaemonSet is Ready,
+	// and a CRD's creation is no event this controller watches.
+	CRDRecheck = 20 * time.Second
 )
 
 // Reconciler applies the policies and reports NetworkPoliciesApplied.
@@ -177,7 +182,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 			"the API server does not serve %s %s (CRD %s): %s is not isolated by Ichor",
 			netpol.GVK.GroupVersion(), netpol.GVK.Kind, netpol.CRDName, r.Namespace))
 
-		return ctrl.Result{RequeueAfter: r.resync()}, nil
+		return ctrl.Result{RequeueAfter: min(CRDRecheck, r.resync())}, nil
 	}
 
 	if d := c.Status.CNI.Detected; d != cni.DetectedCilium {
