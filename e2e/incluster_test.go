@@ -271,6 +271,30 @@ func (w *world) podProcess(name, podName string) int {
 	return 0
 }
 
+// refusedReclaim writes a MachineReclaim named name that the admission
+// webhook refuses (a foreign credential that lives a day, a Secret that does
+// not exist) and returns the file's path.
+func (w *world) refusedReclaim(t *testing.T, name string) string {
+	t.Helper()
+
+	path := filepath.Join(w.dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(`apiVersion: ichor.maesh.dev/v1alpha1
+kind: MachineReclaim
+metadata:
+  name: `+name+`
+  namespace: `+icNamespace+`
+spec:
+  address: 192.0.2.10
+  credentialsRef:
+    name: e2e-absent
+  ttl: 24h
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	return path
+}
+
 // TestInClusterInstall: `ichor init --install manifest` ran the installer
 // Job; the controller and ichor-ui run as pods (processes of this tree's
 // binaries) and are Ready; the IchorInstallation records the version; the
@@ -329,20 +353,7 @@ func TestInClusterInstall(t *testing.T) {
 
 	// The webhook (not the CRD's schema) refuses a reclaim credential that
 	// lives a day, with its rule and its way out.
-	reclaim := filepath.Join(w.dir, "reclaim.yaml")
-	if err := os.WriteFile(reclaim, []byte(`apiVersion: ichor.maesh.dev/v1alpha1
-kind: MachineReclaim
-metadata:
-  name: e2e-refused
-  namespace: `+icNamespace+`
-spec:
-  address: 192.0.2.10
-  credentialsRef:
-    name: e2e-absent
-  ttl: 24h
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	reclaim := w.refusedReclaim(t, "e2e-refused")
 
 	out, err = w.kubectl(ctx, "create", "--dry-run=server", "-f", reclaim)
 	if err == nil {

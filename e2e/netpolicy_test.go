@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -105,18 +103,7 @@ func TestNetworkPolicyFlows(t *testing.T) {
 
 	// An admission call inside the window: the API server calls the
 	// controller's webhook.
-	reclaim := filepath.Join(w.dir, "netpol-reclaim.yaml")
-	testenv.Must(t, os.WriteFile(reclaim, []byte(`apiVersion: ichor.maesh.dev/v1alpha1
-kind: MachineReclaim
-metadata:
-  name: e2e-netpol
-  namespace: `+icNamespace+`
-spec:
-  address: 192.0.2.10
-  credentialsRef:
-    name: e2e-absent
-  ttl: 24h
-`), 0o600))
+	reclaim := w.refusedReclaim(t, "e2e-netpol")
 
 	var inUse []podFlow
 
@@ -212,25 +199,9 @@ spec:
 
 // flows reads the emulator's record of the pods' flows (GET /flows).
 func (w *world) flows(ctx context.Context) ([]podFlow, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.control+"/flows", nil)
-	if err != nil {
-		return nil, err
-	}
-
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-
-	defer func() { _ = resp.Body.Close() }()
-
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /flows: %s", resp.Status)
-	}
-
 	var out []podFlow
 
-	return out, json.NewDecoder(resp.Body).Decode(&out)
+	return out, w.controlGet(ctx, "/flows", &out)
 }
 
 func flowKey(f podFlow) string {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -70,18 +69,7 @@ type emuState struct {
 func (w *world) emuMachineState(ctx context.Context, name string) (emuState, error) {
 	var st emuState
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.control+"/machines/"+name, nil)
-	if err != nil {
-		return st, err
-	}
-
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	return st, w.controlGet(ctx, "/machines/"+name, &st)
 }
 
 // tmCondition is a condition of a TalosMachine as kubectl shows it.

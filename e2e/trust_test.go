@@ -51,21 +51,34 @@ func (w *world) kubectl(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// rpcs reads a machine's RPC counters from talosemu's control API.
-func (w *world) rpcs(ctx context.Context, name string) (map[string]int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.control+"/machines/"+name+"/rpcs", nil)
+// controlGet reads path of talosemu's control API as JSON into out.
+func (w *world) controlGet(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.control+path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+
+	return nil
+}
+
+// rpcs reads a machine's RPC counters from talosemu's control API.
+func (w *world) rpcs(ctx context.Context, name string) (map[string]int, error) {
 	var out map[string]int
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	if err := w.controlGet(ctx, "/machines/"+name+"/rpcs", &out); err != nil {
 		return nil, fmt.Errorf("the control API's RPC counters of %s: %w", name, err)
 	}
 
