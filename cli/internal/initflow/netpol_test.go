@@ -15,7 +15,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/kube"
@@ -76,12 +75,18 @@ func TestNetworkPoliciesStep(t *testing.T) {
 
 	conn.Client = wc
 
+	// run runs the step, printing into out; step runs it and returns what it printed.
+	run := func(out *syncBuffer, timeout time.Duration) error {
+		k := &kubeSteps{conn: conn, s: &state{o: Options{Namespace: ns, Cluster: cluster.Name, Timeout: timeout}, p: NewProgress(out, false)}}
+
+		return k.networkPolicies(ctx)
+	}
+
 	step := func(timeout time.Duration) (string, time.Duration) {
 		out := &syncBuffer{}
-		k := &kubeSteps{conn: conn, s: &state{o: Options{Namespace: ns, Cluster: cluster.Name, Timeout: timeout}, p: NewProgress(out, false)}}
 		start := time.Now()
 
-		if err := k.networkPolicies(ctx); err != nil {
+		if err := run(out, timeout); err != nil {
 			t.Fatalf("the step failed init: %v", err)
 		}
 
@@ -143,29 +148,23 @@ func TestNetworkPoliciesStep(t *testing.T) {
 	t.Run("TurnsTrue", func(t *testing.T) {
 		setCondition(metav1.ConditionFalse, ichorv1alpha1.CiliumCRDMissingReason, "not yet")
 
-		turned := make(chan error, 1)
+		buf := &syncBuffer{}
+		done := make(chan error, 1)
 
-		go func() {
-			time.Sleep(2 * time.Second)
+		go func() { done <- run(buf, time.Minute) }()
 
-			turned <- retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur := &ichorv1alpha1.TalosCluster{}
-				if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cur); err != nil {
-					return err
-				}
+		// the step follows the condition while it is False…
+		testenv.EventuallyOK(t, 30*time.Second, "the step reporting the False condition", func() (bool, string) {
+			o := buf.String()
 
-				apimeta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{
-					Type: ichorv1alpha1.NetworkPoliciesAppliedCondition, Status: metav1.ConditionTrue,
-					Reason: ichorv1alpha1.NetworkPoliciesInPlaceReason, Message: "applied ichor-controller-egress",
-				})
+			return strings.Contains(o, "NetworkPoliciesApplied False, "+ichorv1alpha1.CiliumCRDMissingReason), o
+		})
 
-				return c.Status().Update(ctx, cur)
-			})
-		}()
+		// …and ends once it turns True
+		setCondition(metav1.ConditionTrue, ichorv1alpha1.NetworkPoliciesInPlaceReason, "applied ichor-controller-egress")
+		testenv.Must(t, <-done)
 
-		out, _ := step(time.Minute)
-		testenv.Must(t, <-turned)
-
+		out := buf.String()
 		if strings.Contains(out, "not in place") || !strings.Contains(out, "NetworkPoliciesApplied True, "+ichorv1alpha1.NetworkPoliciesInPlaceReason) {
 			t.Fatalf("the step did not follow the condition to True:\n%s", out)
 		}
