@@ -129,14 +129,14 @@ func (c Cluster) create(ctx context.Context, n string) error {
 // bootstrap waits until the first control plane runs, then bootstraps its
 // etcd, as `ichor init` does.
 func (c Cluster) bootstrap(ctx context.Context, deadline time.Time) error {
-	em, err := c.World.Machine("cp-1")
+	em, err := c.World.Machine(FirstControlPlane)
 	if err != nil {
 		return err
 	}
 
 	for {
 		m := &ichorv1alpha1.TalosMachine{}
-		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: "cp-1"}, m); err != nil {
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: FirstControlPlane}, m); err != nil {
 			return err
 		}
 

@@ -435,25 +435,47 @@ func (r *Reconciler) backoff(attempt int) time.Duration {
 // cleanup deletes the ichor-cni Jobs and ConfigMaps that are not of the
 // request keep (all of them when keep is empty). A running Job of another
 // request is left to finish: two Helm runs at once would fight over the
-// release.
+// release. A request ConfigMap without its Job (a controller stopped between
+// creating the two) is deleted too; Create makes it again with the Job.
 func (r *Reconciler) cleanup(ctx context.Context, k kubernetes.Interface, keep string) error {
 	jobs, err := k.BatchV1().Jobs(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: cnijob.HandoverSelector})
 	if err != nil {
 		return fmt.Errorf("listing the ichor-cni Jobs: %w", err)
 	}
 
+	kept := map[string]bool{}
+
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		if keep != "" && j.Annotations[requestAnnotation] == keep {
+			kept[j.Name] = true
+
 			continue
 		}
 
 		if st, _ := cnijob.State(j); st == cnijob.Running {
+			kept[j.Name] = true
+
 			continue
 		}
 
 		if err := cnijob.Delete(ctx, k, j.Name); err != nil {
 			return err
+		}
+	}
+
+	cms, err := k.CoreV1().ConfigMaps(cilium.Namespace).List(ctx, metav1.ListOptions{LabelSelector: cnijob.HandoverSelector})
+	if err != nil {
+		return fmt.Errorf("listing the ichor-cni requests: %w", err)
+	}
+
+	for i := range cms.Items {
+		if kept[cms.Items[i].Name] {
+			continue
+		}
+
+		if err := k.CoreV1().ConfigMaps(cilium.Namespace).Delete(ctx, cms.Items[i].Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting ConfigMap %s/%s: %w", cilium.Namespace, cms.Items[i].Name, err)
 		}
 	}
 

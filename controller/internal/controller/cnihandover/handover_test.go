@@ -2,11 +2,9 @@ package cnihandover_test
 
 import (
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -20,6 +18,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -233,21 +232,7 @@ func waitJob(t *testing.T, k kubernetes.Interface, suffix string) *batchv1.Job {
 func requestOf(t *testing.T, k kubernetes.Interface, job *batchv1.Job) cilium.Request {
 	t.Helper()
 
-	var cmName string
-
-	for _, v := range job.Spec.Template.Spec.Volumes {
-		if v.ConfigMap != nil {
-			cmName = v.ConfigMap.Name
-		}
-	}
-
-	cm, err := k.CoreV1().ConfigMaps("kube-system").Get(t.Context(), cmName, metav1.GetOptions{})
-	testenv.Must(t, err)
-
-	req, err := cilium.DecodeRequest([]byte(cm.Data[cilium.RequestKey]))
-	testenv.Must(t, err)
-
-	return req
+	return testworld.CNIRequest(t, k, job)
 }
 
 // applyAsTheJob does what the Job's `ichor-installer cni apply` does, with
@@ -255,13 +240,7 @@ func requestOf(t *testing.T, k kubernetes.Interface, job *batchv1.Job) cilium.Re
 func applyAsTheJob(t *testing.T, k kubernetes.Interface, job *batchv1.Job) *cilium.Applied {
 	t.Helper()
 
-	req := requestOf(t, k, job)
 	cfg, _ := adminConfig(t)
 
-	applied, err := cilium.Apply(t.Context(), cfg, req, 3*time.Minute, io.Discard)
-	if err != nil {
-		t.Fatalf("applying the request of %s: %v", job.Name, err)
-	}
-
-	return applied
+	return testworld.ApplyAsTheCNIJob(t, cfg, k, job)
 }

@@ -2,27 +2,18 @@ package cnihandover_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
-	"github.com/maeshinshin/ichor/contracts/pkg/lock"
-	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/controller/internal/controller/cnihandover"
-	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
-	"github.com/maeshinshin/ichor/controller/internal/controller/talosmachine"
-	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -68,81 +59,25 @@ func TestMain(m *testing.M) {
 }
 
 func setup(ctx context.Context, s *testenv.Suite) error {
-	assets, err := testenv.AssetsDir()
-	if err != nil {
-		return err
-	}
+	var err error
 
-	spec := &talosemu.Spec{
-		Subnet:   "127.0.172.0/24",
-		Machines: []talosemu.MachineSpec{{Name: "cp-1", Role: talosemu.RoleHintControlPlane}},
-		Durations: talosemu.Durations{
-			Install: talosemu.Duration(200 * time.Millisecond), Reboot: talosemu.Duration(200 * time.Millisecond), Boot: talosemu.Duration(100 * time.Millisecond),
+	world, theBun, err = testworld.OneControlPlane{
+		Subnet: "127.0.172.0/24", Namespace: ns, Name: clusterName, Within: 2 * waitTimeout,
+		// Booted with the older embedded chart, as `ichor init
+		// --cilium-version` does, so that TestCiliumUpgradeChaos has a chart
+		// to upgrade to.
+		Cluster: func(c *ichorv1alpha1.TalosCluster) {
+			c.Annotations = map[string]string{
+				ichorv1alpha1.CNIBootstrapAnnotation: ichorv1alpha1.CNIBootstrapInline, ichorv1alpha1.CNIBootstrapChartAnnotation: bootChart,
+			}
+			c.Spec.CNI.Tunnel, c.Spec.CNI.KubeProxy = "vxlan", ichorv1alpha1.KubeProxyReplaced
 		},
-	}
+		Controllers: []func(ctrl.Manager) error{
+			(&cnihandover.Reconciler{FirstBackoff: firstBackoff, Image: "ghcr.io/maeshinshin/ichor-installer:test"}).SetupWithManager,
+		},
+	}.Start(ctx, s)
 
-	if world, err = talosemu.Start(ctx, spec, s.Dir, talosemu.Options{Kubernetes: true, KubeAssets: assets, SingleAPIServer: true}); err != nil {
-		return fmt.Errorf("starting the emulated world: %w", err)
-	}
-
-	if theBun, err = bundle.Generate(secrets.NewClock(), "v1.14"); err != nil {
-		return err
-	}
-
-	em, err := world.Machine("cp-1")
-	if err != nil {
-		return err
-	}
-
-	c := testenv.TalosCluster(ns, clusterName)
-	// Booted with the older embedded chart, as `ichor init --cilium-version`
-	// does, so that TestCiliumUpgradeChaos has a chart to upgrade to.
-	c.Annotations = map[string]string{
-		ichorv1alpha1.CNIBootstrapAnnotation: ichorv1alpha1.CNIBootstrapInline, ichorv1alpha1.CNIBootstrapChartAnnotation: bootChart,
-	}
-	c.Spec.Endpoint = ichorv1alpha1.ClusterEndpoint{Type: ichorv1alpha1.EndpointTypeNode, Host: em.IP()}
-	c.Spec.ControlPlane.Schedulable = new(true)
-	c.Spec.CNI.Tunnel, c.Spec.CNI.KubeProxy = "vxlan", ichorv1alpha1.KubeProxyReplaced
-
-	sec, err := bundle.Secret(ns, c.Spec.SecretsBundleRef, theBun)
-	if err != nil {
-		return err
-	}
-
-	for _, o := range []client.Object{sec, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lock.DefaultNamespace}}, c} {
-		if err := k8s.Create(ctx, o); err != nil {
-			return err
-		}
-	}
-
-	mgr, err := s.NewManager()
-	if err != nil {
-		return err
-	}
-
-	if ierr := machinestate.RegisterIndexes(ctx, mgr.GetFieldIndexer()); ierr != nil {
-		return ierr
-	}
-
-	if err := (&talosmachine.Reconciler{DriftInterval: 2 * time.Second}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-
-	if err := (&lifecycle.Reconciler{PollInterval: 300 * time.Millisecond, MonitorInterval: time.Second}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-
-	if err := (&cnihandover.Reconciler{FirstBackoff: firstBackoff, Image: "ghcr.io/maeshinshin/ichor-installer:test"}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-
-	if err := testenv.StartManager(ctx, mgr); err != nil {
-		return err
-	}
-
-	w := testworld.Cluster{Client: k8s, World: world, Bundle: theBun, Namespace: ns, Name: clusterName, Machines: []string{"cp-1"}}
-
-	return w.Provision(ctx, time.Now().Add(2*waitTimeout))
+	return err
 }
 
 // adminConfig is the cluster's admin kubeconfig as cp-1 hands it out
@@ -150,24 +85,7 @@ func setup(ctx context.Context, s *testenv.Suite) error {
 func adminConfig(t *testing.T) (*rest.Config, *kubernetes.Clientset) {
 	t.Helper()
 
-	em, err := world.Machine("cp-1")
-	testenv.Must(t, err)
-
-	n, err := (&talos.Dialer{}).Dial(t.Context(), em.IP(), theBun)
-	testenv.Must(t, err)
-
-	defer n.Close()
-
-	kc, err := n.Kubeconfig(t.Context())
-	testenv.Must(t, err)
-
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	testenv.Must(t, err)
-
-	k, err := kubernetes.NewForConfig(cfg)
-	testenv.Must(t, err)
-
-	return cfg, k
+	return testworld.AdminConfig(t, world, theBun, "cp-1")
 }
 
 func cluster(t *testing.T) *ichorv1alpha1.TalosCluster {
