@@ -6,6 +6,7 @@ require (
 	filippo.io/age v1.3.2
 	github.com/blang/semver/v4 v4.0.0
 	github.com/cosi-project/runtime v1.16.3
+	github.com/go-jose/go-jose/v4 v4.1.4
 	github.com/go-logr/logr v1.4.4
 	github.com/maeshinshin/ichor/contracts v0.0.0
 	github.com/maeshinshin/ichor/tools v0.0.0

@@ -147,6 +147,13 @@ type TalosClusterSpec struct {
 	// +optional
 	Security SecuritySpec `json:"security,omitempty"`
 
+	// authentication is who the cluster's kube-apiserver accepts ID tokens
+	// from besides its own credentials. A change restarts the kube-apiserver
+	// and is rolled out by a config operation (`ichor config apply`), one
+	// control plane at a time. It needs the v1.14 contract or later.
+	// +optional
+	Authentication AuthenticationSpec `json:"authentication,omitempty"`
+
 	// discovery is where the controller looks for machines in maintenance mode.
 	// +optional
 	Discovery DiscoverySpec `json:"discovery,omitempty"`
@@ -331,6 +338,50 @@ type SecuritySpec struct {
 	// which the controller approves for each node's own names and addresses.
 	// +optional
 	KubeletServingCertificates bool `json:"kubeletServingCertificates,omitempty"`
+}
+
+// AuthenticationSpec is the OIDC issuers the kube-apiserver trusts.
+type AuthenticationSpec struct {
+	// external is an OIDC provider whose ID tokens the kube-apiserver
+	// accepts; its users are named `oidc:<claim>` and its groups `oidc:<group>`.
+	// +optional
+	External *ExternalOIDC `json:"external,omitempty"`
+}
+
+// ExternalOIDC is an OIDC provider the kube-apiserver trusts.
+// +kubebuilder:validation:XValidation:rule="!has(self.usernameClaim) || self.usernameClaim != 'groups'",message="usernameClaim cannot be groups: name the claim that holds one user's name"
+type ExternalOIDC struct {
+	// issuerURL is the provider's issuer (the `iss` of its tokens): an https
+	// URL the control planes reach, whose discovery document is at
+	// /.well-known/openid-configuration under it.
+	// +required
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && url(self).getQuery().size() == 0",message="must be an https URL without a query, for example https://login.example.com/realms/main"
+	IssuerURL string `json:"issuerURL"`
+	// audiences are the client IDs whose ID tokens are accepted (their `aud`).
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	Audiences []string `json:"audiences"`
+	// usernameClaim is the claim that names the user. Empty means sub.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:/-]+$`
+	UsernameClaim string `json:"usernameClaim,omitempty"`
+	// groupsClaim is the claim that lists the user's groups. Empty means the
+	// users get no group from the provider.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:/-]+$`
+	GroupsClaim string `json:"groupsClaim,omitempty"`
+	// certificateAuthority is the PEM CA bundle that signs the provider's
+	// serving certificate. Empty means the node's trusted roots.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	CertificateAuthority string `json:"certificateAuthority,omitempty"`
 }
 
 // DiscoverySpec is where the controller finds machines in maintenance mode.

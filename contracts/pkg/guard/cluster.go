@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/authn"
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
 	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
@@ -109,7 +111,36 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 	if c.Spec.CNI.Cilium != nil {
 		out = append(out, CheckCiliumValues(c.Spec.CNI.Cilium.Values)...)
 	}
+	if old == nil || !reflect.DeepEqual(old.Spec.Authentication, c.Spec.Authentication) || old.Spec.VersionContract != c.Spec.VersionContract {
+		add(CheckAuthentication(c))
+	}
 	return out
+}
+
+// CheckAuthentication refuses a spec.authentication the render could not
+// carry: one under a version contract without Talos's
+// KubeAuthenticationConfig document (before v1.14), or one the
+// kube-apiserver would refuse (authn.Configuration validates it as the
+// kube-apiserver does; Talos does not validate it).
+func CheckAuthentication(c *ichorv1alpha1.TalosCluster) *Refusal {
+	if !authn.Enabled(c.Spec.Authentication) {
+		return nil
+	}
+	if vc, err := bundle.Contract(c.Spec.VersionContract); err == nil && !vc.MultidocKubernetesConfigSupported() {
+		return &Refusal{
+			Field:  "spec.authentication",
+			Rule:   "the kube-apiserver's authentication configuration needs Talos's KubeAuthenticationConfig document, which version contract " + c.Spec.VersionContract + " does not have",
+			WayOut: "move the cluster to version contract v1.14 or later first, or leave spec.authentication empty",
+		}
+	}
+	if _, err := authn.Configuration(c.Spec.Authentication); err != nil {
+		return &Refusal{
+			Field:  "spec.authentication.external",
+			Rule:   strings.TrimPrefix(err.Error(), "spec.authentication: "),
+			WayOut: "correct the provider's fields (jwt[0] is spec.authentication.external: issuer.url is issuerURL, issuer.audiences is audiences, issuer.certificateAuthority is certificateAuthority)",
+		}
+	}
+	return nil
 }
 
 func boolValue(b *bool) bool { return b != nil && *b }
@@ -252,6 +283,13 @@ func ClusterRequirements(old, c *ichorv1alpha1.TalosCluster) []Requirement {
 			Permission: Permission{Verb: VerbResetNode, Resource: ResourceTalosOperations, Namespace: c.Namespace},
 			Field:      "metadata.annotations[" + ichorv1alpha1.TeardownResetMachinesAnnotation + "]",
 			Action:     "asking the teardown to reset every machine of the cluster",
+		})
+	}
+	if old == nil && authn.Enabled(c.Spec.Authentication) || old != nil && !reflect.DeepEqual(old.Spec.Authentication, c.Spec.Authentication) {
+		out = append(out, Requirement{
+			Permission: Permission{Verb: VerbUpdate, Resource: ResourceTalosClusters, Subresource: SubresourceAuthentication, Namespace: c.Namespace, Name: c.Name},
+			Field:      "spec.authentication",
+			Action:     "changing whom the kube-apiserver accepts tokens from (an issuer names users and groups that RBAC trusts)",
 		})
 	}
 	if !reflect.DeepEqual(ciliumValues(old), ciliumValues(c)) {

@@ -127,6 +127,7 @@ const (
 	SubresourceTrust             = "trust"
 	SubresourceSecretReferences  = "secret-references"
 	SubresourceCiliumValues      = "cilium-values"
+	SubresourceAuthentication    = "authentication"
 	SubresourceVersion           = "version"
 	SubresourceSettings          = "settings"
 	SubresourceCredentials       = "credentials"

@@ -223,14 +223,16 @@ func TestValidateCluster(t *testing.T) {
 	}
 }
 
-func TestClusterRequirements(t *testing.T) {
-	fields := func(rs []Requirement) []string {
-		out := make([]string, 0, len(rs))
-		for _, r := range rs {
-			out = append(out, r.Field+"="+r.Permission.String())
-		}
-		return out
+// fields lists requirements as "field=permission".
+func fields(rs []Requirement) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.Field+"="+r.Permission.String())
 	}
+	return out
+}
+
+func TestClusterRequirements(t *testing.T) {
 	if got := fields(ClusterRequirements(nil, cluster())); len(got) != 1 || got[0] != "spec.secretsBundleRef=`update` on `talosclusters/secret-references`" {
 		t.Errorf("create: %v", got)
 	}

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/authn"
 )
 
 // Names of Ichor's own patches, as Origin.Patch and Step.Name show them.
@@ -31,6 +32,7 @@ const (
 	PatchMetrics            = "ichor-metrics"
 	PatchKubeletServing     = "ichor-kubelet-serving-certificates"
 	PatchStorage            = "ichor-storage"
+	PatchAuthentication     = "ichor-authentication"
 )
 
 // PrimaryLinkAlias is the alias of the primary NIC: a LinkAliasConfig selects
@@ -206,6 +208,15 @@ func SystemPatches(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine,
 		return nil, err
 	}
 
+	authDocs, err := authenticationDocs(c, m, vc)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := add(PatchAuthentication, authDocs...); err != nil {
+		return nil, err
+	}
+
 	storage, err := storageDocs(m, storages, vc)
 	if err != nil {
 		return nil, err
@@ -276,6 +287,27 @@ func kubeProxyDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine,
 	}
 
 	return []doc{legacy(doc{keyCluster: doc{"proxy": doc{"disabled": !enabled}}})}
+}
+
+// authenticationDocs replace a control plane's KubeAuthenticationConfig
+// with the configuration spec.authentication asks for (package authn, which
+// validates it: Talos does not). Without spec.authentication the document
+// machinery generates stays (anonymous access to the health paths only).
+func authenticationDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, vc *coreconfig.VersionContract) ([]doc, error) {
+	if !authn.Enabled(c.Spec.Authentication) || m.Spec.Role != ichorv1alpha1.RoleControlPlane {
+		return nil, nil
+	}
+
+	if !vc.MultidocKubernetesConfigSupported() {
+		return nil, fmt.Errorf("spec.authentication needs the KubeAuthenticationConfig document of the v1.14 version contract; the cluster's is %s", c.Spec.VersionContract)
+	}
+
+	cfg, err := authn.Configuration(c.Spec.Authentication)
+	if err != nil {
+		return nil, err
+	}
+
+	return []doc{multidoc("KubeAuthenticationConfig", doc{"configuration": cfg})}, nil
 }
 
 func kubePrismDocs(vc *coreconfig.VersionContract) []doc {

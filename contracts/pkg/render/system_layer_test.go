@@ -602,3 +602,75 @@ func TestStoragePresetsClaimingDisksRefused(t *testing.T) {
 	in.Storages[1].Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"zone": "b"}}
 	renderOK(t, in)
 }
+
+// TestAuthentication: spec.authentication replaces a control plane's
+// KubeAuthenticationConfig with the validated configuration (the health
+// paths still anonymous), leaves workers and a cluster without it alone, and
+// is refused under a contract without the document.
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+
+	in := input(t)
+	in.Cluster.Spec.Authentication.External = &ichorv1alpha1.ExternalOIDC{
+		IssuerURL: "https://login.example.com", Audiences: []string{"kubernetes"}, UsernameClaim: "email", GroupsClaim: "groups",
+	}
+
+	r := renderOK(t, in)
+	validates(t, r)
+
+	ac := r.Config.K8sAuthenticationConfig()
+	if ac == nil {
+		t.Fatal("the control plane's render has no KubeAuthenticationConfig")
+	}
+
+	got := ac.Configuration()
+	jwts, _ := got["jwt"].([]any)
+	anon, _ := got["anonymous"].(map[string]any)
+
+	if len(jwts) != 1 || anon["enabled"] != true {
+		t.Fatalf("KubeAuthenticationConfig.configuration %v: want one JWT authenticator and the anonymous health paths", got)
+	}
+
+	jwt, _ := jwts[0].(map[string]any)
+	if issuer, _ := jwt["issuer"].(map[string]any); issuer["url"] != "https://login.example.com" {
+		t.Fatalf("the authenticator's issuer %v", jwt["issuer"])
+	}
+
+	// Without it, the document machinery generates: no JWT authenticator.
+	in.Cluster.Spec.Authentication = ichorv1alpha1.AuthenticationSpec{}
+	r = renderOK(t, in)
+	noneFrom(t, r, render.PatchAuthentication)
+
+	ac = r.Config.K8sAuthenticationConfig()
+	if ac == nil {
+		t.Fatal("without spec.authentication the control plane has no KubeAuthenticationConfig (machinery generates one)")
+	}
+
+	if jwts, _ := ac.Configuration()["jwt"].([]any); len(jwts) != 0 {
+		t.Fatalf("without spec.authentication: %v", ac)
+	}
+
+	// A worker carries no kube-apiserver configuration.
+	in = input(t)
+	in.Cluster.Spec.Authentication.External = &ichorv1alpha1.ExternalOIDC{IssuerURL: "https://login.example.com", Audiences: []string{"kubernetes"}}
+	in.Machine = machine("w-1", ichorv1alpha1.RoleWorker)
+	r = renderOK(t, in)
+	noneFrom(t, r, render.PatchAuthentication)
+
+	// Under v1.12 there is no document to carry it: refused, not dropped.
+	in = input(t)
+	in.Cluster.Spec.Authentication.External = &ichorv1alpha1.ExternalOIDC{IssuerURL: "https://login.example.com", Audiences: []string{"kubernetes"}}
+	in.Cluster.Spec.VersionContract = "v1.12"
+
+	if _, err := render.Render(in); err == nil || !strings.Contains(err.Error(), "v1.14 version contract") {
+		t.Fatalf("spec.authentication under v1.12: %v", err)
+	}
+
+	// What the kube-apiserver would refuse is refused here.
+	in = input(t)
+	in.Cluster.Spec.Authentication.External = &ichorv1alpha1.ExternalOIDC{IssuerURL: "https://login.example.com", Audiences: []string{"kubernetes"}, CertificateAuthority: "junk"}
+
+	if _, err := render.Render(in); err == nil || !strings.Contains(err.Error(), "certificateAuthority") {
+		t.Fatalf("an invalid CA: %v", err)
+	}
+}

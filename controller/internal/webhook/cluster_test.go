@@ -312,6 +312,41 @@ func TestCiliumValues(t *testing.T) {
 	testenv.Must(t, update(t, admin, newCluster(ns, "c"), values(`{"hubble":{"relay":{"enabled":true}}}`)))
 }
 
+// Rule: spec.authentication needs update on talosclusters/authentication,
+// and what the kube-apiserver would refuse (or the contract cannot carry) is
+// refused at admission.
+func TestAuthenticationNeedsItsVerbAndAValidConfiguration(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
+	external := func(e ichorv1alpha1.ExternalOIDC) func(*ichorv1alpha1.TalosCluster) {
+		return func(c *ichorv1alpha1.TalosCluster) { c.Spec.Authentication.External = &e }
+	}
+	good := ichorv1alpha1.ExternalOIDC{IssuerURL: "https://login.example.com", Audiences: []string{"kubernetes"}}
+
+	err := update(t, operator, newCluster(ns, "c"), external(good))
+	refused(t, err, "Forbidden", "spec.authentication", "`update` on `talosclusters/authentication`")
+
+	bad := good
+	bad.CertificateAuthority = "not PEM"
+	err = update(t, admin, newCluster(ns, "c"), external(bad))
+	refused(t, err, "Invalid", "spec.authentication.external", "certificateAuthority")
+
+	// The schema refuses a plain-http issuer before the webhook runs.
+	plain := good
+	plain.IssuerURL = "http://login.example.com"
+	err = update(t, admin, newCluster(ns, "c"), external(plain))
+	refused(t, err, "Invalid", "spec.authentication.external.issuerURL", "https URL")
+
+	testenv.Must(t, update(t, admin, newCluster(ns, "c"), external(good)))
+
+	c := &ichorv1alpha1.TalosCluster{}
+	testenv.Must(t, admin.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "c"}, c))
+	if c.Spec.Authentication.External == nil || c.Spec.Authentication.External.IssuerURL != good.IssuerURL {
+		t.Fatalf("the admin's change was not written: %+v", c.Spec.Authentication)
+	}
+}
+
 // Rule: the auto-patch ServiceAccount may only move the versions to a newer patch of the running minor.
 func TestAutoPatchIsLimitedToNewerPatches(t *testing.T) {
 	ctx := context.Background()

@@ -76,6 +76,7 @@ func TestRoleVerbMatrix(t *testing.T) {
 		{ichor("update", "talosmachines", guard.SubresourceTrust), []string{adminRole}},
 		{ichor("update", "talosclusters", guard.SubresourceSecretReferences), []string{adminRole}},
 		{ichor("update", "talosclusters", guard.SubresourceCiliumValues), []string{adminRole}},
+		{ichor("update", "talosclusters", guard.SubresourceAuthentication), []string{adminRole}},
 		{ichor("update", "talosetcdbackups", guard.SubresourceSecretReferences), []string{adminRole}},
 		{ichor("update", "talosconfigpatches", guard.SubresourcePrivileged), []string{adminRole}},
 		{ichor("update", "ichorinstallations", guard.SubresourceVersion), []string{adminRole}},

@@ -1,0 +1,146 @@
+// Package authn renders the kube-apiserver's structured authentication
+// configuration from a TalosCluster's spec.authentication (architecture,
+// "Trust": the kube-apiserver accepts the users who sign in to Ichor, so
+// RBAC and audit apply per user), and validates it as the kube-apiserver
+// would before anything is rendered.
+//
+// Talos carries the configuration in the KubeAuthenticationConfig document
+// (v1.14 contract and later) and does not validate it (machinery
+// config/types/k8s/authentication.go: the configuration is a free-form
+// object written as the kube-apiserver's --authentication-config file), so a
+// mistake there would stop every kube-apiserver it reaches. Configuration
+// runs Kubernetes's own validation (k8s.io/apiserver's
+// ValidateAuthenticationConfiguration, CEL expressions compiled) on the
+// object it returns.
+package authn
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/apis/apiserver"
+	apiserverinstall "k8s.io/apiserver/pkg/apis/apiserver/install"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/apiserver/pkg/apis/apiserver/validation"
+	authenticationcel "k8s.io/apiserver/pkg/authentication/cel"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+)
+
+// ExternalPrefix prefixes the names and groups of an external provider's
+// users, as ichor-ui names them (`oidc:<name>`).
+const ExternalPrefix = "oidc:"
+
+// DefaultUsernameClaim is the claim that names an external provider's user
+// when spec.authentication.external.usernameClaim is empty.
+const DefaultUsernameClaim = "sub"
+
+// anonymousPaths are the paths an unauthenticated caller may read, as in
+// Talos's default configuration (machinery config/types/k8s/authentication.go,
+// DefaultAuthenticationConfig): a configuration Ichor renders replaces
+// Talos's whole document, so it keeps them.
+var anonymousPaths = []string{"/livez", "/readyz", "/healthz"}
+
+var scheme = runtime.NewScheme()
+
+func init() {
+	apiserverinstall.Install(scheme)
+}
+
+// Enabled reports whether spec.authentication asks for anything, that is
+// whether the render carries a KubeAuthenticationConfig of Ichor's.
+func Enabled(s ichorv1alpha1.AuthenticationSpec) bool {
+	return s.External != nil
+}
+
+// Build is the kube-apiserver's AuthenticationConfiguration for s.
+func Build(s ichorv1alpha1.AuthenticationSpec) *apiserverv1.AuthenticationConfiguration {
+	cfg := &apiserverv1.AuthenticationConfiguration{
+		TypeMeta:  metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "AuthenticationConfiguration"},
+		Anonymous: &apiserverv1.AnonymousAuthConfig{Enabled: true},
+	}
+
+	for _, p := range anonymousPaths {
+		cfg.Anonymous.Conditions = append(cfg.Anonymous.Conditions, apiserverv1.AnonymousAuthCondition{Path: p})
+	}
+
+	if e := s.External; e != nil {
+		claim := e.UsernameClaim
+		if claim == "" {
+			claim = DefaultUsernameClaim
+		}
+
+		jwt := apiserverv1.JWTAuthenticator{
+			Issuer: apiserverv1.Issuer{URL: e.IssuerURL, Audiences: e.Audiences, CertificateAuthority: e.CertificateAuthority},
+			ClaimMappings: apiserverv1.ClaimMappings{
+				Username: apiserverv1.PrefixedClaimOrExpression{Claim: claim, Prefix: new(ExternalPrefix)},
+			},
+		}
+
+		if len(e.Audiences) > 1 {
+			jwt.Issuer.AudienceMatchPolicy = apiserverv1.AudienceMatchPolicyMatchAny
+		}
+
+		if e.GroupsClaim != "" {
+			jwt.ClaimMappings.Groups = apiserverv1.PrefixedClaimOrExpression{Claim: e.GroupsClaim, Prefix: new(ExternalPrefix)}
+		}
+
+		cfg.JWT = append(cfg.JWT, jwt)
+	}
+
+	return cfg
+}
+
+// Validate says what the kube-apiserver would refuse in cfg, nil when
+// nothing. The fields are named as in the configuration (jwt[0].issuer.url).
+func Validate(cfg *apiserverv1.AuthenticationConfiguration) error {
+	internal := &apiserver.AuthenticationConfiguration{}
+	if err := scheme.Convert(cfg, internal, nil); err != nil {
+		return fmt.Errorf("converting the authentication configuration: %w", err)
+	}
+
+	errs := validation.ValidateAuthenticationConfiguration(authenticationcel.NewDefaultCompiler(), internal, nil)
+	if len(errs) == 0 {
+		return nil
+	}
+
+	msgs := make([]string, 0, len(errs))
+	for _, e := range errs {
+		msgs = append(msgs, e.Error())
+	}
+
+	return fmt.Errorf("the kube-apiserver would refuse the authentication configuration: %s", strings.Join(msgs, "; "))
+}
+
+// Configuration is the validated configuration of s as the free-form object
+// Talos's KubeAuthenticationConfig document carries (without apiVersion and
+// kind, which Talos adds when it writes the file); nil when s asks for
+// nothing.
+func Configuration(s ichorv1alpha1.AuthenticationSpec) (map[string]any, error) {
+	if !Enabled(s) {
+		return nil, nil
+	}
+
+	cfg := Build(s)
+	if err := Validate(cfg); err != nil {
+		return nil, fmt.Errorf("spec.authentication: %w", err)
+	}
+
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	out := map[string]any{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+
+	delete(out, "apiVersion")
+	delete(out, "kind")
+
+	return out, nil
+}
