@@ -144,3 +144,12 @@ func Configuration(s ichorv1alpha1.AuthenticationSpec) (map[string]any, error) {
 
 	return out, nil
 }
+
+// The CLI as a client of ichor-ui's issuer (`ichor auth token`, a client-go
+// exec plugin): a native application with PKCE and a loopback redirect on
+// any port (RFC 8252 §7.3). Its client ID is the audience of the ID tokens
+// it hands the kube-apiserver.
+const (
+	CLIClientID     = "ichor-cli"
+	CLICallbackPath = "/callback"
+)

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/authn"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/uiserver/internal/api"
 	"github.com/maeshinshin/ichor/uiserver/internal/auth"
@@ -121,8 +122,12 @@ func run() error {
 		issOpts := oidcissuer.Options{
 			Tokens:   tokens,
 			Registry: registry,
-			Clients:  []oidcissuer.Client{{ID: auth.ConsoleClientID, RedirectURIs: append([]string{strings.TrimSuffix(*issuer, "/") + "/auth/callback"}, redirects...)}},
-			Log:      log,
+			Clients: []oidcissuer.Client{
+				{ID: auth.ConsoleClientID, RedirectURIs: append([]string{strings.TrimSuffix(*issuer, "/") + "/auth/callback"}, redirects...)},
+				// `ichor auth token`: a loopback redirect on the port it listens on.
+				{ID: auth.CLIClientID, LoopbackPaths: []string{authn.CLICallbackPath}},
+			},
+			Log: log,
 		}
 		if ext != nil {
 			issOpts.External = ext

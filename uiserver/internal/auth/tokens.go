@@ -18,6 +18,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/maeshinshin/ichor/contracts/pkg/authn"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
 
@@ -32,7 +33,7 @@ const (
 	// ConsoleClientID is the web console.
 	ConsoleClientID = "ichor-ui"
 	// CLIClientID is the CLI (`ichor auth token`).
-	CLIClientID = "ichor-cli"
+	CLIClientID = authn.CLIClientID
 )
 
 // AccessTokenType is the typ header of an access token (RFC 9068).

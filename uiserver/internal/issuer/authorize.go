@@ -48,7 +48,7 @@ func (i *Issuer) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	redirect := q.Get("redirect_uri")
-	if !slices.Contains(c.RedirectURIs, redirect) {
+	if !c.allows(redirect) {
 		// Never redirect to an unregistered address.
 		pageError(w, "redirect_uri is not registered for this client")
 		return

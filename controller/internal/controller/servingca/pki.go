@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -91,6 +92,7 @@ type leaf struct {
 // issueLeaf signs a new server certificate for names with ca, valid from now
 // for lifetime but never beyond the CA.
 func issueLeaf(ca *authority, names []string, now time.Time, lifetime time.Duration) (*leaf, error) {
+	dns, ips := splitNames(names)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -106,7 +108,8 @@ func issueLeaf(ca *authority, names []string, now time.Time, lifetime time.Durat
 	tmpl := &x509.Certificate{
 		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: names[0], Organization: []string{partOf}},
-		DNSNames:     names,
+		DNSNames:     dns,
+		IPAddresses:  ips,
 		NotBefore:    now.Add(-backdate),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -156,18 +159,38 @@ func parseCert(certPEM []byte) (*x509.Certificate, error) {
 	return x509.ParseCertificate(b.Bytes)
 }
 
-// sameNames reports whether cert is for exactly names (in any order and case).
+// splitNames parts a leaf's names into DNS names and IP addresses.
+func splitNames(names []string) (dns []string, ips []net.IP) {
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, n)
+		}
+	}
+	return dns, ips
+}
+
+// sameNames reports whether cert is for exactly names, DNS names and IP
+// addresses (in any order and case).
 func sameNames(cert *x509.Certificate, names []string) bool {
-	if len(cert.DNSNames) != len(names) || len(cert.IPAddresses) != 0 {
+	if len(cert.DNSNames)+len(cert.IPAddresses) != len(names) {
 		return false
 	}
-	got := make([]string, len(cert.DNSNames))
-	for i, n := range cert.DNSNames {
-		got[i] = strings.ToLower(n)
+	got := make([]string, 0, len(names))
+	for _, n := range cert.DNSNames {
+		got = append(got, strings.ToLower(n))
+	}
+	for _, ip := range cert.IPAddresses {
+		got = append(got, ip.String())
 	}
 	want := make([]string, len(names))
 	for i, n := range names {
-		want[i] = strings.ToLower(n)
+		if ip := net.ParseIP(n); ip != nil {
+			want[i] = ip.String()
+		} else {
+			want[i] = strings.ToLower(n)
+		}
 	}
 	slices.Sort(got)
 	slices.Sort(want)

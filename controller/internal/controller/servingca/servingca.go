@@ -21,6 +21,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -29,11 +32,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 )
 
 // The keeper reads and writes its Secrets and publishes the ConfigMap, in Ichor's namespace only.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update,namespace=ichor-system
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update,namespace=ichor-system
+// The leaf also names the host of ichor-ui's URL the IchorInstallation records.
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=ichorinstallations,verbs=get
 
 // Default object names.
 const (
@@ -185,6 +193,35 @@ func (k *Keeper) DNSNames() []string {
 	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc." + k.ClusterDomain}
 }
 
+// leafNames are the leaf's names: the Service's (DNSNames), and the host of
+// the URL browsers and the CLI reach ichor-ui at, when the IchorInstallation
+// records one (`ichor init --ui-url`; an IP address is an IP SAN), so that
+// `ichor auth token` and a browser can verify ichor-ui there with the
+// published CA.
+func (k *Keeper) leafNames(ctx context.Context) ([]string, error) {
+	names := k.DNSNames()
+	ii := &ichorv1alpha1.IchorInstallation{}
+	err := k.Reader.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, ii)
+	switch {
+	case apierrors.IsNotFound(err):
+		return names, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the IchorInstallation (its ichor-ui URL is a name of the leaf): %w", err)
+	}
+	raw := ii.Annotations[install.UIURLAnnotation]
+	if raw == "" || install.CheckUIURL(raw) != nil {
+		return names, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return names, nil //nolint:nilerr // CheckUIURL parsed it
+	}
+	if host := strings.ToLower(u.Hostname()); !slices.Contains(names, host) {
+		names = append(names, host)
+	}
+	return names, nil
+}
+
 // Ensure brings the CA Secret, the leaf Secret and the published CA to the
 // wanted state, writing only what differs, and returns when it must run
 // again (the leaf's or the CA's renewal time, or the previous CA's end).
@@ -324,7 +361,10 @@ func renewAt(c *x509.Certificate) time.Time {
 // ensureLeaf keeps ichor-ui's leaf and returns its renewal time.
 func (k *Keeper) ensureLeaf(ctx context.Context, now time.Time, cur, prev *authority, caBundle []byte) (time.Time, error) {
 	key := client.ObjectKey{Namespace: k.Namespace, Name: k.LeafSecret}
-	names := k.DNSNames()
+	names, err := k.leafNames(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
 	secret := &corev1.Secret{}
 	create := false
 	reason := ""
@@ -347,7 +387,7 @@ func (k *Keeper) ensureLeaf(ctx context.Context, now time.Time, cur, prev *autho
 		case err != nil:
 			reason = "unreadable: " + err.Error()
 		case !sameNames(cert, names):
-			reason = "its names are not the Service's"
+			reason = "its names are not the Service's and ichor-ui's URL's"
 		case !signedBy(cert, cur, prev):
 			reason = "not signed by the serving CA"
 		case now.Before(cert.NotBefore):

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -505,5 +509,57 @@ func assertNoKeyInLogs(t *testing.T, s state) {
 	}
 	if !strings.Contains(out, "issued ichor-ui's serving certificate") {
 		t.Error("the keeper logs nothing of what it issued")
+	}
+}
+
+// TestLeafNamesTheRecordedUIURLHost: the host of the ichor-ui URL the
+// IchorInstallation records is a name of the leaf (an IP address as an IP
+// SAN), so `ichor auth token` and a browser verify ichor-ui there with the
+// published CA; a changed URL re-issues the leaf, and without a URL the leaf
+// names the Service only.
+func TestLeafNamesTheRecordedUIURLHost(t *testing.T) {
+	ctx := context.Background()
+	k, _ := newKeeper(t)
+	ii := &ichorv1alpha1.IchorInstallation{
+		ObjectMeta: metav1.ObjectMeta{Name: ichorv1alpha1.IchorInstallationName, Annotations: map[string]string{install.UIURLAnnotation: "https://127.0.0.1:8443"}},
+		Spec:       ichorv1alpha1.IchorInstallationSpec{Version: ichorv1alpha1.IchorVersionSpec{Version: "v0.1.0"}},
+	}
+	if err := k8s.Create(ctx, ii); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ii) })
+
+	service := k.DNSNames()
+	for _, tc := range []struct {
+		url, host string
+	}{
+		{"https://127.0.0.1:8443", "127.0.0.1"},
+		{"https://Ichor.Example.com", "ichor.example.com"},
+		{"", ""},
+	} {
+		ii.Annotations[install.UIURLAnnotation] = tc.url
+		if err := k8s.Update(ctx, ii); err != nil {
+			t.Fatal(err)
+		}
+		ensure(t, k)
+		s := read(t, k)
+		leaf := leafCert(t, s.leaf)
+		want := service
+		if tc.host != "" {
+			want = append(slices.Clone(service), tc.host)
+		}
+		if !sameNames(leaf, want) {
+			t.Fatalf("URL %q: the leaf is for %v %v, want %v", tc.url, leaf.DNSNames, leaf.IPAddresses, want)
+		}
+		if tc.host != "" {
+			if err := leaf.VerifyHostname(tc.host); err != nil {
+				t.Fatalf("URL %q: %v", tc.url, err)
+			}
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool(t, []byte(s.cm.Data[CACertKey])), CurrentTime: k.Now(),
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				t.Fatalf("URL %q: the leaf does not verify against the published CA: %v", tc.url, err)
+			}
+		}
+		verifies(t, k, leaf, []byte(s.cm.Data[CACertKey]))
 	}
 }
