@@ -94,17 +94,14 @@ func (w *world) authToken(t *testing.T, ctx context.Context, args []string, sign
 // loopback listener. It trusts the CA the CLI trusts.
 func browser(t *testing.T, caFile string, user uiUser) func(string) {
 	return func(authURL string) {
-		pem, err := os.ReadFile(caFile)
+		c, err := trusting(caFile)
 		if err != nil {
 			t.Error(err)
 
 			return
 		}
 
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(pem)
-		jar, _ := cookiejar.New(nil)
-		c := &http.Client{Jar: jar, Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+		c.Jar, _ = cookiejar.New(nil)
 
 		page, err := c.Get(authURL) //nolint:noctx // a short test request
 		if err != nil {
@@ -182,22 +179,9 @@ func TestAuthTokenSignsInRefreshesAndSignsOut(t *testing.T) {
 
 	user := w.createUser(t, ctx, "kate", "viewer")
 
-	kcFile := filepath.Join(t.TempDir(), "kubeconfig")
-	w.mustIchor(t, ctx, "auth", "kubeconfig", "--file", kcFile)
+	kcFile, args, caFile := w.userKubeconfig(t, ctx, ui)
 
-	kc, err := clientcmd.LoadFromFile(kcFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	exe := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo].Exec
-	if exe == nil || exe.Command != "ichor" || !slices.Contains(exe.Args, ui.url) || !slices.Contains(exe.Args, "--issuer-ca-file") {
-		t.Fatalf("the kubeconfig's user runs %+v, want `ichor auth token --issuer %s --issuer-ca-file ...`", exe, ui.url)
-	}
-
-	caFile := exe.Args[slices.Index(exe.Args, "--issuer-ca-file")+1]
-
-	cred, prompt := w.authToken(t, ctx, exe.Args, browser(t, caFile, user))
+	cred, prompt := w.authToken(t, ctx, args, browser(t, caFile, user))
 	if cred.Kind != "ExecCredential" || cred.APIVersion != "client.authentication.k8s.io/v1" || !strings.Contains(prompt, "Sign in to Ichor at:") {
 		t.Fatalf("the plugin's answer: %s %s; it said:\n%s", cred.APIVersion, cred.Kind, prompt)
 	}
@@ -237,7 +221,7 @@ func TestAuthTokenSignsInRefreshesAndSignsOut(t *testing.T) {
 	}
 
 	// Again: from the file, no sign-in.
-	again, _ := w.authToken(t, ctx, exe.Args, nil)
+	again, _ := w.authToken(t, ctx, args, nil)
 	if again.Status.Token != cred.Status.Token {
 		t.Fatal("a second call made a new token while the first was valid")
 	}
@@ -247,7 +231,7 @@ func TestAuthTokenSignsInRefreshesAndSignsOut(t *testing.T) {
 	before["expiry"] = time.Now().Add(-time.Minute).Format(time.RFC3339)
 	writeTokenFile(t, files[0], before)
 
-	refreshed, _ := w.authToken(t, ctx, exe.Args, nil)
+	refreshed, _ := w.authToken(t, ctx, args, nil)
 	after := readTokenFile(t, files[0])
 
 	if refreshed.Status.Token == cred.Status.Token || after["refreshToken"] == before["refreshToken"] || claimsOf(t, refreshed.Status.Token)["username"] != "ichor:kate" {
@@ -255,7 +239,7 @@ func TestAuthTokenSignsInRefreshesAndSignsOut(t *testing.T) {
 	}
 
 	// Sign-out: the file goes and the issuer no longer honours the refresh token.
-	out := w.mustIchor(t, ctx, append([]string{"auth", "logout"}, exe.Args[2:]...)...)
+	out := w.mustIchor(t, ctx, append([]string{"auth", "logout"}, args[2:]...)...)
 	if !strings.Contains(out, "Signed out of "+ui.url) {
 		t.Fatalf("`ichor auth logout`: %s", out)
 	}
@@ -308,14 +292,10 @@ func writeTokenFile(t *testing.T, p string, v map[string]any) {
 func refreshAt(t *testing.T, ui *uiServer, caFile, refresh string) (int, string) {
 	t.Helper()
 
-	pem, err := os.ReadFile(caFile)
+	c, err := trusting(caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 
 	resp, err := c.PostForm(ui.url+"/oidc/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {refresh}, "client_id": {"ichor-cli"}}) //nolint:noctx // a short test request
 	if err != nil {
@@ -338,4 +318,40 @@ func (w *world) home() string {
 	}
 
 	return ""
+}
+
+// trusting is an HTTP client that trusts the CA bundle in caFile.
+func trusting(caFile string) (*http.Client, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+	}
+
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}, nil
+}
+
+// userKubeconfig is the kubeconfig `ichor auth kubeconfig` writes, the
+// arguments of its exec plugin and the issuer CA file they name.
+func (w *world) userKubeconfig(t *testing.T, ctx context.Context, ui *uiServer) (file string, args []string, caFile string) {
+	t.Helper()
+
+	file = filepath.Join(t.TempDir(), "kubeconfig")
+	w.mustIchor(t, ctx, "auth", "kubeconfig", "--file", file)
+
+	kc, err := clientcmd.LoadFromFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	exe := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo].Exec
+	if exe == nil || exe.Command != "ichor" || !slices.Contains(exe.Args, ui.url) || !slices.Contains(exe.Args, "--issuer-ca-file") {
+		t.Fatalf("the kubeconfig's user runs %+v, want `ichor auth token --issuer %s --issuer-ca-file ...`", exe, ui.url)
+	}
+
+	return file, exe.Args, exe.Args[slices.Index(exe.Args, "--issuer-ca-file")+1]
 }

@@ -601,7 +601,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 	m.kube = kc
 	m.etcdMu.Unlock()
 
-	if err := kc.start(bins[k8s.APIServerID], k8s.APIServerID, argsWithExtra(api, apiExtra, additiveAPIServerArgs...), logDir); err != nil {
+	if err := kc.start(bins[k8s.APIServerID], k8s.APIServerID, argsWithExtra(api, apiExtra, additiveAPIServerArgs...), logDir, m.world.serviceProxyEnv(podCIDRs)...); err != nil {
 		return err
 	}
 
@@ -678,7 +678,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 	return nil
 }
 
-func (kc *kubeControlPlane) start(bin, name string, args []string, logDir string) error {
+func (kc *kubeControlPlane) start(bin, name string, args []string, logDir string, env ...string) error {
 	log, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -686,7 +686,7 @@ func (kc *kubeControlPlane) start(bin, name string, args []string, logDir string
 
 	cmd := exec.Command(bin, args...) //nolint:gosec,noctx // our own binary; stopped by stopKube
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=2", "GOMEMLIMIT=400MiB")
+	cmd.Env = append(append(os.Environ(), "GOMAXPROCS=2", "GOMEMLIMIT=400MiB"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	if err := cmd.Start(); err != nil {

@@ -52,9 +52,11 @@ type podNetState struct {
 	loopUsed   map[string]bool   // loopback addresses given to pods
 	runners    map[*Machine]*podRunner
 
-	egressLis  net.Listener
-	egressWG   sync.WaitGroup
-	egressStop context.CancelFunc
+	egressLis net.Listener
+	// svcProxyLis is the service proxy's (svcproxy.go).
+	svcProxyLis net.Listener
+	egressWG    sync.WaitGroup
+	egressStop  context.CancelFunc
 
 	flowLog flowLog // flows.go: the flows the pods use
 }
@@ -116,6 +118,10 @@ func (w *World) startPodNet(ctx context.Context, opt Options) error {
 		w.serveEgress(pctx, lis)
 	}()
 
+	if err := w.startServiceProxy(pctx); err != nil {
+		return err
+	}
+
 	if w.podBinDir != "" {
 		w.egressWG.Add(1)
 
@@ -137,6 +143,10 @@ func (w *World) stopPodNet() {
 
 	w.egressStop()
 	_ = w.egressLis.Close()
+
+	if w.svcProxyLis != nil {
+		_ = w.svcProxyLis.Close()
+	}
 	w.egressWG.Wait()
 	w.egressStop = nil
 }
@@ -256,7 +266,8 @@ func (w *World) egressConn(ctx context.Context, c net.Conn) {
 }
 
 // egressTarget maps host:port of a CONNECT: a pod address to its loopback address, a
-// loopback address to itself; anything else is refused.
+// loopback address to itself, a Service's ClusterIP to a ready endpoint (svcproxy.go);
+// anything else is refused.
 func (w *World) egressTarget(hostport string) (string, error) {
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -269,6 +280,13 @@ func (w *World) egressTarget(hostport string) (string, error) {
 
 	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
 		return hostport, nil
+	}
+
+	// A ClusterIP (the service proxy's CONNECTs, svcproxy.go).
+	if n, err := strconv.Atoi(port); err == nil {
+		if t, err := w.serviceTarget(context.Background(), host, n); err != nil || t != "" {
+			return t, err
+		}
 	}
 
 	return "", fmt.Errorf("talosemu egress proxy: no pod run by talosemu has address %s", host)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -375,6 +378,10 @@ func (r *run) followOperation(ctx context.Context, op *ichorv1alpha1.TalosOperat
 	}
 	tick := time.NewTicker(followInterval)
 	defer tick.Stop()
+	// Since when the API server has not answered: an operation may restart
+	// it (a kube-apiserver rollout of a one-control-plane cluster that runs
+	// Ichor), so following waits for it, up to followUnreachable.
+	var unreachableSince time.Time
 	for {
 		if op.ResourceVersion != lastVersion {
 			lastVersion = op.ResourceVersion
@@ -422,11 +429,37 @@ func (r *run) followOperation(ctx context.Context, op *ichorv1alpha1.TalosOperat
 			return nil, nil
 		case apierrors.IsNotFound(err) || (err == nil && cur.UID != op.UID):
 			return nil, fmt.Errorf("operation %s was deleted while it was followed", op.Name)
+		case err != nil && unreachable(err):
+			if unreachableSince.IsZero() {
+				unreachableSince = time.Now()
+				r.warnf("the API server does not answer (%v); still following operation %s (an operation may restart it)", err, op.Name)
+			}
+			if time.Since(unreachableSince) < followUnreachable {
+				continue
+			}
+			return nil, r.conn.Explain(err, "following operation "+op.Name)
 		case err != nil:
 			return nil, r.conn.Explain(err, "following operation "+op.Name)
 		}
+		if !unreachableSince.IsZero() {
+			unreachableSince = time.Time{}
+			r.warnf("the API server answers again")
+		}
 		op = cur
 	}
+}
+
+// followUnreachable is how long following an operation waits for an API
+// server that does not answer.
+const followUnreachable = 3 * time.Minute
+
+// unreachable reports whether err says the API server did not answer (it
+// was down, restarting or overloaded) rather than that it refused.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err)
 }
 
 // updateOperation applies change to a fresh read of the operation and

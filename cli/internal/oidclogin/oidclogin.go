@@ -33,6 +33,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/maeshinshin/ichor/cli/internal/secretstore"
 	"github.com/maeshinshin/ichor/contracts/pkg/authn"
 )
 
@@ -180,23 +181,7 @@ func (o *Options) write(c *cached) error {
 	if err := os.MkdirAll(o.CacheDir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", o.CacheDir, err)
 	}
-	tmp, err := os.CreateTemp(o.CacheDir, ".token-*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if err := tmp.Chmod(0o600); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), o.path())
+	return secretstore.WriteFileAtomic(o.path(), b)
 }
 
 // metadata is the part of the issuer's discovery document used here.

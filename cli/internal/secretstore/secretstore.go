@@ -399,7 +399,7 @@ func (s *Store) writeEncrypted(name string, data []byte, rcpt age.Recipient) err
 	if err := w.Close(); err != nil {
 		return fmt.Errorf("encrypting %s: %w", name, err)
 	}
-	return writeFileAtomic(filepath.Join(s.Dir, name+EncryptedSuffix), buf.Bytes())
+	return WriteFileAtomic(filepath.Join(s.Dir, name+EncryptedSuffix), buf.Bytes())
 }
 
 func (s *Store) decryptFile(path, passphrase string) ([]byte, error) {
@@ -437,7 +437,9 @@ func (s *Store) checkMode(path string) {
 	}
 }
 
-func writeFileAtomic(path string, data []byte) error {
+// WriteFileAtomic writes data to path, mode 0600, whole or not at all: a
+// temporary file beside it, synced, then renamed over it.
+func WriteFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err

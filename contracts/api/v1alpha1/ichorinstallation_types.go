@@ -133,6 +133,26 @@ type IchorInstallationStatus struct {
 	// operationName is the TalosOperation of type ichor upgrading Ichor, if any.
 	// +optional
 	OperationName string `json:"operationName,omitempty"`
+	// issuer is where the kube-apiserver finds ichor-ui's issuer of Ichor's
+	// users, as the controller publishes it; empty while Ichor's users are off.
+	// +optional
+	Issuer *IssuerStatus `json:"issuer,omitempty"`
+}
+
+// IssuerStatus is ichor-ui's OIDC issuer as the kube-apiserver reaches it.
+type IssuerStatus struct {
+	// url is the issuer: ichor-ui's URL, the `iss` of its tokens.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	URL string `json:"url,omitempty"`
+	// discoveryURL is its discovery document on ichor-ui's ClusterIP, port 8444.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	DiscoveryURL string `json:"discoveryURL,omitempty"`
+	// certificateAuthority is the PEM bundle that signs ichor-ui's certificate.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	CertificateAuthority string `json:"certificateAuthority,omitempty"`
 }
 
 // IchorInstallation is the singleton (named `ichor`) that holds Ichor's own

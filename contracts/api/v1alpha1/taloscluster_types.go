@@ -342,6 +342,14 @@ type SecuritySpec struct {
 
 // AuthenticationSpec is the OIDC issuers the kube-apiserver trusts.
 type AuthenticationSpec struct {
+	// ichorUsers makes the kube-apiserver accept the ID tokens ichor-ui's
+	// issuer makes for `ichor auth token` (users `ichor:<name>`, and the
+	// external provider's users signed in through ichor-ui as `oidc:<name>`),
+	// so RBAC and audit apply per user. It needs Ichor's users on (ichor-ui's
+	// URL recorded by `ichor init --ui-url`); the kube-apiserver reads the
+	// issuer's keys from ichor-ui's ClusterIP on port 8444.
+	// +optional
+	IchorUsers bool `json:"ichorUsers,omitempty"`
 	// external is an OIDC provider whose ID tokens the kube-apiserver
 	// accepts; its users are named `oidc:<claim>` and its groups `oidc:<group>`.
 	// +optional

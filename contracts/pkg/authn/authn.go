@@ -16,6 +16,7 @@ package authn
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -53,11 +54,24 @@ func init() {
 // Enabled reports whether spec.authentication asks for anything, that is
 // whether the render carries a KubeAuthenticationConfig of Ichor's.
 func Enabled(s ichorv1alpha1.AuthenticationSpec) bool {
-	return s.External != nil
+	return s.External != nil || s.IchorUsers
 }
 
-// Build is the kube-apiserver's AuthenticationConfiguration for s.
-func Build(s ichorv1alpha1.AuthenticationSpec) *apiserverv1.AuthenticationConfiguration {
+// ErrIssuerNotPublished means spec.authentication.ichorUsers is set while the
+// IchorInstallation has no status.issuer yet.
+var ErrIssuerNotPublished = errors.New("spec.authentication.ichorUsers: ichor-ui's issuer is not published yet (the IchorInstallation's status.issuer is empty): " +
+	"Ichor's users need ichor-ui's URL recorded (`ichor init --ui-url`) and the controller running; the render follows once it is")
+
+// Ichor's users' names and groups (ichor-ui's identity package): only
+// these come through its issuer, and never a system: group.
+const (
+	ichorUserRule  = "user.username.startsWith('ichor:') || user.username.startsWith('oidc:')"
+	ichorGroupRule = "!user.groups.exists(g, g.startsWith('system:'))"
+)
+
+// Build is the kube-apiserver's AuthenticationConfiguration for s; iss is
+// ichor-ui's issuer, used when s.IchorUsers is set.
+func Build(s ichorv1alpha1.AuthenticationSpec, iss *ichorv1alpha1.IssuerStatus) *apiserverv1.AuthenticationConfiguration {
 	cfg := &apiserverv1.AuthenticationConfiguration{
 		TypeMeta:  metav1.TypeMeta{APIVersion: apiserverv1.SchemeGroupVersion.String(), Kind: "AuthenticationConfiguration"},
 		Anonymous: &apiserverv1.AnonymousAuthConfig{Enabled: true},
@@ -65,6 +79,23 @@ func Build(s ichorv1alpha1.AuthenticationSpec) *apiserverv1.AuthenticationConfig
 
 	for _, p := range anonymousPaths {
 		cfg.Anonymous.Conditions = append(cfg.Anonymous.Conditions, apiserverv1.AnonymousAuthCondition{Path: p})
+	}
+
+	if s.IchorUsers && iss != nil {
+		discovery := iss.DiscoveryURL
+		cfg.JWT = append(cfg.JWT, apiserverv1.JWTAuthenticator{
+			Issuer: apiserverv1.Issuer{URL: iss.URL, DiscoveryURL: &discovery, CertificateAuthority: iss.CertificateAuthority, Audiences: []string{CLIClientID}},
+			ClaimMappings: apiserverv1.ClaimMappings{
+				// The issuer's username and groups claims are already the
+				// Kubernetes names (ichor:<name>, ichor:<role>).
+				Username: apiserverv1.PrefixedClaimOrExpression{Claim: "username", Prefix: new("")},
+				Groups:   apiserverv1.PrefixedClaimOrExpression{Claim: "groups", Prefix: new("")},
+			},
+			UserValidationRules: []apiserverv1.UserValidationRule{
+				{Expression: ichorUserRule, Message: "ichor-ui's issuer names only ichor: and oidc: users"},
+				{Expression: ichorGroupRule, Message: "ichor-ui's issuer may not name a system: group"},
+			},
+		})
 	}
 
 	if e := s.External; e != nil {
@@ -115,16 +146,21 @@ func Validate(cfg *apiserverv1.AuthenticationConfiguration) error {
 	return fmt.Errorf("the kube-apiserver would refuse the authentication configuration: %s", strings.Join(msgs, "; "))
 }
 
-// Configuration is the validated configuration of s as the free-form object
+// Configuration is the validated configuration of s (with ichor-ui's
+// issuer iss when s.IchorUsers is set) as the free-form object
 // Talos's KubeAuthenticationConfig document carries (without apiVersion and
 // kind, which Talos adds when it writes the file); nil when s asks for
 // nothing.
-func Configuration(s ichorv1alpha1.AuthenticationSpec) (map[string]any, error) {
+func Configuration(s ichorv1alpha1.AuthenticationSpec, iss *ichorv1alpha1.IssuerStatus) (map[string]any, error) {
 	if !Enabled(s) {
 		return nil, nil
 	}
 
-	cfg := Build(s)
+	if s.IchorUsers && (iss == nil || iss.URL == "" || iss.DiscoveryURL == "") {
+		return nil, ErrIssuerNotPublished
+	}
+
+	cfg := Build(s, iss)
 	if err := Validate(cfg); err != nil {
 		return nil, fmt.Errorf("spec.authentication: %w", err)
 	}

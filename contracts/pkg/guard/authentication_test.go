@@ -62,3 +62,13 @@ func TestAuthenticationRequirement(t *testing.T) {
 		}
 	}
 }
+
+// TestIchorUsersNeedIchorsUsersOn: spec.authentication.ichorUsers is
+// refused while no ichor-ui URL is recorded (no issuer to trust), and
+// allowed once one is.
+func TestIchorUsersNeedIchorsUsersOn(t *testing.T) {
+	on := cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.Authentication.IchorUsers = true })
+
+	expect(t, ValidateCluster(cluster(), on, ClusterFacts{}), map[string][]string{"spec.authentication.ichorUsers": {"Ichor's users are off", "ichor init --ui-url"}})
+	expect(t, ValidateCluster(cluster(), on, ClusterFacts{UIURL: "https://ichor.example.com"}), nil)
+}

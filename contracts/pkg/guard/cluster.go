@@ -37,6 +37,9 @@ type ClusterFacts struct {
 	// UnfinishedCNI names the cluster's unfinished cni and kube-proxy
 	// operations (a kube-proxy switch waits for them).
 	UnfinishedCNI []string
+	// UIURL is the ichor-ui URL the IchorInstallation records ("" when
+	// Ichor's users are off), read for spec.authentication.ichorUsers.
+	UIURL string
 }
 
 // CheckControlPlaneCountLowered refuses, overridably, lowering the declared
@@ -113,6 +116,13 @@ func ValidateCluster(old, c *ichorv1alpha1.TalosCluster, facts ClusterFacts) []R
 	}
 	if old == nil || !reflect.DeepEqual(old.Spec.Authentication, c.Spec.Authentication) || old.Spec.VersionContract != c.Spec.VersionContract {
 		add(CheckAuthentication(c))
+		if c.Spec.Authentication.IchorUsers && (old == nil || !old.Spec.Authentication.IchorUsers) && facts.UIURL == "" {
+			add(&Refusal{
+				Field:  "spec.authentication.ichorUsers",
+				Rule:   "Ichor's users are off: no ichor-ui URL is recorded on the IchorInstallation, so there is no issuer for the kube-apiserver to trust",
+				WayOut: "turn Ichor's users on with an https URL for ichor-ui (`ichor init --ui-url URL`, or the installer's --ui-url), then set ichorUsers",
+			})
+		}
 	}
 	return out
 }
@@ -133,7 +143,10 @@ func CheckAuthentication(c *ichorv1alpha1.TalosCluster) *Refusal {
 			WayOut: "move the cluster to version contract v1.14 or later first, or leave spec.authentication empty",
 		}
 	}
-	if _, err := authn.Configuration(c.Spec.Authentication); err != nil {
+	// ichor-ui's issuer is checked at render time (its address is the
+	// controller's to publish); its fields here are placeholders of the right form.
+	placeholder := &ichorv1alpha1.IssuerStatus{URL: "https://ichor.invalid", DiscoveryURL: "https://ichor.invalid:8444/.well-known/openid-configuration"}
+	if _, err := authn.Configuration(c.Spec.Authentication, placeholder); err != nil {
 		return &Refusal{
 			Field:  "spec.authentication.external",
 			Rule:   strings.TrimPrefix(err.Error(), "spec.authentication: "),

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 )
 
 // The fact loaders: the one way the webhook, the CLI and ichor-ui read what
@@ -89,6 +90,15 @@ func LoadClusterFacts(ctx context.Context, r client.Reader, c *ichorv1alpha1.Tal
 		return ClusterFacts{}, fmt.Errorf("listing TalosOperations in %s: %w", c.Namespace, err)
 	}
 	facts.UnfinishedCNI = UnfinishedCNI(c.Name, "", ops.Items)
+	if c.Spec.Authentication.IchorUsers {
+		ii := &ichorv1alpha1.IchorInstallation{}
+		switch err := r.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, ii); {
+		case err == nil:
+			facts.UIURL = ii.Annotations[install.UIURLAnnotation]
+		case !apierrors.IsNotFound(err):
+			return ClusterFacts{}, fmt.Errorf("reading the IchorInstallation: %w", err)
+		}
+	}
 	return facts, nil
 }
 

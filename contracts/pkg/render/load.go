@@ -61,6 +61,17 @@ func LoadInput(ctx context.Context, r client.Reader, m *ichorv1alpha1.TalosMachi
 		Kubernetes: kubeupgrade.Pins(c, m, ops.Items),
 	}
 
+	// ichor-ui's issuer, for the kube-apiserver to trust Ichor's users.
+	if c.Spec.Authentication.IchorUsers && m.Spec.Role == ichorv1alpha1.RoleControlPlane {
+		ii := &ichorv1alpha1.IchorInstallation{}
+		switch err := r.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, ii); {
+		case err == nil:
+			in.Issuer = ii.Status.Issuer
+		case !apierrors.IsNotFound(err):
+			return Input{}, fmt.Errorf("reading the IchorInstallation (spec.authentication.ichorUsers trusts the issuer it publishes): %w", err)
+		}
+	}
+
 	// Until Cilium's Helm release has taken it over, a control plane keeps
 	// the bootstrap Cilium `ichor init` sent, byte for byte (Talos applies an
 	// inline manifest create-only, so the entry only matters should an

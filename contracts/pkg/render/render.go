@@ -70,6 +70,9 @@ type Input struct {
 	// namespace; the system layer prepares the machine for the presets of
 	// those of the cluster that select it. Nil renders no storage preset.
 	Storages []ichorv1alpha1.TalosStorage
+	// Issuer is ichor-ui's issuer as the IchorInstallation publishes it
+	// (LoadInput fills it when spec.authentication.ichorUsers is set).
+	Issuer *ichorv1alpha1.IssuerStatus
 	// Kubernetes pins components to the version they run while a Kubernetes
 	// upgrade goes on (kubeupgrade.Pins; LoadInput fills it); the zero value
 	// renders the cluster's spec.kubernetesVersion for all.
@@ -266,7 +269,7 @@ func Render(in Input) (*Result, error) {
 		return nil, err
 	}
 
-	system, err := SystemPatches(in.Cluster, in.Machine, vc, in.Storages)
+	system, err := SystemPatches(in.Cluster, in.Machine, vc, in.Storages, in.Issuer)
 	if err != nil {
 		return nil, err
 	}

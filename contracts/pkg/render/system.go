@@ -134,7 +134,9 @@ func bytesStep(layer, name string, b []byte) (Step, error) {
 // SystemPatches are the system layer Ichor generates for a machine. storages
 // are the candidate TalosStorages (those of other clusters, or that do not
 // select m, are skipped); nil when the caller has none at hand.
-func SystemPatches(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, vc *coreconfig.VersionContract, storages []ichorv1alpha1.TalosStorage) ([]Step, error) {
+func SystemPatches(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, vc *coreconfig.VersionContract, storages []ichorv1alpha1.TalosStorage,
+	issuer *ichorv1alpha1.IssuerStatus,
+) ([]Step, error) {
 	var steps []Step
 
 	add := func(name string, docs ...doc) error {
@@ -208,7 +210,7 @@ func SystemPatches(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine,
 		return nil, err
 	}
 
-	authDocs, err := authenticationDocs(c, m, vc)
+	authDocs, err := authenticationDocs(c, m, vc, issuer)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +295,7 @@ func kubeProxyDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine,
 // with the configuration spec.authentication asks for (package authn, which
 // validates it: Talos does not). Without spec.authentication the document
 // machinery generates stays (anonymous access to the health paths only).
-func authenticationDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, vc *coreconfig.VersionContract) ([]doc, error) {
+func authenticationDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, vc *coreconfig.VersionContract, iss *ichorv1alpha1.IssuerStatus) ([]doc, error) {
 	if !authn.Enabled(c.Spec.Authentication) || m.Spec.Role != ichorv1alpha1.RoleControlPlane {
 		return nil, nil
 	}
@@ -302,7 +304,7 @@ func authenticationDocs(c *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMac
 		return nil, fmt.Errorf("spec.authentication needs the KubeAuthenticationConfig document of the v1.14 version contract; the cluster's is %s", c.Spec.VersionContract)
 	}
 
-	cfg, err := authn.Configuration(c.Spec.Authentication)
+	cfg, err := authn.Configuration(c.Spec.Authentication, iss)
 	if err != nil {
 		return nil, err
 	}

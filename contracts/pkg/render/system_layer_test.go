@@ -674,3 +674,31 @@ func TestAuthentication(t *testing.T) {
 		t.Fatalf("an invalid CA: %v", err)
 	}
 }
+
+// TestAuthenticationIchorUsers: ichorUsers renders ichor-ui's issuer as the
+// IchorInstallation publishes it (Input.Issuer), and refuses to render
+// without it rather than leave the kube-apiserver trusting nothing new.
+func TestAuthenticationIchorUsers(t *testing.T) {
+	t.Parallel()
+
+	in := input(t)
+	in.Cluster.Spec.Authentication.IchorUsers = true
+
+	if _, err := render.Render(in); err == nil || !strings.Contains(err.Error(), "not published yet") {
+		t.Fatalf("ichorUsers without a published issuer: %v", err)
+	}
+
+	in.Issuer = &ichorv1alpha1.IssuerStatus{URL: "https://ichor.example.com", DiscoveryURL: "https://10.96.0.20:8444/.well-known/openid-configuration"}
+	r := renderOK(t, in)
+	validates(t, r)
+
+	jwts, _ := r.Config.K8sAuthenticationConfig().Configuration()["jwt"].([]any)
+	if len(jwts) != 1 {
+		t.Fatalf("jwt %v", jwts)
+	}
+
+	jwt, _ := jwts[0].(map[string]any)
+	if issuer, _ := jwt["issuer"].(map[string]any); issuer["discoveryURL"] != in.Issuer.DiscoveryURL || issuer["url"] != in.Issuer.URL {
+		t.Fatalf("the authenticator's issuer %v", jwt["issuer"])
+	}
+}

@@ -21,7 +21,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -40,8 +42,11 @@ import (
 // The keeper reads and writes its Secrets and publishes the ConfigMap, in Ichor's namespace only.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update,namespace=ichor-system
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update,namespace=ichor-system
-// The leaf also names the host of ichor-ui's URL the IchorInstallation records.
+// The leaf also names the host of ichor-ui's URL the IchorInstallation records
+// and the Service's ClusterIP; the issuer is published in the installation's status.
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=ichorinstallations,verbs=get
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=ichorinstallations/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get,namespace=ichor-system
 
 // Default object names.
 const (
@@ -193,33 +198,104 @@ func (k *Keeper) DNSNames() []string {
 	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc." + k.ClusterDomain}
 }
 
-// leafNames are the leaf's names: the Service's (DNSNames), and the host of
-// the URL browsers and the CLI reach ichor-ui at, when the IchorInstallation
-// records one (`ichor init --ui-url`; an IP address is an IP SAN), so that
-// `ichor auth token` and a browser can verify ichor-ui there with the
-// published CA.
-func (k *Keeper) leafNames(ctx context.Context) ([]string, error) {
-	names := k.DNSNames()
+// uiAddress is where ichor-ui is reached besides its Service names: the
+// URL the IchorInstallation records (`ichor init --ui-url`; "" when none)
+// and the Service's ClusterIP ("" when it has none yet).
+type uiAddress struct {
+	url, host, clusterIP string
+}
+
+func (k *Keeper) uiAddress(ctx context.Context) (uiAddress, error) {
+	var a uiAddress
 	ii := &ichorv1alpha1.IchorInstallation{}
 	err := k.Reader.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, ii)
 	switch {
 	case apierrors.IsNotFound(err):
-		return names, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading the IchorInstallation (its ichor-ui URL is a name of the leaf): %w", err)
+		return a, fmt.Errorf("reading the IchorInstallation (its ichor-ui URL is a name of the leaf): %w", err)
+	default:
+		if raw := ii.Annotations[install.UIURLAnnotation]; raw != "" && install.CheckUIURL(raw) == nil {
+			if u, err := url.Parse(raw); err == nil {
+				a.url, a.host = strings.TrimSuffix(raw, "/"), strings.ToLower(u.Hostname())
+			}
+		}
 	}
-	raw := ii.Annotations[install.UIURLAnnotation]
-	if raw == "" || install.CheckUIURL(raw) != nil {
-		return names, nil
+	svc := &corev1.Service{}
+	err = k.Reader.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.ServiceName}, svc)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return a, fmt.Errorf("reading Service %s/%s (its ClusterIP is a name of the leaf): %w", k.Namespace, k.ServiceName, err)
+	default:
+		if ip := net.ParseIP(svc.Spec.ClusterIP); ip != nil {
+			a.clusterIP = ip.String()
+		}
 	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return names, nil //nolint:nilerr // CheckUIURL parsed it
+	return a, nil
+}
+
+// leafNames are the leaf's names: the Service's (DNSNames) and its
+// ClusterIP, which the kube-apiserver dials for the issuer's keys on 8444,
+// and the host of the URL browsers and the CLI reach ichor-ui at (an IP
+// address as an IP SAN), so that `ichor auth token` and a browser can verify
+// ichor-ui there with the published CA.
+func (k *Keeper) leafNames(a uiAddress) []string {
+	names := k.DNSNames()
+	for _, n := range []string{a.clusterIP, a.host} {
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
 	}
-	if host := strings.ToLower(u.Hostname()); !slices.Contains(names, host) {
-		names = append(names, host)
+	return names
+}
+
+// ServiceWait is how soon the keeper looks again for ichor-ui's Service
+// while Ichor's users are on and the Service has no ClusterIP yet.
+const ServiceWait = 10 * time.Second
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
 	}
-	return names, nil
+	return a
+}
+
+// IssuerDiscoveryPort is ichor-ui's listener of the issuer's discovery
+// document and keys for the kube-apiserver.
+const IssuerDiscoveryPort = "8444"
+
+// publishIssuer records in the IchorInstallation's status where the
+// kube-apiserver finds ichor-ui's issuer (render.LoadInput reads it for
+// spec.authentication.ichorUsers): its URL, the discovery document on the
+// Service's ClusterIP, and the CA bundle; nothing while either is unknown.
+func (k *Keeper) publishIssuer(ctx context.Context, a uiAddress, caBundle []byte) error {
+	ii := &ichorv1alpha1.IchorInstallation{}
+	if err := k.Reader.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, ii); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	var want *ichorv1alpha1.IssuerStatus
+	if a.url != "" && a.clusterIP != "" {
+		want = &ichorv1alpha1.IssuerStatus{
+			URL:                  a.url,
+			DiscoveryURL:         "https://" + net.JoinHostPort(a.clusterIP, IssuerDiscoveryPort) + "/.well-known/openid-configuration",
+			CertificateAuthority: string(caBundle),
+		}
+	}
+	if reflect.DeepEqual(ii.Status.Issuer, want) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(ii.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	ii.Status.Issuer = want
+	if err := k.Client.Status().Patch(ctx, ii, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			return errRetry
+		}
+		return fmt.Errorf("publishing ichor-ui's issuer in the IchorInstallation's status: %w", err)
+	}
+	if want != nil {
+		k.Log.Info("published ichor-ui's issuer for the kube-apiserver", "issuer", want.URL, "discovery", want.DiscoveryURL)
+	}
+	return nil
 }
 
 // Ensure brings the CA Secret, the leaf Secret and the published CA to the
@@ -245,11 +321,18 @@ func (k *Keeper) ensureOnce(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	caBundle := bundle(cur, prev)
-	renewAt, err := k.ensureLeaf(ctx, now, cur, prev, caBundle)
+	addr, err := k.uiAddress(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	renewAt, err := k.ensureLeaf(ctx, now, cur, prev, caBundle, addr)
 	if err != nil {
 		return time.Time{}, err
 	}
 	if err := k.publish(ctx, caBundle); err != nil {
+		return time.Time{}, err
+	}
+	if err := k.publishIssuer(ctx, addr, caBundle); err != nil {
 		return time.Time{}, err
 	}
 	next := now.Add(k.Resync)
@@ -257,6 +340,12 @@ func (k *Keeper) ensureOnce(ctx context.Context) (time.Time, error) {
 		if t.Before(next) {
 			next = t
 		}
+	}
+	if addr.url != "" && addr.clusterIP == "" {
+		// Ichor's users are on and ichor-ui's Service is not there yet (the
+		// installer applies it beside the controller): its ClusterIP is a
+		// name of the leaf and the issuer's address, so look again soon.
+		next = minTime(next, now.Add(ServiceWait))
 	}
 	if prev != nil && prev.cert.NotAfter.Before(next) {
 		next = prev.cert.NotAfter
@@ -359,12 +448,9 @@ func renewAt(c *x509.Certificate) time.Time {
 }
 
 // ensureLeaf keeps ichor-ui's leaf and returns its renewal time.
-func (k *Keeper) ensureLeaf(ctx context.Context, now time.Time, cur, prev *authority, caBundle []byte) (time.Time, error) {
+func (k *Keeper) ensureLeaf(ctx context.Context, now time.Time, cur, prev *authority, caBundle []byte, addr uiAddress) (time.Time, error) {
 	key := client.ObjectKey{Namespace: k.Namespace, Name: k.LeafSecret}
-	names, err := k.leafNames(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
+	names := k.leafNames(addr)
 	secret := &corev1.Secret{}
 	create := false
 	reason := ""

@@ -23,7 +23,6 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
-
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -561,5 +560,69 @@ func TestLeafNamesTheRecordedUIURLHost(t *testing.T) {
 			}
 		}
 		verifies(t, k, leaf, []byte(s.cm.Data[CACertKey]))
+	}
+}
+
+// TestIssuerPublished: with ichor-ui's URL recorded and its Service given a
+// ClusterIP, the leaf names the ClusterIP too, and the IchorInstallation's
+// status.issuer says where the kube-apiserver finds the issuer: the URL, the
+// discovery document on the ClusterIP's port 8444, and the published CA
+// bundle; without the URL it is taken away.
+func TestIssuerPublished(t *testing.T) {
+	ctx := context.Background()
+	k, _ := newKeeper(t)
+	ii := &ichorv1alpha1.IchorInstallation{
+		ObjectMeta: metav1.ObjectMeta{Name: ichorv1alpha1.IchorInstallationName, Annotations: map[string]string{install.UIURLAnnotation: "https://ichor.example.com/"}},
+		Spec:       ichorv1alpha1.IchorInstallationSpec{Version: ichorv1alpha1.IchorVersionSpec{Version: "v0.1.0"}},
+	}
+	if err := k8s.Create(ctx, ii); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ii) })
+
+	// Before ichor-ui's Service exists: nothing published, and the keeper
+	// looks again soon rather than at its resync.
+	if next := ensure(t, k); next.After(k.Now().Add(ServiceWait)) {
+		t.Fatalf("without ichor-ui's Service the keeper runs again at %v, more than %v from now", next, ServiceWait)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: ii.Name}, ii); err != nil || ii.Status.Issuer != nil {
+		t.Fatalf("an issuer published without ichor-ui's Service: %+v, %v", ii.Status.Issuer, err)
+	}
+
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: DefaultServiceName},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "oidc", Port: 8444}}},
+	}
+	if err := k8s.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	ip := svc.Spec.ClusterIP
+
+	ensure(t, k)
+	s := read(t, k)
+	leaf := leafCert(t, s.leaf)
+	if !sameNames(leaf, append(k.DNSNames(), ip, "ichor.example.com")) || leaf.VerifyHostname(ip) != nil {
+		t.Fatalf("the leaf is for %v %v, want the Service's names, its ClusterIP %s and the URL's host", leaf.DNSNames, leaf.IPAddresses, ip)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: ii.Name}, ii); err != nil {
+		t.Fatal(err)
+	}
+	want := &ichorv1alpha1.IssuerStatus{
+		URL: "https://ichor.example.com", DiscoveryURL: "https://" + ip + ":8444/.well-known/openid-configuration", CertificateAuthority: s.cm.Data[CACertKey],
+	}
+	if got := ii.Status.Issuer; got == nil || *got != *want {
+		t.Fatalf("status.issuer %+v, want %+v", got, want)
+	}
+
+	delete(ii.Annotations, install.UIURLAnnotation)
+	if err := k8s.Update(ctx, ii); err != nil {
+		t.Fatal(err)
+	}
+	ensure(t, k)
+	if err := k8s.Get(ctx, client.ObjectKey{Name: ii.Name}, ii); err != nil {
+		t.Fatal(err)
+	}
+	if ii.Status.Issuer != nil {
+		t.Fatalf("status.issuer %+v after the URL went", ii.Status.Issuer)
 	}
 }
