@@ -1,3 +1,5 @@
+//go:build e2e_full
+
 package e2e
 
 import (
@@ -111,8 +113,19 @@ func TestKubectlAsIchorUser(t *testing.T) {
 		time.Sleep(2 * time.Second)
 	}
 
-	out := w.mustIchor(t, ctx, "config", "apply", "--cluster", cluster, "--yes", "--wait")
-	t.Logf("`ichor config apply`:\n%s", out)
+	// The world runs one kube-apiserver for all its control planes (on the
+	// first, subnet .1): roll out that control plane only, and put the
+	// others back afterwards (they never run the change).
+	w.rollOutAPIServerMachine(t, ctx)
+	t.Cleanup(func() {
+		if out, err := w.kubectl(context.Background(), "patch", "taloscluster", "-n", icNamespace, cluster, "--type=merge", "-p", `{"spec":{"authentication":null}}`); err != nil {
+			t.Errorf("taking spec.authentication away: %v\n%s", err, out)
+
+			return
+		}
+
+		w.rollOutAPIServerMachine(t, context.Background())
+	})
 
 	// The user's kubeconfig and a sign-in.
 	kcFile, args, caFile := w.userKubeconfig(t, ctx, ui)
@@ -168,4 +181,36 @@ func TestKubectlAsIchorUser(t *testing.T) {
 	if err == nil || !strings.Contains(refused, `User "ichor:vera" cannot delete resource "talosmachines"`) {
 		t.Fatalf("the viewer deleting %s: %v\n%s", first, err, refused)
 	}
+}
+
+// rollOutAPIServerMachine rolls the pending changes out to the control
+// plane that runs the world's kube-apiserver, picked by a label the test sets.
+func (w *world) rollOutAPIServerMachine(t *testing.T, ctx context.Context) {
+	t.Helper()
+
+	host := strings.TrimSuffix(subnet, "0/24") + "1"
+
+	out, err := w.kubectl(ctx, "get", "talosmachines", "-n", icNamespace, "-o", `jsonpath={range .items[*]}{.metadata.name}={.spec.address}{"\n"}{end}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	name := ""
+
+	for l := range strings.Lines(out) {
+		if n, addr, ok := strings.Cut(strings.TrimSpace(l), "="); ok && addr == host {
+			name = n
+		}
+	}
+
+	if name == "" {
+		t.Fatalf("no TalosMachine at %s:\n%s", host, out)
+	}
+
+	if out, err := w.kubectl(ctx, "label", "--overwrite", "talosmachine", "-n", icNamespace, name, "e2e.ichor.dev/runs-apiserver=true"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+
+	out = w.mustIchor(t, ctx, "config", "apply", "--cluster", cluster, "--selector", "e2e.ichor.dev/runs-apiserver=true", "--yes", "--wait")
+	t.Logf("`ichor config apply`:\n%s", out)
 }
