@@ -249,7 +249,8 @@ func TestAuthTokenSignsInRefreshesAndSignsOut(t *testing.T) {
 	}
 
 	if code, body := refreshAt(t, ui, caFile, fmt.Sprint(after["refreshToken"])); code != http.StatusBadRequest || !strings.Contains(body, "invalid_grant") {
-		t.Fatalf("the refresh token after the sign-out: %d %s, want invalid_grant", code, body)
+		// Only the status: a body of 200 would carry new tokens.
+		t.Fatalf("the refresh token after the sign-out answered %d, want 400 invalid_grant", code)
 	}
 }
 
