@@ -25,7 +25,7 @@ import (
 func clusterCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "cluster",
-		Usage:  "inspect clusters, pause and resume them, and say where they discover machines",
+		Usage:  "inspect clusters, pause and resume them, say where they discover machines, and download a read-only talosconfig",
 		Action: unknownSubcommand,
 		Commands: []*cli.Command{
 			{
@@ -34,6 +34,7 @@ func clusterCommand() *cli.Command {
 				ArgsUsage: "[CLUSTER]",
 				Action:    clusterGet,
 			},
+			talosconfigCommand(),
 			{
 				Name: "pause",
 				Usage: "stop every controller acting on the cluster (no provisioning, removal, configuration or drift " +

@@ -62,11 +62,19 @@ var downloadKinds = map[string]downloadKind{
 	"packet-capture": {download.PacketCapture, "application/vnd.tcpdump.pcap", ".pcap"},
 }
 
-// ServeHTTP serves GET /api/v1/nodes/{name}/{kind}. The request's context
+// ServeHTTP serves GET /api/v1/nodes/{name}/{kind} and TalosconfigPath. The request's context
 // must carry the signed-in user (the server's authentication).
 func (d *Downloads) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		writeError(w, status.Error(codes.Unimplemented, "downloads are GET requests"))
+
+		return
+	}
+
+	if r.URL.Path == TalosconfigPath {
+		if err := d.serveTalosconfig(w, r); err != nil {
+			writeError(w, err)
+		}
 
 		return
 	}

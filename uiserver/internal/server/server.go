@@ -73,8 +73,9 @@ type Options struct {
 	// Backups implements BackupService (the Backups page).
 	Backups ichorv1.BackupServiceServer
 	// Downloads serves the admin-gated downloads of a node (support bundle,
-	// etcd snapshot, packet capture) at GET /api/v1/nodes/{name}/{kind}, as
-	// the signed-in user (nodes.Downloads); nil serves none.
+	// etcd snapshot, packet capture) at GET /api/v1/nodes/{name}/{kind} and
+	// the reader talosconfig at GET /api/v1/cluster/talosconfig, as the
+	// signed-in user (nodes.Downloads); nil serves none.
 	Downloads http.Handler
 	// Encodings, when set with Machines, serves the shared list of machines
 	// from encodings made once per change (gRPC and REST).
@@ -223,6 +224,7 @@ func New(opts Options) (*Server, error) {
 			for _, kind := range DownloadRoutes {
 				api.Get("/v1/nodes/{name}/"+kind, s.httpAuth(opts.Downloads))
 			}
+			api.Get("/v1/cluster/talosconfig", s.httpAuth(opts.Downloads)) // nodes.TalosconfigPath
 		}
 		api.Mount("/", gw)
 	})

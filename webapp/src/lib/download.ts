@@ -6,13 +6,21 @@ import { errorOf, NetworkError, type TokenSource } from "../api/transport";
  * token. ichor-ui asks the controller for a short-lived Talos certificate it
  * keeps in its own memory: the browser only ever holds the file.
  */
-export type DownloadKind = "support-bundle" | "etcd-snapshot" | "packet-capture";
+export type DownloadKind = "support-bundle" | "etcd-snapshot" | "packet-capture" | "talosconfig";
+
+/**
+ * The reader talosconfig (nodes.TalosconfigPath): unlike the node downloads
+ * the file is the credential, an os:reader certificate for one hour unless
+ * asked (twelve at most), for operators and admins.
+ */
+export const talosconfigHours = [1, 4, 8, 12] as const;
 
 /** The limits of a packet capture (contracts/pkg/download). */
 export const captureLimits = { minSeconds: 1, maxSeconds: 300, defaultSeconds: 10, minSnapLen: 64, maxSnapLen: 65535 } as const;
 
 /** downloadPath is the route of a node's download. */
 export function downloadPath(kind: DownloadKind, node: string): string {
+  if (kind === "talosconfig") return "/api/v1/cluster/talosconfig";
   return `/api/v1/nodes/${encodeURIComponent(node)}/${kind}`;
 }
 

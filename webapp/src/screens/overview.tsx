@@ -22,6 +22,7 @@ import { AttentionList } from "./attention";
 import { ControlPlanes, HealthTiles, RecentEvents } from "./health";
 import { RecentOperations } from "./recentops";
 import { backupSummary, useBackups } from "./backups";
+import { TalosconfigDownload } from "./node/downloads";
 
 /** Tile is one figure of the overview: its label is the heading, the figure the text under it. */
 function Tile({ title, value, detail, href, testid }: { title: string; value: string | number; detail?: string; href?: string; testid: string }) {
@@ -46,7 +47,7 @@ function Tile({ title, value, detail, href, testid }: { title: string; value: st
 }
 
 export function Overview() {
-  const { client, cluster, clusterError, refreshCluster, machines, synced, canWrite } = useConsole();
+  const { client, cluster, clusterError, refreshCluster, machines, synced, canWrite, download } = useConsole();
   const { ops, error: opsError } = useOperations(client);
   const running = current(ops);
   const approved = machines.filter((m) => m.approval?.state === api.ApprovalApproved);
@@ -172,6 +173,7 @@ export function Overview() {
       <ControlPlanes health={health} error={healthError} />
       <RecentOperations ops={ops} />
       <RecentEvents health={health} />
+      {canWrite && download && <TalosconfigDownload download={download} />}
       {(offerApply || applyOpen) && <ConfigRolloutDialog client={client} cluster={cluster?.name ?? ""} open={applyOpen} onClose={() => setApplyOpen(false)} />}
       {cluster && (
         <Card>

@@ -28,6 +28,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/credential"
+	"github.com/maeshinshin/ichor/contracts/pkg/download"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
@@ -168,7 +169,7 @@ func (r *Reconciler) answer(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	// place the requester is known; without the webhooks nobody is named.
 	tcr.Status.RequestedBy = tcr.Annotations[ichorv1alpha1.RequestedByAnnotation]
 
-	cert, err := r.sign(ctx, tcr, s.Now)
+	cert, cl, err := r.sign(ctx, tcr, s.Now)
 
 	var d *denial
 
@@ -202,8 +203,21 @@ func (r *Reconciler) answer(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 	// second Event).
 
 	r.Recorder.Eventf(tcr, nil, corev1.EventTypeNormal, ichorv1alpha1.IssuedReason, "Sign",
-		"signed a %s certificate (%s) for TalosCluster %s, valid until %s",
-		cert.Role, tcr.Spec.Purpose, tcr.Spec.ClusterName, cert.NotAfter.UTC().Format(time.RFC3339))
+		"signed a %s certificate (%s) for TalosCluster %s%s, valid until %s",
+		cert.Role, tcr.Spec.Purpose, tcr.Spec.ClusterName, requester(tcr), cert.NotAfter.UTC().Format(time.RFC3339))
+	if tcr.Spec.Purpose == ichorv1alpha1.PurposeTalosconfigReader {
+		// A person's talosconfig outlives this request's answer: the
+		// cluster's Events say who holds one and until when, as the node
+		// downloads do (the CLI and the console write no Event of their own).
+		who := tcr.Status.RequestedBy
+		if who == "" {
+			who = "an unnamed requester (no admission webhook stamped the request)"
+		}
+
+		r.Recorder.Eventf(cl, tcr, corev1.EventTypeWarning, download.EventReason, "Download", "%s",
+			download.TalosconfigEventMessage(who, cl.Name, cert.NotAfter))
+	}
+
 	logf.FromContext(ctx).Info("signed a Talos client certificate", "purpose", tcr.Spec.Purpose, "role", cert.Role, "expiresAt", cert.NotAfter.UTC())
 
 	return ctrl.Result{RequeueAfter: cert.NotAfter.Add(r.retention()).Sub(now)}, nil
@@ -211,7 +225,7 @@ func (r *Reconciler) answer(ctx context.Context, s *reconcile.Scope[*ichorv1alph
 
 // sign returns the certificate, a *denial for a request that can never be
 // signed as it is, or a transient error.
-func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, now time.Time) (*credential.Certificate, error) {
+func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, now time.Time) (*credential.Certificate, *ichorv1alpha1.TalosCluster, error) {
 	tr, err := credential.Role(tcr.Spec.Purpose)
 	if err != nil {
 		reason := ichorv1alpha1.UnknownPurposeReason
@@ -219,43 +233,52 @@ func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 			reason = ichorv1alpha1.NotSupportedReason
 		}
 
-		return nil, &denial{reason, err.Error()}
+		return nil, nil, &denial{reason, err.Error()}
 	}
 
 	pub, err := credential.ParsePublicKey(tcr.Spec.PublicKey)
 	if err != nil {
-		return nil, &denial{ichorv1alpha1.BadPublicKeyReason, err.Error() + "; create a new request"}
+		return nil, nil, &denial{ichorv1alpha1.BadPublicKeyReason, err.Error() + "; create a new request"}
 	}
 
 	cl := &ichorv1alpha1.TalosCluster{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: tcr.Namespace, Name: tcr.Spec.ClusterName}, cl); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &denial{ichorv1alpha1.UnknownClusterReason, fmt.Sprintf(
+			return nil, nil, &denial{ichorv1alpha1.UnknownClusterReason, fmt.Sprintf(
 				"TalosCluster %q not found in namespace %q: name an existing cluster in spec.clusterName and create a new request",
 				tcr.Spec.ClusterName, tcr.Namespace)}
 		}
 
-		return nil, err
+		return nil, nil, err
 	}
 
 	b, err := machinestate.LoadBundle(ctx, r.APIReader, cl)
 	if err != nil {
 		if machinestate.IsStalled(err) {
 			// the message names the Secret and key, never the content
-			return nil, &denial{ichorv1alpha1.BundleUnavailableReason, fmt.Sprintf(
+			return nil, nil, &denial{ichorv1alpha1.BundleUnavailableReason, fmt.Sprintf(
 				"the secrets bundle of TalosCluster %q cannot be used: %v; restore it (ichor secrets push) and create a new request",
 				cl.Name, err)}
 		}
 
-		return nil, err
+		return nil, nil, err
 	}
 
 	cert, err := credential.Sign(b, pub, tr, commonName(tcr), now, credential.Duration(tcr.Spec))
 	if err != nil {
-		return nil, &denial{ichorv1alpha1.SigningFailedReason, err.Error()}
+		return nil, nil, &denial{ichorv1alpha1.SigningFailedReason, err.Error()}
 	}
 
-	return cert, nil
+	return cert, cl, nil
+}
+
+// requester is " to <user>" when the webhook named who asked.
+func requester(tcr *ichorv1alpha1.TalosCredentialRequest) string {
+	if tcr.Status.RequestedBy == "" {
+		return ""
+	}
+
+	return " to " + tcr.Status.RequestedBy
 }
 
 // commonName names the certificate's holder: Talos ignores it (roles come

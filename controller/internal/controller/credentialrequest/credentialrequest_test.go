@@ -24,6 +24,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/download"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -423,6 +425,42 @@ func TestRequesterIsCopiedFromTheWebhookStamp(t *testing.T) {
 	if cert := issuedCert(t, tcr); tcr.Status.RequestedBy != "otto" || cert.Subject.CommonName != "otto" {
 		t.Fatalf("status.requestedBy %q, certificate CN %q; want otto for both", tcr.Status.RequestedBy, cert.Subject.CommonName)
 	}
+
+	// The Issued Event names who asked (an os:reader talosconfig is a person's credential).
+	testenv.Eventually(t, waitTimeout, "the Issued Event of by-otto naming otto", func() error {
+		list := &eventsv1.EventList{}
+		if err := k8s.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+
+		var issued, onCluster bool
+
+		for _, e := range list.Items {
+			if e.Regarding.Name == "by-otto" && e.Reason == ichorv1alpha1.IssuedReason {
+				if !strings.Contains(e.Note, "talosconfig-reader) for TalosCluster "+clusterName+" to otto, valid until") {
+					t.Fatalf("the Issued Event does not name otto: %q", e.Note)
+				}
+
+				issued = true
+			}
+
+			// and a Warning on the cluster: who holds a talosconfig, until when
+			if e.Regarding.Kind == "TalosCluster" && e.Regarding.Name == clusterName && e.Related != nil && e.Related.Name == "by-otto" {
+				if e.Type != corev1.EventTypeWarning || e.Reason != download.EventReason ||
+					!strings.HasPrefix(e.Note, "otto downloads an os:reader talosconfig of cluster "+clusterName+", valid until ") {
+					t.Fatalf("the cluster's Event of by-otto: %s %s %q", e.Type, e.Reason, e.Note)
+				}
+
+				onCluster = true
+			}
+		}
+
+		if !issued || !onCluster {
+			return fmt.Errorf("Issued Event %v, Warning on the TalosCluster %v", issued, onCluster)
+		}
+
+		return nil
+	})
 
 	denied := waitAnswered(t, "by-otto-denied")
 	if !apimeta.IsStatusConditionTrue(denied.Status.Conditions, ichorv1alpha1.DeniedCondition) || denied.Status.RequestedBy != "otto" {

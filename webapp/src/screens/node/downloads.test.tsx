@@ -5,7 +5,8 @@ import { act } from "preact/test-utils";
 import type { Machine } from "../../api/generated";
 import { ApiError } from "../../api/errors";
 import type { Downloader } from "../../lib/download";
-import { EtcdSnapshotDownload, NodeDownloads, offersDownloads, snapshotSource } from "./downloads";
+import { EtcdSnapshotDownload, NodeDownloads, offersDownloads, snapshotSource, TalosconfigDownload } from "./downloads";
+import { downloadPath } from "../../lib/download";
 
 const cp: Machine = { name: "cp-1", role: "controlplane", stage: "running", address: "10.0.0.1" };
 const worker: Machine = { name: "w-1", role: "worker", stage: "running", address: "10.0.0.2" };
@@ -114,5 +115,33 @@ describe("EtcdSnapshotDownload", () => {
     const { d } = recorder();
     render(<EtcdSnapshotDownload machines={[worker]} download={d} />, root);
     expect(root.querySelector<HTMLButtonElement>('[data-testid="download-etcd-snapshot"]')!.disabled).toBe(true);
+  });
+});
+
+describe("TalosconfigDownload", () => {
+  it("asks for the chosen hours at the cluster's talosconfig route and saves the file", async () => {
+    const { d, asked } = recorder();
+    render(<TalosconfigDownload download={d} />, root);
+    expect(root.querySelector('label[for="talosconfig-hours"]')?.textContent).toBe("Valid for");
+    const sel = root.querySelector<HTMLSelectElement>('[data-testid="talosconfig-hours"]')!;
+    expect([...sel.options].map((o) => o.value)).toEqual(["1", "4", "8", "12"]);
+    await act(() => {
+      sel.value = "8";
+      sel.dispatchEvent(new Event("change"));
+    });
+    await act(() => root.querySelector<HTMLButtonElement>('[data-testid="download-talosconfig"]')!.click());
+    await settle();
+    expect(asked).toEqual([{ kind: "talosconfig", node: "", query: { duration: "8h" } }]);
+    expect(root.querySelector('[data-testid="download-done"]')?.textContent).toContain("-talosconfig.bin");
+    expect(downloadPath("talosconfig", "")).toBe("/api/v1/cluster/talosconfig");
+  });
+
+  it("shows the backend's refusal", async () => {
+    const { d } = recorder(new ApiError(403, { code: 7, message: "downloading a reader talosconfig of cluster prod: ichor:vera may not download talosclusters/talosconfig-reader" }, "403 Forbidden"));
+    render(<TalosconfigDownload download={d} />, root);
+    await act(() => root.querySelector<HTMLButtonElement>('[data-testid="download-talosconfig"]')!.click());
+    await settle();
+    expect(root.textContent).toContain("may not download talosclusters/talosconfig-reader");
+    expect(root.querySelector('[data-testid="download-done"]')).toBeNull();
   });
 });

@@ -2,9 +2,9 @@ import { useState } from "preact/hooks";
 import type { Machine } from "../../api/generated";
 import { Button } from "../../components/ui/button";
 import { Card, CardContent, CardHeader, CardTitle } from "../../components/ui/card";
-import { Field, Input } from "../../components/ui/input";
+import { Field, Input, Select } from "../../components/ui/input";
 import { ErrorAlert } from "../../components/errors";
-import { captureLimits, captureProblem, captureQuery, saveFile, type DownloadKind, type Downloader } from "../../lib/download";
+import { captureLimits, captureProblem, captureQuery, saveFile, talosconfigHours, type DownloadKind, type Downloader } from "../../lib/download";
 import { isControlPlane } from "../../lib/node";
 
 /** offersDownloads reports whether the console offers a node's downloads: an admin, a running node (ichor-ui checks the verb again). */
@@ -136,5 +136,48 @@ function DownloadOutcome({ error, done }: { error: unknown; done?: string }) {
         </p>
       )}
     </>
+  );
+}
+
+/**
+ * TalosconfigDownload is the overview's read-only talosconfig: an os:reader
+ * certificate of the running control planes for a chosen number of hours,
+ * recorded as a Warning Event with the user's name on the TalosCluster;
+ * `ichor cluster talosconfig` writes the same file.
+ */
+export function TalosconfigDownload({ download }: { download: Downloader }) {
+  const dl = useDownload(download);
+  const [hours, setHours] = useState<number>(talosconfigHours[0]);
+  return (
+    <Card data-testid="talosconfig-download">
+      <CardHeader>
+        <CardTitle>Read-only talosconfig</CardTitle>
+      </CardHeader>
+      <CardContent class="flex flex-col gap-3">
+        <p class="text-sm text-muted-foreground">
+          A talosconfig for talosctl that reads the nodes (versions, services, logs, resources) and can change nothing. It is recorded as a Warning Event with your name; the file holds its key, so keep it as you would a password until it expires.
+        </p>
+        <div class="flex flex-wrap items-end gap-2">
+          <Field id="talosconfig-hours" label="Valid for" class="w-36">
+            <Select
+              id="talosconfig-hours"
+              value={String(hours)}
+              onChange={(e) => setHours(Number(e.currentTarget.value))}
+              data-testid="talosconfig-hours"
+            >
+              {talosconfigHours.map((h) => (
+                <option key={h} value={String(h)}>
+                  {h === 1 ? "1 hour" : `${h} hours`}
+                </option>
+              ))}
+            </Select>
+          </Field>
+          <Button variant="outline" disabled={!!dl.busy} onClick={() => void dl.run("talosconfig", "", { duration: `${hours}h` })} data-testid="download-talosconfig">
+            {dl.busy ? "Signing…" : "Download talosconfig"}
+          </Button>
+        </div>
+        <DownloadOutcome error={dl.error} done={dl.done} />
+      </CardContent>
+    </Card>
   );
 }
