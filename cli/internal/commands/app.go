@@ -118,6 +118,7 @@ func New() *cli.Command {
 			restoreCommand(),
 			secretsCommand(),
 			userCommand(),
+			settingsCommand(),
 			authCommand(),
 			uiCommand(),
 		},

@@ -29,7 +29,7 @@ func clusterCommand() *cli.Command {
 		Action: unknownSubcommand,
 		Commands: []*cli.Command{
 			{
-				Name:      "get",
+				Name:      cmdGet,
 				Usage:     "list the clusters of the namespace, or show one",
 				ArgsUsage: "[CLUSTER]",
 				Action:    clusterGet,

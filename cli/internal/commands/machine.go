@@ -37,7 +37,7 @@ func machineCommand() *cli.Command {
 				Action: machineList,
 			},
 			{
-				Name:          "get",
+				Name:          cmdGet,
 				Usage:         "show one machine: identity, approval, hardware and conditions",
 				ArgsUsage:     argMachine,
 				ShellComplete: completeMachines,

@@ -5,8 +5,11 @@ import (
 	"reflect"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/etcdbackup"
+	"github.com/maeshinshin/ichor/contracts/pkg/settings"
 )
 
 // InstallationRequirements returns the permissions a create (old nil) or update
@@ -29,6 +32,25 @@ func InstallationRequirements(old, inst *ichorv1alpha1.IchorInstallation) []Requ
 			Action:     "changing Ichor's settings",
 		})
 	}
+	return out
+}
+
+// ValidateSettings refuses lifetimes outside what ichor-ui can serve (the
+// same bounds as UpdateSettings and `ichor settings set`), so that a
+// setting written with kubectl is as checked as one written by the console.
+func ValidateSettings(s ichorv1alpha1.IchorSettings) []Refusal {
+	var out []Refusal
+	check := func(field string, d *metav1.Duration, lo, hi time.Duration) {
+		if d != nil && (d.Duration < lo || d.Duration > hi) {
+			out = append(out, Refusal{
+				Field:  field,
+				Rule:   fmt.Sprintf("lasts %s to %s, not %s", lo, hi, d.Duration),
+				WayOut: fmt.Sprintf("set a value from %s to %s, or remove the field for the default", lo, hi),
+			})
+		}
+	}
+	check("spec.settings.idTokenLifetime", s.IDTokenLifetime, settings.MinIDTokenLifetime, settings.MaxIDTokenLifetime)
+	check("spec.settings.refreshTokenLifetime", s.RefreshTokenLifetime, settings.MinRefreshTokenLifetime, settings.MaxRefreshTokenLifetime)
 	return out
 }
 

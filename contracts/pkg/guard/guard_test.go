@@ -769,3 +769,21 @@ func TestCheckTalosUpgrade(t *testing.T) {
 	expect(t, CheckTalosUpgrade(c, []ichorv1alpha1.TalosOperation{running}, "v1.14.2"),
 		map[string][]string{"spec.talosVersion": {"talos-1", "has not finished"}})
 }
+
+func TestValidateSettings(t *testing.T) {
+	d := func(v time.Duration) *metav1.Duration { return &metav1.Duration{Duration: v} }
+
+	if r := ValidateSettings(ichorv1alpha1.IchorSettings{}); len(r) != 0 {
+		t.Fatalf("empty settings refused: %v", r)
+	}
+
+	if r := ValidateSettings(ichorv1alpha1.IchorSettings{IDTokenLifetime: d(time.Hour), RefreshTokenLifetime: d(10 * time.Minute)}); len(r) != 0 {
+		t.Fatalf("settings at the bounds refused: %v", r)
+	}
+
+	r := ValidateSettings(ichorv1alpha1.IchorSettings{IDTokenLifetime: d(2 * time.Hour), RefreshTokenLifetime: d(0)})
+	if len(r) != 2 || r[0].Field != "spec.settings.idTokenLifetime" || !strings.Contains(r[0].Error(), "lasts 1m0s to 1h0m0s, not 2h0m0s") ||
+		r[1].Field != "spec.settings.refreshTokenLifetime" || !strings.Contains(r[1].Error(), "remove the field for the default") {
+		t.Fatalf("out-of-range settings: %v", r)
+	}
+}

@@ -140,11 +140,11 @@ func (v *installationValidator) subject(i *ichorv1alpha1.IchorInstallation) subj
 }
 
 func (v *installationValidator) ValidateCreate(ctx context.Context, i *ichorv1alpha1.IchorInstallation) (admission.Warnings, error) {
-	return v.decide(ctx, v.subject(i), nil, guard.InstallationRequirements(nil, i))
+	return v.decide(ctx, v.subject(i), guard.ValidateSettings(i.Spec.Settings), guard.InstallationRequirements(nil, i))
 }
 
 func (v *installationValidator) ValidateUpdate(ctx context.Context, old, i *ichorv1alpha1.IchorInstallation) (admission.Warnings, error) {
-	return v.decide(ctx, v.subject(i), nil, guard.InstallationRequirements(old, i))
+	return v.decide(ctx, v.subject(i), guard.ValidateSettings(i.Spec.Settings), guard.InstallationRequirements(old, i))
 }
 
 func (v *installationValidator) ValidateDelete(context.Context, *ichorv1alpha1.IchorInstallation) (admission.Warnings, error) {

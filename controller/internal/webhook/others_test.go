@@ -284,6 +284,12 @@ func TestInstallationVersionAndSettingsAreSplit(t *testing.T) {
 		i.Spec.Settings.DefaultDriftPolicy = ichorv1alpha1.DriftPolicyAutoCorrect
 	})
 	refused(t, err, "Forbidden") // an operator may not write the installation at all (RBAC)
+
+	// Rule: the settings' lifetimes are bounded as ichor-ui's UpdateSettings bounds them, even written with kubectl.
+	err = update(t, admin, inst, func(i *ichorv1alpha1.IchorInstallation) {
+		i.Spec.Settings.IDTokenLifetime = &metav1.Duration{Duration: 2 * time.Hour}
+	})
+	refused(t, err, "Invalid", "spec.settings.idTokenLifetime", "lasts 1m0s to 1h0m0s, not 2h0m0s", "remove the field for the default")
 }
 
 // Rule: a reclaim needs the verb reclaim, on create and on the typed UUID.

@@ -128,6 +128,9 @@ func run() error {
 				{ID: auth.CLIClientID, LoopbackPaths: []string{authn.CLICallbackPath}},
 			},
 			Log: log,
+			// Ichor's settings, read at every token and session: `ichor
+			// settings set` or the Settings page take effect without a restart.
+			Lifetimes: oidcissuer.SettingsLifetimes(clients.Cache, log),
 		}
 		if ext != nil {
 			issOpts.External = ext

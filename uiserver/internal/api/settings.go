@@ -3,31 +3,17 @@ package api
 import (
 	"context"
 	"fmt"
-	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/settings"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
-)
-
-// The settings' names in UpdateSettingsRequest.clear, and their ranges.
-const (
-	settingIDTokenLifetime      = "id_token_lifetime"
-	settingRefreshTokenLifetime = "refresh_token_lifetime"
-	settingDefaultDriftPolicy   = "default_drift_policy"
-
-	minIDTokenLifetime      = time.Minute
-	maxIDTokenLifetime      = time.Hour
-	minRefreshTokenLifetime = 10 * time.Minute
-	maxRefreshTokenLifetime = 7 * 24 * time.Hour
 )
 
 // SettingsService implements the UI API's SettingsService: Ichor's runtime
@@ -77,7 +63,7 @@ func (s *SettingsService) UpdateSettings(ctx context.Context, req *ichorv1.Updat
 		}
 		next := inst.Spec.Settings
 		change(&next)
-		if settingsEqual(&next, &inst.Spec.Settings) {
+		if settings.Equal(&next, &inst.Spec.Settings) {
 			out = inst
 			return nil
 		}
@@ -124,92 +110,14 @@ func (s *SettingsService) installation(ctx context.Context) (*ichorv1alpha1.Icho
 // settingsChange checks the request and returns the change it makes; it
 // returns INVALID_ARGUMENT naming every wrong field.
 func settingsChange(req *ichorv1.UpdateSettingsRequest) (func(*ichorv1alpha1.IchorSettings), error) {
-	var problems []string
-	reset := map[string]bool{}
-	for _, name := range req.GetClear() {
-		switch name {
-		case settingIDTokenLifetime, settingRefreshTokenLifetime, settingDefaultDriftPolicy:
-			reset[name] = true
-		default:
-			problems = append(problems, fmt.Sprintf("clear names %q, which is no setting: use %s, %s or %s",
-				name, settingIDTokenLifetime, settingRefreshTokenLifetime, settingDefaultDriftPolicy))
-		}
-	}
-	set := map[string]string{
-		settingIDTokenLifetime:      req.GetIdTokenLifetime(),
-		settingRefreshTokenLifetime: req.GetRefreshTokenLifetime(),
-		settingDefaultDriftPolicy:   req.GetDefaultDriftPolicy(),
-	}
-	for _, name := range []string{settingIDTokenLifetime, settingRefreshTokenLifetime, settingDefaultDriftPolicy} {
-		if set[name] != "" && reset[name] {
-			problems = append(problems, fmt.Sprintf("%s is both set and named in clear: do one or the other", name))
-		}
-	}
-	idTTL, msg := lifetime(settingIDTokenLifetime, req.GetIdTokenLifetime(), minIDTokenLifetime, maxIDTokenLifetime)
-	if msg != "" {
-		problems = append(problems, msg)
-	}
-	refreshTTL, msg := lifetime(settingRefreshTokenLifetime, req.GetRefreshTokenLifetime(), minRefreshTokenLifetime, maxRefreshTokenLifetime)
-	if msg != "" {
-		problems = append(problems, msg)
-	}
-	policy := req.GetDefaultDriftPolicy()
-	switch policy {
-	case "", ichorv1alpha1.DriftPolicyWarn, ichorv1alpha1.DriftPolicyAutoCorrect:
-	default:
-		problems = append(problems, fmt.Sprintf("%s %q: use %s or %s", settingDefaultDriftPolicy, policy,
-			ichorv1alpha1.DriftPolicyWarn, ichorv1alpha1.DriftPolicyAutoCorrect))
-	}
-	if len(problems) == 0 && len(reset) == 0 && idTTL == nil && refreshTTL == nil && policy == "" {
-		problems = append(problems, fmt.Sprintf("nothing to change: set %s, %s or %s, or name settings to reset in clear",
-			settingIDTokenLifetime, settingRefreshTokenLifetime, settingDefaultDriftPolicy))
-	}
-	if len(problems) > 0 {
-		return nil, invalid("the settings were not changed: %s", strings.Join(problems, "; "))
-	}
-	return func(st *ichorv1alpha1.IchorSettings) {
-		switch {
-		case reset[settingIDTokenLifetime]:
-			st.IDTokenLifetime = nil
-		case idTTL != nil:
-			st.IDTokenLifetime = idTTL
-		}
-		switch {
-		case reset[settingRefreshTokenLifetime]:
-			st.RefreshTokenLifetime = nil
-		case refreshTTL != nil:
-			st.RefreshTokenLifetime = refreshTTL
-		}
-		switch {
-		case reset[settingDefaultDriftPolicy]:
-			st.DefaultDriftPolicy = ""
-		case policy != "":
-			st.DefaultDriftPolicy = policy
-		}
-	}, nil
-}
-
-// lifetime parses a Go duration between low and high; msg says what is wrong.
-func lifetime(field, value string, low, high time.Duration) (d *metav1.Duration, msg string) {
-	if value == "" {
-		return nil, ""
-	}
-	v, err := time.ParseDuration(value)
+	change, err := settings.Change{
+		IDTokenLifetime: req.GetIdTokenLifetime(), RefreshTokenLifetime: req.GetRefreshTokenLifetime(),
+		DefaultDriftPolicy: req.GetDefaultDriftPolicy(), Clear: req.GetClear(),
+	}.Check()
 	if err != nil {
-		return nil, fmt.Sprintf("%s %q is not a duration: write it as Go does, for example 15m or 2h30m", field, value)
+		return nil, invalid("%s", err.Error())
 	}
-	if v < low || v > high {
-		return nil, fmt.Sprintf("%s %s is out of range: choose between %s and %s", field, shortDuration(v), shortDuration(low), shortDuration(high))
-	}
-	return &metav1.Duration{Duration: v}, ""
-}
-
-func settingsEqual(a, b *ichorv1alpha1.IchorSettings) bool {
-	eq := func(x, y *metav1.Duration) bool {
-		return (x == nil) == (y == nil) && (x == nil || x.Duration == y.Duration)
-	}
-	return eq(a.IDTokenLifetime, b.IDTokenLifetime) && eq(a.RefreshTokenLifetime, b.RefreshTokenLifetime) &&
-		a.DefaultDriftPolicy == b.DefaultDriftPolicy
+	return change, nil
 }
 
 func (s *SettingsService) settingsProto(inst *ichorv1alpha1.IchorInstallation) *ichorv1.Settings {
@@ -221,22 +129,10 @@ func (s *SettingsService) settingsProto(inst *ichorv1alpha1.IchorInstallation) *
 		ResourceVersion:    inst.ResourceVersion,
 	}
 	if st.IDTokenLifetime != nil {
-		out.IdTokenLifetime = shortDuration(st.IDTokenLifetime.Duration)
+		out.IdTokenLifetime = settings.Short(st.IDTokenLifetime.Duration)
 	}
 	if st.RefreshTokenLifetime != nil {
-		out.RefreshTokenLifetime = shortDuration(st.RefreshTokenLifetime.Duration)
+		out.RefreshTokenLifetime = settings.Short(st.RefreshTokenLifetime.Duration)
 	}
 	return out
-}
-
-// shortDuration writes d without trailing zero units: 5m, 12h, 1h30m.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

@@ -104,6 +104,10 @@ type Options struct {
 	AccessTTL time.Duration
 	// SessionTTL bounds a sign-in session and its refresh tokens; zero means 12 hours.
 	SessionTTL time.Duration
+	// Lifetimes, when set, is asked for the access and session lifetimes
+	// each time a token is minted or a session starts (Ichor's settings,
+	// read live); a zero it returns falls back to AccessTTL or SessionTTL.
+	Lifetimes func() (access, session time.Duration)
 	// Limits bound password sign-ins per client address and user name.
 	Limits Limits
 	// SessionCheckInterval is how often WatchSessions compares the sessions
@@ -197,6 +201,7 @@ func (i *Issuer) sweepLocked() {
 		return
 	}
 	i.swept = now
+	accessTTL, _ := i.lifetimes()
 	for k, p := range i.pending {
 		if now.After(p.expires) {
 			i.dropPendingLocked(k)
@@ -208,13 +213,28 @@ func (i *Issuer) sweepLocked() {
 		}
 	}
 	for sid, s := range i.sessions {
-		if now.After(s.expires.Add(i.opts.AccessTTL)) {
+		if now.After(s.expires.Add(accessTTL)) {
 			for _, h := range s.refresh {
 				delete(i.refresh, h)
 			}
 			delete(i.sessions, sid)
 		}
 	}
+}
+
+// lifetimes are the access token and session lifetimes in force now.
+func (i *Issuer) lifetimes() (access, session time.Duration) {
+	access, session = i.opts.AccessTTL, i.opts.SessionTTL
+	if i.opts.Lifetimes != nil {
+		a, s := i.opts.Lifetimes()
+		if a > 0 {
+			access = a
+		}
+		if s > 0 {
+			session = s
+		}
+	}
+	return access, session
 }
 
 func hash(s string) [32]byte { return sha256.Sum256([]byte(s)) }

@@ -94,14 +94,15 @@ func (i *Issuer) codeGrant(w http.ResponseWriter, _ context.Context, c *Client, 
 	}
 	sid := randomString()
 	now := i.now()
+	accessTTL, sessionTTL := i.lifetimes()
 	i.mu.Lock()
 	if g.reused {
 		i.mu.Unlock()
 		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the authorization code was presented twice: sign in again"))
 		return
 	}
-	i.sessions[sid] = &session{id: g.id, fingerprint: g.fingerprint, client: c.ID, scopes: g.scopes, authTime: g.authTime, expires: now.Add(i.opts.SessionTTL)}
-	g.sid, g.keep = sid, now.Add(i.opts.SessionTTL+i.opts.AccessTTL)
+	i.sessions[sid] = &session{id: g.id, fingerprint: g.fingerprint, client: c.ID, scopes: g.scopes, authTime: g.authTime, expires: now.Add(sessionTTL)}
+	g.sid, g.keep = sid, now.Add(sessionTTL+accessTTL)
 	i.mu.Unlock()
 	i.issue(w, sid, g.nonce)
 }
@@ -112,7 +113,8 @@ func (i *Issuer) issue(w http.ResponseWriter, sid, nonce string) {
 	s := i.sessions[sid]
 	id, client, scopes, authTime := s.id, s.client, s.scopes, s.authTime
 	i.mu.Unlock()
-	access, exp, err := i.opts.Tokens.Mint(id, sid, i.opts.AccessTTL)
+	accessTTL, _ := i.lifetimes()
+	access, exp, err := i.opts.Tokens.Mint(id, sid, accessTTL)
 	if err != nil {
 		i.revokeSession(sid)
 		tokenError(w, oidc.ErrServerError().WithDescription("the access token could not be made: %s", err.Error()))

@@ -143,6 +143,8 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		Tokens: tokens, Users: userStore,
 		Clients:              []issuer.Client{{ID: oidcClientID, RedirectURIs: []string{oidcRedirect}}},
 		SessionCheckInterval: sessionCheckInterval,
+		// Ichor's settings read at every token, as ichor-ui reads them (there from its cache).
+		Lifetimes: issuer.SettingsLifetimes(direct, nil),
 		// A first back-off long enough that a busy machine's next request
 		// still meets it (the default is 1 s).
 		Limits: issuer.Limits{Backoff: 5 * time.Second},

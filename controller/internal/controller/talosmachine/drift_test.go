@@ -21,10 +21,12 @@ import (
 // driftMachine is the machine the drift test changes behind Ichor's back.
 const driftMachine = "w-2"
 
-// changeBehindIchor patches the node's running configuration directly with
-// an admin client, as a person with talosctl would.
-func changeBehindIchor(t *testing.T, name, patch string) {
+// changeBehindIchor patches the drift machine's running configuration
+// directly with an admin client, as a person with talosctl would.
+func changeBehindIchor(t *testing.T, patch string) {
 	t.Helper()
+
+	const name = driftMachine
 
 	ctx := context.Background()
 	n := adminNode(t, name)
@@ -96,7 +98,7 @@ func TestTalosMachineReconciler_Drift(t *testing.T) {
 	t.Cleanup(func() { setDriftPolicy(t, "") })
 
 	// Warn (the default): reported, left alone.
-	changeBehindIchor(t, name, "apiVersion: v1alpha1\nkind: SysctlConfig\nparams:\n  net.ipv4.tcp_keepalive_time: \"600\"\n")
+	changeBehindIchor(t, "apiVersion: v1alpha1\nkind: SysctlConfig\nparams:\n  net.ipv4.tcp_keepalive_time: \"600\"\n")
 
 	path := sysctlPath("net.ipv4.tcp_keepalive_time")
 	m := awaitDrift(t, path)
@@ -129,7 +131,7 @@ func TestTalosMachineReconciler_Drift(t *testing.T) {
 
 	// A reboot-requiring difference (machine.env of the legacy document) is
 	// reported, never applied by the machine reconciler.
-	changeBehindIchor(t, name, "machine:\n  env:\n    ICHOR_DRIFT: \"1\"\n")
+	changeBehindIchor(t, "machine:\n  env:\n    ICHOR_DRIFT: \"1\"\n")
 
 	envPath := "machine.env.ICHOR_DRIFT"
 	awaitDrift(t, envPath)
@@ -145,7 +147,7 @@ func TestTalosMachineReconciler_Drift(t *testing.T) {
 
 	// Put the node back the way provisioning left it; the machine is in sync again.
 	_, err := adminNode(t, name).Client().ApplyConfiguration(context.Background(),
-		&machine.ApplyConfigurationRequest{Data: currentRender(t, name), Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
+		&machine.ApplyConfigurationRequest{Data: currentRender(t), Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
 	testenv.Must(t, err)
 
 	if m := inSync(t, name); m.Status.RenderedConfigHash != rendered {
@@ -153,8 +155,10 @@ func TestTalosMachineReconciler_Drift(t *testing.T) {
 	}
 }
 
-// currentRender renders a machine from what the API holds now.
-func currentRender(t *testing.T, name string) []byte {
+// currentRender renders the drift machine from what the API holds now.
+func currentRender(t *testing.T) []byte {
+	const name = driftMachine
+
 	t.Helper()
 
 	ctx := context.Background()
@@ -182,7 +186,7 @@ func TestTalosMachineReconciler_RenderVersionChangeIsNotDrift(t *testing.T) {
 
 	inSync(t, name)
 
-	changeBehindIchor(t, name, "apiVersion: v1alpha1\nkind: SysctlConfig\nparams:\n  net.ipv4.tcp_fin_timeout: \"20\"\n")
+	changeBehindIchor(t, "apiVersion: v1alpha1\nkind: SysctlConfig\nparams:\n  net.ipv4.tcp_fin_timeout: \"20\"\n")
 
 	path := sysctlPath("net.ipv4.tcp_fin_timeout")
 	awaitDrift(t, path)

@@ -134,7 +134,7 @@ func TestTalosMachineReconciler_StoragePresetRendered(t *testing.T) {
 	testenv.Must(t, k8s.Create(ctx, s))
 	t.Cleanup(func() { _ = k8s.Delete(ctx, s) })
 
-	want := currentRender(t, name)
+	want := currentRender(t)
 
 	vals, err := render.ConfigValues(want)
 	testenv.Must(t, err)
@@ -169,7 +169,7 @@ func TestTalosMachineReconciler_StoragePresetRendered(t *testing.T) {
 			return fmt.Errorf("%d storages remain", len(list.Items))
 		}
 
-		if got := getMachine(t, name).Status.RenderedConfigHash; got != render.Hash(currentRender(t, name)) {
+		if got := getMachine(t, name).Status.RenderedConfigHash; got != render.Hash(currentRender(t)) {
 			return fmt.Errorf("rendered %s", got)
 		}
 

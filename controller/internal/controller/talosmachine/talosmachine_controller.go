@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -89,7 +90,49 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeProxyRecordChanged{}))).
 		Watches(&ichorv1alpha1.TalosStorage{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfStorage),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// The default drift policy is read live (settings.Read) and the
+		// published issuer goes into the render: either changing reaches
+		// every machine at once, not at its next drift check.
+		Watches(&ichorv1alpha1.IchorInstallation{}, handler.EnqueueRequestsFromMapFunc(r.allMachines),
+			builder.WithPredicates(installationChanged{})).
 		Complete(r)
+}
+
+// allMachines maps the IchorInstallation to every TalosMachine.
+func (r *Reconciler) allMachines(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list ichorv1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the machines after a change of the IchorInstallation")
+
+		return nil
+	}
+
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+
+	return out
+}
+
+// installationChanged passes a created IchorInstallation and a change of
+// what the machines read of it: the default drift policy, the issuer.
+type installationChanged struct {
+	predicate.Funcs
+}
+
+func (installationChanged) Create(event.CreateEvent) bool { return true }
+
+func (installationChanged) Update(e event.UpdateEvent) bool {
+	o, okOld := e.ObjectOld.(*ichorv1alpha1.IchorInstallation)
+	n, okNew := e.ObjectNew.(*ichorv1alpha1.IchorInstallation)
+
+	if !okOld || !okNew {
+		return false
+	}
+
+	return o.Spec.Settings.DefaultDriftPolicy != n.Spec.Settings.DefaultDriftPolicy ||
+		!equality.Semantic.DeepEqual(o.Status.Issuer, n.Status.Issuer)
 }
 
 // machinesOfCluster maps a cluster or a patch to the machines of its cluster.

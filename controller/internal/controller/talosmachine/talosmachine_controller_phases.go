@@ -14,6 +14,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/contracts/pkg/settings"
 	"github.com/maeshinshin/ichor/contracts/pkg/storage"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
@@ -124,7 +125,15 @@ func (r *Reconciler) drift(ctx context.Context, s *scope, p plan.Plan) (ctrl.Res
 	paths := p.AllPaths()
 	first := !conditionTrue(m, ichorv1alpha1.DriftedCondition) || !equalStrings(m.Status.DriftPaths, capPaths(paths))
 
-	if s.cluster.Spec.Drift.Policy == ichorv1alpha1.DriftPolicyAutoCorrect && p.Action == plan.ActionApply {
+	// The cluster's policy, else the installation's default, read now: a
+	// change of the default (ichor settings set) counts from this drift on.
+	eff, err := settings.Read(ctx, r.Client)
+	if err != nil {
+		// the defaults (Warn) are the safe reading: report, change nothing
+		ctrl.LoggerFrom(ctx).Error(err, "reading Ichor's settings; unless the cluster sets a drift policy the drift is reported, not corrected")
+	}
+
+	if eff.DriftPolicy(s.cluster) == ichorv1alpha1.DriftPolicyAutoCorrect && p.Action == plan.ActionApply {
 		if err := r.apply(ctx, s, p.Mode); err != nil {
 			setDrift(m, paths)
 
