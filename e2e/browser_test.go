@@ -244,6 +244,25 @@ func TestBrowserConsole(t *testing.T) {
 		screenshot(t, tab, "13-settings-admin")
 	})
 
+	step("users for the admin", func(t *testing.T) {
+		navigate(t, tab, "/users")
+		waitJS(t, tab, 30*time.Second, "the Users page with the admin in it", `document.querySelector("table[aria-label=\"Ichor's users\"]") && document.querySelector("[data-testid=user-create]")`)
+		run(t, tab, "add a viewer",
+			chromedp.SendKeys(chromedp.ID("user-name"), "e2e-browser-user"),
+			chromedp.Click(chromedp.CSS(`[data-testid=user-create]`)),
+		)
+		waitJS(t, tab, 30*time.Second, "the new user's password, shown once, and its row",
+			`(document.querySelector("[data-testid=one-time-password]")?.textContent ?? "").length >= 12 && document.querySelector("[data-testid=user-e2e-browser-user]")`)
+		screenshot(t, tab, "14-users-added")
+		run(t, tab, "done with the password", chromedp.Click(chromedp.CSS(`[data-testid=one-time-password-done]`)))
+		waitJS(t, tab, 5*time.Second, "the password gone", `!document.querySelector("[data-testid=one-time-password]")`)
+		run(t, tab, "disable the user", chromedp.Click(chromedp.CSS(`[data-testid=user-e2e-browser-user-toggle]`)))
+		waitJS(t, tab, 30*time.Second, "the user disabled", `document.querySelector("[data-testid=user-e2e-browser-user-state]")?.textContent === "Disabled"`)
+		if out, err := w.kubectl(ctx, "get", "ichoruser", "-n", icNamespace, "e2e-browser-user", "-o", "jsonpath={.spec.disabled}/{.spec.roles}"); err != nil || out != `true/["viewer"]` {
+			t.Errorf("the IchorUser the Users page wrote: %q, %v", out, err)
+		}
+	})
+
 	step("sign out revokes the session", func(t *testing.T) {
 		navigate(t, tab, "/")
 		rt, err := eval[string](tab, `sessionStorage.getItem("ichor.refresh") ?? ""`)
@@ -387,7 +406,7 @@ func TestBrowserAccessibility(t *testing.T) {
 
 	pages := []string{"/", "/nodes", "/add-node", "/nodes/" + cp, "/nodes/" + cp + "/storage", "/nodes/" + cp + "/talos",
 		"/nodes/" + cp + "/kubernetes", "/nodes/" + cp + "/config", "/nodes/" + cp + "/logs", "/operations", "/settings",
-		"/configuration", "/configuration/new", "/cilium"}
+		"/configuration", "/configuration/new", "/cilium", "/users"}
 
 	for _, v := range []struct {
 		name          string

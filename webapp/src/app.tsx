@@ -16,6 +16,7 @@ import { AddNode } from "./screens/addnode";
 import { NodePage } from "./screens/node";
 import { OperationPage, Operations } from "./screens/operations";
 import { SettingsPage } from "./screens/settings";
+import { UsersPage } from "./screens/users";
 import { BackupsPage } from "./screens/backups";
 import { ConfigurationPage } from "./screens/configuration";
 import { CiliumPage } from "./screens/cilium";
@@ -193,6 +194,9 @@ function Signed({ session, route, onSignOut }: { session: Session; route: Return
       break;
     case "settings":
       screen = <SettingsPage />;
+      break;
+    case "users":
+      screen = <UsersPage />;
       break;
     case "backups":
       screen = <BackupsPage />;

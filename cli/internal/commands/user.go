@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
@@ -31,7 +32,7 @@ func userCommand() *cli.Command {
 			{
 				Name:      "create",
 				Usage:     "create a user with a generated password, shown once",
-				ArgsUsage: "NAME",
+				ArgsUsage: argUser,
 				Flags: []cli.Flag{
 					&cli.StringSliceFlag{Name: flagRole, Usage: "`ROLE`: viewer, operator or admin (repeatable; required)"},
 					&cli.StringFlag{Name: "display-name", Usage: "the `NAME` the console shows (default: NAME)"},
@@ -42,11 +43,24 @@ func userCommand() *cli.Command {
 			{
 				Name:      "set-password",
 				Usage:     "set a user's password: generated and shown once, or read from a file (- for standard input)",
-				ArgsUsage: "NAME",
+				ArgsUsage: argUser,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "password-file", Usage: "read the password from `FILE` (- for standard input); at least 12 characters", TakesFile: true},
 				},
 				Action: userSetPassword,
+			},
+			{
+				Name:      "update",
+				Usage:     "change a user's roles, display name or e-mail, or disable (ending their sessions) and enable them again",
+				ArgsUsage: argUser,
+				Flags: []cli.Flag{
+					&cli.StringSliceFlag{Name: flagRole, Usage: "`ROLE`: viewer, operator or admin (repeatable; replaces the roles)"},
+					&cli.StringFlag{Name: "display-name", Usage: "the `NAME` the console shows"},
+					&cli.StringFlag{Name: "email", Usage: "e-mail `ADDRESS`"},
+					&cli.BoolFlag{Name: "disable", Usage: "stop the user from signing in; their sessions end"},
+					&cli.BoolFlag{Name: "enable", Usage: "let a disabled user sign in again"},
+				},
+				Action: userUpdate,
 			},
 			{
 				Name:   "list",
@@ -56,6 +70,9 @@ func userCommand() *cli.Command {
 		},
 	}
 }
+
+// argUser is the positional argument of the user commands.
+const argUser = "NAME"
 
 var userRoles = []string{ichorv1alpha1.UserRoleViewer, ichorv1alpha1.UserRoleOperator, ichorv1alpha1.UserRoleAdmin}
 
@@ -196,4 +213,63 @@ func userList(ctx context.Context, cmd *cli.Command) error {
 		t.Add(u.Name, u.Spec.DisplayName, strings.Join(u.Spec.Roles, ","), fmt.Sprint(u.Spec.Disabled), last, output.Age(u.CreationTimestamp.Time, now))
 	}
 	return t.Write(r.out)
+}
+
+// userUpdate changes an IchorUser as the kubeconfig's user (ichor-admin may);
+// the flags are checked before anything is read or written.
+func userUpdate(ctx context.Context, cmd *cli.Command) error {
+	if err := requireOneArg(cmd, "one user NAME"); err != nil {
+		return err
+	}
+	name := cmd.Args().First()
+	if err := userpass.ValidateName(name); err != nil {
+		return err
+	}
+	roles := cmd.StringSlice(flagRole)
+	for _, role := range roles {
+		if !slices.Contains(userRoles, role) {
+			return fmt.Errorf("--role %q is not a role: use %s; nothing was changed", role, strings.Join(userRoles, ", "))
+		}
+	}
+	switch {
+	case cmd.Bool("disable") && cmd.Bool("enable"):
+		return errors.New("--disable and --enable together: give one; nothing was changed")
+	case len(roles) == 0 && !cmd.IsSet("display-name") && !cmd.IsSet("email") && !cmd.Bool("disable") && !cmd.Bool("enable"):
+		return fmt.Errorf("nothing to change: give --role, --display-name, --email, --disable or --enable; run `%s --help`", cmd.FullName())
+	}
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+	if err := r.checkWritable(ctx); err != nil {
+		return err
+	}
+	u := &ichorv1alpha1.IchorUser{}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := r.c().Get(ctx, client.ObjectKey{Namespace: r.ns(), Name: name}, u); err != nil {
+			return err
+		}
+		if len(roles) > 0 {
+			u.Spec.Roles = roles
+		}
+		if cmd.IsSet("display-name") {
+			u.Spec.DisplayName = cmd.String("display-name")
+		}
+		if cmd.IsSet("email") {
+			u.Spec.Email = cmd.String("email")
+		}
+		if cmd.Bool("disable") || cmd.Bool("enable") {
+			u.Spec.Disabled = cmd.Bool("disable")
+		}
+		return r.c().Update(ctx, u)
+	})
+	if err != nil {
+		return fmt.Errorf("%w; nothing was changed", r.conn.Explain(err, "updating user "+name))
+	}
+	state := "enabled"
+	if u.Spec.Disabled {
+		state = "disabled (their sessions end within seconds)"
+	}
+	r.printf("user %s (ichor:%s): roles %s, %s\n", name, name, strings.Join(u.Spec.Roles, ", "), state)
+	return nil
 }

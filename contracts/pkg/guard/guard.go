@@ -120,6 +120,7 @@ const (
 	ResourceTalosOperations         = "talosoperations"
 	ResourceTalosEtcdBackups        = "talosetcdbackups"
 	ResourceIchorInstallations      = "ichorinstallations"
+	ResourceIchorUsers              = "ichorusers"
 	ResourceMachineReclaims         = "machinereclaims"
 	ResourceTalosCredentialRequests = "taloscredentialrequests" //nolint:gosec // a resource name, not a credential
 
@@ -135,6 +136,7 @@ const (
 	SubresourceSupportBundle     = "support-bundle"
 	SubresourceEtcdSnapshot      = "etcd-snapshot"
 	SubresourcePacketCapture     = "packet-capture"
+	SubresourcePassword          = "password"
 )
 
 // Field paths and actions that several checks name.

@@ -30,6 +30,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/authn"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
+	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/api"
 	"github.com/maeshinshin/ichor/uiserver/internal/auth"
 	"github.com/maeshinshin/ichor/uiserver/internal/frontend"
@@ -117,7 +118,11 @@ func run() error {
 	}
 	// One registry for the issuer's sign-ins and the server's requests and streams.
 	registry := server.NewRegistry()
-	var iss *oidcissuer.Issuer
+	var (
+		iss *oidcissuer.Issuer
+		// the Users page's password writes: ichor-ui's own client, only with Ichor's users on
+		passwords client.Client
+	)
 	if *users || ext != nil {
 		issOpts := oidcissuer.Options{
 			Tokens:   tokens,
@@ -143,6 +148,7 @@ func run() error {
 				return err
 			}
 			issOpts.Users = &ichorusers.Store{Reader: direct, Namespace: *namespace}
+			passwords = direct
 		}
 		if iss, err = oidcissuer.New(issOpts); err != nil {
 			return err
@@ -211,6 +217,7 @@ func run() error {
 		Operations: &api.OperationService{Deps: deps},
 		Backups:    &api.BackupService{Deps: deps},
 		Settings:   &api.SettingsService{Deps: deps, ReadOnly: *settingsRO},
+		Users:      usersService(deps, passwords),
 		Reclaims:   &api.ReclaimService{Deps: deps, Credentials: own}, // the foreign talosconfig Secrets of "Reset and add"
 		Patches:    &api.PatchService{Deps: deps},
 		Health:     &nodes.Health{Nodes: nodeSvc, APIServer: cfg},
@@ -275,4 +282,14 @@ func loadSigningKey(file string) (*auth.Key, error) {
 		k = ek
 	}
 	return auth.KeyFrom(k)
+}
+
+// usersService is the Users page's API while Ichor's own users are on (a
+// password writer is there); nil otherwise, so the API answers Unimplemented.
+func usersService(deps api.Deps, passwords client.Client) ichorv1.UserServiceServer {
+	if passwords == nil {
+		return nil
+	}
+
+	return &api.UserService{Deps: deps, Passwords: passwords}
 }

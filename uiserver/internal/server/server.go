@@ -72,6 +72,8 @@ type Options struct {
 	Health ichorv1.HealthServiceServer
 	// Backups implements BackupService (the Backups page).
 	Backups ichorv1.BackupServiceServer
+	// Users implements UserService (the Users page); nil while Ichor's own users are off.
+	Users ichorv1.UserServiceServer
 	// Downloads serves the admin-gated downloads of a node (support bundle,
 	// etcd snapshot, packet capture) at GET /api/v1/nodes/{name}/{kind} and
 	// the reader talosconfig at GET /api/v1/cluster/talosconfig, as the

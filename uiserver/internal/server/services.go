@@ -37,6 +37,7 @@ func (o *Options) services() []service {
 	add(serviceOf("PatchService", o.Patches, ichorv1.RegisterPatchServiceServer, ichorv1.RegisterPatchServiceHandler))
 	add(serviceOf("HealthService", o.Health, ichorv1.RegisterHealthServiceServer, ichorv1.RegisterHealthServiceHandler))
 	add(serviceOf("BackupService", o.Backups, ichorv1.RegisterBackupServiceServer, ichorv1.RegisterBackupServiceHandler))
+	add(serviceOf("UserService", o.Users, ichorv1.RegisterUserServiceServer, ichorv1.RegisterUserServiceHandler))
 	return out
 }
 

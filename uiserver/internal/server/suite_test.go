@@ -168,6 +168,7 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		Operations: &api.OperationService{Deps: deps}, Settings: &api.SettingsService{Deps: deps},
 		Reclaims: &api.ReclaimService{Deps: deps, Credentials: direct},
 		Patches:  &api.PatchService{Deps: deps}, Backups: &api.BackupService{Deps: deps},
+		Users: &api.UserService{Deps: deps, Passwords: direct},
 		// The kube-apiservers are asked at the envtest API server's port: a
 		// control plane at 127.0.0.1 is that one, the emulated node none.
 		Health:        &nodes.Health{Nodes: nodeSvc, APIServer: backendCfg, APIServerPort: apiServerPort(backendCfg.Host)},

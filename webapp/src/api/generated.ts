@@ -87,6 +87,26 @@ export interface ReclaimServiceConfirmReclaimBody {
   uuid: string;
 }
 
+/** ResetPasswordRequest names the user and, optionally, the new password. */
+export interface UserServiceResetPasswordBody {
+  /** The new password, at least 12 characters; empty generates one. */
+  password?: string;
+}
+
+/** UpdateUserRequest replaces a user's editable fields. */
+export interface UserServiceUpdateUserBody {
+  /** True stops the user from signing in and ends their sessions. */
+  disabled?: boolean;
+  /** The name the console shows; empty keeps it. */
+  displayName?: string;
+  /** The e-mail address; empty removes it. */
+  email?: string;
+  /** The resourceVersion the change was made from; a newer object is ABORTED. Empty skips the check. */
+  resourceVersion?: string;
+  /** One or more of viewer, operator, admin. */
+  roles?: string[];
+}
+
 /**
  * EventType is what happened to the machine.
  * 
@@ -420,6 +440,26 @@ export interface CreatePatchRequest {
 export interface CreatePatchResponse {
   /** The patch. */
   patch?: ConfigPatch;
+}
+
+/** CreateUserRequest is a new user. */
+export interface CreateUserRequest {
+  /** The name the console shows; empty is the name. */
+  displayName?: string;
+  /** An e-mail address; optional. */
+  email?: string;
+  /** The IchorUser's name: lower-case letters, digits, '-' and '.'. */
+  name?: string;
+  /** One or more of viewer, operator, admin. */
+  roles?: string[];
+}
+
+/** CreateUserResponse is the user and its generated password, shown once. */
+export interface CreateUserResponse {
+  /** The generated password: shown once, never stored in clear. */
+  password?: string;
+  /** The user. */
+  user?: User;
 }
 
 /** DeletePatchResponse has no fields. */
@@ -798,6 +838,12 @@ export interface ListPatchesResponse {
 export interface ListReclaimsResponse {
   /** The reclaims. */
   reclaims?: Reclaim[];
+}
+
+/** ListUsersResponse lists the users. */
+export interface ListUsersResponse {
+  /** The users, by name. */
+  users?: User[];
 }
 
 /** Machine is a TalosMachine as the UI shows it. */
@@ -1536,6 +1582,12 @@ export interface RemovedAPI {
   removedRelease?: string;
 }
 
+/** ResetPasswordResponse carries a generated password, once. */
+export interface ResetPasswordResponse {
+  /** The generated password; empty when the request gave one. */
+  password?: string;
+}
+
 /** ResumeClusterRequest has no fields. */
 export interface ResumeClusterRequest {
 }
@@ -1827,6 +1879,34 @@ export interface UpdateSettingsResponse {
   settings?: Settings;
 }
 
+/** UpdateUserResponse is the user after the change. */
+export interface UpdateUserResponse {
+  /** The user. */
+  user?: User;
+}
+
+/** User is an IchorUser as the Users page shows it. */
+export interface User {
+  /** A disabled user cannot sign in. */
+  disabled?: boolean;
+  /** The name the console shows. */
+  displayName?: string;
+  /** The e-mail address, if any. */
+  email?: string;
+  /** When the user last signed in. */
+  lastSignIn?: string;
+  /** The IchorUser's name; the Kubernetes user is ichor:<name>. */
+  name?: string;
+  /** True when the user has a password. */
+  passwordSet?: boolean;
+  /** The IchorUser's resourceVersion. */
+  resourceVersion?: string;
+  /** viewer, operator, admin. */
+  roles?: string[];
+  /** The Kubernetes user name, ichor:<name>. */
+  username?: string;
+}
+
 /** VersionCandidate is one version an upgrade may move to. */
 export interface VersionCandidate {
   /** True for the newest patch of the running minor. */
@@ -1906,6 +1986,8 @@ export interface Client {
   confirmRecovery(args: { body: ConfirmRecoveryRequest }, options?: CallOptions): Promise<ConfirmRecoveryResponse>;
   /** CreatePatch creates a patch of the cluster. */
   createPatch(args: { body: CreatePatchRequest }, options?: CallOptions): Promise<CreatePatchResponse>;
+  /** CreateUser creates an IchorUser with a generated password. */
+  createUser(args: { body: CreateUserRequest }, options?: CallOptions): Promise<CreateUserResponse>;
   /** DeletePatch deletes a patch. */
   deletePatch(args: { name: string; body: PatchServiceDeletePatchBody }, options?: CallOptions): Promise<DeletePatchResponse>;
   /**
@@ -1978,6 +2060,8 @@ export interface Client {
   listPatches(options?: CallOptions): Promise<ListPatchesResponse>;
   /** ListReclaims returns the reclaims, newest first. */
   listReclaims(options?: CallOptions): Promise<ListReclaimsResponse>;
+  /** ListUsers returns the users, by name. */
+  listUsers(options?: CallOptions): Promise<ListUsersResponse>;
   /**
    * PauseCluster sets the TalosCluster's spec.paused as the signed-in user,
    * with the reason in the ichor.maesh.dev/paused-reason annotation: every
@@ -2072,6 +2156,11 @@ export interface Client {
    * leaves etcd, resets and deletes the Node, and the machine comes back pending.
    */
   removeMachine(args: { name: string; body: MachineServiceRemoveMachineBody }, options?: CallOptions): Promise<RemoveMachineResponse>;
+  /**
+   * ResetPassword sets a new password: the one given, or a generated one
+   * returned once. The user's sessions end.
+   */
+  resetPassword(args: { name: string; body: UserServiceResetPasswordBody }, options?: CallOptions): Promise<ResetPasswordResponse>;
   /** ResumeCluster clears spec.paused and the pause reason as the signed-in user. */
   resumeCluster(args: { body: ResumeClusterRequest }, options?: CallOptions): Promise<ResumeClusterResponse>;
   /** ResumeOperation clears spec.paused. */
@@ -2165,6 +2254,11 @@ export interface Client {
    */
   updateSettings(args: { body: UpdateSettingsRequest }, options?: CallOptions): Promise<UpdateSettingsResponse>;
   /**
+   * UpdateUser sets a user's display name, e-mail, roles and disabled flag;
+   * disabling ends the user's sessions.
+   */
+  updateUser(args: { name: string; body: UserServiceUpdateUserBody }, options?: CallOptions): Promise<UpdateUserResponse>;
+  /**
    * WatchMachines streams the machines: a snapshot (ADDED events and a SYNCED
    * marker) unless resume_token is set, then every change. A client that lost
    * the stream resumes from the last resume_token it saw; an expired token is
@@ -2199,6 +2293,9 @@ export function createClient(t: Transport): Client {
     },
     createPatch(args, options) {
       return t.unary<CreatePatchResponse>("POST", "/api/v1/patches", undefined, args.body, options);
+    },
+    createUser(args, options) {
+      return t.unary<CreateUserResponse>("POST", "/api/v1/users", undefined, args.body, options);
     },
     deletePatch(args, options) {
       return t.unary<DeletePatchResponse>("POST", `/api/v1/patches/${enc(args.name)}:delete`, undefined, args.body, options);
@@ -2266,6 +2363,9 @@ export function createClient(t: Transport): Client {
     listReclaims(options) {
       return t.unary<ListReclaimsResponse>("GET", "/api/v1/reclaims", undefined, undefined, options);
     },
+    listUsers(options) {
+      return t.unary<ListUsersResponse>("GET", "/api/v1/users", undefined, undefined, options);
+    },
     pauseCluster(args, options) {
       return t.unary<PauseClusterResponse>("POST", "/api/v1/cluster:pause", undefined, args.body, options);
     },
@@ -2310,6 +2410,9 @@ export function createClient(t: Transport): Client {
     },
     removeMachine(args, options) {
       return t.unary<RemoveMachineResponse>("POST", `/api/v1/machines/${enc(args.name)}:remove`, undefined, args.body, options);
+    },
+    resetPassword(args, options) {
+      return t.unary<ResetPasswordResponse>("POST", `/api/v1/users/${enc(args.name)}:reset-password`, undefined, args.body, options);
     },
     resumeCluster(args, options) {
       return t.unary<ResumeClusterResponse>("POST", "/api/v1/cluster:resume", undefined, args.body, options);
@@ -2359,6 +2462,9 @@ export function createClient(t: Transport): Client {
     updateSettings(args, options) {
       return t.unary<UpdateSettingsResponse>("POST", "/api/v1/settings", undefined, args.body, options);
     },
+    updateUser(args, options) {
+      return t.unary<UpdateUserResponse>("POST", `/api/v1/users/${enc(args.name)}`, undefined, args.body, options);
+    },
     watchMachines(args, onMessage, options) {
       return t.stream<WatchMachinesResponse>("GET", "/api/v1/machines:watch", { resumeToken: args?.resumeToken }, onMessage, options);
     },
@@ -2377,6 +2483,7 @@ export const operationPaths = {
   confirmReclaim: { method: "POST", path: "/api/v1/reclaims/{name}:confirm" },
   confirmRecovery: { method: "POST", path: "/api/v1/cluster:confirm-recovery" },
   createPatch: { method: "POST", path: "/api/v1/patches" },
+  createUser: { method: "POST", path: "/api/v1/users" },
   deletePatch: { method: "POST", path: "/api/v1/patches/{name}:delete" },
   getCiliumValues: { method: "GET", path: "/api/v1/cluster/cilium-values" },
   getCluster: { method: "GET", path: "/api/v1/cluster" },
@@ -2399,6 +2506,7 @@ export const operationPaths = {
   listOperations: { method: "GET", path: "/api/v1/operations" },
   listPatches: { method: "GET", path: "/api/v1/patches" },
   listReclaims: { method: "GET", path: "/api/v1/reclaims" },
+  listUsers: { method: "GET", path: "/api/v1/users" },
   pauseCluster: { method: "POST", path: "/api/v1/cluster:pause" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
   previewCiliumUpgrade: { method: "GET", path: "/api/v1/operations:previewCiliumUpgrade" },
@@ -2414,6 +2522,7 @@ export const operationPaths = {
   previewTalosUpgrade: { method: "GET", path: "/api/v1/operations:previewTalosUpgrade" },
   rejectMachine: { method: "POST", path: "/api/v1/machines/{name}:reject" },
   removeMachine: { method: "POST", path: "/api/v1/machines/{name}:remove" },
+  resetPassword: { method: "POST", path: "/api/v1/users/{name}:reset-password" },
   resumeCluster: { method: "POST", path: "/api/v1/cluster:resume" },
   resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
   scanDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:scan" },
@@ -2430,6 +2539,7 @@ export const operationPaths = {
   updateCiliumValues: { method: "POST", path: "/api/v1/cluster/cilium-values:update" },
   updatePatch: { method: "POST", path: "/api/v1/patches/{name}:update" },
   updateSettings: { method: "POST", path: "/api/v1/settings" },
+  updateUser: { method: "POST", path: "/api/v1/users/{name}" },
   watchMachines: { method: "GET", path: "/api/v1/machines:watch" },
   whoAmI: { method: "GET", path: "/api/v1/whoami" },
 } as const;

@@ -27,6 +27,7 @@ export type Route =
   | { screen: "operations" }
   | { screen: "operation"; name: string }
   | { screen: "settings" }
+  | { screen: "users" }
   | { screen: "backups" }
   | { screen: "cilium" }
   | { screen: "configuration"; edit?: string }
@@ -42,6 +43,7 @@ export function match(path: string): Route {
   if (p === "/auth/callback") return { screen: "callback" };
   if (p === "/operations") return { screen: "operations" };
   if (p === "/settings") return { screen: "settings" };
+  if (p === "/users") return { screen: "users" };
   if (p === "/backups") return { screen: "backups" };
   if (p === "/cilium") return { screen: "cilium" };
   if (p === "/configuration") return { screen: "configuration" };
@@ -83,6 +85,9 @@ export function pageTitle(route: Route, cluster?: string): string {
       break;
     case "settings":
       page = "Settings";
+      break;
+    case "users":
+      page = "Users";
       break;
     case "backups":
       page = "Backups";

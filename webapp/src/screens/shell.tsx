@@ -70,7 +70,13 @@ const nav = [
   { href: "/configuration", label: "Configuration", screens: ["configuration"] },
   { href: "/cilium", label: "Cilium", screens: ["cilium"] },
   { href: "/settings", label: "Settings", screens: ["settings"] },
+  { href: "/users", label: "Users", screens: ["users"] },
 ];
+
+/** navFor is the navigation of a person: Users only for one of Ichor's own users (ichor:<name>), who exist only while they are on. */
+export function navFor(username: string | undefined) {
+  return nav.filter((n) => n.href !== "/users" || (username ?? "").startsWith("ichor:"));
+}
 
 /** StaleBanner says that ichor-ui does not answer, since when the data is, and why. */
 function StaleBanner() {
@@ -169,7 +175,7 @@ export function Shell({ route, onSignOut, children }: { route: Route; onSignOut:
             }
           }}
         >
-          {nav.map((n) => {
+          {navFor(me?.username).map((n) => {
             const active = n.screens.includes(route.screen);
             return (
               <a
