@@ -38,6 +38,8 @@ const (
 	kubeconfigUser   = "ichor"
 	flagIssuer       = "issuer"
 	flagIssuerCAFile = "issuer-ca-file"
+	// flagHeadless signs in on another device and types the code here.
+	flagHeadless = "headless"
 	// uiCAConfigMap is the public CA bundle of ichor-ui's serving certificate
 	// (the controller's servingca keeper publishes it in Ichor's namespace).
 	uiCAConfigMap = "ichor-ui-ca"
@@ -59,7 +61,9 @@ func authCommand() *cli.Command {
 				Usage: "print an ID token as a client-go ExecCredential (the kubeconfig's exec plugin runs this): " +
 					"the cached one, a refreshed one, or one from a sign-in in the browser",
 				Flags: append(issuerFlags,
-					&cli.BoolFlag{Name: "no-browser", Usage: "print the sign-in address without opening a browser"}),
+					&cli.BoolFlag{Name: "no-browser", Usage: "print the sign-in address without opening a browser"},
+					&cli.BoolFlag{Name: flagHeadless, Usage: "sign in on another device (a terminal with no browser here): " +
+						"open the printed address anywhere, sign in, and type the code the page shows"}),
 				Action: authTokenRun,
 			},
 			{
@@ -78,6 +82,7 @@ func authCommand() *cli.Command {
 					&cli.StringFlag{Name: "install-namespace", Value: "ichor-system", Usage: "`NAMESPACE` Ichor is installed in"},
 					&cli.StringFlag{Name: "user", Value: kubeconfigUser, Usage: "`NAME` of the kubeconfig's user and context"},
 					&cli.StringFlag{Name: "file", TakesFile: true, Usage: "write the kubeconfig to `FILE` (0600) instead of standard output"},
+					&cli.BoolFlag{Name: flagHeadless, Usage: "the exec plugin signs in on another device (`ichor auth token --headless`)"},
 				},
 				Action: authKubeconfigRun,
 			},
@@ -100,7 +105,11 @@ func login(cmd *cli.Command) (*oidclogin.Options, error) {
 		return nil, err
 	}
 	o := &oidclogin.Options{Issuer: issuer, HTTP: hc, CacheDir: filepath.Join(home, "tokens"), Prompt: cmd.Root().ErrWriter}
-	if !cmd.Bool("no-browser") {
+	switch {
+	case cmd.Bool(flagHeadless):
+		// kubectl hands an interactive exec plugin the terminal's standard input
+		o.Code = os.Stdin
+	case !cmd.Bool("no-browser"):
 		o.Open = openBrowser
 	}
 	return o, nil
@@ -196,6 +205,9 @@ func authKubeconfigRun(ctx context.Context, cmd *cli.Command) error {
 		}
 	}
 	args := []string{"auth", "token", "--" + flagIssuer, issuer}
+	if cmd.Bool(flagHeadless) {
+		args = append(args, "--"+flagHeadless)
+	}
 	if caFile != "" {
 		abs, err := filepath.Abs(caFile)
 		if err != nil {

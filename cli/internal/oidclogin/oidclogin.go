@@ -15,6 +15,7 @@
 package oidclogin
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -50,6 +51,11 @@ type Options struct {
 	// Open opens a URL in the user's browser; nil, or an error, leaves it to
 	// the user, who opens the printed URL.
 	Open func(string) error
+	// Code, when set, signs in on another device (a terminal with no
+	// browser): the issuer's own page shows the code after the sign-in and
+	// the person types it here; read one line. The PKCE verifier stays here,
+	// so the code alone is worth nothing.
+	Code io.Reader
 	// LoginTimeout bounds a sign-in in the browser; zero means 5 minutes.
 	LoginTimeout time.Duration
 	// Now is the clock; nil means time.Now.
@@ -352,19 +358,16 @@ func random() string {
 // login signs in through the browser: it listens on 127.0.0.1, sends the
 // user to the issuer and takes the code the issuer redirects back with.
 func (o *Options) login(ctx context.Context, meta *metadata) (*cached, error) {
+	if o.Code != nil {
+		return o.loginElsewhere(ctx, meta)
+	}
 	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listening on 127.0.0.1 for the sign-in's redirect: %w", err)
 	}
 	redirect := fmt.Sprintf("http://%s%s", lis.Addr().String(), authn.CLICallbackPath)
 	verifier, state, nonce := random(), random(), random()
-	sum := sha256.Sum256([]byte(verifier))
-	q := url.Values{
-		"response_type": {"code"}, "client_id": {authn.CLIClientID}, "redirect_uri": {redirect},
-		"scope": {"openid offline_access"}, "state": {state}, "nonce": {nonce},
-		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
-	}
-	authURL := meta.AuthorizationEndpoint + "?" + q.Encode()
+	authURL := authorizeURL(meta, redirect, verifier, state, nonce)
 
 	type result struct {
 		code string
@@ -423,7 +426,53 @@ func (o *Options) login(ctx context.Context, meta *metadata) (*cached, error) {
 	if res.err != nil {
 		return nil, res.err
 	}
-	return o.grant(ctx, meta.TokenEndpoint, url.Values{
-		"grant_type": {"authorization_code"}, "code": {res.code}, "redirect_uri": {redirect}, "code_verifier": {verifier},
-	}, nonce)
+	return o.grant(ctx, meta.TokenEndpoint, codeForm(res.code, redirect, verifier), nonce)
+}
+
+// authorizeURL is the authorization request of a sign-in: PKCE (S256), the
+// CLI's client ID and redirect, and offline_access for the refresh token.
+func authorizeURL(meta *metadata, redirect, verifier, state, nonce string) string {
+	sum := sha256.Sum256([]byte(verifier))
+	q := url.Values{
+		"response_type": {"code"}, "client_id": {authn.CLIClientID}, "redirect_uri": {redirect},
+		"scope": {"openid offline_access"}, "state": {state}, "nonce": {nonce},
+		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
+	}
+	return meta.AuthorizationEndpoint + "?" + q.Encode()
+}
+
+// loginElsewhere signs in on another device: the person opens the address,
+// signs in, and types the code the issuer's page shows (redirect URI
+// <issuer>/oidc/code); it is exchanged with this process's PKCE verifier.
+func (o *Options) loginElsewhere(ctx context.Context, meta *metadata) (*cached, error) {
+	redirect := strings.TrimSuffix(o.Issuer, "/") + authn.CLICodePath
+	verifier, state, nonce := random(), random(), random()
+	_, _ = fmt.Fprintf(o.Prompt, "Open this address in a browser on any device and sign in:\n\n    %s\n\nThen type the code the page shows, within a minute: ",
+		authorizeURL(meta, redirect, verifier, state, nonce))
+	timeout := o.LoginTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(o.Code).ReadString('\n')
+		lines <- strings.TrimSpace(line)
+	}()
+	var code string
+	select {
+	case code = <-lines:
+	case <-time.After(timeout):
+		return nil, fmt.Errorf("no code typed within %s: run the command again", timeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if code == "" {
+		return nil, errors.New("no code was typed: run the command again and type the code the sign-in page shows")
+	}
+	return o.grant(ctx, meta.TokenEndpoint, codeForm(code, redirect, verifier), nonce)
+}
+
+// codeForm is the authorization_code grant of a code, with its redirect and PKCE verifier.
+func codeForm(code, redirect, verifier string) url.Values {
+	return url.Values{"grant_type": {"authorization_code"}, "code": {code}, "redirect_uri": {redirect}, "code_verifier": {verifier}}
 }

@@ -188,4 +188,8 @@ func Configuration(s ichorv1alpha1.AuthenticationSpec, iss *ichorv1alpha1.Issuer
 const (
 	CLIClientID     = "ichor-cli"
 	CLICallbackPath = "/callback"
+	// CLICodePath is the issuer's page that shows the code of a sign-in made
+	// on another device (`ichor auth token --headless`): the CLI names
+	// <issuer>/oidc/code as its redirect URI and the person types the code.
+	CLICodePath = "/oidc/code"
 )

@@ -130,7 +130,9 @@ func run() error {
 			Clients: []oidcissuer.Client{
 				{ID: auth.ConsoleClientID, RedirectURIs: append([]string{strings.TrimSuffix(*issuer, "/") + "/auth/callback"}, redirects...)},
 				// `ichor auth token`: a loopback redirect on the port it listens on.
-				{ID: auth.CLIClientID, LoopbackPaths: []string{authn.CLICallbackPath}},
+				// `ichor auth token --headless`: the issuer's own page shows the code to type.
+				{ID: auth.CLIClientID, LoopbackPaths: []string{authn.CLICallbackPath},
+					RedirectURIs: []string{strings.TrimSuffix(*issuer, "/") + authn.CLICodePath}},
 			},
 			Log: log,
 			// Ichor's settings, read at every token and session: `ichor

@@ -47,6 +47,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/maeshinshin/ichor/contracts/pkg/authn"
 	"github.com/maeshinshin/ichor/uiserver/internal/auth"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
@@ -59,6 +60,8 @@ const (
 	LoginPath     = "/oidc/login"
 	TokenPath     = "/oidc/token"
 	RevokePath    = "/oidc/revoke"
+	// CodePath shows a sign-in's code to type into a terminal (authn.CLICodePath).
+	CodePath = authn.CLICodePath
 	// ExternalStartPath starts a sign-in with the external provider (the login page's button).
 	ExternalStartPath = "/oidc/external/start"
 	// ExternalCallbackPath is the redirect URI registered at the external provider.
@@ -187,6 +190,7 @@ func (i *Issuer) Mount(r chi.Router) {
 	r.Post(LoginPath, i.login)
 	r.Post(TokenPath, i.token)
 	r.Post(RevokePath, i.revoke)
+	r.Get(CodePath, i.codePage)
 	if i.opts.External != nil {
 		r.Post(ExternalStartPath, i.externalStart)
 		r.Get(ExternalCallbackPath, i.externalCallback)

@@ -449,3 +449,24 @@ func TestIssuerRefreshReuseOfAnotherClientsToken(t *testing.T) {
 		t.Fatalf("the refresh token after another client's attempt: %d %+v", status, e)
 	}
 }
+
+// The headless sign-in's page shows the code, escaped, and nothing else;
+// an error or a missing code is said plainly.
+func TestCodePage(t *testing.T) {
+	w := newWorld(t)
+	c := w.browser(t)
+
+	r := do(t, c, http.MethodGet, w.srv.URL+issuer.CodePath+"?code="+url.QueryEscape(`abc"<x>`)+"&state=s", nil)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `id="sign-in-code" readonly value="abc&#34;&lt;x&gt;"`) ||
+		r.header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("the code page: %d %s", r.status, r.body)
+	}
+
+	if r := do(t, c, http.MethodGet, w.srv.URL+issuer.CodePath+"?error=access_denied", nil); r.status != http.StatusBadRequest || !strings.Contains(r.body, "the sign-in failed: access_denied") {
+		t.Fatalf("an error: %d %s", r.status, r.body)
+	}
+
+	if r := do(t, c, http.MethodGet, w.srv.URL+issuer.CodePath, nil); r.status != http.StatusBadRequest || !strings.Contains(r.body, "ichor auth token --headless") {
+		t.Fatalf("no code: %d %s", r.status, r.body)
+	}
+}

@@ -47,6 +47,8 @@ hr{margin:1.5rem 0 0;border:0;border-top:1px solid var(--border)}
 <div class="brand"><span class="mark" aria-hidden="true"></span><span>Ichor</span></div>
 <h1>Sign in to Ichor</h1><p class="lead">Sign in to manage this cluster.</p>
 {{if .Error}}<p class="error" id="login-error" role="alert">{{.Error}}</p>{{end}}
+{{if .Code}}<label for="sign-in-code">Your sign-in code: copy it into the terminal that asks for it, within a minute</label>
+<input id="sign-in-code" readonly value="{{.Code}}">{{end}}
 {{if .Request}}{{if .Provider}}{{if .ProviderDown}}<p class="error" role="status">Sign-in with {{.Provider}} is unavailable: {{.ProviderDown}}</p>
 {{else}}<form method="post" action="{{.ExternalAction}}">
 <input type="hidden" name="request" value="{{.Request}}">
@@ -67,6 +69,8 @@ type loginPage struct {
 	// RetryPassword: a sign-in of Username failed; the password is asked again.
 	RetryPassword          bool
 	Provider, ProviderDown string
+	// Code is a sign-in's code for `ichor auth token --headless` (CodePage).
+	Code string
 }
 
 // renderLogin shows the login page: the provider's button (or why it is
@@ -96,4 +100,21 @@ func writePage(w http.ResponseWriter, code int, pg loginPage) {
 // pageError shows an error without a form: the request cannot go on.
 func pageError(w http.ResponseWriter, msg string) {
 	writePage(w, http.StatusBadRequest, loginPage{Error: msg})
+}
+
+// codePage shows the code of a sign-in whose redirect URI is the issuer's
+// own CodePath (`ichor auth token --headless`, a terminal without a browser
+// on this device): the person copies it into the terminal, which exchanges
+// it with its PKCE verifier, so the code alone is worth nothing.
+func (i *Issuer) codePage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if e := q.Get("error"); e != "" {
+		pageError(w, "the sign-in failed: "+e+" "+q.Get("error_description")+"; start it again in the terminal")
+		return
+	}
+	if q.Get("code") == "" {
+		pageError(w, "there is no sign-in code here: start the sign-in in the terminal with `ichor auth token --headless`")
+		return
+	}
+	writePage(w, http.StatusOK, loginPage{Code: q.Get("code")})
 }
