@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -74,8 +73,6 @@ func userCommand() *cli.Command {
 // argUser is the positional argument of the user commands.
 const argUser = "NAME"
 
-var userRoles = []string{ichorv1alpha1.UserRoleViewer, ichorv1alpha1.UserRoleOperator, ichorv1alpha1.UserRoleAdmin}
-
 // userPassword is what `user create` and `user set-password` print with -o json|yaml.
 type userPassword struct {
 	Name     string `json:"name"`
@@ -93,12 +90,10 @@ func userCreate(ctx context.Context, cmd *cli.Command) error {
 	}
 	roles := cmd.StringSlice(flagRole)
 	if len(roles) == 0 {
-		return fmt.Errorf("--role is required: give one or more of %s", strings.Join(userRoles, ", "))
+		return fmt.Errorf("--role is required: give one or more of %s", strings.Join(userpass.Roles, ", "))
 	}
-	for _, role := range roles {
-		if !slices.Contains(userRoles, role) {
-			return fmt.Errorf("--role %q is not a role: use %s", role, strings.Join(userRoles, ", "))
-		}
+	if err := userpass.CheckRoles(roles); err != nil {
+		return fmt.Errorf("--%w", err) // "--role \"x\" is not a role: ..."
 	}
 	r, err := connected(cmd)
 	if err != nil {
@@ -226,9 +221,9 @@ func userUpdate(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	roles := cmd.StringSlice(flagRole)
-	for _, role := range roles {
-		if !slices.Contains(userRoles, role) {
-			return fmt.Errorf("--role %q is not a role: use %s; nothing was changed", role, strings.Join(userRoles, ", "))
+	if len(roles) > 0 {
+		if err := userpass.CheckRoles(roles); err != nil {
+			return fmt.Errorf("--%w; nothing was changed", err)
 		}
 	}
 	switch {

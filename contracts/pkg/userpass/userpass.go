@@ -12,6 +12,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/alexedwards/argon2id"
 	corev1 "k8s.io/api/core/v1"
@@ -114,11 +116,38 @@ func Set(ctx context.Context, c client.Client, namespace, name, password string)
 // ErrUserExists is returned by Create for a user that exists already.
 var ErrUserExists = errors.New("the IchorUser exists already")
 
+// ErrPasswordNotStored wraps a failure to store a new user's password; the
+// user was deleted again.
+var ErrPasswordNotStored = errors.New("the password could not be stored, so the new IchorUser was deleted again")
+
+// Roles are the roles an IchorUser may hold, each the group ichor:<role>.
+var Roles = []string{ichorv1alpha1.UserRoleViewer, ichorv1alpha1.UserRoleOperator, ichorv1alpha1.UserRoleAdmin}
+
+// CheckRoles refuses an empty list of roles and any role that is not one of Roles.
+func CheckRoles(roles []string) error {
+	if len(roles) == 0 {
+		return fmt.Errorf("give the user one or more roles: %s", strings.Join(Roles, ", "))
+	}
+	for _, r := range roles {
+		if !slices.Contains(Roles, r) {
+			return fmt.Errorf("role %q is not a role: use %s", r, strings.Join(Roles, ", "))
+		}
+	}
+	return nil
+}
+
 // Create creates the IchorUser name with roles, sets a generated password and
 // returns it, to be shown once. An existing user gives ErrUserExists and is
 // left as it is; when setting the password fails, the new user is deleted
 // again, so that nothing is half-created.
 func Create(ctx context.Context, c client.Client, namespace string, spec ichorv1alpha1.IchorUserSpec, name string) (string, error) {
+	return CreateAs(ctx, c, c, namespace, spec, name)
+}
+
+// CreateAs is Create with the IchorUser written (and deleted again) by users
+// (ichor-ui: the signed-in person) and the password stored by passwords
+// (ichor-ui's own identity, which may write ichor-user-credentials).
+func CreateAs(ctx context.Context, users, passwords client.Client, namespace string, spec ichorv1alpha1.IchorUserSpec, name string) (string, error) {
 	if err := ValidateName(name); err != nil {
 		return "", err
 	}
@@ -127,17 +156,17 @@ func Create(ctx context.Context, c client.Client, namespace string, spec ichorv1
 		return "", err
 	}
 	u := &ichorv1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Spec: spec}
-	if err := c.Create(ctx, u); err != nil {
+	if err := users.Create(ctx, u); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return "", fmt.Errorf("%w: %s/%s", ErrUserExists, namespace, name)
 		}
 		return "", fmt.Errorf("creating IchorUser %s/%s: %w", namespace, name, err)
 	}
-	if err := Set(ctx, c, namespace, name, pw); err != nil {
-		if derr := c.Delete(ctx, u); derr != nil && !apierrors.IsNotFound(derr) {
-			return "", fmt.Errorf("%w (and deleting the new IchorUser again failed: %w)", err, derr)
+	if err := Set(ctx, passwords, namespace, name, pw); err != nil {
+		if derr := users.Delete(context.WithoutCancel(ctx), u); derr != nil && !apierrors.IsNotFound(derr) {
+			return "", fmt.Errorf("%w (and deleting the new IchorUser again failed: %w): %w", ErrPasswordNotStored, derr, err)
 		}
-		return "", err
+		return "", fmt.Errorf("%w: %w", ErrPasswordNotStored, err)
 	}
 	return pw, nil
 }

@@ -2,15 +2,12 @@ package api
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"slices"
 	"sort"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,8 +32,6 @@ type UserService struct {
 	// one Secret); nil refuses password writes.
 	Passwords client.Client
 }
-
-var userRoles = []string{ichorv1alpha1.UserRoleViewer, ichorv1alpha1.UserRoleOperator, ichorv1alpha1.UserRoleAdmin}
 
 // ListUsers implements UserService.
 func (s *UserService) ListUsers(ctx context.Context, _ *ichorv1.ListUsersRequest) (*ichorv1.ListUsersResponse, error) {
@@ -63,21 +58,6 @@ func userToProto(u *ichorv1alpha1.IchorUser) *ichorv1.User {
 	}
 }
 
-// checkRoles names what is wrong with a list of roles; "" when it is right.
-func checkRoles(roles []string) string {
-	if len(roles) == 0 {
-		return "give the user one or more roles: " + strings.Join(userRoles, ", ")
-	}
-
-	for _, r := range roles {
-		if !slices.Contains(userRoles, r) {
-			return fmt.Sprintf("role %q is not a role: use %s", r, strings.Join(userRoles, ", "))
-		}
-	}
-
-	return ""
-}
-
 // CreateUser implements UserService: the IchorUser is created as the
 // signed-in user, then its generated password is hashed and stored; when
 // that fails the user is deleted again, so nothing is half-created.
@@ -88,8 +68,8 @@ func (s *UserService) CreateUser(ctx context.Context, req *ichorv1.CreateUserReq
 		return nil, invalid("%s: %v; nothing was created", what, err)
 	}
 
-	if msg := checkRoles(req.GetRoles()); msg != "" {
-		return nil, invalid("%s: %s; nothing was created", what, msg)
+	if err := userpass.CheckRoles(req.GetRoles()); err != nil {
+		return nil, invalid("%s: %v; nothing was created", what, err)
 	}
 
 	// The password is written by ichor-ui: the person must hold the right to
@@ -103,28 +83,23 @@ func (s *UserService) CreateUser(ctx context.Context, req *ichorv1.CreateUserReq
 		display = req.GetName()
 	}
 
-	pw, err := userpass.Generate()
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "%s: generating a password: %v", what, err)
-	}
+	spec := ichorv1alpha1.IchorUserSpec{DisplayName: display, Email: req.GetEmail(), Roles: slices.Clone(req.GetRoles())}
 
-	u := &ichorv1alpha1.IchorUser{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Clients.Namespace, Name: req.GetName()},
-		Spec:       ichorv1alpha1.IchorUserSpec{DisplayName: display, Email: req.GetEmail(), Roles: slices.Clone(req.GetRoles())},
-	}
-	if err := s.Clients.User.Create(ctx, u); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return nil, status.Errorf(codes.AlreadyExists, "%s: the user %s exists already; reset its password instead", what, req.GetName())
-		}
+	// The IchorUser as the signed-in person, the hash as ichor-ui; undone when the hash cannot be stored.
+	pw, err := userpass.CreateAs(ctx, s.Clients.User, s.Passwords, s.Clients.Namespace, spec, req.GetName())
 
+	switch {
+	case errors.Is(err, userpass.ErrUserExists):
+		return nil, status.Errorf(codes.AlreadyExists, "%s: the user %s exists already; reset its password instead", what, req.GetName())
+	case errors.Is(err, userpass.ErrPasswordNotStored):
+		return nil, status.Errorf(codes.Unavailable, "%s: %v", what, err)
+	case err != nil:
 		return nil, apiError(ctx, err, what+" "+req.GetName())
 	}
 
-	if err := userpass.Set(ctx, s.Passwords, s.Clients.Namespace, u.Name, pw); err != nil {
-		// Undo as the same person, so that no user without a password is left.
-		_ = s.Clients.User.Delete(context.WithoutCancel(ctx), u)
-
-		return nil, status.Errorf(codes.Unavailable, "%s: storing the password of %s failed, so the user was not kept: %s", what, u.Name, apiMessage(err))
+	u := &ichorv1alpha1.IchorUser{}
+	if err := s.Clients.User.Get(ctx, client.ObjectKey{Namespace: s.Clients.Namespace, Name: req.GetName()}, u); err != nil {
+		return nil, apiError(ctx, err, what+": reading the new user "+req.GetName())
 	}
 
 	return &ichorv1.CreateUserResponse{User: userToProto(u), Password: pw}, nil
@@ -148,8 +123,8 @@ func (s *UserService) UpdateUser(ctx context.Context, req *ichorv1.UpdateUserReq
 		return nil, invalid("changing an Ichor user: name the user; nothing was changed")
 	}
 
-	if msg := checkRoles(req.GetRoles()); msg != "" {
-		return nil, invalid("%s: %s; nothing was changed", what, msg)
+	if err := userpass.CheckRoles(req.GetRoles()); err != nil {
+		return nil, invalid("%s: %v; nothing was changed", what, err)
 	}
 
 	var out *ichorv1alpha1.IchorUser
