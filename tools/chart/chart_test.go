@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -239,8 +240,17 @@ func TestUIRendersWithDefaults(t *testing.T) {
 			t.Errorf("default args %q hold %s", args, unwanted)
 		}
 	}
-	if n := len(pod["volumes"].([]any)); n != 1 {
-		t.Errorf("want only the ichor-ui-tls volume by default, got %d", n)
+	var secrets []string
+	for _, v := range pod["volumes"].([]any) {
+		if s, ok := v.(map[string]any)["secret"].(map[string]any); ok {
+			secrets = append(secrets, s["secretName"].(string))
+		}
+	}
+	if n := len(pod["volumes"].([]any)); n != 2 || !slices.Equal(secrets, []string{"ichor-ui-tls", "ichor-ui-signing-key"}) {
+		t.Errorf("want only the ichor-ui-tls and ichor-ui-signing-key volumes by default, got %d: %v", n, secrets)
+	}
+	if !strings.Contains(args, "--signing-key-file=/etc/ichor-ui/signing/signing.key") {
+		t.Errorf("args %q lack the shared signing key", args)
 	}
 	if objs["PodDisruptionBudget/ichor-ui"] == nil {
 		t.Error("two ichor-ui replicas need a PodDisruptionBudget")
@@ -255,32 +265,61 @@ func TestUIRendersWithDefaults(t *testing.T) {
 	}
 }
 
+// TestUIValuesChangeTheRender: with sign-in on (Ichor's users and an
+// external provider) the chart renders the two replicas asked for, with
+// their PodDisruptionBudget and the shared signing key, and wires the
+// provider's client secret and CA.
 func TestUIValuesChangeTheRender(t *testing.T) {
 	rendered, err := Render(filepath.Join(repoRoot, chartDir), map[string]any{"ichorUI": map[string]any{
-		// Two asked for, one served: sign-in is on (users, oidc).
 		"replicas": 2,
 		"image":    map[string]any{"repository": "registry.example/ui", "tag": "v9.9.9", "pullPolicy": "Always"},
 		"tls":      map[string]any{"secretName": "my-cert"},
-		"oidc":     map[string]any{"issuerURL": "https://idp.example.com", "clientID": "ichor"},
-		"users":    map[string]any{"enabled": true, "externalURL": "https://ichor.example.com"},
+		"oidc": map[string]any{"issuerURL": "https://idp.example.com", "clientID": "ichor",
+			"clientSecretName": "idp-client", "caConfigMapName": "idp-ca"},
+		"users": map[string]any{"enabled": true, "externalURL": "https://ichor.example.com"},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	objs := manifests(t, rendered)
 	c, pod := uiContainer(t, objs)
-	if r := objs["Deployment/ichor-ui"]["spec"].(map[string]any)["replicas"]; r != float64(1) {
-		t.Errorf("replicas: %v", r)
+	if r := objs["Deployment/ichor-ui"]["spec"].(map[string]any)["replicas"]; r != float64(2) {
+		t.Errorf("replicas with sign-in on: %v, want the 2 asked for", r)
 	}
-	if objs["PodDisruptionBudget/ichor-ui"] != nil {
-		t.Error("one ichor-ui replica must have no PodDisruptionBudget")
+	if objs["PodDisruptionBudget/ichor-ui"] == nil {
+		t.Error("two ichor-ui replicas with sign-in on need a PodDisruptionBudget")
+	}
+	mounts := map[string]string{}
+	for _, m := range c["volumeMounts"].([]any) {
+		mounts[m.(map[string]any)["name"].(string)] = m.(map[string]any)["mountPath"].(string)
+	}
+	sources := map[string]string{}
+	for _, v := range pod["volumes"].([]any) {
+		v := v.(map[string]any)
+		if s, ok := v["secret"].(map[string]any); ok {
+			sources[v["name"].(string)] = "secret/" + s["secretName"].(string)
+		}
+		if cm, ok := v["configMap"].(map[string]any); ok {
+			sources[v["name"].(string)] = "configmap/" + cm["name"].(string)
+		}
+	}
+	for vol, want := range map[string][2]string{
+		"signing-key": {"secret/ichor-ui-signing-key", "/etc/ichor-ui/signing"},
+		"oidc-client": {"secret/idp-client", "/etc/ichor-ui/oidc-client"},
+		"oidc-ca":     {"configmap/idp-ca", "/etc/ichor-ui/oidc-ca"},
+	} {
+		if sources[vol] != want[0] || mounts[vol] != want[1] {
+			t.Errorf("volume %s: %q mounted at %q, want %q at %q", vol, sources[vol], mounts[vol], want[0], want[1])
+		}
 	}
 	if c["image"] != "registry.example/ui:v9.9.9" || c["imagePullPolicy"] != "Always" {
 		t.Errorf("image: %v %v", c["image"], c["imagePullPolicy"])
 	}
 	args := strings.Join(strs(c["args"]), " ")
 	for _, want := range []string{"--issuer=https://ichor.example.com", "--ichor-users", "--oidc-issuer-url=https://idp.example.com",
-		"--oidc-client-id=ichor", "--tls-cert-file=/etc/ichor-ui/tls/tls.crt", "--tls-key-file=/etc/ichor-ui/tls/tls.key"} {
+		"--oidc-client-id=ichor", "--tls-cert-file=/etc/ichor-ui/tls/tls.crt", "--tls-key-file=/etc/ichor-ui/tls/tls.key",
+		"--signing-key-file=/etc/ichor-ui/signing/signing.key",
+		"--oidc-client-secret-file=/etc/ichor-ui/oidc-client/client-secret", "--oidc-ca-file=/etc/ichor-ui/oidc-ca/ca.crt"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}

@@ -76,9 +76,10 @@ monitoring:
 # ichor-ui-ca (ConfigMap and Secret) for an edge that re-encrypts to it.
 ichorUI:
   # replicas of ichor-ui. Two, with a PodDisruptionBudget and anti-affinity;
-  # 1 on a cluster with a single schedulable node (no PDB then). Always 1 while
-  # users.enabled or oidc.issuerURL is set: sign-in sessions and the token
-  # signing key live in each replica's memory in this release.
+  # 1 on a cluster with a single schedulable node (no PDB then). With sign-in
+  # on the replicas share the sessions (IchorUISession objects) and the token
+  # signing key (the Secret ichor-ui-signing-key the controller keeps), so
+  # any replica serves any step of a sign-in and honours every sign-out.
   replicas: 2
   image:
     repository: ghcr.io/maeshinshin/ichor-ui
@@ -95,6 +96,14 @@ ichorUI:
     # oidc:<name>; needs clientID and users.externalURL.
     issuerURL: ""
     clientID: ""
+    # clientSecretName is a Secret of this namespace whose key client-secret
+    # holds ichor-ui's client secret at the provider; empty makes a public
+    # client (PKCE only).
+    clientSecretName: ""
+    # caConfigMapName is a ConfigMap of this namespace whose key ca.crt holds
+    # the PEM CA certificates of a private provider, trusted beside the
+    # system's; empty trusts the system's only.
+    caConfigMapName: ""
   users:
     # enabled turns on Ichor's own users (needs externalURL).
     enabled: false

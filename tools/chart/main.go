@@ -295,9 +295,8 @@ func template(obj object) (string, error) {
 		podSpec["volumes"] = append(podSpec["volumes"].([]any), placeholder+"UI_TLS_VOLUME")
 	}
 	if kind == "PodDisruptionBudget" && name == "ichor-ui" {
-		// One replica while sign-in is on: sessions and the token signing
-		// key live in each replica's memory (see uiReplicas).
-		wrapIf = "{{- if and (gt (int .Values.ichorUI.replicas) 1) (not (or .Values.ichorUI.users.enabled .Values.ichorUI.oidc.issuerURL)) }}\n"
+		// No PDB with one replica, or a drain never finishes.
+		wrapIf = "{{- if gt (int .Values.ichorUI.replicas) 1 }}\n"
 	}
 	raw, err := yaml.Marshal(fields)
 	if err != nil {
@@ -312,7 +311,9 @@ func template(obj object) (string, error) {
 	text = strings.ReplaceAll(text, placeholder+"REPLICAS", "{{ .Values.controller.replicas }}")
 	text = strings.ReplaceAll(text, placeholder+"IMAGE", `"{{ .Values.controller.image.repository }}:{{ .Values.controller.image.tag | default .Chart.AppVersion }}"`)
 	text = strings.ReplaceAll(text, placeholder+"PULL_POLICY", "{{ .Values.controller.image.pullPolicy }}")
-	text = strings.ReplaceAll(text, placeholder+"UI_REPLICAS", uiReplicas)
+	// Any number of ichor-ui replicas, sign-in on or off: they share the
+	// sessions (IchorUISessions) and the signing key (ichor-ui-signing-key).
+	text = strings.ReplaceAll(text, placeholder+"UI_REPLICAS", "{{ .Values.ichorUI.replicas }}")
 	text = strings.ReplaceAll(text, placeholder+"UI_IMAGE", `"{{ .Values.ichorUI.image.repository }}:{{ .Values.ichorUI.image.tag | default .Chart.AppVersion }}"`)
 	text = strings.ReplaceAll(text, placeholder+"UI_PULL_POLICY", "{{ .Values.ichorUI.image.pullPolicy }}")
 	text = replaceItem(text, placeholder+"UI_ARGS", uiArgs)
@@ -404,6 +405,12 @@ const uiArgs = `{{- if or .Values.ichorUI.users.enabled .Values.ichorUI.oidc.iss
 {{- with .Values.ichorUI.oidc.issuerURL }}
 - {{ printf "--oidc-issuer-url=%s" . | quote }}
 - {{ printf "--oidc-client-id=%s" (required "ichorUI.oidc.clientID: give ichor-ui's client ID at the provider" $.Values.ichorUI.oidc.clientID) | quote }}
+{{- if $.Values.ichorUI.oidc.clientSecretName }}
+- --oidc-client-secret-file=/etc/ichor-ui/oidc-client/client-secret
+{{- end }}
+{{- if $.Values.ichorUI.oidc.caConfigMapName }}
+- --oidc-ca-file=/etc/ichor-ui/oidc-ca/ca.crt
+{{- end }}
 {{- end }}
 {{- if .Values.ichorUI.tls.secretName }}
 - --tls-cert-file=/etc/ichor-ui/tls/tls.crt
@@ -414,22 +421,42 @@ const uiTLSMount = `{{- if .Values.ichorUI.tls.secretName }}
 - mountPath: /etc/ichor-ui/tls
   name: operator-cert
   readOnly: true
+{{- end }}
+{{- if and .Values.ichorUI.oidc.issuerURL .Values.ichorUI.oidc.clientSecretName }}
+- mountPath: /etc/ichor-ui/oidc-client
+  name: oidc-client
+  readOnly: true
+{{- end }}
+{{- if and .Values.ichorUI.oidc.issuerURL .Values.ichorUI.oidc.caConfigMapName }}
+- mountPath: /etc/ichor-ui/oidc-ca
+  name: oidc-ca
+  readOnly: true
 {{- end }}`
 
 const uiTLSVolume = `{{- if .Values.ichorUI.tls.secretName }}
 - name: operator-cert
   secret:
     secretName: {{ .Values.ichorUI.tls.secretName | quote }}
+{{- end }}
+{{- if and .Values.ichorUI.oidc.issuerURL .Values.ichorUI.oidc.clientSecretName }}
+- name: oidc-client
+  secret:
+    secretName: {{ .Values.ichorUI.oidc.clientSecretName | quote }}
+    items:
+    - key: client-secret
+      path: client-secret
+{{- end }}
+{{- if and .Values.ichorUI.oidc.issuerURL .Values.ichorUI.oidc.caConfigMapName }}
+- name: oidc-ca
+  configMap:
+    name: {{ .Values.ichorUI.oidc.caConfigMapName | quote }}
+    items:
+    - key: ca.crt
+      path: ca.crt
 {{- end }}`
 
 // replaceItem replaces the YAML list item "- <marker>" with block, indented
 // as the item was; block's own lines are list items or template actions.
-// uiReplicas is ichor-ui's replica count: ichorUI.replicas, but one while an
-// issuer is on (Ichor's own users or an external provider), because sign-in
-// sessions, refresh-token families and the token signing key live in each
-// replica's memory; a second replica would refuse the first one's tokens.
-const uiReplicas = "{{ if or .Values.ichorUI.users.enabled .Values.ichorUI.oidc.issuerURL }}1{{ else }}{{ .Values.ichorUI.replicas }}{{ end }}"
-
 func replaceItem(text, marker, block string) string {
 	lines := strings.Split(text, "\n")
 	for i, l := range lines {

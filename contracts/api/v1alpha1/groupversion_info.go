@@ -34,6 +34,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TalosOperation{}, &TalosOperationList{},
 		&IchorInstallation{}, &IchorInstallationList{},
 		&IchorUser{}, &IchorUserList{},
+		&IchorUISession{}, &IchorUISessionList{},
 		&MachineReclaim{}, &MachineReclaimList{},
 		&TalosCredentialRequest{}, &TalosCredentialRequestList{},
 	)

@@ -101,9 +101,8 @@ func nodeFits(node *corev1.Node, pod *corev1.PodSpec) bool {
 }
 
 // Decide is the availability of a Deployment whose pods can run on
-// schedulable nodes. A Deployment that must stay single (ichor-ui while it
-// is an OIDC issuer: its sessions and signing key live in each replica's
-// memory) runs one replica whatever the count.
+// schedulable nodes. A Deployment that must stay single (MustStaySingle)
+// runs one replica whatever the count.
 func Decide(schedulable int, single bool) Availability {
 	a := Availability{SchedulableNodes: schedulable, Replicas: 1}
 	if schedulable >= 2 && !single {
@@ -114,13 +113,27 @@ func Decide(schedulable int, single bool) Availability {
 }
 
 // MustStaySingle reports whether a pod spec is ichor-ui as an OIDC issuer
-// (an --issuer argument), which runs one replica (see Decide).
+// (an --issuer argument) without a shared signing key (no
+// --signing-key-file): its key would be made in each replica's memory, so
+// one replica's tokens would not verify on another. It runs one replica (see
+// Decide). Ichor's manifest mounts the key the controller keeps
+// (ichor-ui-signing-key) and shares the sessions through IchorUISessions,
+// so its ichor-ui runs two replicas with sign-in on.
 func MustStaySingle(pod *corev1.PodSpec) bool {
 	for _, c := range pod.Containers {
+		issuer, sharedKey := false, false
+
 		for _, a := range c.Args {
-			if strings.HasPrefix(a, "--issuer=") || a == "--issuer" {
-				return true
+			switch {
+			case strings.HasPrefix(a, "--issuer=") || a == "--issuer":
+				issuer = true
+			case strings.HasPrefix(a, "--signing-key-file=") && a != "--signing-key-file=":
+				sharedKey = true
 			}
+		}
+
+		if issuer && !sharedKey {
+			return true
 		}
 	}
 

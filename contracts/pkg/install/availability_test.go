@@ -1,6 +1,7 @@
 package install_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,8 +111,14 @@ func TestDecide(t *testing.T) {
 	}
 
 	ui.Containers[0].Args = append(ui.Containers[0].Args, "--issuer=https://ichor.example.com")
+	if install.MustStaySingle(ui) {
+		t.Fatal("the manifest's ichor-ui as an issuer, with the shared signing key, must stay single")
+	}
+
+	// Without the shared key each replica would sign with a key of its own.
+	ui.Containers[0].Args = slices.DeleteFunc(ui.Containers[0].Args, func(a string) bool { return strings.HasPrefix(a, "--signing-key-file=") })
 	if !install.MustStaySingle(ui) {
-		t.Fatal("ichor-ui as an issuer may run two replicas")
+		t.Fatal("ichor-ui as an issuer without --signing-key-file may run two replicas")
 	}
 }
 

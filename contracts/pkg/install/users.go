@@ -55,8 +55,8 @@ func LoopbackUIURL(raw string) (port string, ok bool) {
 
 // WithIchorUsers makes the ichor-ui Deployment sign in Ichor's own users as
 // the OIDC issuer at uiURL (architecture, "Trust": ichorUI.users.enabled;
-// its flags --ichor-users and --issuer). An issuer keeps its sessions in one
-// replica's memory, so such a Deployment runs one replica (MustStaySingle).
+// its flags --ichor-users and --issuer). Its replicas share the sessions and
+// the signing key, so it keeps two replicas where there are two nodes.
 // An --issuer or --ichor-users argument already there is replaced.
 func WithIchorUsers(dep *unstructured.Unstructured, uiURL string) error {
 	if err := CheckUIURL(uiURL); err != nil {

@@ -104,8 +104,8 @@ func TestWithIchorUsers(t *testing.T) {
 		t.Fatalf("args = %q, want %q", args, want)
 	}
 
-	if !install.MustStaySingle(&d.Spec.Template.Spec) {
-		t.Fatal("ichor-ui with Ichor's users (an issuer) may run two replicas")
+	if install.MustStaySingle(&d.Spec.Template.Spec) {
+		t.Fatal("ichor-ui with Ichor's users and the shared signing key must stay single")
 	}
 
 	if err := install.WithIchorUsers(dep, "http://ichor.example.com"); err == nil {

@@ -97,6 +97,9 @@ func TestRoleVerbMatrix(t *testing.T) {
 		{ichor("update", "machinereclaims"), []string{adminRole, reclaimerRole}},
 		{ichor(guard.VerbReclaim, "machinereclaims"), []string{adminRole, reclaimerRole}},
 		{ichor("delete", "machinereclaims"), nil},
+		// ichor-ui's sign-in sessions are its own (Role ichor-ui-sessions).
+		{ichor("get", "ichoruisessions"), nil},
+		{ichor("update", "ichoruisessions"), nil},
 		// Never granted: Secrets, impersonation, anything cluster-admin-like.
 		{access{verb: "get", resource: "secrets"}, nil},
 		{access{verb: "list", resource: "secrets"}, nil},

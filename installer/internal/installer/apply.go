@@ -257,7 +257,7 @@ func (in *Installer) applyWorkload(ctx context.Context, step install.Step, deplo
 			return err
 		}
 
-		in.logf("      ichor-ui signs in Ichor's own users as the issuer at %s (one replica: its sessions live in memory)", in.o.UIURL)
+		in.logf("      ichor-ui signs in Ichor's own users as the issuer at %s", in.o.UIURL)
 	}
 
 	a, err := in.availability(ctx, dep)

@@ -512,8 +512,9 @@ func buildInstaller(t *testing.T, version string) string {
 }
 
 // TestInstallerIchorUsers: --ui-url installs ichor-ui as the issuer of
-// Ichor's own users at that URL, with one replica (its sessions live in one
-// process) and no PodDisruptionBudget, and records the URL on the
+// Ichor's own users at that URL, with two replicas and their
+// PodDisruptionBudget on two nodes (the replicas share the sessions and the
+// signing key the controller keeps), and records the URL on the
 // IchorInstallation; a later run without the flag keeps both; a bad URL is
 // refused before anything is written.
 func TestInstallerIchorUsers(t *testing.T) {
@@ -540,12 +541,16 @@ func TestInstallerIchorUsers(t *testing.T) {
 			t.Fatalf("%s: ichor-ui's args %q name no --ichor-users --issuer=%s", run, args, url)
 		}
 
-		if ok, why := available(d); !ok || *d.Spec.Replicas != 1 {
-			t.Fatalf("%s: Deployment ichor-ui: %d replicas, %s; want 1 available", run, *d.Spec.Replicas, why)
+		if !slices.Contains(args, "--signing-key-file=/etc/ichor-ui/signing/signing.key") {
+			t.Fatalf("%s: ichor-ui's args %q name no shared signing key", run, args)
 		}
 
-		if pdbExists(t, install.UIName) {
-			t.Fatalf("%s: PodDisruptionBudget ichor-ui exists for a single-replica issuer", run)
+		if ok, why := available(d); !ok || *d.Spec.Replicas != 2 {
+			t.Fatalf("%s: Deployment ichor-ui: %d replicas, %s; want 2 available", run, *d.Spec.Replicas, why)
+		}
+
+		if !pdbExists(t, install.UIName) {
+			t.Fatalf("%s: no PodDisruptionBudget ichor-ui for two issuer replicas", run)
 		}
 
 		if got := installation(t).Annotations[install.UIURLAnnotation]; got != url {
@@ -564,7 +569,7 @@ func TestInstallerIchorUsers(t *testing.T) {
 	}
 
 	mustContain(t, "the log", log, "recorded ichor-ui's URL "+url, "ichor-ui signs in Ichor's own users as the issuer at "+url,
-		"[6/9] ichor-ui: 2 schedulable nodes: 1 replica, no PodDisruptionBudget")
+		"[6/9] ichor-ui: 2 schedulable nodes: 2 replicas with a PodDisruptionBudget")
 	check("with --ui-url")
 
 	if _, err := runInstaller(t, installer.Options{Version: "v0.1.2"}); err != nil {

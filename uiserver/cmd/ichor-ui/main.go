@@ -67,7 +67,7 @@ func run() error {
 		metricsAddr = flag.String("metrics-listen", ":8445", "HTTPS address serving only /metrics (with the Ichor leaf when --serving-cert-file is given) to callers with a bearer token the API server allows get on /metrics (the ClusterRole ichor-metrics-reader); empty turns it off. The console's listener never serves metrics.")
 		issuerAddr  = flag.String("issuer-listen", ":8444", "HTTPS address serving only the issuer's discovery document and keys, with the Ichor leaf, for the kube-apiserver (through the ClusterIP Service); empty turns it off.")
 		issuer      = flag.String("issuer", "https://localhost:8443", "External URL of ichor-ui: the issuer of its tokens.")
-		signingKey  = flag.String("signing-key-file", "", "PEM ECDSA P-256 key that signs tokens (shared by the replicas). Empty makes one in memory (one replica only).")
+		signingKey  = flag.String("signing-key-file", "", "PEM ECDSA P-256 key that signs tokens and seals login forms, shared by the replicas (the Secret ichor-ui-signing-key the controller keeps). Empty makes one in memory: one replica only, and a restart makes the sessions' tokens unverifiable.")
 		users       = flag.Bool("ichor-users", false, "Sign in Ichor's own users (IchorUsers): serve the OIDC issuer at --issuer (ichorUI.users.enabled).")
 		settingsRO  = flag.Bool("settings-read-only", false, "Show Ichor's runtime settings in the console without letting it change them (UpdateSettings answers FAILED_PRECONDITION).")
 		redirects   listFlag
@@ -110,6 +110,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if *signingKey == "" && (*users || *oidcIssuerURL != "") {
+		log.Warn("no --signing-key-file: this replica's tokens and login forms are its own; run one replica")
+	}
 	tokens := &auth.Tokens{Issuer: *issuer, Key: key, Policy: policy}
 	var mount func(chi.Router)
 	ext, err := externalProvider(*issuer, policy, log) // --oidc-* flags (oidc.go)
@@ -142,13 +145,17 @@ func run() error {
 		if ext != nil {
 			issOpts.External = ext
 		}
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		// Sessions are IchorUISessions, shared by the replicas: a code or a
+		// refresh token is judged on the object as it is now (direct reads,
+		// compare-and-swap writes), an access token on the watched copy.
+		issOpts.Store = &oidcissuer.KubeStore{Client: direct, Cache: clients.Cache, Namespace: *namespace}
 		if *users {
 			// The sign-in reads IchorUsers and the one Secret of password hashes
 			// directly: the backend may get that Secret, not list or watch Secrets.
-			direct, err := client.New(cfg, client.Options{Scheme: scheme})
-			if err != nil {
-				return err
-			}
 			issOpts.Users = &ichorusers.Store{Reader: direct, Namespace: *namespace}
 			passwords = direct
 		}

@@ -23,21 +23,13 @@ const (
 	externalCookie = "ichor_external"
 )
 
-type pendingAuth struct {
-	client, redirect, state, nonce, challenge, csrf string
-	addr                                            string
-	scopes                                          []string
-	expires                                         time.Time
-	failures                                        int
-	ext                                             *externalFlow
-}
+// maxLoginFailures bounds the wrong passwords (or failed provider answers)
+// one login form takes before the sign-in must start again; the limiter's
+// per-name and per-address back-off bounds guessing across forms.
+const maxLoginFailures = 5
 
-// Bounds on unauthenticated state: pending login forms, and failed
-// passwords per form before the sign-in must start again.
-const (
-	maxPending       = 10000
-	maxLoginFailures = 5
-)
+// formLifetime bounds a login form and a sign-in at the external provider.
+const formLifetime = 10 * time.Minute
 
 // authorize starts a sign-in: it checks the request and shows the login form.
 func (i *Issuer) authorize(w http.ResponseWriter, r *http.Request) {
@@ -77,100 +69,88 @@ func (i *Issuer) authorize(w http.ResponseWriter, r *http.Request) {
 		fail(oidc.ErrInvalidRequest().WithDescription("code_challenge must be the base64url SHA-256 of the verifier (43 characters)"))
 		return
 	}
-	id, csrf := randomString(), randomString()
-	addr := clientAddress(r)
-	i.mu.Lock()
-	i.sweepLocked()
-	if len(i.pending) >= maxPending {
-		i.mu.Unlock()
-		w.Header().Set("Retry-After", "60")
-		i.renderLogin(w, r, http.StatusServiceUnavailable, "", "", "too many sign-ins are in progress; try again in a minute")
+	if len(state) > 512 || len(q.Get("nonce")) > 512 {
+		fail(oidc.ErrInvalidRequest().WithDescription("state and nonce may be 512 characters at most"))
 		return
 	}
-	if i.byAddr[addr] >= i.opts.Limits.MaxPendingPerAddress {
-		i.mu.Unlock()
-		w.Header().Set("Retry-After", "60")
-		i.opts.Log.Info("sign-in refused", "reason", "too many open login forms from one address")
-		i.renderLogin(w, r, http.StatusTooManyRequests, "", "",
-			"too many sign-ins are open from your address; finish or close one, or try again in a few minutes")
+	csrf := randomString()
+	form, err := i.seal.seal(purposeForm, &pendingAuth{Client: c.ID, Redirect: redirect, State: state, Nonce: q.Get("nonce"),
+		Challenge: challenge, Scopes: scopes, Expires: i.now().Add(formLifetime), CSRF: tokenHash(csrf)})
+	if err != nil {
+		i.opts.Log.Error("sealing a login form", "error", err.Error())
+		pageError(w, "the sign-in could not be started; try again")
 		return
 	}
-	i.pending[id] = &pendingAuth{client: c.ID, redirect: redirect, state: state, nonce: q.Get("nonce"),
-		challenge: challenge, csrf: csrf, scopes: scopes, addr: addr, expires: i.now().Add(10 * time.Minute)}
-	i.byAddr[addr]++
-	i.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: csrf, Path: loginCookiePath, Secure: true, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, MaxAge: 600})
-	i.renderLogin(w, r, http.StatusOK, id, "", "")
+		SameSite: http.SameSiteStrictMode, MaxAge: int(formLifetime / time.Second)})
+	i.renderLogin(w, r, http.StatusOK, form, "", "")
 }
 
-// pendingForm reads a login page form and returns its pending authorization,
-// after checking that this browser's sign-in sent it. It answers the
-// request itself when it returns false.
+// pendingForm reads a login page form and returns it and its pending
+// authorization, after checking that this browser's sign-in sent it. It
+// answers the request itself when it returns false.
 func (i *Issuer) pendingForm(w http.ResponseWriter, r *http.Request) (string, *pendingAuth, bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	if err := r.ParseForm(); err != nil {
 		pageError(w, "the login form could not be read; start the sign-in again")
 		return "", nil, false
 	}
-	reqID := r.PostForm.Get("request")
-	cookie, _ := r.Cookie(loginCookie)
-	i.mu.Lock()
-	p, ok := i.pending[reqID]
-	if ok && i.now().After(p.expires) {
-		i.dropPendingLocked(reqID)
-		ok = false
-	}
-	i.mu.Unlock()
-	if !ok {
+	form := r.PostForm.Get("request")
+	p := &pendingAuth{}
+	if err := i.seal.open(purposeForm, form, p); err != nil || i.now().After(p.Expires) {
 		pageError(w, "this sign-in expired or is unknown; start it again from the application")
 		return "", nil, false
 	}
-	if cookie == nil || subtle.ConstantTimeCompare([]byte(cookie.Value), []byte(p.csrf)) != 1 {
+	cookie, _ := r.Cookie(loginCookie)
+	if cookie == nil || subtle.ConstantTimeCompare([]byte(tokenHash(cookie.Value)), []byte(p.CSRF)) != 1 {
 		pageError(w, "the login form was not sent by this browser's sign-in; start it again from the application")
 		return "", nil, false
 	}
-	return reqID, p, true
+	return form, p, true
 }
 
-// dropPendingLocked forgets a pending authorization and its provider sign-in.
-func (i *Issuer) dropPendingLocked(reqID string) {
-	p, ok := i.pending[reqID]
-	if !ok {
+// failed counts a failure of form p and returns the form to show again, or
+// "" when the form took maxLoginFailures (the sign-in must start again).
+func (i *Issuer) failed(p *pendingAuth) string {
+	p.Failures++
+	if p.Failures >= maxLoginFailures {
+		return ""
+	}
+	form, err := i.seal.seal(purposeForm, p)
+	if err != nil {
+		return ""
+	}
+	return form
+}
+
+// complete ends a pending authorization with a signed-in user: a session
+// waiting for its code's exchange, and the code sent to the client's
+// redirect URI.
+func (i *Issuer) complete(w http.ResponseWriter, r *http.Request, p *pendingAuth, id identity.Identity, fingerprint string) {
+	now := i.now()
+	sid := newSID()
+	code := sessionToken(sid)
+	rec := &Record{SID: sid, ID: id, Fingerprint: fingerprint, Client: p.Client, Scopes: p.Scopes, AuthTime: now,
+		Expires: now.Add(codeLifetime), Code: CodeRecord{Hash: tokenHash(code), Expires: now.Add(codeLifetime),
+			Redirect: p.Redirect, Nonce: p.Nonce, Challenge: p.Challenge}}
+	if err := i.store.Create(r.Context(), rec); err != nil {
+		i.opts.Log.Error("storing a sign-in session", "user", id.Username, "error", err.Error())
+		writePage(w, http.StatusServiceUnavailable, loginPage{Error: "the sign-in could not be recorded now; start it again from the application"})
 		return
 	}
-	if p.ext != nil {
-		delete(i.external, p.ext.state)
-	}
-	if i.byAddr[p.addr]--; i.byAddr[p.addr] <= 0 {
-		delete(i.byAddr, p.addr)
-	}
-	delete(i.pending, reqID)
-}
-
-// complete ends a pending authorization with a signed-in user: a code for
-// the client, sent to its redirect URI.
-func (i *Issuer) complete(w http.ResponseWriter, r *http.Request, reqID string, p *pendingAuth, id identity.Identity, fingerprint string) {
-	code := randomString()
-	now := i.now()
-	i.mu.Lock()
-	i.dropPendingLocked(reqID)
-	i.codes[hash(code)] = &codeGrant{client: p.client, redirect: p.redirect, nonce: p.nonce, challenge: p.challenge,
-		fingerprint: fingerprint, scopes: p.scopes, id: id, authTime: now, expires: now.Add(time.Minute)}
-	i.mu.Unlock()
 	i.opts.Log.Info("signed in", "user", id.Username)
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: loginCookiePath, Secure: true, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
-	u, _ := url.Parse(p.redirect)
+	u, _ := url.Parse(p.Redirect)
 	v := u.Query()
 	v.Set("code", code)
-	if p.state != "" {
-		v.Set("state", p.state)
+	if p.State != "" {
+		v.Set("state", p.State)
 	}
 	v.Set("iss", i.opts.Tokens.Issuer)
 	u.RawQuery = v.Encode()
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, u.String(), http.StatusFound) //nolint:gosec // p.redirect was matched against the client's registered URIs at authorize
+	http.Redirect(w, r, u.String(), http.StatusFound) //nolint:gosec // p.Redirect was matched against the client's registered URIs at authorize, and the form is sealed
 }
 
 func redirectError(w http.ResponseWriter, r *http.Request, redirect, state string, e *oidc.Error) {

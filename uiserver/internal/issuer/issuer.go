@@ -28,20 +28,22 @@
 // and because refresh-token reuse must revoke a session, which op's storage
 // contract leaves to the storage anyway.
 //
-// Sessions live in memory: one replica, or replicas sharing a signing key
-// with sticky sessions. A restart signs everyone out (access tokens of the
-// old sessions stay valid until they expire, five minutes by default).
+// A sign-in in progress is carried by the browser, sealed (seal.go): the
+// server keeps nothing for a visitor who has not signed in. Sessions, with
+// their authorization code and refresh-token family, are kept by a Store
+// (store.go): in ichor-ui the IchorUISession objects every replica shares
+// (kubestore.go), with the signing key, so any replica exchanges a code,
+// refreshes a session or honours a revocation made on another, and a
+// restart signs nobody out.
 package issuer
 
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -123,28 +125,23 @@ type Options struct {
 	Now func() time.Time
 	// Registry receives ichor_ui_sign_ins_total; nil counts without exporting.
 	Registry prometheus.Registerer
+	// Store keeps the sessions; nil keeps them in this process (NewMemoryStore).
+	Store Store
 }
 
 // Issuer serves the OIDC endpoints.
 type Issuer struct {
-	opts Options
-
-	mu       sync.Mutex
-	pending  map[string]*pendingAuth    // login form id -> authorization request
-	codes    map[[32]byte]*codeGrant    // hash of code -> grant
-	refresh  map[[32]byte]*refreshToken // hash of refresh token -> token
-	sessions map[string]*session        // sid -> session
-	external map[[32]byte]string        // hash of the provider state -> login form id
-	byAddr   map[string]int             // client address -> pending login forms
-	swept    time.Time
-	limits   limiter
-	signIns  *prometheus.CounterVec
+	opts    Options
+	store   Store
+	seal    sealer
+	limits  limiter
+	signIns *prometheus.CounterVec
 }
 
 // New returns the issuer and hooks its session revocation into opts.Tokens.
 func New(opts Options) (*Issuer, error) {
-	if opts.Tokens == nil || (opts.Users == nil && opts.External == nil) {
-		return nil, errors.New("issuer: Tokens and Users or External are required")
+	if opts.Tokens == nil || opts.Tokens.Key == nil || (opts.Users == nil && opts.External == nil) {
+		return nil, errors.New("issuer: Tokens with a Key, and Users or External, are required")
 	}
 	if opts.AccessTTL == 0 {
 		opts.AccessTTL = 5 * time.Minute
@@ -158,6 +155,9 @@ func New(opts Options) (*Issuer, error) {
 	if opts.SessionCheckInterval == 0 {
 		opts.SessionCheckInterval = 10 * time.Second
 	}
+	if opts.Store == nil {
+		opts.Store = NewMemoryStore()
+	}
 	opts.Limits = opts.Limits.withDefaults()
 	for _, c := range opts.Clients {
 		if c.ID == auth.Audience {
@@ -168,9 +168,11 @@ func New(opts Options) (*Issuer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("issuer: the sign-in metric: %w", err)
 	}
-	i := &Issuer{opts: opts, pending: map[string]*pendingAuth{}, codes: map[[32]byte]*codeGrant{},
-		refresh: map[[32]byte]*refreshToken{}, sessions: map[string]*session{}, external: map[[32]byte]string{},
-		byAddr: map[string]int{}, signIns: signIns}
+	seal, err := newSealer(opts.Tokens.Key)
+	if err != nil {
+		return nil, fmt.Errorf("issuer: the sealing key: %w", err)
+	}
+	i := &Issuer{opts: opts, store: opts.Store, seal: seal, signIns: signIns}
 	opts.Tokens.Revoked = i.SessionRevoked
 	return i, nil
 }
@@ -197,33 +199,25 @@ func (i *Issuer) Mount(r chi.Router) {
 	}
 }
 
-// sweepLocked drops what expired, at most once a minute. Revoked sessions
-// are kept until they would have expired so that their tokens stay refused.
-func (i *Issuer) sweepLocked() {
+// Sweep deletes the sessions that ended: expired for an access token's
+// lifetime (their tokens are refused until then as expired, after as
+// unknown), or whose code was never exchanged. Every replica sweeps; a
+// session another one deleted first is no error.
+func (i *Issuer) Sweep(ctx context.Context) error {
+	recs, err := i.store.List(ctx)
+	if err != nil {
+		return err
+	}
 	now := i.now()
-	if now.Sub(i.swept) < time.Minute {
-		return
-	}
-	i.swept = now
 	accessTTL, _ := i.lifetimes()
-	for k, p := range i.pending {
-		if now.After(p.expires) {
-			i.dropPendingLocked(k)
-		}
-	}
-	for k, g := range i.codes {
-		if now.After(g.expires) && now.After(g.keep) {
-			delete(i.codes, k)
-		}
-	}
-	for sid, s := range i.sessions {
-		if now.After(s.expires.Add(accessTTL)) {
-			for _, h := range s.refresh {
-				delete(i.refresh, h)
+	for _, r := range recs {
+		if now.After(r.Expires.Add(accessTTL)) {
+			if err := i.store.Delete(ctx, r); err != nil {
+				return err
 			}
-			delete(i.sessions, sid)
 		}
 	}
+	return nil
 }
 
 // lifetimes are the access token and session lifetimes in force now.
@@ -240,8 +234,6 @@ func (i *Issuer) lifetimes() (access, session time.Duration) {
 	}
 	return access, session
 }
-
-func hash(s string) [32]byte { return sha256.Sum256([]byte(s)) }
 
 func randomString() string {
 	b := make([]byte, 32)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
@@ -89,10 +90,32 @@ func (m *memUsers) Fingerprints(_ context.Context, names []string) (map[string]s
 type world struct {
 	srv    *httptest.Server
 	tokens *auth.Tokens
+	iss    *issuer.Issuer
+	store  *issuer.MemoryStore
+	clock  *testClock
+}
+
+// testClock is the issuer's clock, moved by the tests.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	clock, store := &testClock{now: time.Now()}, issuer.NewMemoryStore()
 	key, err := auth.NewKey()
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +128,7 @@ func newWorld(t *testing.T) *world {
 			"bob":   {password: "bob-password", groups: []string{"ichor:viewer"}},
 		}},
 		Clients: []issuer.Client{{ID: clientID, RedirectURIs: []string{redirect}}, {ID: otherClientID, RedirectURIs: []string{redirect}}},
+		Store:   store, Now: clock.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +137,7 @@ func newWorld(t *testing.T) *world {
 	iss.Mount(r)
 	srv := httptest.NewTLSServer(r)
 	t.Cleanup(srv.Close)
-	return &world{srv: srv, tokens: tokens}
+	return &world{srv: srv, tokens: tokens, iss: iss, store: store, clock: clock}
 }
 
 // browser is a client of w's server with its own cookies; it does not
@@ -468,5 +492,40 @@ func TestCodePage(t *testing.T) {
 
 	if r := do(t, c, http.MethodGet, w.srv.URL+issuer.CodePath, nil); r.status != http.StatusBadRequest || !strings.Contains(r.body, "ichor auth token --headless") {
 		t.Fatalf("no code: %d %s", r.status, r.body)
+	}
+}
+
+// TestSweepDeletesEndedSessions: a session is deleted once it has been over
+// for an access token's lifetime, and a code never exchanged once it has
+// expired for as long; a live session stays.
+func TestSweepDeletesEndedSessions(t *testing.T) {
+	w := newWorld(t)
+	c := w.browser(t)
+	_, challenge := newVerifier()
+	w.code(t, c, "bob", "bob-password", challenge) // never exchanged
+	w.signIn(t, "alice", "alice-password")
+	count := func() int {
+		l, err := w.store.List(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d sessions after a sign-in and a code, want 2", n)
+	}
+	w.clock.Add(time.Minute + 5*time.Minute + time.Second) // the code's minute, then an access token's five
+	if err := w.iss.Sweep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d sessions after the code expired, want the live one only", n)
+	}
+	w.clock.Add(12 * time.Hour)
+	if err := w.iss.Sweep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d sessions after the sign-in ended, want none", n)
 	}
 }

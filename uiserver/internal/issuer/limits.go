@@ -22,9 +22,6 @@ type Limits struct {
 	// Backoff is the first wait, doubled with each further failure up to
 	// MaxBackoff; zero means 1 s and 15 minutes.
 	Backoff, MaxBackoff time.Duration
-	// MaxPendingPerAddress bounds the login forms one client address may
-	// have open at once; zero means 50.
-	MaxPendingPerAddress int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -42,9 +39,6 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxBackoff == 0 {
 		l.MaxBackoff = 15 * time.Minute
-	}
-	if l.MaxPendingPerAddress == 0 {
-		l.MaxPendingPerAddress = 50
 	}
 	return l
 }

@@ -17,7 +17,7 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 		pageError(w, "sign-in with a password is off here; use the provider's button")
 		return
 	}
-	reqID, p, ok := i.pendingForm(w, r)
+	form, p, ok := i.pendingForm(w, r)
 	if !ok {
 		return
 	}
@@ -28,7 +28,7 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 		i.opts.Log.Info("sign-in refused", "reason", "rate limit")
 		i.signIn(MethodPassword, OutcomeRateLimited)
 		retryAfter(w, wait)
-		i.renderLogin(w, r, http.StatusTooManyRequests, reqID, name,
+		i.renderLogin(w, r, http.StatusTooManyRequests, form, name,
 			fmt.Sprintf("too many failed sign-ins for this user name or from your address; try again in %d seconds", int(wait.Round(time.Second)/time.Second)+1))
 		return
 	}
@@ -38,43 +38,37 @@ func (i *Issuer) login(w http.ResponseWriter, r *http.Request) {
 		i.opts.Log.Info("sign-in refused", "reason", "password-hash slots busy")
 		i.signIn(MethodPassword, OutcomeBusy)
 		retryAfter(w, time.Second)
-		i.renderLogin(w, r, http.StatusTooManyRequests, reqID, name, users.ErrBusy.Error())
+		i.renderLogin(w, r, http.StatusTooManyRequests, form, name, users.ErrBusy.Error())
 		return
 	case errors.Is(err, users.ErrBadCredentials):
 		i.opts.Log.Info("sign-in refused", "reason", "bad credentials")
 		i.signIn(MethodPassword, OutcomeBadCredentials)
 		i.limits.fail(userKey, i.opts.Limits.FreePerUser, i.opts.Limits, now)
 		i.limits.fail(addrKey, i.opts.Limits.FreePerAddress, i.opts.Limits, now)
-		i.mu.Lock()
-		p.failures++
-		tooMany := p.failures >= maxLoginFailures
-		if tooMany {
-			i.dropPendingLocked(reqID)
-		}
-		i.mu.Unlock()
-		if tooMany {
+		next := i.failed(p)
+		if next == "" {
 			i.renderLogin(w, r, http.StatusUnauthorized, "", "", users.ErrBadCredentials.Error()+"; too many attempts, start the sign-in again from the application")
 			return
 		}
-		i.renderLogin(w, r, http.StatusUnauthorized, reqID, name, users.ErrBadCredentials.Error())
+		i.renderLogin(w, r, http.StatusUnauthorized, next, name, users.ErrBadCredentials.Error())
 		return
 	case errors.Is(err, users.ErrDisabled):
 		i.opts.Log.Info("sign-in refused", "user", identity.IchorPrefix+name, "reason", "disabled")
 		i.signIn(MethodPassword, OutcomeDisabled)
-		i.renderLogin(w, r, http.StatusForbidden, reqID, name, users.ErrDisabled.Error())
+		i.renderLogin(w, r, http.StatusForbidden, form, name, users.ErrDisabled.Error())
 		return
 	case err != nil:
 		i.opts.Log.Error("sign-in failed", "error", err.Error())
 		i.signIn(MethodPassword, OutcomeError)
-		i.renderLogin(w, r, http.StatusServiceUnavailable, reqID, name, "the sign-in could not be checked now; try again")
+		i.renderLogin(w, r, http.StatusServiceUnavailable, form, name, "the sign-in could not be checked now; try again")
 		return
 	}
 	if err := i.opts.Tokens.Policy.Check(id); err != nil {
 		i.signIn(MethodPassword, OutcomeRefused)
-		i.renderLogin(w, r, http.StatusForbidden, reqID, name, "this user's groups may not be used by ichor-ui: "+err.Error())
+		i.renderLogin(w, r, http.StatusForbidden, form, name, "this user's groups may not be used by ichor-ui: "+err.Error())
 		return
 	}
 	i.limits.reset(userKey)
 	i.signIn(MethodPassword, OutcomeSuccess)
-	i.complete(w, r, reqID, p, id, fp)
+	i.complete(w, r, p, id, fp)
 }

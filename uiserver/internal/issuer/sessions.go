@@ -2,6 +2,7 @@ package issuer
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,32 +13,30 @@ import (
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
 
-type session struct {
-	id identity.Identity
-	// fingerprint is the user's password hash fingerprint at sign-in (Ichor's
-	// users only): another one ends the session.
-	fingerprint string
-	// ended says why the session was revoked, when not by its user
-	// (CheckSessions, a reused authorization code).
-	ended    string
-	client   string
-	scopes   []string
-	authTime time.Time
-	expires  time.Time
-	revoked  bool
-	refresh  [][32]byte
-}
-
-// SessionRevoked reports whether the sign-in session sid was revoked or
-// ended (auth.Tokens.Revoked). An unknown session counts as revoked.
+// SessionRevoked reports whether the sign-in session sid was revoked,
+// ended or deleted (auth.Tokens.Revoked), as this replica's watch of the
+// sessions knows it: a revocation made on another replica counts once the
+// watch brings it. A session the watched copy shows before its code's
+// exchange is read again directly (the exchange may be a moment old, made
+// here or on another replica). An unknown session, or one that cannot be
+// read, counts as revoked.
 func (i *Issuer) SessionRevoked(sid string) bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	s, ok := i.sessions[sid]
-	return !ok || s.revoked || i.now().After(s.expires)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := i.store.Peek(ctx, sid)
+	if err == nil && !r.Revoked && (!r.Code.Used || r.RefreshHash == "") {
+		r, err = i.store.Get(ctx, sid)
+	}
+	if err != nil {
+		if !errors.Is(err, ErrNoSession) {
+			i.opts.Log.Warn("reading a sign-in session; its token is refused", "error", err.Error())
+		}
+		return true
+	}
+	return !r.live(i.now())
 }
 
-// WatchSessions runs CheckSessions every SessionCheckInterval until ctx ends.
+// WatchSessions runs CheckSessions and Sweep every SessionCheckInterval until ctx ends.
 func (i *Issuer) WatchSessions(ctx context.Context) {
 	t := time.NewTicker(i.opts.SessionCheckInterval)
 	defer t.Stop()
@@ -48,6 +47,9 @@ func (i *Issuer) WatchSessions(ctx context.Context) {
 		case <-t.C:
 			if err := i.CheckSessions(ctx); err != nil && ctx.Err() == nil {
 				i.opts.Log.Error("checking sign-in sessions", "error", err.Error())
+			}
+			if err := i.Sweep(ctx); err != nil && ctx.Err() == nil {
+				i.opts.Log.Error("deleting ended sign-in sessions", "error", err.Error())
 			}
 		}
 	}
@@ -61,15 +63,17 @@ func (i *Issuer) CheckSessions(ctx context.Context) error {
 	if i.opts.Users == nil {
 		return nil
 	}
+	recs, err := i.store.List(ctx)
+	if err != nil {
+		return err
+	}
 	now := i.now()
-	i.mu.Lock()
 	var names []string
-	for _, s := range i.sessions {
-		if name, ok := strings.CutPrefix(s.id.Username, identity.IchorPrefix); ok && !s.revoked && !now.After(s.expires) {
+	for _, r := range recs {
+		if name, ok := strings.CutPrefix(r.ID.Username, identity.IchorPrefix); ok && r.live(now) {
 			names = append(names, name)
 		}
 	}
-	i.mu.Unlock()
 	if len(names) == 0 {
 		return nil
 	}
@@ -78,20 +82,20 @@ func (i *Issuer) CheckSessions(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	for _, s := range i.sessions {
-		name, ok := strings.CutPrefix(s.id.Username, identity.IchorPrefix)
-		if !ok || s.revoked {
+	for _, r := range recs {
+		name, ok := strings.CutPrefix(r.ID.Username, identity.IchorPrefix)
+		if !ok || !r.live(now) {
 			continue
 		}
-		if fp, checked := fps[name]; checked && fp != s.fingerprint {
-			s.revoked = true
-			s.ended = "the password was changed since this sign-in"
+		if fp, checked := fps[name]; checked && fp != r.Fingerprint {
+			why := "the password was changed since this sign-in"
 			if fp == "" {
-				s.ended = "this user may not sign in: the IchorUser is disabled or was deleted"
+				why = "this user may not sign in: the IchorUser is disabled or was deleted"
 			}
-			i.opts.Log.Info("session revoked", "user", s.id.Username, "reason", s.ended)
+			if err := i.revokeSession(ctx, r.SID, why); err != nil {
+				return err
+			}
+			i.opts.Log.Info("session revoked", "user", r.ID.Username, "reason", why)
 		}
 	}
 	return nil
@@ -115,33 +119,41 @@ func (i *Issuer) revoke(w http.ResponseWriter, r *http.Request) {
 		tokenError(w, oidc.ErrInvalidRequest().WithDescription("the token parameter is missing"))
 		return
 	}
+	// A refresh token (current or used) or an access token of a session of this client.
 	var sid string
-	i.mu.Lock()
-	if rt, ok := i.refresh[hash(tok)]; ok && rt.client == c.ID {
-		sid = rt.sid
-	}
-	i.mu.Unlock()
-	if sid == "" {
-		if claims, err := i.opts.Tokens.Verify(tok); err == nil && claims.Session != "" {
-			i.mu.Lock()
-			if s, ok := i.sessions[claims.Session]; ok && s.client == c.ID {
-				sid = claims.Session
-			}
-			i.mu.Unlock()
+	if id, h, ok := tokenSession(tok); ok {
+		if rec, err := i.store.Get(r.Context(), id); err == nil && rec.Client == c.ID && (rec.RefreshHash == h || slices.Contains(rec.UsedRefresh, h)) {
+			sid = id
+		}
+	} else if claims, err := i.opts.Tokens.Verify(tok); err == nil && claims.Session != "" {
+		if rec, err := i.store.Get(r.Context(), claims.Session); err == nil && rec.Client == c.ID {
+			sid = claims.Session
 		}
 	}
 	if sid != "" {
-		i.revokeSession(sid)
+		if err := i.revokeSession(r.Context(), sid, ""); err != nil {
+			i.opts.Log.Error("revoking a session", "error", err.Error())
+			tokenError(w, oidc.ErrServerError().WithDescription("the session could not be revoked now; try again"))
+			return
+		}
 		i.opts.Log.Info("session revoked", "reason", "revocation endpoint")
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 }
 
-func (i *Issuer) revokeSession(sid string) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if s, ok := i.sessions[sid]; ok {
-		s.revoked = true
+// revokeSession ends session sid on every replica; why, when not empty,
+// tells its user why at the next refresh. A session that is gone is no error.
+func (i *Issuer) revokeSession(ctx context.Context, sid, why string) error {
+	_, err := i.update(ctx, sid, func(r *Record) error {
+		if r.Revoked {
+			return errNoChange
+		}
+		r.Revoked, r.Ended = true, why
+		return nil
+	})
+	if errors.Is(err, ErrNoSession) {
+		return nil
 	}
+	return err
 }

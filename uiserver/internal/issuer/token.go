@@ -3,6 +3,7 @@ package issuer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"time"
@@ -14,25 +15,8 @@ import (
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
 )
 
-// codeGrant is an authorization code waiting for its exchange. A code is
-// exchanged once: the first presentation marks it used, whatever the
-// outcome, and a used code is kept (until its session would have ended) so
-// that a second presentation revokes the session issued from it (RFC 6749
-// §4.1.2: someone else holds a copy of the code).
-type codeGrant struct {
-	client, redirect, nonce, challenge string
-	fingerprint                        string
-	scopes                             []string
-	id                                 identity.Identity
-	authTime, expires                  time.Time
-	// used is set by the first presentation; sid is the session made from
-	// it, once there is one; reused is set by a later presentation, so that
-	// a first exchange still under way makes no session.
-	used, reused bool
-	sid          string
-	// keep is how long a used code is remembered after it expired.
-	keep time.Time
-}
+// codeLifetime is how long an authorization code may be exchanged.
+const codeLifetime = time.Minute
 
 // token is the token endpoint: authorization_code and refresh_token grants.
 func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
@@ -57,84 +41,86 @@ func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (i *Issuer) codeGrant(w http.ResponseWriter, _ context.Context, c *Client, f url.Values) {
-	h := hash(f.Get("code"))
-	i.mu.Lock()
-	g, ok := i.codes[h]
-	if ok && g.used {
-		// Reuse: end the sign-in made with this code, and the one being made.
-		g.reused = true
-		var user string
-		if s := i.sessions[g.sid]; s != nil && !s.revoked {
-			s.revoked = true
-			s.ended = "the authorization code of this sign-in was presented twice"
-			user = s.id.Username
-		}
-		i.mu.Unlock()
-		if user != "" {
-			i.opts.Log.Warn("authorization code reused: session revoked", "user", user)
-		}
-		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the authorization code was already used: the sign-in made with it is revoked, sign in again"))
-		return
-	}
-	if ok {
-		g.used = true // a code is used once, whatever the outcome
-	}
-	i.mu.Unlock()
-	switch {
-	case !ok || i.now().After(g.expires):
+// errUnknownToken: the code or refresh token is not its session's.
+var errUnknownToken = errors.New("unknown token")
+
+func (i *Issuer) codeGrant(w http.ResponseWriter, ctx context.Context, c *Client, f url.Values) {
+	sid, h, ok := tokenSession(f.Get("code"))
+	if !ok {
 		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the authorization code is unknown, used or expired"))
 		return
-	case g.client != c.ID || g.redirect != f.Get("redirect_uri"):
-		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the authorization code was issued to another client or redirect_uri"))
-		return
-	case !oidc.VerifyCodeChallenge(&oidc.CodeChallenge{Challenge: g.challenge, Method: oidc.CodeChallengeMethodS256}, f.Get("code_verifier")):
-		tokenError(w, oidc.ErrInvalidGrant().WithDescription("code_verifier does not match the code_challenge (PKCE)"))
-		return
 	}
-	sid := randomString()
 	now := i.now()
-	accessTTL, sessionTTL := i.lifetimes()
-	i.mu.Lock()
-	if g.reused {
-		i.mu.Unlock()
-		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the authorization code was presented twice: sign in again"))
+	_, sessionTTL := i.lifetimes()
+	refresh := sessionToken(sid)
+	var reused bool
+	var refused *oidc.Error
+	rec, err := i.update(ctx, sid, func(r *Record) error {
+		reused, refused = false, nil
+		switch {
+		case r.Code.Hash != h:
+			return errUnknownToken
+		case r.Code.Used:
+			// Reuse: end the sign-in made with this code, or being made with it.
+			reused = true
+			if r.Revoked {
+				return errNoChange
+			}
+			r.Revoked, r.Ended = true, "the authorization code of this sign-in was presented twice"
+			return nil
+		}
+		r.Code.Used = true // a code is used once, whatever the outcome
+		switch {
+		case now.After(r.Code.Expires):
+			refused = oidc.ErrInvalidGrant().WithDescription("the authorization code is unknown, used or expired")
+		case r.Client != c.ID || r.Code.Redirect != f.Get("redirect_uri"):
+			refused = oidc.ErrInvalidGrant().WithDescription("the authorization code was issued to another client or redirect_uri")
+		case !oidc.VerifyCodeChallenge(&oidc.CodeChallenge{Challenge: r.Code.Challenge, Method: oidc.CodeChallengeMethodS256}, f.Get("code_verifier")):
+			refused = oidc.ErrInvalidGrant().WithDescription("code_verifier does not match the code_challenge (PKCE)")
+		default:
+			r.RefreshHash, r.Expires = tokenHash(refresh), now.Add(sessionTTL)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, ErrNoSession) || errors.Is(err, errUnknownToken):
+		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the authorization code is unknown, used or expired"))
+		return
+	case err != nil:
+		i.opts.Log.Error("exchanging an authorization code", "error", err.Error())
+		tokenError(w, oidc.ErrServerError().WithDescription("the sign-in session could not be read or written now; sign in again"))
+		return
+	case reused:
+		i.opts.Log.Warn("authorization code reused: session revoked", "user", rec.ID.Username)
+		tokenError(w, oidc.ErrInvalidGrant().WithDescription("the authorization code was already used: the sign-in made with it is revoked, sign in again"))
+		return
+	case refused != nil:
+		tokenError(w, refused)
 		return
 	}
-	i.sessions[sid] = &session{id: g.id, fingerprint: g.fingerprint, client: c.ID, scopes: g.scopes, authTime: g.authTime, expires: now.Add(sessionTTL)}
-	g.sid, g.keep = sid, now.Add(sessionTTL+accessTTL)
-	i.mu.Unlock()
-	i.issue(w, sid, g.nonce)
+	i.issue(w, ctx, rec, refresh, rec.Code.Nonce)
 }
 
-// issue answers with a new access token, ID token and refresh token of session sid.
-func (i *Issuer) issue(w http.ResponseWriter, sid, nonce string) {
-	i.mu.Lock()
-	s := i.sessions[sid]
-	id, client, scopes, authTime := s.id, s.client, s.scopes, s.authTime
-	i.mu.Unlock()
+// issue answers with a new access token and ID token of session rec and
+// its refresh token, already stored as the session's next one.
+func (i *Issuer) issue(w http.ResponseWriter, ctx context.Context, rec *Record, refresh, nonce string) {
 	accessTTL, _ := i.lifetimes()
-	access, exp, err := i.opts.Tokens.Mint(id, sid, accessTTL)
+	access, exp, err := i.opts.Tokens.Mint(rec.ID, rec.SID, accessTTL)
 	if err != nil {
-		i.revokeSession(sid)
+		_ = i.revokeSession(ctx, rec.SID, "its tokens could not be made")
 		tokenError(w, oidc.ErrServerError().WithDescription("the access token could not be made: %s", err.Error()))
 		return
 	}
-	idToken, err := i.idToken(id, client, sid, nonce, authTime, exp)
+	idToken, err := i.idToken(rec.ID, rec.Client, rec.SID, nonce, rec.AuthTime, exp)
 	if err != nil {
-		i.revokeSession(sid)
+		_ = i.revokeSession(ctx, rec.SID, "its tokens could not be made")
 		tokenError(w, oidc.ErrServerError().WithDescription("the ID token could not be signed"))
 		return
 	}
-	refresh := randomString()
-	i.mu.Lock()
-	i.refresh[hash(refresh)] = &refreshToken{sid: sid, client: client}
-	s.refresh = append(s.refresh, hash(refresh))
-	i.mu.Unlock()
 	w.Header().Set("Pragma", "no-cache")
 	writeJSON(w, http.StatusOK, &oidc.AccessTokenResponse{
 		AccessToken: access, TokenType: oidc.BearerToken, RefreshToken: refresh,
-		ExpiresIn: uint64(time.Until(exp).Round(time.Second).Seconds()), IDToken: idToken, Scope: scopes,
+		ExpiresIn: uint64(time.Until(exp).Round(time.Second).Seconds()), IDToken: idToken, Scope: rec.Scopes,
 	})
 }
 

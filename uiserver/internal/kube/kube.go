@@ -117,6 +117,7 @@ func New(o Options) (*Clients, error) {
 			&ichorv1alpha1.TalosMachine{}:   {Transform: cache.TransformStripManagedFields()},
 			&ichorv1alpha1.TalosCluster{}:   {Transform: cache.TransformStripManagedFields()},
 			&ichorv1alpha1.TalosOperation{}: {Transform: cache.TransformStripManagedFields()},
+			&ichorv1alpha1.IchorUISession{}: {Transform: cache.TransformStripManagedFields()},
 		},
 	})
 	if err != nil {

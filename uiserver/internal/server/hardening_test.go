@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/userpass"
@@ -143,21 +144,44 @@ func TestSignInRateLimitBusyHashSlotsAnswer429Fast(t *testing.T) {
 	codeFrom(t, login(t, c, req, "busy", "busy-password-1"))
 }
 
-// TestSignInPendingFormsCappedPerAddress: one address may open fifty login
-// forms at once; the next is refused with 429 while another address opens one.
-func TestSignInPendingFormsCappedPerAddress(t *testing.T) {
+// TestSignInFormsKeepNothingOnTheServer: a login form is the sign-in's
+// whole state, sealed: any number of them cost the server nothing, one
+// edited by the browser is refused, and one answered with another browser's
+// cookie is refused.
+func TestSignInFormsKeepNothingOnTheServer(t *testing.T) {
+	newUser(t, "sealy", "sealy-password-1", ichorv1alpha1.UserRoleViewer)
 	e, f := browserFrom(t, "127.0.0.27"), browserFrom(t, "127.0.0.28")
-	for range 50 {
+	before := sessionCount(t)
+	var form string
+	for range 60 {
 		_, challenge := pkce()
-		authorize(t, e, challenge)
+		form = authorize(t, e, challenge)
 	}
+	if n := sessionCount(t); n != before {
+		t.Fatalf("opening login forms stored %d sessions", n-before)
+	}
+	edited := []byte(form)
+	edited[len(edited)/2] ^= 1
+	if r := login(t, e, string(edited), "sealy", "sealy-password-1"); r.status != http.StatusBadRequest || !strings.Contains(r.body, "start it again") {
+		t.Fatalf("an edited form: %d %s, want 400 asking to start again", r.status, r.body)
+	}
+	// f has a login cookie of its own, not the one this form was opened with.
 	_, challenge := pkce()
-	q := "response_type=code&client_id=" + oidcClientID + "&redirect_uri=" + oidcRedirect +
-		"&scope=openid&code_challenge=" + challenge + "&code_challenge_method=S256"
-	if r := do(t, e, http.MethodGet, baseURL+"/oidc/authorize?"+q, nil); r.status != http.StatusTooManyRequests {
-		t.Fatalf("the 51st open form of one address: %d, want 429", r.status)
-	}
 	authorize(t, f, challenge)
+	if r := login(t, f, form, "sealy", "sealy-password-1"); r.status != http.StatusBadRequest || !strings.Contains(r.body, "not sent by this browser") {
+		t.Fatalf("another browser's form: %d %s, want 400", r.status, r.body)
+	}
+	codeFrom(t, login(t, e, form, "sealy", "sealy-password-1"))
+}
+
+// sessionCount is the number of IchorUISessions.
+func sessionCount(t *testing.T) int {
+	t.Helper()
+	l := &ichorv1alpha1.IchorUISessionList{}
+	if err := admin.List(context.Background(), l, client.InNamespace(testNS)); err != nil {
+		t.Fatal(err)
+	}
+	return len(l.Items)
 }
 
 // TestBodyLimitRefusesOversizedAPIRequests: a REST body over 256 KiB is

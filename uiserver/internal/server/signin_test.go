@@ -102,13 +102,19 @@ func do(t *testing.T, c *http.Client, method, u string, form url.Values) reply {
 
 var requestField = regexp.MustCompile(`name="request" value="([^"]+)"`)
 
-// authorize opens the login form and returns the form's request id.
+// authorize opens the login form and returns the form's request (sealed).
 func authorize(t *testing.T, c *http.Client, challenge string) string {
+	t.Helper()
+	return authorizeAt(t, c, baseURL, challenge)
+}
+
+// authorizeAt is authorize at the ichor-ui replica serving base.
+func authorizeAt(t *testing.T, c *http.Client, base, challenge string) string {
 	t.Helper()
 	q := url.Values{"response_type": {"code"}, "client_id": {oidcClientID}, "redirect_uri": {oidcRedirect},
 		"scope": {"openid profile offline_access"}, "state": {"st-123"}, "nonce": {"n-456"},
 		"code_challenge": {challenge}, "code_challenge_method": {"S256"}}
-	resp := do(t, c, http.MethodGet, baseURL+"/oidc/authorize?"+q.Encode(), nil)
+	resp := do(t, c, http.MethodGet, base+"/oidc/authorize?"+q.Encode(), nil)
 	if resp.status != http.StatusOK {
 		t.Fatalf("authorize: %d %s", resp.status, resp.body)
 	}
@@ -122,7 +128,13 @@ func authorize(t *testing.T, c *http.Client, challenge string) string {
 // login posts the form and returns the response and its body.
 func login(t *testing.T, c *http.Client, request, user, password string) reply {
 	t.Helper()
-	return do(t, c, http.MethodPost, baseURL+"/oidc/login",
+	return loginAt(t, c, baseURL, request, user, password)
+}
+
+// loginAt is login at the ichor-ui replica serving base.
+func loginAt(t *testing.T, c *http.Client, base, request, user, password string) reply {
+	t.Helper()
+	return do(t, c, http.MethodPost, base+"/oidc/login",
 		url.Values{"request": {request}, "username": {user}, "password": {password}})
 }
 
@@ -151,8 +163,14 @@ func loginCode(t *testing.T, c *http.Client, request, user, password string) str
 // tokenCall posts to the token endpoint and decodes the answer.
 func tokenCall(t *testing.T, c *http.Client, form url.Values) (int, *oidc.AccessTokenResponse, map[string]any) {
 	t.Helper()
+	return tokenCallAt(t, c, baseURL, form)
+}
+
+// tokenCallAt is tokenCall at the ichor-ui replica serving base.
+func tokenCallAt(t *testing.T, c *http.Client, base string, form url.Values) (int, *oidc.AccessTokenResponse, map[string]any) {
+	t.Helper()
 	form.Set("client_id", oidcClientID)
-	resp := do(t, c, http.MethodPost, baseURL+"/oidc/token", form)
+	resp := do(t, c, http.MethodPost, base+"/oidc/token", form)
 	out := &oidc.AccessTokenResponse{}
 	errBody := map[string]any{}
 	if resp.status == http.StatusOK {
@@ -275,6 +293,8 @@ func TestSignInWrongPasswordSaysNothingAboutTheUser(t *testing.T) {
 		}
 	}
 	strip := func(s string) string {
+		// The sealed form differs at every page (a fresh nonce); nothing else may.
+		s = requestField.ReplaceAllString(s, `name="request" value="F"`)
 		return strings.ReplaceAll(strings.ReplaceAll(s, "nobody-here", "U"), "walt", "U")
 	}
 	if strip(wrong.body) != strip(unknown.body) {
@@ -283,13 +303,31 @@ func TestSignInWrongPasswordSaysNothingAboutTheUser(t *testing.T) {
 	// The same form still works with the right password.
 	loginCode(t, c, req, "walt", "walt-password-1")
 
-	// Five wrong passwords end the form: the sign-in must start again.
-	req = authorize(t, c, challenge)
-	for range 5 {
-		login(t, c, req, "walt", "not-the-password")
+	// Five wrong passwords end the form: the browser posts the form each
+	// page shows, and the fifth page shows none; the sign-in starts again.
+	first := authorize(t, c, challenge)
+	req = first
+	var r reply
+	for n := range 5 {
+		r = login(t, c, req, "walt", "not-the-password")
+		if r.status != http.StatusUnauthorized {
+			t.Fatalf("wrong password %d: %d, want 401", n+1, r.status)
+		}
+		if n < 4 {
+			m := requestField.FindStringSubmatch(r.body)
+			if m == nil {
+				t.Fatalf("the page after wrong password %d shows no form", n+1)
+			}
+			req = m[1]
+		}
 	}
-	if r := login(t, c, req, "walt", "walt-password-1"); r.status != http.StatusBadRequest || !strings.Contains(r.body, "start it again") {
-		t.Fatalf("a form survived five wrong passwords: %d %s", r.status, r.body)
+	if requestField.MatchString(r.body) || !strings.Contains(r.body, "start the sign-in again") {
+		t.Fatalf("a form survived five wrong passwords: %s", r.body)
+	}
+	// A form is sealed, not stored: an older copy posted again is not
+	// counted by the form, but by the user name's back-off, which holds it.
+	if r := login(t, c, first, "walt", "walt-password-1"); !isRateLimited(t, r) {
+		t.Fatalf("an older copy of the form after five wrong passwords: %d, want 429 from the user name's back-off", r.status)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -58,6 +59,8 @@ var (
 	baseURL    string
 	pool       *x509.CertPool
 	logBuf     = &syncBuffer{}
+	// backendCfg is ichor-ui's own identity (its ServiceAccount).
+	backendCfg *restclient.Config
 )
 
 // syncBuffer is the access log, kept for the secret checks.
@@ -108,7 +111,8 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		return nil, err
 	}
 
-	backendCfg, err := s.Env.UserConfig(backendUser, "system:serviceaccounts", "system:serviceaccounts:ichor-system", "system:authenticated")
+	var err error
+	backendCfg, err = s.Env.UserConfig(backendUser, "system:serviceaccounts", "system:serviceaccounts:ichor-system", "system:authenticated")
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +152,9 @@ func setup(ctx context.Context, s *testenv.Suite) (func(), error) {
 		// A first back-off long enough that a busy machine's next request
 		// still meets it (the default is 1 s).
 		Limits: issuer.Limits{Backoff: 5 * time.Second},
+		// The sessions are IchorUISessions, as in ichor-ui (written with the
+		// backend's own Role ichor-ui-sessions).
+		Store: &issuer.KubeStore{Client: direct, Cache: clients.Cache, Namespace: testNS},
 	})
 	if err != nil {
 		return nil, err

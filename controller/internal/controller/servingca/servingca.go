@@ -1,7 +1,7 @@
 // Package servingca keeps the Ichor serving CA (architecture, "Trust" and
 // "Deployment"): a long-lived ECDSA P-256 CA in a Secret only the controller
 // reads, a leaf for ichor-ui's Service names in the kubernetes.io/tls Secret
-// ichor-ui mounts, renewed at two thirds of its 90-day life, and the CA's
+// ichor-ui mounts (beside the issuer's signing key, signingkey.go), renewed at two thirds of its 90-day life, and the CA's
 // public part published as the ConfigMap and the Secret ichor-ui-ca, for an
 // edge or a client (--ca-file) that verifies ichor-ui, and for the
 // kube-apiserver that fetches the OIDC keys from ichor-ui's port 8444.
@@ -333,6 +333,9 @@ func (k *Keeper) ensureOnce(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	if err := k.publishIssuer(ctx, addr, caBundle); err != nil {
+		return time.Time{}, err
+	}
+	if err := k.ensureSigningKey(ctx); err != nil {
 		return time.Time{}, err
 	}
 	next := now.Add(k.Resync)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
@@ -624,5 +625,52 @@ func TestIssuerPublished(t *testing.T) {
 	}
 	if ii.Status.Issuer != nil {
 		t.Fatalf("status.issuer %+v after the URL went", ii.Status.Issuer)
+	}
+}
+
+// TestSigningKeyIsMadeOnceAndRepaired: the keeper makes ichor-ui's shared
+// signing key (a P-256 key ichor-ui reads), leaves a good one alone, and
+// replaces one that cannot be read.
+func TestSigningKeyIsMadeOnceAndRepaired(t *testing.T) {
+	k, _ := newKeeper(t)
+	ctx := context.Background()
+	ensure(t, k)
+	key := client.ObjectKey{Namespace: k.Namespace, Name: DefaultSigningKeySecret}
+	first := &corev1.Secret{}
+	if err := k8s.Get(ctx, key, first); err != nil {
+		t.Fatalf("no signing key Secret after Ensure: %v", err)
+	}
+	block, _ := pem.Decode(first.Data[SigningKeyKey])
+	if block == nil {
+		t.Fatalf("the signing key is not PEM: keys %v", keys(first.Data))
+	}
+	sk, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil || sk.Curve.Params().Name != "P-256" {
+		t.Fatalf("the signing key is not an ECDSA P-256 key: %v", err)
+	}
+	if first.Type != corev1.SecretTypeOpaque {
+		t.Errorf("the signing key Secret is of type %s", first.Type)
+	}
+
+	ensure(t, k)
+	again := &corev1.Secret{}
+	if err := k8s.Get(ctx, key, again); err != nil {
+		t.Fatal(err)
+	}
+	if again.ResourceVersion != first.ResourceVersion || !bytes.Equal(again.Data[SigningKeyKey], first.Data[SigningKeyKey]) {
+		t.Fatal("a good signing key was replaced: every replica's tokens would stop verifying")
+	}
+
+	again.Data[SigningKeyKey] = []byte("not a key")
+	if err := k8s.Update(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	ensure(t, k)
+	repaired := &corev1.Secret{}
+	if err := k8s.Get(ctx, key, repaired); err != nil {
+		t.Fatal(err)
+	}
+	if !validSigningKey(repaired.Data[SigningKeyKey]) || bytes.Equal(repaired.Data[SigningKeyKey], first.Data[SigningKeyKey]) {
+		t.Fatal("an unreadable signing key was not replaced by a new one")
 	}
 }
