@@ -1,5 +1,3 @@
-//go:build e2e_full
-
 package e2e
 
 import (

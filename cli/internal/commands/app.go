@@ -51,6 +51,8 @@ const (
 	// cmdList and cmdGet name the list and get subcommands.
 	cmdList = "list"
 	cmdGet  = "get"
+	// cmdSet names the subcommands that write what get prints.
+	cmdSet = "set"
 	// flagWatch keeps printing changes; flagWait follows a write until it is done.
 	flagWatch = "watch"
 	flagWait  = "wait"

@@ -25,7 +25,7 @@ import (
 func clusterCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "cluster",
-		Usage:  "inspect clusters, pause and resume them, say where they discover machines, and download a read-only talosconfig",
+		Usage:  "inspect clusters, pause and resume them, say where they discover machines, whose tokens their kube-apiserver accepts, and download a read-only talosconfig",
 		Action: unknownSubcommand,
 		Commands: []*cli.Command{
 			{
@@ -35,6 +35,7 @@ func clusterCommand() *cli.Command {
 				Action:    clusterGet,
 			},
 			talosconfigCommand(),
+			authenticationCommand(),
 			{
 				Name: "pause",
 				Usage: "stop every controller acting on the cluster (no provisioning, removal, configuration or drift " +

@@ -50,7 +50,7 @@ func cniCommand() *cli.Command {
 					Action: cniValuesDiff,
 				},
 				{
-					Name: "set",
+					Name: cmdSet,
 					Usage: "check a proposed layer, print what it changes in the rendered Cilium objects, ask, then write it as you " +
 						"(the controller applies it with Helm); --dry-run stops after the diff",
 					Flags:  []cli.Flag{clusterFlag, fileFlag, &cli.BoolFlag{Name: flagDryRun, Usage: "print the diff and write nothing"}},

@@ -39,7 +39,7 @@ func settingsCommand() *cli.Command {
 				Action: settingsGet,
 			},
 			{
-				Name: "set",
+				Name: cmdSet,
 				Usage: "change settings (needs update on ichorinstallations/settings, ichor-admin); " +
 					"the next sign-in and the next drift found use them, with no restart",
 				Flags: []cli.Flag{

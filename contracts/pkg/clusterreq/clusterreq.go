@@ -29,6 +29,9 @@ import (
 type Refused struct {
 	// Refusals say what is wrong and what to do instead.
 	Refusals []guard.Refusal
+	// Permission is set when the caller lacks a permission (the request
+	// itself may be fine).
+	Permission bool
 }
 
 func (e *Refused) Error() string {
@@ -221,7 +224,38 @@ func allowed(ctx context.Context, c client.Client, req guard.Requirement) error 
 		return fmt.Errorf("checking whether you hold %s: %w", p, err)
 	}
 	if !review.Status.Allowed {
-		return &Refused{Refusals: []guard.Refusal{req.Refusal("")}}
+		return &Refused{Refusals: []guard.Refusal{req.Refusal("")}, Permission: true}
 	}
 	return nil
+}
+
+// SetAuthentication writes spec.authentication, the OIDC issuers the
+// cluster's kube-apiserver trusts (ichor-ui's issuer and an external
+// provider), as the caller of c, who needs `update` on
+// `talosclusters/authentication` (ichor-admin); it is asked first, so a
+// refusal names the permission and writes nothing. A configuration the
+// kube-apiserver would refuse, or one the cluster's version contract cannot
+// carry, is a *Refused (guard.CheckAuthentication, which the admission
+// webhook applies too). The change is an APIServerRestart change: the
+// control planes wait for a config rollout (`ichor config apply`).
+func SetAuthentication(ctx context.Context, c client.Client, key client.ObjectKey, spec ichorv1alpha1.AuthenticationSpec) (Result, error) {
+	if spec.External != nil && reflect.DeepEqual(*spec.External, ichorv1alpha1.ExternalOIDC{}) {
+		spec.External = nil
+	}
+	return write(ctx, c, key, func(cur *ichorv1alpha1.TalosCluster) (bool, error) {
+		if reflect.DeepEqual(cur.Spec.Authentication, spec) {
+			return false, nil
+		}
+		old := cur.DeepCopy()
+		cur.Spec.Authentication = spec
+		if rf := guard.CheckAuthentication(cur); rf != nil {
+			return false, &Refused{Refusals: []guard.Refusal{*rf}}
+		}
+		for _, req := range guard.ClusterRequirements(old, cur) {
+			if err := allowed(ctx, c, req); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
 }

@@ -174,6 +174,14 @@ export interface AttentionItem {
   summary?: string;
 }
 
+/** Authentication is spec.authentication. */
+export interface Authentication {
+  /** An external OIDC provider the kube-apiserver trusts; absent for none. */
+  external?: ExternalOIDC;
+  /** The kube-apiserver accepts the ID tokens of ichor-ui's issuer (`ichor auth token`). */
+  ichorUsers?: boolean;
+}
+
 /** BackUpNowResponse is the backup with its request. */
 export interface BackUpNowResponse {
   /** The backup. */
@@ -603,6 +611,31 @@ export interface EtcdMemberHealth {
   learner?: boolean;
   /** The machine the member runs on, when known. */
   machine?: string;
+}
+
+/** ExternalOIDC is an OIDC provider the kube-apiserver trusts. */
+export interface ExternalOIDC {
+  /** The client IDs whose ID tokens are accepted. */
+  audiences?: string[];
+  /** PEM CA bundle of the provider's serving certificate; empty means the node's roots. */
+  certificateAuthority?: string;
+  /** The claim listing the user's groups; empty means none. */
+  groupsClaim?: string;
+  /** The provider's issuer URL (https). */
+  issuerUrl?: string;
+  /** The claim naming the user; empty means sub. */
+  usernameClaim?: string;
+}
+
+/** GetAuthenticationResponse is the cluster's authentication. */
+export interface GetAuthenticationResponse {
+  authentication?: Authentication;
+  /** Whether the signed-in user may change it (a hint for the console; the write itself decides). */
+  canWrite?: boolean;
+  /** Whether ichor-ui's issuer is published (Ichor's users on): ichor_users needs it. */
+  issuerPublished?: boolean;
+  /** The control planes that still wait for a kube-apiserver restart (a config rollout). */
+  restartPending?: string[];
 }
 
 /** GetCiliumValuesResponse is the cluster's Cilium values. */
@@ -1839,6 +1872,18 @@ export interface TalosService {
   state?: string;
 }
 
+/** UpdateAuthenticationRequest carries the new spec.authentication. */
+export interface UpdateAuthenticationRequest {
+  authentication?: Authentication;
+}
+
+/** UpdateAuthenticationResponse is the authentication after the write. */
+export interface UpdateAuthenticationResponse {
+  /** False when it already was so (nothing written). */
+  changed?: boolean;
+  current?: GetAuthenticationResponse;
+}
+
 /** UpdateCiliumValuesRequest carries the new user layer. */
 export interface UpdateCiliumValuesRequest {
   /** The user layer, YAML or JSON; empty removes it. */
@@ -1990,6 +2035,14 @@ export interface Client {
   createUser(args: { body: CreateUserRequest }, options?: CallOptions): Promise<CreateUserResponse>;
   /** DeletePatch deletes a patch. */
   deletePatch(args: { name: string; body: PatchServiceDeletePatchBody }, options?: CallOptions): Promise<DeletePatchResponse>;
+  /**
+   * GetAuthentication returns spec.authentication, the OIDC issuers the
+   * cluster's kube-apiserver trusts (ichor-ui's issuer, an external
+   * provider), whether Ichor's users are on (ichor-ui's issuer published),
+   * and the control planes still waiting for the kube-apiserver restart
+   * that applies it.
+   */
+  getAuthentication(options?: CallOptions): Promise<GetAuthenticationResponse>;
   /**
    * GetCiliumValues returns the user's layer of Cilium's Helm values
    * (spec.cni.cilium.values) as YAML, the effective values (Ichor's
@@ -2239,6 +2292,14 @@ export interface Client {
    */
   streamNodeLogs(args: { name: string; service: string; tailLines?: number; follow?: boolean; resumeToken?: string }, onMessage: (message: StreamNodeLogsResponse) => void, options?: CallOptions): Promise<void>;
   /**
+   * UpdateAuthentication writes spec.authentication as the signed-in user,
+   * who needs `update` on `talosclusters/authentication` (ichor-admin). A
+   * configuration the kube-apiserver would refuse is InvalidArgument, a
+   * missing permission PermissionDenied, both with RefusalDetails; nothing
+   * is written then. The control planes then wait for a config rollout.
+   */
+  updateAuthentication(args: { body: UpdateAuthenticationRequest }, options?: CallOptions): Promise<UpdateAuthenticationResponse>;
+  /**
    * UpdateCiliumValues writes the user layer as the signed-in user, who
    * needs `update` on `talosclusters/cilium-values` (ichor-admin). A refused
    * layer is InvalidArgument, a missing permission PermissionDenied, both
@@ -2299,6 +2360,9 @@ export function createClient(t: Transport): Client {
     },
     deletePatch(args, options) {
       return t.unary<DeletePatchResponse>("POST", `/api/v1/patches/${enc(args.name)}:delete`, undefined, args.body, options);
+    },
+    getAuthentication(options) {
+      return t.unary<GetAuthenticationResponse>("GET", "/api/v1/cluster/authentication", undefined, undefined, options);
     },
     getCiliumValues(options) {
       return t.unary<GetCiliumValuesResponse>("GET", "/api/v1/cluster/cilium-values", undefined, undefined, options);
@@ -2453,6 +2517,9 @@ export function createClient(t: Transport): Client {
     streamNodeLogs(args, onMessage, options) {
       return t.stream<StreamNodeLogsResponse>("GET", `/api/v1/nodes/${enc(args.name)}/services/${enc(args.service)}/logs`, { tailLines: args?.tailLines, follow: args?.follow, resumeToken: args?.resumeToken }, onMessage, options);
     },
+    updateAuthentication(args, options) {
+      return t.unary<UpdateAuthenticationResponse>("POST", "/api/v1/cluster/authentication:update", undefined, args.body, options);
+    },
     updateCiliumValues(args, options) {
       return t.unary<UpdateCiliumValuesResponse>("POST", "/api/v1/cluster/cilium-values:update", undefined, args.body, options);
     },
@@ -2485,6 +2552,7 @@ export const operationPaths = {
   createPatch: { method: "POST", path: "/api/v1/patches" },
   createUser: { method: "POST", path: "/api/v1/users" },
   deletePatch: { method: "POST", path: "/api/v1/patches/{name}:delete" },
+  getAuthentication: { method: "GET", path: "/api/v1/cluster/authentication" },
   getCiliumValues: { method: "GET", path: "/api/v1/cluster/cilium-values" },
   getCluster: { method: "GET", path: "/api/v1/cluster" },
   getClusterHealth: { method: "GET", path: "/api/v1/health" },
@@ -2536,6 +2604,7 @@ export const operationPaths = {
   startRestore: { method: "POST", path: "/api/v1/backups/{name}:restore" },
   startTalosUpgrade: { method: "POST", path: "/api/v1/operations:startTalosUpgrade" },
   streamNodeLogs: { method: "GET", path: "/api/v1/nodes/{name}/services/{service}/logs" },
+  updateAuthentication: { method: "POST", path: "/api/v1/cluster/authentication:update" },
   updateCiliumValues: { method: "POST", path: "/api/v1/cluster/cilium-values:update" },
   updatePatch: { method: "POST", path: "/api/v1/patches/{name}:update" },
   updateSettings: { method: "POST", path: "/api/v1/settings" },

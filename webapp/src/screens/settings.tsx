@@ -10,6 +10,7 @@ import { Alert } from "../components/ui/alert";
 import { ErrorAlert } from "../components/errors";
 import { Detail } from "./overview";
 import * as api from "../api/v1alpha1";
+import { AuthenticationCard } from "./authentication";
 
 const aborted = 10; // gRPC ABORTED: the settings changed since they were read.
 
@@ -133,6 +134,7 @@ export function SettingsPage() {
           </dl>
         </Card>
       )}
+      <AuthenticationCard />
       {loadError instanceof ApiError && loadError.code === Code.NotFound && <p class="text-sm text-muted-foreground">Install Ichor with `ichor init` to create its settings.</p>}
     </>
   );

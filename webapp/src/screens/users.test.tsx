@@ -1,11 +1,9 @@
 // @vitest-environment happy-dom
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { render } from "preact";
+import { describe, expect, it } from "vitest";
 import { act } from "preact/test-utils";
 import type { Client, CreateUserRequest, User, UserServiceUpdateUserBody } from "../api/generated";
 import { ApiError } from "../api/errors";
-import { ConsoleContext, type Console } from "../context";
-import { connectionOf } from "../lib/connection";
+import { click as clickIn, consoleOf, show as showIn, type as typeIn, useRoot } from "../testing/dom";
 import { navFor } from "./shell";
 import { UsersPage, userNameProblem } from "./users";
 
@@ -37,120 +35,62 @@ function client(off = false) {
   return { c: c as unknown as Client, created, updates, resets };
 }
 
-function consoleOf(c: Client, groups: string[]): Console {
-  return {
-    client: c,
-    me: { username: "ichor:ada", groups },
-    cluster: null,
-    clusterError: null,
-    refreshCluster: () => {},
-    machines: [],
-    synced: true,
-    live: true,
-    watchError: null,
-    connection: connectionOf({ now: Date.now(), lastBeat: Date.now(), watchLive: true }),
-    canWrite: true,
-  };
-}
-
-let root: HTMLElement;
-beforeEach(() => {
-  root = document.createElement("div");
-  document.body.appendChild(root);
-});
-afterEach(() => {
-  render(null, root);
-  root.remove();
-});
-
-async function settle() {
-  for (let i = 0; i < 5; i++) {
-    await act(async () => {
-      await new Promise((r) => setTimeout(r, 0));
-    });
-  }
-}
-
-async function show(ctx: Console) {
-  await act(() => {
-    render(
-      <ConsoleContext.Provider value={ctx}>
-        <UsersPage />
-      </ConsoleContext.Provider>,
-      root,
-    );
-  });
-  await settle();
-}
-
-const q = <T extends Element = HTMLElement>(sel: string) => root.querySelector<T>(sel);
-
-async function type(sel: string, value: string) {
-  await act(() => {
-    const el = q<HTMLInputElement>(sel)!;
-    el.value = value;
-    el.dispatchEvent(new Event("input"));
-  });
-}
-
-async function click(sel: string) {
-  await act(() => q<HTMLElement>(sel)!.click());
-  await settle();
-}
+const root = useRoot();
+const q = <T extends Element = HTMLElement>(sel: string) => root().querySelector<T>(sel);
 
 describe("UsersPage", () => {
   it("lets an admin add a user, whose generated password is shown once", async () => {
     const { c, created } = client();
-    await show(consoleOf(c, ["ichor:admin"]));
+    await showIn(root(), consoleOf(c, ["ichor:admin"]), <UsersPage />);
     expect(q('[data-testid="user-vera"]')?.textContent).toContain("ichor:vera");
-    await type('[data-testid="user-name"]', "Bad_Name");
-    expect(root.textContent).toContain('"Bad_Name" is not a user name');
+    await typeIn(root(), '[data-testid="user-name"]', "Bad_Name");
+    expect(root().textContent).toContain('"Bad_Name" is not a user name');
     expect(q<HTMLButtonElement>('[data-testid="user-create"]')!.disabled).toBe(true);
-    await type('[data-testid="user-name"]', "uma");
+    await typeIn(root(), '[data-testid="user-name"]', "uma");
     await act(() => {
       const op = q<HTMLInputElement>("#new-user-role-operator")!;
       op.checked = true;
       op.dispatchEvent(new Event("change"));
     });
-    await click('[data-testid="user-create"]');
+    await clickIn(root(), '[data-testid="user-create"]');
     expect(created).toEqual([{ name: "uma", displayName: undefined, roles: ["viewer", "operator"] }]);
     expect(q('[data-testid="one-time-password"]')?.textContent).toBe("generated-password-123");
     expect(q('[data-testid="user-uma"]')).not.toBeNull();
-    await click('[data-testid="one-time-password-done"]');
+    await clickIn(root(), '[data-testid="one-time-password-done"]');
     expect(q('[data-testid="one-time-password"]')).toBeNull();
   });
 
   it("lets an admin change roles, disable a user and reset a password", async () => {
     const { c, updates, resets } = client();
-    await show(consoleOf(c, ["ichor:admin"]));
+    await showIn(root(), consoleOf(c, ["ichor:admin"]), <UsersPage />);
     expect(q('[data-testid="user-vera-save"]')).toBeNull();
     await act(() => {
       const op = q<HTMLInputElement>("#user-vera-role-operator")!;
       op.checked = true;
       op.dispatchEvent(new Event("change"));
     });
-    await click('[data-testid="user-vera-save"]');
+    await clickIn(root(), '[data-testid="user-vera-save"]');
     expect(updates[0]).toEqual({ name: "vera", body: { displayName: "Vera", email: undefined, roles: ["viewer", "operator"], disabled: false, resourceVersion: "1" } });
-    await click('[data-testid="user-vera-toggle"]');
+    await clickIn(root(), '[data-testid="user-vera-toggle"]');
     expect(updates[1].body.disabled).toBe(true);
     expect(q('[data-testid="user-vera-state"]')?.textContent).toBe("Disabled");
-    await click('[data-testid="user-vera-reset"]');
+    await clickIn(root(), '[data-testid="user-vera-reset"]');
     expect(resets).toEqual(["vera"]);
     expect(q('[data-testid="one-time-password"]')?.textContent).toBe("another-generated-456");
   });
 
   it("shows a viewer the list without the controls", async () => {
     const { c } = client();
-    await show(consoleOf(c, ["ichor:viewer"]));
+    await showIn(root(), consoleOf(c, ["ichor:viewer"]), <UsersPage />);
     expect(q('[data-testid="user-vera"]')).not.toBeNull();
     expect(q('[data-testid="user-create"]')).toBeNull();
     expect(q('[data-testid="user-vera-reset"]')).toBeNull();
-    expect(root.textContent).toContain("Only an Ichor admin adds and changes users.");
+    expect(root().textContent).toContain("Only an Ichor admin adds and changes users.");
   });
 
   it("says when Ichor's own users are off", async () => {
     const { c } = client(true);
-    await show(consoleOf(c, ["ichor:admin"]));
+    await showIn(root(), consoleOf(c, ["ichor:admin"]), <UsersPage />);
     expect(q('[data-testid="users-off"]')).not.toBeNull();
     expect(q('[data-testid="user-create"]')).toBeNull();
   });

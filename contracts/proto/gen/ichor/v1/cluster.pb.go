@@ -23,6 +23,351 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Authentication is spec.authentication.
+type Authentication struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The kube-apiserver accepts the ID tokens of ichor-ui's issuer (`ichor auth token`).
+	IchorUsers bool `protobuf:"varint,1,opt,name=ichor_users,json=ichorUsers,proto3" json:"ichor_users,omitempty"`
+	// An external OIDC provider the kube-apiserver trusts; absent for none.
+	External      *ExternalOIDC `protobuf:"bytes,2,opt,name=external,proto3" json:"external,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Authentication) Reset() {
+	*x = Authentication{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Authentication) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Authentication) ProtoMessage() {}
+
+func (x *Authentication) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Authentication.ProtoReflect.Descriptor instead.
+func (*Authentication) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Authentication) GetIchorUsers() bool {
+	if x != nil {
+		return x.IchorUsers
+	}
+	return false
+}
+
+func (x *Authentication) GetExternal() *ExternalOIDC {
+	if x != nil {
+		return x.External
+	}
+	return nil
+}
+
+// ExternalOIDC is an OIDC provider the kube-apiserver trusts.
+type ExternalOIDC struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider's issuer URL (https).
+	IssuerUrl string `protobuf:"bytes,1,opt,name=issuer_url,json=issuerUrl,proto3" json:"issuer_url,omitempty"`
+	// The client IDs whose ID tokens are accepted.
+	Audiences []string `protobuf:"bytes,2,rep,name=audiences,proto3" json:"audiences,omitempty"`
+	// The claim naming the user; empty means sub.
+	UsernameClaim string `protobuf:"bytes,3,opt,name=username_claim,json=usernameClaim,proto3" json:"username_claim,omitempty"`
+	// The claim listing the user's groups; empty means none.
+	GroupsClaim string `protobuf:"bytes,4,opt,name=groups_claim,json=groupsClaim,proto3" json:"groups_claim,omitempty"`
+	// PEM CA bundle of the provider's serving certificate; empty means the node's roots.
+	CertificateAuthority string `protobuf:"bytes,5,opt,name=certificate_authority,json=certificateAuthority,proto3" json:"certificate_authority,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *ExternalOIDC) Reset() {
+	*x = ExternalOIDC{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalOIDC) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalOIDC) ProtoMessage() {}
+
+func (x *ExternalOIDC) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalOIDC.ProtoReflect.Descriptor instead.
+func (*ExternalOIDC) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ExternalOIDC) GetIssuerUrl() string {
+	if x != nil {
+		return x.IssuerUrl
+	}
+	return ""
+}
+
+func (x *ExternalOIDC) GetAudiences() []string {
+	if x != nil {
+		return x.Audiences
+	}
+	return nil
+}
+
+func (x *ExternalOIDC) GetUsernameClaim() string {
+	if x != nil {
+		return x.UsernameClaim
+	}
+	return ""
+}
+
+func (x *ExternalOIDC) GetGroupsClaim() string {
+	if x != nil {
+		return x.GroupsClaim
+	}
+	return ""
+}
+
+func (x *ExternalOIDC) GetCertificateAuthority() string {
+	if x != nil {
+		return x.CertificateAuthority
+	}
+	return ""
+}
+
+// GetAuthenticationRequest has no fields.
+type GetAuthenticationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAuthenticationRequest) Reset() {
+	*x = GetAuthenticationRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAuthenticationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAuthenticationRequest) ProtoMessage() {}
+
+func (x *GetAuthenticationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAuthenticationRequest.ProtoReflect.Descriptor instead.
+func (*GetAuthenticationRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+// GetAuthenticationResponse is the cluster's authentication.
+type GetAuthenticationResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Authentication *Authentication        `protobuf:"bytes,1,opt,name=authentication,proto3" json:"authentication,omitempty"`
+	// Whether ichor-ui's issuer is published (Ichor's users on): ichor_users needs it.
+	IssuerPublished bool `protobuf:"varint,2,opt,name=issuer_published,json=issuerPublished,proto3" json:"issuer_published,omitempty"`
+	// The control planes that still wait for a kube-apiserver restart (a config rollout).
+	RestartPending []string `protobuf:"bytes,3,rep,name=restart_pending,json=restartPending,proto3" json:"restart_pending,omitempty"`
+	// Whether the signed-in user may change it (a hint for the console; the write itself decides).
+	CanWrite      bool `protobuf:"varint,4,opt,name=can_write,json=canWrite,proto3" json:"can_write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAuthenticationResponse) Reset() {
+	*x = GetAuthenticationResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAuthenticationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAuthenticationResponse) ProtoMessage() {}
+
+func (x *GetAuthenticationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAuthenticationResponse.ProtoReflect.Descriptor instead.
+func (*GetAuthenticationResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetAuthenticationResponse) GetAuthentication() *Authentication {
+	if x != nil {
+		return x.Authentication
+	}
+	return nil
+}
+
+func (x *GetAuthenticationResponse) GetIssuerPublished() bool {
+	if x != nil {
+		return x.IssuerPublished
+	}
+	return false
+}
+
+func (x *GetAuthenticationResponse) GetRestartPending() []string {
+	if x != nil {
+		return x.RestartPending
+	}
+	return nil
+}
+
+func (x *GetAuthenticationResponse) GetCanWrite() bool {
+	if x != nil {
+		return x.CanWrite
+	}
+	return false
+}
+
+// UpdateAuthenticationRequest carries the new spec.authentication.
+type UpdateAuthenticationRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Authentication *Authentication        `protobuf:"bytes,1,opt,name=authentication,proto3" json:"authentication,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UpdateAuthenticationRequest) Reset() {
+	*x = UpdateAuthenticationRequest{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateAuthenticationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateAuthenticationRequest) ProtoMessage() {}
+
+func (x *UpdateAuthenticationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateAuthenticationRequest.ProtoReflect.Descriptor instead.
+func (*UpdateAuthenticationRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateAuthenticationRequest) GetAuthentication() *Authentication {
+	if x != nil {
+		return x.Authentication
+	}
+	return nil
+}
+
+// UpdateAuthenticationResponse is the authentication after the write.
+type UpdateAuthenticationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when it already was so (nothing written).
+	Changed       bool                       `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Current       *GetAuthenticationResponse `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateAuthenticationResponse) Reset() {
+	*x = UpdateAuthenticationResponse{}
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateAuthenticationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateAuthenticationResponse) ProtoMessage() {}
+
+func (x *UpdateAuthenticationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateAuthenticationResponse.ProtoReflect.Descriptor instead.
+func (*UpdateAuthenticationResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateAuthenticationResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *UpdateAuthenticationResponse) GetCurrent() *GetAuthenticationResponse {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
 // GetCiliumValuesRequest has no fields.
 type GetCiliumValuesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -32,7 +377,7 @@ type GetCiliumValuesRequest struct {
 
 func (x *GetCiliumValuesRequest) Reset() {
 	*x = GetCiliumValuesRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +389,7 @@ func (x *GetCiliumValuesRequest) String() string {
 func (*GetCiliumValuesRequest) ProtoMessage() {}
 
 func (x *GetCiliumValuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[0]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +402,7 @@ func (x *GetCiliumValuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCiliumValuesRequest.ProtoReflect.Descriptor instead.
 func (*GetCiliumValuesRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 // GetCiliumValuesResponse is the cluster's Cilium values.
@@ -84,7 +429,7 @@ type GetCiliumValuesResponse struct {
 
 func (x *GetCiliumValuesResponse) Reset() {
 	*x = GetCiliumValuesResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -96,7 +441,7 @@ func (x *GetCiliumValuesResponse) String() string {
 func (*GetCiliumValuesResponse) ProtoMessage() {}
 
 func (x *GetCiliumValuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[1]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -109,7 +454,7 @@ func (x *GetCiliumValuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCiliumValuesResponse.ProtoReflect.Descriptor instead.
 func (*GetCiliumValuesResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetCiliumValuesResponse) GetValuesYaml() string {
@@ -172,7 +517,7 @@ type PreviewCiliumValuesRequest struct {
 
 func (x *PreviewCiliumValuesRequest) Reset() {
 	*x = PreviewCiliumValuesRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -184,7 +529,7 @@ func (x *PreviewCiliumValuesRequest) String() string {
 func (*PreviewCiliumValuesRequest) ProtoMessage() {}
 
 func (x *PreviewCiliumValuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[2]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -197,7 +542,7 @@ func (x *PreviewCiliumValuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewCiliumValuesRequest.ProtoReflect.Descriptor instead.
 func (*PreviewCiliumValuesRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PreviewCiliumValuesRequest) GetValuesYaml() string {
@@ -226,7 +571,7 @@ type PreviewCiliumValuesResponse struct {
 
 func (x *PreviewCiliumValuesResponse) Reset() {
 	*x = PreviewCiliumValuesResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +583,7 @@ func (x *PreviewCiliumValuesResponse) String() string {
 func (*PreviewCiliumValuesResponse) ProtoMessage() {}
 
 func (x *PreviewCiliumValuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[3]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +596,7 @@ func (x *PreviewCiliumValuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewCiliumValuesResponse.ProtoReflect.Descriptor instead.
 func (*PreviewCiliumValuesResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PreviewCiliumValuesResponse) GetRefusals() []*Refusal {
@@ -304,7 +649,7 @@ type CiliumObjectChange struct {
 
 func (x *CiliumObjectChange) Reset() {
 	*x = CiliumObjectChange{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +661,7 @@ func (x *CiliumObjectChange) String() string {
 func (*CiliumObjectChange) ProtoMessage() {}
 
 func (x *CiliumObjectChange) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[4]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +674,7 @@ func (x *CiliumObjectChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CiliumObjectChange.ProtoReflect.Descriptor instead.
 func (*CiliumObjectChange) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CiliumObjectChange) GetObject() string {
@@ -364,7 +709,7 @@ type UpdateCiliumValuesRequest struct {
 
 func (x *UpdateCiliumValuesRequest) Reset() {
 	*x = UpdateCiliumValuesRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +721,7 @@ func (x *UpdateCiliumValuesRequest) String() string {
 func (*UpdateCiliumValuesRequest) ProtoMessage() {}
 
 func (x *UpdateCiliumValuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[5]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +734,7 @@ func (x *UpdateCiliumValuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCiliumValuesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateCiliumValuesRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateCiliumValuesRequest) GetValuesYaml() string {
@@ -412,7 +757,7 @@ type UpdateCiliumValuesResponse struct {
 
 func (x *UpdateCiliumValuesResponse) Reset() {
 	*x = UpdateCiliumValuesResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +769,7 @@ func (x *UpdateCiliumValuesResponse) String() string {
 func (*UpdateCiliumValuesResponse) ProtoMessage() {}
 
 func (x *UpdateCiliumValuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[6]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +782,7 @@ func (x *UpdateCiliumValuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateCiliumValuesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateCiliumValuesResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateCiliumValuesResponse) GetChanged() bool {
@@ -465,7 +810,7 @@ type ConfirmRecoveryRequest struct {
 
 func (x *ConfirmRecoveryRequest) Reset() {
 	*x = ConfirmRecoveryRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +822,7 @@ func (x *ConfirmRecoveryRequest) String() string {
 func (*ConfirmRecoveryRequest) ProtoMessage() {}
 
 func (x *ConfirmRecoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[7]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +835,7 @@ func (x *ConfirmRecoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRecoveryRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmRecoveryRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ConfirmRecoveryRequest) GetConfirmClusterName() string {
@@ -513,7 +858,7 @@ type ConfirmRecoveryResponse struct {
 
 func (x *ConfirmRecoveryResponse) Reset() {
 	*x = ConfirmRecoveryResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +870,7 @@ func (x *ConfirmRecoveryResponse) String() string {
 func (*ConfirmRecoveryResponse) ProtoMessage() {}
 
 func (x *ConfirmRecoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[8]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +883,7 @@ func (x *ConfirmRecoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRecoveryResponse.ProtoReflect.Descriptor instead.
 func (*ConfirmRecoveryResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConfirmRecoveryResponse) GetReleased() []string {
@@ -574,7 +919,7 @@ type RecoveryHold struct {
 
 func (x *RecoveryHold) Reset() {
 	*x = RecoveryHold{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +931,7 @@ func (x *RecoveryHold) String() string {
 func (*RecoveryHold) ProtoMessage() {}
 
 func (x *RecoveryHold) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[9]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +944,7 @@ func (x *RecoveryHold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoveryHold.ProtoReflect.Descriptor instead.
 func (*RecoveryHold) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RecoveryHold) GetMachine() string {
@@ -646,7 +991,7 @@ type ScanDiscoveryRequest struct {
 
 func (x *ScanDiscoveryRequest) Reset() {
 	*x = ScanDiscoveryRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +1003,7 @@ func (x *ScanDiscoveryRequest) String() string {
 func (*ScanDiscoveryRequest) ProtoMessage() {}
 
 func (x *ScanDiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[10]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +1016,7 @@ func (x *ScanDiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanDiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*ScanDiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 // ScanDiscoveryResponse is the cluster with the request written.
@@ -685,7 +1030,7 @@ type ScanDiscoveryResponse struct {
 
 func (x *ScanDiscoveryResponse) Reset() {
 	*x = ScanDiscoveryResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +1042,7 @@ func (x *ScanDiscoveryResponse) String() string {
 func (*ScanDiscoveryResponse) ProtoMessage() {}
 
 func (x *ScanDiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[11]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +1055,7 @@ func (x *ScanDiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanDiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*ScanDiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ScanDiscoveryResponse) GetCluster() *Cluster {
@@ -731,7 +1076,7 @@ type PauseClusterRequest struct {
 
 func (x *PauseClusterRequest) Reset() {
 	*x = PauseClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +1088,7 @@ func (x *PauseClusterRequest) String() string {
 func (*PauseClusterRequest) ProtoMessage() {}
 
 func (x *PauseClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[12]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +1101,7 @@ func (x *PauseClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseClusterRequest.ProtoReflect.Descriptor instead.
 func (*PauseClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PauseClusterRequest) GetReason() string {
@@ -777,7 +1122,7 @@ type PauseClusterResponse struct {
 
 func (x *PauseClusterResponse) Reset() {
 	*x = PauseClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1134,7 @@ func (x *PauseClusterResponse) String() string {
 func (*PauseClusterResponse) ProtoMessage() {}
 
 func (x *PauseClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[13]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1147,7 @@ func (x *PauseClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseClusterResponse.ProtoReflect.Descriptor instead.
 func (*PauseClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PauseClusterResponse) GetCluster() *Cluster {
@@ -821,7 +1166,7 @@ type ResumeClusterRequest struct {
 
 func (x *ResumeClusterRequest) Reset() {
 	*x = ResumeClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +1178,7 @@ func (x *ResumeClusterRequest) String() string {
 func (*ResumeClusterRequest) ProtoMessage() {}
 
 func (x *ResumeClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[14]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1191,7 @@ func (x *ResumeClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeClusterRequest.ProtoReflect.Descriptor instead.
 func (*ResumeClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 // ResumeClusterResponse is the cluster after the change.
@@ -860,7 +1205,7 @@ type ResumeClusterResponse struct {
 
 func (x *ResumeClusterResponse) Reset() {
 	*x = ResumeClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1217,7 @@ func (x *ResumeClusterResponse) String() string {
 func (*ResumeClusterResponse) ProtoMessage() {}
 
 func (x *ResumeClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[15]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1230,7 @@ func (x *ResumeClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeClusterResponse.ProtoReflect.Descriptor instead.
 func (*ResumeClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResumeClusterResponse) GetCluster() *Cluster {
@@ -908,7 +1253,7 @@ type AddDiscoveryRequest struct {
 
 func (x *AddDiscoveryRequest) Reset() {
 	*x = AddDiscoveryRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1265,7 @@ func (x *AddDiscoveryRequest) String() string {
 func (*AddDiscoveryRequest) ProtoMessage() {}
 
 func (x *AddDiscoveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[16]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1278,7 @@ func (x *AddDiscoveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDiscoveryRequest.ProtoReflect.Descriptor instead.
 func (*AddDiscoveryRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AddDiscoveryRequest) GetAddresses() []string {
@@ -961,7 +1306,7 @@ type AddDiscoveryResponse struct {
 
 func (x *AddDiscoveryResponse) Reset() {
 	*x = AddDiscoveryResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1318,7 @@ func (x *AddDiscoveryResponse) String() string {
 func (*AddDiscoveryResponse) ProtoMessage() {}
 
 func (x *AddDiscoveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[17]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1331,7 @@ func (x *AddDiscoveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddDiscoveryResponse.ProtoReflect.Descriptor instead.
 func (*AddDiscoveryResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AddDiscoveryResponse) GetCluster() *Cluster {
@@ -1020,7 +1365,7 @@ type Discovery struct {
 
 func (x *Discovery) Reset() {
 	*x = Discovery{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1377,7 @@ func (x *Discovery) String() string {
 func (*Discovery) ProtoMessage() {}
 
 func (x *Discovery) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[18]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1390,7 @@ func (x *Discovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Discovery.ProtoReflect.Descriptor instead.
 func (*Discovery) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Discovery) GetAddresses() []string {
@@ -1116,7 +1461,7 @@ type DiscoveryResult struct {
 
 func (x *DiscoveryResult) Reset() {
 	*x = DiscoveryResult{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[19]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1473,7 @@ func (x *DiscoveryResult) String() string {
 func (*DiscoveryResult) ProtoMessage() {}
 
 func (x *DiscoveryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[19]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1486,7 @@ func (x *DiscoveryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryResult.ProtoReflect.Descriptor instead.
 func (*DiscoveryResult) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DiscoveryResult) GetAddress() string {
@@ -1188,7 +1533,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[20]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1545,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[20]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1558,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 // GetClusterResponse carries the cluster.
@@ -1227,7 +1572,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[21]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1584,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[21]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1597,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetClusterResponse) GetCluster() *Cluster {
@@ -1320,7 +1665,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[22]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1677,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[22]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1690,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Cluster) GetName() string {
@@ -1514,7 +1859,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[23]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1871,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[23]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1884,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Condition) GetType() string {
@@ -1586,7 +1931,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[24]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1943,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[24]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1956,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{24}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 // WhoAmIResponse is the signed-in user.
@@ -1627,7 +1972,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_ichor_v1_cluster_proto_msgTypes[25]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1984,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_cluster_proto_msgTypes[25]
+	mi := &file_ichor_v1_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1997,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{25}
+	return file_ichor_v1_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WhoAmIResponse) GetUsername() string {
@@ -1673,7 +2018,29 @@ var File_ichor_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15ichor/v1/errors.proto\"\x18\n" +
+	"\x16ichor/v1/cluster.proto\x12\bichor.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15ichor/v1/errors.proto\"e\n" +
+	"\x0eAuthentication\x12\x1f\n" +
+	"\vichor_users\x18\x01 \x01(\bR\n" +
+	"ichorUsers\x122\n" +
+	"\bexternal\x18\x02 \x01(\v2\x16.ichor.v1.ExternalOIDCR\bexternal\"\xca\x01\n" +
+	"\fExternalOIDC\x12\x1d\n" +
+	"\n" +
+	"issuer_url\x18\x01 \x01(\tR\tissuerUrl\x12\x1c\n" +
+	"\taudiences\x18\x02 \x03(\tR\taudiences\x12%\n" +
+	"\x0eusername_claim\x18\x03 \x01(\tR\rusernameClaim\x12!\n" +
+	"\fgroups_claim\x18\x04 \x01(\tR\vgroupsClaim\x123\n" +
+	"\x15certificate_authority\x18\x05 \x01(\tR\x14certificateAuthority\"\x1a\n" +
+	"\x18GetAuthenticationRequest\"\xce\x01\n" +
+	"\x19GetAuthenticationResponse\x12@\n" +
+	"\x0eauthentication\x18\x01 \x01(\v2\x18.ichor.v1.AuthenticationR\x0eauthentication\x12)\n" +
+	"\x10issuer_published\x18\x02 \x01(\bR\x0fissuerPublished\x12'\n" +
+	"\x0frestart_pending\x18\x03 \x03(\tR\x0erestartPending\x12\x1b\n" +
+	"\tcan_write\x18\x04 \x01(\bR\bcanWrite\"_\n" +
+	"\x1bUpdateAuthenticationRequest\x12@\n" +
+	"\x0eauthentication\x18\x01 \x01(\v2\x18.ichor.v1.AuthenticationR\x0eauthentication\"w\n" +
+	"\x1cUpdateAuthenticationResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x12=\n" +
+	"\acurrent\x18\x02 \x01(\v2#.ichor.v1.GetAuthenticationResponseR\acurrent\"\x18\n" +
 	"\x16GetCiliumValuesRequest\"\x91\x02\n" +
 	"\x17GetCiliumValuesResponse\x12\x1f\n" +
 	"\vvalues_yaml\x18\x01 \x01(\tR\n" +
@@ -1782,7 +2149,7 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\rWhoAmIRequest\"D\n" +
 	"\x0eWhoAmIResponse\x12\x1a\n" +
 	"\busername\x18\x01 \x01(\tR\busername\x12\x16\n" +
-	"\x06groups\x18\x02 \x03(\tR\x06groups2\xd2\t\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups2\xf3\v\n" +
 	"\x0eClusterService\x12`\n" +
 	"\n" +
 	"GetCluster\x12\x1b.ichor.v1.GetClusterRequest\x1a\x1c.ichor.v1.GetClusterResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/cluster\x12S\n" +
@@ -1794,7 +2161,9 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\x0fConfirmRecovery\x12 .ichor.v1.ConfirmRecoveryRequest\x1a!.ichor.v1.ConfirmRecoveryResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /api/v1/cluster:confirm-recovery\x12}\n" +
 	"\x0fGetCiliumValues\x12 .ichor.v1.GetCiliumValuesRequest\x1a!.ichor.v1.GetCiliumValuesResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/api/v1/cluster/cilium-values\x12\x94\x01\n" +
 	"\x13PreviewCiliumValues\x12$.ichor.v1.PreviewCiliumValuesRequest\x1a%.ichor.v1.PreviewCiliumValuesResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/cluster/cilium-values:preview\x12\x90\x01\n" +
-	"\x12UpdateCiliumValues\x12#.ichor.v1.UpdateCiliumValuesRequest\x1a$.ichor.v1.UpdateCiliumValuesResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/api/v1/cluster/cilium-values:updateBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
+	"\x12UpdateCiliumValues\x12#.ichor.v1.UpdateCiliumValuesRequest\x1a$.ichor.v1.UpdateCiliumValuesResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/api/v1/cluster/cilium-values:update\x12\x84\x01\n" +
+	"\x11GetAuthentication\x12\".ichor.v1.GetAuthenticationRequest\x1a#.ichor.v1.GetAuthenticationResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/api/v1/cluster/authentication\x12\x97\x01\n" +
+	"\x14UpdateAuthentication\x12%.ichor.v1.UpdateAuthenticationRequest\x1a&.ichor.v1.UpdateAuthenticationResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/cluster/authentication:updateBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
 	file_ichor_v1_cluster_proto_rawDescOnce sync.Once
@@ -1808,82 +2177,96 @@ func file_ichor_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_cluster_proto_rawDescData
 }
 
-var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_ichor_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_ichor_v1_cluster_proto_goTypes = []any{
-	(*GetCiliumValuesRequest)(nil),      // 0: ichor.v1.GetCiliumValuesRequest
-	(*GetCiliumValuesResponse)(nil),     // 1: ichor.v1.GetCiliumValuesResponse
-	(*PreviewCiliumValuesRequest)(nil),  // 2: ichor.v1.PreviewCiliumValuesRequest
-	(*PreviewCiliumValuesResponse)(nil), // 3: ichor.v1.PreviewCiliumValuesResponse
-	(*CiliumObjectChange)(nil),          // 4: ichor.v1.CiliumObjectChange
-	(*UpdateCiliumValuesRequest)(nil),   // 5: ichor.v1.UpdateCiliumValuesRequest
-	(*UpdateCiliumValuesResponse)(nil),  // 6: ichor.v1.UpdateCiliumValuesResponse
-	(*ConfirmRecoveryRequest)(nil),      // 7: ichor.v1.ConfirmRecoveryRequest
-	(*ConfirmRecoveryResponse)(nil),     // 8: ichor.v1.ConfirmRecoveryResponse
-	(*RecoveryHold)(nil),                // 9: ichor.v1.RecoveryHold
-	(*ScanDiscoveryRequest)(nil),        // 10: ichor.v1.ScanDiscoveryRequest
-	(*ScanDiscoveryResponse)(nil),       // 11: ichor.v1.ScanDiscoveryResponse
-	(*PauseClusterRequest)(nil),         // 12: ichor.v1.PauseClusterRequest
-	(*PauseClusterResponse)(nil),        // 13: ichor.v1.PauseClusterResponse
-	(*ResumeClusterRequest)(nil),        // 14: ichor.v1.ResumeClusterRequest
-	(*ResumeClusterResponse)(nil),       // 15: ichor.v1.ResumeClusterResponse
-	(*AddDiscoveryRequest)(nil),         // 16: ichor.v1.AddDiscoveryRequest
-	(*AddDiscoveryResponse)(nil),        // 17: ichor.v1.AddDiscoveryResponse
-	(*Discovery)(nil),                   // 18: ichor.v1.Discovery
-	(*DiscoveryResult)(nil),             // 19: ichor.v1.DiscoveryResult
-	(*GetClusterRequest)(nil),           // 20: ichor.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),          // 21: ichor.v1.GetClusterResponse
-	(*Cluster)(nil),                     // 22: ichor.v1.Cluster
-	(*Condition)(nil),                   // 23: ichor.v1.Condition
-	(*WhoAmIRequest)(nil),               // 24: ichor.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),              // 25: ichor.v1.WhoAmIResponse
-	(*Refusal)(nil),                     // 26: ichor.v1.Refusal
-	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
+	(*Authentication)(nil),               // 0: ichor.v1.Authentication
+	(*ExternalOIDC)(nil),                 // 1: ichor.v1.ExternalOIDC
+	(*GetAuthenticationRequest)(nil),     // 2: ichor.v1.GetAuthenticationRequest
+	(*GetAuthenticationResponse)(nil),    // 3: ichor.v1.GetAuthenticationResponse
+	(*UpdateAuthenticationRequest)(nil),  // 4: ichor.v1.UpdateAuthenticationRequest
+	(*UpdateAuthenticationResponse)(nil), // 5: ichor.v1.UpdateAuthenticationResponse
+	(*GetCiliumValuesRequest)(nil),       // 6: ichor.v1.GetCiliumValuesRequest
+	(*GetCiliumValuesResponse)(nil),      // 7: ichor.v1.GetCiliumValuesResponse
+	(*PreviewCiliumValuesRequest)(nil),   // 8: ichor.v1.PreviewCiliumValuesRequest
+	(*PreviewCiliumValuesResponse)(nil),  // 9: ichor.v1.PreviewCiliumValuesResponse
+	(*CiliumObjectChange)(nil),           // 10: ichor.v1.CiliumObjectChange
+	(*UpdateCiliumValuesRequest)(nil),    // 11: ichor.v1.UpdateCiliumValuesRequest
+	(*UpdateCiliumValuesResponse)(nil),   // 12: ichor.v1.UpdateCiliumValuesResponse
+	(*ConfirmRecoveryRequest)(nil),       // 13: ichor.v1.ConfirmRecoveryRequest
+	(*ConfirmRecoveryResponse)(nil),      // 14: ichor.v1.ConfirmRecoveryResponse
+	(*RecoveryHold)(nil),                 // 15: ichor.v1.RecoveryHold
+	(*ScanDiscoveryRequest)(nil),         // 16: ichor.v1.ScanDiscoveryRequest
+	(*ScanDiscoveryResponse)(nil),        // 17: ichor.v1.ScanDiscoveryResponse
+	(*PauseClusterRequest)(nil),          // 18: ichor.v1.PauseClusterRequest
+	(*PauseClusterResponse)(nil),         // 19: ichor.v1.PauseClusterResponse
+	(*ResumeClusterRequest)(nil),         // 20: ichor.v1.ResumeClusterRequest
+	(*ResumeClusterResponse)(nil),        // 21: ichor.v1.ResumeClusterResponse
+	(*AddDiscoveryRequest)(nil),          // 22: ichor.v1.AddDiscoveryRequest
+	(*AddDiscoveryResponse)(nil),         // 23: ichor.v1.AddDiscoveryResponse
+	(*Discovery)(nil),                    // 24: ichor.v1.Discovery
+	(*DiscoveryResult)(nil),              // 25: ichor.v1.DiscoveryResult
+	(*GetClusterRequest)(nil),            // 26: ichor.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),           // 27: ichor.v1.GetClusterResponse
+	(*Cluster)(nil),                      // 28: ichor.v1.Cluster
+	(*Condition)(nil),                    // 29: ichor.v1.Condition
+	(*WhoAmIRequest)(nil),                // 30: ichor.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),               // 31: ichor.v1.WhoAmIResponse
+	(*Refusal)(nil),                      // 32: ichor.v1.Refusal
+	(*timestamppb.Timestamp)(nil),        // 33: google.protobuf.Timestamp
 }
 var file_ichor_v1_cluster_proto_depIdxs = []int32{
-	23, // 0: ichor.v1.GetCiliumValuesResponse.handover:type_name -> ichor.v1.Condition
-	26, // 1: ichor.v1.PreviewCiliumValuesResponse.refusals:type_name -> ichor.v1.Refusal
-	4,  // 2: ichor.v1.PreviewCiliumValuesResponse.objects:type_name -> ichor.v1.CiliumObjectChange
-	1,  // 3: ichor.v1.UpdateCiliumValuesResponse.values:type_name -> ichor.v1.GetCiliumValuesResponse
-	22, // 4: ichor.v1.ConfirmRecoveryResponse.cluster:type_name -> ichor.v1.Cluster
-	22, // 5: ichor.v1.ScanDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
-	22, // 6: ichor.v1.PauseClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	22, // 7: ichor.v1.ResumeClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	22, // 8: ichor.v1.AddDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
-	27, // 9: ichor.v1.Discovery.last_scan_time:type_name -> google.protobuf.Timestamp
-	19, // 10: ichor.v1.Discovery.results:type_name -> ichor.v1.DiscoveryResult
-	27, // 11: ichor.v1.Discovery.next_scan_time:type_name -> google.protobuf.Timestamp
-	27, // 12: ichor.v1.DiscoveryResult.probed_at:type_name -> google.protobuf.Timestamp
-	22, // 13: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
-	23, // 14: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
-	18, // 15: ichor.v1.Cluster.discovery:type_name -> ichor.v1.Discovery
-	27, // 16: ichor.v1.Cluster.paused_since:type_name -> google.protobuf.Timestamp
-	9,  // 17: ichor.v1.Cluster.recovery_holds:type_name -> ichor.v1.RecoveryHold
-	27, // 18: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	20, // 19: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
-	24, // 20: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
-	16, // 21: ichor.v1.ClusterService.AddDiscovery:input_type -> ichor.v1.AddDiscoveryRequest
-	10, // 22: ichor.v1.ClusterService.ScanDiscovery:input_type -> ichor.v1.ScanDiscoveryRequest
-	12, // 23: ichor.v1.ClusterService.PauseCluster:input_type -> ichor.v1.PauseClusterRequest
-	14, // 24: ichor.v1.ClusterService.ResumeCluster:input_type -> ichor.v1.ResumeClusterRequest
-	7,  // 25: ichor.v1.ClusterService.ConfirmRecovery:input_type -> ichor.v1.ConfirmRecoveryRequest
-	0,  // 26: ichor.v1.ClusterService.GetCiliumValues:input_type -> ichor.v1.GetCiliumValuesRequest
-	2,  // 27: ichor.v1.ClusterService.PreviewCiliumValues:input_type -> ichor.v1.PreviewCiliumValuesRequest
-	5,  // 28: ichor.v1.ClusterService.UpdateCiliumValues:input_type -> ichor.v1.UpdateCiliumValuesRequest
-	21, // 29: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
-	25, // 30: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
-	17, // 31: ichor.v1.ClusterService.AddDiscovery:output_type -> ichor.v1.AddDiscoveryResponse
-	11, // 32: ichor.v1.ClusterService.ScanDiscovery:output_type -> ichor.v1.ScanDiscoveryResponse
-	13, // 33: ichor.v1.ClusterService.PauseCluster:output_type -> ichor.v1.PauseClusterResponse
-	15, // 34: ichor.v1.ClusterService.ResumeCluster:output_type -> ichor.v1.ResumeClusterResponse
-	8,  // 35: ichor.v1.ClusterService.ConfirmRecovery:output_type -> ichor.v1.ConfirmRecoveryResponse
-	1,  // 36: ichor.v1.ClusterService.GetCiliumValues:output_type -> ichor.v1.GetCiliumValuesResponse
-	3,  // 37: ichor.v1.ClusterService.PreviewCiliumValues:output_type -> ichor.v1.PreviewCiliumValuesResponse
-	6,  // 38: ichor.v1.ClusterService.UpdateCiliumValues:output_type -> ichor.v1.UpdateCiliumValuesResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	1,  // 0: ichor.v1.Authentication.external:type_name -> ichor.v1.ExternalOIDC
+	0,  // 1: ichor.v1.GetAuthenticationResponse.authentication:type_name -> ichor.v1.Authentication
+	0,  // 2: ichor.v1.UpdateAuthenticationRequest.authentication:type_name -> ichor.v1.Authentication
+	3,  // 3: ichor.v1.UpdateAuthenticationResponse.current:type_name -> ichor.v1.GetAuthenticationResponse
+	29, // 4: ichor.v1.GetCiliumValuesResponse.handover:type_name -> ichor.v1.Condition
+	32, // 5: ichor.v1.PreviewCiliumValuesResponse.refusals:type_name -> ichor.v1.Refusal
+	10, // 6: ichor.v1.PreviewCiliumValuesResponse.objects:type_name -> ichor.v1.CiliumObjectChange
+	7,  // 7: ichor.v1.UpdateCiliumValuesResponse.values:type_name -> ichor.v1.GetCiliumValuesResponse
+	28, // 8: ichor.v1.ConfirmRecoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	28, // 9: ichor.v1.ScanDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	28, // 10: ichor.v1.PauseClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	28, // 11: ichor.v1.ResumeClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	28, // 12: ichor.v1.AddDiscoveryResponse.cluster:type_name -> ichor.v1.Cluster
+	33, // 13: ichor.v1.Discovery.last_scan_time:type_name -> google.protobuf.Timestamp
+	25, // 14: ichor.v1.Discovery.results:type_name -> ichor.v1.DiscoveryResult
+	33, // 15: ichor.v1.Discovery.next_scan_time:type_name -> google.protobuf.Timestamp
+	33, // 16: ichor.v1.DiscoveryResult.probed_at:type_name -> google.protobuf.Timestamp
+	28, // 17: ichor.v1.GetClusterResponse.cluster:type_name -> ichor.v1.Cluster
+	29, // 18: ichor.v1.Cluster.conditions:type_name -> ichor.v1.Condition
+	24, // 19: ichor.v1.Cluster.discovery:type_name -> ichor.v1.Discovery
+	33, // 20: ichor.v1.Cluster.paused_since:type_name -> google.protobuf.Timestamp
+	15, // 21: ichor.v1.Cluster.recovery_holds:type_name -> ichor.v1.RecoveryHold
+	33, // 22: ichor.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	26, // 23: ichor.v1.ClusterService.GetCluster:input_type -> ichor.v1.GetClusterRequest
+	30, // 24: ichor.v1.ClusterService.WhoAmI:input_type -> ichor.v1.WhoAmIRequest
+	22, // 25: ichor.v1.ClusterService.AddDiscovery:input_type -> ichor.v1.AddDiscoveryRequest
+	16, // 26: ichor.v1.ClusterService.ScanDiscovery:input_type -> ichor.v1.ScanDiscoveryRequest
+	18, // 27: ichor.v1.ClusterService.PauseCluster:input_type -> ichor.v1.PauseClusterRequest
+	20, // 28: ichor.v1.ClusterService.ResumeCluster:input_type -> ichor.v1.ResumeClusterRequest
+	13, // 29: ichor.v1.ClusterService.ConfirmRecovery:input_type -> ichor.v1.ConfirmRecoveryRequest
+	6,  // 30: ichor.v1.ClusterService.GetCiliumValues:input_type -> ichor.v1.GetCiliumValuesRequest
+	8,  // 31: ichor.v1.ClusterService.PreviewCiliumValues:input_type -> ichor.v1.PreviewCiliumValuesRequest
+	11, // 32: ichor.v1.ClusterService.UpdateCiliumValues:input_type -> ichor.v1.UpdateCiliumValuesRequest
+	2,  // 33: ichor.v1.ClusterService.GetAuthentication:input_type -> ichor.v1.GetAuthenticationRequest
+	4,  // 34: ichor.v1.ClusterService.UpdateAuthentication:input_type -> ichor.v1.UpdateAuthenticationRequest
+	27, // 35: ichor.v1.ClusterService.GetCluster:output_type -> ichor.v1.GetClusterResponse
+	31, // 36: ichor.v1.ClusterService.WhoAmI:output_type -> ichor.v1.WhoAmIResponse
+	23, // 37: ichor.v1.ClusterService.AddDiscovery:output_type -> ichor.v1.AddDiscoveryResponse
+	17, // 38: ichor.v1.ClusterService.ScanDiscovery:output_type -> ichor.v1.ScanDiscoveryResponse
+	19, // 39: ichor.v1.ClusterService.PauseCluster:output_type -> ichor.v1.PauseClusterResponse
+	21, // 40: ichor.v1.ClusterService.ResumeCluster:output_type -> ichor.v1.ResumeClusterResponse
+	14, // 41: ichor.v1.ClusterService.ConfirmRecovery:output_type -> ichor.v1.ConfirmRecoveryResponse
+	7,  // 42: ichor.v1.ClusterService.GetCiliumValues:output_type -> ichor.v1.GetCiliumValuesResponse
+	9,  // 43: ichor.v1.ClusterService.PreviewCiliumValues:output_type -> ichor.v1.PreviewCiliumValuesResponse
+	12, // 44: ichor.v1.ClusterService.UpdateCiliumValues:output_type -> ichor.v1.UpdateCiliumValuesResponse
+	3,  // 45: ichor.v1.ClusterService.GetAuthentication:output_type -> ichor.v1.GetAuthenticationResponse
+	5,  // 46: ichor.v1.ClusterService.UpdateAuthentication:output_type -> ichor.v1.UpdateAuthenticationResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_cluster_proto_init() }
@@ -1898,7 +2281,7 @@ func file_ichor_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_cluster_proto_rawDesc), len(file_ichor_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

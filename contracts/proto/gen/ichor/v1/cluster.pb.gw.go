@@ -287,6 +287,54 @@ func local_request_ClusterService_UpdateCiliumValues_0(ctx context.Context, mars
 	return msg, metadata, err
 }
 
+func request_ClusterService_GetAuthentication_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetAuthenticationRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetAuthentication(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_ClusterService_GetAuthentication_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetAuthenticationRequest
+		metadata runtime.ServerMetadata
+	)
+	msg, err := server.GetAuthentication(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_ClusterService_UpdateAuthentication_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq UpdateAuthenticationRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.UpdateAuthentication(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_ClusterService_UpdateAuthentication_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq UpdateAuthenticationRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.UpdateAuthentication(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterClusterServiceHandlerServer registers the http handlers for service ClusterService to "mux".
 // UnaryRPC     :call ClusterServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -492,6 +540,46 @@ func RegisterClusterServiceHandlerServer(ctx context.Context, mux *runtime.Serve
 			return
 		}
 		forward_ClusterService_UpdateCiliumValues_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_ClusterService_GetAuthentication_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/ichor.v1.ClusterService/GetAuthentication", runtime.WithHTTPPathPattern("/api/v1/cluster/authentication"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_ClusterService_GetAuthentication_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ClusterService_GetAuthentication_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_ClusterService_UpdateAuthentication_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/ichor.v1.ClusterService/UpdateAuthentication", runtime.WithHTTPPathPattern("/api/v1/cluster/authentication:update"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_ClusterService_UpdateAuthentication_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ClusterService_UpdateAuthentication_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -703,31 +791,69 @@ func RegisterClusterServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 		}
 		forward_ClusterService_UpdateCiliumValues_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_ClusterService_GetAuthentication_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/ichor.v1.ClusterService/GetAuthentication", runtime.WithHTTPPathPattern("/api/v1/cluster/authentication"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ClusterService_GetAuthentication_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ClusterService_GetAuthentication_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_ClusterService_UpdateAuthentication_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/ichor.v1.ClusterService/UpdateAuthentication", runtime.WithHTTPPathPattern("/api/v1/cluster/authentication:update"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ClusterService_UpdateAuthentication_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ClusterService_UpdateAuthentication_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_ClusterService_GetCluster_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "cluster"}, ""))
-	pattern_ClusterService_WhoAmI_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "whoami"}, ""))
-	pattern_ClusterService_AddDiscovery_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "discovery"}, "add"))
-	pattern_ClusterService_ScanDiscovery_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "discovery"}, "scan"))
-	pattern_ClusterService_PauseCluster_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "cluster"}, "pause"))
-	pattern_ClusterService_ResumeCluster_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "cluster"}, "resume"))
-	pattern_ClusterService_ConfirmRecovery_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "cluster"}, "confirm-recovery"))
-	pattern_ClusterService_GetCiliumValues_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "cilium-values"}, ""))
-	pattern_ClusterService_PreviewCiliumValues_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "cilium-values"}, "preview"))
-	pattern_ClusterService_UpdateCiliumValues_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "cilium-values"}, "update"))
+	pattern_ClusterService_GetCluster_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "cluster"}, ""))
+	pattern_ClusterService_WhoAmI_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "whoami"}, ""))
+	pattern_ClusterService_AddDiscovery_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "discovery"}, "add"))
+	pattern_ClusterService_ScanDiscovery_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "discovery"}, "scan"))
+	pattern_ClusterService_PauseCluster_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "cluster"}, "pause"))
+	pattern_ClusterService_ResumeCluster_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "cluster"}, "resume"))
+	pattern_ClusterService_ConfirmRecovery_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "cluster"}, "confirm-recovery"))
+	pattern_ClusterService_GetCiliumValues_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "cilium-values"}, ""))
+	pattern_ClusterService_PreviewCiliumValues_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "cilium-values"}, "preview"))
+	pattern_ClusterService_UpdateCiliumValues_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "cilium-values"}, "update"))
+	pattern_ClusterService_GetAuthentication_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "authentication"}, ""))
+	pattern_ClusterService_UpdateAuthentication_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "cluster", "authentication"}, "update"))
 )
 
 var (
-	forward_ClusterService_GetCluster_0          = runtime.ForwardResponseMessage
-	forward_ClusterService_WhoAmI_0              = runtime.ForwardResponseMessage
-	forward_ClusterService_AddDiscovery_0        = runtime.ForwardResponseMessage
-	forward_ClusterService_ScanDiscovery_0       = runtime.ForwardResponseMessage
-	forward_ClusterService_PauseCluster_0        = runtime.ForwardResponseMessage
-	forward_ClusterService_ResumeCluster_0       = runtime.ForwardResponseMessage
-	forward_ClusterService_ConfirmRecovery_0     = runtime.ForwardResponseMessage
-	forward_ClusterService_GetCiliumValues_0     = runtime.ForwardResponseMessage
-	forward_ClusterService_PreviewCiliumValues_0 = runtime.ForwardResponseMessage
-	forward_ClusterService_UpdateCiliumValues_0  = runtime.ForwardResponseMessage
+	forward_ClusterService_GetCluster_0           = runtime.ForwardResponseMessage
+	forward_ClusterService_WhoAmI_0               = runtime.ForwardResponseMessage
+	forward_ClusterService_AddDiscovery_0         = runtime.ForwardResponseMessage
+	forward_ClusterService_ScanDiscovery_0        = runtime.ForwardResponseMessage
+	forward_ClusterService_PauseCluster_0         = runtime.ForwardResponseMessage
+	forward_ClusterService_ResumeCluster_0        = runtime.ForwardResponseMessage
+	forward_ClusterService_ConfirmRecovery_0      = runtime.ForwardResponseMessage
+	forward_ClusterService_GetCiliumValues_0      = runtime.ForwardResponseMessage
+	forward_ClusterService_PreviewCiliumValues_0  = runtime.ForwardResponseMessage
+	forward_ClusterService_UpdateCiliumValues_0   = runtime.ForwardResponseMessage
+	forward_ClusterService_GetAuthentication_0    = runtime.ForwardResponseMessage
+	forward_ClusterService_UpdateAuthentication_0 = runtime.ForwardResponseMessage
 )

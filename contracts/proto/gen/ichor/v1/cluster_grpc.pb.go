@@ -19,16 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_GetCluster_FullMethodName          = "/ichor.v1.ClusterService/GetCluster"
-	ClusterService_WhoAmI_FullMethodName              = "/ichor.v1.ClusterService/WhoAmI"
-	ClusterService_AddDiscovery_FullMethodName        = "/ichor.v1.ClusterService/AddDiscovery"
-	ClusterService_ScanDiscovery_FullMethodName       = "/ichor.v1.ClusterService/ScanDiscovery"
-	ClusterService_PauseCluster_FullMethodName        = "/ichor.v1.ClusterService/PauseCluster"
-	ClusterService_ResumeCluster_FullMethodName       = "/ichor.v1.ClusterService/ResumeCluster"
-	ClusterService_ConfirmRecovery_FullMethodName     = "/ichor.v1.ClusterService/ConfirmRecovery"
-	ClusterService_GetCiliumValues_FullMethodName     = "/ichor.v1.ClusterService/GetCiliumValues"
-	ClusterService_PreviewCiliumValues_FullMethodName = "/ichor.v1.ClusterService/PreviewCiliumValues"
-	ClusterService_UpdateCiliumValues_FullMethodName  = "/ichor.v1.ClusterService/UpdateCiliumValues"
+	ClusterService_GetCluster_FullMethodName           = "/ichor.v1.ClusterService/GetCluster"
+	ClusterService_WhoAmI_FullMethodName               = "/ichor.v1.ClusterService/WhoAmI"
+	ClusterService_AddDiscovery_FullMethodName         = "/ichor.v1.ClusterService/AddDiscovery"
+	ClusterService_ScanDiscovery_FullMethodName        = "/ichor.v1.ClusterService/ScanDiscovery"
+	ClusterService_PauseCluster_FullMethodName         = "/ichor.v1.ClusterService/PauseCluster"
+	ClusterService_ResumeCluster_FullMethodName        = "/ichor.v1.ClusterService/ResumeCluster"
+	ClusterService_ConfirmRecovery_FullMethodName      = "/ichor.v1.ClusterService/ConfirmRecovery"
+	ClusterService_GetCiliumValues_FullMethodName      = "/ichor.v1.ClusterService/GetCiliumValues"
+	ClusterService_PreviewCiliumValues_FullMethodName  = "/ichor.v1.ClusterService/PreviewCiliumValues"
+	ClusterService_UpdateCiliumValues_FullMethodName   = "/ichor.v1.ClusterService/UpdateCiliumValues"
+	ClusterService_GetAuthentication_FullMethodName    = "/ichor.v1.ClusterService/GetAuthentication"
+	ClusterService_UpdateAuthentication_FullMethodName = "/ichor.v1.ClusterService/UpdateAuthentication"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -85,6 +87,18 @@ type ClusterServiceClient interface {
 	// with RefusalDetails; nothing is written then. The controller applies
 	// the values with Helm (the CNIHandover condition reports it).
 	UpdateCiliumValues(ctx context.Context, in *UpdateCiliumValuesRequest, opts ...grpc.CallOption) (*UpdateCiliumValuesResponse, error)
+	// GetAuthentication returns spec.authentication, the OIDC issuers the
+	// cluster's kube-apiserver trusts (ichor-ui's issuer, an external
+	// provider), whether Ichor's users are on (ichor-ui's issuer published),
+	// and the control planes still waiting for the kube-apiserver restart
+	// that applies it.
+	GetAuthentication(ctx context.Context, in *GetAuthenticationRequest, opts ...grpc.CallOption) (*GetAuthenticationResponse, error)
+	// UpdateAuthentication writes spec.authentication as the signed-in user,
+	// who needs `update` on `talosclusters/authentication` (ichor-admin). A
+	// configuration the kube-apiserver would refuse is InvalidArgument, a
+	// missing permission PermissionDenied, both with RefusalDetails; nothing
+	// is written then. The control planes then wait for a config rollout.
+	UpdateAuthentication(ctx context.Context, in *UpdateAuthenticationRequest, opts ...grpc.CallOption) (*UpdateAuthenticationResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -195,6 +209,26 @@ func (c *clusterServiceClient) UpdateCiliumValues(ctx context.Context, in *Updat
 	return out, nil
 }
 
+func (c *clusterServiceClient) GetAuthentication(ctx context.Context, in *GetAuthenticationRequest, opts ...grpc.CallOption) (*GetAuthenticationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetAuthenticationResponse)
+	err := c.cc.Invoke(ctx, ClusterService_GetAuthentication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) UpdateAuthentication(ctx context.Context, in *UpdateAuthenticationRequest, opts ...grpc.CallOption) (*UpdateAuthenticationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateAuthenticationResponse)
+	err := c.cc.Invoke(ctx, ClusterService_UpdateAuthentication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -249,6 +283,18 @@ type ClusterServiceServer interface {
 	// with RefusalDetails; nothing is written then. The controller applies
 	// the values with Helm (the CNIHandover condition reports it).
 	UpdateCiliumValues(context.Context, *UpdateCiliumValuesRequest) (*UpdateCiliumValuesResponse, error)
+	// GetAuthentication returns spec.authentication, the OIDC issuers the
+	// cluster's kube-apiserver trusts (ichor-ui's issuer, an external
+	// provider), whether Ichor's users are on (ichor-ui's issuer published),
+	// and the control planes still waiting for the kube-apiserver restart
+	// that applies it.
+	GetAuthentication(context.Context, *GetAuthenticationRequest) (*GetAuthenticationResponse, error)
+	// UpdateAuthentication writes spec.authentication as the signed-in user,
+	// who needs `update` on `talosclusters/authentication` (ichor-admin). A
+	// configuration the kube-apiserver would refuse is InvalidArgument, a
+	// missing permission PermissionDenied, both with RefusalDetails; nothing
+	// is written then. The control planes then wait for a config rollout.
+	UpdateAuthentication(context.Context, *UpdateAuthenticationRequest) (*UpdateAuthenticationResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -288,6 +334,12 @@ func (UnimplementedClusterServiceServer) PreviewCiliumValues(context.Context, *P
 }
 func (UnimplementedClusterServiceServer) UpdateCiliumValues(context.Context, *UpdateCiliumValuesRequest) (*UpdateCiliumValuesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateCiliumValues not implemented")
+}
+func (UnimplementedClusterServiceServer) GetAuthentication(context.Context, *GetAuthenticationRequest) (*GetAuthenticationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAuthentication not implemented")
+}
+func (UnimplementedClusterServiceServer) UpdateAuthentication(context.Context, *UpdateAuthenticationRequest) (*UpdateAuthenticationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateAuthentication not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -490,6 +542,42 @@ func _ClusterService_UpdateCiliumValues_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_GetAuthentication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAuthenticationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).GetAuthentication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_GetAuthentication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).GetAuthentication(ctx, req.(*GetAuthenticationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_UpdateAuthentication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateAuthenticationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).UpdateAuthentication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_UpdateAuthentication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).UpdateAuthentication(ctx, req.(*UpdateAuthenticationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -536,6 +624,14 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateCiliumValues",
 			Handler:    _ClusterService_UpdateCiliumValues_Handler,
+		},
+		{
+			MethodName: "GetAuthentication",
+			Handler:    _ClusterService_GetAuthentication_Handler,
+		},
+		{
+			MethodName: "UpdateAuthentication",
+			Handler:    _ClusterService_UpdateAuthentication_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
