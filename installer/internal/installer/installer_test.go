@@ -44,9 +44,9 @@ func TestInstallerInstalls(t *testing.T) {
 	mustContain(t, "the log", log,
 		"installing Ichor v0.1.0 into namespace ichor-system",
 		"[1/9] installer RBAC: applying Namespace ichor-system, ServiceAccount ichor-installer",
-		"[2/9] CRD check: 0 of 10 CRDs are installed; every change is additive",
+		"[2/9] CRD check: 0 of 11 CRDs are installed; every change is additive",
 		"[3/9] snapshot: 0 objects of no previous version saved in ConfigMap ichor-system/ichor-installer-snapshot",
-		"[4/9] CRDs: applying 10 CustomResourceDefinitions", "the CRDs are Established",
+		"[4/9] CRDs: applying 11 CustomResourceDefinitions", "the CRDs are Established",
 		"created IchorInstallation ichor (version v0.1.0, managed by ichor)",
 		"[5/9] controller: 2 schedulable nodes: 2 replicas with a PodDisruptionBudget", "Deployment ichor-controller is available (2/2)",
 		"[6/9] ichor-ui: 2 schedulable nodes: 2 replicas with a PodDisruptionBudget", "Deployment ichor-ui is available (2/2)",
@@ -90,7 +90,7 @@ func TestInstallerInstalls(t *testing.T) {
 		t.Fatalf("the upgrade failed: %v", err)
 	}
 
-	mustContain(t, "the upgrade's log", log, "[2/9] CRD check: 10 of 10 CRDs are installed; every change is additive",
+	mustContain(t, "the upgrade's log", log, "[2/9] CRD check: 11 of 11 CRDs are installed; every change is additive",
 		"objects of v0.1.0 saved in ConfigMap", "done: Ichor v0.2.0 is installed")
 
 	if ii := installation(t); ii.Status.InstalledVersion != "v0.2.0" || ii.Spec.Version.Version != "v0.1.0" {
@@ -160,7 +160,7 @@ func TestInstallerRollback(t *testing.T) {
 			t.Fatal("a CRD change that drops a stored field was installed")
 		}
 
-		mustContain(t, "the log", log, "[2/9] CRD check: 10 of 10 CRDs are installed; 1 change(s) are not additive",
+		mustContain(t, "the log", log, "[2/9] CRD check: 11 of 11 CRDs are installed; 1 change(s) are not additive",
 			"FAILED at CRD check", "talosmachines.ichor.maesh.dev v1alpha1 .spec.install.disk: removed",
 			"nothing of Ichor was changed (only the installer's own RBAC was applied); the installed Ichor (v0.1.0) is left as it was",
 			"IchorInstallation ichor: Installed=False, reason Refused")
