@@ -30,12 +30,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/uiserver/internal/auth"
 	"github.com/maeshinshin/ichor/uiserver/internal/frontend"
 	"github.com/maeshinshin/ichor/uiserver/internal/identity"
+	"github.com/maeshinshin/ichor/uiserver/internal/restjson"
 )
 
 // Options configure New.
@@ -176,10 +176,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.gwConn = conn
-	s.marshaler = &runtime.JSONPb{
-		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false},
-		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
-	}
+	s.marshaler = restjson.Marshaler()
 	gw := runtime.NewServeMux(
 		// Only the bearer token crosses from HTTP to gRPC: no cookie, no other header.
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
