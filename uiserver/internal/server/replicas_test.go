@@ -140,8 +140,9 @@ func eventuallyRefusedAt(t *testing.T, base, access string) {
 // the other, a session begun on A is refreshed on B and its tokens are good
 // on both, a refresh token or code used on one is used on the other (reuse
 // revokes the session everywhere), a revocation on A holds on B, the same
-// refresh token presented to both at once is one use and one reuse, and a
-// replica that terminates ends its streams asking the clients to reconnect,
+// refresh token presented to both at once is one use and one reuse,
+// deleting a session's object signs it out on both, and a replica that
+// terminates ends its streams asking the clients to reconnect,
 // which they do at the other with the same sign-in.
 func TestTwoReplicaSessions(t *testing.T) {
 	newUser(t, "twin", twinPassword, ichorv1alpha1.UserRoleViewer)
@@ -232,6 +233,24 @@ func TestTwoReplicaSessions(t *testing.T) {
 		if ok != 1 {
 			t.Fatalf("the same refresh token at two replicas at once: %v, want one 200 and one 400", statuses)
 		}
+	})
+
+	t.Run("deleting a session signs it out", func(t *testing.T) {
+		tok := signInAt(t, a, a, b)
+		claims, err := tokens.Verify(tok.AccessToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &ichorv1alpha1.IchorUISession{}
+		s.Name, s.Namespace = claims.Session, testNS
+		if err := admin.Delete(context.Background(), s); err != nil {
+			t.Fatalf("deleting IchorUISession %s: %v", claims.Session, err)
+		}
+		if status, _, e := refreshAt(t, b, tok.RefreshToken); status != http.StatusBadRequest || e["error"] != "invalid_grant" {
+			t.Fatalf("the refresh token of a deleted session: %d %v", status, e)
+		}
+		eventuallyRefusedAt(t, a, tok.AccessToken)
+		eventuallyRefusedAt(t, b, tok.AccessToken)
 	})
 
 	t.Run("a replica that stops sends its streams to the other", func(t *testing.T) {
