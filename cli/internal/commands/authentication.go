@@ -8,12 +8,12 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v3"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
+	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 )
 
 // Flags of `ichor cluster authentication set`.
@@ -108,14 +108,7 @@ func (r *run) restartPending(ctx context.Context, c *ichorv1alpha1.TalosCluster)
 	if err := r.c().List(ctx, list, client.InNamespace(c.Namespace)); err != nil {
 		return nil
 	}
-	var out []string
-	for i := range list.Items {
-		m := &list.Items[i]
-		if m.Spec.ClusterName == c.Name && apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.APIServerRestartRequiredCondition) {
-			out = append(out, m.Name)
-		}
-	}
-	return out
+	return rollout.APIServerRestartPending(c.Name, list.Items)
 }
 
 func orDefault(s, d string) string {

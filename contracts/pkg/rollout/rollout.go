@@ -94,6 +94,21 @@ func Waiting(m *ichorv1alpha1.TalosMachine) (Machine, bool) {
 	return w, len(w.Rollout) > 0
 }
 
+// APIServerRestartPending names the machines of cluster whose kube-apiserver
+// still runs an earlier configuration (APIServerRestartRequired), in the
+// order given: what `ichor cluster authentication get` and the console's
+// Cluster authentication card say waits for a config rollout.
+func APIServerRestartPending(cluster string, machines []ichorv1alpha1.TalosMachine) []string {
+	var out []string
+	for i := range machines {
+		m := &machines[i]
+		if m.Spec.ClusterName == cluster && meta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.APIServerRestartRequiredCondition) {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
 // HoldOf is the hold annotation a machine carries (the operation skips it
 // while it does), or "".
 func HoldOf(m *ichorv1alpha1.TalosMachine) string {

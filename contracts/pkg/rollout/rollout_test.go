@@ -200,3 +200,23 @@ func TestNewOperation(t *testing.T) {
 		t.Errorf("operation: %+v", o)
 	}
 }
+
+// TestAPIServerRestartPending names the cluster's machines whose
+// kube-apiserver waits for a restart, none of another cluster's, and none
+// that waits for a reboot only.
+func TestAPIServerRestartPending(t *testing.T) {
+	other := machine("cp-9", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.APIServerRestartRequiredCondition)
+	other.Spec.ClusterName = "other"
+	ms := []ichorv1alpha1.TalosMachine{
+		machine("cp-1", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.APIServerRestartRequiredCondition),
+		machine("cp-2", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.RebootRequiredCondition),
+		machine("cp-3", ichorv1alpha1.RoleControlPlane, ichorv1alpha1.APIServerRestartRequiredCondition),
+		machine("w-1", ichorv1alpha1.RoleWorker),
+		other,
+	}
+
+	got := rollout.APIServerRestartPending(ms[0].Spec.ClusterName, ms)
+	if len(got) != 2 || got[0] != "cp-1" || got[1] != "cp-3" {
+		t.Fatalf("waiting for a kube-apiserver restart: %v, want [cp-1 cp-3]", got)
+	}
+}

@@ -5,12 +5,12 @@ import (
 	"errors"
 
 	"google.golang.org/grpc/codes"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/rollout"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 )
 
@@ -38,12 +38,7 @@ func (s *ClusterService) authentication(ctx context.Context, c *ichorv1alpha1.Ta
 	if err := s.Clients.Cache.List(ctx, machines, client.InNamespace(c.Namespace)); err != nil {
 		return nil, apiError(ctx, err, what)
 	}
-	for i := range machines.Items {
-		m := &machines.Items[i]
-		if m.Spec.ClusterName == c.Name && apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.APIServerRestartRequiredCondition) {
-			out.RestartPending = append(out.RestartPending, m.Name)
-		}
-	}
+	out.RestartPending = rollout.APIServerRestartPending(c.Name, machines.Items)
 	return out, nil
 }
 
