@@ -469,6 +469,24 @@ func TestTalosUpgradeStoppedMidUpgrade(t *testing.T) {
 
 // talosOpOf is a talos operation to version, created as a person would (the
 // starter then creates none: one talos operation of the cluster at a time).
+// startTalosOp starts a talos operation of the test's own making as `ichor
+// upgrade talos` would have the starter make it: the operation first,
+// paused (an unfinished talos operation keeps the starter from making its
+// own for the new version), then the cluster's spec.talosVersion, then the
+// pause lifted (the pre-checks want the operation's target to be the
+// cluster's spec, and run only once it is).
+func startTalosOp(t testing.TB, op *ichorv1alpha1.TalosOperation) {
+	t.Helper()
+
+	op.Spec.Paused = true
+	testenv.Must(t, k8s.Create(context.Background(), op))
+	setTalosVersion(t, op.Spec.Talos.Version)
+
+	patch := client.MergeFrom(op.DeepCopy())
+	op.Spec.Paused = false
+	testenv.Must(t, k8s.Patch(context.Background(), op, patch))
+}
+
 func talosOpOf(name, version string, mutate func(*ichorv1alpha1.TalosOperation)) *ichorv1alpha1.TalosOperation {
 	op := &ichorv1alpha1.TalosOperation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -587,10 +605,9 @@ func TestTalosUpgradeStorageHook(t *testing.T) {
 	}
 
 	// Only the workers, which the TalosStorage selects.
-	testenv.Must(t, k8s.Create(ctx, talosOpOf("hook-v1-14-6", "v1.14.6", func(op *ichorv1alpha1.TalosOperation) {
+	startTalosOp(t, talosOpOf("hook-v1-14-6", "v1.14.6", func(op *ichorv1alpha1.TalosOperation) {
 		op.Spec.MachineSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"ichor-test/pool": "workers"}}
-	})))
-	setTalosVersion(t, "v1.14.6")
+	}))
 
 	// w-2's evacuation reaches its timeout: the operation pauses there.
 	testenv.Eventually(t, waitTimeout, "the operation paused by w-2's evacuation timeout", func() error {
@@ -729,11 +746,10 @@ func TestTalosUpgradeHoldOrderAndBudget(t *testing.T) {
 	})
 	defer stop()
 
-	testenv.Must(t, k8s.Create(context.Background(), talosOpOf("order-v1-14-7", "v1.14.7", func(op *ichorv1alpha1.TalosOperation) {
+	startTalosOp(t, talosOpOf("order-v1-14-7", "v1.14.7", func(op *ichorv1alpha1.TalosOperation) {
 		op.Spec.OrderBy = rack
 		op.Spec.MaxUnavailable = new(intstr.FromInt32(2))
-	})))
-	setTalosVersion(t, "v1.14.7")
+	}))
 
 	// Every other machine is done; cp-2 waits for its hold to go.
 	testenv.Eventually(t, 2*waitTimeout, "every machine but the held cp-2 upgraded", func() error {

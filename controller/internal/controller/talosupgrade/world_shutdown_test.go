@@ -71,17 +71,22 @@ func newShutdownCalls(t testing.TB, before map[string]int) map[string][]talosemu
 	return out
 }
 
-// etcdVoters counts the etcd members cp-1 lists that are not learners.
-func etcdVoters(t testing.TB) int {
+// etcdVoters counts cp-1's etcd voters; an etcd that is still starting (the
+// emulator answers Unavailable until its service runs) is an error to retry.
+func etcdVoters(t testing.TB) (int, error) {
 	t.Helper()
 
 	n, err := (&talos.Dialer{}).Dial(context.Background(), emu(t, "cp-1").IP(), theBun)
-	testenv.Must(t, err)
+	if err != nil {
+		return 0, err
+	}
 
 	defer n.Close()
 
 	ms, err := n.EtcdMembers(context.Background())
-	testenv.Must(t, err)
+	if err != nil {
+		return 0, err
+	}
 
 	voters := 0
 
@@ -91,7 +96,7 @@ func etcdVoters(t testing.TB) int {
 		}
 	}
 
-	return voters
+	return voters, nil
 }
 
 // TestClusterShutdown (architecture, "Upgrades", the shutdown paragraph):
@@ -226,7 +231,13 @@ func TestClusterShutdown(t *testing.T) {
 	}
 
 	// No member was removed: the same three voters after power-on.
-	testenv.Eventually(t, waitTimeout, "three etcd voters after power-on", testenv.Holds(func() bool { return etcdVoters(t) == 3 }))
+	testenv.Eventually(t, waitTimeout, "three etcd voters after power-on", func() error {
+		if v, err := etcdVoters(t); err != nil || v != 3 {
+			return fmt.Errorf("%d voters (%w)", v, err)
+		}
+
+		return nil
+	})
 	waitHealthy(t)
 }
 
@@ -272,7 +283,7 @@ func TestClusterShutdownChaos(t *testing.T) {
 			}
 
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: not reached after %d controller restarts: step %s, machines %+v", what, restarts, op.Status.Step, op.Status.Machines)
+				t.Fatalf("%s: not reached after %d controller restarts: step %s, conditions %+v, machines %+v", what, restarts, op.Status.Step, op.Status.Conditions, op.Status.Machines)
 			}
 
 			if res.RequeueAfter > 100*time.Millisecond {
