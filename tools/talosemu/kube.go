@@ -3,6 +3,7 @@ package talosemu
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/tls"
 	"compress/gzip"
 	"context"
 	stdx509 "crypto/x509"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -83,6 +86,58 @@ func kubeCACert(cfg talosconfig.Provider) []byte {
 	return nil
 }
 
+// kubeAcceptedCAs is the Kubernetes CA bundle of cfg: the certificates the
+// control plane accepts client certificates from and its clients trust,
+// the issuing CA first (t:pkg/machinery/config/types/k8s/apiserver_ca.go
+// AcceptedCAs; the v1alpha1 shim in v1alpha1_k8s_bridge.go does the same with
+// cluster.ca and cluster.acceptedCAs). Talos writes it as the kube-apiserver's
+// client CA file and the CA data of the kubeconfigs it generates
+// (t:internal/app/machined/pkg/controllers/k8s/render_secrets_static_pod.go,
+// t:pkg/kubeconfig/generate.go), and as the kubelet's client CA file
+// (t:internal/app/machined/pkg/controllers/k8s/kubelet_service.go).
+func kubeAcceptedCAs(cfg talosconfig.Provider) []byte {
+	if cfg == nil || cfg.K8sAPIServerCAConfig() == nil {
+		return nil
+	}
+
+	var out []byte
+
+	for _, c := range cfg.K8sAPIServerCAConfig().AcceptedCAs() {
+		if c == nil || len(c.Crt) == 0 || bytes.Contains(out, bytes.TrimSpace(c.Crt)) {
+			continue
+		}
+
+		out = append(out, bytes.TrimSpace(c.Crt)...)
+		out = append(out, '\n')
+	}
+
+	if len(out) == 0 {
+		return kubeCACert(cfg)
+	}
+
+	return out
+}
+
+// kubeClusterKey names the Kubernetes cluster a machine belongs to: its
+// cluster ID (cluster.id, the discovery identity), or, in a hand-written
+// config without one, its Kubernetes CA. The ID holds through a CA rotation,
+// when the machines of one cluster name different issuing CAs for a while.
+func kubeClusterKey(cfg talosconfig.Provider) string {
+	if cfg == nil {
+		return ""
+	}
+
+	if id := cfg.DiscoveryIdentityConfig(); id != nil && id.ClusterID() != "" {
+		return "id:" + id.ClusterID()
+	}
+
+	if crt := kubeCACert(cfg); crt != nil {
+		return "ca:" + string(crt)
+	}
+
+	return ""
+}
+
 // kubeCAKeyFor finds the Kubernetes CA key for crt among the control planes of the world,
 // as the emulated trustd does for the OS CA: workers hold only the certificate.
 func (w *World) kubeCAKeyFor(crt []byte) *x509.PEMEncodedCertificateAndKey {
@@ -104,8 +159,13 @@ func kubeEndpoint(cfg talosconfig.Provider) string {
 	return cfg.K8sClusterConfig().ClusterEndpoint().String()
 }
 
-// restConfigFor builds a client config for endpoint signed by ca with the given identity.
-func restConfigFor(endpoint string, ca *x509.PEMEncodedCertificateAndKey, cn string, orgs []string) (*rest.Config, error) {
+// restConfigFor builds a client config for endpoint signed by ca with the given
+// identity, trusting trust (the accepted bundle; nil: ca alone).
+func restConfigFor(endpoint string, ca *x509.PEMEncodedCertificateAndKey, trust []byte, cn string, orgs []string) (*rest.Config, error) {
+	if len(trust) == 0 {
+		trust = ca.Crt
+	}
+
 	crt, key, err := signCert(ca, cn, orgs, []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth}, nil, nil)
 	if err != nil {
 		return nil, err
@@ -113,7 +173,7 @@ func restConfigFor(endpoint string, ca *x509.PEMEncodedCertificateAndKey, cn str
 
 	return &rest.Config{
 		Host:            endpoint,
-		TLSClientConfig: rest.TLSClientConfig{CAData: ca.Crt, CertData: crt, KeyData: key},
+		TLSClientConfig: rest.TLSClientConfig{CAData: trust, CertData: crt, KeyData: key},
 		Timeout:         15 * time.Second,
 		QPS:             50,
 		Burst:           100,
@@ -150,7 +210,7 @@ func adminKubeconfigTarGz(cfg talosconfig.Provider) ([]byte, error) {
 		return nil, errors.New("no Kubernetes CA key in the machine configuration")
 	}
 
-	rc, err := restConfigFor(kubeEndpoint(cfg), ca, "admin", []string{groupMasters})
+	rc, err := restConfigFor(kubeEndpoint(cfg), ca, kubeAcceptedCAs(cfg), "admin", []string{groupMasters})
 	if err != nil {
 		return nil, err
 	}
@@ -191,10 +251,10 @@ func (m *Machine) runsAPIServer() bool {
 		return true
 	}
 
-	crt := kubeCACert(m.activeConfig())
+	key := kubeClusterKey(m.activeConfig())
 
 	for _, o := range m.world.machines {
-		if o.isControlPlane() && bytes.Equal(kubeCACert(o.activeConfig()), crt) {
+		if o.isControlPlane() && kubeClusterKey(o.activeConfig()) == key {
 			return o == m
 		}
 	}
@@ -301,7 +361,12 @@ func (m *Machine) writeKubePKI(cfg talosconfig.Provider) (map[string]string, err
 		return nil, err
 	}
 
-	files := map[string][]byte{"ca.crt": ca.Crt, "ca.key": ca.Key, "etcd-ca.crt": eca.Crt, "sa.key": sa.IssuingKey().Key}
+	// ca.crt/ca.key: the issuing CA (controller-manager's signing and root CA);
+	// accepted-ca.crt: the accepted bundle, the kube-apiserver's client CA
+	// (t:internal/app/machined/pkg/controllers/k8s/render_secrets_static_pod.go)
+	files := map[string][]byte{
+		"ca.crt": ca.Crt, "ca.key": ca.Key, "accepted-ca.crt": kubeAcceptedCAs(cfg), "etcd-ca.crt": eca.Crt, "sa.key": sa.IssuingKey().Key,
+	}
 
 	m.mu.Lock()
 	hostname := m.hostnameLocked()
@@ -372,7 +437,7 @@ func (m *Machine) writeKubePKI(cfg talosconfig.Provider) (map[string]string, err
 		{"controller-manager.kubeconfig", "system:kube-controller-manager"},
 		{"scheduler.kubeconfig", "system:kube-scheduler"},
 	} {
-		rc, err := restConfigFor(local, ca, u.cn, nil)
+		rc, err := restConfigFor(local, ca, kubeAcceptedCAs(cfg), u.cn, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -513,7 +578,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 		// same authorizers as an --authorization-config file unless extra args set the mode)
 		"authorization-mode":          "Node,RBAC",
 		flagBindAddress:               ip,
-		"client-ca-file":              files["ca.crt"],
+		"client-ca-file":              files["accepted-ca.crt"],
 		"enable-admission-plugins":    "NodeRestriction",
 		"enable-bootstrap-token-auth": argTrue,
 		// the apiserver refuses loopback addresses in the kubernetes Endpoints (Talos: lease)
@@ -605,7 +670,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 		return err
 	}
 
-	admin, err := restConfigFor("https://"+net.JoinHostPort(ip, strconv.Itoa(port)), kubeCAOf(cfg), "admin", []string{groupMasters})
+	admin, err := restConfigFor("https://"+net.JoinHostPort(ip, strconv.Itoa(port)), kubeCAOf(cfg), kubeAcceptedCAs(cfg), "admin", []string{groupMasters})
 	if err != nil {
 		return err
 	}
@@ -893,22 +958,119 @@ func (m *Machine) clusterRESTConfig(cn string, orgs []string) (*rest.Config, err
 		return nil, errors.New("no control plane holds the Kubernetes CA key")
 	}
 
-	rc, err := restConfigFor(kubeEndpoint(cfg), ca, cn, orgs)
+	rc, err := restConfigFor(kubeEndpoint(cfg), ca, kubeAcceptedCAs(cfg), cn, orgs)
 	if err != nil {
 		return nil, err
 	}
 
-	rc.Dial = m.world.apiDialer(crt)
+	rc.Dial = m.world.apiDialer(kubeClusterKey(cfg))
+
+	return rc, nil
+}
+
+// followingRESTConfig is clusterRESTConfig for a long-lived client: each new
+// connection presents a client certificate of the Kubernetes CA the
+// machine's configuration issues with at that moment, and verifies the
+// server against the CAs it accepts then, so the client goes on working
+// through a CA rotation.
+func (m *Machine) followingRESTConfig(cn string, orgs []string) (*rest.Config, error) {
+	rc, err := m.clusterRESTConfig(cn, orgs)
+	if err != nil {
+		return nil, err
+	}
+
+	u, err := url.Parse(rc.Host)
+	if err != nil {
+		return nil, err
+	}
+
+	var (
+		mu       sync.Mutex
+		issuedBy []byte
+		cert     *tls.Certificate
+	)
+
+	clientCert := func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		ca := m.world.kubeCAKeyFor(kubeCACert(m.activeConfig()))
+		if ca == nil {
+			return nil, errors.New("no control plane holds the Kubernetes CA key")
+		}
+
+		mu.Lock()
+		defer mu.Unlock()
+
+		if cert == nil || !bytes.Equal(issuedBy, ca.Crt) {
+			crt, key, err := signCert(ca, cn, orgs, []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth}, nil, nil)
+			if err != nil {
+				return nil, err
+			}
+
+			pair, err := tls.X509KeyPair(crt, key)
+			if err != nil {
+				return nil, err
+			}
+
+			cert, issuedBy = &pair, ca.Crt
+		}
+
+		return cert, nil
+	}
+
+	verify := func(raw [][]byte, _ [][]*stdx509.Certificate) error {
+		roots := stdx509.NewCertPool()
+		roots.AppendCertsFromPEM(kubeAcceptedCAs(m.activeConfig()))
+
+		certs := make([]*stdx509.Certificate, 0, len(raw))
+
+		for _, b := range raw {
+			c, err := stdx509.ParseCertificate(b)
+			if err != nil {
+				return err
+			}
+
+			certs = append(certs, c)
+		}
+
+		if len(certs) == 0 {
+			return errors.New("the API server presented no certificate")
+		}
+
+		inter := stdx509.NewCertPool()
+		for _, c := range certs[1:] {
+			inter.AddCert(c)
+		}
+
+		_, err := certs[0].Verify(stdx509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: u.Hostname()})
+
+		return err
+	}
+
+	dial := rc.Dial
+	rc.Dial = nil
+	rc.TLSClientConfig = rest.TLSClientConfig{}
+	rc.Transport = &http.Transport{
+		DialContext:       dial,
+		ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// verified by verify against the CAs accepted at the handshake
+			InsecureSkipVerify:    true, //nolint:gosec // see VerifyPeerCertificate
+			VerifyPeerCertificate: verify,
+			GetClientCertificate:  clientCert,
+		},
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+	}
 
 	return rc, nil
 }
 
 // apiDialer dials the cluster endpoint and, when it does not answer, the API server of
-// another control plane of the same cluster (same Kubernetes CA), as KubePrism, the local load
+// another control plane of the same cluster (kubeClusterKey), as KubePrism, the local load
 // balancer in front of every API server, does for Talos's kubelet and machined
 // (t:internal/app/machined/pkg/controllers/k8s/kubeprism.go). Every API server's certificate
 // carries the endpoint's address, so TLS verification against the endpoint holds.
-func (w *World) apiDialer(caCrt []byte) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (w *World) apiDialer(cluster string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: 2 * time.Second}
 
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -917,7 +1079,7 @@ func (w *World) apiDialer(caCrt []byte) func(ctx context.Context, network, addr 
 			return conn, nil
 		}
 
-		for _, other := range w.apiServerAddrs(caCrt) {
+		for _, other := range w.apiServerAddrs(cluster) {
 			if other == addr {
 				continue
 			}
@@ -931,13 +1093,14 @@ func (w *World) apiDialer(caCrt []byte) func(ctx context.Context, network, addr 
 	}
 }
 
-// apiServerAddrs lists host:port of the API servers running for the cluster of caCrt.
-func (w *World) apiServerAddrs(caCrt []byte) []string {
+// apiServerAddrs lists host:port of the API servers running for the cluster
+// named by kubeClusterKey.
+func (w *World) apiServerAddrs(cluster string) []string {
 	var out []string
 
 	for _, o := range w.machines {
 		cfg := o.activeConfig()
-		if !bytes.Equal(kubeCACert(cfg), caCrt) {
+		if kubeClusterKey(cfg) != cluster {
 			continue
 		}
 
@@ -1064,6 +1227,16 @@ func apiServerFingerprint(cfg talosconfig.Provider) string {
 	if sa := cfg.K8sServiceAccountConfig(); sa != nil && sa.IssuingKey() != nil {
 		doc["sa"] = seed(string(sa.IssuingKey().Key))
 	}
+
+	// a change of the issuing or accepted Kubernetes CAs changes the secrets
+	// version Talos puts on the static pods, so kubelet recreates them
+	// (t:internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go,
+	// talos.dev/secrets-version)
+	if ca := kubeCAOf(cfg); ca != nil {
+		doc["ca"] = seed(string(ca.Crt))
+	}
+
+	doc["acceptedCAs"] = seed(string(kubeAcceptedCAs(cfg)))
 
 	var plugins []any
 	for _, p := range cfg.K8sAdmissionControlPluginConfigs() {

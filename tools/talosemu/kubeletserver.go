@@ -80,9 +80,6 @@ func (r *podRunner) serveKubeletOnce(ctx context.Context) error {
 		return err
 	}
 
-	pool := stdx509.NewCertPool()
-	pool.AppendCertsFromPEM(caCrt)
-
 	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(r.m.IP(), strconv.Itoa(kubeletPort)))
 	if err != nil {
 		return err
@@ -103,11 +100,26 @@ func (r *podRunner) serveKubeletOnce(ctx context.Context) error {
 		Handler:           az.wrap(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{
-			Certificates: []tls.Certificate{cert},
-			ClientAuth:   tls.VerifyClientCertIfGiven,
-			ClientCAs:    pool,
-			MinVersion:   tls.VersionTLS12,
-			NextProtos:   []string{"http/1.1"},
+			MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"http/1.1"},
+			// the client CAs are the accepted bundle of the running config, read
+			// at each handshake: Talos rewrites the kubelet's client CA file and
+			// restarts it whenever the accepted CAs change
+			// (t:internal/app/machined/pkg/controllers/k8s/kubelet_service.go)
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				pool := stdx509.NewCertPool()
+				if !pool.AppendCertsFromPEM(kubeAcceptedCAs(r.m.activeConfig())) {
+					pool.AppendCertsFromPEM(caCrt)
+				}
+
+				return &tls.Config{
+					Certificates: []tls.Certificate{cert},
+					ClientAuth:   tls.VerifyClientCertIfGiven,
+					ClientCAs:    pool,
+					MinVersion:   tls.VersionTLS12,
+					NextProtos:   []string{"http/1.1"},
+				}, nil
+			},
 		},
 		ErrorLog: nil,
 	}

@@ -1,7 +1,6 @@
 package talosemu
 
 import (
-	"bytes"
 	"context"
 	_ "embed" // the stages kwok plays
 	"encoding/json"
@@ -80,7 +79,7 @@ func kwokStages(podRunner bool) (map[internalversion.StageResourceRef][]*interna
 // kwokRunner is the kwok controller of one emulated cluster.
 type kwokRunner struct {
 	w       *World
-	caCrt   []byte
+	cluster string   // kubeClusterKey
 	starter *Machine // the control plane whose config names the endpoint and CIDRs
 	poke    chan struct{}
 }
@@ -88,8 +87,8 @@ type kwokRunner struct {
 // startKwok starts the kwok controller of m's cluster once (the first API server of the
 // cluster is ready). It runs until the world closes, following whichever API server is up.
 func (w *World) startKwok(m *Machine) {
-	crt := kubeCACert(m.activeConfig())
-	if crt == nil {
+	key := kubeClusterKey(m.activeConfig())
+	if key == "" {
 		return
 	}
 
@@ -100,12 +99,12 @@ func (w *World) startKwok(m *Machine) {
 		w.kwoks = map[string]*kwokRunner{}
 	}
 
-	if _, ok := w.kwoks[string(crt)]; ok || w.kwokCtx == nil {
+	if _, ok := w.kwoks[key]; ok || w.kwokCtx == nil {
 		return
 	}
 
-	r := &kwokRunner{w: w, caCrt: crt, starter: m, poke: make(chan struct{}, 1)}
-	w.kwoks[string(crt)] = r
+	r := &kwokRunner{w: w, cluster: key, starter: m, poke: make(chan struct{}, 1)}
+	w.kwoks[key] = r
 
 	w.kwokWG.Add(1)
 
@@ -184,7 +183,11 @@ func (r *kwokRunner) start(ctx context.Context) error {
 		return fmt.Errorf("granting %s its ClusterRole: %w", kwokUser, err)
 	}
 
-	rc, err := r.starter.clusterRESTConfig(kwokUser, nil)
+	// kwok stands for the kubelets, which follow a CA rotation (Talos
+	// bootstraps a kubelet again when its client certificate no longer
+	// verifies, t:internal/app/machined/pkg/controllers/k8s/kubelet_service.go
+	// refreshKubeletCerts): its client signs with the CA that issues now
+	rc, err := r.starter.followingRESTConfig(kwokUser, nil)
 	if err != nil {
 		return err
 	}
@@ -240,7 +243,7 @@ func (r *kwokRunner) syncLabels(ctx context.Context) error {
 	running := map[string]bool{}
 
 	for _, o := range r.w.machines {
-		if o.kubeletUp.Load() && bytes.Equal(kubeCACert(o.activeConfig()), r.caCrt) {
+		if o.kubeletUp.Load() && kubeClusterKey(o.activeConfig()) == r.cluster {
 			running[o.nodeName()] = true
 		}
 	}

@@ -284,10 +284,27 @@ func (m *Machine) refreshAPICertLocked() error {
 	if len(ca.Key) > 0 {
 		m.world.rememberCA(ca)
 	} else {
-		ca = m.world.lookupCA(ca.Crt)
-		if ca == nil {
+		// a worker's certificate comes from trustd on a control plane, signed
+		// with that control plane's issuing CA, which the worker's config
+		// accepts but need not name as machine.ca: while a CA rotation
+		// switches the issuing CA, a worker may name the new one before any
+		// control plane issues with it (t:internal/app/trustd/internal/reg/reg.go
+		// Certificate; t:internal/app/machined/pkg/controllers/secrets/api.go
+		// generateWorker)
+		issuer := m.world.lookupCA(ca.Crt)
+		for _, accepted := range sec.AcceptedCAs() {
+			if issuer != nil {
+				break
+			}
+
+			issuer = m.world.lookupCA(accepted.Crt)
+		}
+
+		if issuer == nil {
 			return errors.New("no control plane issued an API certificate for this machine yet (trustd has no OS CA key)")
 		}
+
+		ca = issuer
 	}
 
 	cert, err := issueServerCert(ca, m.p.Hardware.Address, m.hostnameLocked())
@@ -297,6 +314,7 @@ func (m *Machine) refreshAPICertLocked() error {
 
 	pool := stdx509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.Crt)
+	pool.AppendCertsFromPEM(sec.IssuingCA().Crt)
 
 	for _, accepted := range sec.AcceptedCAs() {
 		pool.AppendCertsFromPEM(accepted.Crt)
