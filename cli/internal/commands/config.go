@@ -99,12 +99,17 @@ func (r *run) renderInputs(ctx context.Context, cmd *cli.Command, name string) (
 	if err != nil {
 		return render.Input{}, err
 	}
+	// A CA rotation's accepted CAs are part of the render, as the controller's.
+	accepted, err := bundle.LoadAccepted(secret)
+	if err != nil {
+		return render.Input{}, err
+	}
 	// The same gathering as the controller's and ichor-ui's.
 	in, err := render.LoadInput(ctx, r.c(), m)
 	if err != nil {
 		return render.Input{}, r.conn.Explain(err, "reading the render input (the cluster, its TalosConfigPatches and TalosStorages)")
 	}
-	in.Bundle = b
+	in.Bundle, in.Accepted = b, accepted
 	return in, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/siderolabs/crypto/x509"
 	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
@@ -17,6 +18,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -60,6 +62,10 @@ type Input struct {
 	Machine *ichorv1alpha1.TalosMachine
 	// Bundle is the cluster's secrets bundle (package bundle loads it).
 	Bundle *secrets.Bundle
+	// Accepted are the CA certificates accepted beside the bundle's while a
+	// CA rotation runs (bundle.LoadAccepted reads them from the bundle
+	// Secret); the zero value accepts the bundle's CAs alone.
+	Accepted bundle.Accepted
 	// Patches are the candidate TalosConfigPatches, typically every patch in
 	// the namespace; Render keeps those of the cluster that target the machine.
 	Patches []ichorv1alpha1.TalosConfigPatch
@@ -436,7 +442,58 @@ func baseConfig(in Input, vc *coreconfig.VersionContract, mt machine.Type) (core
 		return nil, fmt.Errorf("generate the %s base configuration: %w", mt, err)
 	}
 
-	return cfg, nil
+	if in.Accepted.Empty() {
+		return cfg, nil
+	}
+
+	return withAccepted(cfg, in.Accepted)
+}
+
+// withAccepted adds a CA rotation's accepted certificates to the generated
+// configuration, where Talos's own rotation puts them
+// (t:pkg/rotate/pki/talos/talos.go: machine.acceptedCAs on every node;
+// t:pkg/machinery/config/generate/rotatepatcher/kubernetes.go: the
+// KubeAPIServerCAConfig document's acceptedCAs when the config has one,
+// cluster.acceptedCAs otherwise). The issuing CA stays the bundle's: on
+// control planes the document's issuingCA, on workers the first accepted
+// certificate, so the accepted ones go after it.
+func withAccepted(generated coreconfig.Provider, a bundle.Accepted) (coreconfig.Provider, error) {
+	// A clone is writable (a container's own documents are not to be
+	// modified, and a read-only one hands out copies).
+	cfg := generated.Clone()
+
+	raw := cfg.RawV1Alpha1()
+	if raw == nil || raw.MachineConfig == nil {
+		return nil, errors.New("the generated configuration has no v1alpha1 machine section for the accepted CAs")
+	}
+
+	for _, c := range a.Talos {
+		raw.MachineConfig.MachineAcceptedCAs = append(raw.MachineConfig.MachineAcceptedCAs, &x509.PEMEncodedCertificate{Crt: []byte(c)})
+	}
+
+	docs := cfg.Documents()
+	inDocument := false
+
+	for _, d := range docs {
+		if ca, ok := d.(*k8s.KubeAPIServerCAConfigV1Alpha1); ok {
+			ca.APIAcceptedCAs = append(ca.APIAcceptedCAs, a.Kubernetes...)
+			inDocument = true
+		}
+	}
+
+	if !inDocument && raw.ClusterConfig != nil {
+		for _, c := range a.Kubernetes {
+			//nolint:staticcheck // the v1.12 contract has no KubeAPIServerCAConfig document
+			raw.ClusterConfig.ClusterAcceptedCAs = append(raw.ClusterConfig.ClusterAcceptedCAs, &x509.PEMEncodedCertificate{Crt: []byte(c)})
+		}
+	}
+
+	out, err := container.New(docs...)
+	if err != nil {
+		return nil, fmt.Errorf("add the accepted CAs: %w", err)
+	}
+
+	return out, nil
 }
 
 // selectPatches keeps the patches of the cluster that target the machine,

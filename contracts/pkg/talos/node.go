@@ -75,6 +75,12 @@ func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*
 		return nil, errors.New("the secrets bundle's OS CA does not parse")
 	}
 
+	// While a CA rotation runs, a node may still present a certificate of the
+	// CA the bundle is rotating from (or to): the accepted ones are trusted too.
+	for _, c := range acceptedBeside(b.Certs.OS.Crt) {
+		roots.AppendCertsFromPEM(c)
+	}
+
 	c, err := DialWithCertificate(ctx, address, d.Port, cert, roots)
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
 // ClusterIndex indexes TalosMachines and TalosConfigPatches by spec.clusterName.
@@ -67,12 +68,12 @@ func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *icho
 		f(&in)
 	}
 
-	b, err := LoadBundle(ctx, apiReader, in.Cluster)
+	b, accepted, err := LoadTrust(ctx, apiReader, in.Cluster)
 	if err != nil {
 		return nil, err
 	}
 
-	in.Bundle = b
+	in.Bundle, in.Accepted = b, accepted
 
 	res, err := render.Render(in)
 	if err != nil {
@@ -82,24 +83,41 @@ func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *icho
 	return &State{Cluster: in.Cluster, Bundle: b, Result: res, Storages: in.Storages}, nil
 }
 
-// LoadBundle reads and parses the cluster's secrets bundle.
+// LoadBundle reads and parses the cluster's secrets bundle (LoadTrust).
 func LoadBundle(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.TalosCluster) (*secrets.Bundle, error) {
+	b, _, err := LoadTrust(ctx, apiReader, cl)
+
+	return b, err
+}
+
+// LoadTrust reads and parses the cluster's secrets bundle and the CAs its
+// nodes accept beside the bundle's while a CA rotation runs
+// (bundle.AcceptedKey), and makes every Talos connection with this bundle
+// trust those too (talos.Accept).
+func LoadTrust(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.TalosCluster) (*secrets.Bundle, bundle.Accepted, error) {
 	sec := &corev1.Secret{}
 	if err := apiReader.Get(ctx, types.NamespacedName{Namespace: cl.Namespace, Name: cl.Spec.SecretsBundleRef.Name}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &StalledError{fmt.Sprintf("secrets bundle Secret %q not found", cl.Spec.SecretsBundleRef.Name)}
+			return nil, bundle.Accepted{}, &StalledError{fmt.Sprintf("secrets bundle Secret %q not found", cl.Spec.SecretsBundleRef.Name)}
 		}
 
-		return nil, err
+		return nil, bundle.Accepted{}, err
 	}
 
 	b, err := bundle.LoadForCluster(sec, cl)
 	if err != nil {
 		// bundle's errors name the Secret and key, never its content.
-		return nil, &StalledError{err.Error()}
+		return nil, bundle.Accepted{}, &StalledError{err.Error()}
 	}
 
-	return b, nil
+	accepted, err := bundle.LoadAccepted(sec)
+	if err != nil {
+		return nil, bundle.Accepted{}, &StalledError{err.Error()}
+	}
+
+	talos.Accept(b.Certs.OS.Crt, accepted.Talos)
+
+	return b, accepted, nil
 }
 
 // Machines lists the TalosMachines of a cluster (through the ClusterIndex)
