@@ -117,7 +117,7 @@ func TestRendersWithDefaults(t *testing.T) {
 	if objs["CiliumNetworkPolicy/ichor-default-deny"] != nil {
 		t.Error("network policies are off by default")
 	}
-	for _, role := range []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer"} {
+	for _, role := range []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer", "ichor-ca-rotation-credentials"} {
 		if objs["ClusterRole/"+role] == nil {
 			t.Errorf("no ClusterRole %s", role)
 		}

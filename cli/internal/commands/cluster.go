@@ -65,6 +65,7 @@ func clusterCommand() *cli.Command {
 				},
 				Action: clusterShutdown,
 			},
+			rotateCACommand(),
 			{
 				Name:   "discovery",
 				Usage:  "where the controller looks for machines in maintenance mode",

@@ -163,6 +163,11 @@ type ClusterReference struct {
 
 // Annotations Ichor writes to record a fact, not a consent.
 const (
+	// CredentialsIssuedAnnotation on a ca-rotation TalosOperation names the
+	// rotation-credentials TalosCredentialRequest the controller signed: the
+	// operator holds credentials of the new CAs, and the rotation goes on
+	// from AwaitingCredentials. Only the controller writes it.
+	CredentialsIssuedAnnotation = "ichor.maesh.dev/credentials-issued"
 	// CNIBootstrapAnnotation on a TalosCluster says how its Cilium was
 	// booted: CNIBootstrapInline means `ichor init` sent it as a Talos
 	// inline manifest, which the control planes' render keeps until Cilium's

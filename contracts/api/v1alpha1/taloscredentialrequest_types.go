@@ -84,6 +84,16 @@ type TalosCredentialRequestStatus struct {
 	// ca is the PEM-encoded Talos API CA certificate to verify the nodes with.
 	// +optional
 	CA string `json:"ca,omitempty"`
+	// kubernetesCertificate is, for rotation-credentials, the PEM-encoded
+	// Kubernetes admin client certificate (group system:masters) for the same
+	// public key, signed by the rotation's new Kubernetes CA.
+	// +optional
+	KubernetesCertificate string `json:"kubernetesCertificate,omitempty"`
+	// kubernetesCA is, for rotation-credentials, the PEM-encoded Kubernetes
+	// CA certificates to verify the API servers with: the new and the old
+	// while both are in use.
+	// +optional
+	KubernetesCA string `json:"kubernetesCA,omitempty"`
 	// expiresAt is when the certificate expires.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`

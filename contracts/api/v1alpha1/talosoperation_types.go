@@ -51,6 +51,9 @@ const (
 	OperationPaused = "Paused"
 	// OperationAwaitingCredentials waits until the operator holds credentials for both CAs.
 	OperationAwaitingCredentials = "AwaitingCredentials"
+	// AwaitingCredentialsReason is the Ready reason of a ca-rotation waiting
+	// for the operator's credentials of the new CAs.
+	AwaitingCredentialsReason = "AwaitingCredentials"
 	// OperationSucceeded finished.
 	OperationSucceeded = "Succeeded"
 	// OperationFailed cannot continue; a new operation is needed.

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
@@ -44,7 +45,8 @@ func Role(purpose string) (role.Role, error) {
 	case ichorv1alpha1.PurposeEtcdSnapshot:
 		return role.EtcdBackup, nil
 	case ichorv1alpha1.PurposeRotationCredentials:
-		return "", fmt.Errorf("purpose %s is %w: the CA rotation's credentials are not issued by this version of the controller", purpose, ErrNotSupported)
+		// the operator's talosconfig after the rotation, as `talosctl rotate-ca` writes it
+		return role.Admin, nil
 	}
 
 	return "", fmt.Errorf("unknown purpose %q: use reader, talosconfig-reader, support-bundle, etcd-snapshot or packet-capture", purpose)
@@ -165,31 +167,68 @@ func Sign(b *secrets.Bundle, pub crypto.PublicKey, r role.Role, commonName strin
 		return nil, errors.New("the secrets bundle has no Talos API (OS) CA with its key")
 	}
 
-	caCert, err := b.Certs.OS.GetCert()
+	der, notAfter, err := signClient(b.Certs.OS, "Talos API", pub, []string{string(r)}, commonName, now, ttl)
 	if err != nil {
-		return nil, errors.New("the secrets bundle's Talos API CA certificate does not parse")
+		return nil, err
 	}
 
-	caKey, err := b.Certs.OS.GetKey()
+	return &Certificate{
+		PEM:      pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		CA:       b.Certs.OS.Crt,
+		Role:     r,
+		NotAfter: notAfter,
+	}, nil
+}
+
+// KubernetesAdminGroup is the group of the Kubernetes client certificate a
+// CA rotation hands out: the admin kubeconfig's (Talos signs `talosctl
+// kubeconfig` for system:masters, t:internal/app/machined/pkg/controllers/secrets/kubernetes.go).
+const KubernetesAdminGroup = "system:masters"
+
+// SignKubernetes signs pub with the bundle's Kubernetes CA as an admin
+// client certificate (group system:masters) for commonName, valid from now
+// for ttl: the kubeconfig of a CA rotation's credentials.
+func SignKubernetes(b *secrets.Bundle, pub crypto.PublicKey, commonName string, now time.Time, ttl time.Duration) ([]byte, time.Time, error) {
+	if b == nil || b.Certs == nil || b.Certs.K8s == nil || len(b.Certs.K8s.Crt) == 0 || len(b.Certs.K8s.Key) == 0 {
+		return nil, time.Time{}, errors.New("the secrets bundle has no Kubernetes CA with its key")
+	}
+
+	der, notAfter, err := signClient(b.Certs.K8s, "Kubernetes", pub, []string{KubernetesAdminGroup}, commonName, now, ttl)
 	if err != nil {
-		return nil, errors.New("the secrets bundle's Talos API CA key does not parse")
+		return nil, time.Time{}, err
+	}
+
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), notAfter, nil
+}
+
+// signClient signs a client certificate (ExtKeyUsage exactly ClientAuth)
+// for pub with ca. Errors name the CA, never a value.
+func signClient(ca *x509.PEMEncodedCertificateAndKey, name string, pub crypto.PublicKey, orgs []string, commonName string, now time.Time, ttl time.Duration) ([]byte, time.Time, error) {
+	caCert, err := ca.GetCert()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("the secrets bundle's %s CA certificate does not parse", name)
+	}
+
+	caKey, err := ca.GetKey()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("the secrets bundle's %s CA key does not parse", name)
 	}
 
 	signer, ok := caKey.(crypto.Signer)
 	if !ok {
-		return nil, errors.New("the secrets bundle's Talos API CA key cannot sign")
+		return nil, time.Time{}, fmt.Errorf("the secrets bundle's %s CA key cannot sign", name)
 	}
 
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 
 	notAfter := now.Add(ttl).Truncate(time.Second)
 
 	tmpl := &stdx509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{Organization: []string{string(r)}, CommonName: commonName},
+		Subject:               pkix.Name{Organization: orgs, CommonName: commonName},
 		NotBefore:             now.Add(-clockSkew),
 		NotAfter:              notAfter,
 		KeyUsage:              stdx509.KeyUsageDigitalSignature,
@@ -199,13 +238,8 @@ func Sign(b *secrets.Bundle, pub crypto.PublicKey, r role.Role, commonName strin
 
 	der, err := stdx509.CreateCertificate(rand.Reader, tmpl, caCert, pub, signer)
 	if err != nil {
-		return nil, fmt.Errorf("signing the client certificate: %w", err)
+		return nil, time.Time{}, fmt.Errorf("signing the client certificate: %w", err)
 	}
 
-	return &Certificate{
-		PEM:      pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		CA:       b.Certs.OS.Crt,
-		Role:     r,
-		NotAfter: notAfter,
-	}, nil
+	return der, notAfter, nil
 }

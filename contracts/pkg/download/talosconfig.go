@@ -19,6 +19,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
@@ -166,4 +168,46 @@ func TalosconfigEndpoints(machines []ichorv1alpha1.TalosMachine, cluster string,
 func TalosconfigEventMessage(user, cluster string, expires time.Time) string {
 	return fmt.Sprintf("%s downloads an os:reader talosconfig of cluster %s, valid until %s",
 		user, cluster, expires.UTC().Format(time.RFC3339))
+}
+
+// RotationRequest is the TalosCredentialRequest of a CA rotation's
+// credentials (an os:admin talosconfig and an admin kubeconfig of the new
+// CAs), for operation, lasting the purpose's default (a year).
+func RotationRequest(namespace, cluster, operation string, k *TalosconfigKey) *ichorv1alpha1.TalosCredentialRequest {
+	return &ichorv1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: operation + "-credentials-"},
+		Spec: ichorv1alpha1.TalosCredentialRequestSpec{
+			ClusterName: cluster, Purpose: ichorv1alpha1.PurposeRotationCredentials, PublicKey: k.PublicPEM, OperationName: operation,
+		},
+	}
+}
+
+// Kubeconfig is the admin kubeconfig of an answered rotation-credentials
+// request: the cluster's API server at server, the request's Kubernetes CAs
+// and certificate with the key's private half. It is a credential: written
+// 0600, never logged.
+func (k *TalosconfigKey) Kubeconfig(cluster, server string, tcr *ichorv1alpha1.TalosCredentialRequest) ([]byte, error) {
+	der, err := stdx509.MarshalECPrivateKey(k.key)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the private key: %w", err)
+	}
+
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+
+	if _, err := tls.X509KeyPair([]byte(tcr.Status.KubernetesCertificate), keyPEM); err != nil {
+		return nil, fmt.Errorf("the Kubernetes certificate of TalosCredentialRequest %s does not match the key made for it: %w", tcr.Name, err)
+	}
+
+	if roots := stdx509.NewCertPool(); !roots.AppendCertsFromPEM([]byte(tcr.Status.KubernetesCA)) {
+		return nil, fmt.Errorf("the Kubernetes CA of TalosCredentialRequest %s does not parse", tcr.Name)
+	}
+
+	user := "admin@" + cluster
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[cluster] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: []byte(tcr.Status.KubernetesCA)}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: []byte(tcr.Status.KubernetesCertificate), ClientKeyData: keyPEM}
+	cfg.Contexts[user] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: user, Namespace: "default"}
+	cfg.CurrentContext = user
+
+	return clientcmd.Write(*cfg)
 }

@@ -169,17 +169,34 @@ var CredentialSubresource = map[string]string{
 // TalosCredentialRequest must hold.
 func CredentialRequestRequirements(r *ichorv1alpha1.TalosCredentialRequest) []Requirement {
 	if sub, ok := CredentialSubresource[r.Spec.Purpose]; ok {
-		return []Requirement{{
+		req := Requirement{
 			Permission: Permission{Verb: VerbDownload, Resource: ResourceTalosClusters, Subresource: sub, Namespace: r.Namespace, Name: r.Spec.ClusterName},
 			Field:      "spec.purpose",
 			Action:     fmt.Sprintf("a %s credential", r.Spec.Purpose),
-		}}
+		}
+		if sub == SubresourceCredentials {
+			req.Grant = RotationCredentialsGrant(r.Namespace)
+		}
+		return []Requirement{req}
 	}
 	return []Requirement{{
 		Permission: Permission{Verb: VerbGet, Resource: ResourceTalosClusters, Namespace: r.Namespace, Name: r.Spec.ClusterName},
 		Field:      "spec.purpose",
 		Action:     "a reader credential",
 	}}
+}
+
+// RotationCredentialsRole is the ClusterRole that holds `download` on
+// talosclusters/credentials, a CA rotation's new admin credentials; no
+// built-in role holds it and nothing binds it by default.
+const RotationCredentialsRole = "ichor-ca-rotation-credentials" //nolint:gosec // a role's name, not a credential
+
+// RotationCredentialsGrant says how an administrator grants a person the
+// rotation credentials in namespace.
+func RotationCredentialsGrant(namespace string) string {
+	return fmt.Sprintf("no role holds it by default: an administrator binds the %s ClusterRole to the person for the rotation "+
+		"(`kubectl create rolebinding ca-rotation-credentials -n %s --clusterrole %s --user NAME`) and deletes the binding afterwards",
+		RotationCredentialsRole, namespace, RotationCredentialsRole)
 }
 
 // MaxCredentialDuration is the longest certificate each purpose may ask for.

@@ -69,6 +69,9 @@ type Requirement struct {
 	Field string
 	// Action describes the change, for example "changing a field that names a Secret".
 	Action string
+	// Grant says how the permission is granted; empty means the ichor-admin
+	// role holds it.
+	Grant string
 }
 
 // Refusal returns the refusal to report when the caller lacks the permission.
@@ -77,10 +80,14 @@ func (r Requirement) Refusal(user string) Refusal {
 	if user != "" {
 		who = fmt.Sprintf("user %q", user)
 	}
+	way := fmt.Sprintf("ask an administrator to grant %s (the ichor-admin role holds it)", r.Permission)
+	if r.Grant != "" {
+		way = r.Grant
+	}
 	return Refusal{
 		Field:  r.Field,
 		Rule:   fmt.Sprintf("%s needs %s, which %s does not hold", r.Action, r.Permission, who),
-		WayOut: fmt.Sprintf("ask an administrator to grant %s (the ichor-admin role holds it)", r.Permission),
+		WayOut: way,
 	}
 }
 
@@ -165,4 +172,6 @@ func joinQuoted(items []string) string {
 const (
 	fieldSpec     = "spec"
 	fieldSpecType = "spec.type"
+	// fieldMachineSelector is spec.machineSelector of an operation.
+	fieldMachineSelector = "spec.machineSelector"
 )

@@ -474,19 +474,41 @@ func TestOperations(t *testing.T) {
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationCNI), OperationFacts{Cluster: unmanaged}), map[string][]string{"spec.type": {"unmanaged CNI"}})
 
 	// The types this release does not run are refused, each with a way out.
-	for _, typ := range []string{ichorv1alpha1.OperationIchor, ichorv1alpha1.OperationCARotation,
-		ichorv1alpha1.OperationKeyRotation} {
+	for _, typ := range []string{ichorv1alpha1.OperationIchor, ichorv1alpha1.OperationKeyRotation} {
 		r := CheckRunnable(op(typ))
 		if r == nil || !strings.Contains(r.Rule, `type "`+typ+`"`) || r.WayOut == "" || r.WayOut == "this release has no way to do it" {
 			t.Errorf("type %s: %+v", typ, r)
 		}
 	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), facts), nil)
-	// A Talos, a Kubernetes and a Cilium upgrade run.
-	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy} {
+	// A Talos, a Kubernetes and a Cilium upgrade run, and a CA rotation.
+	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy,
+		ichorv1alpha1.OperationCARotation} {
 		if r := CheckRunnable(op(typ)); r != nil {
 			t.Errorf("type %s is refused: %+v", typ, r)
 		}
+	}
+	// A CA rotation of the etcd or the aggregator CA, or of nothing, is
+	// refused with a way out; of the Talos API CA alone it runs.
+	no := new(false)
+	for name, c := range map[string]*ichorv1alpha1.CARotation{
+		"etcd": {Etcd: true}, "aggregator": {Aggregator: true}, "nothing": {Talos: no, Kubernetes: no},
+	} {
+		r := CheckRunnable(op(ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) { o.Spec.CARotation = c }))
+		if r == nil || r.Field != "spec.caRotation" || r.WayOut == "" {
+			t.Errorf("a CA rotation of %s: %+v", name, r)
+		}
+	}
+	// A CA rotation covers every machine.
+	if r := CheckRunnable(op(ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.MachineSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}
+	})); r == nil || r.Field != "spec.machineSelector" {
+		t.Errorf("a CA rotation of some machines: %+v", r)
+	}
+	if r := CheckRunnable(op(ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.CARotation = &ichorv1alpha1.CARotation{Kubernetes: new(false)}
+	})); r != nil {
+		t.Errorf("a CA rotation of the Talos API CA alone is refused: %+v", r)
 	}
 	// A node operation runs; its machine must exist.
 	if r := CheckRunnable(op(ichorv1alpha1.OperationNode, node(ichorv1alpha1.NodeActionReboot))); r != nil {

@@ -152,7 +152,7 @@ func checkKubernetesOperation(op *ichorv1alpha1.TalosOperation, c *ichorv1alpha1
 	}
 
 	if op.Spec.MachineSelector != nil {
-		out = append(out, Refusal{Field: "spec.machineSelector",
+		out = append(out, Refusal{Field: fieldMachineSelector,
 			Rule:   "a Kubernetes upgrade covers every machine: a kubelet left behind would break the version skew policy later",
 			WayOut: "drop spec.machineSelector; hold a machine back with the " + ichorv1alpha1.HoldUpgradeAnnotation + " annotation instead"})
 	}

@@ -53,6 +53,7 @@ type OperationFacts struct {
 var RunnableOperationTypes = []string{
 	ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationNode,
 	ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationEtcdRestore, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy,
+	ichorv1alpha1.OperationCARotation,
 }
 
 // OperationRunnable reports whether this release runs operations of type t.
@@ -66,13 +67,37 @@ const adminTalosconfig = "the os:admin talosconfig of the cluster's secrets (`ic
 // notRunnableWayOut says, per type, what a person can do without the operation.
 var notRunnableWayOut = map[string]string{
 	ichorv1alpha1.OperationIchor:       "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",
-	ichorv1alpha1.OperationCARotation:  "rotate the CAs with `talosctl rotate-ca` and " + adminTalosconfig,
 	ichorv1alpha1.OperationKeyRotation: "this release cannot rotate the service-account or secretbox key; they stay as they are",
 }
 
 // CheckRunnable refuses an operation of a type this release does not run:
 // it would be accepted and then only fail.
 func CheckRunnable(op *ichorv1alpha1.TalosOperation) *Refusal {
+	if op.Spec.Type == ichorv1alpha1.OperationCARotation && op.Spec.MachineSelector != nil {
+		return &Refusal{
+			Field: fieldMachineSelector, Rule: "a CA rotation covers every machine of the cluster: a machine left out would stop trusting the others",
+			WayOut: "leave spec.machineSelector unset (hold a machine back with the " + ichorv1alpha1.HoldApplyAnnotation + " annotation; the rotation waits for it)",
+		}
+	}
+
+	if c := op.Spec.CARotation; op.Spec.Type == ichorv1alpha1.OperationCARotation && c != nil {
+		if c.Etcd || c.Aggregator {
+			return &Refusal{
+				Field: "spec.caRotation",
+				Rule:  "this release of Ichor rotates the Talos API CA and the Kubernetes CA, not the etcd or the aggregator CA; nothing was created",
+				WayOut: "leave spec.caRotation.etcd and spec.caRotation.aggregator unset (Talos itself has no rotation of the etcd CA " +
+					"without a loss of quorum, siderolabs/talos#8808)",
+			}
+		}
+
+		if c.Talos != nil && !*c.Talos && c.Kubernetes != nil && !*c.Kubernetes {
+			return &Refusal{
+				Field: "spec.caRotation", Rule: "spec.caRotation turns off both the Talos API CA and the Kubernetes CA: there is nothing to rotate",
+				WayOut: "leave spec.caRotation.talos or spec.caRotation.kubernetes unset (both are rotated by default)",
+			}
+		}
+	}
+
 	if OperationRunnable(op.Spec.Type) {
 		return nil
 	}

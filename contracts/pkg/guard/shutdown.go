@@ -94,7 +94,7 @@ func CheckShutdown(op *ichorv1alpha1.TalosOperation) []Refusal {
 		field string
 		set   bool
 	}{
-		{"spec.machineSelector", op.Spec.MachineSelector != nil},
+		{fieldMachineSelector, op.Spec.MachineSelector != nil},
 		{"spec.orderBy", op.Spec.OrderBy != ""},
 		{"spec.maxUnavailable", op.Spec.MaxUnavailable != nil},
 	} {

@@ -59,7 +59,7 @@ func ParseIn(data []byte, namespace string) ([]*unstructured.Unstructured, error
 
 // UserRoles are the built-in ClusterRoles of Ichor's users and the bindings
 // to the ichor: groups (kustomize/base/rbac/user-roles.yaml).
-var UserRoles = []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer"}
+var UserRoles = []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer", "ichor-ca-rotation-credentials"}
 
 // CRDs returns the Namespace, the CustomResourceDefinitions and the users'
 // roles and bindings of the manifest: what `ichor init --install=none`

@@ -45,8 +45,8 @@ func TestManifestHoldsIchor(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The namespace, the CRDs, the users' 4 roles and 3 bindings.
-	if crds[0].GetKind() != "Namespace" || len(crds) != kinds["CustomResourceDefinition"]+1+4+3 {
+	// The namespace, the CRDs, the users' 5 roles and 3 bindings.
+	if crds[0].GetKind() != "Namespace" || len(crds) != kinds["CustomResourceDefinition"]+1+5+3 {
 		t.Fatalf("CRDs() gives %d objects starting with %s", len(crds), crds[0].GetKind())
 	}
 

@@ -130,3 +130,33 @@ func ShutdownSteps() []string {
 		"wait for you to power the machines on (Ichor cannot): the operation completes once every machine answers on a new boot",
 	}
 }
+
+// CARotation is the TalosOperation that rotates cluster's Talos API CA and
+// Kubernetes CA, or one of them (talos or kubernetes false).
+func CARotation(namespace, cluster string, talos, kubernetes bool) *ichorv1alpha1.TalosOperation {
+	op := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: cluster + "-rotate-ca-"},
+		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: cluster, Type: ichorv1alpha1.OperationCARotation},
+	}
+
+	if !talos || !kubernetes {
+		op.Spec.CARotation = &ichorv1alpha1.CARotation{Talos: &talos, Kubernetes: &kubernetes}
+	}
+
+	return op
+}
+
+// CARotationSteps says what a CA rotation does, step by step (the stages of
+// the controller's ca-rotation, Talos's own procedure).
+func CARotationSteps() []string {
+	return []string{
+		"hold the cluster lock until the rotation has completed; make the new CAs and keep them in the bundle Secret beside the old ones",
+		"every node and kube-apiserver accepts the new CAs beside the old ones (applied live, control planes first, one at a time; no reboot)",
+		"wait until you hold credentials of the new CAs (the CLI stores them; the console hands them out as a download): " +
+			"the next stage changes what the servers present",
+		"the new CAs issue: every node and kube-apiserver presents certificates of them; the old ones are still accepted",
+		"wait until every namespace's kube-root-ca.crt carries the new Kubernetes CA, then drop the old CAs: " +
+			"talosconfigs and kubeconfigs of the old CAs stop working",
+		"restart, one at a time, the clients that keep the old Kubernetes CA (CoreDNS, kube-proxy, Cilium, ichor-ui); the old bundle leaves the Secret",
+	}
+}

@@ -51,11 +51,16 @@ func TestRoleVerbMatrix(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-machine-reclaimer"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "matrix-reclaimer"}},
 	}))
+	testenv.Must(t, root.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metaName("test-matrix-rotation"),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: guard.RotationCredentialsRole},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "matrix-rotation"}},
+	}))
 
 	const (
-		viewerRole, operatorRole, adminRole, reclaimerRole = "viewer", "operator", "admin", "reclaimer"
+		viewerRole, operatorRole, adminRole, reclaimerRole, rotationRole = "viewer", "operator", "admin", "reclaimer", "rotation"
 	)
-	roles := []string{viewerRole, operatorRole, adminRole, reclaimerRole}
+	roles := []string{viewerRole, operatorRole, adminRole, reclaimerRole, rotationRole}
 	// Each cell lists the roles that hold it; every other role must be denied.
 	matrix := []struct {
 		a    access
@@ -91,8 +96,9 @@ func TestRoleVerbMatrix(t *testing.T) {
 		{ichor(guard.VerbDownload, "talosclusters", guard.SubresourceSupportBundle), []string{adminRole}},
 		{ichor(guard.VerbDownload, "talosclusters", guard.SubresourceEtcdSnapshot), []string{adminRole}},
 		{ichor(guard.VerbDownload, "talosclusters", guard.SubresourcePacketCapture), []string{adminRole}},
-		{ichor(guard.VerbDownload, "talosclusters", guard.SubresourceCredentials), nil}, // granted to nobody by default
-		{ichor("create", "taloscredentialrequests"), []string{operatorRole, adminRole}},
+		// granted to nobody by default: only a binding of ichor-ca-rotation-credentials
+		{ichor(guard.VerbDownload, "talosclusters", guard.SubresourceCredentials), []string{rotationRole}},
+		{ichor("create", "taloscredentialrequests"), []string{operatorRole, adminRole, rotationRole}},
 		{ichor("create", "machinereclaims"), []string{adminRole, reclaimerRole}},
 		{ichor("update", "machinereclaims"), []string{adminRole, reclaimerRole}},
 		{ichor(guard.VerbReclaim, "machinereclaims"), []string{adminRole, reclaimerRole}},
@@ -117,6 +123,7 @@ func TestRoleVerbMatrix(t *testing.T) {
 		operatorRole:  {User: "matrix-operator", Groups: []string{"ichor:operator", "system:authenticated"}},
 		adminRole:     {User: "matrix-admin", Groups: []string{"ichor:admin", "system:authenticated"}},
 		reclaimerRole: {User: "matrix-reclaimer", Groups: []string{"system:authenticated"}},
+		rotationRole:  {User: "matrix-rotation", Groups: []string{"system:authenticated"}},
 	}
 	for _, cell := range matrix {
 		for _, role := range roles {
@@ -142,7 +149,7 @@ func TestRoleVerbMatrix(t *testing.T) {
 // Kubernetes' own view role without its Secrets).
 func TestBuiltInRolesGrantNoWildcardsSecretsOrImpersonation(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer"} {
+	for _, name := range []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer", guard.RotationCredentialsRole} {
 		role := &rbacv1.ClusterRole{}
 		testenv.Must(t, root.Get(ctx, client.ObjectKey{Name: name}, role))
 		if len(role.Rules) == 0 {
@@ -179,12 +186,16 @@ func TestBuiltInRolesGrantNoWildcardsSecretsOrImpersonation(t *testing.T) {
 			}
 		}
 	}
-	// ichor-machine-reclaimer is bound to nobody by the base manifests.
+	// ichor-machine-reclaimer and ichor-ca-rotation-credentials are bound
+	// to nobody by the base manifests.
 	bindings := &rbacv1.ClusterRoleBindingList{}
 	testenv.Must(t, root.List(ctx, bindings))
 	for _, b := range bindings.Items {
 		if b.RoleRef.Name == "ichor-machine-reclaimer" && !slices.Contains([]string{"test-rita", "test-matrix-reclaimer"}, b.Name) {
 			t.Errorf("ichor-machine-reclaimer is bound by %s", b.Name)
+		}
+		if b.RoleRef.Name == guard.RotationCredentialsRole && b.Name != "test-matrix-rotation" {
+			t.Errorf("%s is bound by %s", guard.RotationCredentialsRole, b.Name)
 		}
 	}
 }

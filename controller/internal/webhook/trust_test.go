@@ -149,11 +149,19 @@ func TestOperationTypeNotRunnableIsRefused(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
-	err := admin.Create(ctx, newOperation(ns, "up", ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
-		o.Spec.CARotation = &ichorv1alpha1.CARotation{}
+	err := admin.Create(ctx, newOperation(ns, "up", ichorv1alpha1.OperationKeyRotation, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.KeyRotation = &ichorv1alpha1.KeyRotation{ServiceAccount: true}
 	}))
-	notRunnable(t, err, ichorv1alpha1.OperationCARotation)
-	refused(t, err, "Invalid", `it runs "config", "talos", "kubernetes", "node"`, "talosctl rotate-ca", "ichor secrets export")
+	notRunnable(t, err, ichorv1alpha1.OperationKeyRotation)
+	refused(t, err, "Invalid", `it runs "config", "talos", "kubernetes", "node"`, "cannot rotate the service-account or secretbox key")
+	// A CA rotation of the etcd CA is refused; of the Talos API and
+	// Kubernetes CAs it is admitted.
+	refused(t, admin.Create(ctx, newOperation(ns, "etcd-ca", ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.CARotation = &ichorv1alpha1.CARotation{Etcd: true}
+	})), "Invalid", "spec.caRotation", "not the etcd or the aggregator CA")
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "ca", ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.CARotation = &ichorv1alpha1.CARotation{}
+	})))
 	testenv.Must(t, admin.Create(ctx, newOperation(ns, "cfg", ichorv1alpha1.OperationConfig)))
 	testenv.Must(t, admin.Create(ctx, newOperation(ns, "talos", ichorv1alpha1.OperationTalos, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Talos = &ichorv1alpha1.TalosUpgrade{Version: "v1.14.2"}

@@ -223,6 +223,14 @@ func sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) {
 			if cert, err = credential.Sign(nodeBun, pub, r, "test", time.Now(), credential.Duration(tcr.Spec)); err == nil {
 				exp := metav1.NewTime(cert.NotAfter)
 				tcr.Status.Role, tcr.Status.Certificate, tcr.Status.CA, tcr.Status.ExpiresAt = string(r), string(cert.PEM), string(cert.CA), &exp
+
+				if tcr.Spec.Purpose == ichorv1alpha1.PurposeRotationCredentials {
+					var kube []byte
+
+					if kube, _, err = credential.SignKubernetes(nodeBun, pub, "test", time.Now(), credential.Duration(tcr.Spec)); err == nil {
+						tcr.Status.KubernetesCertificate, tcr.Status.KubernetesCA = string(kube), string(nodeBun.Certs.K8s.Crt)
+					}
+				}
 			}
 		}
 	}

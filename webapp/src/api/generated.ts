@@ -565,6 +565,27 @@ export interface DiskSelector {
   wwid?: string;
 }
 
+/** DownloadRotationCredentialsRequest names the ca-rotation. */
+export interface DownloadRotationCredentialsRequest {
+  /** The ca-rotation TalosOperation. */
+  operation: string;
+}
+
+/**
+ * DownloadRotationCredentialsResponse is the download: credentials, for
+ * the user's files only.
+ */
+export interface DownloadRotationCredentialsResponse {
+  /** When both certificates expire. */
+  expiresAt?: string;
+  /** The admin kubeconfig of the new Kubernetes CA (trusting the old one too). */
+  kubeconfig?: string;
+  /** The TalosCredentialRequest the controller signed. */
+  request?: string;
+  /** The os:admin talosconfig of the new Talos API CA (trusting the old one too). */
+  talosconfig?: string;
+}
+
 /** EtcdHealth is etcd's membership and quorum. */
 export interface EtcdHealth {
   /** Why the membership could not be read, when no control plane answered. */
@@ -1224,6 +1245,18 @@ export interface PauseOperationResponse {
   operation?: Operation;
 }
 
+/** PreviewCARotationResponse is the dialog's content. */
+export interface PreviewCARotationResponse {
+  /** True when nothing refuses it. */
+  allowed?: boolean;
+  /** The cluster: what the confirmation must repeat. */
+  cluster?: string;
+  /** What refuses it now: the checks, then the verbs the user lacks. */
+  refusals?: Refusal[];
+  /** What the operation does, stage by stage. */
+  steps?: string[];
+}
+
 /** PreviewCiliumUpgradeResponse is the upgrade card's and dialog's content. */
 export interface PreviewCiliumUpgradeResponse {
   /**
@@ -1695,6 +1728,22 @@ export interface Snapshot {
   takenAt?: string;
 }
 
+/** StartCARotationRequest asks for a CA rotation. */
+export interface StartCARotationRequest {
+  /** The served cluster's name, typed by the user: their consent. */
+  confirmClusterName: string;
+  /** Rotate the Kubernetes CA alone. */
+  kubernetesOnly?: boolean;
+  /** Rotate the Talos API CA alone. */
+  talosOnly?: boolean;
+}
+
+/** StartCARotationResponse is the operation that was created. */
+export interface StartCARotationResponse {
+  /** The new operation. */
+  operation?: Operation;
+}
+
 /** StartCiliumUpgradeRequest asks for a Cilium chart upgrade. */
 export interface StartCiliumUpgradeRequest {
   /**
@@ -2036,6 +2085,16 @@ export interface Client {
   /** DeletePatch deletes a patch. */
   deletePatch(args: { name: string; body: PatchServiceDeletePatchBody }, options?: CallOptions): Promise<DeletePatchResponse>;
   /**
+   * DownloadRotationCredentials hands the signed-in user an os:admin
+   * talosconfig and an admin kubeconfig of the new CAs of a ca-rotation
+   * (once it waits in AwaitingCredentials, until it completes). The backend
+   * makes the key pair in memory and asks the controller, as the user, to
+   * sign it (a rotation-credentials TalosCredentialRequest: the verb
+   * `download` on talosclusters/credentials, a Warning Event naming the
+   * user); the rotation goes on once the first one is signed.
+   */
+  downloadRotationCredentials(args: { body: DownloadRotationCredentialsRequest }, options?: CallOptions): Promise<DownloadRotationCredentialsResponse>;
+  /**
    * GetAuthentication returns spec.authentication, the OIDC issuers the
    * cluster's kube-apiserver trusts (ichor-ui's issuer, an external
    * provider), whether Ichor's users are on (ichor-ui's issuer published),
@@ -2125,6 +2184,11 @@ export interface Client {
   pauseCluster(args: { body: PauseClusterRequest }, options?: CallOptions): Promise<PauseClusterResponse>;
   /** PauseOperation sets spec.paused: the operation stops before its next step. */
   pauseOperation(args: { name: string; body: OperationServicePauseOperationBody }, options?: CallOptions): Promise<PauseOperationResponse>;
+  /**
+   * PreviewCARotation is what the CA-rotation dialog shows: the stages and
+   * what refuses a rotation now. It changes nothing.
+   */
+  previewCARotation(args?: { talosOnly?: boolean; kubernetesOnly?: boolean }, options?: CallOptions): Promise<PreviewCARotationResponse>;
   /**
    * PreviewCiliumUpgrade is what the Cilium page's upgrade card and dialog
    * show: the Cilium version that runs (status.cni.ciliumVersion), the
@@ -2226,6 +2290,12 @@ export interface Client {
    * while the cluster is paused or registers nothing to scan.
    */
   scanDiscovery(args: { body: ScanDiscoveryRequest }, options?: CallOptions): Promise<ScanDiscoveryResponse>;
+  /**
+   * StartCARotation creates a TalosOperation of type ca-rotation of the
+   * served cluster as the signed-in user, after the same checks as `ichor
+   * cluster rotate-ca` and the cluster's name typed.
+   */
+  startCARotation(args: { body: StartCARotationRequest }, options?: CallOptions): Promise<StartCARotationResponse>;
   /**
    * StartCiliumUpgrade creates a TalosOperation of type cni (Helm upgrades
    * the release kube-system/cilium to the embedded chart) as the signed-in
@@ -2361,6 +2431,9 @@ export function createClient(t: Transport): Client {
     deletePatch(args, options) {
       return t.unary<DeletePatchResponse>("POST", `/api/v1/patches/${enc(args.name)}:delete`, undefined, args.body, options);
     },
+    downloadRotationCredentials(args, options) {
+      return t.unary<DownloadRotationCredentialsResponse>("POST", "/api/v1/operations:downloadRotationCredentials", undefined, args.body, options);
+    },
     getAuthentication(options) {
       return t.unary<GetAuthenticationResponse>("GET", "/api/v1/cluster/authentication", undefined, undefined, options);
     },
@@ -2436,6 +2509,9 @@ export function createClient(t: Transport): Client {
     pauseOperation(args, options) {
       return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
     },
+    previewCARotation(args, options) {
+      return t.unary<PreviewCARotationResponse>("GET", "/api/v1/operations:previewCARotation", { talosOnly: args?.talosOnly, kubernetesOnly: args?.kubernetesOnly }, undefined, options);
+    },
     previewCiliumUpgrade(args, options) {
       return t.unary<PreviewCiliumUpgradeResponse>("GET", "/api/v1/operations:previewCiliumUpgrade", { version: args?.version }, undefined, options);
     },
@@ -2486,6 +2562,9 @@ export function createClient(t: Transport): Client {
     },
     scanDiscovery(args, options) {
       return t.unary<ScanDiscoveryResponse>("POST", "/api/v1/cluster/discovery:scan", undefined, args.body, options);
+    },
+    startCARotation(args, options) {
+      return t.unary<StartCARotationResponse>("POST", "/api/v1/operations:startCARotation", undefined, args.body, options);
     },
     startCiliumUpgrade(args, options) {
       return t.unary<StartCiliumUpgradeResponse>("POST", "/api/v1/operations:startCiliumUpgrade", undefined, args.body, options);
@@ -2552,6 +2631,7 @@ export const operationPaths = {
   createPatch: { method: "POST", path: "/api/v1/patches" },
   createUser: { method: "POST", path: "/api/v1/users" },
   deletePatch: { method: "POST", path: "/api/v1/patches/{name}:delete" },
+  downloadRotationCredentials: { method: "POST", path: "/api/v1/operations:downloadRotationCredentials" },
   getAuthentication: { method: "GET", path: "/api/v1/cluster/authentication" },
   getCiliumValues: { method: "GET", path: "/api/v1/cluster/cilium-values" },
   getCluster: { method: "GET", path: "/api/v1/cluster" },
@@ -2577,6 +2657,7 @@ export const operationPaths = {
   listUsers: { method: "GET", path: "/api/v1/users" },
   pauseCluster: { method: "POST", path: "/api/v1/cluster:pause" },
   pauseOperation: { method: "POST", path: "/api/v1/operations/{name}:pause" },
+  previewCARotation: { method: "GET", path: "/api/v1/operations:previewCARotation" },
   previewCiliumUpgrade: { method: "GET", path: "/api/v1/operations:previewCiliumUpgrade" },
   previewCiliumValues: { method: "POST", path: "/api/v1/cluster/cilium-values:preview" },
   previewClusterShutdown: { method: "GET", path: "/api/v1/operations:previewClusterShutdown" },
@@ -2594,6 +2675,7 @@ export const operationPaths = {
   resumeCluster: { method: "POST", path: "/api/v1/cluster:resume" },
   resumeOperation: { method: "POST", path: "/api/v1/operations/{name}:resume" },
   scanDiscovery: { method: "POST", path: "/api/v1/cluster/discovery:scan" },
+  startCARotation: { method: "POST", path: "/api/v1/operations:startCARotation" },
   startCiliumUpgrade: { method: "POST", path: "/api/v1/operations:startCiliumUpgrade" },
   startClusterShutdown: { method: "POST", path: "/api/v1/operations:startClusterShutdown" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },

@@ -12,6 +12,7 @@ import { Dialog } from "../components/ui/dialog";
 import { ErrorAlert } from "../components/errors";
 import { Detail } from "./overview";
 import * as api from "../api/v1alpha1";
+import { RotationCredentialsCard } from "./carotation";
 
 /** stageTitle names a kubernetes operation's stage for people. */
 export function stageTitle(name?: string): string {
@@ -28,6 +29,22 @@ export function stageTitle(name?: string): string {
       return "Bootstrap manifests synced";
     case api.KubernetesStageKubelet:
       return "Kubelets, control planes first";
+    case "prepare":
+      return "New CAs made, kept beside the old ones";
+    case "accept":
+      return "Every node accepts the new CAs";
+    case "credentials":
+      return "Credentials of the new CAs handed out";
+    case "issue":
+      return "The new CAs issue";
+    case "root-ca":
+      return "Every namespace trusts the new Kubernetes CA";
+    case "drop":
+      return "The old CAs dropped";
+    case "restart-clients":
+      return "Clients that keep the old CA restarted";
+    case "finish":
+      return "The old bundle removed";
     default:
       return name ?? "";
   }
@@ -185,7 +202,7 @@ export function Operations() {
 }
 
 export function OperationPage({ name }: { name: string }) {
-  const { client, canWrite } = useConsole();
+  const { client, canWrite, cluster } = useConsole();
   const { ops, error, reload } = useOperations(client);
   const op = ops?.find((o) => o.name === name);
   return (
@@ -227,6 +244,7 @@ export function OperationPage({ name }: { name: string }) {
               <Detail k="Completed" v={op.completedAt} />
             </dl>
           </Card>
+          <RotationCredentialsCard op={op} cluster={cluster?.name ?? ""} />
           {(op.removedApis ?? []).length > 0 && (
             <Alert tone="warn" title="APIs in use that the target removes">
               <ul class="list-disc pl-5" data-testid="operation-removed-apis">

@@ -12,10 +12,12 @@ package credentialrequest
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -27,6 +29,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/credential"
 	"github.com/maeshinshin/ichor/contracts/pkg/download"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
@@ -36,6 +39,7 @@ import (
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=taloscredentialrequests,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=taloscredentialrequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosoperations,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -95,6 +99,7 @@ func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosCred
 		OwnStatus: func(dst, src *ichorv1alpha1.TalosCredentialRequest) {
 			dst.Status.RequestedBy, dst.Status.Role, dst.Status.Certificate = src.Status.RequestedBy, src.Status.Role, src.Status.Certificate
 			dst.Status.CA, dst.Status.ExpiresAt = src.Status.CA, src.Status.ExpiresAt
+			dst.Status.KubernetesCertificate, dst.Status.KubernetesCA = src.Status.KubernetesCertificate, src.Status.KubernetesCA
 		},
 		Phases: []reconcile.Phase[*ichorv1alpha1.TalosCredentialRequest]{r.reconcileRequest},
 	}
@@ -252,7 +257,11 @@ func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 		return nil, nil, err
 	}
 
-	b, err := machinestate.LoadBundle(ctx, r.APIReader, cl)
+	if tcr.Spec.Purpose == ichorv1alpha1.PurposeRotationCredentials {
+		return r.signRotation(ctx, tcr, cl, pub, tr, now)
+	}
+
+	b, accepted, err := machinestate.LoadTrust(ctx, r.APIReader, cl)
 	if err != nil {
 		if machinestate.IsStalled(err) {
 			// the message names the Secret and key, never the content
@@ -268,6 +277,11 @@ func (r *Reconciler) sign(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 	if err != nil {
 		return nil, nil, &denial{ichorv1alpha1.SigningFailedReason, err.Error()}
 	}
+
+	// While a CA rotation runs, a node presents a certificate of the bundle's
+	// CA or of the one accepted beside it: the holder trusts both.
+	cert.CA = accepted.TalosPEM(cert.CA)
+	tcr.Status.KubernetesCertificate, tcr.Status.KubernetesCA = "", ""
 
 	return cert, cl, nil
 }
@@ -307,4 +321,112 @@ func (r *Reconciler) deny(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1
 	logf.FromContext(ctx).Info("denied a credential request", "reason", d.reason, "purpose", tcr.Spec.Purpose)
 
 	return ctrl.Result{RequeueAfter: r.retention()}, nil
+}
+
+// signRotation signs the credentials of a CA rotation waiting in
+// AwaitingCredentials (or past it, not completed): an os:admin Talos client
+// certificate of the new Talos API CA and a system:masters Kubernetes client
+// certificate of the new Kubernetes CA, both for the request's public key,
+// with the CA bundles (new and old) to trust while both are in use. Once
+// signed, the operation is marked (CredentialsIssuedAnnotation) and goes on;
+// the cluster gets a Warning Event naming who holds them.
+func (r *Reconciler) signRotation(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, cl *ichorv1alpha1.TalosCluster,
+	pub crypto.PublicKey, tr role.Role, now time.Time,
+) (*credential.Certificate, *ichorv1alpha1.TalosCluster, error) {
+	op := &ichorv1alpha1.TalosOperation{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: tcr.Namespace, Name: tcr.Spec.OperationName}, op); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, &denial{ichorv1alpha1.UnknownClusterReason, fmt.Sprintf(
+				"TalosOperation %q not found in namespace %q: name the ca-rotation operation in spec.operationName and create a new request", tcr.Spec.OperationName, tcr.Namespace)}
+		}
+
+		return nil, nil, err
+	}
+
+	if op.Spec.Type != ichorv1alpha1.OperationCARotation || op.Spec.ClusterName != cl.Name {
+		return nil, nil, &denial{ichorv1alpha1.NotSupportedReason, fmt.Sprintf(
+			"TalosOperation %s is not a ca-rotation of TalosCluster %s: name the cluster's ca-rotation operation and create a new request", op.Name, cl.Name)}
+	}
+
+	if op.Status.CompletedAt != nil || op.Status.Phase == ichorv1alpha1.OperationSucceeded || op.Status.Phase == ichorv1alpha1.OperationFailed {
+		return nil, nil, &denial{ichorv1alpha1.NotSupportedReason, fmt.Sprintf(
+			"the CA rotation %s has ended; the cluster's CAs are the bundle's: use `ichor cluster talosconfig` or an admin kubeconfig instead", op.Name)}
+	}
+
+	switch op.Status.Step {
+	case "", "select", "prepare", "accept":
+		return nil, nil, &denial{ichorv1alpha1.NotSupportedReason, fmt.Sprintf(
+			"the CA rotation %s is at stage %q: its credentials are handed out once every node accepts the new CAs (phase AwaitingCredentials); create a new request then",
+			op.Name, op.Status.Step)}
+	}
+
+	sec := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: cl.Spec.SecretsBundleRef.Name}, sec); err != nil {
+		return nil, nil, err
+	}
+
+	next, err := bundle.LoadNext(sec, cl)
+	if err != nil {
+		return nil, nil, &denial{ichorv1alpha1.BundleUnavailableReason, err.Error()}
+	}
+
+	accepted, err := bundle.LoadAccepted(sec)
+	if err != nil {
+		return nil, nil, &denial{ichorv1alpha1.BundleUnavailableReason, err.Error()}
+	}
+
+	ttl := credential.Duration(tcr.Spec)
+
+	cert, err := credential.Sign(next, pub, tr, commonName(tcr), now, ttl)
+	if err != nil {
+		return nil, nil, &denial{ichorv1alpha1.SigningFailedReason, err.Error()}
+	}
+
+	kubeCert, _, err := credential.SignKubernetes(next, pub, commonName(tcr), now, ttl)
+	if err != nil {
+		return nil, nil, &denial{ichorv1alpha1.SigningFailedReason, err.Error()}
+	}
+
+	// Trust the new CAs and, while they are in use, the old ones: before the
+	// issue stage the accepted ones are the new, after it the old.
+	cert.CA = accepted.TalosPEM(next.Certs.OS.Crt)
+	if prev, err := bundle.LoadPrevious(sec, cl); err == nil && prev != nil {
+		cert.CA = bundle.Accepted{Talos: []string{string(prev.Certs.OS.Crt)}}.TalosPEM(cert.CA)
+		tcr.Status.KubernetesCA = string(bundle.Accepted{Kubernetes: []string{string(prev.Certs.K8s.Crt)}}.KubernetesPEM(next.Certs.K8s.Crt))
+	} else {
+		cur, err := bundle.LoadForCluster(sec, cl)
+		if err != nil {
+			return nil, nil, &denial{ichorv1alpha1.BundleUnavailableReason, err.Error()}
+		}
+
+		cert.CA = bundle.Accepted{Talos: []string{string(cur.Certs.OS.Crt)}}.TalosPEM(cert.CA)
+		tcr.Status.KubernetesCA = string(bundle.Accepted{Kubernetes: []string{string(cur.Certs.K8s.Crt)}}.KubernetesPEM(next.Certs.K8s.Crt))
+	}
+
+	tcr.Status.KubernetesCertificate = string(kubeCert)
+
+	who := tcr.Status.RequestedBy
+	if who == "" {
+		who = "an unnamed requester (no admission webhook stamped the request)"
+	}
+
+	// The Warning comes before the credentials leave (architecture, "Trust").
+	r.Recorder.Eventf(cl, tcr, corev1.EventTypeWarning, download.EventReason, "Download",
+		"%s was handed admin credentials (talosconfig and kubeconfig) of the new CAs of CA rotation %s, valid until %s",
+		who, op.Name, cert.NotAfter.UTC().Format(time.RFC3339))
+
+	if op.Annotations[ichorv1alpha1.CredentialsIssuedAnnotation] == "" {
+		patch := client.MergeFrom(op.DeepCopy())
+		if op.Annotations == nil {
+			op.Annotations = map[string]string{}
+		}
+
+		op.Annotations[ichorv1alpha1.CredentialsIssuedAnnotation] = tcr.Name
+
+		if err := r.Client.Patch(ctx, op, patch); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	return cert, cl, nil
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubernetesupgrade"
 	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
@@ -149,6 +150,11 @@ func setup(ctx context.Context) error {
 		return err
 	}
 
+	// signs a CA rotation's credentials (TestCARotation)
+	if err := (&credentialrequest.Reconciler{}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+
 	if err := testenv.StartManager(ctx, mgr); err != nil {
 		return err
 	}
@@ -164,6 +170,7 @@ func newOperations() *operation.Reconciler {
 	return &operation.Reconciler{
 		PollInterval: 300 * time.Millisecond, LockWait: 300 * time.Millisecond, DrainTimeout: 60 * time.Second,
 		RebootTimeout: 3 * time.Minute, APIServerSettle: 30 * time.Second, APIServerTimeout: 3 * time.Minute,
+		RootCASettle: 3 * time.Second,
 	}
 }
 

@@ -87,33 +87,17 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 		return r.shutdownPhase(ctx, s)
 	}
 
+	if isCARotation(op) {
+		return r.caRotationPhase(ctx, s)
+	}
+
 	active, held, err := r.activeMachines(ctx, op)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
 	if len(active) > 0 {
-		var res ctrl.Result
-
-		for _, a := range active {
-			if a.p.Phase == ichorv1alpha1.MachineHeld {
-				a.p.Phase, a.p.Message = ichorv1alpha1.MachinePending, ""
-			}
-
-			r1, err := r.machineStep(ctx, s, a.m, a.p)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-
-			res = sooner(res, r1)
-
-			if op.Status.FailedStep != "" {
-				// Paused on this machine's failure: the others stay where they are.
-				return ctrl.Result{}, nil
-			}
-		}
-
-		return res, nil
+		return r.stepMachines(ctx, s, active)
 	}
 
 	if len(held) > 0 {
@@ -152,6 +136,34 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 
 	return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason,
 		fmt.Sprintf("rolled the rendered configuration out to %d machine(s); %d already ran it", done, skipped))
+}
+
+// stepMachines runs one step of each machine the pass works on; it stops at
+// the first that fails (the others stay where they are: the operation is
+// paused on that machine's step) or once the operation has completed.
+func (r *Reconciler) stepMachines(ctx context.Context, s *scope, active []candidate) (ctrl.Result, error) {
+	op := s.Object
+
+	var res ctrl.Result
+
+	for _, a := range active {
+		if a.p.Phase == ichorv1alpha1.MachineHeld {
+			a.p.Phase, a.p.Message = ichorv1alpha1.MachinePending, ""
+		}
+
+		r1, err := r.machineStep(ctx, s, a.m, a.p)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+
+		res = sooner(res, r1)
+
+		if op.Status.FailedStep != "" || completed(op) {
+			return ctrl.Result{}, nil
+		}
+	}
+
+	return res, nil
 }
 
 // sooner is the result that comes back first (a zero RequeueAfter never).

@@ -507,35 +507,11 @@ func (r *Reconciler) kubernetesRolloutPhase(ctx context.Context, s *scope) (ctrl
 	}
 
 	if len(active) > 0 {
-		var res ctrl.Result
-
-		for _, a := range active {
-			if a.p.Phase == ichorv1alpha1.MachineHeld {
-				a.p.Phase, a.p.Message = ichorv1alpha1.MachinePending, ""
-			}
-
-			r1, err := r.machineStep(ctx, s, a.m, a.p)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-
-			res = sooner(res, r1)
-
-			if op.Status.FailedStep != "" || completed(op) {
-				return ctrl.Result{}, nil
-			}
-		}
-
-		return res, nil
+		return r.stepMachines(ctx, s, active)
 	}
 
 	if len(held) > 0 {
-		msg := fmt.Sprintf("stage %s waits for the hold annotation to leave %s: every stage finishes on every machine before the next",
-			op.Status.Step, strings.Join(held, ", "))
-		stageOf(op, op.Status.Step).Message = msg
-		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.HeldReason, msg)
-
-		return ctrl.Result{RequeueAfter: cmp.Or(r.HeldWait, DefaultHeldWait)}, nil
+		return r.stageHeld(op, held), nil
 	}
 
 	done, skipped := 0, 0
@@ -554,6 +530,17 @@ func (r *Reconciler) kubernetesRolloutPhase(ctx context.Context, s *scope) (ctrl
 	}
 
 	return r.finishStage(ctx, s, fmt.Sprintf("%d machine(s) done, %d already there or skipped", done, skipped))
+}
+
+// stageHeld is a stage whose remaining machines all carry a hold
+// annotation: it waits, saying so in the stage and in Ready.
+func (r *Reconciler) stageHeld(op *ichorv1alpha1.TalosOperation, held []string) ctrl.Result {
+	msg := fmt.Sprintf("stage %s waits for the hold annotation to leave %s: every stage finishes on every machine before the next",
+		op.Status.Step, strings.Join(held, ", "))
+	stageOf(op, op.Status.Step).Message = msg
+	setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.HeldReason, msg)
+
+	return ctrl.Result{RequeueAfter: cmp.Or(r.HeldWait, DefaultHeldWait)}
 }
 
 // loadKubernetesState renders m with the pins of the operation's own status.

@@ -59,7 +59,7 @@ import (
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosclusters;talosconfigpatches;talosetcdbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ichor-system,resources=leases,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ControllerName names the controller, its Events and its field manager.
@@ -124,6 +124,10 @@ type Reconciler struct {
 	APIServerSettle  time.Duration
 	APIServerTimeout time.Duration
 	HeldWait         time.Duration
+	// RootCASettle is how long a CA rotation waits, once every namespace
+	// trusts the new Kubernetes CA, before it drops the old one; zero means
+	// DefaultRootCASettle.
+	RootCASettle time.Duration
 	// Clock is the controller's clock; nil means the real one.
 	Clock clock.PassiveClock
 
@@ -176,6 +180,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	def(&r.APIServerTimeout, DefaultAPIServerTimeout)
 	def(&r.HeldWait, DefaultHeldWait)
 	def(&r.CNIJobTimeout, DefaultCNIJobTimeout)
+	def(&r.RootCASettle, DefaultRootCASettle)
 
 	r.skeleton = r.controller()
 

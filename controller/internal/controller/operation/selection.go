@@ -96,7 +96,8 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 
 	sel := labels.Everything()
 
-	if op.Spec.MachineSelector != nil {
+	// A CA rotation covers every machine (the webhook refuses a selector).
+	if op.Spec.MachineSelector != nil && !isCARotation(op) {
 		var err error
 		if sel, err = metav1.LabelSelectorAsSelector(op.Spec.MachineSelector); err != nil {
 			r.fail(op, nil, opStepSelect, "spec.machineSelector is not a valid selector: "+err.Error())
@@ -127,6 +128,10 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 		op.Status.Step = opStepPreCheck
 		version, _ := talosTarget(op, s.Cluster)
 		what = "upgrading Talos to " + version + " on"
+	case isCARotation(op):
+		initCAStages(op)
+		r.startCAStage(op, caStagePrepare, "")
+		what = "rotating " + describeCAs(op) + " in Talos's stages (accept the new, issue with the new, drop the old) on"
 	case isKubernetes(op):
 		initStages(op)
 		r.startStage(op, ichorv1alpha1.KubernetesStagePreCheck, "")

@@ -605,6 +605,95 @@ func local_request_OperationService_StartClusterShutdown_0(ctx context.Context, 
 	return msg, metadata, err
 }
 
+var filter_OperationService_PreviewCARotation_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
+func request_OperationService_PreviewCARotation_0(ctx context.Context, marshaler runtime.Marshaler, client OperationServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq PreviewCARotationRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_OperationService_PreviewCARotation_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.PreviewCARotation(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_OperationService_PreviewCARotation_0(ctx context.Context, marshaler runtime.Marshaler, server OperationServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq PreviewCARotationRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_OperationService_PreviewCARotation_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.PreviewCARotation(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_OperationService_StartCARotation_0(ctx context.Context, marshaler runtime.Marshaler, client OperationServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq StartCARotationRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.StartCARotation(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_OperationService_StartCARotation_0(ctx context.Context, marshaler runtime.Marshaler, server OperationServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq StartCARotationRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.StartCARotation(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_OperationService_DownloadRotationCredentials_0(ctx context.Context, marshaler runtime.Marshaler, client OperationServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq DownloadRotationCredentialsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.DownloadRotationCredentials(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_OperationService_DownloadRotationCredentials_0(ctx context.Context, marshaler runtime.Marshaler, server OperationServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq DownloadRotationCredentialsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.DownloadRotationCredentials(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterOperationServiceHandlerServer registers the http handlers for service OperationService to "mux".
 // UnaryRPC     :call OperationServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -971,6 +1060,66 @@ func RegisterOperationServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 		}
 		forward_OperationService_StartClusterShutdown_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_OperationService_PreviewCARotation_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/ichor.v1.OperationService/PreviewCARotation", runtime.WithHTTPPathPattern("/api/v1/operations:previewCARotation"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_OperationService_PreviewCARotation_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OperationService_PreviewCARotation_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_OperationService_StartCARotation_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/ichor.v1.OperationService/StartCARotation", runtime.WithHTTPPathPattern("/api/v1/operations:startCARotation"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_OperationService_StartCARotation_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OperationService_StartCARotation_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_OperationService_DownloadRotationCredentials_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/ichor.v1.OperationService/DownloadRotationCredentials", runtime.WithHTTPPathPattern("/api/v1/operations:downloadRotationCredentials"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_OperationService_DownloadRotationCredentials_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OperationService_DownloadRotationCredentials_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 
 	return nil
 }
@@ -1317,47 +1466,104 @@ func RegisterOperationServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_OperationService_StartClusterShutdown_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_OperationService_PreviewCARotation_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/ichor.v1.OperationService/PreviewCARotation", runtime.WithHTTPPathPattern("/api/v1/operations:previewCARotation"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_OperationService_PreviewCARotation_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OperationService_PreviewCARotation_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_OperationService_StartCARotation_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/ichor.v1.OperationService/StartCARotation", runtime.WithHTTPPathPattern("/api/v1/operations:startCARotation"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_OperationService_StartCARotation_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OperationService_StartCARotation_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_OperationService_DownloadRotationCredentials_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/ichor.v1.OperationService/DownloadRotationCredentials", runtime.WithHTTPPathPattern("/api/v1/operations:downloadRotationCredentials"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_OperationService_DownloadRotationCredentials_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OperationService_DownloadRotationCredentials_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_OperationService_ListOperations_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, ""))
-	pattern_OperationService_GetOperation_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "operations", "name"}, ""))
-	pattern_OperationService_PauseOperation_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "operations", "name"}, "pause"))
-	pattern_OperationService_ResumeOperation_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "operations", "name"}, "resume"))
-	pattern_OperationService_PreviewConfigRollout_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewConfigRollout"))
-	pattern_OperationService_StartConfigRollout_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startConfigRollout"))
-	pattern_OperationService_PreviewTalosUpgrade_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewTalosUpgrade"))
-	pattern_OperationService_StartTalosUpgrade_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startTalosUpgrade"))
-	pattern_OperationService_PreviewKubernetesUpgrade_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewKubernetesUpgrade"))
-	pattern_OperationService_StartKubernetesUpgrade_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startKubernetesUpgrade"))
-	pattern_OperationService_PreviewNodeOperation_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewNodeOperation"))
-	pattern_OperationService_StartNodeOperation_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startNodeOperation"))
-	pattern_OperationService_PreviewCiliumUpgrade_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewCiliumUpgrade"))
-	pattern_OperationService_StartCiliumUpgrade_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startCiliumUpgrade"))
-	pattern_OperationService_PreviewKubeProxySwitch_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewKubeProxySwitch"))
-	pattern_OperationService_StartKubeProxySwitch_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startKubeProxySwitch"))
-	pattern_OperationService_PreviewClusterShutdown_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewClusterShutdown"))
-	pattern_OperationService_StartClusterShutdown_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startClusterShutdown"))
+	pattern_OperationService_ListOperations_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, ""))
+	pattern_OperationService_GetOperation_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "operations", "name"}, ""))
+	pattern_OperationService_PauseOperation_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "operations", "name"}, "pause"))
+	pattern_OperationService_ResumeOperation_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "operations", "name"}, "resume"))
+	pattern_OperationService_PreviewConfigRollout_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewConfigRollout"))
+	pattern_OperationService_StartConfigRollout_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startConfigRollout"))
+	pattern_OperationService_PreviewTalosUpgrade_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewTalosUpgrade"))
+	pattern_OperationService_StartTalosUpgrade_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startTalosUpgrade"))
+	pattern_OperationService_PreviewKubernetesUpgrade_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewKubernetesUpgrade"))
+	pattern_OperationService_StartKubernetesUpgrade_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startKubernetesUpgrade"))
+	pattern_OperationService_PreviewNodeOperation_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewNodeOperation"))
+	pattern_OperationService_StartNodeOperation_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startNodeOperation"))
+	pattern_OperationService_PreviewCiliumUpgrade_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewCiliumUpgrade"))
+	pattern_OperationService_StartCiliumUpgrade_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startCiliumUpgrade"))
+	pattern_OperationService_PreviewKubeProxySwitch_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewKubeProxySwitch"))
+	pattern_OperationService_StartKubeProxySwitch_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startKubeProxySwitch"))
+	pattern_OperationService_PreviewClusterShutdown_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewClusterShutdown"))
+	pattern_OperationService_StartClusterShutdown_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startClusterShutdown"))
+	pattern_OperationService_PreviewCARotation_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "previewCARotation"))
+	pattern_OperationService_StartCARotation_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "startCARotation"))
+	pattern_OperationService_DownloadRotationCredentials_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "operations"}, "downloadRotationCredentials"))
 )
 
 var (
-	forward_OperationService_ListOperations_0           = runtime.ForwardResponseMessage
-	forward_OperationService_GetOperation_0             = runtime.ForwardResponseMessage
-	forward_OperationService_PauseOperation_0           = runtime.ForwardResponseMessage
-	forward_OperationService_ResumeOperation_0          = runtime.ForwardResponseMessage
-	forward_OperationService_PreviewConfigRollout_0     = runtime.ForwardResponseMessage
-	forward_OperationService_StartConfigRollout_0       = runtime.ForwardResponseMessage
-	forward_OperationService_PreviewTalosUpgrade_0      = runtime.ForwardResponseMessage
-	forward_OperationService_StartTalosUpgrade_0        = runtime.ForwardResponseMessage
-	forward_OperationService_PreviewKubernetesUpgrade_0 = runtime.ForwardResponseMessage
-	forward_OperationService_StartKubernetesUpgrade_0   = runtime.ForwardResponseMessage
-	forward_OperationService_PreviewNodeOperation_0     = runtime.ForwardResponseMessage
-	forward_OperationService_StartNodeOperation_0       = runtime.ForwardResponseMessage
-	forward_OperationService_PreviewCiliumUpgrade_0     = runtime.ForwardResponseMessage
-	forward_OperationService_StartCiliumUpgrade_0       = runtime.ForwardResponseMessage
-	forward_OperationService_PreviewKubeProxySwitch_0   = runtime.ForwardResponseMessage
-	forward_OperationService_StartKubeProxySwitch_0     = runtime.ForwardResponseMessage
-	forward_OperationService_PreviewClusterShutdown_0   = runtime.ForwardResponseMessage
-	forward_OperationService_StartClusterShutdown_0     = runtime.ForwardResponseMessage
+	forward_OperationService_ListOperations_0              = runtime.ForwardResponseMessage
+	forward_OperationService_GetOperation_0                = runtime.ForwardResponseMessage
+	forward_OperationService_PauseOperation_0              = runtime.ForwardResponseMessage
+	forward_OperationService_ResumeOperation_0             = runtime.ForwardResponseMessage
+	forward_OperationService_PreviewConfigRollout_0        = runtime.ForwardResponseMessage
+	forward_OperationService_StartConfigRollout_0          = runtime.ForwardResponseMessage
+	forward_OperationService_PreviewTalosUpgrade_0         = runtime.ForwardResponseMessage
+	forward_OperationService_StartTalosUpgrade_0           = runtime.ForwardResponseMessage
+	forward_OperationService_PreviewKubernetesUpgrade_0    = runtime.ForwardResponseMessage
+	forward_OperationService_StartKubernetesUpgrade_0      = runtime.ForwardResponseMessage
+	forward_OperationService_PreviewNodeOperation_0        = runtime.ForwardResponseMessage
+	forward_OperationService_StartNodeOperation_0          = runtime.ForwardResponseMessage
+	forward_OperationService_PreviewCiliumUpgrade_0        = runtime.ForwardResponseMessage
+	forward_OperationService_StartCiliumUpgrade_0          = runtime.ForwardResponseMessage
+	forward_OperationService_PreviewKubeProxySwitch_0      = runtime.ForwardResponseMessage
+	forward_OperationService_StartKubeProxySwitch_0        = runtime.ForwardResponseMessage
+	forward_OperationService_PreviewClusterShutdown_0      = runtime.ForwardResponseMessage
+	forward_OperationService_StartClusterShutdown_0        = runtime.ForwardResponseMessage
+	forward_OperationService_PreviewCARotation_0           = runtime.ForwardResponseMessage
+	forward_OperationService_StartCARotation_0             = runtime.ForwardResponseMessage
+	forward_OperationService_DownloadRotationCredentials_0 = runtime.ForwardResponseMessage
 )

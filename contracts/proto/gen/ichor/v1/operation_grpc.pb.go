@@ -19,24 +19,27 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OperationService_ListOperations_FullMethodName           = "/ichor.v1.OperationService/ListOperations"
-	OperationService_GetOperation_FullMethodName             = "/ichor.v1.OperationService/GetOperation"
-	OperationService_PauseOperation_FullMethodName           = "/ichor.v1.OperationService/PauseOperation"
-	OperationService_ResumeOperation_FullMethodName          = "/ichor.v1.OperationService/ResumeOperation"
-	OperationService_PreviewConfigRollout_FullMethodName     = "/ichor.v1.OperationService/PreviewConfigRollout"
-	OperationService_StartConfigRollout_FullMethodName       = "/ichor.v1.OperationService/StartConfigRollout"
-	OperationService_PreviewTalosUpgrade_FullMethodName      = "/ichor.v1.OperationService/PreviewTalosUpgrade"
-	OperationService_StartTalosUpgrade_FullMethodName        = "/ichor.v1.OperationService/StartTalosUpgrade"
-	OperationService_PreviewKubernetesUpgrade_FullMethodName = "/ichor.v1.OperationService/PreviewKubernetesUpgrade"
-	OperationService_StartKubernetesUpgrade_FullMethodName   = "/ichor.v1.OperationService/StartKubernetesUpgrade"
-	OperationService_PreviewNodeOperation_FullMethodName     = "/ichor.v1.OperationService/PreviewNodeOperation"
-	OperationService_StartNodeOperation_FullMethodName       = "/ichor.v1.OperationService/StartNodeOperation"
-	OperationService_PreviewCiliumUpgrade_FullMethodName     = "/ichor.v1.OperationService/PreviewCiliumUpgrade"
-	OperationService_StartCiliumUpgrade_FullMethodName       = "/ichor.v1.OperationService/StartCiliumUpgrade"
-	OperationService_PreviewKubeProxySwitch_FullMethodName   = "/ichor.v1.OperationService/PreviewKubeProxySwitch"
-	OperationService_StartKubeProxySwitch_FullMethodName     = "/ichor.v1.OperationService/StartKubeProxySwitch"
-	OperationService_PreviewClusterShutdown_FullMethodName   = "/ichor.v1.OperationService/PreviewClusterShutdown"
-	OperationService_StartClusterShutdown_FullMethodName     = "/ichor.v1.OperationService/StartClusterShutdown"
+	OperationService_ListOperations_FullMethodName              = "/ichor.v1.OperationService/ListOperations"
+	OperationService_GetOperation_FullMethodName                = "/ichor.v1.OperationService/GetOperation"
+	OperationService_PauseOperation_FullMethodName              = "/ichor.v1.OperationService/PauseOperation"
+	OperationService_ResumeOperation_FullMethodName             = "/ichor.v1.OperationService/ResumeOperation"
+	OperationService_PreviewConfigRollout_FullMethodName        = "/ichor.v1.OperationService/PreviewConfigRollout"
+	OperationService_StartConfigRollout_FullMethodName          = "/ichor.v1.OperationService/StartConfigRollout"
+	OperationService_PreviewTalosUpgrade_FullMethodName         = "/ichor.v1.OperationService/PreviewTalosUpgrade"
+	OperationService_StartTalosUpgrade_FullMethodName           = "/ichor.v1.OperationService/StartTalosUpgrade"
+	OperationService_PreviewKubernetesUpgrade_FullMethodName    = "/ichor.v1.OperationService/PreviewKubernetesUpgrade"
+	OperationService_StartKubernetesUpgrade_FullMethodName      = "/ichor.v1.OperationService/StartKubernetesUpgrade"
+	OperationService_PreviewNodeOperation_FullMethodName        = "/ichor.v1.OperationService/PreviewNodeOperation"
+	OperationService_StartNodeOperation_FullMethodName          = "/ichor.v1.OperationService/StartNodeOperation"
+	OperationService_PreviewCiliumUpgrade_FullMethodName        = "/ichor.v1.OperationService/PreviewCiliumUpgrade"
+	OperationService_StartCiliumUpgrade_FullMethodName          = "/ichor.v1.OperationService/StartCiliumUpgrade"
+	OperationService_PreviewKubeProxySwitch_FullMethodName      = "/ichor.v1.OperationService/PreviewKubeProxySwitch"
+	OperationService_StartKubeProxySwitch_FullMethodName        = "/ichor.v1.OperationService/StartKubeProxySwitch"
+	OperationService_PreviewClusterShutdown_FullMethodName      = "/ichor.v1.OperationService/PreviewClusterShutdown"
+	OperationService_StartClusterShutdown_FullMethodName        = "/ichor.v1.OperationService/StartClusterShutdown"
+	OperationService_PreviewCARotation_FullMethodName           = "/ichor.v1.OperationService/PreviewCARotation"
+	OperationService_StartCARotation_FullMethodName             = "/ichor.v1.OperationService/StartCARotation"
+	OperationService_DownloadRotationCredentials_FullMethodName = "/ichor.v1.OperationService/DownloadRotationCredentials"
 )
 
 // OperationServiceClient is the client API for OperationService service.
@@ -129,6 +132,21 @@ type OperationServiceClient interface {
 	// served cluster as the signed-in user, after the same checks as `ichor
 	// cluster shutdown` and the cluster's name typed.
 	StartClusterShutdown(ctx context.Context, in *StartClusterShutdownRequest, opts ...grpc.CallOption) (*StartClusterShutdownResponse, error)
+	// PreviewCARotation is what the CA-rotation dialog shows: the stages and
+	// what refuses a rotation now. It changes nothing.
+	PreviewCARotation(ctx context.Context, in *PreviewCARotationRequest, opts ...grpc.CallOption) (*PreviewCARotationResponse, error)
+	// StartCARotation creates a TalosOperation of type ca-rotation of the
+	// served cluster as the signed-in user, after the same checks as `ichor
+	// cluster rotate-ca` and the cluster's name typed.
+	StartCARotation(ctx context.Context, in *StartCARotationRequest, opts ...grpc.CallOption) (*StartCARotationResponse, error)
+	// DownloadRotationCredentials hands the signed-in user an os:admin
+	// talosconfig and an admin kubeconfig of the new CAs of a ca-rotation
+	// (once it waits in AwaitingCredentials, until it completes). The backend
+	// makes the key pair in memory and asks the controller, as the user, to
+	// sign it (a rotation-credentials TalosCredentialRequest: the verb
+	// `download` on talosclusters/credentials, a Warning Event naming the
+	// user); the rotation goes on once the first one is signed.
+	DownloadRotationCredentials(ctx context.Context, in *DownloadRotationCredentialsRequest, opts ...grpc.CallOption) (*DownloadRotationCredentialsResponse, error)
 }
 
 type operationServiceClient struct {
@@ -319,6 +337,36 @@ func (c *operationServiceClient) StartClusterShutdown(ctx context.Context, in *S
 	return out, nil
 }
 
+func (c *operationServiceClient) PreviewCARotation(ctx context.Context, in *PreviewCARotationRequest, opts ...grpc.CallOption) (*PreviewCARotationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewCARotationResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewCARotation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartCARotation(ctx context.Context, in *StartCARotationRequest, opts ...grpc.CallOption) (*StartCARotationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartCARotationResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartCARotation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) DownloadRotationCredentials(ctx context.Context, in *DownloadRotationCredentialsRequest, opts ...grpc.CallOption) (*DownloadRotationCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DownloadRotationCredentialsResponse)
+	err := c.cc.Invoke(ctx, OperationService_DownloadRotationCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperationServiceServer is the server API for OperationService service.
 // All implementations must embed UnimplementedOperationServiceServer
 // for forward compatibility.
@@ -409,6 +457,21 @@ type OperationServiceServer interface {
 	// served cluster as the signed-in user, after the same checks as `ichor
 	// cluster shutdown` and the cluster's name typed.
 	StartClusterShutdown(context.Context, *StartClusterShutdownRequest) (*StartClusterShutdownResponse, error)
+	// PreviewCARotation is what the CA-rotation dialog shows: the stages and
+	// what refuses a rotation now. It changes nothing.
+	PreviewCARotation(context.Context, *PreviewCARotationRequest) (*PreviewCARotationResponse, error)
+	// StartCARotation creates a TalosOperation of type ca-rotation of the
+	// served cluster as the signed-in user, after the same checks as `ichor
+	// cluster rotate-ca` and the cluster's name typed.
+	StartCARotation(context.Context, *StartCARotationRequest) (*StartCARotationResponse, error)
+	// DownloadRotationCredentials hands the signed-in user an os:admin
+	// talosconfig and an admin kubeconfig of the new CAs of a ca-rotation
+	// (once it waits in AwaitingCredentials, until it completes). The backend
+	// makes the key pair in memory and asks the controller, as the user, to
+	// sign it (a rotation-credentials TalosCredentialRequest: the verb
+	// `download` on talosclusters/credentials, a Warning Event naming the
+	// user); the rotation goes on once the first one is signed.
+	DownloadRotationCredentials(context.Context, *DownloadRotationCredentialsRequest) (*DownloadRotationCredentialsResponse, error)
 	mustEmbedUnimplementedOperationServiceServer()
 }
 
@@ -472,6 +535,15 @@ func (UnimplementedOperationServiceServer) PreviewClusterShutdown(context.Contex
 }
 func (UnimplementedOperationServiceServer) StartClusterShutdown(context.Context, *StartClusterShutdownRequest) (*StartClusterShutdownResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartClusterShutdown not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewCARotation(context.Context, *PreviewCARotationRequest) (*PreviewCARotationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewCARotation not implemented")
+}
+func (UnimplementedOperationServiceServer) StartCARotation(context.Context, *StartCARotationRequest) (*StartCARotationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartCARotation not implemented")
+}
+func (UnimplementedOperationServiceServer) DownloadRotationCredentials(context.Context, *DownloadRotationCredentialsRequest) (*DownloadRotationCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DownloadRotationCredentials not implemented")
 }
 func (UnimplementedOperationServiceServer) mustEmbedUnimplementedOperationServiceServer() {}
 func (UnimplementedOperationServiceServer) testEmbeddedByValue()                          {}
@@ -818,6 +890,60 @@ func _OperationService_StartClusterShutdown_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperationService_PreviewCARotation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewCARotationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewCARotation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewCARotation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewCARotation(ctx, req.(*PreviewCARotationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartCARotation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartCARotationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartCARotation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartCARotation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartCARotation(ctx, req.(*StartCARotationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_DownloadRotationCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DownloadRotationCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).DownloadRotationCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_DownloadRotationCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).DownloadRotationCredentials(ctx, req.(*DownloadRotationCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperationService_ServiceDesc is the grpc.ServiceDesc for OperationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -896,6 +1022,18 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartClusterShutdown",
 			Handler:    _OperationService_StartClusterShutdown_Handler,
+		},
+		{
+			MethodName: "PreviewCARotation",
+			Handler:    _OperationService_PreviewCARotation_Handler,
+		},
+		{
+			MethodName: "StartCARotation",
+			Handler:    _OperationService_StartCARotation_Handler,
+		},
+		{
+			MethodName: "DownloadRotationCredentials",
+			Handler:    _OperationService_DownloadRotationCredentials_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
