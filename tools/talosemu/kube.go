@@ -3,9 +3,9 @@ package talosemu
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/tls"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	stdx509 "crypto/x509"
 	"errors"
 	"fmt"
@@ -1016,31 +1016,21 @@ func (m *Machine) followingRESTConfig(cn string, orgs []string) (*rest.Config, e
 		return cert, nil
 	}
 
-	verify := func(raw [][]byte, _ [][]*stdx509.Certificate) error {
+	// VerifyConnection runs on resumed sessions too (VerifyPeerCertificate would not)
+	verify := func(cs tls.ConnectionState) error {
 		roots := stdx509.NewCertPool()
 		roots.AppendCertsFromPEM(kubeAcceptedCAs(m.activeConfig()))
 
-		certs := make([]*stdx509.Certificate, 0, len(raw))
-
-		for _, b := range raw {
-			c, err := stdx509.ParseCertificate(b)
-			if err != nil {
-				return err
-			}
-
-			certs = append(certs, c)
-		}
-
-		if len(certs) == 0 {
+		if len(cs.PeerCertificates) == 0 {
 			return errors.New("the API server presented no certificate")
 		}
 
 		inter := stdx509.NewCertPool()
-		for _, c := range certs[1:] {
+		for _, c := range cs.PeerCertificates[1:] {
 			inter.AddCert(c)
 		}
 
-		_, err := certs[0].Verify(stdx509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: u.Hostname()})
+		_, err := cs.PeerCertificates[0].Verify(stdx509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: u.Hostname()})
 
 		return err
 	}
@@ -1054,9 +1044,9 @@ func (m *Machine) followingRESTConfig(cn string, orgs []string) (*rest.Config, e
 		TLSClientConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			// verified by verify against the CAs accepted at the handshake
-			InsecureSkipVerify:    true, //nolint:gosec // see VerifyPeerCertificate
-			VerifyPeerCertificate: verify,
-			GetClientCertificate:  clientCert,
+			InsecureSkipVerify:   true, //nolint:gosec // see VerifyConnection
+			VerifyConnection:     verify,
+			GetClientCertificate: clientCert,
 		},
 		TLSHandshakeTimeout: 10 * time.Second,
 		IdleConnTimeout:     90 * time.Second,

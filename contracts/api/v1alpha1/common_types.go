@@ -167,7 +167,7 @@ const (
 	// rotation-credentials TalosCredentialRequest the controller signed: the
 	// operator holds credentials of the new CAs, and the rotation goes on
 	// from AwaitingCredentials. Only the controller writes it.
-	CredentialsIssuedAnnotation = "ichor.maesh.dev/credentials-issued"
+	CredentialsIssuedAnnotation = "ichor.maesh.dev/credentials-issued" //nolint:gosec // an annotation's name, not a credential
 	// CNIBootstrapAnnotation on a TalosCluster says how its Cilium was
 	// booted: CNIBootstrapInline means `ichor init` sent it as a Talos
 	// inline manifest, which the control planes' render keeps until Cilium's
