@@ -38,6 +38,9 @@ const (
 	BadPublicKeyReason = "BadPublicKey"
 	// NotSupportedReason means this release does not issue what the request asks for.
 	NotSupportedReason = "NotSupported"
+	// UnknownOperationReason means a rotation-credentials request names no
+	// ca-rotation TalosOperation of the cluster that hands credentials out.
+	UnknownOperationReason = "UnknownOperation"
 	// SigningFailedReason means the certificate could not be signed.
 	SigningFailedReason = "SigningFailed"
 	// UnknownPurposeReason means the request's purpose is not one Ichor issues for.

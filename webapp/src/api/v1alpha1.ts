@@ -265,6 +265,7 @@ export const TopologyTransitioningCondition = "TopologyTransitioning";
 export const TrustMaintenanceFingerprintAnnotation = "ichor.maesh.dev/trust-maintenance-fingerprint";
 export const UniqueIdentityReason = "UniqueIdentity";
 export const UnknownClusterReason = "UnknownCluster";
+export const UnknownOperationReason = "UnknownOperation";
 export const UnknownPurposeReason = "UnknownPurpose";
 export const UnsupportedPairReason = "UnsupportedPair";
 export const UploadFailedReason = "UploadFailed";

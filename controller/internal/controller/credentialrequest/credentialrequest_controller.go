@@ -336,7 +336,7 @@ func (r *Reconciler) signRotation(ctx context.Context, tcr *ichorv1alpha1.TalosC
 	op := &ichorv1alpha1.TalosOperation{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: tcr.Namespace, Name: tcr.Spec.OperationName}, op); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil, &denial{ichorv1alpha1.UnknownClusterReason, fmt.Sprintf(
+			return nil, nil, &denial{ichorv1alpha1.UnknownOperationReason, fmt.Sprintf(
 				"TalosOperation %q not found in namespace %q: name the ca-rotation operation in spec.operationName and create a new request", tcr.Spec.OperationName, tcr.Namespace)}
 		}
 
@@ -344,7 +344,7 @@ func (r *Reconciler) signRotation(ctx context.Context, tcr *ichorv1alpha1.TalosC
 	}
 
 	if op.Spec.Type != ichorv1alpha1.OperationCARotation || op.Spec.ClusterName != cl.Name {
-		return nil, nil, &denial{ichorv1alpha1.NotSupportedReason, fmt.Sprintf(
+		return nil, nil, &denial{ichorv1alpha1.UnknownOperationReason, fmt.Sprintf(
 			"TalosOperation %s is not a ca-rotation of TalosCluster %s: name the cluster's ca-rotation operation and create a new request", op.Name, cl.Name)}
 	}
 

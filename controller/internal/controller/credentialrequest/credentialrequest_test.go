@@ -333,7 +333,8 @@ func TestDeniedWithAClearMessageAndNotRetried(t *testing.T) {
 		{"garbage-key", clusterName, ichorv1alpha1.PurposeReader, "hello", ichorv1alpha1.BadPublicKeyReason, "not PEM"},
 		{"private-key", clusterName, ichorv1alpha1.PurposeReader, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: privDER})), ichorv1alpha1.BadPublicKeyReason, "never send a private key"},
 		{"weak-rsa", clusterName, ichorv1alpha1.PurposeReader, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: weakDER})), ichorv1alpha1.BadPublicKeyReason, "1024 bits is too short"},
-		{"rotation", clusterName, ichorv1alpha1.PurposeRotationCredentials, pub, ichorv1alpha1.NotSupportedReason, "not yet supported"},
+		// no ca-rotation operation rotate-1 hands credentials out
+		{"rotation", clusterName, ichorv1alpha1.PurposeRotationCredentials, pub, ichorv1alpha1.UnknownOperationReason, `TalosOperation "rotate-1" not found`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			createRequest(t, "deny-"+tc.name, tc.cluster, tc.purpose, tc.key, 0)
