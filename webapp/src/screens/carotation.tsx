@@ -143,7 +143,7 @@ export function RotateCAControl() {
   if (!canWrite || !cluster?.name) return null;
   return (
     <>
-      <Button variant="outline" onClick={() => setOpen(true)} data-testid="rotate-ca-open" aria-label={`Rotate the CAs of cluster ${cluster.name}…`}>
+      <Button variant="outline" onClick={() => setOpen(true)} data-testid="rotate-ca-open" aria-label={`Rotate CAs of cluster ${cluster.name}…`}>
         Rotate CAs…
       </Button>
       {open && <RotateCADialog client={client} cluster={cluster.name} open={open} onClose={() => setOpen(false)} />}
