@@ -188,6 +188,13 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 		return ctrl.Result{RequeueAfter: min(retryInterval, r.interval())}, nil
 	}
 
+	if c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetCilium && c.Status.CNI.CiliumVersion == "" {
+		// Cilium comes after the cluster answers (the bootstrap manifest,
+		// the hand-over's Helm release): until its agent is seen, look again
+		// as soon as for an unreachable cluster, not after the interval.
+		return ctrl.Result{RequeueAfter: min(retryInterval, r.interval())}, nil
+	}
+
 	r.last.Store(key, s.Now)
 
 	return ctrl.Result{RequeueAfter: r.interval()}, nil
