@@ -144,7 +144,7 @@ func TestCARotation(t *testing.T) {
 	})
 
 	if c := apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ReadyCondition); c == nil || c.Reason != ichorv1alpha1.AwaitingCredentialsReason ||
-		!strings.Contains(c.Message, "rotation-credentials") {
+		!strings.Contains(c.Message, "ichor cluster rotate-ca "+ec.name+" --operation rotate-ca") {
 		t.Fatalf("Ready while awaiting the credentials: %+v", c)
 	}
 

@@ -59,6 +59,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
 	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
@@ -290,8 +291,9 @@ func (r *Reconciler) caCredentials(ctx context.Context, s *scope) (ctrl.Result, 
 	if op.Annotations[ichorv1alpha1.CredentialsIssuedAnnotation] == "" {
 		op.Status.Phase = ichorv1alpha1.OperationAwaitingCredentials
 		msg := fmt.Sprintf("every node accepts the new CAs; waiting until the operator holds credentials of them before the servers switch: "+
-			"a TalosCredentialRequest with purpose rotation-credentials and operationName %s (needs `download` on talosclusters/credentials) hands them out",
-			op.Name)
+			"`ichor cluster rotate-ca %s --operation %s` stores them, or the console's page of this operation downloads them "+
+			"(both ask the controller through a rotation-credentials TalosCredentialRequest; needs `download` on talosclusters/credentials)",
+			op.Spec.ClusterName, op.Name)
 		stageOf(op, caStageCredentials).Message = msg
 		setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.AwaitingCredentialsReason, msg)
 
@@ -377,25 +379,10 @@ func (r *Reconciler) bundleSecret(ctx context.Context, s *scope) (*corev1.Secret
 	return sec, nil
 }
 
+// loadTrust is the bundle and the accepted CAs as every reader of the
+// bundle Secret sees them (machinestate.LoadTrust).
 func (r *Reconciler) loadTrust(ctx context.Context, s *scope) (*secrets.Bundle, bundle.Accepted, error) {
-	sec, err := r.bundleSecret(ctx, s)
-	if err != nil {
-		return nil, bundle.Accepted{}, err
-	}
-
-	b, err := bundle.LoadForCluster(sec, s.Cluster)
-	if err != nil {
-		return nil, bundle.Accepted{}, err
-	}
-
-	a, err := bundle.LoadAccepted(sec)
-	if err != nil {
-		return nil, bundle.Accepted{}, err
-	}
-
-	talos.Accept(b.Certs.OS.Crt, a.Talos)
-
-	return b, a, nil
+	return machinestate.LoadTrust(ctx, r.APIReader, s.Cluster)
 }
 
 // talosAnswers reads the Talos version of the node at address with an
