@@ -364,8 +364,18 @@ func (m *Machine) writeKubePKI(cfg talosconfig.Provider) (map[string]string, err
 	// ca.crt/ca.key: the issuing CA (controller-manager's signing and root CA);
 	// accepted-ca.crt: the accepted bundle, the kube-apiserver's client CA
 	// (t:internal/app/machined/pkg/controllers/k8s/render_secrets_static_pod.go)
+	saPub, err := serviceAccountPublicKeys(sa)
+	if err != nil {
+		return nil, err
+	}
+
+	// sa.pub: every accepted service-account public key, the issuing key's
+	// first (t:internal/app/machined/pkg/controllers/k8s/render_secrets_static_pod.go
+	// joins KubernetesRoot's ServiceAccountAcceptedKeys; a KubeServiceAccountConfig
+	// document's AcceptedKeys() puts the issuing key's public key first)
 	files := map[string][]byte{
 		"ca.crt": ca.Crt, "ca.key": ca.Key, "accepted-ca.crt": kubeAcceptedCAs(cfg), "etcd-ca.crt": eca.Crt, "sa.key": sa.IssuingKey().Key,
+		"sa.pub": saPub,
 	}
 
 	m.mu.Lock()
@@ -592,7 +602,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 		flagProfiling:                        argFalse,
 		flagSecurePort:                       strconv.Itoa(port),
 		"service-account-issuer":             endpoint,
-		"service-account-key-file":           files["sa.key"],
+		"service-account-key-file":           files["sa.pub"],
 		"service-account-signing-key-file":   files["sa.key"],
 		"service-cluster-ip-range":           strings.Join(serviceCIDRs, ","),
 		"tls-cert-file":                      files["apiserver.crt"],
@@ -1171,6 +1181,15 @@ func (m *Machine) writeAPIServerConfigFiles(cfg talosconfig.Provider, args map[s
 		args["audit-log-maxbackup"] = "1"
 	}
 
+	if enc := encryptionConfig(cfg); enc != nil {
+		p, err := write("encryptionconfig.yaml", enc)
+		if err != nil {
+			return err
+		}
+
+		args["encryption-provider-config"] = p
+	}
+
 	if ac := cfg.K8sAPIServerConfig(); ac != nil && ac.UseAuthenticationConfig() && cfg.K8sAuthenticationConfig() != nil {
 		doc := map[string]any{"apiVersion": "apiserver.config.k8s.io/v1", "kind": "AuthenticationConfiguration"}
 		for k, v := range cfg.K8sAuthenticationConfig().Configuration() {
@@ -1216,6 +1235,17 @@ func apiServerFingerprint(cfg talosconfig.Provider) string {
 
 	if sa := cfg.K8sServiceAccountConfig(); sa != nil && sa.IssuingKey() != nil {
 		doc["sa"] = seed(string(sa.IssuingKey().Key))
+
+		if pub, err := serviceAccountPublicKeys(sa); err == nil {
+			doc["saAccepted"] = seed(string(pub))
+		}
+	}
+
+	// the encryption configuration is part of the apiserver's secrets
+	// (encryptionconfig.yaml), so its change recreates the static pod
+	if enc := encryptionConfig(cfg); enc != nil {
+		b, _ := yaml.Marshal(enc) // a map of decoded YAML always marshals
+		doc["encryption"] = seed(string(b))
 	}
 
 	// a change of the issuing or accepted Kubernetes CAs changes the secrets

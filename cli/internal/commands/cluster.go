@@ -66,6 +66,7 @@ func clusterCommand() *cli.Command {
 				Action: clusterShutdown,
 			},
 			rotateCACommand(),
+			rotateKeysCommand(),
 			{
 				Name:   "discovery",
 				Usage:  "where the controller looks for machines in maintenance mode",

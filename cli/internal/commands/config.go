@@ -95,12 +95,8 @@ func (r *run) renderInputs(ctx context.Context, cmd *cli.Command, name string) (
 		}
 		return render.Input{}, r.conn.Explain(err, fmt.Sprintf("reading the secrets bundle Secret %s/%s (rendering needs it)", c.Namespace, ref.Name))
 	}
-	b, err := bundle.LoadForCluster(secret, c)
-	if err != nil {
-		return render.Input{}, err
-	}
-	// A CA rotation's accepted CAs are part of the render, as the controller's.
-	accepted, err := bundle.LoadAccepted(secret)
+	// A rotation's accepted CAs and keys are part of the render, as the controller's.
+	trust, err := bundle.LoadTrust(secret, c)
 	if err != nil {
 		return render.Input{}, err
 	}
@@ -109,7 +105,7 @@ func (r *run) renderInputs(ctx context.Context, cmd *cli.Command, name string) (
 	if err != nil {
 		return render.Input{}, r.conn.Explain(err, "reading the render input (the cluster, its TalosConfigPatches and TalosStorages)")
 	}
-	in.Bundle, in.Accepted = b, accepted
+	in.Bundle, in.Accepted, in.Keys = trust.Bundle, trust.Accepted, trust.Keys
 	return in, nil
 }
 

@@ -135,7 +135,7 @@ func clusterRotateCA(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	return r.storeRotatedBundle(ctx, cmd, c, op.Name, store)
+	return r.storeRotatedBundle(ctx, cmd, c, "rotate-ca", op.Name, store)
 }
 
 // startRotation builds the operation, checks it as the webhook does, asks
@@ -304,9 +304,11 @@ func (r *run) saveToStore(cmd *cli.Command, store *secretstore.Store, contents s
 	return store.Save(contents, pass)
 }
 
-// storeRotatedBundle copies the bundle Secret's bundle (the new CAs) into
-// the store: the local recovery copy must be the bundle the cluster runs.
-func (r *run) storeRotatedBundle(ctx context.Context, cmd *cli.Command, c *ichorv1alpha1.TalosCluster, operation string, store *secretstore.Store) error {
+// storeRotatedBundle copies the bundle Secret's bundle (the new CAs or
+// keys) into the store: the local recovery copy must be the bundle the
+// cluster runs.
+// command is the `ichor cluster` subcommand that picks the operation up.
+func (r *run) storeRotatedBundle(ctx context.Context, cmd *cli.Command, c *ichorv1alpha1.TalosCluster, command, operation string, store *secretstore.Store) error {
 	sec := &corev1.Secret{}
 	if err := r.c().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Spec.SecretsBundleRef.Name}, sec); err != nil {
 		return r.conn.Explain(err, "reading the secrets bundle Secret "+c.Spec.SecretsBundleRef.Name)
@@ -323,10 +325,15 @@ func (r *run) storeRotatedBundle(ctx context.Context, cmd *cli.Command, c *ichor
 	}
 
 	if err := r.saveToStore(cmd, store, secretstore.Contents{Bundle: data}); err != nil {
-		return fmt.Errorf("the rotation succeeded, but storing its bundle failed: %w; run `ichor cluster rotate-ca %s --operation %s` again to store it", err, c.Name, operation)
+		return fmt.Errorf("the rotation succeeded, but storing its bundle failed: %w; run `ichor cluster %s %s --operation %s` again to store it", err, command, c.Name, operation)
 	}
 
-	r.printf("The CAs of cluster %s are rotated; the new bundle is stored in %s.\n", c.Name, store.Dir)
+	what := "CAs"
+	if command == "rotate-keys" {
+		what = "keys"
+	}
+
+	r.printf("The %s of cluster %s are rotated; the new bundle is stored in %s.\n", what, c.Name, store.Dir)
 
 	return nil
 }

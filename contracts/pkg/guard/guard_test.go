@@ -473,8 +473,13 @@ func TestOperations(t *testing.T) {
 	unmanaged := cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.CNI.Preset = ichorv1alpha1.CNIPresetUnmanaged })
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationCNI), OperationFacts{Cluster: unmanaged}), map[string][]string{"spec.type": {"unmanaged CNI"}})
 
+	// A key rotation needs the v1.14 contract's documents, which hold two keys.
+	v112 := cluster(func(c *ichorv1alpha1.TalosCluster) { c.Spec.VersionContract = "v1.12" })
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationKeyRotation), OperationFacts{Cluster: v112}),
+		map[string][]string{"spec.type": {`"v1.12"`, "stay as they are"}})
+	expect(t, CheckOperation(op(ichorv1alpha1.OperationKeyRotation), facts), nil)
 	// The types this release does not run are refused, each with a way out.
-	for _, typ := range []string{ichorv1alpha1.OperationIchor, ichorv1alpha1.OperationKeyRotation} {
+	for _, typ := range []string{ichorv1alpha1.OperationIchor} {
 		r := CheckRunnable(op(typ))
 		if r == nil || !strings.Contains(r.Rule, `type "`+typ+`"`) || r.WayOut == "" || r.WayOut == "this release has no way to do it" {
 			t.Errorf("type %s: %+v", typ, r)
@@ -483,7 +488,7 @@ func TestOperations(t *testing.T) {
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), facts), nil)
 	// A Talos, a Kubernetes and a Cilium upgrade run, and a CA rotation.
 	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy,
-		ichorv1alpha1.OperationCARotation} {
+		ichorv1alpha1.OperationCARotation, ichorv1alpha1.OperationKeyRotation} {
 		if r := CheckRunnable(op(typ)); r != nil {
 			t.Errorf("type %s is refused: %+v", typ, r)
 		}

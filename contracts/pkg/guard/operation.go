@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"slices"
 
+	"github.com/siderolabs/talos/pkg/machinery/config"
+
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
@@ -53,7 +55,7 @@ type OperationFacts struct {
 var RunnableOperationTypes = []string{
 	ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationNode,
 	ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationEtcdRestore, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy,
-	ichorv1alpha1.OperationCARotation,
+	ichorv1alpha1.OperationCARotation, ichorv1alpha1.OperationKeyRotation,
 }
 
 // OperationRunnable reports whether this release runs operations of type t.
@@ -66,13 +68,19 @@ const adminTalosconfig = "the os:admin talosconfig of the cluster's secrets (`ic
 
 // notRunnableWayOut says, per type, what a person can do without the operation.
 var notRunnableWayOut = map[string]string{
-	ichorv1alpha1.OperationIchor:       "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",
-	ichorv1alpha1.OperationKeyRotation: "this release cannot rotate the service-account or secretbox key; they stay as they are",
+	ichorv1alpha1.OperationIchor: "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",
 }
 
 // CheckRunnable refuses an operation of a type this release does not run:
 // it would be accepted and then only fail.
 func CheckRunnable(op *ichorv1alpha1.TalosOperation) *Refusal {
+	if op.Spec.Type == ichorv1alpha1.OperationKeyRotation && op.Spec.MachineSelector != nil {
+		return &Refusal{
+			Field: fieldMachineSelector, Rule: "a key rotation covers every control plane of the cluster: one left out would encrypt and sign with keys the others drop",
+			WayOut: "leave spec.machineSelector unset (hold a machine back with the " + ichorv1alpha1.HoldApplyAnnotation + " annotation; the rotation waits for it)",
+		}
+	}
+
 	if op.Spec.Type == ichorv1alpha1.OperationCARotation && op.Spec.MachineSelector != nil {
 		return &Refusal{
 			Field: fieldMachineSelector, Rule: "a CA rotation covers every machine of the cluster: a machine left out would stop trusting the others",
@@ -182,8 +190,27 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 		out = append(out, CheckShutdown(op)...)
 	case ichorv1alpha1.OperationEtcdRestore:
 		out = append(out, CheckEtcdRestore(op, facts)...)
+	case ichorv1alpha1.OperationKeyRotation:
+		out = append(out, checkKeyRotation(c)...)
 	}
 	return out
+}
+
+// checkKeyRotation refuses a key rotation of a cluster on a configuration
+// contract before v1.14: only its KubeServiceAccountConfig and
+// KubeEtcdEncryptionConfig documents hold two keys at once (the older
+// cluster.serviceAccount and cluster.secretboxEncryptionSecret hold one).
+func checkKeyRotation(c *ichorv1alpha1.TalosCluster) []Refusal {
+	vc, err := config.ParseContractFromVersion(c.Spec.VersionContract)
+	if err == nil && vc.MultidocKubernetesConfigSupported() {
+		return nil
+	}
+	return []Refusal{{
+		Field: fieldSpecType,
+		Rule: fmt.Sprintf("cluster %s pins the configuration contract %q, whose single service-account key and secretbox key cannot be rotated without a loss "+
+			"(the v1.14 contract's KubeServiceAccountConfig and KubeEtcdEncryptionConfig documents hold two at once); nothing was created", c.Name, c.Spec.VersionContract),
+		WayOut: "on this contract the keys stay as they are; a cluster created with the v1.14 contract (the default of `ichor init`) can rotate them",
+	}}
 }
 
 func pairRefusal(field string, err error) Refusal {

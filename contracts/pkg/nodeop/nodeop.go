@@ -160,3 +160,32 @@ func CARotationSteps() []string {
 		"restart, one at a time, the clients that keep the old Kubernetes CA (CoreDNS, kube-proxy, Cilium, ichor-ui); the old bundle leaves the Secret",
 	}
 }
+
+// KeyRotation is the TalosOperation that rotates cluster's service-account
+// signing key and secretbox key, or one of them (serviceAccount or secretbox
+// false).
+func KeyRotation(namespace, cluster string, serviceAccount, secretbox bool) *ichorv1alpha1.TalosOperation {
+	op := &ichorv1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: cluster + "-rotate-keys-"},
+		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: cluster, Type: ichorv1alpha1.OperationKeyRotation},
+	}
+
+	if !serviceAccount || !secretbox {
+		op.Spec.KeyRotation = &ichorv1alpha1.KeyRotation{ServiceAccount: serviceAccount, Secretbox: secretbox}
+	}
+
+	return op
+}
+
+// KeyRotationSteps says what a key rotation does, step by step (the stages
+// of the controller's key-rotation).
+func KeyRotationSteps() []string {
+	return []string{
+		"hold the cluster lock until the rotation has completed; make the new keys and keep them in the bundle Secret beside the old ones",
+		"every control plane verifies tokens of the new service-account key and decrypts with the new secretbox key (applied live, one at a time; no reboot)",
+		"the new keys sign and encrypt; the old ones still verify and decrypt",
+		"write every Secret again, so it is encrypted with the new key; legacy service-account token Secrets are signed again",
+		"wait for the pods' projected tokens to be re-issued with the new key (an hour by default), then drop the old keys: tokens of the old key stop working",
+		"give the new secretbox key Talos's name back and write every Secret once more; the old bundle leaves the Secret",
+	}
+}

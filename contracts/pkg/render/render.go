@@ -66,6 +66,10 @@ type Input struct {
 	// CA rotation runs (bundle.LoadAccepted reads them from the bundle
 	// Secret); the zero value accepts the bundle's CAs alone.
 	Accepted bundle.Accepted
+	// Keys are a key rotation's extra service-account public keys and its
+	// secretbox keys (bundle.LoadKeyState reads them from the bundle Secret);
+	// empty means the bundle's keys alone, as Talos generates them.
+	Keys bundle.KeyState
 	// Patches are the candidate TalosConfigPatches, typically every patch in
 	// the namespace; Render keeps those of the cluster that target the machine.
 	Patches []ichorv1alpha1.TalosConfigPatch
@@ -442,11 +446,72 @@ func baseConfig(in Input, vc *coreconfig.VersionContract, mt machine.Type) (core
 		return nil, fmt.Errorf("generate the %s base configuration: %w", mt, err)
 	}
 
-	if in.Accepted.Empty() {
+	if !in.Accepted.Empty() {
+		if cfg, err = withAccepted(cfg, in.Accepted); err != nil {
+			return nil, err
+		}
+	}
+
+	if in.Keys.Empty() || mt != machine.TypeControlPlane {
+		// the two documents are control-plane only
 		return cfg, nil
 	}
 
-	return withAccepted(cfg, in.Accepted)
+	return withKeys(cfg, in.Keys)
+}
+
+// withKeys puts a key rotation's keys into the control plane's
+// KubeServiceAccountConfig (accepted.publicKeys: they verify tokens beside
+// the issuing key; t:pkg/machinery/config/types/k8s/service_account.go) and
+// KubeEtcdEncryptionConfig (the kube-apiserver's EncryptionConfiguration
+// body: one secretbox provider whose first key encrypts and whose every key
+// decrypts the Secrets whose prefix names it;
+// t:pkg/machinery/config/types/k8s/etcd_encryption.go). The v1.12 contract
+// has neither document (its single cluster.serviceAccount and
+// secretboxEncryptionSecret cannot hold two keys), so keys cannot rotate there.
+func withKeys(generated coreconfig.Provider, keys bundle.KeyState) (coreconfig.Provider, error) {
+	cfg := generated.Clone()
+	docs := cfg.Documents()
+
+	var sa, enc bool
+
+	for _, d := range docs {
+		switch doc := d.(type) {
+		case *k8s.KubeServiceAccountConfigV1Alpha1:
+			doc.ServiceAccepted.PublicKeys = append(doc.ServiceAccepted.PublicKeys, keys.ServiceAccount...)
+			sa = true
+		case *k8s.KubeEtcdEncryptionConfigV1Alpha1:
+			if len(keys.Encryption) == 0 {
+				enc = true
+
+				continue
+			}
+
+			list := make([]any, 0, len(keys.Encryption))
+			for _, k := range keys.Encryption {
+				list = append(list, map[string]any{"name": k.Name, "secret": k.Secret})
+			}
+
+			doc.Config.Object = map[string]any{
+				"resources": []any{map[string]any{
+					"resources": []any{"secrets"},
+					"providers": []any{map[string]any{"secretbox": map[string]any{"keys": list}}},
+				}},
+			}
+			enc = true
+		}
+	}
+
+	if !sa || !enc {
+		return nil, errors.New("the configuration has no KubeServiceAccountConfig and KubeEtcdEncryptionConfig documents (the v1.14 contract has them): its keys cannot rotate")
+	}
+
+	out, err := container.New(docs...)
+	if err != nil {
+		return nil, fmt.Errorf("add the rotated keys: %w", err)
+	}
+
+	return out, nil
 }
 
 // withAccepted adds a CA rotation's accepted certificates to the generated

@@ -68,12 +68,13 @@ func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *icho
 		f(&in)
 	}
 
-	b, accepted, err := LoadTrust(ctx, apiReader, in.Cluster)
+	trust, err := loadTrust(ctx, apiReader, in.Cluster)
 	if err != nil {
 		return nil, err
 	}
 
-	in.Bundle, in.Accepted = b, accepted
+	b := trust.Bundle
+	in.Bundle, in.Accepted, in.Keys = b, trust.Accepted, trust.Keys
 
 	res, err := render.Render(in)
 	if err != nil {
@@ -95,29 +96,31 @@ func LoadBundle(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.
 // (bundle.AcceptedKey), and makes every Talos connection with this bundle
 // trust those too (talos.Accept).
 func LoadTrust(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.TalosCluster) (*secrets.Bundle, bundle.Accepted, error) {
+	t, err := loadTrust(ctx, apiReader, cl)
+
+	return t.Bundle, t.Accepted, err
+}
+
+// loadTrust is LoadTrust with a key rotation's keys (bundle.KeysKey).
+func loadTrust(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.TalosCluster) (bundle.Trust, error) {
 	sec := &corev1.Secret{}
 	if err := apiReader.Get(ctx, types.NamespacedName{Namespace: cl.Namespace, Name: cl.Spec.SecretsBundleRef.Name}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, bundle.Accepted{}, &StalledError{fmt.Sprintf("secrets bundle Secret %q not found", cl.Spec.SecretsBundleRef.Name)}
+			return bundle.Trust{}, &StalledError{fmt.Sprintf("secrets bundle Secret %q not found", cl.Spec.SecretsBundleRef.Name)}
 		}
 
-		return nil, bundle.Accepted{}, err
+		return bundle.Trust{}, err
 	}
 
-	b, err := bundle.LoadForCluster(sec, cl)
+	t, err := bundle.LoadTrust(sec, cl)
 	if err != nil {
 		// bundle's errors name the Secret and key, never its content.
-		return nil, bundle.Accepted{}, &StalledError{err.Error()}
+		return bundle.Trust{}, &StalledError{err.Error()}
 	}
 
-	accepted, err := bundle.LoadAccepted(sec)
-	if err != nil {
-		return nil, bundle.Accepted{}, &StalledError{err.Error()}
-	}
+	talos.Accept(t.Bundle.Certs.OS.Crt, t.Accepted.Talos)
 
-	talos.Accept(b.Certs.OS.Crt, accepted.Talos)
-
-	return b, accepted, nil
+	return t, nil
 }
 
 // Machines lists the TalosMachines of a cluster (through the ClusterIndex)

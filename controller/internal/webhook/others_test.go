@@ -195,7 +195,7 @@ func TestDestructiveOperationsNeedTheirVerbs(t *testing.T) {
 		switch tc.typ {
 		case ichorv1alpha1.OperationShutdown:
 			continue // an admin's shutdown comes last: it stops everything else
-		case ichorv1alpha1.OperationNode, ichorv1alpha1.OperationCARotation:
+		case ichorv1alpha1.OperationNode, ichorv1alpha1.OperationCARotation, ichorv1alpha1.OperationKeyRotation:
 			testenv.Must(t, admin.Create(ctx, newOperation(ns, tc.name, tc.typ, tc.mutate)))
 			continue
 		}

@@ -149,11 +149,16 @@ func TestOperationTypeNotRunnableIsRefused(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	testenv.Must(t, admin.Create(ctx, newCluster(ns, "c")))
-	err := admin.Create(ctx, newOperation(ns, "up", ichorv1alpha1.OperationKeyRotation, func(o *ichorv1alpha1.TalosOperation) {
-		o.Spec.KeyRotation = &ichorv1alpha1.KeyRotation{ServiceAccount: true}
+	err := admin.Create(ctx, newOperation(ns, "up", ichorv1alpha1.OperationIchor, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.Ichor = &ichorv1alpha1.IchorUpgrade{Version: "v0.2.0"}
 	}))
-	notRunnable(t, err, ichorv1alpha1.OperationKeyRotation)
-	refused(t, err, "Invalid", `it runs "config", "talos", "kubernetes", "node"`, "cannot rotate the service-account or secretbox key")
+	notRunnable(t, err, ichorv1alpha1.OperationIchor)
+	refused(t, err, "Invalid", `it runs "config", "talos", "kubernetes", "node"`, "helm upgrade")
+	// A key rotation with a machine selector is refused; without one it is admitted.
+	refused(t, admin.Create(ctx, newOperation(ns, "keys-some", ichorv1alpha1.OperationKeyRotation, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.MachineSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
+	})), "Invalid", "spec.machineSelector", "every control plane")
+	testenv.Must(t, admin.Create(ctx, newOperation(ns, "keys", ichorv1alpha1.OperationKeyRotation)))
 	// A CA rotation of the etcd CA is refused; of the Talos API and
 	// Kubernetes CAs it is admitted.
 	refused(t, admin.Create(ctx, newOperation(ns, "etcd-ca", ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {

@@ -208,3 +208,75 @@ func (s *OperationService) waitSigned(ctx context.Context, name, what string) (*
 		delay = min(delay*2, time.Second)
 	}
 }
+
+// keyRotation builds the operation a request asks for and decides it as
+// `ichor cluster rotate-keys` does.
+func (s *OperationService) keyRotation(ctx context.Context, serviceAccountOnly, secretboxOnly bool) (*ichorv1alpha1.TalosOperation, decision, error) {
+	op := nodeop.KeyRotation(s.Clients.Namespace, s.ClusterName, !secretboxOnly, !serviceAccountOnly)
+
+	if r := guard.CheckRunnable(op); r != nil {
+		return op, decision{refusals: []guard.Refusal{*r}, code: codes.InvalidArgument}, nil //nolint:nilerr // a refusal is the answer, not a failure
+	}
+
+	facts, err := guard.LoadOperationFacts(ctx, s.Clients.User, op)
+	if err != nil {
+		return nil, decision{}, err
+	}
+
+	d, err := s.decideOperation(ctx, op, facts)
+
+	return op, d, err
+}
+
+// PreviewKeyRotation implements OperationService: the rotation's stages
+// (nodeop.KeyRotationSteps) and what refuses one now.
+func (s *OperationService) PreviewKeyRotation(ctx context.Context, req *ichorv1.PreviewKeyRotationRequest) (*ichorv1.PreviewKeyRotationResponse, error) {
+	const what = "previewing a key rotation of the cluster"
+
+	_, d, err := s.keyRotation(ctx, req.GetServiceAccountOnly(), req.GetSecretboxOnly())
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	return &ichorv1.PreviewKeyRotationResponse{
+		Cluster: s.ClusterName, Steps: nodeop.KeyRotationSteps(),
+		Refusals: refusalsToProto(d.refusals), Allowed: len(d.refusals) == 0,
+	}, nil
+}
+
+// StartKeyRotation implements OperationService: after the typed cluster
+// name and the shared checks, it creates the key-rotation as the signed-in
+// user.
+func (s *OperationService) StartKeyRotation(ctx context.Context, req *ichorv1.StartKeyRotationRequest) (*ichorv1.StartKeyRotationResponse, error) {
+	what := "rotating the keys of cluster " + s.ClusterName
+	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
+		if got == "" {
+			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was created", what, s.ClusterName)
+		}
+
+		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was created", what, got, s.ClusterName)
+	}
+
+	if req.GetServiceAccountOnly() && req.GetSecretboxOnly() {
+		return nil, invalid("%s: service_account_only and secretbox_only exclude each other (without either, both keys rotate); nothing was created", what)
+	}
+
+	if err := s.Clients.Authorize(ctx, "create", resOperations); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	op, d, err := s.keyRotation(ctx, req.GetServiceAccountOnly(), req.GetSecretboxOnly())
+	if err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	if len(d.refusals) > 0 {
+		return nil, refused(d.code, what, d.refusals)
+	}
+
+	if err := s.Clients.User.Create(ctx, op); err != nil {
+		return nil, apiError(ctx, err, what)
+	}
+
+	return &ichorv1.StartKeyRotationResponse{Operation: operationToProto(op)}, nil
+}

@@ -189,3 +189,58 @@ func TestCARotationAPI(t *testing.T) {
 		t.Fatal("the access log holds the talosconfig's key")
 	}
 }
+
+// The key-rotation dialog's API: the preview says what a rotation does and
+// what refuses it for the signed-in user (the rotate-keys verb); the start
+// needs the cluster's name typed and creates the operation as the user.
+func TestKeyRotationAPI(t *testing.T) {
+	ctx := context.Background()
+	asOperator, asAdmin := operations(t, operator(t)), operations(t, adminTok(t))
+	opsBefore := len(clusterOperations(t))
+
+	p, err := asAdmin.PreviewKeyRotation(ctx, &ichorv1.PreviewKeyRotationRequest{})
+	if err != nil || !p.GetAllowed() || p.GetCluster() != testCluster || !strings.Contains(strings.Join(p.GetSteps(), "\n"), "write every Secret again") {
+		t.Fatalf("an administrator's preview: %v %v", p, err)
+	}
+
+	p, err = asOperator.PreviewKeyRotation(ctx, &ichorv1.PreviewKeyRotationRequest{})
+	if err != nil || p.GetAllowed() || !strings.Contains(refusalText(p.GetRefusals()), "`rotate-keys` on `talosoperations`") {
+		t.Fatalf("an operator's preview: %v %v", p, err)
+	}
+
+	for _, tc := range []struct {
+		req  *ichorv1.StartKeyRotationRequest
+		tok  string
+		code codes.Code
+		says string
+	}{
+		{&ichorv1.StartKeyRotationRequest{}, adminTok(t), codes.InvalidArgument, "confirm_cluster_name is required"},
+		{&ichorv1.StartKeyRotationRequest{ConfirmClusterName: "prd"}, adminTok(t), codes.InvalidArgument, `type "prod" to confirm`},
+		{&ichorv1.StartKeyRotationRequest{ConfirmClusterName: testCluster, ServiceAccountOnly: true, SecretboxOnly: true}, adminTok(t), codes.InvalidArgument, "exclude each other"},
+		{&ichorv1.StartKeyRotationRequest{ConfirmClusterName: testCluster}, operator(t), codes.PermissionDenied, "`rotate-keys` on `talosoperations`"},
+		{&ichorv1.StartKeyRotationRequest{ConfirmClusterName: testCluster}, viewer(t), codes.PermissionDenied, "create"},
+	} {
+		_, err := operations(t, tc.tok).StartKeyRotation(ctx, tc.req)
+		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%+v: %v, want %s saying %q", tc.req, err, tc.code, tc.says)
+		}
+	}
+
+	if n := len(clusterOperations(t)); n != opsBefore {
+		t.Fatalf("refused starts created %d operation(s)", n-opsBefore)
+	}
+
+	resp, err := asAdmin.StartKeyRotation(ctx, &ichorv1.StartKeyRotationRequest{ConfirmClusterName: testCluster, ServiceAccountOnly: true})
+	if err != nil {
+		t.Fatalf("an administrator's key rotation: %v", err)
+	}
+
+	name := resp.GetOperation().GetName()
+	deleteOperationWhenDone(t, name)
+
+	o := getOperation(t, name)
+	if o.Spec.Type != ichorv1alpha1.OperationKeyRotation || o.Spec.ClusterName != testCluster || o.Spec.KeyRotation == nil ||
+		!o.Spec.KeyRotation.ServiceAccount || o.Spec.KeyRotation.Secretbox {
+		t.Fatalf("the key-rotation operation: %+v", o.Spec)
+	}
+}

@@ -1358,6 +1358,18 @@ export interface PreviewConfigRolloutResponse {
   unfinished?: Operation;
 }
 
+/** PreviewKeyRotationResponse is the dialog's content. */
+export interface PreviewKeyRotationResponse {
+  /** True when nothing refuses it. */
+  allowed?: boolean;
+  /** The cluster: what the confirmation must repeat. */
+  cluster?: string;
+  /** What refuses it now: the checks, then the verbs the user lacks. */
+  refusals?: Refusal[];
+  /** What the operation does, stage by stage. */
+  steps?: string[];
+}
+
 /** PreviewKubeProxySwitchResponse is the kube-proxy card's and dialog's content. */
 export interface PreviewKubeProxySwitchResponse {
   /** True when nothing refuses the switch. */
@@ -1786,6 +1798,22 @@ export interface StartConfigRolloutRequest {
 export interface StartConfigRolloutResponse {
   /** The plan it was started on. */
   machines?: RolloutMachine[];
+  /** The new operation. */
+  operation?: Operation;
+}
+
+/** StartKeyRotationRequest asks for a key rotation. */
+export interface StartKeyRotationRequest {
+  /** The served cluster's name, typed by the user: their consent. */
+  confirmClusterName: string;
+  /** Rotate the secretbox key alone. */
+  secretboxOnly?: boolean;
+  /** Rotate the service-account signing key alone. */
+  serviceAccountOnly?: boolean;
+}
+
+/** StartKeyRotationResponse is the operation that was created. */
+export interface StartKeyRotationResponse {
   /** The new operation. */
   operation?: Operation;
 }
@@ -2219,6 +2247,11 @@ export interface Client {
    */
   previewConfigRollout(args?: { selector?: string }, options?: CallOptions): Promise<PreviewConfigRolloutResponse>;
   /**
+   * PreviewKeyRotation is what the key-rotation dialog shows: the stages
+   * and what refuses a rotation now. It changes nothing.
+   */
+  previewKeyRotation(args?: { serviceAccountOnly?: boolean; secretboxOnly?: boolean }, options?: CallOptions): Promise<PreviewKeyRotationResponse>;
+  /**
    * PreviewKubeProxySwitch is what the Cilium page's kube-proxy card and
    * dialog show: the cluster's kube-proxy mode (spec.cni.kubeProxy), the
    * KubeProxyConsistent condition, the unfinished kube-proxy operations with
@@ -2317,6 +2350,12 @@ export interface Client {
    * typed cluster name confirms it.
    */
   startConfigRollout(args: { body: StartConfigRolloutRequest }, options?: CallOptions): Promise<StartConfigRolloutResponse>;
+  /**
+   * StartKeyRotation creates a TalosOperation of type key-rotation of the
+   * served cluster as the signed-in user, after the same checks as `ichor
+   * cluster rotate-keys` and the cluster's name typed.
+   */
+  startKeyRotation(args: { body: StartKeyRotationRequest }, options?: CallOptions): Promise<StartKeyRotationResponse>;
   /**
    * StartKubeProxySwitch writes spec.cni.kubeProxy, annotated for that
    * write, as the signed-in user, after the same checks as `ichor cni
@@ -2524,6 +2563,9 @@ export function createClient(t: Transport): Client {
     previewConfigRollout(args, options) {
       return t.unary<PreviewConfigRolloutResponse>("GET", "/api/v1/operations:previewConfigRollout", { selector: args?.selector }, undefined, options);
     },
+    previewKeyRotation(args, options) {
+      return t.unary<PreviewKeyRotationResponse>("GET", "/api/v1/operations:previewKeyRotation", { serviceAccountOnly: args?.serviceAccountOnly, secretboxOnly: args?.secretboxOnly }, undefined, options);
+    },
     previewKubeProxySwitch(args, options) {
       return t.unary<PreviewKubeProxySwitchResponse>("GET", "/api/v1/operations:previewKubeProxySwitch", { mode: args?.mode }, undefined, options);
     },
@@ -2574,6 +2616,9 @@ export function createClient(t: Transport): Client {
     },
     startConfigRollout(args, options) {
       return t.unary<StartConfigRolloutResponse>("POST", "/api/v1/operations:startConfigRollout", undefined, args.body, options);
+    },
+    startKeyRotation(args, options) {
+      return t.unary<StartKeyRotationResponse>("POST", "/api/v1/operations:startKeyRotation", undefined, args.body, options);
     },
     startKubeProxySwitch(args, options) {
       return t.unary<StartKubeProxySwitchResponse>("POST", "/api/v1/operations:startKubeProxySwitch", undefined, args.body, options);
@@ -2662,6 +2707,7 @@ export const operationPaths = {
   previewCiliumValues: { method: "POST", path: "/api/v1/cluster/cilium-values:preview" },
   previewClusterShutdown: { method: "GET", path: "/api/v1/operations:previewClusterShutdown" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
+  previewKeyRotation: { method: "GET", path: "/api/v1/operations:previewKeyRotation" },
   previewKubeProxySwitch: { method: "GET", path: "/api/v1/operations:previewKubeProxySwitch" },
   previewKubernetesUpgrade: { method: "GET", path: "/api/v1/operations:previewKubernetesUpgrade" },
   previewNodeOperation: { method: "GET", path: "/api/v1/operations:previewNodeOperation" },
@@ -2679,6 +2725,7 @@ export const operationPaths = {
   startCiliumUpgrade: { method: "POST", path: "/api/v1/operations:startCiliumUpgrade" },
   startClusterShutdown: { method: "POST", path: "/api/v1/operations:startClusterShutdown" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
+  startKeyRotation: { method: "POST", path: "/api/v1/operations:startKeyRotation" },
   startKubeProxySwitch: { method: "POST", path: "/api/v1/operations:startKubeProxySwitch" },
   startKubernetesUpgrade: { method: "POST", path: "/api/v1/operations:startKubernetesUpgrade" },
   startNodeOperation: { method: "POST", path: "/api/v1/operations:startNodeOperation" },

@@ -3,7 +3,7 @@ import { describe, expect, it, vi } from "vitest";
 import { act } from "preact/test-utils";
 import type { Client, DownloadRotationCredentialsRequest, Operation, PreviewCARotationResponse, StartCARotationRequest } from "../api/generated";
 import { consoleOf, settle, show, type, useRoot } from "../testing/dom";
-import { handsOutCredentials, RotateCADialog, RotationCredentialsCard } from "./carotation";
+import { handsOutCredentials, RotateCADialog, RotateKeysDialog, RotationCredentialsCard } from "./carotation";
 
 const plan: PreviewCARotationResponse = {
   cluster: "prod",
@@ -99,5 +99,54 @@ describe("RotationCredentialsCard", () => {
     } finally {
       HTMLAnchorElement.prototype.click = orig;
     }
+  });
+});
+
+describe("RotateKeysDialog", () => {
+  const root = useRoot();
+
+  it("shows the stages, asks which keys and the cluster's name, starts, and opens the operation", async () => {
+    history.replaceState(null, "", "/");
+    const previews: unknown[] = [];
+    const starts: unknown[] = [];
+    const c = {
+      previewKeyRotation: (args: unknown) => {
+        previews.push(args);
+        return Promise.resolve({ cluster: "prod", allowed: true, steps: ["write every Secret again", "drop the old keys"] });
+      },
+      startKeyRotation: ({ body }: { body: unknown }) => {
+        starts.push(body);
+        return Promise.resolve({ operation: { name: "prod-rotate-keys-q8w2d" } });
+      },
+    } as unknown as Client;
+    await show(root(), consoleOf(c, ["ichor:admin"]), <RotateKeysDialog client={c} cluster="prod" open={true} onClose={() => {}} />);
+    expect(root().querySelector("[data-testid=rotate-keys-steps]")?.textContent).toContain("write every Secret again");
+    expect(previews.at(-1)).toEqual({ serviceAccountOnly: false, secretboxOnly: false });
+    const start = () => root().querySelector<HTMLButtonElement>("[data-testid=rotate-keys-start]")!;
+    expect(start().disabled).toBe(true);
+    await act(() => root().querySelector<HTMLInputElement>("[data-testid=rotate-keys-secretbox]")!.click());
+    await settle();
+    expect(previews.at(-1)).toEqual({ serviceAccountOnly: false, secretboxOnly: true });
+    await type(root(), "#rotate-keys-confirm", "prd");
+    expect(start().disabled).toBe(true);
+    await type(root(), "#rotate-keys-confirm", "prod");
+    expect(start().disabled).toBe(false);
+    await act(() => {
+      root().querySelector<HTMLFormElement>("form")!.dispatchEvent(new Event("submit", { bubbles: true, cancelable: true }));
+    });
+    await settle();
+    expect(starts).toEqual([{ confirmClusterName: "prod", serviceAccountOnly: false, secretboxOnly: true }]);
+    expect(location.pathname).toBe("/operations/prod-rotate-keys-q8w2d");
+  });
+
+  it("shows what refuses a rotation and offers no start", async () => {
+    const c = {
+      previewKeyRotation: () =>
+        Promise.resolve({ cluster: "prod", allowed: false, steps: ["x"], refusals: [{ field: "spec.type", rule: "the v1.12 contract's keys stay as they are", wayOut: "none" }] }),
+    } as unknown as Client;
+    await show(root(), consoleOf(c, ["ichor:admin"]), <RotateKeysDialog client={c} cluster="prod" open={true} onClose={() => {}} />);
+    expect(root().querySelector("[data-testid=rotate-keys-refusals]")?.textContent).toContain("stay as they are");
+    expect(root().querySelector("#rotate-keys-confirm")).toBeNull();
+    expect(root().querySelector<HTMLButtonElement>("[data-testid=rotate-keys-start]")!.disabled).toBe(true);
   });
 });

@@ -22,19 +22,38 @@ export function caChoiceArgs(c: CAChoice): { talosOnly: boolean; kubernetesOnly:
 }
 
 /** canStartCARotation: allowed by the backend and the cluster's name typed. */
-export function canStartCARotation(p: PreviewCARotationResponse | null, typed: string): boolean {
+export function canStartCARotation(p: { allowed?: boolean; cluster?: string } | null, typed: string): boolean {
   return !!p?.allowed && !!p.cluster && typed.trim() === p.cluster;
 }
 
+/** The plan a rotation dialog shows (PreviewCARotation, PreviewKeyRotation). */
+interface RotationPlan {
+  cluster?: string;
+  steps?: string[];
+  refusals?: PreviewCARotationResponse["refusals"];
+  allowed?: boolean;
+}
+
+/** What one kind of rotation's dialog says and calls. */
+interface RotationKind<C extends string> {
+  /** testid prefix: rotate-ca, rotate-keys. */
+  id: string;
+  /** what is rotated, for the texts: "CAs", "keys". */
+  what: string;
+  description: preact.ComponentChildren;
+  choices: [C, string][];
+  preview: (c: C) => Promise<RotationPlan>;
+  start: (confirm: string, c: C) => Promise<{ operation?: Operation }>;
+}
+
 /**
- * RotateCADialog starts a CA rotation: the backend's plan (PreviewCARotation:
- * the stages and what the checks and the user's verbs refuse), which CAs,
- * the cluster's name typed, then StartCARotation; it opens the operation's
- * page, where the credential hand-over card waits.
+ * RotateDialog starts a rotation: the backend's plan (the stages and what
+ * the checks and the user's verbs refuse), what to rotate, the cluster's
+ * name typed, then the start; it opens the operation's page.
  */
-export function RotateCADialog({ client, cluster, open, onClose }: { client: Client; cluster: string; open: boolean; onClose: () => void }) {
-  const [choice, setChoice] = useState<CAChoice>("both");
-  const [preview, setPreview] = useState<PreviewCARotationResponse | null>(null);
+function RotateDialog<C extends string>({ kind, cluster, open, onClose }: { kind: RotationKind<C>; cluster: string; open: boolean; onClose: () => void }) {
+  const [choice, setChoice] = useState<C>(kind.choices[0][0]);
+  const [preview, setPreview] = useState<RotationPlan | null>(null);
   const [previewError, setPreviewError] = useState<unknown>(null);
   const [typed, setTyped] = useState("");
   const [busy, setBusy] = useState(false);
@@ -45,14 +64,15 @@ export function RotateCADialog({ client, cluster, open, onClose }: { client: Cli
     let stop = false;
     setPreview(null);
     setPreviewError(null);
-    client.previewCARotation(caChoiceArgs(choice)).then(
+    kind.preview(choice).then(
       (p) => !stop && setPreview(p),
       (e) => !stop && setPreviewError(e),
     );
     return () => {
       stop = true;
     };
-  }, [open, client, choice]);
+    // kind is rebuilt on every render of its wrapper (a new object, the same calls): the choice decides the plan
+  }, [open, choice]);
 
   function close() {
     setTyped("");
@@ -69,7 +89,7 @@ export function RotateCADialog({ client, cluster, open, onClose }: { client: Cli
     setBusy(true);
     setError(null);
     try {
-      const res = await client.startCARotation({ body: { confirmClusterName: typed.trim(), ...caChoiceArgs(choice) } });
+      const res = await kind.start(typed.trim(), choice);
       close();
       navigate(`/operations/${encodeURIComponent(res.operation?.name ?? "")}`);
     } catch (err) {
@@ -80,36 +100,25 @@ export function RotateCADialog({ client, cluster, open, onClose }: { client: Cli
   }
 
   return (
-    <Dialog
-      open={open}
-      onClose={close}
-      title={`Rotate the CAs of cluster ${name}?`}
-      description={<>In Talos's stages, applied live with no reboot. Talosconfigs and kubeconfigs of the old CAs stop working at the end: you download new ones on the way.</>}
-    >
-      <form onSubmit={submit} class="flex flex-col gap-3" data-testid="rotate-ca-dialog">
+    <Dialog open={open} onClose={close} title={`Rotate the ${kind.what} of cluster ${name}?`} description={kind.description}>
+      <form onSubmit={submit} class="flex flex-col gap-3" data-testid={`${kind.id}-dialog`}>
         <fieldset class="flex flex-col gap-1 text-sm">
-          <legend class="font-semibold">CAs to rotate</legend>
-          {(
-            [
-              ["both", "The Talos API CA and the Kubernetes CA"],
-              ["talos", "The Talos API CA alone"],
-              ["kubernetes", "The Kubernetes CA alone"],
-            ] as [CAChoice, string][]
-          ).map(([value, label]) => (
+          <legend class="font-semibold">{kind.what === "CAs" ? "CAs" : "Keys"} to rotate</legend>
+          {kind.choices.map(([value, label]) => (
             <label key={value} class="flex items-center gap-2">
-              <input type="radio" name="ca-choice" value={value} checked={choice === value} onChange={() => setChoice(value)} data-testid={`rotate-ca-${value}`} />
+              <input type="radio" name={`${kind.id}-choice`} value={value} checked={choice === value} onChange={() => setChoice(value)} data-testid={`${kind.id}-${value}`} />
               {label}
             </label>
           ))}
         </fieldset>
-        <ErrorAlert error={previewError} what="Planning the CA rotation" />
+        <ErrorAlert error={previewError} what={`Planning the rotation of the ${kind.what}`} />
         <Loading when={!preview && !previewError} />
         {preview && (
           <div class="flex flex-col gap-3 text-sm">
-            <RefusalList refusals={preview.refusals ?? []} title="The checks refuse a CA rotation now" testid="rotate-ca-refusals" />
+            <RefusalList refusals={preview.refusals ?? []} title={`The checks refuse a rotation of the ${kind.what} now`} testid={`${kind.id}-refusals`} />
             <div>
               <p class="font-semibold">Stages</p>
-              <ol class="mt-1 list-decimal space-y-1 pl-5 text-muted-foreground" data-testid="rotate-ca-steps">
+              <ol class="mt-1 list-decimal space-y-1 pl-5 text-muted-foreground" data-testid={`${kind.id}-steps`}>
                 {(preview.steps ?? []).map((s, i) => (
                   <li key={i}>{s}</li>
                 ))}
@@ -118,22 +127,72 @@ export function RotateCADialog({ client, cluster, open, onClose }: { client: Cli
           </div>
         )}
         {preview?.allowed && (
-          <Field id="rotate-ca-confirm" label={`Type ${name} to confirm`}>
-            <Input id="rotate-ca-confirm" value={typed} onInput={(e) => setTyped(e.currentTarget.value)} autoComplete="off" spellcheck={false} />
+          <Field id={`${kind.id}-confirm`} label={`Type ${name} to confirm`}>
+            <Input id={`${kind.id}-confirm`} value={typed} onInput={(e) => setTyped(e.currentTarget.value)} autoComplete="off" spellcheck={false} />
           </Field>
         )}
-        <ErrorAlert error={error} what={`Rotating the CAs of cluster ${name}`} />
+        <ErrorAlert error={error} what={`Rotating the ${kind.what} of cluster ${name}`} />
         <div class="flex justify-end gap-2">
           <Button variant="outline" onClick={close}>
             Cancel
           </Button>
-          <Button type="submit" variant="destructive" disabled={!ready || busy} data-testid="rotate-ca-start">
-            {busy ? "Starting…" : "Rotate CAs"}
+          <Button type="submit" variant="destructive" disabled={!ready || busy} data-testid={`${kind.id}-start`}>
+            {busy ? "Starting…" : `Rotate ${kind.what}`}
           </Button>
         </div>
       </form>
     </Dialog>
   );
+}
+
+/**
+ * RotateCADialog starts a CA rotation (PreviewCARotation, StartCARotation);
+ * the operation's page then holds the credential hand-over card.
+ */
+export function RotateCADialog({ client, cluster, open, onClose }: { client: Client; cluster: string; open: boolean; onClose: () => void }) {
+  const kind: RotationKind<CAChoice> = {
+    id: "rotate-ca",
+    what: "CAs",
+    description: <>In Talos's stages, applied live with no reboot. Talosconfigs and kubeconfigs of the old CAs stop working at the end: you download new ones on the way.</>,
+    choices: [
+      ["both", "The Talos API CA and the Kubernetes CA"],
+      ["talos", "The Talos API CA alone"],
+      ["kubernetes", "The Kubernetes CA alone"],
+    ],
+    preview: (c) => client.previewCARotation(caChoiceArgs(c)),
+    start: (confirm, c) => client.startCARotation({ body: { confirmClusterName: confirm, ...caChoiceArgs(c) } }),
+  };
+  return <RotateDialog kind={kind} cluster={cluster} open={open} onClose={onClose} />;
+}
+
+/** Which keys the key-rotation dialog rotates. */
+export type KeyChoice = "both" | "service-account" | "secretbox";
+
+/** keyChoiceArgs is the request's service_account_only / secretbox_only for a choice. */
+export function keyChoiceArgs(c: KeyChoice): { serviceAccountOnly: boolean; secretboxOnly: boolean } {
+  return { serviceAccountOnly: c === "service-account", secretboxOnly: c === "secretbox" };
+}
+
+/** RotateKeysDialog starts a key rotation (PreviewKeyRotation, StartKeyRotation). */
+export function RotateKeysDialog({ client, cluster, open, onClose }: { client: Client; cluster: string; open: boolean; onClose: () => void }) {
+  const kind: RotationKind<KeyChoice> = {
+    id: "rotate-keys",
+    what: "keys",
+    description: (
+      <>
+        Applied live to the control planes with no reboot. Every Secret is written again with the new secretbox key; service-account tokens of the old key stop working
+        once the pods hold new ones (an hour by default).
+      </>
+    ),
+    choices: [
+      ["both", "The service-account key and the secretbox key"],
+      ["service-account", "The service-account signing key alone"],
+      ["secretbox", "The secretbox key alone"],
+    ],
+    preview: (c) => client.previewKeyRotation(keyChoiceArgs(c)),
+    start: (confirm, c) => client.startKeyRotation({ body: { confirmClusterName: confirm, ...keyChoiceArgs(c) } }),
+  };
+  return <RotateDialog kind={kind} cluster={cluster} open={open} onClose={onClose} />;
 }
 
 /** RotateCAControl is the Overview header's Rotate CAs…, for those who may write (the backend and the webhook check the verb). */
@@ -147,6 +206,21 @@ export function RotateCAControl() {
         Rotate CAs…
       </Button>
       {open && <RotateCADialog client={client} cluster={cluster.name} open={open} onClose={() => setOpen(false)} />}
+    </>
+  );
+}
+
+/** RotateKeysControl is the Overview header's Rotate keys…, for those who may write (the backend and the webhook check the verb). */
+export function RotateKeysControl() {
+  const { client, cluster, canWrite } = useConsole();
+  const [open, setOpen] = useState(false);
+  if (!canWrite || !cluster?.name) return null;
+  return (
+    <>
+      <Button variant="outline" onClick={() => setOpen(true)} data-testid="rotate-keys-open" aria-label={`Rotate keys of cluster ${cluster.name}…`}>
+        Rotate keys…
+      </Button>
+      {open && <RotateKeysDialog client={client} cluster={cluster.name} open={open} onClose={() => setOpen(false)} />}
     </>
   );
 }

@@ -14,7 +14,7 @@ import { UpgradeDialog, type UpgradeKind } from "./talosupgrade";
 import * as api from "../api/v1alpha1";
 import { PauseControl, PausedNotice } from "./pause";
 import { ShutdownControl } from "./shutdown";
-import { RotateCAControl } from "./carotation";
+import { RotateCAControl, RotateKeysControl } from "./carotation";
 import { RecoveryNotice } from "./recovery";
 import { pausedSince } from "../lib/pause";
 import { useAttention } from "../lib/attention";
@@ -96,6 +96,7 @@ export function Overview() {
             </LinkButton>
           )}
           <RotateCAControl />
+          <RotateKeysControl />
           <ShutdownControl />
         </div>
       </div>

@@ -170,7 +170,7 @@ func newOperations() *operation.Reconciler {
 	return &operation.Reconciler{
 		PollInterval: 300 * time.Millisecond, LockWait: 300 * time.Millisecond, DrainTimeout: 60 * time.Second,
 		RebootTimeout: 3 * time.Minute, APIServerSettle: 30 * time.Second, APIServerTimeout: 3 * time.Minute,
-		RootCASettle: 3 * time.Second,
+		RootCASettle: 3 * time.Second, TokenSettle: 3 * time.Second,
 	}
 }
 

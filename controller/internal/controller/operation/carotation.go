@@ -91,6 +91,38 @@ func isCARotation(op *ichorv1alpha1.TalosOperation) bool {
 	return op.Spec.Type == ichorv1alpha1.OperationCARotation
 }
 
+// isRotation: a CA or key rotation, which covers every machine in stages.
+func isRotation(op *ichorv1alpha1.TalosOperation) bool {
+	return isCARotation(op) || isKeyRotation(op)
+}
+
+// rotationStages are the stages of op, a CA or key rotation, in order.
+func rotationStages(op *ichorv1alpha1.TalosOperation) []string {
+	if isKeyRotation(op) {
+		return keyStages
+	}
+
+	return caStages
+}
+
+// isRolloutStage: the stage goes through the machines.
+func isRolloutStage(op *ichorv1alpha1.TalosOperation, stage string) bool {
+	if isKeyRotation(op) {
+		return keyRolloutStages[stage]
+	}
+
+	return caRolloutStages[stage]
+}
+
+// describeRotation is what op rotates.
+func describeRotation(op *ichorv1alpha1.TalosOperation) string {
+	if isKeyRotation(op) {
+		return describeKeys(op)
+	}
+
+	return describeCAs(op)
+}
+
 // caTargets reports which CAs the operation rotates (spec.caRotation; the
 // Talos API and Kubernetes CAs when empty).
 func caTargets(op *ichorv1alpha1.TalosOperation) (talosCA, kubernetesCA bool) {
@@ -123,7 +155,7 @@ func describeCAs(op *ichorv1alpha1.TalosOperation) string {
 
 func initCAStages(op *ichorv1alpha1.TalosOperation) {
 	op.Status.Stages = nil
-	for _, s := range caStages {
+	for _, s := range rotationStages(op) {
 		op.Status.Stages = append(op.Status.Stages, ichorv1alpha1.OperationStage{Name: s, Phase: ichorv1alpha1.StagePending})
 	}
 }
@@ -137,7 +169,7 @@ func (r *Reconciler) startCAStage(op *ichorv1alpha1.TalosOperation, stage, msg s
 	op.Status.Step = stage
 	op.Status.ProgressSequence++
 
-	if !caRolloutStages[stage] {
+	if !isRolloutStage(op, stage) {
 		return
 	}
 
@@ -154,17 +186,23 @@ func (r *Reconciler) nextCAStage(ctx context.Context, s *scope, msg string) (ctr
 	st := stageOf(op, op.Status.Step)
 	st.Phase, st.CompletedAt, st.Message = ichorv1alpha1.StageDone, &now, msg
 
-	i := slices.Index(caStages, op.Status.Step)
-	if i < 0 || i+1 >= len(caStages) {
-		return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason,
-			"rotated "+describeCAs(op)+": every node accepts and presents the new CAs only, and the old bundle is gone")
+	stages := rotationStages(op)
+
+	i := slices.Index(stages, op.Status.Step)
+	if i < 0 || i+1 >= len(stages) {
+		done := "rotated " + describeCAs(op) + ": every node accepts and presents the new CAs only, and the old bundle is gone"
+		if isKeyRotation(op) {
+			done = "rotated " + describeRotation(op) + ": the new ones sign and encrypt alone, every Secret is encrypted with the new key, and the old bundle is gone"
+		}
+
+		return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationSucceeded, ichorv1alpha1.SucceededReason, done)
 	}
 
-	next := caStages[i+1]
+	next := stages[i+1]
 	r.startCAStage(op, next, "")
 	setCond(op, ichorv1alpha1.ReadyCondition, metav1.ConditionFalse, ichorv1alpha1.ProgressingReason,
-		fmt.Sprintf("rotating %s: stage %s", describeCAs(op), next))
-	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, "StageStarted", "Stage", "stage %s done (%s); starting stage %s", caStages[i], msg, next)
+		fmt.Sprintf("rotating %s: stage %s", describeRotation(op), next))
+	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, "StageStarted", "Stage", "stage %s done (%s); starting stage %s", stages[i], msg, next)
 
 	return ichorreconcile.NextStep(), nil
 }

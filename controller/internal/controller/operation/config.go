@@ -91,6 +91,10 @@ func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, e
 		return r.caRotationPhase(ctx, s)
 	}
 
+	if isKeyRotation(op) {
+		return r.keyRotationPhase(ctx, s)
+	}
+
 	active, held, err := r.activeMachines(ctx, op)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -128,6 +128,11 @@ type Reconciler struct {
 	// trusts the new Kubernetes CA, before it drops the old one; zero means
 	// DefaultRootCASettle.
 	RootCASettle time.Duration
+	// TokenSettle is how long a key rotation waits, once the new
+	// service-account key signs, before the old one stops verifying: the
+	// time kubelets take to re-issue the tokens they project into pods.
+	// Zero means DefaultTokenSettle.
+	TokenSettle time.Duration
 	// Clock is the controller's clock; nil means the real one.
 	Clock clock.PassiveClock
 
@@ -181,6 +186,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	def(&r.HeldWait, DefaultHeldWait)
 	def(&r.CNIJobTimeout, DefaultCNIJobTimeout)
 	def(&r.RootCASettle, DefaultRootCASettle)
+	def(&r.TokenSettle, DefaultTokenSettle)
 
 	r.skeleton = r.controller()
 

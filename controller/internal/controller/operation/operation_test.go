@@ -106,8 +106,8 @@ func TestOperation_UnsupportedTypeRefused(t *testing.T) {
 	ctx := context.Background()
 
 	op := configOp("reboot-w2", func(op *ichorv1alpha1.TalosOperation) {
-		op.Spec.Type = ichorv1alpha1.OperationKeyRotation
-		op.Spec.KeyRotation = &ichorv1alpha1.KeyRotation{ServiceAccount: true}
+		op.Spec.Type = ichorv1alpha1.OperationIchor
+		op.Spec.Ichor = &ichorv1alpha1.IchorUpgrade{Version: "v0.2.0"}
 	})
 	before := reboots(t, "w-2")
 	testenv.Must(t, k8s.Create(ctx, op))
@@ -115,7 +115,7 @@ func TestOperation_UnsupportedTypeRefused(t *testing.T) {
 	got := waitPhase(t, "reboot-w2", ichorv1alpha1.OperationFailed)
 
 	c := apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ReadyCondition)
-	if c == nil || !strings.Contains(c.Message, `"key-rotation" are not implemented`) || !strings.Contains(c.Message, "delete this operation") {
+	if c == nil || !strings.Contains(c.Message, `"ichor" are not implemented`) || !strings.Contains(c.Message, "delete this operation") {
 		t.Errorf("Ready %+v does not say the type is not implemented and what to do", c)
 	}
 

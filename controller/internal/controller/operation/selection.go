@@ -97,7 +97,7 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 	sel := labels.Everything()
 
 	// A CA rotation covers every machine (the webhook refuses a selector).
-	if op.Spec.MachineSelector != nil && !isCARotation(op) {
+	if op.Spec.MachineSelector != nil && !isRotation(op) {
 		var err error
 		if sel, err = metav1.LabelSelectorAsSelector(op.Spec.MachineSelector); err != nil {
 			r.fail(op, nil, opStepSelect, "spec.machineSelector is not a valid selector: "+err.Error())
@@ -132,6 +132,10 @@ func (r *Reconciler) selectMachines(ctx context.Context, s *scope) (ctrl.Result,
 		initCAStages(op)
 		r.startCAStage(op, caStagePrepare, "")
 		what = "rotating " + describeCAs(op) + " in Talos's stages (accept the new, issue with the new, drop the old) on"
+	case isKeyRotation(op):
+		initCAStages(op)
+		r.startCAStage(op, keyStagePrepare, "")
+		what = "rotating " + describeRotation(op) + " (accept the new, issue with the new, write every Secret again, drop the old) on"
 	case isKubernetes(op):
 		initStages(op)
 		r.startStage(op, ichorv1alpha1.KubernetesStagePreCheck, "")

@@ -1395,6 +1395,244 @@ func (x *StartCARotationResponse) GetOperation() *Operation {
 	return nil
 }
 
+// PreviewKeyRotationRequest says which keys the dialog would rotate.
+type PreviewKeyRotationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Rotate the service-account signing key alone.
+	ServiceAccountOnly bool `protobuf:"varint,1,opt,name=service_account_only,json=serviceAccountOnly,proto3" json:"service_account_only,omitempty"`
+	// Rotate the secretbox key alone.
+	SecretboxOnly bool `protobuf:"varint,2,opt,name=secretbox_only,json=secretboxOnly,proto3" json:"secretbox_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewKeyRotationRequest) Reset() {
+	*x = PreviewKeyRotationRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewKeyRotationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewKeyRotationRequest) ProtoMessage() {}
+
+func (x *PreviewKeyRotationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewKeyRotationRequest.ProtoReflect.Descriptor instead.
+func (*PreviewKeyRotationRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PreviewKeyRotationRequest) GetServiceAccountOnly() bool {
+	if x != nil {
+		return x.ServiceAccountOnly
+	}
+	return false
+}
+
+func (x *PreviewKeyRotationRequest) GetSecretboxOnly() bool {
+	if x != nil {
+		return x.SecretboxOnly
+	}
+	return false
+}
+
+// PreviewKeyRotationResponse is the dialog's content.
+type PreviewKeyRotationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster: what the confirmation must repeat.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// What the operation does, stage by stage.
+	Steps []string `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
+	// What refuses it now: the checks, then the verbs the user lacks.
+	Refusals []*Refusal `protobuf:"bytes,3,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// True when nothing refuses it.
+	Allowed       bool `protobuf:"varint,4,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewKeyRotationResponse) Reset() {
+	*x = PreviewKeyRotationResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewKeyRotationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewKeyRotationResponse) ProtoMessage() {}
+
+func (x *PreviewKeyRotationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewKeyRotationResponse.ProtoReflect.Descriptor instead.
+func (*PreviewKeyRotationResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PreviewKeyRotationResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *PreviewKeyRotationResponse) GetSteps() []string {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *PreviewKeyRotationResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewKeyRotationResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+// StartKeyRotationRequest asks for a key rotation.
+type StartKeyRotationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served cluster's name, typed by the user: their consent.
+	ConfirmClusterName string `protobuf:"bytes,1,opt,name=confirm_cluster_name,json=confirmClusterName,proto3" json:"confirm_cluster_name,omitempty"`
+	// Rotate the service-account signing key alone.
+	ServiceAccountOnly bool `protobuf:"varint,2,opt,name=service_account_only,json=serviceAccountOnly,proto3" json:"service_account_only,omitempty"`
+	// Rotate the secretbox key alone.
+	SecretboxOnly bool `protobuf:"varint,3,opt,name=secretbox_only,json=secretboxOnly,proto3" json:"secretbox_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartKeyRotationRequest) Reset() {
+	*x = StartKeyRotationRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartKeyRotationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartKeyRotationRequest) ProtoMessage() {}
+
+func (x *StartKeyRotationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartKeyRotationRequest.ProtoReflect.Descriptor instead.
+func (*StartKeyRotationRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StartKeyRotationRequest) GetConfirmClusterName() string {
+	if x != nil {
+		return x.ConfirmClusterName
+	}
+	return ""
+}
+
+func (x *StartKeyRotationRequest) GetServiceAccountOnly() bool {
+	if x != nil {
+		return x.ServiceAccountOnly
+	}
+	return false
+}
+
+func (x *StartKeyRotationRequest) GetSecretboxOnly() bool {
+	if x != nil {
+		return x.SecretboxOnly
+	}
+	return false
+}
+
+// StartKeyRotationResponse is the operation that was created.
+type StartKeyRotationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartKeyRotationResponse) Reset() {
+	*x = StartKeyRotationResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartKeyRotationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartKeyRotationResponse) ProtoMessage() {}
+
+func (x *StartKeyRotationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartKeyRotationResponse.ProtoReflect.Descriptor instead.
+func (*StartKeyRotationResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *StartKeyRotationResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 // DownloadRotationCredentialsRequest names the ca-rotation.
 type DownloadRotationCredentialsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1406,7 +1644,7 @@ type DownloadRotationCredentialsRequest struct {
 
 func (x *DownloadRotationCredentialsRequest) Reset() {
 	*x = DownloadRotationCredentialsRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1656,7 @@ func (x *DownloadRotationCredentialsRequest) String() string {
 func (*DownloadRotationCredentialsRequest) ProtoMessage() {}
 
 func (x *DownloadRotationCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[21]
+	mi := &file_ichor_v1_operation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1669,7 @@ func (x *DownloadRotationCredentialsRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use DownloadRotationCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*DownloadRotationCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{21}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DownloadRotationCredentialsRequest) GetOperation() string {
@@ -1459,7 +1697,7 @@ type DownloadRotationCredentialsResponse struct {
 
 func (x *DownloadRotationCredentialsResponse) Reset() {
 	*x = DownloadRotationCredentialsResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1709,7 @@ func (x *DownloadRotationCredentialsResponse) String() string {
 func (*DownloadRotationCredentialsResponse) ProtoMessage() {}
 
 func (x *DownloadRotationCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[22]
+	mi := &file_ichor_v1_operation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1722,7 @@ func (x *DownloadRotationCredentialsResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use DownloadRotationCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*DownloadRotationCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{22}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DownloadRotationCredentialsResponse) GetTalosconfig() []byte {
@@ -1526,7 +1764,7 @@ type StartClusterShutdownResponse struct {
 
 func (x *StartClusterShutdownResponse) Reset() {
 	*x = StartClusterShutdownResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	mi := &file_ichor_v1_operation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1776,7 @@ func (x *StartClusterShutdownResponse) String() string {
 func (*StartClusterShutdownResponse) ProtoMessage() {}
 
 func (x *StartClusterShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[23]
+	mi := &file_ichor_v1_operation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1789,7 @@ func (x *StartClusterShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartClusterShutdownResponse.ProtoReflect.Descriptor instead.
 func (*StartClusterShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{23}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StartClusterShutdownResponse) GetOperation() *Operation {
@@ -1576,7 +1814,7 @@ type VersionCandidate struct {
 
 func (x *VersionCandidate) Reset() {
 	*x = VersionCandidate{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	mi := &file_ichor_v1_operation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1826,7 @@ func (x *VersionCandidate) String() string {
 func (*VersionCandidate) ProtoMessage() {}
 
 func (x *VersionCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[24]
+	mi := &file_ichor_v1_operation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1839,7 @@ func (x *VersionCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionCandidate.ProtoReflect.Descriptor instead.
 func (*VersionCandidate) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{24}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *VersionCandidate) GetVersion() string {
@@ -1636,7 +1874,7 @@ type PreviewTalosUpgradeRequest struct {
 
 func (x *PreviewTalosUpgradeRequest) Reset() {
 	*x = PreviewTalosUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[25]
+	mi := &file_ichor_v1_operation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1886,7 @@ func (x *PreviewTalosUpgradeRequest) String() string {
 func (*PreviewTalosUpgradeRequest) ProtoMessage() {}
 
 func (x *PreviewTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[25]
+	mi := &file_ichor_v1_operation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1899,7 @@ func (x *PreviewTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewTalosUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*PreviewTalosUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{25}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PreviewTalosUpgradeRequest) GetVersion() string {
@@ -1704,7 +1942,7 @@ type PreviewTalosUpgradeResponse struct {
 
 func (x *PreviewTalosUpgradeResponse) Reset() {
 	*x = PreviewTalosUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[26]
+	mi := &file_ichor_v1_operation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1954,7 @@ func (x *PreviewTalosUpgradeResponse) String() string {
 func (*PreviewTalosUpgradeResponse) ProtoMessage() {}
 
 func (x *PreviewTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[26]
+	mi := &file_ichor_v1_operation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1967,7 @@ func (x *PreviewTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewTalosUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*PreviewTalosUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{26}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PreviewTalosUpgradeResponse) GetCluster() string {
@@ -1822,7 +2060,7 @@ type StartTalosUpgradeRequest struct {
 
 func (x *StartTalosUpgradeRequest) Reset() {
 	*x = StartTalosUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[27]
+	mi := &file_ichor_v1_operation_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +2072,7 @@ func (x *StartTalosUpgradeRequest) String() string {
 func (*StartTalosUpgradeRequest) ProtoMessage() {}
 
 func (x *StartTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[27]
+	mi := &file_ichor_v1_operation_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +2085,7 @@ func (x *StartTalosUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTalosUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*StartTalosUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{27}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StartTalosUpgradeRequest) GetVersion() string {
@@ -1877,7 +2115,7 @@ type StartTalosUpgradeResponse struct {
 
 func (x *StartTalosUpgradeResponse) Reset() {
 	*x = StartTalosUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[28]
+	mi := &file_ichor_v1_operation_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2127,7 @@ func (x *StartTalosUpgradeResponse) String() string {
 func (*StartTalosUpgradeResponse) ProtoMessage() {}
 
 func (x *StartTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[28]
+	mi := &file_ichor_v1_operation_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2140,7 @@ func (x *StartTalosUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTalosUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*StartTalosUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{28}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StartTalosUpgradeResponse) GetFrom() string {
@@ -1930,7 +2168,7 @@ type PreviewKubernetesUpgradeRequest struct {
 
 func (x *PreviewKubernetesUpgradeRequest) Reset() {
 	*x = PreviewKubernetesUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[29]
+	mi := &file_ichor_v1_operation_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2180,7 @@ func (x *PreviewKubernetesUpgradeRequest) String() string {
 func (*PreviewKubernetesUpgradeRequest) ProtoMessage() {}
 
 func (x *PreviewKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[29]
+	mi := &file_ichor_v1_operation_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2193,7 @@ func (x *PreviewKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*PreviewKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{29}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PreviewKubernetesUpgradeRequest) GetVersion() string {
@@ -1995,7 +2233,7 @@ type PreviewKubernetesUpgradeResponse struct {
 
 func (x *PreviewKubernetesUpgradeResponse) Reset() {
 	*x = PreviewKubernetesUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[30]
+	mi := &file_ichor_v1_operation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2245,7 @@ func (x *PreviewKubernetesUpgradeResponse) String() string {
 func (*PreviewKubernetesUpgradeResponse) ProtoMessage() {}
 
 func (x *PreviewKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[30]
+	mi := &file_ichor_v1_operation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2258,7 @@ func (x *PreviewKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*PreviewKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{30}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PreviewKubernetesUpgradeResponse) GetCluster() string {
@@ -2106,7 +2344,7 @@ type StartKubernetesUpgradeRequest struct {
 
 func (x *StartKubernetesUpgradeRequest) Reset() {
 	*x = StartKubernetesUpgradeRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[31]
+	mi := &file_ichor_v1_operation_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2356,7 @@ func (x *StartKubernetesUpgradeRequest) String() string {
 func (*StartKubernetesUpgradeRequest) ProtoMessage() {}
 
 func (x *StartKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[31]
+	mi := &file_ichor_v1_operation_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2369,7 @@ func (x *StartKubernetesUpgradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartKubernetesUpgradeRequest.ProtoReflect.Descriptor instead.
 func (*StartKubernetesUpgradeRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{31}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StartKubernetesUpgradeRequest) GetVersion() string {
@@ -2161,7 +2399,7 @@ type StartKubernetesUpgradeResponse struct {
 
 func (x *StartKubernetesUpgradeResponse) Reset() {
 	*x = StartKubernetesUpgradeResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[32]
+	mi := &file_ichor_v1_operation_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2411,7 @@ func (x *StartKubernetesUpgradeResponse) String() string {
 func (*StartKubernetesUpgradeResponse) ProtoMessage() {}
 
 func (x *StartKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[32]
+	mi := &file_ichor_v1_operation_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2424,7 @@ func (x *StartKubernetesUpgradeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartKubernetesUpgradeResponse.ProtoReflect.Descriptor instead.
 func (*StartKubernetesUpgradeResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{32}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StartKubernetesUpgradeResponse) GetFrom() string {
@@ -2218,7 +2456,7 @@ type OperationStage struct {
 
 func (x *OperationStage) Reset() {
 	*x = OperationStage{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[33]
+	mi := &file_ichor_v1_operation_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2468,7 @@ func (x *OperationStage) String() string {
 func (*OperationStage) ProtoMessage() {}
 
 func (x *OperationStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[33]
+	mi := &file_ichor_v1_operation_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2481,7 @@ func (x *OperationStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationStage.ProtoReflect.Descriptor instead.
 func (*OperationStage) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{33}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *OperationStage) GetName() string {
@@ -2282,7 +2520,7 @@ type RemovedAPI struct {
 
 func (x *RemovedAPI) Reset() {
 	*x = RemovedAPI{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[34]
+	mi := &file_ichor_v1_operation_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2532,7 @@ func (x *RemovedAPI) String() string {
 func (*RemovedAPI) ProtoMessage() {}
 
 func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[34]
+	mi := &file_ichor_v1_operation_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2545,7 @@ func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovedAPI.ProtoReflect.Descriptor instead.
 func (*RemovedAPI) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{34}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemovedAPI) GetApi() string {
@@ -2375,7 +2613,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[35]
+	mi := &file_ichor_v1_operation_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2625,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[35]
+	mi := &file_ichor_v1_operation_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2638,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{35}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Operation) GetName() string {
@@ -2541,7 +2779,7 @@ type OperationMachine struct {
 
 func (x *OperationMachine) Reset() {
 	*x = OperationMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[36]
+	mi := &file_ichor_v1_operation_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2791,7 @@ func (x *OperationMachine) String() string {
 func (*OperationMachine) ProtoMessage() {}
 
 func (x *OperationMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[36]
+	mi := &file_ichor_v1_operation_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2804,7 @@ func (x *OperationMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMachine.ProtoReflect.Descriptor instead.
 func (*OperationMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{36}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *OperationMachine) GetName() string {
@@ -2613,7 +2851,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[37]
+	mi := &file_ichor_v1_operation_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2863,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[37]
+	mi := &file_ichor_v1_operation_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2876,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{37}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{41}
 }
 
 // ListOperationsResponse is the operations, newest first.
@@ -2652,7 +2890,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[38]
+	mi := &file_ichor_v1_operation_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2902,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[38]
+	mi := &file_ichor_v1_operation_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2915,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{38}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -2698,7 +2936,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[39]
+	mi := &file_ichor_v1_operation_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2948,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[39]
+	mi := &file_ichor_v1_operation_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2961,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{39}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -2744,7 +2982,7 @@ type GetOperationResponse struct {
 
 func (x *GetOperationResponse) Reset() {
 	*x = GetOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[40]
+	mi := &file_ichor_v1_operation_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2994,7 @@ func (x *GetOperationResponse) String() string {
 func (*GetOperationResponse) ProtoMessage() {}
 
 func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[40]
+	mi := &file_ichor_v1_operation_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +3007,7 @@ func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationResponse.ProtoReflect.Descriptor instead.
 func (*GetOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{40}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetOperationResponse) GetOperation() *Operation {
@@ -2790,7 +3028,7 @@ type PauseOperationRequest struct {
 
 func (x *PauseOperationRequest) Reset() {
 	*x = PauseOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[41]
+	mi := &file_ichor_v1_operation_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3040,7 @@ func (x *PauseOperationRequest) String() string {
 func (*PauseOperationRequest) ProtoMessage() {}
 
 func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[41]
+	mi := &file_ichor_v1_operation_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3053,7 @@ func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationRequest.ProtoReflect.Descriptor instead.
 func (*PauseOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{41}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PauseOperationRequest) GetName() string {
@@ -2836,7 +3074,7 @@ type PauseOperationResponse struct {
 
 func (x *PauseOperationResponse) Reset() {
 	*x = PauseOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[42]
+	mi := &file_ichor_v1_operation_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +3086,7 @@ func (x *PauseOperationResponse) String() string {
 func (*PauseOperationResponse) ProtoMessage() {}
 
 func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[42]
+	mi := &file_ichor_v1_operation_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +3099,7 @@ func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationResponse.ProtoReflect.Descriptor instead.
 func (*PauseOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{42}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PauseOperationResponse) GetOperation() *Operation {
@@ -2885,7 +3123,7 @@ type ResumeOperationRequest struct {
 
 func (x *ResumeOperationRequest) Reset() {
 	*x = ResumeOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[43]
+	mi := &file_ichor_v1_operation_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3135,7 @@ func (x *ResumeOperationRequest) String() string {
 func (*ResumeOperationRequest) ProtoMessage() {}
 
 func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[43]
+	mi := &file_ichor_v1_operation_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3148,7 @@ func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{43}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ResumeOperationRequest) GetName() string {
@@ -2938,7 +3176,7 @@ type ResumeOperationResponse struct {
 
 func (x *ResumeOperationResponse) Reset() {
 	*x = ResumeOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[44]
+	mi := &file_ichor_v1_operation_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3188,7 @@ func (x *ResumeOperationResponse) String() string {
 func (*ResumeOperationResponse) ProtoMessage() {}
 
 func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[44]
+	mi := &file_ichor_v1_operation_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3201,7 @@ func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{44}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResumeOperationResponse) GetOperation() *Operation {
@@ -2994,7 +3232,7 @@ type RolloutMachine struct {
 
 func (x *RolloutMachine) Reset() {
 	*x = RolloutMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[45]
+	mi := &file_ichor_v1_operation_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3244,7 @@ func (x *RolloutMachine) String() string {
 func (*RolloutMachine) ProtoMessage() {}
 
 func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[45]
+	mi := &file_ichor_v1_operation_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3257,7 @@ func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutMachine.ProtoReflect.Descriptor instead.
 func (*RolloutMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{45}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RolloutMachine) GetName() string {
@@ -3076,7 +3314,7 @@ type PreviewConfigRolloutRequest struct {
 
 func (x *PreviewConfigRolloutRequest) Reset() {
 	*x = PreviewConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[46]
+	mi := &file_ichor_v1_operation_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3326,7 @@ func (x *PreviewConfigRolloutRequest) String() string {
 func (*PreviewConfigRolloutRequest) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[46]
+	mi := &file_ichor_v1_operation_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3339,7 @@ func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{46}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PreviewConfigRolloutRequest) GetSelector() string {
@@ -3136,7 +3374,7 @@ type PreviewConfigRolloutResponse struct {
 
 func (x *PreviewConfigRolloutResponse) Reset() {
 	*x = PreviewConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[47]
+	mi := &file_ichor_v1_operation_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3386,7 @@ func (x *PreviewConfigRolloutResponse) String() string {
 func (*PreviewConfigRolloutResponse) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[47]
+	mi := &file_ichor_v1_operation_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3399,7 @@ func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{47}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PreviewConfigRolloutResponse) GetCluster() string {
@@ -3219,7 +3457,7 @@ type PrivilegedPatch struct {
 
 func (x *PrivilegedPatch) Reset() {
 	*x = PrivilegedPatch{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[48]
+	mi := &file_ichor_v1_operation_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3469,7 @@ func (x *PrivilegedPatch) String() string {
 func (*PrivilegedPatch) ProtoMessage() {}
 
 func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[48]
+	mi := &file_ichor_v1_operation_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3482,7 @@ func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrivilegedPatch.ProtoReflect.Descriptor instead.
 func (*PrivilegedPatch) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{48}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PrivilegedPatch) GetName() string {
@@ -3275,7 +3513,7 @@ type StartConfigRolloutRequest struct {
 
 func (x *StartConfigRolloutRequest) Reset() {
 	*x = StartConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[49]
+	mi := &file_ichor_v1_operation_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3525,7 @@ func (x *StartConfigRolloutRequest) String() string {
 func (*StartConfigRolloutRequest) ProtoMessage() {}
 
 func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[49]
+	mi := &file_ichor_v1_operation_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3538,7 @@ func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{49}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StartConfigRolloutRequest) GetSelector() string {
@@ -3330,7 +3568,7 @@ type StartConfigRolloutResponse struct {
 
 func (x *StartConfigRolloutResponse) Reset() {
 	*x = StartConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[50]
+	mi := &file_ichor_v1_operation_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3580,7 @@ func (x *StartConfigRolloutResponse) String() string {
 func (*StartConfigRolloutResponse) ProtoMessage() {}
 
 func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[50]
+	mi := &file_ichor_v1_operation_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3593,7 @@ func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{50}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StartConfigRolloutResponse) GetOperation() *Operation {
@@ -3471,6 +3709,20 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"talos_only\x18\x02 \x01(\bR\ttalosOnly\x12'\n" +
 	"\x0fkubernetes_only\x18\x03 \x01(\bR\x0ekubernetesOnly\"L\n" +
 	"\x17StartCARotationResponse\x121\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"t\n" +
+	"\x19PreviewKeyRotationRequest\x120\n" +
+	"\x14service_account_only\x18\x01 \x01(\bR\x12serviceAccountOnly\x12%\n" +
+	"\x0esecretbox_only\x18\x02 \x01(\bR\rsecretboxOnly\"\x95\x01\n" +
+	"\x1aPreviewKeyRotationResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
+	"\x05steps\x18\x02 \x03(\tR\x05steps\x12-\n" +
+	"\brefusals\x18\x03 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x18\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xa9\x01\n" +
+	"\x17StartKeyRotationRequest\x125\n" +
+	"\x14confirm_cluster_name\x18\x01 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\x120\n" +
+	"\x14service_account_only\x18\x02 \x01(\bR\x12serviceAccountOnly\x12%\n" +
+	"\x0esecretbox_only\x18\x03 \x01(\bR\rsecretboxOnly\"M\n" +
+	"\x18StartKeyRotationResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"G\n" +
 	"\"DownloadRotationCredentialsRequest\x12!\n" +
 	"\toperation\x18\x01 \x01(\tB\x03\xe0A\x02R\toperation\"\xbc\x01\n" +
@@ -3622,7 +3874,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x85\x01\n" +
 	"\x1aStartConfigRolloutResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\x124\n" +
-	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xbc\x18\n" +
+	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xd9\x1a\n" +
 	"\x10OperationService\x12o\n" +
 	"\x0eListOperations\x12\x1f.ichor.v1.ListOperationsRequest\x1a .ichor.v1.ListOperationsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/operations\x12p\n" +
 	"\fGetOperation\x12\x1d.ichor.v1.GetOperationRequest\x1a\x1e.ichor.v1.GetOperationResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/operations/{name}\x12\x7f\n" +
@@ -3643,7 +3895,9 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x16PreviewClusterShutdown\x12'.ichor.v1.PreviewClusterShutdownRequest\x1a(.ichor.v1.PreviewClusterShutdownResponse\"1\x82\xd3\xe4\x93\x02+\x12)/api/v1/operations:previewClusterShutdown\x12\x99\x01\n" +
 	"\x14StartClusterShutdown\x12%.ichor.v1.StartClusterShutdownRequest\x1a&.ichor.v1.StartClusterShutdownResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/api/v1/operations:startClusterShutdown\x12\x8a\x01\n" +
 	"\x11PreviewCARotation\x12\".ichor.v1.PreviewCARotationRequest\x1a#.ichor.v1.PreviewCARotationResponse\",\x82\xd3\xe4\x93\x02&\x12$/api/v1/operations:previewCARotation\x12\x85\x01\n" +
-	"\x0fStartCARotation\x12 .ichor.v1.StartCARotationRequest\x1a!.ichor.v1.StartCARotationResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/api/v1/operations:startCARotation\x12\xb5\x01\n" +
+	"\x0fStartCARotation\x12 .ichor.v1.StartCARotationRequest\x1a!.ichor.v1.StartCARotationResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/api/v1/operations:startCARotation\x12\x8e\x01\n" +
+	"\x12PreviewKeyRotation\x12#.ichor.v1.PreviewKeyRotationRequest\x1a$.ichor.v1.PreviewKeyRotationResponse\"-\x82\xd3\xe4\x93\x02'\x12%/api/v1/operations:previewKeyRotation\x12\x89\x01\n" +
+	"\x10StartKeyRotation\x12!.ichor.v1.StartKeyRotationRequest\x1a\".ichor.v1.StartKeyRotationResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/api/v1/operations:startKeyRotation\x12\xb5\x01\n" +
 	"\x1bDownloadRotationCredentials\x12,.ichor.v1.DownloadRotationCredentialsRequest\x1a-.ichor.v1.DownloadRotationCredentialsResponse\"9\x82\xd3\xe4\x93\x023:\x01*\"./api/v1/operations:downloadRotationCredentialsBCZAgithub.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1;ichorv1b\x06proto3"
 
 var (
@@ -3658,7 +3912,7 @@ func file_ichor_v1_operation_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_operation_proto_rawDescData
 }
 
-var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_ichor_v1_operation_proto_goTypes = []any{
 	(*PreviewNodeOperationRequest)(nil),         // 0: ichor.v1.PreviewNodeOperationRequest
 	(*PreviewNodeOperationResponse)(nil),        // 1: ichor.v1.PreviewNodeOperationResponse
@@ -3681,127 +3935,137 @@ var file_ichor_v1_operation_proto_goTypes = []any{
 	(*PreviewCARotationResponse)(nil),           // 18: ichor.v1.PreviewCARotationResponse
 	(*StartCARotationRequest)(nil),              // 19: ichor.v1.StartCARotationRequest
 	(*StartCARotationResponse)(nil),             // 20: ichor.v1.StartCARotationResponse
-	(*DownloadRotationCredentialsRequest)(nil),  // 21: ichor.v1.DownloadRotationCredentialsRequest
-	(*DownloadRotationCredentialsResponse)(nil), // 22: ichor.v1.DownloadRotationCredentialsResponse
-	(*StartClusterShutdownResponse)(nil),        // 23: ichor.v1.StartClusterShutdownResponse
-	(*VersionCandidate)(nil),                    // 24: ichor.v1.VersionCandidate
-	(*PreviewTalosUpgradeRequest)(nil),          // 25: ichor.v1.PreviewTalosUpgradeRequest
-	(*PreviewTalosUpgradeResponse)(nil),         // 26: ichor.v1.PreviewTalosUpgradeResponse
-	(*StartTalosUpgradeRequest)(nil),            // 27: ichor.v1.StartTalosUpgradeRequest
-	(*StartTalosUpgradeResponse)(nil),           // 28: ichor.v1.StartTalosUpgradeResponse
-	(*PreviewKubernetesUpgradeRequest)(nil),     // 29: ichor.v1.PreviewKubernetesUpgradeRequest
-	(*PreviewKubernetesUpgradeResponse)(nil),    // 30: ichor.v1.PreviewKubernetesUpgradeResponse
-	(*StartKubernetesUpgradeRequest)(nil),       // 31: ichor.v1.StartKubernetesUpgradeRequest
-	(*StartKubernetesUpgradeResponse)(nil),      // 32: ichor.v1.StartKubernetesUpgradeResponse
-	(*OperationStage)(nil),                      // 33: ichor.v1.OperationStage
-	(*RemovedAPI)(nil),                          // 34: ichor.v1.RemovedAPI
-	(*Operation)(nil),                           // 35: ichor.v1.Operation
-	(*OperationMachine)(nil),                    // 36: ichor.v1.OperationMachine
-	(*ListOperationsRequest)(nil),               // 37: ichor.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),              // 38: ichor.v1.ListOperationsResponse
-	(*GetOperationRequest)(nil),                 // 39: ichor.v1.GetOperationRequest
-	(*GetOperationResponse)(nil),                // 40: ichor.v1.GetOperationResponse
-	(*PauseOperationRequest)(nil),               // 41: ichor.v1.PauseOperationRequest
-	(*PauseOperationResponse)(nil),              // 42: ichor.v1.PauseOperationResponse
-	(*ResumeOperationRequest)(nil),              // 43: ichor.v1.ResumeOperationRequest
-	(*ResumeOperationResponse)(nil),             // 44: ichor.v1.ResumeOperationResponse
-	(*RolloutMachine)(nil),                      // 45: ichor.v1.RolloutMachine
-	(*PreviewConfigRolloutRequest)(nil),         // 46: ichor.v1.PreviewConfigRolloutRequest
-	(*PreviewConfigRolloutResponse)(nil),        // 47: ichor.v1.PreviewConfigRolloutResponse
-	(*PrivilegedPatch)(nil),                     // 48: ichor.v1.PrivilegedPatch
-	(*StartConfigRolloutRequest)(nil),           // 49: ichor.v1.StartConfigRolloutRequest
-	(*StartConfigRolloutResponse)(nil),          // 50: ichor.v1.StartConfigRolloutResponse
-	(*Refusal)(nil),                             // 51: ichor.v1.Refusal
-	(*Condition)(nil),                           // 52: ichor.v1.Condition
-	(*timestamppb.Timestamp)(nil),               // 53: google.protobuf.Timestamp
+	(*PreviewKeyRotationRequest)(nil),           // 21: ichor.v1.PreviewKeyRotationRequest
+	(*PreviewKeyRotationResponse)(nil),          // 22: ichor.v1.PreviewKeyRotationResponse
+	(*StartKeyRotationRequest)(nil),             // 23: ichor.v1.StartKeyRotationRequest
+	(*StartKeyRotationResponse)(nil),            // 24: ichor.v1.StartKeyRotationResponse
+	(*DownloadRotationCredentialsRequest)(nil),  // 25: ichor.v1.DownloadRotationCredentialsRequest
+	(*DownloadRotationCredentialsResponse)(nil), // 26: ichor.v1.DownloadRotationCredentialsResponse
+	(*StartClusterShutdownResponse)(nil),        // 27: ichor.v1.StartClusterShutdownResponse
+	(*VersionCandidate)(nil),                    // 28: ichor.v1.VersionCandidate
+	(*PreviewTalosUpgradeRequest)(nil),          // 29: ichor.v1.PreviewTalosUpgradeRequest
+	(*PreviewTalosUpgradeResponse)(nil),         // 30: ichor.v1.PreviewTalosUpgradeResponse
+	(*StartTalosUpgradeRequest)(nil),            // 31: ichor.v1.StartTalosUpgradeRequest
+	(*StartTalosUpgradeResponse)(nil),           // 32: ichor.v1.StartTalosUpgradeResponse
+	(*PreviewKubernetesUpgradeRequest)(nil),     // 33: ichor.v1.PreviewKubernetesUpgradeRequest
+	(*PreviewKubernetesUpgradeResponse)(nil),    // 34: ichor.v1.PreviewKubernetesUpgradeResponse
+	(*StartKubernetesUpgradeRequest)(nil),       // 35: ichor.v1.StartKubernetesUpgradeRequest
+	(*StartKubernetesUpgradeResponse)(nil),      // 36: ichor.v1.StartKubernetesUpgradeResponse
+	(*OperationStage)(nil),                      // 37: ichor.v1.OperationStage
+	(*RemovedAPI)(nil),                          // 38: ichor.v1.RemovedAPI
+	(*Operation)(nil),                           // 39: ichor.v1.Operation
+	(*OperationMachine)(nil),                    // 40: ichor.v1.OperationMachine
+	(*ListOperationsRequest)(nil),               // 41: ichor.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),              // 42: ichor.v1.ListOperationsResponse
+	(*GetOperationRequest)(nil),                 // 43: ichor.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),                // 44: ichor.v1.GetOperationResponse
+	(*PauseOperationRequest)(nil),               // 45: ichor.v1.PauseOperationRequest
+	(*PauseOperationResponse)(nil),              // 46: ichor.v1.PauseOperationResponse
+	(*ResumeOperationRequest)(nil),              // 47: ichor.v1.ResumeOperationRequest
+	(*ResumeOperationResponse)(nil),             // 48: ichor.v1.ResumeOperationResponse
+	(*RolloutMachine)(nil),                      // 49: ichor.v1.RolloutMachine
+	(*PreviewConfigRolloutRequest)(nil),         // 50: ichor.v1.PreviewConfigRolloutRequest
+	(*PreviewConfigRolloutResponse)(nil),        // 51: ichor.v1.PreviewConfigRolloutResponse
+	(*PrivilegedPatch)(nil),                     // 52: ichor.v1.PrivilegedPatch
+	(*StartConfigRolloutRequest)(nil),           // 53: ichor.v1.StartConfigRolloutRequest
+	(*StartConfigRolloutResponse)(nil),          // 54: ichor.v1.StartConfigRolloutResponse
+	(*Refusal)(nil),                             // 55: ichor.v1.Refusal
+	(*Condition)(nil),                           // 56: ichor.v1.Condition
+	(*timestamppb.Timestamp)(nil),               // 57: google.protobuf.Timestamp
 }
 var file_ichor_v1_operation_proto_depIdxs = []int32{
-	51, // 0: ichor.v1.PreviewNodeOperationResponse.refusals:type_name -> ichor.v1.Refusal
-	35, // 1: ichor.v1.StartNodeOperationResponse.operation:type_name -> ichor.v1.Operation
-	51, // 2: ichor.v1.PreviewCiliumUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	52, // 3: ichor.v1.PreviewCiliumUpgradeResponse.handover:type_name -> ichor.v1.Condition
-	35, // 4: ichor.v1.StartCiliumUpgradeResponse.operation:type_name -> ichor.v1.Operation
+	55, // 0: ichor.v1.PreviewNodeOperationResponse.refusals:type_name -> ichor.v1.Refusal
+	39, // 1: ichor.v1.StartNodeOperationResponse.operation:type_name -> ichor.v1.Operation
+	55, // 2: ichor.v1.PreviewCiliumUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	56, // 3: ichor.v1.PreviewCiliumUpgradeResponse.handover:type_name -> ichor.v1.Condition
+	39, // 4: ichor.v1.StartCiliumUpgradeResponse.operation:type_name -> ichor.v1.Operation
 	10, // 5: ichor.v1.PreviewKubeProxySwitchResponse.steps:type_name -> ichor.v1.KubeProxyStep
-	51, // 6: ichor.v1.PreviewKubeProxySwitchResponse.refusals:type_name -> ichor.v1.Refusal
-	52, // 7: ichor.v1.PreviewKubeProxySwitchResponse.consistent:type_name -> ichor.v1.Condition
+	55, // 6: ichor.v1.PreviewKubeProxySwitchResponse.refusals:type_name -> ichor.v1.Refusal
+	56, // 7: ichor.v1.PreviewKubeProxySwitchResponse.consistent:type_name -> ichor.v1.Condition
 	11, // 8: ichor.v1.PreviewKubeProxySwitchResponse.unfinished:type_name -> ichor.v1.KubeProxySwitching
-	51, // 9: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
-	35, // 10: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
-	51, // 11: ichor.v1.PreviewCARotationResponse.refusals:type_name -> ichor.v1.Refusal
-	35, // 12: ichor.v1.StartCARotationResponse.operation:type_name -> ichor.v1.Operation
-	53, // 13: ichor.v1.DownloadRotationCredentialsResponse.expires_at:type_name -> google.protobuf.Timestamp
-	35, // 14: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
-	24, // 15: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	53, // 16: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	51, // 17: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	35, // 18: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	24, // 19: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	53, // 20: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	51, // 21: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	35, // 22: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	53, // 23: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	53, // 24: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	53, // 25: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	52, // 26: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
-	36, // 27: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
-	33, // 28: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
-	34, // 29: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
-	35, // 30: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
-	35, // 31: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
-	35, // 32: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
-	35, // 33: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
-	45, // 34: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	35, // 35: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
-	48, // 36: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
-	35, // 37: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
-	45, // 38: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	37, // 39: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	39, // 40: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	41, // 41: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	43, // 42: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	46, // 43: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
-	49, // 44: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
-	25, // 45: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
-	27, // 46: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
-	29, // 47: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
-	31, // 48: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
-	0,  // 49: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
-	2,  // 50: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
-	4,  // 51: ichor.v1.OperationService.PreviewCiliumUpgrade:input_type -> ichor.v1.PreviewCiliumUpgradeRequest
-	6,  // 52: ichor.v1.OperationService.StartCiliumUpgrade:input_type -> ichor.v1.StartCiliumUpgradeRequest
-	8,  // 53: ichor.v1.OperationService.PreviewKubeProxySwitch:input_type -> ichor.v1.PreviewKubeProxySwitchRequest
-	12, // 54: ichor.v1.OperationService.StartKubeProxySwitch:input_type -> ichor.v1.StartKubeProxySwitchRequest
-	14, // 55: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
-	16, // 56: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
-	17, // 57: ichor.v1.OperationService.PreviewCARotation:input_type -> ichor.v1.PreviewCARotationRequest
-	19, // 58: ichor.v1.OperationService.StartCARotation:input_type -> ichor.v1.StartCARotationRequest
-	21, // 59: ichor.v1.OperationService.DownloadRotationCredentials:input_type -> ichor.v1.DownloadRotationCredentialsRequest
-	38, // 60: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	40, // 61: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	42, // 62: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	44, // 63: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	47, // 64: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
-	50, // 65: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
-	26, // 66: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
-	28, // 67: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
-	30, // 68: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
-	32, // 69: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
-	1,  // 70: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
-	3,  // 71: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
-	5,  // 72: ichor.v1.OperationService.PreviewCiliumUpgrade:output_type -> ichor.v1.PreviewCiliumUpgradeResponse
-	7,  // 73: ichor.v1.OperationService.StartCiliumUpgrade:output_type -> ichor.v1.StartCiliumUpgradeResponse
-	9,  // 74: ichor.v1.OperationService.PreviewKubeProxySwitch:output_type -> ichor.v1.PreviewKubeProxySwitchResponse
-	13, // 75: ichor.v1.OperationService.StartKubeProxySwitch:output_type -> ichor.v1.StartKubeProxySwitchResponse
-	15, // 76: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
-	23, // 77: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
-	18, // 78: ichor.v1.OperationService.PreviewCARotation:output_type -> ichor.v1.PreviewCARotationResponse
-	20, // 79: ichor.v1.OperationService.StartCARotation:output_type -> ichor.v1.StartCARotationResponse
-	22, // 80: ichor.v1.OperationService.DownloadRotationCredentials:output_type -> ichor.v1.DownloadRotationCredentialsResponse
-	60, // [60:81] is the sub-list for method output_type
-	39, // [39:60] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	55, // 9: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
+	39, // 10: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
+	55, // 11: ichor.v1.PreviewCARotationResponse.refusals:type_name -> ichor.v1.Refusal
+	39, // 12: ichor.v1.StartCARotationResponse.operation:type_name -> ichor.v1.Operation
+	55, // 13: ichor.v1.PreviewKeyRotationResponse.refusals:type_name -> ichor.v1.Refusal
+	39, // 14: ichor.v1.StartKeyRotationResponse.operation:type_name -> ichor.v1.Operation
+	57, // 15: ichor.v1.DownloadRotationCredentialsResponse.expires_at:type_name -> google.protobuf.Timestamp
+	39, // 16: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
+	28, // 17: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	57, // 18: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	55, // 19: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	39, // 20: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	28, // 21: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
+	57, // 22: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	55, // 23: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	39, // 24: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	57, // 25: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	57, // 26: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	57, // 27: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	56, // 28: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	40, // 29: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
+	37, // 30: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
+	38, // 31: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
+	39, // 32: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
+	39, // 33: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
+	39, // 34: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
+	39, // 35: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
+	49, // 36: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	39, // 37: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
+	52, // 38: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
+	39, // 39: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	49, // 40: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	41, // 41: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	43, // 42: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	45, // 43: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	47, // 44: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	50, // 45: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	53, // 46: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	29, // 47: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
+	31, // 48: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
+	33, // 49: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
+	35, // 50: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
+	0,  // 51: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
+	2,  // 52: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
+	4,  // 53: ichor.v1.OperationService.PreviewCiliumUpgrade:input_type -> ichor.v1.PreviewCiliumUpgradeRequest
+	6,  // 54: ichor.v1.OperationService.StartCiliumUpgrade:input_type -> ichor.v1.StartCiliumUpgradeRequest
+	8,  // 55: ichor.v1.OperationService.PreviewKubeProxySwitch:input_type -> ichor.v1.PreviewKubeProxySwitchRequest
+	12, // 56: ichor.v1.OperationService.StartKubeProxySwitch:input_type -> ichor.v1.StartKubeProxySwitchRequest
+	14, // 57: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
+	16, // 58: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
+	17, // 59: ichor.v1.OperationService.PreviewCARotation:input_type -> ichor.v1.PreviewCARotationRequest
+	19, // 60: ichor.v1.OperationService.StartCARotation:input_type -> ichor.v1.StartCARotationRequest
+	21, // 61: ichor.v1.OperationService.PreviewKeyRotation:input_type -> ichor.v1.PreviewKeyRotationRequest
+	23, // 62: ichor.v1.OperationService.StartKeyRotation:input_type -> ichor.v1.StartKeyRotationRequest
+	25, // 63: ichor.v1.OperationService.DownloadRotationCredentials:input_type -> ichor.v1.DownloadRotationCredentialsRequest
+	42, // 64: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	44, // 65: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	46, // 66: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	48, // 67: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	51, // 68: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	54, // 69: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	30, // 70: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
+	32, // 71: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
+	34, // 72: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
+	36, // 73: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
+	1,  // 74: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
+	3,  // 75: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
+	5,  // 76: ichor.v1.OperationService.PreviewCiliumUpgrade:output_type -> ichor.v1.PreviewCiliumUpgradeResponse
+	7,  // 77: ichor.v1.OperationService.StartCiliumUpgrade:output_type -> ichor.v1.StartCiliumUpgradeResponse
+	9,  // 78: ichor.v1.OperationService.PreviewKubeProxySwitch:output_type -> ichor.v1.PreviewKubeProxySwitchResponse
+	13, // 79: ichor.v1.OperationService.StartKubeProxySwitch:output_type -> ichor.v1.StartKubeProxySwitchResponse
+	15, // 80: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
+	27, // 81: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
+	18, // 82: ichor.v1.OperationService.PreviewCARotation:output_type -> ichor.v1.PreviewCARotationResponse
+	20, // 83: ichor.v1.OperationService.StartCARotation:output_type -> ichor.v1.StartCARotationResponse
+	22, // 84: ichor.v1.OperationService.PreviewKeyRotation:output_type -> ichor.v1.PreviewKeyRotationResponse
+	24, // 85: ichor.v1.OperationService.StartKeyRotation:output_type -> ichor.v1.StartKeyRotationResponse
+	26, // 86: ichor.v1.OperationService.DownloadRotationCredentials:output_type -> ichor.v1.DownloadRotationCredentialsResponse
+	64, // [64:87] is the sub-list for method output_type
+	41, // [41:64] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }
@@ -3817,7 +4081,7 @@ func file_ichor_v1_operation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_operation_proto_rawDesc), len(file_ichor_v1_operation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,8 @@ const (
 	OperationService_StartClusterShutdown_FullMethodName        = "/ichor.v1.OperationService/StartClusterShutdown"
 	OperationService_PreviewCARotation_FullMethodName           = "/ichor.v1.OperationService/PreviewCARotation"
 	OperationService_StartCARotation_FullMethodName             = "/ichor.v1.OperationService/StartCARotation"
+	OperationService_PreviewKeyRotation_FullMethodName          = "/ichor.v1.OperationService/PreviewKeyRotation"
+	OperationService_StartKeyRotation_FullMethodName            = "/ichor.v1.OperationService/StartKeyRotation"
 	OperationService_DownloadRotationCredentials_FullMethodName = "/ichor.v1.OperationService/DownloadRotationCredentials"
 )
 
@@ -139,6 +141,13 @@ type OperationServiceClient interface {
 	// served cluster as the signed-in user, after the same checks as `ichor
 	// cluster rotate-ca` and the cluster's name typed.
 	StartCARotation(ctx context.Context, in *StartCARotationRequest, opts ...grpc.CallOption) (*StartCARotationResponse, error)
+	// PreviewKeyRotation is what the key-rotation dialog shows: the stages
+	// and what refuses a rotation now. It changes nothing.
+	PreviewKeyRotation(ctx context.Context, in *PreviewKeyRotationRequest, opts ...grpc.CallOption) (*PreviewKeyRotationResponse, error)
+	// StartKeyRotation creates a TalosOperation of type key-rotation of the
+	// served cluster as the signed-in user, after the same checks as `ichor
+	// cluster rotate-keys` and the cluster's name typed.
+	StartKeyRotation(ctx context.Context, in *StartKeyRotationRequest, opts ...grpc.CallOption) (*StartKeyRotationResponse, error)
 	// DownloadRotationCredentials hands the signed-in user an os:admin
 	// talosconfig and an admin kubeconfig of the new CAs of a ca-rotation
 	// (once it waits in AwaitingCredentials, until it completes). The backend
@@ -357,6 +366,26 @@ func (c *operationServiceClient) StartCARotation(ctx context.Context, in *StartC
 	return out, nil
 }
 
+func (c *operationServiceClient) PreviewKeyRotation(ctx context.Context, in *PreviewKeyRotationRequest, opts ...grpc.CallOption) (*PreviewKeyRotationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewKeyRotationResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewKeyRotation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartKeyRotation(ctx context.Context, in *StartKeyRotationRequest, opts ...grpc.CallOption) (*StartKeyRotationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartKeyRotationResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartKeyRotation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *operationServiceClient) DownloadRotationCredentials(ctx context.Context, in *DownloadRotationCredentialsRequest, opts ...grpc.CallOption) (*DownloadRotationCredentialsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DownloadRotationCredentialsResponse)
@@ -464,6 +493,13 @@ type OperationServiceServer interface {
 	// served cluster as the signed-in user, after the same checks as `ichor
 	// cluster rotate-ca` and the cluster's name typed.
 	StartCARotation(context.Context, *StartCARotationRequest) (*StartCARotationResponse, error)
+	// PreviewKeyRotation is what the key-rotation dialog shows: the stages
+	// and what refuses a rotation now. It changes nothing.
+	PreviewKeyRotation(context.Context, *PreviewKeyRotationRequest) (*PreviewKeyRotationResponse, error)
+	// StartKeyRotation creates a TalosOperation of type key-rotation of the
+	// served cluster as the signed-in user, after the same checks as `ichor
+	// cluster rotate-keys` and the cluster's name typed.
+	StartKeyRotation(context.Context, *StartKeyRotationRequest) (*StartKeyRotationResponse, error)
 	// DownloadRotationCredentials hands the signed-in user an os:admin
 	// talosconfig and an admin kubeconfig of the new CAs of a ca-rotation
 	// (once it waits in AwaitingCredentials, until it completes). The backend
@@ -541,6 +577,12 @@ func (UnimplementedOperationServiceServer) PreviewCARotation(context.Context, *P
 }
 func (UnimplementedOperationServiceServer) StartCARotation(context.Context, *StartCARotationRequest) (*StartCARotationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartCARotation not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewKeyRotation(context.Context, *PreviewKeyRotationRequest) (*PreviewKeyRotationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewKeyRotation not implemented")
+}
+func (UnimplementedOperationServiceServer) StartKeyRotation(context.Context, *StartKeyRotationRequest) (*StartKeyRotationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartKeyRotation not implemented")
 }
 func (UnimplementedOperationServiceServer) DownloadRotationCredentials(context.Context, *DownloadRotationCredentialsRequest) (*DownloadRotationCredentialsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DownloadRotationCredentials not implemented")
@@ -926,6 +968,42 @@ func _OperationService_StartCARotation_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperationService_PreviewKeyRotation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewKeyRotationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewKeyRotation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewKeyRotation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewKeyRotation(ctx, req.(*PreviewKeyRotationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartKeyRotation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartKeyRotationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartKeyRotation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartKeyRotation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartKeyRotation(ctx, req.(*StartKeyRotationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OperationService_DownloadRotationCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DownloadRotationCredentialsRequest)
 	if err := dec(in); err != nil {
@@ -1030,6 +1108,14 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartCARotation",
 			Handler:    _OperationService_StartCARotation_Handler,
+		},
+		{
+			MethodName: "PreviewKeyRotation",
+			Handler:    _OperationService_PreviewKeyRotation_Handler,
+		},
+		{
+			MethodName: "StartKeyRotation",
+			Handler:    _OperationService_StartKeyRotation_Handler,
 		},
 		{
 			MethodName: "DownloadRotationCredentials",
