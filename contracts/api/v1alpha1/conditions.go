@@ -38,6 +38,7 @@ var ConditionHealthyStatus = map[string]metav1.ConditionStatus{
 	StorageConsistentCondition:        metav1.ConditionTrue,
 	NodesPreparedCondition:            metav1.ConditionTrue,
 	KubeProxyConsistentCondition:      metav1.ConditionTrue,
+	CertificatesExpiringCondition:     metav1.ConditionFalse,
 }
 
 // ConditionAbnormal reports whether c is in the status that is not its

@@ -33,6 +33,10 @@ const (
 	// (kube-proxy-replacement in ConfigMap kube-system/cilium-config) or,
 	// when Cilium replaces kube-proxy, a kube-proxy DaemonSet still running.
 	KubeProxyConsistentCondition = "KubeProxyConsistent"
+	// CertificatesExpiringCondition is true while a CA recorded in
+	// status.certificates expires within 30 days (or has expired); its
+	// message names each such CA, its not-after and the way out.
+	CertificatesExpiringCondition = "CertificatesExpiring"
 )
 
 // TalosCluster condition reasons.
@@ -70,6 +74,14 @@ const (
 	// KubeProxySwitchingReason is an unknown KubeProxyConsistent while a
 	// kube-proxy switch is pending or runs (the two owners change in turn).
 	KubeProxySwitchingReason = "Switching"
+	// CertificatesExpiringReason is a true CertificatesExpiring: a CA expires
+	// within 30 days and none has expired yet.
+	CertificatesExpiringReason = "CertificatesExpiring"
+	// CertificatesExpiredReason is a true CertificatesExpiring once a CA has expired.
+	CertificatesExpiredReason = "CertificatesExpired"
+	// CertificatesValidReason is a false CertificatesExpiring: every recorded
+	// CA is valid for more than 30 days.
+	CertificatesValidReason = "CertificatesValid"
 )
 
 // CNI presets.
@@ -475,7 +487,8 @@ type TalosClusterStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// conditions: Ready, CNIHandover, CNIUnsupported, CARotationAdvised,
-	// NetworkPoliciesApplied, TopologyTransitioning, VersionsCompatible, SecureBoot, KernelLockdown.
+	// NetworkPoliciesApplied, TopologyTransitioning, VersionsCompatible, SecureBoot, KernelLockdown,
+	// KubeProxyConsistent, CertificatesExpiring.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -713,7 +726,8 @@ type CNIStatus struct {
 	TakenOverInlineManifest string `json:"takenOverInlineManifest,omitempty"`
 }
 
-// CertificatesStatus holds expiry dates.
+// CertificatesStatus holds expiry dates (each CA's not-after, read from the
+// public certificates of the secrets bundle; never a key).
 type CertificatesStatus struct {
 	// talosCAExpiry is when the Talos API CA expires.
 	// +optional
@@ -724,7 +738,14 @@ type CertificatesStatus struct {
 	// etcdCAExpiry is when the etcd CA expires.
 	// +optional
 	EtcdCAExpiry *metav1.Time `json:"etcdCAExpiry,omitempty"`
-	// clientCertificateExpiry is when Ichor's own Talos client certificate expires.
+	// aggregatorCAExpiry is when the Kubernetes aggregator (front-proxy) CA expires.
+	// +optional
+	AggregatorCAExpiry *metav1.Time `json:"aggregatorCAExpiry,omitempty"`
+	// clientCertificateExpiry would be when a long-lived Talos client
+	// certificate of Ichor expires. It stays empty: Ichor issues its Talos
+	// client certificate per connection (a 10-minute lifetime, renewed at each
+	// connection), so its validity is bounded by the Talos API CA
+	// (talosCAExpiry). Kept for API compatibility.
 	// +optional
 	ClientCertificateExpiry *metav1.Time `json:"clientCertificateExpiry,omitempty"`
 }

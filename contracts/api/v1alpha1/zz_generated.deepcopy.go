@@ -161,6 +161,10 @@ func (in *CertificatesStatus) DeepCopyInto(out *CertificatesStatus) {
 		in, out := &in.EtcdCAExpiry, &out.EtcdCAExpiry
 		*out = (*in).DeepCopy()
 	}
+	if in.AggregatorCAExpiry != nil {
+		in, out := &in.AggregatorCAExpiry, &out.AggregatorCAExpiry
+		*out = (*in).DeepCopy()
+	}
 	if in.ClientCertificateExpiry != nil {
 		in, out := &in.ClientCertificateExpiry, &out.ClientCertificateExpiry
 		*out = (*in).DeepCopy()

@@ -9,7 +9,8 @@
 // beside them; InSync repeats the reason of Drifted, RebootRequired or
 // NodeHealthy and yields to them; the cluster's Ready repeats its machines'
 // and is told only when no machine tells it; a machine's Paused repeats the
-// cluster's.
+// cluster's; the cluster's CertificatesExpiring repeats its CAs' items
+// (certificateItems, one per CA, from the same rule) and is not listed.
 package attention
 
 import (
@@ -252,6 +253,11 @@ func clusterItems(c *ichorv1alpha1.TalosCluster, machineTold bool) []Item {
 			add(cond, Error, ActionNone, "", fmt.Sprintf("cluster %s runs a Talos and Kubernetes pair that is not supported", n))
 		case ichorv1alpha1.CNIUnsupportedCondition:
 			add(cond, Error, ActionNone, "", fmt.Sprintf("cluster %s names a CNI preset Ichor does not manage: the controllers change nothing on it", n))
+		case ichorv1alpha1.CertificatesExpiringCondition:
+			// certificateItems tells each expiring CA, with its own severity
+			// and command, from status.certificates at now (fresher than the
+			// condition, which moves only when the controller reconciles).
+			continue
 		case ichorv1alpha1.CARotationAdvisedCondition:
 			add(cond, Warning, ActionNone, "", fmt.Sprintf("the certificate authorities of cluster %s should be rotated", n))
 		case ichorv1alpha1.NetworkPoliciesAppliedCondition:

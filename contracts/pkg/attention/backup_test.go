@@ -48,30 +48,3 @@ func TestStaleBackups(t *testing.T) {
 		t.Errorf("never: %+v", byName["never"])
 	}
 }
-
-// A CA within 30 days of its expiry is a warning, an expired one an error;
-// one further away, or without a date, is not listed.
-func TestExpiringCertificates(t *testing.T) {
-	c := cluster()
-	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: testNow.Add(d)} }
-	c.Status.Certificates = ichorv1alpha1.CertificatesStatus{
-		TalosCAExpiry:      at(10 * 24 * time.Hour),
-		KubernetesCAExpiry: at(-time.Hour),
-		EtcdCAExpiry:       at(31 * 24 * time.Hour),
-	}
-	got := Items(c, nil, nil, nil, testNow)
-	if len(got) != 2 {
-		t.Fatalf("want the Kubernetes CA (expired) and the Talos API CA (10 days), got %+v", got)
-	}
-	if got[0].Severity != Error || got[0].Key != "TalosCluster/prod/Certificate/kubernetes" || !strings.Contains(got[0].Summary, "Kubernetes CA of cluster prod has expired") {
-		t.Errorf("the expired CA first, as an error: %+v", got[0])
-	}
-	if got[1].Severity != Warning || got[1].Key != "TalosCluster/prod/Certificate/talos" || !strings.Contains(got[1].Summary, "expires in 10 days") {
-		t.Errorf("the Talos API CA in 10 days, a warning: %+v", got[1])
-	}
-	// A day later nothing changed but the count.
-	c.Status.Certificates.KubernetesCAExpiry = nil
-	if got := Items(c, nil, nil, nil, testNow.Add(24*time.Hour)); len(got) != 1 || !strings.Contains(got[0].Summary, "expires in 9 days") {
-		t.Errorf("a day later: %+v", got)
-	}
-}

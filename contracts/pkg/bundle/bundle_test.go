@@ -329,7 +329,9 @@ func TestCertificateExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for name, ts := range map[string]*metav1.Time{"talos": got.TalosCAExpiry, "kubernetes": got.KubernetesCAExpiry, "etcd": got.EtcdCAExpiry} {
+	for name, ts := range map[string]*metav1.Time{
+		"talos": got.TalosCAExpiry, "kubernetes": got.KubernetesCAExpiry, "etcd": got.EtcdCAExpiry, "aggregator": got.AggregatorCAExpiry,
+	} {
 		// machinery issues its CAs for secrets.CAValidityTime from its clock.
 		if ts == nil || !ts.Time.Equal(now.Add(secrets.CAValidityTime)) {
 			t.Errorf("%s CA expiry %v, want %v", name, ts, now.Add(secrets.CAValidityTime))
@@ -338,6 +340,16 @@ func TestCertificateExpiry(t *testing.T) {
 
 	if got.ClientCertificateExpiry != nil {
 		t.Errorf("no client certificate is in a bundle: %v", got.ClientCertificateExpiry)
+	}
+
+	// A bundle without an aggregator CA (as an old one may be) records none.
+	withoutAggregator := *b.Certs
+	withoutAggregator.K8sAggregator = nil
+	old := *b
+	old.Certs = &withoutAggregator
+
+	if got, err := bundle.CertificateExpiry(&old); err != nil || got.AggregatorCAExpiry != nil || got.EtcdCAExpiry == nil {
+		t.Errorf("a bundle without the aggregator CA: %+v, %v", got, err)
 	}
 
 	const secret = "NOT-A-CERTIFICATE-SECRET" //nolint:gosec // a marker that must not appear in errors

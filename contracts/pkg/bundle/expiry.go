@@ -15,9 +15,11 @@ import (
 )
 
 // CertificateExpiry reads when the bundle's certificate authorities expire
-// (the Talos API CA, the Kubernetes CA and the etcd CA) from their
-// certificates, for a TalosCluster's status.certificates. Only the public
-// certificates are read, never a key. A CA the bundle lacks stays nil.
+// (the Talos API CA, the Kubernetes CA, the etcd CA and the Kubernetes
+// aggregator CA) from their certificates, for a TalosCluster's
+// status.certificates. Only the public certificates are read, never a key.
+// A CA the bundle lacks stays nil. clientCertificateExpiry is never set:
+// Ichor's Talos client certificates are issued per connection, not kept.
 func CertificateExpiry(b *secrets.Bundle) (ichorv1alpha1.CertificatesStatus, error) {
 	var out ichorv1alpha1.CertificatesStatus
 
@@ -33,6 +35,7 @@ func CertificateExpiry(b *secrets.Bundle) (ichorv1alpha1.CertificatesStatus, err
 		{"the Talos API CA", crtOf(b.Certs.OS), &out.TalosCAExpiry},
 		{"the Kubernetes CA", crtOf(b.Certs.K8s), &out.KubernetesCAExpiry},
 		{"the etcd CA", crtOf(b.Certs.Etcd), &out.EtcdCAExpiry},
+		{"the Kubernetes aggregator CA", crtOf(b.Certs.K8sAggregator), &out.AggregatorCAExpiry},
 	} {
 		if len(ca.crt) == 0 {
 			continue

@@ -56,6 +56,7 @@ const (
 	CATalos      = "talos"
 	CAKubernetes = "kubernetes"
 	CAEtcd       = "etcd"
+	CAAggregator = "aggregator"
 )
 
 var (
@@ -81,7 +82,7 @@ var (
 		"1 for the holder of a cluster's lock Lease: kind (op, machine, cni-helm, other) and the holding object's name; no series while nobody holds it.",
 		[]string{labelNamespace, labelCluster, "kind", "holder"}, nil)
 	certNotAfterDesc = prometheus.NewDesc("ichor_certificate_not_after_timestamp_seconds",
-		"Unix time at which a cluster's certificate authority expires (talos, kubernetes, etcd), from its secrets bundle (status.certificates).",
+		"Unix time at which a cluster's certificate authority expires (talos, kubernetes, etcd, aggregator), from its secrets bundle (status.certificates).",
 		[]string{labelNamespace, labelCluster, "ca"}, nil)
 	discoveryAddressesDesc = prometheus.NewDesc("ichor_discovery_addresses",
 		"Addresses the last discovery scan of a cluster found, by result (Pending, Known, AlreadyConfigured, Unreachable, Conflict).",
@@ -187,7 +188,10 @@ func collectCluster(ch chan<- prometheus.Metric, c *ichorv1alpha1.TalosCluster) 
 	for _, ca := range []struct {
 		name string
 		t    *metav1.Time
-	}{{CATalos, certs.TalosCAExpiry}, {CAKubernetes, certs.KubernetesCAExpiry}, {CAEtcd, certs.EtcdCAExpiry}} {
+	}{
+		{CATalos, certs.TalosCAExpiry}, {CAKubernetes, certs.KubernetesCAExpiry}, {CAEtcd, certs.EtcdCAExpiry},
+		{CAAggregator, certs.AggregatorCAExpiry},
+	} {
 		if ca.t != nil {
 			gauge(ch, certNotAfterDesc, float64(ca.t.Unix()), c.Namespace, c.Name, ca.name)
 		}

@@ -385,8 +385,10 @@ func TestMetricsExported(t *testing.T) {
 		}
 	}
 
-	if !strings.Contains(body, `ichor_certificate_not_after_timestamp_seconds{ca="etcd",cluster="prod",namespace="default"}`) {
-		t.Error("the scrape lacks the etcd CA's expiry")
+	for _, ca := range []string{"talos", "kubernetes", "etcd", "aggregator"} {
+		if !strings.Contains(body, `ichor_certificate_not_after_timestamp_seconds{ca="`+ca+`",cluster="prod",namespace="default"}`) {
+			t.Errorf("the scrape lacks the %s CA's expiry", ca)
+		}
 	}
 
 	if !strings.Contains(body, `ichor_talos_rpc_requests_total{code="OK",method="/machine.MachineService/Version"}`) &&

@@ -12,11 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/attention"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -219,8 +221,9 @@ func TestClusterHealth(t *testing.T) {
 	if skewed == nil || !skewed.GetSkewed() || skewed.GetTalosVersion() != "v1.13.2" || !resp.GetVersionSkew() {
 		t.Fatalf("a node on v1.13.2 in a v1.14.1 cluster is skewed: %v (skew %t)", skewed, resp.GetVersionSkew())
 	}
-	if !strings.Contains(resp.GetCertificatesMissing(), "Kubernetes CA") || len(resp.GetCertificates()) != 0 {
-		t.Fatalf("certificates not in status must be said missing: %q %v", resp.GetCertificatesMissing(), resp.GetCertificates())
+	if m := resp.GetCertificatesMissing(); !strings.Contains(m, "Kubernetes CA") || !strings.Contains(m, "Kubernetes aggregator CA") ||
+		strings.Contains(m, "client certificate") || len(resp.GetCertificates()) != 0 {
+		t.Fatalf("CAs not in status must be said missing (not the per-connection client certificate): %q %v", m, resp.GetCertificates())
 	}
 
 	if ev := resp.GetEvents(); len(ev) != 1 || ev[0].GetKind() != "TalosMachine" || ev[0].GetName() != "hc-api" || ev[0].GetReason() != "ApplyFailed" || resp.GetEventsUnavailable() != "" {
@@ -399,10 +402,15 @@ func TestListAttentionBackupsAndCertificates(t *testing.T) {
 	c := &ichorv1alpha1.TalosCluster{}
 	testenv.Must(t, admin.Get(ctx, client.ObjectKey{Namespace: testNS, Name: testCluster}, c))
 	soon := metav1.NewTime(time.Now().Add(12 * 24 * time.Hour).Truncate(time.Second))
+	later := metav1.NewTime(time.Now().Add(20 * 24 * time.Hour).Truncate(time.Second))
 	c.Status.Certificates.EtcdCAExpiry = &soon
+	c.Status.Certificates.KubernetesCAExpiry = &later
+	// The condition the controller sets from the same rule: not told again.
+	apimeta.SetStatusCondition(&c.Status.Conditions, attention.CertificatesCondition(c.Name, c.Status.Certificates, time.Now()))
 	testenv.Must(t, admin.Status().Update(ctx, c))
 	t.Cleanup(func() {
-		c.Status.Certificates.EtcdCAExpiry = nil
+		c.Status.Certificates.EtcdCAExpiry, c.Status.Certificates.KubernetesCAExpiry = nil, nil
+		apimeta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.CertificatesExpiringCondition)
 		_ = admin.Status().Update(context.Background(), c)
 	})
 
@@ -413,8 +421,16 @@ func TestListAttentionBackupsAndCertificates(t *testing.T) {
 		!strings.Contains(bk[0].GetSummary(), "att-nightly is stale") || bk[0].GetCommand() != "ichor etcd backup now att-nightly --wait" {
 		t.Errorf("the stale backup: %v", bk)
 	}
-	if cl := itemsOf(items, testCluster); !strings.Contains(cl[0].GetSummary(), "etcd CA of cluster prod expires in") || cl[0].GetSeverity() != "Warning" {
-		t.Errorf("the expiring etcd CA: %v", cl)
+	cl := itemsOf(items, testCluster)
+	if len(cl) != 2 {
+		t.Fatalf("want the etcd CA and the Kubernetes CA, once each: %v", cl)
+	}
+	if !strings.Contains(cl[0].GetSummary(), "etcd CA of cluster prod expires in") || !strings.Contains(cl[0].GetSummary(), "cannot rotate it") ||
+		cl[0].GetSeverity() != "Warning" || cl[0].GetCommand() != "" {
+		t.Errorf("the expiring etcd CA (no command: this release cannot rotate it): %v", cl[0])
+	}
+	if !strings.Contains(cl[1].GetSummary(), "Kubernetes CA of cluster prod expires in") || cl[1].GetCommand() != "ichor cluster rotate-ca prod" {
+		t.Errorf("the expiring Kubernetes CA, with the rotate-ca command: %v", cl[1])
 	}
 	if p := itemsOf(items, "att-held"); p[0].GetAction() != "ResumeOperation" || !strings.Contains(p[0].GetSummary(), "is paused") {
 		t.Errorf("the paused operation: %v", p)

@@ -38,6 +38,10 @@ export const CNIUnsupportedCondition = "CNIUnsupported";
 export const CandidateNextMinor = "Next minor";
 export const CandidatePatch = "Patch";
 export const CandidateRecommended = "Recommended";
+export const CertificatesExpiredReason = "CertificatesExpired";
+export const CertificatesExpiringCondition = "CertificatesExpiring";
+export const CertificatesExpiringReason = "CertificatesExpiring";
+export const CertificatesValidReason = "CertificatesValid";
 export const CiliumCRDMissingReason = "CiliumCRDMissing";
 export const ClusterFinalizer = "ichor.maesh.dev/cluster";
 export const ClusterLabel = "ichor.maesh.dev/cluster";
@@ -285,6 +289,7 @@ export const ConditionHealthyStatus: Readonly<Record<string, "True" | "False">> 
   "Approved": "True",
   "CARotationAdvised": "False",
   "CNIUnsupported": "False",
+  "CertificatesExpiring": "False",
   "Deleting": "False",
   "Denied": "False",
   "DiskRolesEffective": "True",

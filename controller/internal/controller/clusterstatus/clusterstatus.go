@@ -10,17 +10,20 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/blang/semver/v4"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/attention"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
@@ -32,11 +35,20 @@ const ControllerName = "clusterstatus"
 // maxNamed is how many machines a condition message names.
 const maxNamed = 5
 
+// certificateRecheck bounds how long the certificates phase waits before it
+// reads the bundle again: the bundle Secret is not watched (a rotation that
+// replaces it may touch no machine at once), and a wait as long as a CA's
+// validity would outlive any clock correction.
+const certificateRecheck = time.Hour
+
 // Reconciler summarises a cluster's machines in its status.
 type Reconciler struct {
 	Client client.Client
 	// APIReader reads a cluster again after a write conflict; nil means the manager's.
 	APIReader client.Reader
+	// Clock is the controller's clock, against which the CAs' expiry is
+	// judged; nil means the real one.
+	Clock clock.PassiveClock
 
 	skeleton *reconcile.Controller[*ichorv1alpha1.TalosCluster]
 }
@@ -73,15 +85,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// controller is the reconciler on the skeleton. It owns the cluster's Ready
-// and Paused conditions and the machine counts, Talos version and
-// certificate expiry of its status; the cluster's spec.paused stops the
-// summary too.
+// controller is the reconciler on the skeleton. It owns the cluster's Ready,
+// CertificatesExpiring and Paused conditions and the machine counts, Talos
+// version and certificate expiry of its status; the cluster's spec.paused
+// stops the summary too.
 func (r *Reconciler) controller() *reconcile.Controller[*ichorv1alpha1.TalosCluster] {
 	return &reconcile.Controller[*ichorv1alpha1.TalosCluster]{
-		Name: ControllerName, Client: r.Client, APIReader: r.APIReader,
+		Name: ControllerName, Client: r.Client, APIReader: r.APIReader, Clock: r.Clock,
 		New:     func() *ichorv1alpha1.TalosCluster { return &ichorv1alpha1.TalosCluster{} },
-		Owned:   []string{ichorv1alpha1.ReadyCondition},
+		Owned:   []string{ichorv1alpha1.ReadyCondition, ichorv1alpha1.CertificatesExpiringCondition},
 		Primary: true,
 		OwnStatus: func(dst, src *ichorv1alpha1.TalosCluster) {
 			dst.Status.ControlPlanes, dst.Status.Workers, dst.Status.TalosVersion = src.Status.ControlPlanes, src.Status.Workers, src.Status.TalosVersion
@@ -114,28 +126,44 @@ func (r *Reconciler) summarise(ctx context.Context, s *reconcile.Scope[*ichorv1a
 }
 
 // certificates sets status.certificates from the certificates of the
-// cluster's secrets bundle (its CAs' expiry; never a key). A bundle that
-// cannot be read leaves them as they were: the machine reconcilers report
-// a missing or broken bundle, this summary does not stall on it.
+// cluster's secrets bundle (its CAs' expiry; never a key) and, from what
+// status then records, the CertificatesExpiring condition
+// (attention.CertificatesCondition at the reconcile's time: the rule the
+// console and the CLI apply too). A bundle that cannot be read leaves the
+// expiry as it was: the machine reconcilers report a missing or broken
+// bundle, this summary does not stall on it; the condition still follows
+// the clock. It looks again when a CA enters its warning window or expires,
+// and at least every certificateRecheck.
 func (r *Reconciler) certificates(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
 	b, err := machinestate.LoadBundle(ctx, r.APIReader, s.Object)
-	if err != nil {
-		if machinestate.IsStalled(err) {
-			return ctrl.Result{}, nil
-		}
-
+	if err != nil && !machinestate.IsStalled(err) {
 		return ctrl.Result{}, err
 	}
 
-	certs, err := bundle.CertificateExpiry(b)
-	if err != nil {
-		return ctrl.Result{}, nil //nolint:nilerr // a broken bundle is reported by the machine reconcilers
+	if err == nil {
+		// A broken bundle is reported by the machine reconcilers.
+		if certs, err := bundle.CertificateExpiry(b); err == nil {
+			certs.ClientCertificateExpiry = s.Object.Status.Certificates.ClientCertificateExpiry
+			s.Object.Status.Certificates = certs
+		}
 	}
 
-	certs.ClientCertificateExpiry = s.Object.Status.Certificates.ClientCertificateExpiry
-	s.Object.Status.Certificates = certs
+	certs := s.Object.Status.Certificates
+	if len(attention.CAs(certs)) == 0 {
+		// Nothing recorded yet: no verdict, rather than a "valid" one.
+		return ctrl.Result{}, nil
+	}
 
-	return ctrl.Result{}, nil
+	cond := attention.CertificatesCondition(s.Object.Name, certs, s.Now)
+	cond.ObservedGeneration = s.Object.Generation
+	apimeta.SetStatusCondition(&s.Object.Status.Conditions, cond)
+
+	next := certificateRecheck
+	if at := attention.NextCertificateChange(certs, s.Now); !at.IsZero() && at.Sub(s.Now) < next {
+		next = at.Sub(s.Now)
+	}
+
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 // Summarise sets c's machine counts, oldest Talos version and Ready

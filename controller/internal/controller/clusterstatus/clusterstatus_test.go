@@ -12,6 +12,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -20,6 +21,9 @@ import (
 )
 
 var k8s client.Client
+
+// testClock is the reconciler's clock: tests move it to bring a CA near its expiry.
+var testClock = clocktesting.NewFakePassiveClock(time.Now())
 
 const ns = "default"
 
@@ -32,7 +36,7 @@ func TestMain(m *testing.M) {
 			return nil, err
 		}
 
-		if err := (&Reconciler{}).SetupWithManager(mgr); err != nil {
+		if err := (&Reconciler{Clock: testClock}).SetupWithManager(mgr); err != nil {
 			return nil, err
 		}
 
@@ -279,8 +283,10 @@ func TestPausedStops_ClusterStatus(t *testing.T) {
 func TestCertificatesFromTheBundle(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster(t, "certs", false)
-	if got := getCluster(t, "certs").Status.Certificates.TalosCAExpiry; got != nil {
-		t.Fatalf("no bundle yet, but talosCAExpiry is %v", got)
+	readyIs(t, "certs", metav1.ConditionFalse, "0/0 control planes")
+	if got := getCluster(t, "certs"); got.Status.Certificates.TalosCAExpiry != nil ||
+		apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.CertificatesExpiringCondition) != nil {
+		t.Fatalf("no bundle yet, but status.certificates %+v and conditions %+v", got.Status.Certificates, got.Status.Conditions)
 	}
 
 	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
@@ -296,12 +302,19 @@ func TestCertificatesFromTheBundle(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		got := getCluster(t, "certs").Status.Certificates
-		if got.TalosCAExpiry != nil && got.KubernetesCAExpiry != nil && got.EtcdCAExpiry != nil {
-			for name, ts := range map[string]*metav1.Time{"talos": got.TalosCAExpiry, "kubernetes": got.KubernetesCAExpiry, "etcd": got.EtcdCAExpiry} {
+		if got.TalosCAExpiry != nil && got.KubernetesCAExpiry != nil && got.EtcdCAExpiry != nil && got.AggregatorCAExpiry != nil {
+			for name, ts := range map[string]*metav1.Time{
+				"talos": got.TalosCAExpiry, "kubernetes": got.KubernetesCAExpiry, "etcd": got.EtcdCAExpiry, "aggregator": got.AggregatorCAExpiry,
+			} {
 				if !ts.Time.Equal(want) {
 					t.Errorf("%s CA expiry %v, want %v", name, ts.Time, want)
 				}
 			}
+			if got.ClientCertificateExpiry != nil {
+				t.Errorf("clientCertificateExpiry is set: %v", got.ClientCertificateExpiry)
+			}
+			// Ten years ahead: valid, and said so.
+			expiringIs(t, "certs", metav1.ConditionFalse, ichorv1alpha1.CertificatesValidReason, "valid for more than 30 days")
 			return
 		}
 		if time.Now().After(deadline) {
@@ -309,4 +322,97 @@ func TestCertificatesFromTheBundle(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// expiringIs waits for the CertificatesExpiring condition of cluster to have
+// status want, reason and a message containing each of contains.
+func expiringIs(t *testing.T, cluster string, want metav1.ConditionStatus, reason string, contains ...string) *metav1.Condition {
+	t.Helper()
+
+	var cond *metav1.Condition
+
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%s CertificatesExpiring %s %s", cluster, want, reason), func() error {
+		got := getCluster(t, cluster)
+		cond = apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.CertificatesExpiringCondition)
+		if cond == nil || cond.Status != want || cond.Reason != reason || cond.ObservedGeneration != got.Generation {
+			return fmt.Errorf("CertificatesExpiring %+v", cond)
+		}
+
+		for _, c := range contains {
+			if !strings.Contains(cond.Message, c) {
+				return fmt.Errorf("the message %q lacks %q", cond.Message, c)
+			}
+		}
+
+		return nil
+	})
+
+	return cond
+}
+
+// poke changes the cluster's labels so the reconciler looks at it again.
+func poke(t *testing.T, cluster, value string) {
+	t.Helper()
+
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getCluster(t, cluster)
+		cur.Labels = map[string]string{"poked": value}
+
+		return k8s.Update(context.Background(), cur)
+	}))
+}
+
+// TestCertificatesExpiring: the CertificatesExpiring condition follows the
+// reconciler's clock against the bundle's CAs. Forty days before they expire
+// it is False; ten days before it is True and names each CA with its
+// not-after and the way out (rotate-ca for the Talos API and Kubernetes CAs;
+// the aggregator CA cannot be rotated by this release) but not the etcd CA,
+// which expires a year later; once they have expired the reason says so.
+// No key of the bundle reaches the message.
+func TestCertificatesExpiring(t *testing.T) {
+	ctx := context.Background()
+	t.Cleanup(func() { testClock.SetTime(time.Now()) })
+
+	c := newCluster(t, "expiring", false)
+
+	// The bundle's CAs expire 100 days from now (machinery issues them for
+	// secrets.CAValidityTime from its clock), its etcd CA a year after.
+	issued := time.Now().Add(100*24*time.Hour - secrets.CAValidityTime).Truncate(time.Second).UTC()
+	b, err := bundle.Generate(secrets.NewFixedClock(issued), c.Spec.VersionContract)
+	testenv.Must(t, err)
+	later, err := bundle.Generate(secrets.NewFixedClock(issued.Add(365*24*time.Hour)), c.Spec.VersionContract)
+	testenv.Must(t, err)
+	b.Certs.Etcd = later.Certs.Etcd
+	notAfter := issued.Add(secrets.CAValidityTime)
+	date := notAfter.Format(time.RFC3339)
+
+	testClock.SetTime(notAfter.Add(-40 * 24 * time.Hour))
+	sec, err := bundle.Secret(ns, c.Spec.SecretsBundleRef, b)
+	testenv.Must(t, err)
+	testenv.Must(t, k8s.Create(ctx, sec))
+	poke(t, c.Name, "1")
+	expiringIs(t, c.Name, metav1.ConditionFalse, ichorv1alpha1.CertificatesValidReason)
+
+	if got := getCluster(t, c.Name).Status.Certificates; got.AggregatorCAExpiry == nil || !got.AggregatorCAExpiry.Time.Equal(notAfter) ||
+		got.EtcdCAExpiry == nil || !got.EtcdCAExpiry.Time.Equal(notAfter.Add(365*24*time.Hour)) {
+		t.Fatalf("status.certificates %+v, want the aggregator CA at %v and the etcd CA a year later", got, notAfter)
+	}
+
+	testClock.SetTime(notAfter.Add(-10 * 24 * time.Hour))
+	poke(t, c.Name, "2")
+	rotate := ": rotate it with `ichor cluster rotate-ca expiring`"
+	cond := expiringIs(t, c.Name, metav1.ConditionTrue, ichorv1alpha1.CertificatesExpiringReason,
+		"the Talos API CA expires at "+date+rotate,
+		"the Kubernetes CA expires at "+date+rotate,
+		"the Kubernetes aggregator CA expires at "+date+": this release of Ichor cannot rotate the Kubernetes aggregator CA")
+
+	for _, not := range []string{"etcd", "BEGIN", "PRIVATE", string(b.Certs.OS.Key)} {
+		if strings.Contains(cond.Message, not) {
+			t.Errorf("the message %q holds %q", cond.Message, not)
+		}
+	}
+
+	testClock.SetTime(notAfter.Add(time.Hour))
+	poke(t, c.Name, "3")
+	expiringIs(t, c.Name, metav1.ConditionTrue, ichorv1alpha1.CertificatesExpiredReason, "the Talos API CA expired at "+date+rotate)
 }
