@@ -438,7 +438,11 @@ func (m *Machine) writeKubePKI(cfg talosconfig.Provider) (map[string]string, err
 			return nil, err
 		}
 
-		files["aggregator-ca.crt"], files["front-proxy-client.crt"], files["front-proxy-client.key"] = agg.IssuingCA().Crt, crt, key
+		// aggregator-ca.crt: every accepted aggregator CA, the issuing one
+		// first (t:internal/app/machined/pkg/controllers/k8s/render_secrets_static_pod.go
+		// joins KubernetesRoot's accepted aggregator CAs); the front proxy's
+		// client certificate is the issuing CA's
+		files["aggregator-ca.crt"], files["front-proxy-client.crt"], files["front-proxy-client.key"] = aggregatorAcceptedCAs(agg), crt, key
 	}
 
 	local := "https://" + net.JoinHostPort(m.IP(), strconv.Itoa(apiPort(cfg)))
@@ -1257,6 +1261,10 @@ func apiServerFingerprint(cfg talosconfig.Provider) string {
 	}
 
 	doc["acceptedCAs"] = seed(string(kubeAcceptedCAs(cfg)))
+
+	if agg := cfg.K8sAggregatorCAConfig(); agg != nil {
+		doc["aggregatorCAs"] = seed(string(aggregatorAcceptedCAs(agg)))
+	}
 
 	var plugins []any
 	for _, p := range cfg.K8sAdmissionControlPluginConfigs() {

@@ -43,6 +43,21 @@ func serviceAccountPublicKeys(sa talosconfigconfig.K8sServiceAccountConfig) ([]b
 	return out, nil
 }
 
+// aggregatorAcceptedCAs is the kube-apiserver's
+// --requestheader-client-ca-file: the aggregator CAs the configuration
+// accepts, the issuing one first (KubeAggregatorCAConfig AcceptedCAs()).
+func aggregatorAcceptedCAs(agg talosconfigconfig.K8sAggregatorCAConfig) []byte {
+	var out []byte
+
+	for _, c := range agg.AcceptedCAs() {
+		if c != nil && len(bytes.TrimSpace(c.Crt)) > 0 {
+			out = append(append(out, bytes.TrimSpace(c.Crt)...), '\n')
+		}
+	}
+
+	return out
+}
+
 // encryptionConfig is the kube-apiserver's --encryption-provider-config, as
 // Talos renders it
 // (t:internal/app/machined/pkg/controllers/k8s/internal/k8stemplates/apiserver.go

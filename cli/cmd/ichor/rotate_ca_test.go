@@ -105,7 +105,7 @@ func TestRotateCACommand(t *testing.T) {
 	op.Status.Phase, op.Status.Step = ichorv1alpha1.OperationAwaitingCredentials, "credentials"
 	must(t, k8s.Status().Update(ctx, &op))
 
-	next, err := bundle.WithNewCAs(b, time.Now(), "v1.14", true, true)
+	next, err := bundle.WithNewCAs(b, time.Now(), "v1.14", bundle.CASet{Talos: true, Kubernetes: true})
 	must(t, err)
 
 	var tcr ichorv1alpha1.TalosCredentialRequest
@@ -223,5 +223,84 @@ func waitFor(t *testing.T, what string, f func() error) {
 		}
 
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// `ichor cluster rotate-ca --aggregator-only` rotates the aggregator CA
+// alone: no credentials change hands, so the command follows the operation
+// to its end without a hand-over and stores the bundle the cluster then
+// runs; --etcd is refused with the reason.
+func TestRotateCAAggregatorOnly(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "rotate-agg")
+	c := newCluster(ns, "prod")
+	must(t, k8s.Create(ctx, c))
+
+	b, err := bundle.Generate(secrets.NewClock(), "v1.14")
+	must(t, err)
+
+	sec, err := bundle.Secret(ns, c.Spec.SecretsBundleRef, b)
+	must(t, err)
+	must(t, k8s.Create(ctx, sec))
+
+	mustFail(t, ichorWith(t, invocation{stdin: "prod\n"}, "cluster", "rotate-ca", "prod", "-n", ns, "--etcd"), "does not rotate the etcd CA", "no accepted list")
+	mustFail(t, ichor(t, "cluster", "rotate-ca", "prod", "-n", ns, "--aggregator-only", "--talos-only"), "exclude each other")
+
+	home := t.TempDir()
+	done := make(chan result, 1)
+
+	go func() {
+		done <- ichorWith(t, invocation{stdin: "prod\n", env: []string{"ICHOR_HOME=" + home, "ICHOR_PASSPHRASE=correct horse battery staple"}},
+			"cluster", "rotate-ca", "prod", "-n", ns, "--aggregator-only", "--timeout", "90s")
+	}()
+
+	var op ichorv1alpha1.TalosOperation
+
+	waitFor(t, "the ca-rotation", func() error {
+		list := &ichorv1alpha1.TalosOperationList{}
+		must(t, k8s.List(ctx, list, client.InNamespace(ns)))
+
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d operations", len(list.Items))
+		}
+
+		op = list.Items[0]
+
+		return nil
+	})
+
+	if r := op.Spec.CARotation; r == nil || r.Talos == nil || *r.Talos || r.Kubernetes == nil || *r.Kubernetes || !r.Aggregator || r.Etcd {
+		t.Fatalf("the operation: %+v", op.Spec.CARotation)
+	}
+
+	next, err := bundle.WithNewCAs(b, time.Now(), "v1.14", bundle.CASet{Aggregator: true})
+	must(t, err)
+
+	sec.Data[bundle.DefaultKey], err = bundle.Encode(next)
+	must(t, err)
+	must(t, k8s.Update(ctx, sec))
+
+	now := metav1.Now()
+	op.Status.Phase, op.Status.CompletedAt = ichorv1alpha1.OperationSucceeded, &now
+	must(t, k8s.Status().Update(ctx, &op))
+
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("ichor cluster rotate-ca --aggregator-only did not end")
+	}
+
+	mustSucceed(t, r)
+
+	s := &secretstore.Store{Cluster: "prod", Dir: filepath.Join(home, "clusters", "prod")}
+	contents, err := s.Load(func() (string, error) { return "correct horse battery staple", nil })
+	must(t, err)
+
+	stored, err := bundle.Decode(contents.Bundle, "v1.14")
+	must(t, err)
+
+	if string(stored.Certs.K8sAggregator.Crt) != string(next.Certs.K8sAggregator.Crt) || len(contents.Talosconfig) != 0 {
+		t.Fatal("the stored bundle is not the one the cluster runs after the rotation, or credentials were stored")
 	}
 }

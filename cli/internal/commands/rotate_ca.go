@@ -35,6 +35,9 @@ func rotateCACommand() *cli.Command {
 			&cli.BoolFlag{Name: flagDryRun, Usage: usageDryRun},
 			&cli.BoolFlag{Name: "talos-only", Usage: "rotate the Talos API CA alone"},
 			&cli.BoolFlag{Name: "kubernetes-only", Usage: "rotate the Kubernetes CA alone"},
+			&cli.BoolFlag{Name: "aggregator", Usage: "rotate the Kubernetes aggregator CA (front proxy) too"},
+			&cli.BoolFlag{Name: "aggregator-only", Usage: "rotate the Kubernetes aggregator CA alone (no credentials change hands)"},
+			&cli.BoolFlag{Name: "etcd", Usage: "rotate the etcd CA too (this release refuses it: Talos cannot trust two etcd CAs at once)"},
 			&cli.StringFlag{Name: flagOperation, Usage: "go on with the ca-rotation `OPERATION` already started (hand-over and the new bundle) instead of starting one"},
 			&cli.StringFlag{Name: flagPassphraseFile, Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
 			&cli.DurationFlag{Name: flagTimeout, Value: 2 * time.Hour, Usage: "how long to follow the rotation"},
@@ -51,8 +54,8 @@ func clusterRotateCA(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	if cmd.Bool("talos-only") && cmd.Bool("kubernetes-only") {
-		return errors.New("--talos-only and --kubernetes-only exclude each other (without either, both CAs rotate); nothing was changed")
+	if n := countTrue(cmd.Bool("talos-only"), cmd.Bool("kubernetes-only"), cmd.Bool("aggregator-only")); n > 1 {
+		return errors.New("--talos-only, --kubernetes-only and --aggregator-only exclude each other (without any, the Talos API and Kubernetes CAs rotate); nothing was changed")
 	}
 
 	r, err := connected(cmd)
@@ -113,7 +116,12 @@ func clusterRotateCA(ctx context.Context, cmd *cli.Command) error {
 		}
 
 		if !awaiting(final) {
-			return operationOutcome(final)
+			// it ended without a hand-over (an aggregator CA rotation alone)
+			if err := operationOutcome(final); err != nil {
+				return err
+			}
+
+			return r.storeRotatedBundle(ctx, cmd, c, "rotate-ca", op.Name, store)
 		}
 
 		if err := r.handOver(ctx, cmd, c, final, store); err != nil {
@@ -141,7 +149,9 @@ func clusterRotateCA(ctx context.Context, cmd *cli.Command) error {
 // startRotation builds the operation, checks it as the webhook does, asks
 // for the cluster's name and creates it; nil with --dry-run.
 func (r *run) startRotation(ctx context.Context, cmd *cli.Command, c *ichorv1alpha1.TalosCluster, dryRun bool) (*ichorv1alpha1.TalosOperation, error) {
-	op := nodeop.CARotation(c.Namespace, c.Name, !cmd.Bool("kubernetes-only"), !cmd.Bool("talos-only"))
+	only := cmd.Bool("aggregator-only")
+	op := nodeop.CARotation(c.Namespace, c.Name, !only && !cmd.Bool("kubernetes-only"), !only && !cmd.Bool("talos-only"),
+		only || cmd.Bool("aggregator"), cmd.Bool("etcd"))
 
 	facts, err := guard.LoadOperationFacts(ctx, r.c(), op)
 	if err != nil {
@@ -181,9 +191,12 @@ func (r *run) startRotation(ctx context.Context, cmd *cli.Command, c *ichorv1alp
 	}
 
 	// The rotation waits for this command's credentials: without the right
-	// to take them it would wait for good.
-	if err := r.checkDownload(ctx, c.Name, ichorv1alpha1.PurposeRotationCredentials); err != nil {
-		return nil, err
+	// to take them it would wait for good (an aggregator CA rotation alone
+	// hands none out).
+	if !only {
+		if err := r.checkDownload(ctx, c.Name, ichorv1alpha1.PurposeRotationCredentials); err != nil {
+			return nil, err
+		}
 	}
 
 	if err := r.confirm(text, c.Name); err != nil {
@@ -336,4 +349,17 @@ func (r *run) storeRotatedBundle(ctx context.Context, cmd *cli.Command, c *ichor
 	r.printf("The %s of cluster %s are rotated; the new bundle is stored in %s.\n", what, c.Name, store.Dir)
 
 	return nil
+}
+
+// countTrue counts the flags that are set.
+func countTrue(flags ...bool) int {
+	n := 0
+
+	for _, f := range flags {
+		if f {
+			n++
+		}
+	}
+
+	return n
 }

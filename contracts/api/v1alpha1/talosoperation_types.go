@@ -19,7 +19,7 @@ const (
 	OperationKubeProxy = "kube-proxy"
 	// OperationShutdown stops the whole cluster for planned downtime.
 	OperationShutdown = "shutdown"
-	// OperationCARotation rotates the Talos and Kubernetes CAs (etcd and aggregator on request).
+	// OperationCARotation rotates the Talos and Kubernetes CAs (the aggregator CA on request).
 	OperationCARotation = "ca-rotation"
 	// OperationKeyRotation rotates the service-account key and the secretbox key.
 	OperationKeyRotation = "key-rotation"
@@ -241,10 +241,13 @@ type CARotation struct {
 	// kubernetes rotates the Kubernetes CA. Empty means true.
 	// +optional
 	Kubernetes *bool `json:"kubernetes,omitempty"`
-	// etcd rotates the etcd CA.
+	// etcd rotates the etcd CA. This release refuses it at admission: Talos
+	// gives etcd one CA and no accepted list, so a new one cannot be trusted
+	// beside the old without a loss of quorum.
 	// +optional
 	Etcd bool `json:"etcd,omitempty"`
-	// aggregator rotates the aggregator CA.
+	// aggregator rotates the Kubernetes aggregator CA (the front proxy's
+	// client CA) too, in the same stages; v1.14 configuration contract only.
 	// +optional
 	Aggregator bool `json:"aggregator,omitempty"`
 }

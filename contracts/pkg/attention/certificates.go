@@ -29,8 +29,8 @@ type CA struct {
 	NotAfter time.Time
 	// Rotatable says whether `ichor cluster rotate-ca` replaces this CA. It
 	// replaces the Talos API CA and the Kubernetes CA (Talos's own rotation
-	// covers those two); the etcd CA and the aggregator CA stay as they are
-	// in this release.
+	// covers those two) and, on request, the aggregator CA; the etcd CA
+	// stays as it is in this release (Talos gives etcd no accepted CAs).
 	Rotatable bool
 }
 
@@ -42,6 +42,10 @@ func (ca CA) Expired(now time.Time) bool { return !ca.NotAfter.After(now) }
 func (ca CA) Command(cluster string) string {
 	if !ca.Rotatable {
 		return ""
+	}
+
+	if ca.Key == "aggregator" {
+		return "ichor cluster rotate-ca " + cluster + " --aggregator-only"
 	}
 
 	return "ichor cluster rotate-ca " + cluster
@@ -71,7 +75,7 @@ func CAs(certs ichorv1alpha1.CertificatesStatus) []CA {
 		{"talos", "Talos API CA", certs.TalosCAExpiry, true},
 		{"kubernetes", "Kubernetes CA", certs.KubernetesCAExpiry, true},
 		{"etcd", "etcd CA", certs.EtcdCAExpiry, false},
-		{"aggregator", "Kubernetes aggregator CA", certs.AggregatorCAExpiry, false},
+		{"aggregator", "Kubernetes aggregator CA", certs.AggregatorCAExpiry, true},
 	} {
 		if ca.at == nil || ca.at.IsZero() {
 			continue

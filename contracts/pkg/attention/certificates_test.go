@@ -16,8 +16,8 @@ func in(d time.Duration) *metav1.Time { return &metav1.Time{Time: testNow.Add(d)
 
 // A CA within 30 days of its expiry is a warning, an expired one an error;
 // one further away, or without a date, is not listed. The CAs that
-// `ichor cluster rotate-ca` replaces carry that command; the others say that
-// this release cannot rotate them. The CertificatesExpiring condition the
+// `ichor cluster rotate-ca` replaces carry that command (the aggregator CA
+// with --aggregator-only); the etcd CA says that this release cannot rotate it. The CertificatesExpiring condition the
 // controller sets from the same rule adds no second entry.
 func TestExpiringCertificates(t *testing.T) {
 	c := cluster()
@@ -49,9 +49,9 @@ func TestExpiringCertificates(t *testing.T) {
 		it.Command != rotate || !strings.Contains(it.Detail, "Talos API CA not after "+testNow.Add(10*day).Format(time.RFC3339)) {
 		t.Errorf("the Talos API CA in 10 days, a warning with the rotate-ca command: %+v", it)
 	}
-	if it := byKey["TalosCluster/prod/Certificate/aggregator"]; it.Severity != Warning || it.Command != "" ||
-		!strings.Contains(it.Summary, "Kubernetes aggregator CA of cluster prod expires in 20 days; this release of Ichor cannot rotate it") {
-		t.Errorf("the aggregator CA in 20 days, without a command: %+v", it)
+	if it := byKey["TalosCluster/prod/Certificate/aggregator"]; it.Severity != Warning || it.Command != rotate+" --aggregator-only" ||
+		!strings.Contains(it.Summary, "Kubernetes aggregator CA of cluster prod expires in 20 days; rotate it before then") {
+		t.Errorf("the aggregator CA in 20 days, with the rotate-ca command for it alone: %+v", it)
 	}
 	for _, it := range got {
 		if strings.HasSuffix(it.Key, "/"+ichorv1alpha1.CertificatesExpiringCondition) {
@@ -105,9 +105,9 @@ func TestCertificatesCondition(t *testing.T) {
 		{"the etcd CA cannot be rotated", ichorv1alpha1.CertificatesStatus{TalosCAExpiry: in(400 * day), EtcdCAExpiry: in(5 * day)},
 			metav1.ConditionTrue, ichorv1alpha1.CertificatesExpiringReason,
 			[]string{"the etcd CA expires at " + date(5*day) + ": this release of Ichor cannot rotate the etcd CA"}, []string{"rotate-ca", "Talos API CA"}},
-		{"the aggregator CA cannot be rotated", ichorv1alpha1.CertificatesStatus{AggregatorCAExpiry: in(29 * day)},
+		{"the aggregator CA rotates on request", ichorv1alpha1.CertificatesStatus{AggregatorCAExpiry: in(29 * day)},
 			metav1.ConditionTrue, ichorv1alpha1.CertificatesExpiringReason,
-			[]string{"the Kubernetes aggregator CA expires at " + date(29*day) + ": this release of Ichor cannot rotate the Kubernetes aggregator CA"}, []string{"rotate-ca"}},
+			[]string{"the Kubernetes aggregator CA expires at " + date(29*day) + ": rotate it with `ichor cluster rotate-ca prod --aggregator-only`"}, []string{"cannot"}},
 		{"one expired", ichorv1alpha1.CertificatesStatus{TalosCAExpiry: in(10 * day), KubernetesCAExpiry: in(-time.Hour)},
 			metav1.ConditionTrue, ichorv1alpha1.CertificatesExpiredReason,
 			[]string{"the Talos API CA expires at " + date(10*day), "the Kubernetes CA expired at " + date(-time.Hour) + rotate}, nil},

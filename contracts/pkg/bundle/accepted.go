@@ -23,10 +23,16 @@ type Accepted struct {
 	// Kubernetes are accepted by the kube-apiserver and the kubelets
 	// (KubeAPIServerCAConfig acceptedCAs, cluster.acceptedCAs before v1.14).
 	Kubernetes []string `json:"kubernetes,omitempty"`
+	// Aggregator are accepted by the kube-apiserver's front proxy
+	// authentication (KubeAggregatorCAConfig acceptedCAs, the
+	// requestheader client CA).
+	Aggregator []string `json:"aggregator,omitempty"`
 }
 
 // Empty is true when nothing is accepted beside the bundle's CAs.
-func (a Accepted) Empty() bool { return len(a.Talos) == 0 && len(a.Kubernetes) == 0 }
+func (a Accepted) Empty() bool {
+	return len(a.Talos) == 0 && len(a.Kubernetes) == 0 && len(a.Aggregator) == 0
+}
 
 // TalosPEM is the PEM of every Talos API CA a client of this cluster trusts:
 // the bundle's and the accepted ones.
@@ -93,7 +99,7 @@ func (a Accepted) validate() error {
 	for _, list := range []struct {
 		name  string
 		certs []string
-	}{{"talos", a.Talos}, {"kubernetes", a.Kubernetes}} {
+	}{{"talos", a.Talos}, {"kubernetes", a.Kubernetes}, {"aggregator", a.Aggregator}} {
 		for i, c := range list.certs {
 			block, rest := pem.Decode([]byte(c))
 			if block == nil || block.Type != "CERTIFICATE" || len(bytes.TrimSpace(rest)) > 0 {

@@ -32,11 +32,16 @@ const (
 	PreviousKey = "previous-secrets.yaml"
 )
 
-// WithNewCAs is b with a new Talos API CA and/or Kubernetes CA, everything
-// else (cluster ID and secret, tokens, the etcd CA, keys) the same.
-func WithNewCAs(b *secrets.Bundle, now time.Time, versionContract string, talos, kubernetes bool) (*secrets.Bundle, error) {
-	if !talos && !kubernetes {
-		return nil, errors.New("a CA rotation rotates the Talos API CA, the Kubernetes CA or both")
+// CASet says which CAs a rotation replaces.
+type CASet struct {
+	Talos, Kubernetes, Aggregator bool
+}
+
+// WithNewCAs is b with new CAs of which, everything else (cluster ID and
+// secret, tokens, the etcd CA, keys) the same.
+func WithNewCAs(b *secrets.Bundle, now time.Time, versionContract string, which CASet) (*secrets.Bundle, error) {
+	if !which.Talos && !which.Kubernetes && !which.Aggregator {
+		return nil, errors.New("a CA rotation rotates the Talos API CA, the Kubernetes CA, the aggregator CA or some of them")
 	}
 
 	vc, err := Contract(versionContract)
@@ -55,7 +60,7 @@ func WithNewCAs(b *secrets.Bundle, now time.Time, versionContract string, talos,
 		return nil, err
 	}
 
-	if talos {
+	if which.Talos {
 		ca, err := secrets.NewTalosCA(now)
 		if err != nil {
 			return nil, fmt.Errorf("generate the new Talos API CA: %w", err)
@@ -64,13 +69,22 @@ func WithNewCAs(b *secrets.Bundle, now time.Time, versionContract string, talos,
 		next.Certs.OS = &x509.PEMEncodedCertificateAndKey{Crt: ca.CrtPEM, Key: ca.KeyPEM}
 	}
 
-	if kubernetes {
+	if which.Kubernetes {
 		ca, err := secrets.NewKubernetesCA(now, vc)
 		if err != nil {
 			return nil, fmt.Errorf("generate the new Kubernetes CA: %w", err)
 		}
 
 		next.Certs.K8s = &x509.PEMEncodedCertificateAndKey{Crt: ca.CrtPEM, Key: ca.KeyPEM}
+	}
+
+	if which.Aggregator {
+		ca, err := secrets.NewAggregatorCA(now, vc)
+		if err != nil {
+			return nil, fmt.Errorf("generate the new aggregator CA: %w", err)
+		}
+
+		next.Certs.K8sAggregator = &x509.PEMEncodedCertificateAndKey{Crt: ca.CrtPEM, Key: ca.KeyPEM}
 	}
 
 	return next, nil
@@ -86,6 +100,10 @@ func changedCAs(from, to *secrets.Bundle) Accepted {
 
 	if string(from.Certs.K8s.Crt) != string(to.Certs.K8s.Crt) {
 		a.Kubernetes = []string{string(from.Certs.K8s.Crt)}
+	}
+
+	if from.Certs.K8sAggregator != nil && to.Certs.K8sAggregator != nil && string(from.Certs.K8sAggregator.Crt) != string(to.Certs.K8sAggregator.Crt) {
+		a.Aggregator = []string{string(from.Certs.K8sAggregator.Crt)}
 	}
 
 	return a

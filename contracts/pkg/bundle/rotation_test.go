@@ -39,7 +39,7 @@ func TestRotationSteps(t *testing.T) {
 	next := func(current *secrets.Bundle) (*secrets.Bundle, error) {
 		generated++
 
-		return bundle.WithNewCAs(current, time.Now(), "v1.14", true, true)
+		return bundle.WithNewCAs(current, time.Now(), "v1.14", bundle.CASet{Talos: true, Kubernetes: true})
 	}
 
 	again := func(step string, f func() (bool, error)) {

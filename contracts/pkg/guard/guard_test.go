@@ -493,17 +493,25 @@ func TestOperations(t *testing.T) {
 			t.Errorf("type %s is refused: %+v", typ, r)
 		}
 	}
-	// A CA rotation of the etcd or the aggregator CA, or of nothing, is
-	// refused with a way out; of the Talos API CA alone it runs.
+	// A CA rotation of the etcd CA, or of nothing, is refused with a way
+	// out; of the aggregator CA it runs, but not on the v1.12 contract.
 	no := new(false)
 	for name, c := range map[string]*ichorv1alpha1.CARotation{
-		"etcd": {Etcd: true}, "aggregator": {Aggregator: true}, "nothing": {Talos: no, Kubernetes: no},
+		"etcd": {Etcd: true}, "nothing": {Talos: no, Kubernetes: no},
 	} {
 		r := CheckRunnable(op(ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) { o.Spec.CARotation = c }))
-		if r == nil || r.Field != "spec.caRotation" || r.WayOut == "" {
+		if r == nil || !strings.HasPrefix(r.Field, "spec.caRotation") || r.WayOut == "" {
 			t.Errorf("a CA rotation of %s: %+v", name, r)
 		}
 	}
+	aggregator := op(ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
+		o.Spec.CARotation = &ichorv1alpha1.CARotation{Talos: no, Kubernetes: no, Aggregator: true}
+	})
+	if r := CheckRunnable(aggregator); r != nil {
+		t.Errorf("a CA rotation of the aggregator CA alone is refused: %+v", r)
+	}
+	expect(t, CheckOperation(aggregator, facts), nil)
+	expect(t, CheckOperation(aggregator, OperationFacts{Cluster: v112}), map[string][]string{"spec.caRotation.aggregator": {`"v1.12"`, "KubeAggregatorCAConfig"}})
 	// A CA rotation covers every machine.
 	if r := CheckRunnable(op(ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.MachineSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}

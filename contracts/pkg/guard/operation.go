@@ -89,19 +89,19 @@ func CheckRunnable(op *ichorv1alpha1.TalosOperation) *Refusal {
 	}
 
 	if c := op.Spec.CARotation; op.Spec.Type == ichorv1alpha1.OperationCARotation && c != nil {
-		if c.Etcd || c.Aggregator {
+		if c.Etcd {
 			return &Refusal{
-				Field: "spec.caRotation",
-				Rule:  "this release of Ichor rotates the Talos API CA and the Kubernetes CA, not the etcd or the aggregator CA; nothing was created",
-				WayOut: "leave spec.caRotation.etcd and spec.caRotation.aggregator unset (Talos itself has no rotation of the etcd CA " +
-					"without a loss of quorum, siderolabs/talos#8808)",
+				Field: "spec.caRotation.etcd",
+				Rule: "this release of Ichor does not rotate the etcd CA: Talos gives etcd one CA and no accepted list, so a new one cannot be trusted " +
+					"beside the old without a loss of quorum (siderolabs/talos#8808); nothing was created",
+				WayOut: "leave spec.caRotation.etcd unset; the Talos API, Kubernetes and aggregator CAs rotate",
 			}
 		}
 
-		if c.Talos != nil && !*c.Talos && c.Kubernetes != nil && !*c.Kubernetes {
+		if c.Talos != nil && !*c.Talos && c.Kubernetes != nil && !*c.Kubernetes && !c.Aggregator {
 			return &Refusal{
-				Field: "spec.caRotation", Rule: "spec.caRotation turns off both the Talos API CA and the Kubernetes CA: there is nothing to rotate",
-				WayOut: "leave spec.caRotation.talos or spec.caRotation.kubernetes unset (both are rotated by default)",
+				Field: "spec.caRotation", Rule: "spec.caRotation turns off the Talos API CA and the Kubernetes CA and asks for no aggregator CA: there is nothing to rotate",
+				WayOut: "leave spec.caRotation.talos or spec.caRotation.kubernetes unset (both are rotated by default), or set spec.caRotation.aggregator",
 			}
 		}
 	}
@@ -192,8 +192,24 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 		out = append(out, CheckEtcdRestore(op, facts)...)
 	case ichorv1alpha1.OperationKeyRotation:
 		out = append(out, checkKeyRotation(c)...)
+	case ichorv1alpha1.OperationCARotation:
+		if r := op.Spec.CARotation; r != nil && r.Aggregator && !multidoc(c) {
+			out = append(out, Refusal{
+				Field: "spec.caRotation.aggregator",
+				Rule: fmt.Sprintf("cluster %s pins the configuration contract %q, whose single cluster.aggregatorCA cannot accept a new CA beside the old "+
+					"(the v1.14 contract's KubeAggregatorCAConfig document can); nothing was created", c.Name, c.Spec.VersionContract),
+				WayOut: "leave spec.caRotation.aggregator unset; the Talos API and Kubernetes CAs rotate on this contract",
+			})
+		}
 	}
 	return out
+}
+
+// multidoc: the cluster's contract has the v1.14 Kubernetes documents.
+func multidoc(c *ichorv1alpha1.TalosCluster) bool {
+	vc, err := config.ParseContractFromVersion(c.Spec.VersionContract)
+
+	return err == nil && vc.MultidocKubernetesConfigSupported()
 }
 
 // checkKeyRotation refuses a key rotation of a cluster on a configuration
@@ -201,8 +217,7 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 // KubeEtcdEncryptionConfig documents hold two keys at once (the older
 // cluster.serviceAccount and cluster.secretboxEncryptionSecret hold one).
 func checkKeyRotation(c *ichorv1alpha1.TalosCluster) []Refusal {
-	vc, err := config.ParseContractFromVersion(c.Spec.VersionContract)
-	if err == nil && vc.MultidocKubernetesConfigSupported() {
+	if multidoc(c) {
 		return nil
 	}
 	return []Refusal{{

@@ -132,15 +132,16 @@ func ShutdownSteps() []string {
 }
 
 // CARotation is the TalosOperation that rotates cluster's Talos API CA and
-// Kubernetes CA, or one of them (talos or kubernetes false).
-func CARotation(namespace, cluster string, talos, kubernetes bool) *ichorv1alpha1.TalosOperation {
+// Kubernetes CA, or one of them (talos or kubernetes false), and the
+// aggregator CA (and the etcd CA, which the webhook refuses) on request.
+func CARotation(namespace, cluster string, talos, kubernetes, aggregator, etcd bool) *ichorv1alpha1.TalosOperation {
 	op := &ichorv1alpha1.TalosOperation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: cluster + "-rotate-ca-"},
 		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: cluster, Type: ichorv1alpha1.OperationCARotation},
 	}
 
-	if !talos || !kubernetes {
-		op.Spec.CARotation = &ichorv1alpha1.CARotation{Talos: &talos, Kubernetes: &kubernetes}
+	if !talos || !kubernetes || aggregator || etcd {
+		op.Spec.CARotation = &ichorv1alpha1.CARotation{Talos: &talos, Kubernetes: &kubernetes, Aggregator: aggregator, Etcd: etcd}
 	}
 
 	return op

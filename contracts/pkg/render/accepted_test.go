@@ -15,10 +15,11 @@ import (
 // Rule (issue 24, the stages of a CA rotation): the CAs accepted beside the
 // bundle's are rendered where Talos's own rotation puts them — the Talos API
 // CA in machine.acceptedCAs on every machine, the Kubernetes CA in the
-// KubeAPIServerCAConfig document (v1.14) or cluster.acceptedCAs (v1.12) —
-// after the bundle's own, which keeps issuing: a control plane's issuingCA
-// and machine.ca are the bundle's, a worker's first accepted Kubernetes CA
-// is the bundle's. No accepted CA renders the same bytes as before.
+// KubeAPIServerCAConfig document (v1.14) or cluster.acceptedCAs (v1.12), the
+// aggregator CA in a v1.14 control plane's KubeAggregatorCAConfig — after
+// the bundle's own, which keeps issuing: a control plane's issuingCA and
+// machine.ca are the bundle's, a worker's first accepted Kubernetes CA is
+// the bundle's. No accepted CA renders the same bytes as before.
 func TestAcceptedCAsRender(t *testing.T) {
 	t.Parallel()
 
@@ -27,7 +28,9 @@ func TestAcceptedCAsRender(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	acc := bundle.Accepted{Talos: []string{string(other.Certs.OS.Crt)}, Kubernetes: []string{string(other.Certs.K8s.Crt)}}
+	acc := bundle.Accepted{
+		Talos: []string{string(other.Certs.OS.Crt)}, Kubernetes: []string{string(other.Certs.K8s.Crt)}, Aggregator: []string{string(other.Certs.K8sAggregator.Crt)},
+	}
 
 	for _, tc := range []struct {
 		contract, role string
@@ -82,6 +85,16 @@ func TestAcceptedCAsRender(t *testing.T) {
 
 			if tc.role == ichorv1alpha1.RoleControlPlane && (kca.IssuingCA() == nil || !bytes.Equal(kca.IssuingCA().Crt, b.Certs.K8s.Crt)) {
 				t.Error("the issuing Kubernetes CA of a control plane is not the bundle's")
+			}
+
+			// The aggregator CA: a v1.14 control plane's KubeAggregatorCAConfig
+			// accepts the other after the bundle's, which issues.
+			if agg := r.Config.K8sAggregatorCAConfig(); tc.contract == "v1.14" && tc.role == ichorv1alpha1.RoleControlPlane {
+				got := agg.AcceptedCAs()
+				if len(got) != 2 || !bytes.Equal(got[0].Crt, b.Certs.K8sAggregator.Crt) || !bytes.Equal(got[1].Crt, other.Certs.K8sAggregator.Crt) ||
+					!bytes.Equal(agg.IssuingCA().Crt, b.Certs.K8sAggregator.Crt) {
+					t.Errorf("the accepted aggregator CAs are %d certificates, want the bundle's (issuing) then the other", len(got))
+				}
 			}
 
 			if hasKind(values(t, r), "KubeAPIServerCAConfig") != (tc.contract == "v1.14") {

@@ -544,6 +544,13 @@ func withAccepted(generated coreconfig.Provider, a bundle.Accepted) (coreconfig.
 			ca.APIAcceptedCAs = append(ca.APIAcceptedCAs, a.Kubernetes...)
 			inDocument = true
 		}
+
+		// the aggregator CA's document is control-plane only, and the v1.12
+		// contract has none (its single cluster.aggregatorCA cannot hold two;
+		// the webhook refuses that rotation there)
+		if ca, ok := d.(*k8s.KubeAggregatorCAConfigV1Alpha1); ok {
+			ca.AggregatorAcceptedCAs = append(ca.AggregatorAcceptedCAs, a.Aggregator...)
+		}
 	}
 
 	if !inDocument && raw.ClusterConfig != nil {

@@ -163,7 +163,7 @@ func TestOperationTypeNotRunnableIsRefused(t *testing.T) {
 	// Kubernetes CAs it is admitted.
 	refused(t, admin.Create(ctx, newOperation(ns, "etcd-ca", ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.CARotation = &ichorv1alpha1.CARotation{Etcd: true}
-	})), "Invalid", "spec.caRotation", "not the etcd or the aggregator CA")
+	})), "Invalid", "spec.caRotation.etcd", "does not rotate the etcd CA")
 	testenv.Must(t, admin.Create(ctx, newOperation(ns, "ca", ichorv1alpha1.OperationCARotation, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.CARotation = &ichorv1alpha1.CARotation{}
 	})))

@@ -26,8 +26,8 @@ const RotationCredentialsTimeout = 30 * time.Second
 // caRotation builds the operation a request asks for and decides it as
 // `ichor cluster rotate-ca` does: the shared checks, whether this release
 // runs it, and the user's verbs.
-func (s *OperationService) caRotation(ctx context.Context, talosOnly, kubernetesOnly bool) (*ichorv1alpha1.TalosOperation, decision, error) {
-	op := nodeop.CARotation(s.Clients.Namespace, s.ClusterName, !kubernetesOnly, !talosOnly)
+func (s *OperationService) caRotation(ctx context.Context, talosOnly, kubernetesOnly, aggregator bool) (*ichorv1alpha1.TalosOperation, decision, error) {
+	op := nodeop.CARotation(s.Clients.Namespace, s.ClusterName, !kubernetesOnly, !talosOnly, aggregator, false)
 
 	if r := guard.CheckRunnable(op); r != nil {
 		return op, decision{refusals: []guard.Refusal{*r}, code: codes.InvalidArgument}, nil //nolint:nilerr // a refusal is the answer, not a failure
@@ -48,7 +48,7 @@ func (s *OperationService) caRotation(ctx context.Context, talosOnly, kubernetes
 func (s *OperationService) PreviewCARotation(ctx context.Context, req *ichorv1.PreviewCARotationRequest) (*ichorv1.PreviewCARotationResponse, error) {
 	const what = "previewing a CA rotation of the cluster"
 
-	_, d, err := s.caRotation(ctx, req.GetTalosOnly(), req.GetKubernetesOnly())
+	_, d, err := s.caRotation(ctx, req.GetTalosOnly(), req.GetKubernetesOnly(), req.GetAggregator())
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
@@ -79,7 +79,7 @@ func (s *OperationService) StartCARotation(ctx context.Context, req *ichorv1.Sta
 		return nil, apiError(ctx, err, what)
 	}
 
-	op, d, err := s.caRotation(ctx, req.GetTalosOnly(), req.GetKubernetesOnly())
+	op, d, err := s.caRotation(ctx, req.GetTalosOnly(), req.GetKubernetesOnly(), req.GetAggregator())
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}

@@ -1742,6 +1742,8 @@ export interface Snapshot {
 
 /** StartCARotationRequest asks for a CA rotation. */
 export interface StartCARotationRequest {
+  /** Rotate the Kubernetes aggregator CA too. */
+  aggregator?: boolean;
   /** The served cluster's name, typed by the user: their consent. */
   confirmClusterName: string;
   /** Rotate the Kubernetes CA alone. */
@@ -2216,7 +2218,7 @@ export interface Client {
    * PreviewCARotation is what the CA-rotation dialog shows: the stages and
    * what refuses a rotation now. It changes nothing.
    */
-  previewCARotation(args?: { talosOnly?: boolean; kubernetesOnly?: boolean }, options?: CallOptions): Promise<PreviewCARotationResponse>;
+  previewCARotation(args?: { talosOnly?: boolean; kubernetesOnly?: boolean; aggregator?: boolean }, options?: CallOptions): Promise<PreviewCARotationResponse>;
   /**
    * PreviewCiliumUpgrade is what the Cilium page's upgrade card and dialog
    * show: the Cilium version that runs (status.cni.ciliumVersion), the
@@ -2549,7 +2551,7 @@ export function createClient(t: Transport): Client {
       return t.unary<PauseOperationResponse>("POST", `/api/v1/operations/${enc(args.name)}:pause`, undefined, args.body, options);
     },
     previewCARotation(args, options) {
-      return t.unary<PreviewCARotationResponse>("GET", "/api/v1/operations:previewCARotation", { talosOnly: args?.talosOnly, kubernetesOnly: args?.kubernetesOnly }, undefined, options);
+      return t.unary<PreviewCARotationResponse>("GET", "/api/v1/operations:previewCARotation", { talosOnly: args?.talosOnly, kubernetesOnly: args?.kubernetesOnly, aggregator: args?.aggregator }, undefined, options);
     },
     previewCiliumUpgrade(args, options) {
       return t.unary<PreviewCiliumUpgradeResponse>("GET", "/api/v1/operations:previewCiliumUpgrade", { version: args?.version }, undefined, options);

@@ -44,7 +44,10 @@ describe("RotateCADialog", () => {
     expect(start().disabled).toBe(true);
     await act(() => root().querySelector<HTMLInputElement>("[data-testid=rotate-ca-talos]")!.click());
     await settle();
-    expect(previews.at(-1)).toEqual({ talosOnly: true, kubernetesOnly: false });
+    expect(previews.at(-1)).toEqual({ talosOnly: true, kubernetesOnly: false, aggregator: false });
+    await act(() => root().querySelector<HTMLInputElement>("[data-testid=rotate-ca-extra]")!.click());
+    await settle();
+    expect(previews.at(-1)).toEqual({ talosOnly: true, kubernetesOnly: false, aggregator: true });
     await type(root(), "#rotate-ca-confirm", "prd");
     expect(start().disabled).toBe(true);
     await type(root(), "#rotate-ca-confirm", "prod");
@@ -53,7 +56,7 @@ describe("RotateCADialog", () => {
       root().querySelector<HTMLFormElement>("form")!.dispatchEvent(new Event("submit", { bubbles: true, cancelable: true }));
     });
     await settle();
-    expect(starts).toEqual([{ confirmClusterName: "prod", talosOnly: true, kubernetesOnly: false }]);
+    expect(starts).toEqual([{ confirmClusterName: "prod", talosOnly: true, kubernetesOnly: false, aggregator: true }]);
     expect(location.pathname).toBe("/operations/prod-rotate-ca-x7k2p");
   });
 

@@ -42,8 +42,10 @@ interface RotationKind<C extends string> {
   what: string;
   description: preact.ComponentChildren;
   choices: [C, string][];
-  preview: (c: C) => Promise<RotationPlan>;
-  start: (confirm: string, c: C) => Promise<{ operation?: Operation }>;
+  /** an optional checkbox beside the choices (the aggregator CA). */
+  extra?: string;
+  preview: (c: C, extra: boolean) => Promise<RotationPlan>;
+  start: (confirm: string, c: C, extra: boolean) => Promise<{ operation?: Operation }>;
 }
 
 /**
@@ -53,6 +55,7 @@ interface RotationKind<C extends string> {
  */
 function RotateDialog<C extends string>({ kind, cluster, open, onClose }: { kind: RotationKind<C>; cluster: string; open: boolean; onClose: () => void }) {
   const [choice, setChoice] = useState<C>(kind.choices[0][0]);
+  const [extra, setExtra] = useState(false);
   const [preview, setPreview] = useState<RotationPlan | null>(null);
   const [previewError, setPreviewError] = useState<unknown>(null);
   const [typed, setTyped] = useState("");
@@ -64,7 +67,7 @@ function RotateDialog<C extends string>({ kind, cluster, open, onClose }: { kind
     let stop = false;
     setPreview(null);
     setPreviewError(null);
-    kind.preview(choice).then(
+    kind.preview(choice, extra).then(
       (p) => !stop && setPreview(p),
       (e) => !stop && setPreviewError(e),
     );
@@ -72,7 +75,7 @@ function RotateDialog<C extends string>({ kind, cluster, open, onClose }: { kind
       stop = true;
     };
     // kind is rebuilt on every render of its wrapper (a new object, the same calls): the choice decides the plan
-  }, [open, choice]);
+  }, [open, choice, extra]);
 
   function close() {
     setTyped("");
@@ -89,7 +92,7 @@ function RotateDialog<C extends string>({ kind, cluster, open, onClose }: { kind
     setBusy(true);
     setError(null);
     try {
-      const res = await kind.start(typed.trim(), choice);
+      const res = await kind.start(typed.trim(), choice, extra);
       close();
       navigate(`/operations/${encodeURIComponent(res.operation?.name ?? "")}`);
     } catch (err) {
@@ -110,6 +113,12 @@ function RotateDialog<C extends string>({ kind, cluster, open, onClose }: { kind
               {label}
             </label>
           ))}
+          {kind.extra && (
+            <label class="mt-1 flex items-center gap-2">
+              <input type="checkbox" checked={extra} onChange={() => setExtra(!extra)} data-testid={`${kind.id}-extra`} />
+              {kind.extra}
+            </label>
+          )}
         </fieldset>
         <ErrorAlert error={previewError} what={`Planning the rotation of the ${kind.what}`} />
         <Loading when={!preview && !previewError} />
@@ -159,8 +168,9 @@ export function RotateCADialog({ client, cluster, open, onClose }: { client: Cli
       ["talos", "The Talos API CA alone"],
       ["kubernetes", "The Kubernetes CA alone"],
     ],
-    preview: (c) => client.previewCARotation(caChoiceArgs(c)),
-    start: (confirm, c) => client.startCARotation({ body: { confirmClusterName: confirm, ...caChoiceArgs(c) } }),
+    extra: "Also the Kubernetes aggregator CA (front proxy)",
+    preview: (c, aggregator) => client.previewCARotation({ ...caChoiceArgs(c), aggregator }),
+    start: (confirm, c, aggregator) => client.startCARotation({ body: { confirmClusterName: confirm, ...caChoiceArgs(c), aggregator } }),
   };
   return <RotateDialog kind={kind} cluster={cluster} open={open} onClose={onClose} />;
 }

@@ -404,7 +404,7 @@ func TestCertificatesExpiring(t *testing.T) {
 	cond := expiringIs(t, c.Name, metav1.ConditionTrue, ichorv1alpha1.CertificatesExpiringReason,
 		"the Talos API CA expires at "+date+rotate,
 		"the Kubernetes CA expires at "+date+rotate,
-		"the Kubernetes aggregator CA expires at "+date+": this release of Ichor cannot rotate the Kubernetes aggregator CA")
+		"the Kubernetes aggregator CA expires at "+date+": rotate it with `ichor cluster rotate-ca expiring --aggregator-only`")
 
 	for _, not := range []string{"etcd", "BEGIN", "PRIVATE", string(b.Certs.OS.Key)} {
 		if strings.Contains(cond.Message, not) {

@@ -9,11 +9,13 @@ import (
 	stdx509 "crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
@@ -341,11 +343,52 @@ func TestCARotation(t *testing.T) {
 	}
 }
 
+// frontProxyWorks lists the Namespaces at endpoint as the aggregation
+// layer's front proxy does: a client certificate of ca named
+// front-proxy-client and the user in X-Remote-User. The kube-apiserver
+// takes the user from the header only from a client its
+// requestheader-client-ca-file accepts.
+func frontProxyWorks(endpoint string, ca *x509.PEMEncodedCertificateAndKey, trust []byte) error {
+	authority, err := x509.NewCertificateAuthorityFromCertificateAndKey(ca)
+	if err != nil {
+		return err
+	}
+
+	pair, err := x509.NewKeyPair(authority, x509.CommonName("front-proxy-client"),
+		x509.NotAfter(time.Now().Add(10*time.Minute)), x509.ExtKeyUsage([]stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth}))
+	if err != nil {
+		return err
+	}
+
+	rc := &rest.Config{
+		Host:            endpoint,
+		TLSClientConfig: rest.TLSClientConfig{CAData: trust, CertData: pair.CrtPEM, KeyData: pair.KeyPEM},
+		Timeout:         10 * time.Second,
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				req = req.Clone(req.Context())
+				req.Header.Set("X-Remote-User", "front-proxy-test")
+				req.Header.Set("X-Remote-Group", "system:masters")
+
+				return rt.RoundTrip(req)
+			})
+		},
+	}
+
+	return kubeWorks(rc)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 // TestCARotationChaos: with the controller killed after every reconcile
-// (each reconcile a new controller process), a CA rotation still goes
-// through every stage once, waits for the hand-over, applies each stage's
-// configuration at most once per machine and stage, and ends with the new
-// CAs alone: an old talosconfig refused, the new bundle alone in the Secret.
+// (each reconcile a new controller process), a CA rotation of the Talos API,
+// Kubernetes and aggregator CAs still goes through every stage once, waits
+// for the hand-over, applies each stage's configuration at most once per
+// machine and stage, and ends with the new CAs alone: an old talosconfig
+// refused, the front proxy of the new aggregator CA let in and the old one
+// not, the new bundle alone in the Secret.
 func TestCARotationChaos(t *testing.T) {
 	machines := []string{"cp-1", "w-1"}
 	ec := newCluster(t, "127.0.116.0/24", machines)
@@ -357,6 +400,12 @@ func TestCARotationChaos(t *testing.T) {
 	old := ec.bundle
 	oldTalos := talosCredsOf(t, old, old.Certs.OS.Crt)
 
+	endpoint, err := render.Endpoint(ec.cluster(t).Spec.Endpoint)
+	testenv.Must(t, err)
+
+	// The front proxy of the aggregator CA gets in before the rotation.
+	testenv.Must(t, frontProxyWorks(endpoint, old.Certs.K8sAggregator, old.Certs.K8s.Crt))
+
 	before := map[string]int{}
 	for _, n := range machines {
 		before[n] = ec.rpcs(t, n, applyRPC)
@@ -364,7 +413,9 @@ func TestCARotationChaos(t *testing.T) {
 
 	op := &ichorv1alpha1.TalosOperation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ec.ns, Name: "rotate-ca-chaos"},
-		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: ec.name, Type: ichorv1alpha1.OperationCARotation},
+		Spec: ichorv1alpha1.TalosOperationSpec{
+			ClusterName: ec.name, Type: ichorv1alpha1.OperationCARotation, CARotation: &ichorv1alpha1.CARotation{Aggregator: true},
+		},
 	}
 	testenv.Must(t, k8s.Create(ctx, op))
 
@@ -441,8 +492,20 @@ func TestCARotationChaos(t *testing.T) {
 	rotated, err := bundle.LoadForCluster(sec, ec.cluster(t))
 	testenv.Must(t, err)
 
-	if len(sec.Data) != 1 || string(rotated.Certs.OS.Crt) == string(old.Certs.OS.Crt) {
-		t.Fatalf("the bundle Secret after the rotation holds %d keys (want the bundle alone) and the new Talos API CA: %t",
-			len(sec.Data), string(rotated.Certs.OS.Crt) != string(old.Certs.OS.Crt))
+	if len(sec.Data) != 1 || string(rotated.Certs.OS.Crt) == string(old.Certs.OS.Crt) || string(rotated.Certs.K8sAggregator.Crt) == string(old.Certs.K8sAggregator.Crt) {
+		t.Fatalf("the bundle Secret after the rotation holds %d keys (want the bundle alone), the new Talos API CA: %t, the new aggregator CA: %t",
+			len(sec.Data), string(rotated.Certs.OS.Crt) != string(old.Certs.OS.Crt), string(rotated.Certs.K8sAggregator.Crt) != string(old.Certs.K8sAggregator.Crt))
 	}
+
+	testenv.Eventually(t, waitTimeout, "the new aggregator CA's front proxy in, the old one's out", func() error {
+		if err := frontProxyWorks(endpoint, rotated.Certs.K8sAggregator, rotated.Certs.K8s.Crt); err != nil {
+			return fmt.Errorf("the new aggregator CA: %w", err)
+		}
+
+		if err := frontProxyWorks(endpoint, old.Certs.K8sAggregator, rotated.Certs.K8s.Crt); err == nil {
+			return fmt.Errorf("the old aggregator CA's front proxy still gets in")
+		}
+
+		return nil
+	})
 }

@@ -124,32 +124,45 @@ func describeRotation(op *ichorv1alpha1.TalosOperation) string {
 }
 
 // caTargets reports which CAs the operation rotates (spec.caRotation; the
-// Talos API and Kubernetes CAs when empty).
-func caTargets(op *ichorv1alpha1.TalosOperation) (talosCA, kubernetesCA bool) {
-	talosCA, kubernetesCA = true, true
+// Talos API and Kubernetes CAs when empty, the aggregator CA on request).
+func caTargets(op *ichorv1alpha1.TalosOperation) bundle.CASet {
+	set := bundle.CASet{Talos: true, Kubernetes: true}
 	if c := op.Spec.CARotation; c != nil {
 		if c.Talos != nil {
-			talosCA = *c.Talos
+			set.Talos = *c.Talos
 		}
 
 		if c.Kubernetes != nil {
-			kubernetesCA = *c.Kubernetes
+			set.Kubernetes = *c.Kubernetes
 		}
+
+		set.Aggregator = c.Aggregator
 	}
 
-	return talosCA, kubernetesCA
+	return set
 }
 
 func describeCAs(op *ichorv1alpha1.TalosOperation) string {
-	t, k := caTargets(op)
+	set := caTargets(op)
 
-	switch {
-	case t && k:
-		return "the Talos API CA and the Kubernetes CA"
-	case t:
-		return "the Talos API CA"
+	var names []string
+
+	for _, ca := range []struct {
+		on   bool
+		name string
+	}{{set.Talos, "the Talos API CA"}, {set.Kubernetes, "the Kubernetes CA"}, {set.Aggregator, "the aggregator CA"}} {
+		if ca.on {
+			names = append(names, ca.name)
+		}
+	}
+
+	switch len(names) {
+	case 0:
+		return "no CA"
+	case 1:
+		return names[0]
 	default:
-		return "the Kubernetes CA"
+		return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 	}
 }
 
@@ -236,13 +249,13 @@ func (r *Reconciler) caRotationPhase(ctx context.Context, s *scope) (ctrl.Result
 // caPrepare writes the next bundle into the bundle Secret and accepts its CAs.
 func (r *Reconciler) caPrepare(ctx context.Context, s *scope) (ctrl.Result, error) {
 	op := s.Object
-	talosCA, kubeCA := caTargets(op)
+	set := caTargets(op)
 	now := r.now()
 
-	return r.caSecretStep(ctx, s, "the new "+strings.TrimPrefix(describeCAs(op), "the ")+" are in the bundle Secret, accepted beside the old ones",
+	return r.caSecretStep(ctx, s, "new CAs ("+describeCAs(op)+") are in the bundle Secret, accepted beside the old ones",
 		func(sec *corev1.Secret) (bool, error) {
 			return bundle.RotationAccept(sec, s.Cluster, func(current *secrets.Bundle) (*secrets.Bundle, error) {
-				return bundle.WithNewCAs(current, now, s.Cluster.Spec.VersionContract, talosCA, kubeCA)
+				return bundle.WithNewCAs(current, now, s.Cluster.Spec.VersionContract, set)
 			})
 		})
 }
@@ -325,6 +338,14 @@ func (r *Reconciler) caRollout(ctx context.Context, s *scope) (ctrl.Result, erro
 // they are issued it makes the next bundle the bundle.
 func (r *Reconciler) caCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
 	op := s.Object
+
+	// An aggregator CA rotation alone changes no credential of the operator's.
+	if set := caTargets(op); !set.Talos && !set.Kubernetes {
+		return r.caSecretStep(ctx, s, "the aggregator CA is the only one rotated: the operator's credentials do not change; the new CA issues, the old one stays accepted",
+			func(sec *corev1.Secret) (bool, error) {
+				return bundle.RotationIssue(sec, s.Cluster)
+			})
+	}
 
 	if op.Annotations[ichorv1alpha1.CredentialsIssuedAnnotation] == "" {
 		op.Status.Phase = ichorv1alpha1.OperationAwaitingCredentials
@@ -488,7 +509,7 @@ func kubeAnswers(ctx context.Context, endpoint string, ca *x509.PEMEncodedCertif
 func (r *Reconciler) caRootCA(ctx context.Context, s *scope) (ctrl.Result, error) {
 	op := s.Object
 
-	if _, kubeCA := caTargets(op); !kubeCA {
+	if !caTargets(op).Kubernetes {
 		return r.nextCAStage(ctx, s, "the Kubernetes CA is not rotated")
 	}
 
@@ -569,7 +590,7 @@ var caClients = []struct{ namespace, kind, name string }{
 func (r *Reconciler) caRestartClients(ctx context.Context, s *scope) (ctrl.Result, error) {
 	op := s.Object
 
-	if _, kubeCA := caTargets(op); !kubeCA {
+	if !caTargets(op).Kubernetes {
 		return r.nextCAStage(ctx, s, "the Kubernetes CA is not rotated")
 	}
 

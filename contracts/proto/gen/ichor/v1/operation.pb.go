@@ -1164,8 +1164,10 @@ type PreviewCARotationRequest struct {
 	TalosOnly bool `protobuf:"varint,1,opt,name=talos_only,json=talosOnly,proto3" json:"talos_only,omitempty"`
 	// Rotate the Kubernetes CA alone.
 	KubernetesOnly bool `protobuf:"varint,2,opt,name=kubernetes_only,json=kubernetesOnly,proto3" json:"kubernetes_only,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Rotate the Kubernetes aggregator CA too.
+	Aggregator    bool `protobuf:"varint,3,opt,name=aggregator,proto3" json:"aggregator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PreviewCARotationRequest) Reset() {
@@ -1208,6 +1210,13 @@ func (x *PreviewCARotationRequest) GetTalosOnly() bool {
 func (x *PreviewCARotationRequest) GetKubernetesOnly() bool {
 	if x != nil {
 		return x.KubernetesOnly
+	}
+	return false
+}
+
+func (x *PreviewCARotationRequest) GetAggregator() bool {
+	if x != nil {
+		return x.Aggregator
 	}
 	return false
 }
@@ -1294,8 +1303,10 @@ type StartCARotationRequest struct {
 	TalosOnly bool `protobuf:"varint,2,opt,name=talos_only,json=talosOnly,proto3" json:"talos_only,omitempty"`
 	// Rotate the Kubernetes CA alone.
 	KubernetesOnly bool `protobuf:"varint,3,opt,name=kubernetes_only,json=kubernetesOnly,proto3" json:"kubernetes_only,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Rotate the Kubernetes aggregator CA too.
+	Aggregator    bool `protobuf:"varint,4,opt,name=aggregator,proto3" json:"aggregator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartCARotationRequest) Reset() {
@@ -1345,6 +1356,13 @@ func (x *StartCARotationRequest) GetTalosOnly() bool {
 func (x *StartCARotationRequest) GetKubernetesOnly() bool {
 	if x != nil {
 		return x.KubernetesOnly
+	}
+	return false
+}
+
+func (x *StartCARotationRequest) GetAggregator() bool {
+	if x != nil {
+		return x.Aggregator
 	}
 	return false
 }
@@ -3693,21 +3711,27 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"unfinished\x18\a \x01(\v2\x13.ichor.v1.OperationR\n" +
 	"unfinished\"T\n" +
 	"\x1bStartClusterShutdownRequest\x125\n" +
-	"\x14confirm_cluster_name\x18\x01 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"b\n" +
+	"\x14confirm_cluster_name\x18\x01 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x82\x01\n" +
 	"\x18PreviewCARotationRequest\x12\x1d\n" +
 	"\n" +
 	"talos_only\x18\x01 \x01(\bR\ttalosOnly\x12'\n" +
-	"\x0fkubernetes_only\x18\x02 \x01(\bR\x0ekubernetesOnly\"\x94\x01\n" +
+	"\x0fkubernetes_only\x18\x02 \x01(\bR\x0ekubernetesOnly\x12\x1e\n" +
+	"\n" +
+	"aggregator\x18\x03 \x01(\bR\n" +
+	"aggregator\"\x94\x01\n" +
 	"\x19PreviewCARotationResponse\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
 	"\x05steps\x18\x02 \x03(\tR\x05steps\x12-\n" +
 	"\brefusals\x18\x03 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x18\n" +
-	"\aallowed\x18\x04 \x01(\bR\aallowed\"\x97\x01\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xb7\x01\n" +
 	"\x16StartCARotationRequest\x125\n" +
 	"\x14confirm_cluster_name\x18\x01 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\x12\x1d\n" +
 	"\n" +
 	"talos_only\x18\x02 \x01(\bR\ttalosOnly\x12'\n" +
-	"\x0fkubernetes_only\x18\x03 \x01(\bR\x0ekubernetesOnly\"L\n" +
+	"\x0fkubernetes_only\x18\x03 \x01(\bR\x0ekubernetesOnly\x12\x1e\n" +
+	"\n" +
+	"aggregator\x18\x04 \x01(\bR\n" +
+	"aggregator\"L\n" +
 	"\x17StartCARotationResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"t\n" +
 	"\x19PreviewKeyRotationRequest\x120\n" +
