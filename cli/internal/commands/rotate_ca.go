@@ -58,43 +58,11 @@ func clusterRotateCA(ctx context.Context, cmd *cli.Command) error {
 		return errors.New("--talos-only, --kubernetes-only and --aggregator-only exclude each other (without any, the Talos API and Kubernetes CAs rotate); nothing was changed")
 	}
 
-	r, err := connected(cmd)
-	if err != nil {
+	r, c, store, op, err := rotationTarget(ctx, cmd, ichorv1alpha1.OperationCARotation, func(r *run, c *ichorv1alpha1.TalosCluster, dryRun bool) (*ichorv1alpha1.TalosOperation, error) {
+		return r.startRotation(ctx, cmd, c, dryRun)
+	})
+	if err != nil || op == nil {
 		return err
-	}
-
-	dryRun := cmd.Bool(flagDryRun)
-	if !dryRun {
-		if err := r.checkWritable(ctx); err != nil {
-			return err
-		}
-	}
-
-	c, err := r.getCluster(ctx, cmd.Args().First())
-	if err != nil {
-		return err
-	}
-
-	store, err := secretstore.Open(c.Name, r.errOut)
-	if err != nil {
-		return err
-	}
-
-	var op *ichorv1alpha1.TalosOperation
-
-	if name := cmd.String(flagOperation); name != "" {
-		op = &ichorv1alpha1.TalosOperation{}
-		if err := r.c().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, op); err != nil {
-			return r.conn.Explain(err, "reading TalosOperation "+name)
-		}
-
-		if op.Spec.Type != ichorv1alpha1.OperationCARotation || op.Spec.ClusterName != c.Name {
-			return fmt.Errorf("TalosOperation %s is not a ca-rotation of cluster %s; `ichor operation list` shows the operations", name, c.Name)
-		}
-	} else {
-		if op, err = r.startRotation(ctx, cmd, c, dryRun); err != nil || op == nil {
-			return err
-		}
 	}
 
 	wctx, cancel := context.WithTimeout(ctx, cmd.Duration(flagTimeout))
@@ -362,4 +330,51 @@ func countTrue(flags ...bool) int {
 	}
 
 	return n
+}
+
+// rotationTarget is what `ichor cluster rotate-ca` and `rotate-keys` start
+// from: the connection, the cluster, its secrets store and the operation of
+// type typ, picked up by --operation or made by start (nil with --dry-run).
+func rotationTarget(ctx context.Context, cmd *cli.Command, typ string,
+	start func(r *run, c *ichorv1alpha1.TalosCluster, dryRun bool) (*ichorv1alpha1.TalosOperation, error),
+) (*run, *ichorv1alpha1.TalosCluster, *secretstore.Store, *ichorv1alpha1.TalosOperation, error) {
+	r, err := connected(cmd)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+
+	dryRun := cmd.Bool(flagDryRun)
+	if !dryRun {
+		if err := r.checkWritable(ctx); err != nil {
+			return nil, nil, nil, nil, err
+		}
+	}
+
+	c, err := r.getCluster(ctx, cmd.Args().First())
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+
+	store, err := secretstore.Open(c.Name, r.errOut)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+
+	name := cmd.String(flagOperation)
+	if name == "" {
+		op, err := start(r, c, dryRun)
+
+		return r, c, store, op, err
+	}
+
+	op := &ichorv1alpha1.TalosOperation{}
+	if err := r.c().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, op); err != nil {
+		return nil, nil, nil, nil, r.conn.Explain(err, "reading TalosOperation "+name)
+	}
+
+	if op.Spec.Type != typ || op.Spec.ClusterName != c.Name {
+		return nil, nil, nil, nil, fmt.Errorf("TalosOperation %s is not a %s of cluster %s; `ichor operation list` shows the operations", name, typ, c.Name)
+	}
+
+	return r, c, store, op, nil
 }

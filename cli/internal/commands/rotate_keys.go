@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v3"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/secretstore"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -48,40 +47,10 @@ func clusterRotateKeys(ctx context.Context, cmd *cli.Command) error {
 		return errors.New("--service-account-only and --secretbox-only exclude each other (without either, both keys rotate); nothing was changed")
 	}
 
-	r, err := connected(cmd)
-	if err != nil {
-		return err
-	}
-
-	dryRun := cmd.Bool(flagDryRun)
-	if !dryRun {
-		if err := r.checkWritable(ctx); err != nil {
-			return err
-		}
-	}
-
-	c, err := r.getCluster(ctx, cmd.Args().First())
-	if err != nil {
-		return err
-	}
-
-	store, err := secretstore.Open(c.Name, r.errOut)
-	if err != nil {
-		return err
-	}
-
-	var op *ichorv1alpha1.TalosOperation
-
-	if name := cmd.String(flagOperation); name != "" {
-		op = &ichorv1alpha1.TalosOperation{}
-		if err := r.c().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, op); err != nil {
-			return r.conn.Explain(err, "reading TalosOperation "+name)
-		}
-
-		if op.Spec.Type != ichorv1alpha1.OperationKeyRotation || op.Spec.ClusterName != c.Name {
-			return fmt.Errorf("TalosOperation %s is not a key-rotation of cluster %s; `ichor operation list` shows the operations", name, c.Name)
-		}
-	} else if op, err = r.startKeyRotation(ctx, cmd, c, dryRun); err != nil || op == nil {
+	r, c, store, op, err := rotationTarget(ctx, cmd, ichorv1alpha1.OperationKeyRotation, func(r *run, c *ichorv1alpha1.TalosCluster, dryRun bool) (*ichorv1alpha1.TalosOperation, error) {
+		return r.startKeyRotation(ctx, cmd, c, dryRun)
+	})
+	if err != nil || op == nil {
 		return err
 	}
 
