@@ -303,4 +303,11 @@ func TestRotateCAAggregatorOnly(t *testing.T) {
 	if string(stored.Certs.K8sAggregator.Crt) != string(next.Certs.K8sAggregator.Crt) || len(contents.Talosconfig) != 0 {
 		t.Fatal("the stored bundle is not the one the cluster runs after the rotation, or credentials were stored")
 	}
+
+	// An administrator may not read the bundle Secret: picking the finished
+	// rotation up says so, and who can store the bundle with which command.
+	admin := userKubeconfig(t, "rotate-agg-admin", "ichor:admin")
+	mustFail(t, ichorWith(t, invocation{env: []string{"KUBECONFIG=" + admin, "ICHOR_HOME=" + t.TempDir(), "ICHOR_PASSPHRASE=correct horse battery staple"}},
+		"cluster", "rotate-ca", "prod", "-n", ns, "--operation", op.Name),
+		"the rotation succeeded", "needs `get` on the Secret "+ns+"/prod-secrets", "ichor cluster rotate-ca prod --operation "+op.Name)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/secretstore"
@@ -292,6 +293,13 @@ func (r *run) saveToStore(cmd *cli.Command, store *secretstore.Store, contents s
 func (r *run) storeRotatedBundle(ctx context.Context, cmd *cli.Command, c *ichorv1alpha1.TalosCluster, command, operation string, store *secretstore.Store) error {
 	sec := &corev1.Secret{}
 	if err := r.c().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Spec.SecretsBundleRef.Name}, sec); err != nil {
+		if apierrors.IsForbidden(err) {
+			// Ichor's roles grant no read of the bundle Secret.
+			return fmt.Errorf("the rotation succeeded, but storing its bundle needs `get` on the Secret %s/%s, which Ichor's roles do not grant "+
+				"(your local bundle is now the old one): someone who may read it runs `ichor cluster %s %s --operation %s` to store the new one",
+				c.Namespace, c.Spec.SecretsBundleRef.Name, command, c.Name, operation)
+		}
+
 		return r.conn.Explain(err, "reading the secrets bundle Secret "+c.Spec.SecretsBundleRef.Name)
 	}
 
