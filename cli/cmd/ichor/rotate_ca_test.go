@@ -246,6 +246,11 @@ func TestRotateCAAggregatorOnly(t *testing.T) {
 	mustFail(t, ichorWith(t, invocation{stdin: "prod\n"}, "cluster", "rotate-ca", "prod", "-n", ns, "--etcd"), "does not rotate the etcd CA", "no accepted list")
 	mustFail(t, ichor(t, "cluster", "rotate-ca", "prod", "-n", ns, "--aggregator-only", "--talos-only"), "exclude each other")
 
+	out := mustSucceed(t, ichor(t, "cluster", "rotate-ca", "prod", "-n", ns, "--aggregator-only", "--dry-run")).stdout
+	if !strings.Contains(out, "make the new aggregator CA") || strings.Contains(out, "credentials of the new CAs") {
+		t.Fatalf("--aggregator-only --dry-run: the steps of a rotation of the aggregator CA alone, no hand-over:\n%s", out)
+	}
+
 	home := t.TempDir()
 	done := make(chan result, 1)
 

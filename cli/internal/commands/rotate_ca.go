@@ -133,7 +133,7 @@ func (r *run) startRotation(ctx context.Context, cmd *cli.Command, c *ichorv1alp
 
 	fmt.Fprintf(&b, "This rotates the CAs of cluster %s: a TalosOperation of type ca-rotation.\nSteps:\n", c.Name)
 
-	for i, st := range nodeop.CARotationSteps() {
+	for i, st := range nodeop.CARotationSteps(op) {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, st)
 	}
 

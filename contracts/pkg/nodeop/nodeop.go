@@ -147,9 +147,20 @@ func CARotation(namespace, cluster string, talos, kubernetes, aggregator, etcd b
 	return op
 }
 
-// CARotationSteps says what a CA rotation does, step by step (the stages of
-// the controller's ca-rotation, Talos's own procedure).
-func CARotationSteps() []string {
+// CARotationSteps says what the CA rotation op does, step by step (the
+// stages of the controller's ca-rotation, Talos's own procedure); one of the
+// aggregator CA alone hands no credentials out and restarts no client.
+func CARotationSteps(op *ichorv1alpha1.TalosOperation) []string {
+	r := op.Spec.CARotation
+	if r != nil && r.Talos != nil && !*r.Talos && r.Kubernetes != nil && !*r.Kubernetes {
+		return []string{
+			"hold the cluster lock until the rotation has completed; make the new aggregator CA and keep it in the bundle Secret beside the old one",
+			"every kube-apiserver accepts front proxies of the new aggregator CA beside the old one (applied live to the control planes, one at a time; no reboot)",
+			"the new aggregator CA issues the front proxy's certificate; the old one is still accepted",
+			"drop the old aggregator CA; the old bundle leaves the Secret (your talosconfig and kubeconfig do not change)",
+		}
+	}
+
 	return []string{
 		"hold the cluster lock until the rotation has completed; make the new CAs and keep them in the bundle Secret beside the old ones",
 		"every node and kube-apiserver accepts the new CAs beside the old ones (applied live, control planes first, one at a time; no reboot)",

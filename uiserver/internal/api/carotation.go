@@ -48,13 +48,13 @@ func (s *OperationService) caRotation(ctx context.Context, talosOnly, kubernetes
 func (s *OperationService) PreviewCARotation(ctx context.Context, req *ichorv1.PreviewCARotationRequest) (*ichorv1.PreviewCARotationResponse, error) {
 	const what = "previewing a CA rotation of the cluster"
 
-	_, d, err := s.caRotation(ctx, req.GetTalosOnly(), req.GetKubernetesOnly(), req.GetAggregator())
+	op, d, err := s.caRotation(ctx, req.GetTalosOnly(), req.GetKubernetesOnly(), req.GetAggregator())
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
 
 	return &ichorv1.PreviewCARotationResponse{
-		Cluster: s.ClusterName, Steps: nodeop.CARotationSteps(),
+		Cluster: s.ClusterName, Steps: nodeop.CARotationSteps(op),
 		Refusals: refusalsToProto(d.refusals), Allowed: len(d.refusals) == 0,
 	}, nil
 }
