@@ -180,12 +180,8 @@ func (s *BackupService) PreviewRestore(ctx context.Context, req *ichorv1.Preview
 func (s *BackupService) StartRestore(ctx context.Context, req *ichorv1.StartRestoreRequest) (*ichorv1.StartRestoreResponse, error) {
 	what := "restoring a snapshot of backup " + req.GetName() + " into cluster " + s.ClusterName
 
-	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
-		if got == "" {
-			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was created", what, s.ClusterName)
-		}
-
-		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was created", what, got, s.ClusterName)
+	if err := confirmedCluster(what, s.ClusterName, req.GetConfirmClusterName(), "created"); err != nil {
+		return nil, err
 	}
 
 	if req.GetIdentitySecret() == "" {

@@ -63,12 +63,8 @@ func (s *OperationService) PreviewCARotation(ctx context.Context, req *ichorv1.P
 // and the shared checks, it creates the ca-rotation as the signed-in user.
 func (s *OperationService) StartCARotation(ctx context.Context, req *ichorv1.StartCARotationRequest) (*ichorv1.StartCARotationResponse, error) {
 	what := "rotating the CAs of cluster " + s.ClusterName
-	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
-		if got == "" {
-			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was created", what, s.ClusterName)
-		}
-
-		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was created", what, got, s.ClusterName)
+	if err := confirmedCluster(what, s.ClusterName, req.GetConfirmClusterName(), "created"); err != nil {
+		return nil, err
 	}
 
 	if req.GetTalosOnly() && req.GetKubernetesOnly() {
@@ -249,12 +245,8 @@ func (s *OperationService) PreviewKeyRotation(ctx context.Context, req *ichorv1.
 // user.
 func (s *OperationService) StartKeyRotation(ctx context.Context, req *ichorv1.StartKeyRotationRequest) (*ichorv1.StartKeyRotationResponse, error) {
 	what := "rotating the keys of cluster " + s.ClusterName
-	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
-		if got == "" {
-			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was created", what, s.ClusterName)
-		}
-
-		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was created", what, got, s.ClusterName)
+	if err := confirmedCluster(what, s.ClusterName, req.GetConfirmClusterName(), "created"); err != nil {
+		return nil, err
 	}
 
 	if req.GetServiceAccountOnly() && req.GetSecretboxOnly() {
@@ -279,4 +271,20 @@ func (s *OperationService) StartKeyRotation(ctx context.Context, req *ichorv1.St
 	}
 
 	return &ichorv1.StartKeyRotationResponse{Operation: operationToProto(op)}, nil
+}
+
+// confirmedCluster checks the cluster's name a user typed to consent to a
+// dangerous operation; the error says what to type and that nothing was
+// done (done: "created" or "changed").
+func confirmedCluster(what, cluster, typed, done string) error {
+	got := strings.TrimSpace(typed)
+	if got == cluster {
+		return nil
+	}
+
+	if got == "" {
+		return invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was %s", what, cluster, done)
+	}
+
+	return invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was %s", what, got, cluster, done)
 }

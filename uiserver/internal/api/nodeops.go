@@ -260,11 +260,8 @@ func (s *OperationService) PreviewClusterShutdown(ctx context.Context, _ *ichorv
 // user.
 func (s *OperationService) StartClusterShutdown(ctx context.Context, req *ichorv1.StartClusterShutdownRequest) (*ichorv1.StartClusterShutdownResponse, error) {
 	what := "shutting down cluster " + s.ClusterName
-	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
-		if got == "" {
-			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was created", what, s.ClusterName)
-		}
-		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was created", what, got, s.ClusterName)
+	if err := confirmedCluster(what, s.ClusterName, req.GetConfirmClusterName(), "created"); err != nil {
+		return nil, err
 	}
 	if err := s.Clients.Authorize(ctx, "create", resOperations); err != nil {
 		return nil, apiError(ctx, err, what)

@@ -331,11 +331,8 @@ func (s *OperationService) PreviewConfigRollout(ctx context.Context, req *ichorv
 // user's consent, as the CLI's prompt.
 func (s *OperationService) StartConfigRollout(ctx context.Context, req *ichorv1.StartConfigRolloutRequest) (*ichorv1.StartConfigRolloutResponse, error) {
 	what := "starting a config rollout of cluster " + s.ClusterName
-	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
-		if got == "" {
-			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was created", what, s.ClusterName)
-		}
-		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was created", what, got, s.ClusterName)
+	if err := confirmedCluster(what, s.ClusterName, req.GetConfirmClusterName(), "created"); err != nil {
+		return nil, err
 	}
 	ls, sel, err := rollout.ParseSelector(req.GetSelector())
 	if err != nil {

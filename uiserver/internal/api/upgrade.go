@@ -96,12 +96,8 @@ func (s *OperationService) StartTalosUpgrade(ctx context.Context, req *ichorv1.S
 		return nil, invalid("version is required: choose one of the candidates or type one, such as v1.14.2; nothing was changed")
 	}
 
-	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
-		if got == "" {
-			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was changed", what, s.ClusterName)
-		}
-
-		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was changed", what, got, s.ClusterName)
+	if err := confirmedCluster(what, s.ClusterName, req.GetConfirmClusterName(), "changed"); err != nil {
+		return nil, err
 	}
 
 	ops := &ichorv1alpha1.TalosOperationList{}
@@ -208,12 +204,8 @@ func (s *OperationService) StartKubernetesUpgrade(ctx context.Context, req *icho
 		return nil, invalid("version is required: choose one of the candidates or type one, such as v1.37.2; nothing was changed")
 	}
 
-	if got := strings.TrimSpace(req.GetConfirmClusterName()); got != s.ClusterName {
-		if got == "" {
-			return nil, invalid("%s: confirm_cluster_name is required: type the cluster's name, %q, to confirm; nothing was changed", what, s.ClusterName)
-		}
-
-		return nil, invalid("%s: the confirmation %q is not the cluster's name; type %q to confirm; nothing was changed", what, got, s.ClusterName)
+	if err := confirmedCluster(what, s.ClusterName, req.GetConfirmClusterName(), "changed"); err != nil {
+		return nil, err
 	}
 
 	ops := &ichorv1alpha1.TalosOperationList{}
