@@ -338,16 +338,8 @@ func currentEncryption(k Keys) []EncryptionKeyRef {
 // encrypts, the old one after it. Run again after it changed the Secret, it
 // changes nothing.
 func KeysIssue(sec *corev1.Secret, cluster *ichorv1alpha1.TalosCluster) (bool, error) {
-	nb, err := loadKey(sec, NextKey, cluster.Spec.VersionContract)
-	if errors.Is(err, ErrMissing) {
-		if _, ok := sec.Data[PreviousKey]; ok {
-			return false, nil // issued already
-		}
-
-		return false, fmt.Errorf("secrets bundle Secret %s/%s has neither %q nor %q: the rotation's new keys are lost", sec.Namespace, sec.Name, NextKey, PreviousKey)
-	}
-
-	if err != nil {
+	nb, err := nextToIssue(sec, cluster, "keys")
+	if nb == nil || err != nil {
 		return false, err
 	}
 

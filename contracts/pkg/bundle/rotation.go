@@ -142,16 +142,8 @@ func RotationAccept(sec *corev1.Secret, cluster *ichorv1alpha1.TalosCluster, nex
 // old one PreviousKey, and the old CAs are accepted. Run again after it
 // changed the Secret, it changes nothing.
 func RotationIssue(sec *corev1.Secret, cluster *ichorv1alpha1.TalosCluster) (bool, error) {
-	nb, err := loadKey(sec, NextKey, cluster.Spec.VersionContract)
-	if errors.Is(err, ErrMissing) {
-		if _, ok := sec.Data[PreviousKey]; ok {
-			return false, nil // issued already
-		}
-
-		return false, fmt.Errorf("secrets bundle Secret %s/%s has neither %q nor %q: the rotation's new CAs are lost", sec.Namespace, sec.Name, NextKey, PreviousKey)
-	}
-
-	if err != nil {
+	nb, err := nextToIssue(sec, cluster, "CAs")
+	if nb == nil || err != nil {
 		return false, err
 	}
 
@@ -264,4 +256,20 @@ func setKeys(sec *corev1.Secret, bundles map[string]*secrets.Bundle, accepted *A
 	}
 
 	return changed, nil
+}
+
+// nextToIssue is the next bundle an issue step makes the bundle; nil, and
+// no error, when the step ran already (the next bundle is the bundle, the
+// old one PreviousKey). what names the rotation's new secrets for the error.
+func nextToIssue(sec *corev1.Secret, cluster *ichorv1alpha1.TalosCluster, what string) (*secrets.Bundle, error) {
+	nb, err := loadKey(sec, NextKey, cluster.Spec.VersionContract)
+	if errors.Is(err, ErrMissing) {
+		if _, ok := sec.Data[PreviousKey]; ok {
+			return nil, nil // issued already
+		}
+
+		return nil, fmt.Errorf("secrets bundle Secret %s/%s has neither %q nor %q: the rotation's new %s are lost", sec.Namespace, sec.Name, NextKey, PreviousKey, what)
+	}
+
+	return nb, err
 }

@@ -115,6 +115,36 @@ func TestKeyRotation(t *testing.T) {
 	oldToken := issue()
 	testenv.Must(t, tokenWorks(rc, oldToken))
 
+	// A legacy token Secret, which the controller-manager fills in.
+	_, err = k.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-token", Annotations: map[string]string{corev1.ServiceAccountNameKey: "app"}},
+		Type:       corev1.SecretTypeServiceAccountToken,
+	}, metav1.CreateOptions{})
+	testenv.Must(t, err)
+
+	legacy := func() (string, error) {
+		s, err := ec.kube(t).CoreV1().Secrets("default").Get(ctx, "app-token", metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+
+		if len(s.Data[corev1.ServiceAccountTokenKey]) == 0 {
+			return "", fmt.Errorf("the legacy token Secret has no token yet")
+		}
+
+		return string(s.Data[corev1.ServiceAccountTokenKey]), nil
+	}
+
+	var oldLegacy string
+
+	testenv.Eventually(t, waitTimeout, "the legacy token Secret filled in", func() error {
+		var err error
+		oldLegacy, err = legacy()
+
+		return err
+	})
+	testenv.Must(t, tokenWorks(rc, oldLegacy))
+
 	op := &ichorv1alpha1.TalosOperation{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ec.ns, Name: "rotate-keys"},
 		Spec:       ichorv1alpha1.TalosOperationSpec{ClusterName: ec.name, Type: ichorv1alpha1.OperationKeyRotation},
@@ -198,7 +228,25 @@ func TestKeyRotation(t *testing.T) {
 			return fmt.Errorf("the token of the old key still authenticates")
 		}
 
-		return tokenWorks(rc, issue())
+		if err := tokenWorks(rc, oldLegacy); err == nil {
+			return fmt.Errorf("the legacy token of the old key still authenticates")
+		}
+
+		if err := tokenWorks(rc, issue()); err != nil {
+			return err
+		}
+
+		// The legacy token Secret was signed again, with the new key.
+		tok, err := legacy()
+		if err != nil {
+			return err
+		}
+
+		if tok == oldLegacy {
+			return fmt.Errorf("the legacy token Secret still holds the token of the old key")
+		}
+
+		return tokenWorks(rc, tok)
 	})
 
 	// The bundle Secret holds the new bundle alone: the same CAs, new keys.
