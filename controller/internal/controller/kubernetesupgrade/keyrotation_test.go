@@ -75,7 +75,8 @@ func tokenWorks(rc *rest.Config, token string) error {
 // moves from Talos's key name to the rotation's and back, encrypted with the
 // new key at the end (the API server then has the new key alone). A token
 // of the old key authenticates until the old key is dropped and not after;
-// one of the new key works. The bundle Secret ends with the bundle alone,
+// one of the new key works; a legacy token Secret is signed again with the
+// new key (its old token refused, its new one accepted). The bundle Secret ends with the bundle alone,
 // its CAs unchanged and both keys new; no machine was rebooted.
 func TestKeyRotation(t *testing.T) {
 	machines := []string{"cp-1", "cp-2", "cp-3", "w-1"}
