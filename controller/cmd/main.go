@@ -50,6 +50,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichormetrics "github.com/maeshinshin/ichor/controller/internal/metrics"
+	"github.com/maeshinshin/ichor/controller/internal/selftrust"
 	"github.com/maeshinshin/ichor/controller/internal/webhook"
 )
 
@@ -81,6 +82,7 @@ func main() {
 		releaseSource  string
 		k8sSource      string
 		ownNode        string
+		selfTrustFile  string
 		certOpts       certs.Options
 		impersonate    stringList
 	)
@@ -106,6 +108,8 @@ func main() {
 		"Registry whose tags of siderolabs/kubelet list the Kubernetes releases offered as upgrade candidates (the OCI tag list); empty means https://ghcr.io.")
 	flag.StringVar(&ownNode, "own-node", envOr("NODE_NAME", ""),
 		"The Kubernetes Node this controller runs on (the downward API's spec.nodeName): a cluster shutdown sends it its Shutdown last; empty outside the cluster.")
+	flag.StringVar(&selfTrustFile, "self-trust-file", "",
+		"File keeping the Kubernetes CAs a CA rotation of the cluster the controller runs in adds to its own client's trust, across a container restart (an emptyDir); empty keeps them in memory only.")
 	flag.StringVar(&certOpts.SecretName, "webhook-secret", "ichor-webhook-tls", "Secret holding the webhook CA and serving certificate.")
 	flag.StringVar(&certOpts.ServiceName, "webhook-service", "ichor-webhook", "Service the API server reaches the webhooks through.")
 	flag.StringVar(&certOpts.WebhookConfiguration, "webhook-configuration", "ichor-validating-webhook",
@@ -135,7 +139,13 @@ func main() {
 		os.Exit(1)
 	}
 
-	cfg := ctrl.GetConfigOrDie()
+	// The controller's own client trusts its CA file as the kubelet refreshes
+	// it, plus what a CA rotation of this cluster adds ahead of the switch.
+	cfg, selfTrust, err := selftrust.Wrap(ctrl.GetConfigOrDie(), selfTrustFile)
+	if err != nil {
+		log.Error(err, "configuring the Kubernetes client's trust")
+		os.Exit(1)
+	}
 	// The certificate code reads webhook configurations and Secrets directly:
 	// the controller may not list or watch those, so a cached client would wait
 	// for a cache that never syncs.
@@ -202,7 +212,7 @@ func main() {
 	}{
 		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{}},
 		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook}},
-		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook, OwnNode: ownNode}},
+		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook, OwnNode: ownNode, SelfTrust: selfTrust}},
 		{"the kubelet serving certificate approver", &kubeletcsr.Reconciler{}},
 		{"the discovery reconciler", &discovery.Reconciler{}},
 		{"the MachineReclaim reconciler", &machinereclaim.Reconciler{}},

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
@@ -136,6 +137,28 @@ func Machines(ctx context.Context, c client.Reader, namespace, cluster string, k
 	}
 
 	return slices.DeleteFunc(list.Items, func(m ichorv1alpha1.TalosMachine) bool { return !keep(&m) }), nil
+}
+
+// RunsOn says whether node (the controller's own Node; empty outside a
+// cluster) is one of cl's machines: cl is the cluster Ichor runs in. It lists
+// without the ClusterIndex, for managers that do not register it.
+func RunsOn(ctx context.Context, c client.Reader, cl *ichorv1alpha1.TalosCluster, node string) (bool, error) {
+	if node == "" {
+		return false, nil
+	}
+
+	var list ichorv1alpha1.TalosMachineList
+	if err := c.List(ctx, &list, client.InNamespace(cl.Namespace)); err != nil {
+		return false, err
+	}
+
+	for _, m := range list.Items {
+		if m.Spec.ClusterName == cl.Name && strings.EqualFold(m.Status.NodeName, node) {
+			return true, nil
+		}
+	}
+
+	return false, nil
 }
 
 // RegisterIndexes registers the field indexes the reconcilers list by, once

@@ -165,58 +165,7 @@ func TestCARotation(t *testing.T) {
 		t.Fatalf("the rotation went on without the hand-over: phase %s", p)
 	}
 
-	// The hand-over: the controller signs the operator's public key with the new CAs.
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	testenv.Must(t, err)
-
-	der, err := stdx509.MarshalPKIXPublicKey(&key.PublicKey)
-	testenv.Must(t, err)
-
-	keyDER, err := stdx509.MarshalECPrivateKey(key)
-	testenv.Must(t, err)
-
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-
-	tcr := &ichorv1alpha1.TalosCredentialRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ec.ns, Name: "rotate-ca-credentials"},
-		Spec: ichorv1alpha1.TalosCredentialRequestSpec{
-			ClusterName: ec.name, Purpose: ichorv1alpha1.PurposeRotationCredentials, OperationName: op.Name,
-			PublicKey: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})),
-		},
-	}
-	testenv.Must(t, k8s.Create(ctx, tcr))
-
-	testenv.Eventually(t, waitTimeout, "the rotation credentials issued", func() error {
-		testenv.Must(t, k8s.Get(ctx, client.ObjectKeyFromObject(tcr), tcr))
-
-		if !apimeta.IsStatusConditionTrue(tcr.Status.Conditions, ichorv1alpha1.IssuedCondition) {
-			return fmt.Errorf("conditions %+v", tcr.Status.Conditions)
-		}
-
-		return nil
-	})
-
-	if tcr.Status.Role != string(role.Admin) || tcr.Status.KubernetesCertificate == "" || strings.Count(tcr.Status.CA, "BEGIN CERTIFICATE") != 2 ||
-		strings.Count(tcr.Status.KubernetesCA, "BEGIN CERTIFICATE") != 2 {
-		t.Fatalf("the rotation credentials: role %q, a Kubernetes certificate %t, %d Talos and %d Kubernetes CAs to trust (want the old and the new)",
-			tcr.Status.Role, tcr.Status.KubernetesCertificate != "", strings.Count(tcr.Status.CA, "BEGIN CERTIFICATE"), strings.Count(tcr.Status.KubernetesCA, "BEGIN CERTIFICATE"))
-	}
-
-	pair, err := tls.X509KeyPair([]byte(tcr.Status.Certificate), keyPEM)
-	testenv.Must(t, err)
-
-	newRoots := stdx509.NewCertPool()
-	newRoots.AppendCertsFromPEM([]byte(tcr.Status.CA))
-	newTalos := talosCreds{pair, newRoots}
-
-	endpoint, err := render.Endpoint(ec.cluster(t).Spec.Endpoint)
-	testenv.Must(t, err)
-
-	newKube := &rest.Config{
-		Host:            endpoint,
-		TLSClientConfig: rest.TLSClientConfig{CAData: []byte(tcr.Status.KubernetesCA), CertData: []byte(tcr.Status.KubernetesCertificate), KeyData: keyPEM},
-		Timeout:         15 * time.Second,
-	}
+	newTalos, newKube := handOver(t, ec, op.Name)
 
 	// From the hand-over on, the new talosconfig works on every node at
 	// every look (apid never restarts), until the operation completes.
@@ -341,6 +290,72 @@ func TestCARotation(t *testing.T) {
 			t.Errorf("stage %s is %s", st.Name, st.Phase)
 		}
 	}
+}
+
+// handOver asks for the credentials of a CA rotation awaiting them, as
+// `ichor cluster rotate-ca` does: a rotation-credentials
+// TalosCredentialRequest with the operator's public key, which the
+// controller signs with the new CAs (trusting the old and the new). It
+// returns the talosconfig and kubeconfig identities made of the answer.
+func handOver(t *testing.T, ec *emuCluster, opName string) (talosCreds, *rest.Config) {
+	t.Helper()
+
+	ctx := context.Background()
+
+	// The hand-over: the controller signs the operator's public key with the new CAs.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	testenv.Must(t, err)
+
+	der, err := stdx509.MarshalPKIXPublicKey(&key.PublicKey)
+	testenv.Must(t, err)
+
+	keyDER, err := stdx509.MarshalECPrivateKey(key)
+	testenv.Must(t, err)
+
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+
+	tcr := &ichorv1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ec.ns, Name: opName + "-credentials"},
+		Spec: ichorv1alpha1.TalosCredentialRequestSpec{
+			ClusterName: ec.name, Purpose: ichorv1alpha1.PurposeRotationCredentials, OperationName: opName,
+			PublicKey: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})),
+		},
+	}
+	testenv.Must(t, k8s.Create(ctx, tcr))
+
+	testenv.Eventually(t, waitTimeout, "the rotation credentials issued", func() error {
+		testenv.Must(t, k8s.Get(ctx, client.ObjectKeyFromObject(tcr), tcr))
+
+		if !apimeta.IsStatusConditionTrue(tcr.Status.Conditions, ichorv1alpha1.IssuedCondition) {
+			return fmt.Errorf("conditions %+v", tcr.Status.Conditions)
+		}
+
+		return nil
+	})
+
+	if tcr.Status.Role != string(role.Admin) || tcr.Status.KubernetesCertificate == "" || strings.Count(tcr.Status.CA, "BEGIN CERTIFICATE") != 2 ||
+		strings.Count(tcr.Status.KubernetesCA, "BEGIN CERTIFICATE") != 2 {
+		t.Fatalf("the rotation credentials: role %q, a Kubernetes certificate %t, %d Talos and %d Kubernetes CAs to trust (want the old and the new)",
+			tcr.Status.Role, tcr.Status.KubernetesCertificate != "", strings.Count(tcr.Status.CA, "BEGIN CERTIFICATE"), strings.Count(tcr.Status.KubernetesCA, "BEGIN CERTIFICATE"))
+	}
+
+	pair, err := tls.X509KeyPair([]byte(tcr.Status.Certificate), keyPEM)
+	testenv.Must(t, err)
+
+	newRoots := stdx509.NewCertPool()
+	newRoots.AppendCertsFromPEM([]byte(tcr.Status.CA))
+	newTalos := talosCreds{pair, newRoots}
+
+	endpoint, err := render.Endpoint(ec.cluster(t).Spec.Endpoint)
+	testenv.Must(t, err)
+
+	newKube := &rest.Config{
+		Host:            endpoint,
+		TLSClientConfig: rest.TLSClientConfig{CAData: []byte(tcr.Status.KubernetesCA), CertData: []byte(tcr.Status.KubernetesCertificate), KeyData: keyPEM},
+		Timeout:         15 * time.Second,
+	}
+
+	return newTalos, newKube
 }
 
 // frontProxyWorks lists the Namespaces at endpoint as the aggregation

@@ -174,8 +174,9 @@ func newOperations() *operation.Reconciler {
 	}
 }
 
-// startOperations runs the operation reconciler in its own manager, until stopOperations.
-func startOperations(ctx context.Context) error {
+// startOperations runs the operation reconciler in its own manager, until
+// stopOperations; adjust changes the reconciler first (a test's own fields).
+func startOperations(ctx context.Context, adjust ...func(*operation.Reconciler)) error {
 	mgr, err := newManager()
 	if err != nil {
 		return err
@@ -185,7 +186,12 @@ func startOperations(ctx context.Context) error {
 		return ierr
 	}
 
-	if err := newOperations().SetupWithManager(mgr); err != nil {
+	r := newOperations()
+	for _, f := range adjust {
+		f(r)
+	}
+
+	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
 

@@ -48,6 +48,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cni"
 	"github.com/maeshinshin/ichor/contracts/pkg/netpol"
+	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/reconcile"
 )
 
@@ -155,7 +156,7 @@ func (r *Reconciler) resync() time.Duration {
 func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
 	c := s.Object
 
-	local, err := r.runsIn(ctx, c)
+	local, err := machinestate.RunsOn(ctx, r.Client, c, r.OwnNode)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -206,27 +207,6 @@ func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1a
 	set(metav1.ConditionTrue, ichorv1alpha1.NetworkPoliciesInPlaceReason, applied)
 
 	return ctrl.Result{RequeueAfter: r.resync()}, nil
-}
-
-// runsIn says whether c is the cluster Ichor runs in: one of its machines is
-// the controller's own Node.
-func (r *Reconciler) runsIn(ctx context.Context, c *ichorv1alpha1.TalosCluster) (bool, error) {
-	if r.OwnNode == "" {
-		return false, nil
-	}
-
-	var machines ichorv1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &machines, client.InNamespace(c.Namespace)); err != nil {
-		return false, err
-	}
-
-	for _, m := range machines.Items {
-		if m.Spec.ClusterName == c.Name && strings.EqualFold(m.Status.NodeName, r.OwnNode) {
-			return true, nil
-		}
-	}
-
-	return false, nil
 }
 
 // apply builds every policy first (a target that cannot be written applies

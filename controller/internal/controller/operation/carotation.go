@@ -224,6 +224,13 @@ func (r *Reconciler) nextCAStage(ctx context.Context, s *scope, msg string) (ctr
 func (r *Reconciler) caRotationPhase(ctx context.Context, s *scope) (ctrl.Result, error) {
 	op := s.Object
 
+	// From the switch on, a restarted controller adds the CAs again.
+	if i, issue := slices.Index(caStages, op.Status.Step), slices.Index(caStages, caStageIssue); i >= issue {
+		if _, err := r.caSelfTrust(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
 	switch op.Status.Step {
 	case caStagePrepare:
 		return r.caPrepare(ctx, s)
@@ -359,12 +366,56 @@ func (r *Reconciler) caCredentials(ctx context.Context, s *scope) (ctrl.Result, 
 		return ctrl.Result{RequeueAfter: r.LockWait * 6}, nil
 	}
 
+	// Ahead of the switch, the controller's own client trusts the new
+	// Kubernetes CA when this is the cluster it runs in.
+	self, err := r.caSelfTrust(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
 	op.Status.Phase = ichorv1alpha1.OperationRunning
 
 	return r.caSecretStep(ctx, s, "credentials of the new CAs were handed out ("+op.Annotations[ichorv1alpha1.CredentialsIssuedAnnotation]+
-		"); the new CAs issue, the old ones stay accepted", func(sec *corev1.Secret) (bool, error) {
+		"); the new CAs issue, the old ones stay accepted"+self, func(sec *corev1.Secret) (bool, error) {
 		return bundle.RotationIssue(sec, s.Cluster)
 	})
+}
+
+// caSelfTrust makes the controller's own Kubernetes client trust every
+// Kubernetes CA the cluster accepts (the old and the new during the
+// rotation), when the Kubernetes CA rotates and the cluster is the one the
+// controller runs in: from stage issue on the kube-apiservers present the
+// new CA's certificate before kube-root-ca.crt, the client's CA file,
+// carries it (selftrust). It says what it did, for the stage's message:
+// empty when there was nothing to do. Once per stage and process.
+func (r *Reconciler) caSelfTrust(ctx context.Context, s *scope) (string, error) {
+	op := s.Object
+	if r.SelfTrust == nil || !caTargets(op).Kubernetes {
+		return "", nil
+	}
+
+	key := string(op.UID) + "/" + op.Status.Step
+	if _, done := r.selfTrusted.Load(key); done {
+		return "", nil
+	}
+
+	local, err := machinestate.RunsOn(ctx, r.Client, s.Cluster, r.OwnNode)
+	if err != nil || !local {
+		return "", err
+	}
+
+	b, accepted, err := r.loadTrust(ctx, s)
+	if err != nil {
+		return "", err
+	}
+
+	if err := r.SelfTrust.Trust(accepted.KubernetesPEM(b.Certs.K8s.Crt)); err != nil {
+		return "", fmt.Errorf("the controller's own client cannot trust the cluster's Kubernetes CAs: %w", err)
+	}
+
+	r.selfTrusted.Store(key, true)
+
+	return "; the controller runs in this cluster and its own Kubernetes client trusts the new Kubernetes CA", nil
 }
 
 // caVerify checks, after a rollout stage, what talosctl's verifyConnectivity

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,6 +53,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
+	"github.com/maeshinshin/ichor/controller/internal/selftrust"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosoperations,verbs=get;list;watch
@@ -104,6 +106,13 @@ type Reconciler struct {
 	// API's spec.nodeName): a cluster shutdown sends it its Shutdown last.
 	// Empty when the controller runs outside the cluster it manages.
 	OwnNode string
+	// SelfTrust is the controller's own Kubernetes client's trust: a CA
+	// rotation of the cluster it runs in (OwnNode is one of its machines)
+	// adds the accepted Kubernetes CAs to it before the API servers switch.
+	// Nil when the client has no CA of its own to add to.
+	SelfTrust *selftrust.Transport
+	// selfTrusted: operation UID/stage pairs SelfTrust was brought up to date for.
+	selfTrusted sync.Map
 	// Transport carries the requests to etcd restores' backup stores; nil
 	// means Go's default.
 	Transport http.RoundTripper
