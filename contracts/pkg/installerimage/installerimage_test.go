@@ -142,6 +142,30 @@ func TestVerifyAcceptsTheReleaseWorkflowsSignature(t *testing.T) {
 	})
 }
 
+// TestVerifyAcceptsARekorV2SignatureDatedByATimestampAuthority: a signature
+// logged in a Rekor v2 log, which gives no integrated time, verifies on the
+// timestamp authority's signed time.
+func TestVerifyAcceptsARekorV2SignatureDatedByATimestampAuthority(t *testing.T) {
+	w := newWorld(t, true)
+	d := w.push("v0.2.0")
+	w.attach(d, w.signRekorV2(d, releaseSubject, installerimage.GitHubActionsIssuer))
+
+	sig, err := installerimage.Verify(t.Context(), d.String(), w.policy(), w.registry())
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+
+	if sig.Subject != releaseSubject || sig.SignedAt.IsZero() {
+		t.Errorf("Verify = %+v", sig)
+	}
+
+	other := w.push("v0.2.1")
+	w.attach(other, w.signRekorV2(other, "https://github.com/someone/ichor/.github/workflows/release.yml@refs/tags/v0.2.1", installerimage.GitHubActionsIssuer))
+
+	_, err = installerimage.Verify(t.Context(), other.String(), w.policy(), w.registry())
+	expectRefusal(t, err, installerimage.WrongSigner, installerimage.ErrWrongSigner, "someone/ichor")
+}
+
 func TestVerifyRefusesAnUnsignedImage(t *testing.T) {
 	registries(t, func(t *testing.T, w *world) {
 		d1 := w.push("v0.1.0")

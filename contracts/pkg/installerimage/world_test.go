@@ -199,6 +199,28 @@ func (w *world) signWith(vs *ca.VirtualSigstore, payload []byte, subject, issuer
 		w.t.Fatal(err)
 	}
 
+	return w.bundle(vs, entity, false)
+}
+
+// signRekorV2 signs d as signWith does, but logs the signature in a Rekor v2
+// log (a hashedrekord v0.0.2 entry with a checkpoint, no integrated time),
+// so the signed timestamp alone dates it: what cosign writes once Sigstore's
+// signing configuration points it at a Rekor v2 shard.
+func (w *world) signRekorV2(d name.Digest, subject, issuer string) []byte {
+	w.t.Helper()
+
+	entity, err := w.sigstore.AttestHashedRekordV2(subject, issuer, statement(installerimage.CosignSignPredicateType, d))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+
+	return w.bundle(w.sigstore, entity, true)
+}
+
+// bundle writes a signed entity as a v0.3 Sigstore bundle.
+func (w *world) bundle(vs *ca.VirtualSigstore, entity *ca.TestEntity, rekorV2 bool) []byte {
+	w.t.Helper()
+
 	vc, err := entity.VerificationContent()
 	if err != nil {
 		w.t.Fatal(err)
@@ -221,22 +243,24 @@ func (w *world) signWith(vs *ca.VirtualSigstore, payload []byte, subject, issuer
 		w.t.Fatal(err)
 	}
 
-	// The virtual Rekor's entry lacks its kind and its signed entry
-	// timestamp (the inclusion promise) in proto form; add both.
 	tle := proto.Clone(entries[0].TransparencyLogEntry()).(*protorekor.TransparencyLogEntry)
-	tle.KindVersion = &protorekor.KindVersion{Kind: "dsse", Version: "0.0.1"}
+	if !rekorV2 {
+		// The virtual Rekor v1's entry lacks its kind and its signed entry
+		// timestamp (the inclusion promise) in proto form; add both.
+		tle.KindVersion = &protorekor.KindVersion{Kind: "dsse", Version: "0.0.1"}
 
-	set, err := vs.RekorSignPayload(tlog.RekorPayload{
-		Body:           base64.StdEncoding.EncodeToString(tle.GetCanonicalizedBody()),
-		IntegratedTime: tle.GetIntegratedTime(),
-		LogIndex:       tle.GetLogIndex(),
-		LogID:          hex.EncodeToString(tle.GetLogId().GetKeyId()),
-	})
-	if err != nil {
-		w.t.Fatal(err)
+		set, err := vs.RekorSignPayload(tlog.RekorPayload{
+			Body:           base64.StdEncoding.EncodeToString(tle.GetCanonicalizedBody()),
+			IntegratedTime: tle.GetIntegratedTime(),
+			LogIndex:       tle.GetLogIndex(),
+			LogID:          hex.EncodeToString(tle.GetLogId().GetKeyId()),
+		})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+
+		tle.InclusionPromise = &protorekor.InclusionPromise{SignedEntryTimestamp: set}
 	}
-
-	tle.InclusionPromise = &protorekor.InclusionPromise{SignedEntryTimestamp: set}
 
 	body, err := base64.StdEncoding.DecodeString(env.Payload)
 	if err != nil {
