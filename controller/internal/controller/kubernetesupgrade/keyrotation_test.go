@@ -68,8 +68,8 @@ func tokenWorks(rc *rest.Config, token string) error {
 	return err
 }
 
-// TestKeyRotation (issue 24): a key-rotation operation in an emulated 2+1
-// cluster (two kube-apiservers, each given the keys in turn) rotates the service-account signing key and the secretbox key.
+// TestKeyRotation (issue 24): a key-rotation operation in an emulated 3+1
+// cluster (three kube-apiservers, each given the keys in turn) rotates the service-account signing key and the secretbox key.
 // A Secret written before is read back through the API server in every
 // stage of the rotation, and so is one written in each stage; in etcd it
 // moves from Talos's key name to the rotation's and back, encrypted with the
@@ -79,7 +79,7 @@ func tokenWorks(rc *rest.Config, token string) error {
 // new key (its old token refused, its new one accepted). The bundle Secret ends with the bundle alone,
 // its CAs unchanged and both keys new; no machine was rebooted.
 func TestKeyRotation(t *testing.T) {
-	machines := []string{"cp-1", "cp-2", "w-1"}
+	machines := []string{"cp-1", "cp-2", "cp-3", "w-1"}
 	ec := newCluster(t, "127.0.117.0/24", machines)
 	ctx := context.Background()
 	old := ec.bundle
