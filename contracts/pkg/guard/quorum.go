@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"strings"
 )
 
 // EtcdMember is one etcd member as the guard sees it.
@@ -124,6 +125,51 @@ func CheckEtcdMemberRemoval(members []EtcdMember, target uint64, declaredCount i
 			Rule: fmt.Sprintf("removing %s would leave %d healthy of %d voting etcd members, fewer than the %d a quorum needs: the cluster would stop",
 				name, remainingHealthy, remaining, QuorumSize(remaining)),
 			WayOut: "bring the unhealthy members back first, or " + wayOutReplace,
+		}
+	}
+
+	return nil
+}
+
+// ControlPlaneEtcd is one control plane as an operation sees it just before
+// it takes one down: whether its etcd member answers now.
+type ControlPlaneEtcd struct {
+	// Name is the TalosMachine's name.
+	Name string
+	// Healthy is true when its etcd member answers a status call.
+	Healthy bool
+}
+
+// CheckControlPlaneDown decides, at run time, whether a control plane may be
+// taken down for a while: rebooted for a configuration that
+// needs it or by a node reboot, upgraded by Talos (which reboots it), or shut
+// down or reset by a node operation (CheckNodeAction counted the control
+// planes at admission; this sees them). cps are the cluster's configured
+// control planes as seen now, the one to go among them; every one counts as
+// an etcd voter (a learner counting too only makes the check stricter). what
+// is what is done to it, for the message ("rebooting cp-1").
+//
+// Its member stays in etcd while it is down, so it is refused when any
+// control plane's etcd does not answer, its own included: Talos's
+// upgrade asks the same of every member before it starts, and with every
+// member needed to say the cluster keeps its quorum, a member that is already
+// silent leaves less slack than the count shows.
+func CheckControlPlaneDown(cps []ControlPlaneEtcd, what string) *Refusal {
+	var bad []string
+
+	for _, cp := range cps {
+		if !cp.Healthy {
+			bad = append(bad, cp.Name)
+		}
+	}
+
+	if len(bad) > 0 {
+		return &Refusal{
+			Field: fieldEtcdMember,
+			Rule: fmt.Sprintf("etcd is not healthy on every control plane, so %s could lose quorum: no answer from the etcd member of %s",
+				what, strings.Join(bad, ", ")),
+			WayOut: "bring those control planes' etcd back first (power them on, check their network), then resume the operation " +
+				"(`ichor operation resume`)",
 		}
 	}
 
