@@ -80,7 +80,7 @@ func (w *work) controlPlaneDown(ctx context.Context, what string) string {
 		return "etcd is not healthy on every control plane, so " + what + " could lose quorum: " + err.Error()
 	}
 
-	if ref := guard.CheckControlPlaneDown(cps, what); ref != nil {
+	if ref := guard.CheckControlPlaneDown(cps, w.m.Name, what); ref != nil {
 		return ref.Message()
 	}
 
