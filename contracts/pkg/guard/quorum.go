@@ -186,8 +186,7 @@ func CheckControlPlaneDown(cps []ControlPlaneEtcd, target, what string) *Refusal
 			Field: fieldEtcdMember,
 			Rule: fmt.Sprintf("etcd is not healthy on every control plane, so %s could lose quorum: no answer from the etcd member of %s",
 				what, strings.Join(bad, ", ")),
-			WayOut: "bring those control planes' etcd back first (power them on, check their network), then resume the operation " +
-				"(`ichor operation resume`)",
+			WayOut: "bring those control planes' etcd back first (power them on, check their network)",
 		}
 	}
 
@@ -196,8 +195,7 @@ func CheckControlPlaneDown(cps []ControlPlaneEtcd, target, what string) *Refusal
 			Field: fieldEtcdMember,
 			Rule: fmt.Sprintf("%s would leave %d of %d etcd members, fewer than the %d a quorum needs: the cluster would stop until it is back",
 				what, n-1, n, QuorumSize(n)),
-			WayOut: "finish the change of control planes first (two is a step between one and three: approve the third, or remove one), " +
-				"then resume the operation (`ichor operation resume`)",
+			WayOut: "finish the change of control planes first (two is a step between one and three: approve the third, or remove one)",
 		}
 	}
 

@@ -203,7 +203,7 @@ func TestControlPlaneDownRules(t *testing.T) {
 		want   []string // words of the refusal; nil = allowed
 	}{
 		{name: "single healthy control plane", cps: seen(true)},
-		{name: "single silent control plane", cps: seen(false), want: []string{"could lose quorum", "no answer from the etcd member of cp-1", "ichor operation resume"}},
+		{name: "single silent control plane", cps: seen(false), want: []string{"could lose quorum", "no answer from the etcd member of cp-1", "power them on"}},
 		{name: "three healthy", cps: seen(true, true, true)},
 		{name: "three, one silent", cps: seen(true, false, true), want: []string{"rebooting cp-1 could lose quorum", "of cp-2;"}},
 		{name: "five, two silent", cps: seen(false, true, true, true, false), want: []string{"of cp-1, cp-5"}},
