@@ -18,7 +18,10 @@ import (
 // plus what each operation documents on top of it: the single control plane
 // that may be rebooted, the last one that may not be shut down, the declared
 // count, the single node's downtime consent, the typed name of a restore. It
-// never calls QuorumSize or the checks' helpers.
+// never calls QuorumSize or the checks' helpers. Where a decision is taken in
+// two places (admission counts the approved machines, the controller sees
+// etcd), each is compared with its own model too, so that one cannot hide a
+// fault of the other.
 //
 // Raft's rule: a member that is down or silent casts no vote, and the cluster
 // commits while the voters that answer are a majority of the configuration.
@@ -136,10 +139,10 @@ func collect(rs []Refusal, more ...*Refusal) []Refusal {
 	return rs
 }
 
-// nodeOperation is what a node operation meets: admission (CheckOperation
-// and the downtime consent, as the webhook runs them) and, for a control
-// plane, the controller's run-time check before it is drained.
-func nodeOperation(c quorumCase, action string) []Refusal {
+// nodeAdmission is what a node operation meets at admission: CheckOperation
+// and the downtime consent, as the webhook runs them. It counts the approved
+// control planes and sees no health.
+func nodeAdmission(c quorumCase, action string) []Refusal {
 	o := op(ichorv1alpha1.OperationNode, func(o *ichorv1alpha1.TalosOperation) {
 		o.Spec.Node = &ichorv1alpha1.NodeAction{MachineName: c.name(c.target), Action: action}
 		if c.consent {
@@ -151,16 +154,30 @@ func nodeOperation(c quorumCase, action string) []Refusal {
 		OtherApprovedControlPlanes: c.cps - 1, OtherApprovedWorkers: c.workers, Approved: c.approved(),
 	}
 
-	return collect(CheckOperation(o, facts), CheckOperationDowntime(o, facts.Approved),
+	return collect(CheckOperation(o, facts), CheckOperationDowntime(o, facts.Approved))
+}
+
+// nodeOperation is the whole of a node operation's checks: admission, then
+// the controller's run-time check before a control plane is drained.
+func nodeOperation(c quorumCase, action string) []Refusal {
+	return collect(nodeAdmission(c, action),
 		CheckControlPlaneDown(c.seen(), c.name(c.target), "taking "+c.name(c.target)+" down ("+action+")"))
+}
+
+// model: a shutdown or reset at admission, which counts the approved control
+// planes as if every one answered. Documented (CheckNodeAction): never the
+// last control plane, and the others must be a quorum of all of them.
+func (c quorumCase) nodeAdmissionModel() bool {
+	return c.cps > 1 && raftWins(c.all(), func(i int) bool { return i != c.target })
 }
 
 // quorumOperation is one operation of the property: its checks and its model.
 type quorumOperation struct {
 	name string
 	// The dimensions it varies beyond control planes and health: whole
-	// takes the cluster down, not one target.
-	whole, unknownTarget, workers, consent, declared bool
+	// takes the cluster down, not one target; blind checks see no health
+	// (they run once per count, every member healthy).
+	whole, blind, unknownTarget, workers, consent, declared bool
 	// check runs the operation's shared checks; none means allowed.
 	check func(c quorumCase) []Refusal
 	// model is the independent decision.
@@ -171,9 +188,11 @@ type quorumOperation struct {
 
 var quorumOperations = []quorumOperation{
 	{
-		// TalosMachine deletion: the webhook's ValidateMachineDelete, then the
-		// finalizer's live check (lifecycle leaveEtcd) with the declared count.
-		name: "removal", declared: true,
+		// TalosMachine deletion at admission (the webhook's
+		// ValidateMachineDelete, the allow-delete annotation set): it counts
+		// the approved control planes and sees no health. Documented: never
+		// the last control plane, never below the declared count.
+		name: "removal: admission", blind: true, declared: true,
 		check: func(c quorumCase) []Refusal {
 			m := c.approvedControlPlane(c.target)
 			m.Annotations = map[string]string{ichorv1alpha1.AllowDeleteAnnotation: annotationTrue}
@@ -182,7 +201,16 @@ var quorumOperations = []quorumOperation{
 				OtherApprovedControlPlanes: c.cps - 1,
 			}
 
-			return collect(ValidateMachineDelete(m, facts), CheckEtcdMemberRemoval(c.members(), uint64(0x100+c.target), c.declared, false))
+			return ValidateMachineDelete(m, facts)
+		},
+		model: func(c quorumCase) bool { return c.cps > 1 && c.cps-1 >= int(c.declared) },
+	},
+	{
+		// The finalizer's live check before the member goes (lifecycle,
+		// leaveEtcd), with the declared count.
+		name: "removal: live", declared: true,
+		check: func(c quorumCase) []Refusal {
+			return collect(nil, CheckEtcdMemberRemoval(c.members(), uint64(0x100+c.target), c.declared, false))
 		},
 		model: quorumCase.removalModel,
 	},
@@ -215,6 +243,24 @@ var quorumOperations = []quorumOperation{
 		model: quorumCase.takeDownModel,
 	},
 	{
+		// Admission lets every reboot of an approved control plane through
+		// (the only one too), asking the single node's consent; the run time
+		// decides on etcd's health.
+		name: "node reboot: admission", blind: true, workers: true, consent: true,
+		check: func(c quorumCase) []Refusal { return nodeAdmission(c, ichorv1alpha1.NodeActionReboot) },
+		model: quorumCase.consentModel,
+	},
+	{
+		name: "node shutdown: admission", blind: true, workers: true, consent: true,
+		check: func(c quorumCase) []Refusal { return nodeAdmission(c, ichorv1alpha1.NodeActionShutdown) },
+		model: quorumCase.nodeAdmissionModel,
+	},
+	{
+		name: "node reset: admission", blind: true, workers: true, consent: true,
+		check: func(c quorumCase) []Refusal { return nodeAdmission(c, ichorv1alpha1.NodeActionReset) },
+		model: quorumCase.nodeAdmissionModel,
+	},
+	{
 		name: "node reboot", workers: true, consent: true,
 		check: func(c quorumCase) []Refusal { return nodeOperation(c, ichorv1alpha1.NodeActionReboot) },
 		model: func(c quorumCase) bool { return c.takeDownModel() && c.consentModel() },
@@ -237,7 +283,7 @@ var quorumOperations = []quorumOperation{
 		// The cluster shutdown stops every control plane on purpose, after the
 		// workers: its consent is the `shutdown` verb (checked below) and the
 		// typed name the CLI and the console ask for. No health is checked.
-		name: "cluster shutdown", whole: true, workers: true, always: true,
+		name: "cluster shutdown", blind: true, whole: true, workers: true, always: true,
 		check: func(c quorumCase) []Refusal {
 			o := op(ichorv1alpha1.OperationShutdown)
 			facts := OperationFacts{Cluster: cluster(), Approved: c.approved()}
@@ -293,6 +339,10 @@ func TestQuorumPropertyAllOperations(t *testing.T) {
 
 			for cps := 1; cps <= 7; cps++ {
 				for mask := 0; mask < 1<<cps; mask++ {
+					if o.blind && mask != 1<<cps-1 {
+						continue
+					}
+
 					healthy := make([]bool, cps)
 					for i := range healthy {
 						healthy[i] = mask&(1<<i) != 0
