@@ -47,14 +47,15 @@ func loadNodeFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.Talos
 //     the Kubernetes API go with it (a reset wipes its etcd data);
 //   - a control plane whose absence would leave the others without an etcd
 //     quorum (QuorumSize of the approved control planes) is refused for a
-//     shutdown or reset; a reboot is checked at run time, where the
-//     controller sees etcd's health;
+//     shutdown or reset; a reboot is checked at run time
+//     (CheckControlPlaneDown, which every action of a control plane passes
+//     too), where the controller sees etcd's health;
 //   - shutting down or resetting the last worker while the control planes are
 //     unschedulable is refused (overridable), as its removal is.
 //
 // A reboot of the last control plane is allowed: the node comes back, and the
 // cluster is down only while it boots. The operation controller checks etcd's
-// health again before each control plane is drained.
+// health again before each control plane is drained (CheckControlPlaneDown).
 func CheckNodeAction(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Refusal {
 	a, c, m := op.Spec.Node, facts.Cluster, facts.Machine
 	if a == nil || c == nil {

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"strings"
 )
 
 // EtcdMember is one etcd member as the guard sees it.
@@ -124,6 +125,77 @@ func CheckEtcdMemberRemoval(members []EtcdMember, target uint64, declaredCount i
 			Rule: fmt.Sprintf("removing %s would leave %d healthy of %d voting etcd members, fewer than the %d a quorum needs: the cluster would stop",
 				name, remainingHealthy, remaining, QuorumSize(remaining)),
 			WayOut: "bring the unhealthy members back first, or " + wayOutReplace,
+		}
+	}
+
+	return nil
+}
+
+// ControlPlaneEtcd is one control plane as an operation sees it just before
+// it takes one down: whether its etcd member answers now.
+type ControlPlaneEtcd struct {
+	// Name is the TalosMachine's name.
+	Name string
+	// Healthy is true when its etcd member answers a status call.
+	Healthy bool
+}
+
+// CheckControlPlaneDown decides, at run time, whether the control plane named
+// target may be taken down for a while: rebooted for a configuration that
+// needs it or by a node reboot, upgraded by Talos (which reboots it), or shut
+// down or reset by a node operation (CheckNodeAction counted the control
+// planes at admission; this sees them). cps are the cluster's configured
+// control planes as seen now, target among them; every one counts as an etcd
+// voter (a learner counting too only makes the check stricter). what is what
+// is done to target, for the message ("rebooting cp-1").
+//
+// Its member stays in etcd while it is down, so the others must still make a
+// quorum of all the members:
+//   - it is refused when any control plane's etcd does not answer, target's
+//     own included: Talos's upgrade asks the same of every member before it
+//     starts, and a member that is already silent leaves less slack than the
+//     count shows;
+//   - it is refused when the others, all answering, are still too few for a
+//     quorum: with two control planes (a step between one and three), the one
+//     left is not a majority of two, and etcd stops until the other is back.
+//     Talos's upgrade refuses exactly two members for the same reason.
+//
+// A single control plane is let go: the cluster is down until it is back,
+// which is what rebooting or upgrading the only one means (its shutdown and
+// reset are refused at admission, CheckNodeAction, and the only node of a
+// cluster needs the downtime consent, CheckOperationDowntime and
+// CheckClusterDowntime). A target that is not among cps takes no member down.
+func CheckControlPlaneDown(cps []ControlPlaneEtcd, target, what string) *Refusal {
+	var (
+		bad []string
+		in  bool
+	)
+
+	for _, cp := range cps {
+		if cp.Name == target {
+			in = true
+		}
+
+		if !cp.Healthy {
+			bad = append(bad, cp.Name)
+		}
+	}
+
+	if len(bad) > 0 {
+		return &Refusal{
+			Field: fieldEtcdMember,
+			Rule: fmt.Sprintf("etcd is not healthy on every control plane, so %s could lose quorum: no answer from the etcd member of %s",
+				what, strings.Join(bad, ", ")),
+			WayOut: "bring those control planes' etcd back first (power them on, check their network)",
+		}
+	}
+
+	if n := len(cps); in && n > 1 && n-1 < QuorumSize(n) {
+		return &Refusal{
+			Field: fieldEtcdMember,
+			Rule: fmt.Sprintf("%s would leave %d of %d etcd members, fewer than the %d a quorum needs: the cluster would stop until it is back",
+				what, n-1, n, QuorumSize(n)),
+			WayOut: "finish the change of control planes first (two is a step between one and three: approve the third, or remove one)",
 		}
 	}
 

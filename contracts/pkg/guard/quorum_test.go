@@ -183,3 +183,58 @@ func TestQuorumSize(t *testing.T) {
 		}
 	}
 }
+
+func seen(healthy ...bool) []ControlPlaneEtcd {
+	out := make([]ControlPlaneEtcd, len(healthy))
+	for i, h := range healthy {
+		out[i] = ControlPlaneEtcd{Name: fmt.Sprintf("cp-%d", i+1), Healthy: h}
+	}
+
+	return out
+}
+
+// TestControlPlaneDownRules names each rule of taking a control plane down
+// for a while and its message.
+func TestControlPlaneDownRules(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cps    []ControlPlaneEtcd
+		target string
+		want   []string // words of the refusal; nil = allowed
+	}{
+		{name: "single healthy control plane", cps: seen(true)},
+		{name: "single silent control plane", cps: seen(false), want: []string{"could lose quorum", "no answer from the etcd member of cp-1", "power them on"}},
+		{name: "three healthy", cps: seen(true, true, true)},
+		{name: "three, one silent", cps: seen(true, false, true), want: []string{"rebooting cp-1 could lose quorum", "of cp-2;"}},
+		{name: "five, two silent", cps: seen(false, true, true, true, false), want: []string{"of cp-1, cp-5"}},
+		{name: "two healthy", cps: seen(true, true), want: []string{"rebooting cp-1 would leave 1 of 2 etcd members, fewer than the 2", "approve the third"}},
+		{name: "two healthy, another machine", cps: seen(true, true), target: "w-1"},
+		{name: "four healthy", cps: seen(true, true, true, true)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := tc.target
+			if target == "" {
+				target = "cp-1"
+			}
+
+			got := CheckControlPlaneDown(tc.cps, target, "rebooting "+target)
+			if tc.want == nil {
+				if got != nil {
+					t.Fatalf("want allowed, got %v", got)
+				}
+
+				return
+			}
+
+			if got == nil {
+				t.Fatalf("want a refusal saying %q, got allowed", tc.want)
+			}
+
+			for _, w := range tc.want {
+				if !strings.Contains(got.Error(), w) {
+					t.Errorf("refusal %q does not say %q", got.Error(), w)
+				}
+			}
+		})
+	}
+}

@@ -186,3 +186,61 @@ func CheckEtcdRestore(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []
 
 	return out
 }
+
+// RestoreControlPlane is one control plane as an etcd restore's last check
+// sees it, before anything is stopped.
+type RestoreControlPlane struct {
+	// Name is the TalosMachine's name.
+	Name string
+	// Unreachable is why it did not answer as itself ("" when it did).
+	Unreachable string
+	// Stage is the machine stage it reports ("" when unknown) and Ready its
+	// readiness.
+	Stage string
+	Ready bool
+}
+
+// CheckRestoreControlPlanes decides whether an etcd restore into the live
+// cluster may wipe its control planes' etcd data (the controller's last check
+// before the resets): there is at least one control plane, and every one
+// answers as itself, running and ready, so that each can be reset and rejoin
+// the restored member. etcd's health does not count: the restore stops every
+// member on purpose, and its consent is the cluster's name typed
+// (CheckEtcdRestore); a cluster whose etcd lost its quorum is what it is for.
+func CheckRestoreControlPlanes(cps []RestoreControlPlane) *Refusal {
+	if len(cps) == 0 {
+		return &Refusal{
+			Field:  fieldSpecType,
+			Rule:   "the cluster has no provisioned control plane to restore etcd onto",
+			WayOut: "provision a control plane first, or recover the cluster from nothing (`ichor restore --recover-cluster`)",
+		}
+	}
+
+	var problems []string
+
+	for _, cp := range cps {
+		switch {
+		case cp.Unreachable != "":
+			problems = append(problems, fmt.Sprintf("%s: %s", cp.Name, cp.Unreachable))
+		case cp.Stage != ichorv1alpha1.StageRunning || !cp.Ready:
+			stage := cp.Stage
+			if stage == "" {
+				stage = "unknown"
+			}
+
+			problems = append(problems, fmt.Sprintf("%s is not running and ready (stage %s)", cp.Name, stage))
+		}
+	}
+
+	if len(problems) == 0 {
+		return nil
+	}
+
+	return &Refusal{
+		Field: fieldSpecType,
+		Rule: "every control plane must answer as itself, running, for its etcd data to be wiped and the snapshot restored: " +
+			strings.Join(problems, "; "),
+		WayOut: "bring those control planes back first (power them on, check their network); if they cannot come back, " +
+			"recover the cluster from nothing instead (`ichor restore --recover-cluster`)",
+	}
+}

@@ -95,3 +95,33 @@ func TestCheckEtcdRestore(t *testing.T) {
 		t.Errorf("etcd-restore is refused: %+v", r)
 	}
 }
+
+// Rule: a restore wipes the control planes' etcd data only when every one
+// answers as itself, running and ready; each one that does not is named.
+func TestCheckRestoreControlPlanes(t *testing.T) {
+	up := func(name string) RestoreControlPlane {
+		return RestoreControlPlane{Name: name, Stage: ichorv1alpha1.StageRunning, Ready: true}
+	}
+	one := func(r *Refusal) []Refusal {
+		if r == nil {
+			return nil
+		}
+		return []Refusal{*r}
+	}
+
+	expect(t, one(CheckRestoreControlPlanes([]RestoreControlPlane{up("cp-1")})), nil)
+	expect(t, one(CheckRestoreControlPlanes([]RestoreControlPlane{up("cp-1"), up("cp-2"), up("cp-3")})), nil)
+	expect(t, one(CheckRestoreControlPlanes(nil)), map[string][]string{"spec.type": {"no provisioned control plane"}})
+	expect(t, one(CheckRestoreControlPlanes([]RestoreControlPlane{
+		up("cp-1"),
+		{Name: "cp-2", Unreachable: "connection refused"},
+		{Name: "cp-3", Stage: "booting"},
+		{Name: "cp-4"},
+		{Name: "cp-5", Stage: ichorv1alpha1.StageRunning},
+	})), map[string][]string{"spec.type": {
+		"every control plane must answer as itself",
+		"cp-2: connection refused; cp-3 is not running and ready (stage booting); cp-4 is not running and ready (stage unknown); " +
+			"cp-5 is not running and ready (stage running)",
+		"bring those control planes back first",
+	}})
+}

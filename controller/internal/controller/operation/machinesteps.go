@@ -49,8 +49,8 @@ func (w *work) plan(ctx context.Context) (ctrl.Result, error) {
 
 	if p.Reboot {
 		if w.cp() {
-			if msg := w.r.etcdHealthy(ctx, w.op, w.st.Bundle); msg != "" {
-				return w.fail("etcd is not healthy on every control plane, so rebooting " + w.m.Name + " could lose quorum: " + msg)
+			if msg := w.controlPlaneDown(ctx, "rebooting "+w.m.Name); msg != "" {
+				return w.fail(msg)
 			}
 		}
 

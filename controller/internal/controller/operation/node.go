@@ -3,7 +3,8 @@ package operation
 // The node operation (TalosOperation type node; issue 21): reboot, shut down
 // or reset one machine, under the cluster lock, after the admission guards
 // (guard.CheckNodeAction: the last control plane, the etcd quorum, the last
-// worker) and, for a control plane, etcd's health seen now.
+// worker) and, for a control plane, etcd's health seen now
+// (guard.CheckControlPlaneDown).
 //
 //   - reboot: check → the storage hook, cordon and drain (Talos's Reboot does
 //     neither, t:internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go)
@@ -99,13 +100,13 @@ func (r *Reconciler) selectNode(ctx context.Context, s *scope) (ctrl.Result, err
 	return ichorreconcile.NextStep(), nil
 }
 
-// nodeCheck checks, now, that a control plane may go: etcd healthy on every
-// control plane (the admission guards counted the machines; this sees them).
+// nodeCheck checks, now, that a control plane may go
+// (guard.CheckControlPlaneDown: the admission guards counted the machines;
+// this sees their etcd).
 func (w *work) nodeCheck(ctx context.Context) (ctrl.Result, error) {
 	if w.cp() {
-		if msg := w.r.etcdHealthy(ctx, w.op, w.st.Bundle); msg != "" {
-			return w.fail(fmt.Sprintf("etcd is not healthy on every control plane, so taking %s down (%s) could lose quorum: %s",
-				w.m.Name, nodeAction(w.op), msg))
+		if msg := w.controlPlaneDown(ctx, fmt.Sprintf("taking %s down (%s)", w.m.Name, nodeAction(w.op))); msg != "" {
+			return w.fail(msg)
 		}
 	}
 

@@ -16,7 +16,8 @@ package operation
 //   - restore-check: the backup and its store (outside the cluster), the
 //     identity Secret, the snapshot downloaded, decrypted and checked end to
 //     end (contracts/pkg/etcdbackup/fetch), every control plane answering as
-//     itself. The PreChecksPassed condition. Then the marker is written next
+//     itself, running and ready (guard.CheckRestoreControlPlanes; etcd's
+//     health does not count). The PreChecksPassed condition. Then the marker is written next
 //     to the backups (etcdbackup.Marker): nothing has been stopped yet.
 //   - restore-reset: every control plane is sent Talos's recovery reset
 //     (reclaim.EtcdRecoveryReset), each recorded first (reset-sent, with its
@@ -479,31 +480,30 @@ func (rs *restore) check(ctx context.Context) (ctrl.Result, error) {
 		return rs.fail(nil, msg+"; nothing was stopped")
 	}
 
-	var problems []string
+	cps := make([]guard.RestoreControlPlane, 0, len(op.Status.Machines))
 
 	for i := range op.Status.Machines {
 		mp := &op.Status.Machines[i]
+		cp := guard.RestoreControlPlane{Name: mp.Name}
 
-		v, err := rs.verified(ctx, mp)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %s", mp.Name, talos.Message(err)))
+		if v, err := rs.verified(ctx, mp); err != nil {
+			cp.Unreachable = talos.Message(err)
+		} else {
+			cp.Stage, cp.Ready, err = v.Stage(ctx)
+			v.Close()
 
-			continue
+			if err != nil {
+				cp.Stage, cp.Ready = "", false
+			}
 		}
 
-		stage, ready, err := v.Stage(ctx)
-		v.Close()
-
-		if err != nil || stage != ichorv1alpha1.StageRunning || !ready {
-			problems = append(problems, fmt.Sprintf("%s is not running and ready (stage %s)", mp.Name, orUnknown(stage)))
-		}
+		cps = append(cps, cp)
 	}
 
-	if len(problems) > 0 {
-		msg := "every control plane must answer as itself, running, for its etcd data to be wiped and the snapshot restored: " + strings.Join(problems, "; ")
-		setCond(op, ichorv1alpha1.PreChecksPassedCondition, metav1.ConditionFalse, ichorv1alpha1.FailedReason, msg)
+	if ref := guard.CheckRestoreControlPlanes(cps); ref != nil {
+		setCond(op, ichorv1alpha1.PreChecksPassedCondition, metav1.ConditionFalse, ichorv1alpha1.FailedReason, ref.Rule)
 
-		return rs.fail(nil, msg+"; nothing was stopped")
+		return rs.fail(nil, ref.Rule+"; nothing was stopped; "+ref.WayOut)
 	}
 
 	key := rs.snapshotKey()

@@ -263,8 +263,8 @@ func (w *work) check(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	if w.cp() {
-		if msg := w.r.etcdHealthy(ctx, w.op, w.st.Bundle); msg != "" {
-			return w.fail("etcd is not healthy on every control plane, so upgrading " + w.m.Name + " could lose quorum: " + msg)
+		if msg := w.controlPlaneDown(ctx, "upgrading "+w.m.Name); msg != "" {
+			return w.fail(msg)
 		}
 	}
 
