@@ -25,13 +25,13 @@ import (
 // skewCheck compares this CLI with the cluster's Ichor, once per invocation.
 type skewCheck struct {
 	// raw is the unwrapped client.
-	raw  client.WithWatch
-	once sync.Once
-	// refusal is why writes are refused; nil when they are allowed.
-	refusal error
-	// skewed is true when refusal is the rule's, not a failed read of the
-	// IchorInstallation (which the command's own reads then report).
-	skewed bool
+	raw client.WithWatch
+	mu  sync.Mutex
+	// done is true once the versions were compared; a failed read of the
+	// IchorInstallation is not remembered, the next call reads it again.
+	done bool
+	// skew is the rule's refusal; nil when writes are allowed.
+	skew error
 	// warned prints the warning of the reads once.
 	warned sync.Once
 }
@@ -43,7 +43,7 @@ func (r *run) guardWrites() {
 	raw := r.conn.Client
 	r.skew = &skewCheck{raw: raw}
 	read := func(ctx context.Context) {
-		if r.checkSkew(ctx, raw) {
+		if r.checkSkew(ctx) {
 			r.skew.warnOnce(r)
 		}
 	}
@@ -129,41 +129,53 @@ func (r *run) guardWrites() {
 	})
 }
 
-// checkSkew runs the comparison once, reading the IchorInstallation with
-// the unwrapped client; it reports whether the versions are too far apart.
-func (r *run) checkSkew(ctx context.Context, c client.Reader) bool {
-	r.skew.once.Do(func() {
-		server, err := r.serverVersion(ctx, c)
+// compare compares the versions once per invocation, reading the
+// IchorInstallation with the unwrapped client: the rule's refusal (nil when
+// writes are allowed), or the error of reading the installation.
+func (r *run) compare(ctx context.Context) error {
+	s := r.skew
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.done {
+		server, err := r.serverVersion(ctx, s.raw)
 		if err != nil {
-			r.skew.refusal = err
-			return
+			return err
 		}
-		r.skew.refusal = version.Skew(version.Get().Version, server)
-		r.skew.skewed = r.skew.refusal != nil
-	})
-	return r.skew.skewed
+		s.skew, s.done = version.Skew(version.Get().Version, server), true
+	}
+	return s.skew
+}
+
+// checkSkew reports whether the versions are too far apart; a failed read
+// of the IchorInstallation is left to the command's own reads to report.
+func (r *run) checkSkew(ctx context.Context) bool {
+	_ = r.compare(ctx)
+	r.skew.mu.Lock()
+	defer r.skew.mu.Unlock()
+	return r.skew.skew != nil
 }
 
 // mayWrite is nil when this CLI may write to the cluster, else the refusal:
 // the versions are too far apart, or the IchorInstallation could not be read
 // to compare them.
 func (r *run) mayWrite(ctx context.Context) error {
-	r.checkSkew(ctx, r.skew.raw)
-	return r.skew.refusal
+	return r.compare(ctx)
 }
 
 // warnOnce prints the refusal as a warning, the first time a read sees it.
 func (s *skewCheck) warnOnce(r *run) {
-	s.warned.Do(func() { r.warnf("%s", s.refusal) })
+	s.warned.Do(func() { r.warnf("%s", s.skew) })
 }
 
 // refused is the refusal the check has found so far, without contacting the
 // server: confirm uses it so that no one confirms a write that is refused.
 func (r *run) refused() error {
-	if r.skew == nil || !r.skew.skewed {
+	if r.skew == nil {
 		return nil
 	}
-	return r.skew.refusal
+	r.skew.mu.Lock()
+	defer r.skew.mu.Unlock()
+	return r.skew.skew
 }
 
 // isReview reports whether obj is an authentication or authorization
