@@ -20,7 +20,9 @@ import (
 // reaches the API server, so no command can forget the check. Reads go
 // through, with one warning on stderr. The one write that does not go
 // through the API server, `machine reclaim`'s Talos reset, asks mayWrite
-// itself.
+// itself. `init` and the full-loss recovery (`restore --recover-cluster`)
+// build their own clients and are not checked: they run where no Ichor is
+// installed yet, and they install this CLI's release.
 
 // skewCheck compares this CLI with the cluster's Ichor, once per invocation.
 type skewCheck struct {
