@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -97,6 +99,10 @@ var (
 	attentionMore = regexp.MustCompile(`(?m)^ +(run|why): `)
 )
 
+// TestWritesRefusedAcrossMinors: the CLI (built as v0.4.0) refuses every
+// write when the cluster's IchorInstallation records an Ichor two minors
+// away, before any confirmation and with nothing written; reads work with
+// one warning; one minor away and no installation at all, writes go through.
 func TestWritesRefusedAcrossMinors(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, "skew")
@@ -106,6 +112,9 @@ func TestWritesRefusedAcrossMinors(t *testing.T) {
 	v := mustSucceed(t, ichor(t, "version"))
 	if !strings.Contains(v.stdout, "ichor "+cliVersion) || !strings.Contains(v.stdout, "Server:  unknown") {
 		t.Fatalf("version without an installation:\n%s", v.stdout)
+	}
+	if r := mustSucceed(t, ichor(t, "cluster", "discovery", "add", "10.1.0.8", "-n", ns)); strings.Contains(r.stderr, "warning") {
+		t.Fatalf("a write without an installation warned:\n%s", r.stderr)
 	}
 
 	inst := &ichorv1alpha1.IchorInstallation{
@@ -118,22 +127,50 @@ func TestWritesRefusedAcrossMinors(t *testing.T) {
 	must(t, k8s.Status().Update(ctx, inst))
 
 	v = mustSucceed(t, ichor(t, "version"))
-	if !strings.Contains(v.stdout, "Ichor v0.6.1") || !strings.Contains(v.stdout, "Writes:  refused") {
-		t.Fatalf("version must show the server and the refusal:\n%s", v.stdout)
+	if !strings.Contains(v.stdout, "Ichor v0.6.1") || !strings.Contains(v.stdout, "Writes:  refused") || strings.Contains(v.stderr, "warning") {
+		t.Fatalf("version must show the server and the refusal, and warn of nothing:\nstdout:\n%s\nstderr:\n%s", v.stdout, v.stderr)
 	}
-	mustFail(t, ichor(t, "cluster", "discovery", "add", "10.1.0.9", "-n", ns), "more than one minor release apart", "install ichor v0.6.x")
+	refusal := "this ichor is v0.4.0 and the cluster runs Ichor v0.6.1, more than one minor release apart"
+	mustFail(t, ichor(t, "cluster", "discovery", "add", "10.1.0.9", "-n", ns), refusal, "install ichor v0.6.x")
 	createMachine(t, newMachine(ns, "m-1", "prod"))
 	mustFail(t, ichor(t, "machine", "reject", "m-1", "-n", ns), "install ichor v0.6.x")
 	mustFail(t, ichor(t, "node", "remove", "m-1", "-n", ns, "--yes"), "install ichor v0.6.x")
-	if len(getCluster(t, ns, "prod").Spec.Discovery.Addresses) != 0 || getMachine(t, ns, "m-1").Spec.Approval.State != ichorv1alpha1.ApprovalPending {
-		t.Fatal("a refused write changed something")
+	mustFail(t, ichor(t, "cluster", "pause", "prod", "-n", ns), "install ichor v0.6.x")
+	// The one write that goes to Talos rather than the API server is refused
+	// too, before it dials (no machine answers on this address).
+	tc := filepath.Join(t.TempDir(), "talosconfig")
+	must(t, os.WriteFile(tc, []byte("context: x\n"), 0o600))
+	mustFail(t, ichor(t, "machine", "reclaim", "127.0.0.1", "--talosconfig", tc, "--confirm-uuid", "u"), "install ichor v0.6.x")
+	// The refusal comes before the confirmation, not after someone typed it.
+	if r := mustFail(t, ichorWith(t, invocation{stdin: "m-1\n"}, "node", "remove", "m-1", "-n", ns), "install ichor v0.6.x"); strings.Contains(r.stderr, "to confirm") {
+		t.Fatalf("a refused write asked for a confirmation:\n%s", r.stderr)
 	}
-	// Reads still work.
-	mustSucceed(t, ichor(t, "machine", "list", "-n", ns))
+	c, m := getCluster(t, ns, "prod"), getMachine(t, ns, "m-1")
+	if len(c.Spec.Discovery.Addresses) != 1 || c.Spec.Paused || m.Spec.Approval.State != ichorv1alpha1.ApprovalPending || m.DeletionTimestamp != nil {
+		t.Fatalf("a refused write changed something: discovery %v, paused %t, approval %s", c.Spec.Discovery.Addresses, c.Spec.Paused, m.Spec.Approval.State)
+	}
+	ops := &ichorv1alpha1.TalosOperationList{}
+	must(t, k8s.List(ctx, ops, client.InNamespace(ns)))
+	if len(ops.Items) != 0 {
+		t.Fatalf("a refused write created %d TalosOperations", len(ops.Items))
+	}
 
+	// Reads still work, with the refusal as one warning on stderr.
+	r := mustSucceed(t, ichor(t, "machine", "list", "-n", ns))
+	if !strings.Contains(r.stdout, "m-1") || strings.Count(r.stderr, "warning: "+refusal) != 1 {
+		t.Fatalf("a read must list and warn once:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+
+	// One minor away: writes go through, and reads do not warn.
 	inst.Status.InstalledVersion = "v0.5.3"
 	must(t, k8s.Status().Update(ctx, inst))
 	mustSucceed(t, ichor(t, "cluster", "discovery", "add", "10.1.0.9", "-n", ns))
+	if len(getCluster(t, ns, "prod").Spec.Discovery.Addresses) != 2 {
+		t.Fatal("the write one minor away did not add the address")
+	}
+	if r := mustSucceed(t, ichor(t, "machine", "list", "-n", ns)); strings.Contains(r.stderr, "warning") {
+		t.Fatalf("a read one minor away warned:\n%s", r.stderr)
+	}
 }
 
 // TestClusterPauseResume: `cluster pause` sets spec.paused and the reason,

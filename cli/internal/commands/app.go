@@ -1,6 +1,6 @@
 // Package commands holds the commands of the ichor CLI. Every write goes
 // through the custom resources, exactly as the web UI's do, after the shared
-// refusals of contracts/pkg/guard and the version check of package compat.
+// refusals of contracts/pkg/guard and the version-skew check (skew.go).
 package commands
 
 import (
@@ -18,11 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/maeshinshin/ichor/cli/internal/compat"
 	"github.com/maeshinshin/ichor/cli/internal/kube"
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/contracts/pkg/version"
 )
 
 // Global flag names.
@@ -155,6 +153,8 @@ type run struct {
 	in     io.Reader
 	format string
 	conn   *kube.Conn
+	// skew is the version-skew check of conn's writes (skew.go).
+	skew *skewCheck
 }
 
 func newRun(cmd *cli.Command) (*run, error) {
@@ -190,6 +190,7 @@ func connected(cmd *cli.Command) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.guardWrites()
 	return r, nil
 }
 
@@ -207,31 +208,25 @@ func (r *run) warnf(format string, args ...any) {
 // serverVersion is the Ichor release the cluster runs, from the
 // IchorInstallation's status; "" when Ichor is not installed or has not
 // reported it.
-func (r *run) serverVersion(ctx context.Context) (string, error) {
+func (r *run) serverVersion(ctx context.Context, c client.Reader) (string, error) {
 	inst := &ichorv1alpha1.IchorInstallation{}
-	err := r.c().Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, inst)
+	err := c.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, inst)
 	switch {
 	case err == nil:
 		return inst.Status.InstalledVersion, nil
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 		return "", nil
 	default:
-		return "", r.conn.Explain(err, "reading the IchorInstallation")
+		return "", r.conn.Explain(err, "reading the IchorInstallation to compare its version with this ichor's before writing")
 	}
 }
 
-// checkWritable refuses a write when this CLI and the server are more than
-// one minor release apart. Every write command calls it first.
-func (r *run) checkWritable(ctx context.Context) error {
-	server, err := r.serverVersion(ctx)
-	if err != nil {
+// confirm asks the person to type want, unless --yes. It always precedes a
+// write, so a version skew already found refuses here, before anyone types.
+func (r *run) confirm(prompt, want string) error {
+	if err := r.refused(); err != nil {
 		return err
 	}
-	return compat.CheckWrite(version.Get().Version, server)
-}
-
-// confirm asks the person to type want, unless --yes.
-func (r *run) confirm(prompt, want string) error {
 	if r.cmd.Bool(flagYes) {
 		return nil
 	}

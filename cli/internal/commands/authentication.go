@@ -176,9 +176,6 @@ func authenticationSet(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	if err := r.checkWritable(ctx); err != nil {
-		return err
-	}
 	c, err := r.getCluster(ctx, cmd.String(flagCluster))
 	if err != nil {
 		return err

@@ -341,9 +341,6 @@ func discoveryAdd(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	if err := r.checkWritable(ctx); err != nil {
-		return err
-	}
 	var added []string
 	var name string
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {

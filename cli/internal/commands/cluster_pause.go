@@ -38,9 +38,6 @@ func pausedText(c *ichorv1alpha1.TalosCluster) string {
 func (r *run) clusterRequest(ctx context.Context, name, what string,
 	do func(context.Context, client.Client, client.ObjectKey) (clusterreq.Result, error),
 ) (clusterreq.Result, error) {
-	if err := r.checkWritable(ctx); err != nil {
-		return clusterreq.Result{}, err
-	}
 	c, err := r.getCluster(ctx, name)
 	if err != nil {
 		return clusterreq.Result{}, err
@@ -210,11 +207,6 @@ func clusterShutdown(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	dryRun := cmd.Bool(flagDryRun)
-	if !dryRun {
-		if err := r.checkWritable(ctx); err != nil {
-			return err
-		}
-	}
 	c, err := r.getCluster(ctx, cmd.Args().First())
 	if err != nil {
 		return err

@@ -219,11 +219,6 @@ func cniValuesSet(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	if !cmd.Bool(flagDryRun) {
-		if err := r.checkWritable(ctx); err != nil {
-			return err
-		}
-	}
 	c, err := r.getCluster(ctx, cmd.String(flagCluster))
 	if err != nil {
 		return err
@@ -276,9 +271,6 @@ const valuesEditHeader = `# Edit the user's layer of Cilium Helm values of Talos
 func cniValuesEdit(ctx context.Context, cmd *cli.Command) error {
 	r, err := connected(cmd)
 	if err != nil {
-		return err
-	}
-	if err := r.checkWritable(ctx); err != nil {
 		return err
 	}
 	c, err := r.getCluster(ctx, cmd.String(flagCluster))

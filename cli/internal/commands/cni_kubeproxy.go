@@ -68,9 +68,6 @@ func cniKubeProxy(ctx context.Context, cmd *cli.Command) error {
 	if err := refusalError(what, guard.CheckKubeProxySwitch(c, guard.CNIFacts{Unfinished: guard.UnfinishedCNI(c.Name, "", ops.Items)}, target)); err != nil {
 		return err
 	}
-	if err := r.checkWritable(ctx); err != nil {
-		return err
-	}
 	if err := r.confirm(kubeProxySwitchText(c.Name, guard.KubeProxyMode(c), target), c.Name); err != nil {
 		return err
 	}

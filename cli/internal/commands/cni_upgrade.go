@@ -81,9 +81,6 @@ func cniUpgrade(ctx context.Context, cmd *cli.Command) error {
 			return noCNITarget(cmd, c, facts)
 		}
 	}
-	if err := r.checkWritable(ctx); err != nil {
-		return err
-	}
 	if err := refusalError(fmt.Sprintf("Upgrading Cilium on cluster %s to %s", c.Name, target), guard.CheckCNIUpgrade(c, facts, target)); err != nil {
 		return err
 	}

@@ -104,9 +104,6 @@ func backupNow(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	if err := r.checkWritable(ctx); err != nil {
-		return err
-	}
 	b, err := r.getBackup(ctx, cmd.Args().First())
 	if err != nil {
 		return err

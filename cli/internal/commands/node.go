@@ -163,11 +163,6 @@ func nodeAction(ctx context.Context, cmd *cli.Command, action string) error {
 	}
 	name := cmd.Args().First()
 	dryRun := cmd.Bool(flagDryRun)
-	if !dryRun {
-		if err := r.checkWritable(ctx); err != nil {
-			return err
-		}
-	}
 	m, err := r.getMachine(ctx, name)
 	if err != nil {
 		return err
@@ -244,11 +239,6 @@ func nodeRemove(ctx context.Context, cmd *cli.Command) error {
 	}
 	name := cmd.Args().First()
 	dryRun := cmd.Bool(flagDryRun)
-	if !dryRun {
-		if err := r.checkWritable(ctx); err != nil {
-			return err
-		}
-	}
 	m, err := r.getMachine(ctx, name)
 	if err != nil {
 		return err

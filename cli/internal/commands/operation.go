@@ -466,9 +466,6 @@ func unreachable(err error) bool {
 // updates it; a conflict (someone else wrote it meanwhile) is retried on a
 // new read. change returns an error to refuse, and writes nothing then.
 func (r *run) updateOperation(ctx context.Context, name string, change func(op *ichorv1alpha1.TalosOperation) error) (*ichorv1alpha1.TalosOperation, error) {
-	if err := r.checkWritable(ctx); err != nil {
-		return nil, err
-	}
 	var out *ichorv1alpha1.TalosOperation
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		op, err := r.getOperation(ctx, name)

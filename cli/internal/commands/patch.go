@@ -552,9 +552,6 @@ func patchCreate(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	if err := r.checkWritable(ctx); err != nil {
-		return err
-	}
 	p, err := r.patchFromFlags(ctx, cmd, cmd.Args().First())
 	if err != nil {
 		return err
@@ -571,9 +568,6 @@ func patchDelete(ctx context.Context, cmd *cli.Command) error {
 	}
 	r, err := connected(cmd)
 	if err != nil {
-		return err
-	}
-	if err := r.checkWritable(ctx); err != nil {
 		return err
 	}
 	old, err := r.getPatch(ctx, cmd.Args().First())
@@ -598,9 +592,6 @@ func patchEdit(ctx context.Context, cmd *cli.Command) error {
 	}
 	r, err := connected(cmd)
 	if err != nil {
-		return err
-	}
-	if err := r.checkWritable(ctx); err != nil {
 		return err
 	}
 	old, err := r.getPatch(ctx, cmd.Args().First())

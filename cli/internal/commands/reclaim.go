@@ -63,7 +63,9 @@ func machineReclaim(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	if err := r.checkWritable(ctx); err != nil {
+	// The reset below goes to Talos, not through the API server's client,
+	// so the version-skew rule is asked here.
+	if err := r.mayWrite(ctx); err != nil {
 		return err
 	}
 

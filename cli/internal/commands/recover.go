@@ -231,10 +231,6 @@ func restoreConfirm(ctx context.Context, cmd *cli.Command, cluster string) error
 		return nil
 	}
 
-	if err := r.checkWritable(ctx); err != nil {
-		return err
-	}
-
 	if err := r.confirm(prompt, cluster); err != nil {
 		return err
 	}

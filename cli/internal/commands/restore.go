@@ -143,11 +143,6 @@ func etcdRestore(ctx context.Context, cmd *cli.Command) error {
 	}
 
 	dryRun := cmd.Bool(flagDryRun)
-	if !dryRun {
-		if err := r.checkWritable(ctx); err != nil {
-			return err
-		}
-	}
 
 	b, err := r.getBackup(ctx, cmd.String(flagBackup))
 	if err != nil {

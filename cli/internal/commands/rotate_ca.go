@@ -352,11 +352,6 @@ func rotationTarget(ctx context.Context, cmd *cli.Command, typ string,
 	}
 
 	dryRun := cmd.Bool(flagDryRun)
-	if !dryRun {
-		if err := r.checkWritable(ctx); err != nil {
-			return nil, nil, nil, nil, err
-		}
-	}
 
 	c, err := r.getCluster(ctx, cmd.Args().First())
 	if err != nil {

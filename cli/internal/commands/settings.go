@@ -156,10 +156,6 @@ func settingsSet(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	if err := r.checkWritable(ctx); err != nil {
-		return err
-	}
-
 	var out *ichorv1alpha1.IchorInstallation
 
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -187,9 +187,6 @@ func upgrade(ctx context.Context, cmd *cli.Command, u upgradeComponent) error {
 		return fmt.Errorf("`%s` needs a VERSION: the default is %s (`%s %s`); `%s --list` shows the others",
 			cmd.FullName(), def, cmd.FullName(), def, cmd.FullName())
 	}
-	if err := r.checkWritable(ctx); err != nil {
-		return err
-	}
 	ops := &ichorv1alpha1.TalosOperationList{}
 	if err := r.c().List(ctx, ops, client.InNamespace(r.ns())); err != nil {
 		return r.conn.Explain(err, "listing TalosOperations in namespace "+r.ns())

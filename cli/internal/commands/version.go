@@ -5,7 +5,6 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/maeshinshin/ichor/cli/internal/compat"
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 )
@@ -73,7 +72,9 @@ func (r *run) server(ctx context.Context) serverInfo {
 		info.Problem = err.Error()
 		return info
 	}
-	v, err := rr.serverVersion(ctx)
+	// The unwrapped client: this read is the comparison itself, not a read
+	// the skew warning is for.
+	v, err := rr.serverVersion(ctx, rr.skew.raw)
 	if err != nil {
 		info.Problem = err.Error()
 		return info
@@ -83,7 +84,7 @@ func (r *run) server(ctx context.Context) serverInfo {
 		return info
 	}
 	info.Version = v
-	if err := compat.CheckWrite(version.Get().Version, v); err != nil {
+	if err := version.Skew(version.Get().Version, v); err != nil {
 		info.WritesAllowed = false
 		info.Refusal = err.Error()
 	}

@@ -91,7 +91,45 @@ function StaleBanner() {
   );
 }
 
-export function Shell({ route, onSignOut, children }: { route: Route; onSignOut: () => void; children: ComponentChildren }) {
+/**
+ * UpgradedBanner prompts a reload once ichor-ui reports another Ichor release
+ * than the one that served this page. The page is the SPA embedded in the
+ * ichor-ui binary, so the version of its first cluster read is the page's
+ * own. The banner stays once shown: during a rollout the old and the new
+ * replicas answer in turn, and the page is stale either way.
+ */
+export function UpgradedBanner({ reload = () => location.reload() }: { reload?: () => void }) {
+  const { cluster } = useConsole();
+  const loaded = useRef("");
+  const upgraded = useRef("");
+  const current = cluster?.ichorVersion ?? "";
+  if (current && !loaded.current) loaded.current = current;
+  if (current && current !== loaded.current) upgraded.current = current;
+  if (!upgraded.current) return null;
+  return (
+    <Alert tone="warn" title={`Ichor now runs ${upgraded.current}`}>
+      <p data-testid="upgraded">
+        This page is the console of Ichor {loaded.current}, loaded before the upgrade; reload it to use the console of {upgraded.current}.
+      </p>
+      <Button variant="outline" size="sm" class="mt-2" data-testid="reload" onClick={reload}>
+        Reload
+      </Button>
+    </Alert>
+  );
+}
+
+export function Shell({
+  route,
+  onSignOut,
+  reload,
+  children,
+}: {
+  route: Route;
+  onSignOut: () => void;
+  /** reload reloads the page; tests replace it. */
+  reload?: () => void;
+  children: ComponentChildren;
+}) {
   const { cluster, me } = useConsole();
   const [menu, setMenu] = useState(false);
   const navRef = useRef<HTMLElement>(null);
@@ -195,6 +233,7 @@ export function Shell({ route, onSignOut, children }: { route: Route; onSignOut:
         </nav>
       </header>
       <main id="main" tabIndex={-1} class="mx-auto flex max-w-7xl flex-col gap-4 p-4 outline-none">
+        <UpgradedBanner reload={reload} />
         <StaleBanner />
         {children}
       </main>
