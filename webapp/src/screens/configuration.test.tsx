@@ -6,6 +6,7 @@ import type { Client, ConfigPatch, CreatePatchRequest, ListPatchesResponse, Prev
 import { ConsoleContext, type Console } from "../context";
 import { ConfigurationPage } from "./configuration";
 import { loadSchema } from "../lib/configform";
+import { settleUntil } from "../testing/dom";
 
 // The schema is a chunk of its own; load it once so that each render finds it.
 beforeAll(async () => {
@@ -82,7 +83,9 @@ async function show(value: Console, edit?: string) {
       root,
     );
   });
-  await settle();
+  // The schema is loaded by a dynamic import, which the event loop alone
+  // does not finish on a busy machine.
+  await settleUntil(() => !root.querySelector("[data-loading]"), "the configuration page to load");
 }
 
 const q = <T extends Element = HTMLElement>(sel: string) => root.querySelector<T>(sel);

@@ -49,6 +49,22 @@ export async function settle() {
   }
 }
 
+/**
+ * settleUntil settles until done() holds, for work that takes real time
+ * rather than a few turns of the event loop (a lazily imported chunk on a
+ * busy machine); it fails after 10 s.
+ */
+export async function settleUntil(done: () => boolean, what: string) {
+  const deadline = Date.now() + 10_000;
+  await settle();
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`still waiting after 10 s: ${what}`);
+    await act(async () => {
+      await new Promise((r) => setTimeout(r, 10));
+    });
+  }
+}
+
 /** show renders children in root under the console ctx and settles. */
 export async function show(root: HTMLElement, ctx: Console, children: ComponentChildren) {
   await act(() => {
