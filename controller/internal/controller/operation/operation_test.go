@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -20,7 +18,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	mirror "github.com/maeshinshin/ichor/contracts/api/v1alpha1/config"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
-	"github.com/maeshinshin/ichor/contracts/pkg/render"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -312,47 +310,18 @@ func TestOperation_RebootRolloutDrainsAndFailurePauses(t *testing.T) {
 	}
 }
 
-// changeBehindIchor applies a patch to a node's running configuration
-// directly, as someone with talosctl would.
+// changeBehindIchor applies a patch to the node's running configuration over its Talos API, as a person would.
 func changeBehindIchor(t *testing.T, name, patch string) {
 	t.Helper()
 
-	ctx := context.Background()
-	n := adminNode(t, name)
-
-	active, _, err := n.Config(ctx)
-	testenv.Must(t, err)
-
-	p, err := configpatcher.LoadPatch([]byte(patch))
-	testenv.Must(t, err)
-
-	out, err := configpatcher.Apply(configpatcher.WithBytes(active), []configpatcher.Patch{p})
-	testenv.Must(t, err)
-
-	b, err := out.Bytes()
-	testenv.Must(t, err)
-
-	_, err = n.Client().ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: b, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
-	testenv.Must(t, err)
+	testworld.ChangeBehindIchor(t, world, theBun, name, patch)
 }
 
 // nodeHas reports whether the node's running configuration has a path naming s.
 func nodeHas(t *testing.T, name, s string) bool {
 	t.Helper()
 
-	active, _, err := adminNode(t, name).Config(context.Background())
-	testenv.Must(t, err)
-
-	vals, err := render.ConfigValues(active)
-	testenv.Must(t, err)
-
-	for p := range vals {
-		if strings.Contains(p.String(), s) {
-			return true
-		}
-	}
-
-	return false
+	return testworld.NodeHas(t, world, theBun, name, s)
 }
 
 // workloadClient is a client of the emulated cluster's Kubernetes API.
