@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -153,11 +152,9 @@ func TestCiliumUpgradeChaos(t *testing.T) {
 func reconcileUntil(t *testing.T, k kubernetes.Interface, name string, seen map[string]bool, done func(*ichorv1alpha1.TalosOperation) bool) *ichorv1alpha1.TalosOperation {
 	t.Helper()
 
-	deadline := time.Now().Add(waitTimeout)
+	var last *ichorv1alpha1.TalosOperation
 
-	for restarts := 0; ; restarts++ {
-		res := reconcileOnceInFreshController(t, name)
-
+	chaos := testworld.RunChaos(t, waitTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, name) }, func() testworld.ChaosStep {
 		jobs, err := k.BatchV1().Jobs("kube-system").List(t.Context(), metav1.ListOptions{LabelSelector: cnijob.OperationLabel + "=" + name})
 		testenv.Must(t, err)
 
@@ -165,27 +162,21 @@ func reconcileUntil(t *testing.T, k kubernetes.Interface, name string, seen map[
 			seen[j.Name] = true
 		}
 
-		op := &ichorv1alpha1.TalosOperation{}
-		testenv.Must(t, k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, op))
+		last = &ichorv1alpha1.TalosOperation{}
+		testenv.Must(t, k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, last))
 
-		if done(op) {
-			t.Logf("after %d controller restarts: phase %s, step %s", restarts+1, op.Status.Phase, op.Status.Step)
+		st := testworld.OperationStep(last, nil)
+		st.Done, st.Failed = done(last), ""
 
-			return op
+		if ended := last.Status.Phase == ichorv1alpha1.OperationSucceeded || last.Status.Phase == ichorv1alpha1.OperationFailed; ended && !st.Done {
+			st.Failed = fmt.Sprintf("the operation ended %s: %+v", last.Status.Phase, last.Status.Conditions)
 		}
 
-		if completed := op.Status.Phase == ichorv1alpha1.OperationSucceeded || op.Status.Phase == ichorv1alpha1.OperationFailed; completed {
-			t.Fatalf("the operation ended %s: %+v", op.Status.Phase, op.Status.Conditions)
-		}
+		return st
+	})
+	t.Logf("after %d controller restarts: phase %s, step %s", chaos.Deaths, last.Status.Phase, last.Status.Step)
 
-		if time.Now().After(deadline) {
-			t.Fatalf("not there after %d controller restarts: phase %s, step %s, %+v", restarts, op.Status.Phase, op.Status.Step, op.Status.Conditions)
-		}
-
-		if res.RequeueAfter > 200*time.Millisecond {
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	return last
 }
 
 // reconcileOnceInFreshController runs one reconcile of the operation in a

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -20,6 +21,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/etcdbackup/store"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -288,17 +290,11 @@ func TestLiveRestoreChaos(t *testing.T) {
 	testenv.Must(t, k8s.Create(context.Background(), restoreOp(name, key)))
 
 	first := getOp(t, name)
-	steps := []string{}
 	deleted := false
-	deadline := time.Now().Add(3 * waitTimeout)
 
-	for restarts := 0; ; restarts++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("not finished after %d controller restarts; steps %v", restarts, steps)
-		}
+	var last *ichorv1alpha1.TalosOperation
 
-		res := reconcileOnceInFreshController(t, name)
-
+	chaos := testworld.RunChaos(t, 3*waitTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, name) }, func() testworld.ChaosStep {
 		op := &ichorv1alpha1.TalosOperation{}
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, op); err != nil {
 			if !apierrors.IsNotFound(err) {
@@ -306,41 +302,27 @@ func TestLiveRestoreChaos(t *testing.T) {
 			}
 
 			// Waiting for the backup controller to recreate it from the marker.
-			time.Sleep(200 * time.Millisecond)
-
-			continue
+			return testworld.ChaosStep{Wait: 200 * time.Millisecond}
 		}
 
-		if len(steps) == 0 || steps[len(steps)-1] != op.Status.Step {
-			steps = append(steps, op.Status.Step)
+		last = op
+		st := testworld.OperationStep(op, nil)
+		if op.Status.FailureReason != "" && !st.Done {
+			st.Failed = op.Status.FailureReason
 		}
 
-		if op.Status.Phase == ichorv1alpha1.OperationSucceeded {
-			t.Logf("succeeded after %d controller restarts; steps %v", restarts+1, steps)
-
-			if op.Annotations[ichorv1alpha1.RestoreMarkerAnnotation] != string(first.UID) {
-				t.Errorf("the operation that completed was not recreated from the first one's marker: annotations %v", op.Annotations)
-			}
-
-			break
-		}
-
-		if op.Status.FailureReason != "" {
-			t.Fatalf("paused: %s (steps %v)", op.Status.FailureReason, steps)
-		}
-
-		if m := marker(t, op); !deleted && m != nil && m.Bootstrapped {
+		if m := marker(t, op); !st.Done && !deleted && m != nil && m.Bootstrapped {
 			// The rollback: the restored API does not know the operation.
 			testenv.Must(t, client.IgnoreNotFound(k8s.Delete(context.Background(), op)))
 
 			deleted = true
-
-			continue
 		}
 
-		if res.RequeueAfter > 100*time.Millisecond {
-			time.Sleep(100 * time.Millisecond)
-		}
+		return st
+	})
+
+	if last.Annotations[ichorv1alpha1.RestoreMarkerAnnotation] != string(first.UID) {
+		t.Errorf("the operation that completed was not recreated from the first one's marker: annotations %v (steps %s)", last.Annotations, chaos)
 	}
 
 	if !deleted {

@@ -23,12 +23,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -434,55 +436,32 @@ func TestCARotationChaos(t *testing.T) {
 	}
 	testenv.Must(t, k8s.Create(ctx, op))
 
-	stages := []string{}
-	deadline := time.Now().Add(opTimeout)
 	handedOver := false
+	chaos := testworld.RunChaos(t, opTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, ec.ns, op.Name) },
+		func() testworld.ChaosStep {
+			got := ec.getOp(t, op.Name)
+			if got.Status.Phase == ichorv1alpha1.OperationAwaitingCredentials && !handedOver {
+				// The hand-over, as `ichor cluster rotate-ca` asks for it.
+				key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+				testenv.Must(t, err)
 
-	for restarts := 1; ; restarts++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("not finished after %d controller restarts; stages %v", restarts, stages)
-		}
+				der, err := stdx509.MarshalPKIXPublicKey(&key.PublicKey)
+				testenv.Must(t, err)
 
-		res := reconcileOnceInFreshController(t, ec.ns, op.Name)
+				testenv.Must(t, k8s.Create(ctx, &ichorv1alpha1.TalosCredentialRequest{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ec.ns, Name: "rotate-ca-chaos-credentials"},
+					Spec: ichorv1alpha1.TalosCredentialRequestSpec{
+						ClusterName: ec.name, Purpose: ichorv1alpha1.PurposeRotationCredentials, OperationName: op.Name,
+						PublicKey: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})),
+					},
+				}))
 
-		got := ec.getOp(t, op.Name)
-		if got.Status.FailedStep != "" {
-			t.Fatalf("paused: %s", got.Status.FailureReason)
-		}
+				handedOver = true
+			}
 
-		if s := got.Status.Step; s != "" && (len(stages) == 0 || stages[len(stages)-1] != s) {
-			stages = append(stages, s)
-		}
-
-		if got.Status.Phase == ichorv1alpha1.OperationAwaitingCredentials && !handedOver {
-			// The hand-over, as `ichor cluster rotate-ca` asks for it.
-			key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-			testenv.Must(t, err)
-
-			der, err := stdx509.MarshalPKIXPublicKey(&key.PublicKey)
-			testenv.Must(t, err)
-
-			testenv.Must(t, k8s.Create(ctx, &ichorv1alpha1.TalosCredentialRequest{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ec.ns, Name: "rotate-ca-chaos-credentials"},
-				Spec: ichorv1alpha1.TalosCredentialRequestSpec{
-					ClusterName: ec.name, Purpose: ichorv1alpha1.PurposeRotationCredentials, OperationName: op.Name,
-					PublicKey: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})),
-				},
-			}))
-
-			handedOver = true
-		}
-
-		if got.Status.Phase == ichorv1alpha1.OperationSucceeded {
-			t.Logf("succeeded after %d controller restarts", restarts)
-
-			break
-		}
-
-		if res.RequeueAfter > 100*time.Millisecond {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+			return testworld.OperationStep(got, nil)
+		})
+	stages := chaos.Steps[""]
 
 	if want := []string{"prepare", "accept", "credentials", "issue", "root-ca", "drop", "restart-clients", "finish"}; !slices.Equal(stages, want) {
 		t.Errorf("stages %v, want %v once each, in order", stages, want)

@@ -14,10 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -316,35 +318,9 @@ func TestKeyRotationChaos(t *testing.T) {
 	}
 	testenv.Must(t, k8s.Create(ctx, op))
 
-	stages := []string{}
-	deadline := time.Now().Add(opTimeout)
-
-	for restarts := 1; ; restarts++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("not finished after %d controller restarts; stages %v", restarts, stages)
-		}
-
-		res := reconcileOnceInFreshController(t, ec.ns, op.Name)
-
-		got := ec.getOp(t, op.Name)
-		if got.Status.FailedStep != "" {
-			t.Fatalf("paused: %s", got.Status.FailureReason)
-		}
-
-		if s := got.Status.Step; s != "" && (len(stages) == 0 || stages[len(stages)-1] != s) {
-			stages = append(stages, s)
-		}
-
-		if got.Status.Phase == ichorv1alpha1.OperationSucceeded {
-			t.Logf("succeeded after %d controller restarts", restarts)
-
-			break
-		}
-
-		if res.RequeueAfter > 100*time.Millisecond {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	chaos := testworld.RunChaos(t, opTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, ec.ns, op.Name) },
+		func() testworld.ChaosStep { return testworld.OperationStep(ec.getOp(t, op.Name), nil) })
+	stages := chaos.Steps[""]
 
 	if want := []string{"prepare", "accept", "promote", "issue", "rewrite", "tokens", "retire", "drop", "rename", "apply-name", "reencrypt", "finish", "cleanup"}; !slices.Equal(stages, want) {
 		t.Errorf("stages %v, want %v once each, in order", stages, want)

@@ -13,11 +13,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/kubeupgrade"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -450,42 +452,17 @@ func TestKubernetesUpgradeChaos(t *testing.T) {
 	ec.setKubernetesVersion(t, to)
 	name := ec.operation(t, to)
 
-	steps := map[string][]string{}
-	deadline := time.Now().Add(3 * waitTimeout)
+	chaos := testworld.RunChaos(t, 3*waitTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, ec.ns, name) },
+		func() testworld.ChaosStep {
+			return testworld.OperationStep(ec.getOp(t, name), func(p ichorv1alpha1.MachineProgress) string {
+				if p.Step == "" {
+					return ""
+				}
 
-	for restarts := 0; ; restarts++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("not finished after %d controller restarts; steps %v", restarts, steps)
-		}
-
-		res := reconcileOnceInFreshController(t, ec.ns, name)
-
-		op := ec.getOp(t, name)
-		for _, p := range op.Status.Machines {
-			if p.Step == "" {
-				continue
-			}
-
-			step := p.Stage + "/" + p.Step
-			if s := steps[p.Name]; len(s) == 0 || s[len(s)-1] != step {
-				steps[p.Name] = append(s, step)
-			}
-		}
-
-		if op.Status.Phase == ichorv1alpha1.OperationSucceeded {
-			t.Logf("succeeded after %d controller restarts", restarts+1)
-
-			break
-		}
-
-		if op.Status.FailedStep != "" {
-			t.Fatalf("paused: %s", op.Status.FailureReason)
-		}
-
-		if res.RequeueAfter > 100*time.Millisecond {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+				return p.Stage + "/" + p.Step
+			})
+		})
+	steps := chaos.Steps
 
 	for _, n := range machines {
 		applies, pulls := 2, 1

@@ -11,9 +11,11 @@ import (
 	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -122,7 +124,8 @@ func identityMismatchRemoval(t *testing.T) {
 // (w-1 back in maintenance, approved again without discovery's record) is
 // reconciled one step at a time, each by a fresh controller. The step whose
 // probe records the fingerprint sends nothing; the configuration goes at a
-// later step, to the node presenting the recorded one.
+// later step, to the node presenting the recorded one, and it goes once
+// across the whole provisioning (the provisioning's chaos test).
 func firstProbeRecords(t *testing.T) {
 	ctx := context.Background()
 	em := emu(t, "w-1")
@@ -172,7 +175,20 @@ func firstProbeRecords(t *testing.T) {
 				t.Fatalf("sent %d times; recorded in an earlier step %t; configSentAt %v", sent, recorded, m.Status.ConfigSentAt)
 			}
 
-			return
+			break
 		}
+	}
+
+	// The provisioning goes on, still one controller per reconcile, until
+	// the machine is provisioned: its configuration is never sent again.
+	chaos := testworld.RunChaos(t, waitTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, "w-1") }, func() testworld.ChaosStep {
+		m := getMachine(t, "w-1")
+		c := cond(m, ichorv1alpha1.ProvisionedCondition)
+
+		return testworld.ChaosStep{At: map[string]string{"w-1": m.Status.Stage}, Done: c != nil && c.Status == metav1.ConditionTrue}
+	})
+
+	if sent := rpcs(t, "w-1", "ApplyConfiguration") - before; sent != 1 {
+		t.Errorf("w-1 got %d ApplyConfiguration calls across its provisioning by %d controllers, want exactly 1", sent, chaos.Deaths)
 	}
 }

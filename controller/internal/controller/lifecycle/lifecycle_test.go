@@ -18,10 +18,12 @@ import (
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -350,31 +352,21 @@ func chaosRemoval(t *testing.T) {
 
 	remove(t, "cp-3", nil, false)
 
-	var phases []string
-
-	deadline := time.Now().Add(waitTimeout)
-
-	for step := 0; ; step++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("removal not finished after %d restarts; phases %v", step, phases)
-		}
-
-		gone := reconcileOnceInFreshController(t, "cp-3")
-		if gone {
-			break
-		}
-
+	chaos := testworld.RunChaos(t, waitTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, "cp-3") }, func() testworld.ChaosStep {
 		m := &ichorv1alpha1.TalosMachine{}
 		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "cp-3"}, m); err != nil {
 			testenv.Must(t, client.IgnoreNotFound(err))
 
-			break
+			return testworld.ChaosStep{Done: true}
 		}
 
-		if m.Status.Removal != nil && (len(phases) == 0 || phases[len(phases)-1] != m.Status.Removal.Phase) {
-			phases = append(phases, m.Status.Removal.Phase)
+		if m.Status.Removal == nil {
+			return testworld.ChaosStep{}
 		}
-	}
+
+		return testworld.ChaosStep{At: map[string]string{"cp-3": m.Status.Removal.Phase}}
+	})
+	phases := chaos.Steps["cp-3"]
 
 	want := []string{ichorv1alpha1.RemovalEvacuating, ichorv1alpha1.RemovalDraining, ichorv1alpha1.RemovalLeavingEtcd,
 		ichorv1alpha1.RemovalResetting, ichorv1alpha1.RemovalDeletingNode, ichorv1alpha1.RemovalDone}
@@ -387,41 +379,23 @@ func chaosRemoval(t *testing.T) {
 	}
 }
 
-// reconcileOnceInFreshController starts a manager (a controller process),
-// runs one reconcile of the machine and stops it. It reports whether the
-// machine is gone.
-func reconcileOnceInFreshController(t *testing.T, name string) bool {
+// reconcileOnceInFreshController is a controller process that starts,
+// runs one reconcile of the machine with a new lifecycle reconciler and
+// dies; then it waits 100 ms, as the machine's work waits on its node (a
+// drain, a reset) between reconciles.
+func reconcileOnceInFreshController(t *testing.T, name string) ctrl.Result {
 	t.Helper()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	defer time.Sleep(100 * time.Millisecond)
 
-	mgr, err := suite().NewManager()
-	testenv.Must(t, err)
-	testenv.Must(t, machinestate.RegisterIndexes(context.Background(), mgr.GetFieldIndexer()))
+	return testworld.ReconcileOnce(t, suite().NewManager, func(ctx context.Context, mgr ctrl.Manager) ctrlreconcile.Reconciler {
+		testenv.Must(t, machinestate.RegisterIndexes(ctx, mgr.GetFieldIndexer()))
 
-	r := newLifecycle()
-	r.Client, r.APIReader = mgr.GetClient(), mgr.GetAPIReader()
-	r.Recorder = mgr.GetEventRecorder("chaos")
+		r := newLifecycle()
+		r.Client, r.APIReader, r.Recorder = mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("chaos")
 
-	go func() { _ = mgr.Start(ctx) }()
-
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
-
-	key := client.ObjectKey{Namespace: ns, Name: name}
-	if err := mgr.GetClient().Get(ctx, key, &ichorv1alpha1.TalosMachine{}); err != nil {
-		return client.IgnoreNotFound(err) == nil
-	}
-
-	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
-		t.Logf("reconcile: %v", err)
-	}
-
-	time.Sleep(100 * time.Millisecond)
-
-	return false
+		return r
+	}, client.ObjectKey{Namespace: ns, Name: name})
 }
 
 // remove marks and deletes a machine the way `ichor node remove [--force]` does: one update, then the delete.

@@ -17,10 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/controller/internal/controller/operation"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/talosemu/longhorn"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -238,37 +240,9 @@ func TestTalosUpgradeChaos(t *testing.T) {
 	setTalosVersion(t, "v1.14.4")
 	name := talosOp(t, "v1.14.4")
 
-	steps := map[string][]string{}
-	deadline := time.Now().Add(3 * waitTimeout)
-
-	for restarts := 0; ; restarts++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("not finished after %d controller restarts; steps %v", restarts, steps)
-		}
-
-		res := reconcileOnceInFreshController(t, name)
-
-		op := getOp(t, name)
-		for _, p := range op.Status.Machines {
-			if s := steps[p.Name]; p.Step != "" && (len(s) == 0 || s[len(s)-1] != p.Step) {
-				steps[p.Name] = append(s, p.Step)
-			}
-		}
-
-		if op.Status.Phase == ichorv1alpha1.OperationSucceeded {
-			t.Logf("succeeded after %d controller restarts", restarts+1)
-
-			break
-		}
-
-		if op.Status.FailedStep != "" {
-			t.Fatalf("paused: %s", op.Status.FailureReason)
-		}
-
-		if res.RequeueAfter > 100*time.Millisecond {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	chaos := testworld.RunChaos(t, 3*waitTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, name) },
+		func() testworld.ChaosStep { return testworld.OperationStep(getOp(t, name), nil) })
+	steps := chaos.Steps
 
 	after := counts(t)
 

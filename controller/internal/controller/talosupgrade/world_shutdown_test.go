@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/contracts/pkg/nodeop"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
@@ -267,41 +269,22 @@ func TestClusterShutdownChaos(t *testing.T) {
 	}
 
 	name := startShutdown(t)
-	deadline := time.Now().Add(2 * waitTimeout)
 
-	reconcileUntil := func(what string, done func(*ichorv1alpha1.TalosOperation) bool) int {
-		for restarts := 1; ; restarts++ {
-			res := reconcileOnceInFreshController(t, name)
+	// The controller dies after each reconcile until every machine is off,
+	// then (once a person powered them on) until the shutdown completes.
+	run := func() ctrl.Result { return reconcileOnceInFreshController(t, name) }
+	off := testworld.RunChaos(t, 2*waitTimeout, run, func() testworld.ChaosStep {
+		op := getOp(t, name)
+		st := testworld.OperationStep(op, nil)
+		st.Done = op.Status.Step == "power-on" && allOff(t)
 
-			op := getOp(t, name)
-			if op.Status.FailedStep != "" {
-				t.Fatalf("paused: %s", op.Status.FailureReason)
-			}
-
-			if done(op) {
-				return restarts
-			}
-
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not reached after %d controller restarts: step %s, conditions %+v, machines %+v", what, restarts, op.Status.Step, op.Status.Conditions, op.Status.Machines)
-			}
-
-			if res.RequeueAfter > 100*time.Millisecond {
-				time.Sleep(100 * time.Millisecond)
-			}
-		}
-	}
-
-	n := reconcileUntil("every machine off", func(op *ichorv1alpha1.TalosOperation) bool {
-		return op.Status.Step == "power-on" && allOff(t)
+		return st
 	})
 
 	powerOnAll(t)
 
-	n += reconcileUntil("the shutdown completed", func(op *ichorv1alpha1.TalosOperation) bool {
-		return op.Status.Phase == ichorv1alpha1.OperationSucceeded
-	})
-	t.Logf("completed after %d controller restarts", n)
+	on := testworld.RunChaos(t, 2*waitTimeout, run, func() testworld.ChaosStep { return testworld.OperationStep(getOp(t, name), nil) })
+	t.Logf("completed after %d controller restarts", off.Deaths+on.Deaths)
 
 	for _, m := range machineNames {
 		if d := rpcs(t, m, shutdownRPC) - before[m]; d != 1 {
