@@ -47,6 +47,9 @@ type OperationFacts struct {
 	// Capacity is every Node's load, read for a node operation on a
 	// three-node cluster without workers (CheckDrainCapacity); nil otherwise.
 	Capacity []NodeLoad
+	// Installation is the IchorInstallation, read for an ichor operation; nil
+	// when it does not exist (or the operation is of another type).
+	Installation *ichorv1alpha1.IchorInstallation
 }
 
 // RunnableOperationTypes are the operation types this release of Ichor runs.
@@ -180,6 +183,10 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 		}
 	case ichorv1alpha1.OperationKubernetes:
 		out = append(out, checkKubernetesOperation(op, c)...)
+	case ichorv1alpha1.OperationIchor:
+		if op.Spec.Ichor != nil {
+			out = append(out, CheckIchorUpgrade(facts.Installation, op.Spec.Ichor.Version)...)
+		}
 	case ichorv1alpha1.OperationCNI:
 		out = append(out, checkCNIOperation(op, facts)...)
 	case ichorv1alpha1.OperationKubeProxy:
