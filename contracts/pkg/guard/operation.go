@@ -58,7 +58,7 @@ type OperationFacts struct {
 var RunnableOperationTypes = []string{
 	ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationNode,
 	ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationEtcdRestore, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy,
-	ichorv1alpha1.OperationCARotation, ichorv1alpha1.OperationKeyRotation,
+	ichorv1alpha1.OperationCARotation, ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationIchor,
 }
 
 // OperationRunnable reports whether this release runs operations of type t.
@@ -69,10 +69,9 @@ func OperationRunnable(t string) bool {
 // adminTalosconfig is where a person finds the Talos identity that needs no Ichor.
 const adminTalosconfig = "the os:admin talosconfig of the cluster's secrets (`ichor secrets export`)"
 
-// notRunnableWayOut says, per type, what a person can do without the operation.
-var notRunnableWayOut = map[string]string{
-	ichorv1alpha1.OperationIchor: "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",
-}
+// notRunnableWayOut says, per type, what a person can do without the
+// operation; every type of the API runs in this release.
+var notRunnableWayOut = map[string]string{}
 
 // CheckRunnable refuses an operation of a type this release does not run:
 // it would be accepted and then only fail.
