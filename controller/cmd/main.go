@@ -212,7 +212,8 @@ func main() {
 	}{
 		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{}},
 		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook}},
-		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook, OwnNode: ownNode, SelfTrust: selfTrust}},
+		// An ichor operation runs the installer Job in Ichor's namespace, its image checked against the embedded Sigstore root.
+		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook, OwnNode: ownNode, SelfTrust: selfTrust, Namespace: namespace}},
 		{"the kubelet serving certificate approver", &kubeletcsr.Reconciler{}},
 		{"the discovery reconciler", &discovery.Reconciler{}},
 		{"the MachineReclaim reconciler", &machinereclaim.Reconciler{}},

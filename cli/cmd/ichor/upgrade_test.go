@@ -163,3 +163,85 @@ func getKubernetesVersion(t *testing.T, ns string) string {
 	must(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "prod"}, c))
 	return c.Spec.KubernetesVersion
 }
+
+// installation creates the IchorInstallation (a singleton, deleted when the
+// test ends) managed by manager, with installed recorded.
+func installation(t *testing.T, manager, installed string) {
+	t.Helper()
+	ctx := context.Background()
+	inst := &ichorv1alpha1.IchorInstallation{
+		ObjectMeta: metav1.ObjectMeta{Name: ichorv1alpha1.IchorInstallationName},
+		Spec: ichorv1alpha1.IchorInstallationSpec{
+			Version:    ichorv1alpha1.IchorVersionSpec{Version: installed},
+			Deployment: ichorv1alpha1.IchorDeploymentSpec{Manager: manager},
+		},
+	}
+	must(t, k8s.Create(ctx, inst))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), inst) })
+	inst.Status.InstalledVersion = installed
+	must(t, k8s.Status().Update(ctx, inst))
+}
+
+func ichorOperations(t *testing.T, ns string) []ichorv1alpha1.TalosOperation {
+	t.Helper()
+	ops := &ichorv1alpha1.TalosOperationList{}
+	must(t, k8s.List(context.Background(), ops, client.InNamespace(ns)))
+	var out []ichorv1alpha1.TalosOperation
+	for _, op := range ops.Items {
+		if op.Spec.Type == ichorv1alpha1.OperationIchor {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// `ichor upgrade ichor VERSION` refuses, with nothing created, an Ichor Helm
+// manages, a downgrade and a skipped minor, each saying what to do instead;
+// otherwise it creates the ichor operation the controller runs, with the
+// pinned digest and the signature skip when asked (the skip warned about).
+// Without VERSION it names this ichor's own release (v0.4.0 here).
+func TestUpgradeIchor(t *testing.T) {
+	ns := namespace(t, "upgrade-ichor")
+	must(t, k8s.Create(context.Background(), newCluster(ns, "prod")))
+
+	t.Run("helm", func(t *testing.T) {
+		installation(t, ichorv1alpha1.ManagerHelm, "v0.3.2")
+		mustFail(t, ichor(t, "upgrade", "ichor", "v0.4.0", "-n", ns, "-y"),
+			"Upgrading Ichor to v0.4.0 is refused; nothing was changed", "installed with Helm", "spec.deployment.manager: helm", "`helm upgrade`")
+	})
+
+	t.Run("ichor", func(t *testing.T) {
+		installation(t, ichorv1alpha1.ManagerIchor, "v0.3.2")
+		mustFail(t, ichor(t, "upgrade", "ichor", "v0.3.1", "-n", ns, "-y"),
+			"spec.ichor.version", "v0.3.1 is older than the installed Ichor v0.3.2", "never downgrades", "choose v0.3.2 or a newer release")
+		mustFail(t, ichor(t, "upgrade", "ichor", "v0.5.0", "-n", ns, "-y"),
+			"spec.ichor.version", "skips a minor release", "upgrade to the newest v0.4.x first")
+		mustFail(t, ichor(t, "upgrade", "ichor", "v0.4.0", "--installer-digest", "sha256:abc", "-n", ns, "-y"),
+			"--installer-digest", "64 lowercase hex", "nothing was changed")
+		if ops := ichorOperations(t, ns); len(ops) != 0 {
+			t.Fatalf("refused upgrades created %d operations", len(ops))
+		}
+
+		out := mustSucceed(t, ichor(t, "upgrade", "ichor", "-n", ns, "-y"))
+		if !strings.Contains(out.stdout, "Started operation ichor-v0-4-0-") {
+			t.Fatalf("upgrade printed:\n%s", out.all())
+		}
+		digest := "sha256:" + strings.Repeat("0a", 32)
+		out = mustSucceed(t, ichor(t, "upgrade", "ichor", "v0.4.1", "--installer-digest", digest, "--skip-signature-check", "-n", ns, "-y"))
+		if !strings.Contains(out.stderr, "WITHOUT its signature checked") {
+			t.Fatalf("the signature skip was not warned about:\n%s", out.all())
+		}
+
+		got := map[string]ichorv1alpha1.IchorUpgrade{}
+		for _, op := range ichorOperations(t, ns) {
+			if op.Spec.ClusterName != "prod" {
+				t.Errorf("operation %s is of cluster %q", op.Name, op.Spec.ClusterName)
+			}
+			got[op.Spec.Ichor.Version] = *op.Spec.Ichor
+		}
+		if len(got) != 2 || got["v0.4.0"] != (ichorv1alpha1.IchorUpgrade{Version: "v0.4.0"}) ||
+			got["v0.4.1"] != (ichorv1alpha1.IchorUpgrade{Version: "v0.4.1", InstallerDigest: digest, InstallerSignature: "skip"}) {
+			t.Fatalf("the ichor operations: %+v", got)
+		}
+	})
+}

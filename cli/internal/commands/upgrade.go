@@ -56,6 +56,7 @@ func upgradeCommand() *cli.Command {
 				},
 				Action: upgradeKubernetes,
 			},
+			upgradeIchorCommand(),
 		},
 		Action: unknownSubcommand,
 	}

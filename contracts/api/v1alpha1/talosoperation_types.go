@@ -211,7 +211,8 @@ type IchorUpgrade struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
 	InstallerDigest string `json:"installerDigest,omitempty"`
-	// installerSignature is `verify` (default) or `skip`, for builds nobody signs; skip is recorded.
+	// installerSignature is `verify` (default) or `skip`, for builds nobody signs; skip is recorded
+	// as a Warning Event on the operation.
 	// +optional
 	// +kubebuilder:validation:Enum=verify;skip
 	InstallerSignature string `json:"installerSignature,omitempty"`
@@ -391,6 +392,47 @@ type TalosOperationStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=128
 	RemovedAPIs []RemovedAPI `json:"removedAPIs,omitempty"`
+	// ichor is the progress of an Ichor upgrade: the installer image,
+	// resolved to its digest before anything was created, how its signature
+	// was checked, and the installer Job.
+	// +optional
+	Ichor *IchorUpgradeStatus `json:"ichor,omitempty"`
+}
+
+// How an Ichor upgrade's installer image signature was checked
+// (status.ichor.signature).
+const (
+	// SignatureVerified: the release workflow's signature verified offline.
+	SignatureVerified = "Verified"
+	// SignatureSkipped: spec.ichor.installerSignature is skip; recorded as a
+	// Warning Event (reason SignatureCheckSkippedReason).
+	SignatureSkipped = "Skipped"
+	// SignatureCheckSkippedReason is the reason of the Warning Event of an
+	// installer image run without its signature checked.
+	SignatureCheckSkippedReason = "SignatureCheckSkipped"
+)
+
+// IchorUpgradeStatus is the progress of an Ichor upgrade.
+type IchorUpgradeStatus struct {
+	// image is the installer image the Job runs, repository@sha256:<digest>
+	// (never a tag), recorded before the signature check and the Job.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Image string `json:"image,omitempty"`
+	// signature is Verified (the release workflow's signature checked
+	// offline) or Skipped (spec.ichor.installerSignature: skip).
+	// +optional
+	// +kubebuilder:validation:Enum=Verified;Skipped
+	Signature string `json:"signature,omitempty"`
+	// signer is the verified signature's certificate identity and OIDC issuer.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Signer string `json:"signer,omitempty"`
+	// job is the installer Job of the current run, in Ichor's namespace,
+	// recorded before it is created; a resume runs a new one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Job string `json:"job,omitempty"`
 }
 
 // OperationStage is one stage of an operation and how far it is.

@@ -105,8 +105,9 @@ func LoadClusterFacts(ctx context.Context, r client.Reader, c *ichorv1alpha1.Tal
 // LoadOperationFacts reads the facts of the operation checks for op: its
 // cluster, a node operation's machine and the cluster's other approved
 // machines, the cluster's unfinished shutdown, and an etcd restore's backup
-// and lock, and the small-cluster facts (every approved machine, the
-// backups, the Node loads; see smallcluster.go).
+// and lock, the small-cluster facts (every approved machine, the
+// backups, the Node loads; see smallcluster.go), and an ichor operation's
+// IchorInstallation.
 func LoadOperationFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.TalosOperation) (OperationFacts, error) {
 	c, err := LoadCluster(ctx, r, op.Namespace, op.Spec.ClusterName)
 	if err != nil {
@@ -128,5 +129,24 @@ func LoadOperationFacts(ctx context.Context, r client.Reader, op *ichorv1alpha1.
 	if err := loadSmallClusterFacts(ctx, r, op, &facts); err != nil {
 		return OperationFacts{}, err
 	}
+	if op.Spec.Type == ichorv1alpha1.OperationIchor {
+		ii, err := LoadInstallation(ctx, r)
+		if err != nil {
+			return OperationFacts{}, err
+		}
+		facts.Installation = ii
+	}
 	return facts, nil
+}
+
+// LoadInstallation returns the IchorInstallation, or nil when there is none.
+func LoadInstallation(ctx context.Context, r client.Reader) (*ichorv1alpha1.IchorInstallation, error) {
+	ii := &ichorv1alpha1.IchorInstallation{}
+	if err := r.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, ii); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading IchorInstallation %s: %w", ichorv1alpha1.IchorInstallationName, err)
+	}
+	return ii, nil
 }

@@ -478,17 +478,15 @@ func TestOperations(t *testing.T) {
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationKeyRotation), OperationFacts{Cluster: v112}),
 		map[string][]string{"spec.type": {`"v1.12"`, "stay as they are"}})
 	expect(t, CheckOperation(op(ichorv1alpha1.OperationKeyRotation), facts), nil)
-	// The types this release does not run are refused, each with a way out.
-	for _, typ := range []string{ichorv1alpha1.OperationIchor} {
-		r := CheckRunnable(op(typ))
-		if r == nil || !strings.Contains(r.Rule, `type "`+typ+`"`) || r.WayOut == "" || r.WayOut == "this release has no way to do it" {
-			t.Errorf("type %s: %+v", typ, r)
-		}
+	// A type this release does not run (one a newer API could add) is
+	// refused, naming the type and what does run.
+	if r := CheckRunnable(op("defragment")); r == nil || !strings.Contains(r.Rule, `type "defragment"`) || !strings.Contains(r.Rule, `"ichor"`) || r.WayOut == "" {
+		t.Errorf("type defragment: %+v", r)
 	}
 	expect(t, ValidateOperation(op(ichorv1alpha1.OperationConfig), facts), nil)
-	// A Talos, a Kubernetes and a Cilium upgrade run, and a CA rotation.
+	// A Talos, a Kubernetes, a Cilium and an Ichor upgrade run, and a CA rotation.
 	for _, typ := range []string{ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy,
-		ichorv1alpha1.OperationCARotation, ichorv1alpha1.OperationKeyRotation} {
+		ichorv1alpha1.OperationCARotation, ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationIchor} {
 		if r := CheckRunnable(op(typ)); r != nil {
 			t.Errorf("type %s is refused: %+v", typ, r)
 		}

@@ -47,6 +47,9 @@ type OperationFacts struct {
 	// Capacity is every Node's load, read for a node operation on a
 	// three-node cluster without workers (CheckDrainCapacity); nil otherwise.
 	Capacity []NodeLoad
+	// Installation is the IchorInstallation, read for an ichor operation; nil
+	// when it does not exist (or the operation is of another type).
+	Installation *ichorv1alpha1.IchorInstallation
 }
 
 // RunnableOperationTypes are the operation types this release of Ichor runs.
@@ -55,7 +58,7 @@ type OperationFacts struct {
 var RunnableOperationTypes = []string{
 	ichorv1alpha1.OperationConfig, ichorv1alpha1.OperationTalos, ichorv1alpha1.OperationKubernetes, ichorv1alpha1.OperationNode,
 	ichorv1alpha1.OperationShutdown, ichorv1alpha1.OperationEtcdRestore, ichorv1alpha1.OperationCNI, ichorv1alpha1.OperationKubeProxy,
-	ichorv1alpha1.OperationCARotation, ichorv1alpha1.OperationKeyRotation,
+	ichorv1alpha1.OperationCARotation, ichorv1alpha1.OperationKeyRotation, ichorv1alpha1.OperationIchor,
 }
 
 // OperationRunnable reports whether this release runs operations of type t.
@@ -66,10 +69,9 @@ func OperationRunnable(t string) bool {
 // adminTalosconfig is where a person finds the Talos identity that needs no Ichor.
 const adminTalosconfig = "the os:admin talosconfig of the cluster's secrets (`ichor secrets export`)"
 
-// notRunnableWayOut says, per type, what a person can do without the operation.
-var notRunnableWayOut = map[string]string{
-	ichorv1alpha1.OperationIchor: "install the newer Ichor the way this one was installed (`helm upgrade` for the chart)",
-}
+// notRunnableWayOut says, per type, what a person can do without the
+// operation; every type of the API runs in this release.
+var notRunnableWayOut = map[string]string{}
 
 // CheckRunnable refuses an operation of a type this release does not run:
 // it would be accepted and then only fail.
@@ -180,6 +182,10 @@ func CheckOperation(op *ichorv1alpha1.TalosOperation, facts OperationFacts) []Re
 		}
 	case ichorv1alpha1.OperationKubernetes:
 		out = append(out, checkKubernetesOperation(op, c)...)
+	case ichorv1alpha1.OperationIchor:
+		if op.Spec.Ichor != nil {
+			out = append(out, CheckIchorUpgrade(facts.Installation, op.Spec.Ichor.Version)...)
+		}
 	case ichorv1alpha1.OperationCNI:
 		out = append(out, checkCNIOperation(op, facts)...)
 	case ichorv1alpha1.OperationKubeProxy:

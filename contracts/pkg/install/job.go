@@ -194,8 +194,9 @@ func newest(pods []corev1.Pod) *corev1.Pod {
 }
 
 // JobLog returns the last JobLogLines lines of the Job's newest pod's log,
-// or a line that says why it cannot be read.
-func JobLog(ctx context.Context, c client.Client, cs kubernetes.Interface, namespace, job string) string {
+// or a line that says why it cannot be read. c lists the Job's pods (the
+// controller passes its uncached reader: it does not watch pods).
+func JobLog(ctx context.Context, c client.Reader, cs kubernetes.Interface, namespace, job string) string {
 	pods := &corev1.PodList{}
 	if err := c.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{batchv1.JobNameLabel: job}); err != nil {
 		return "(the Job's pods cannot be listed: " + err.Error() + ")"

@@ -17,11 +17,12 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/maeshinshin/ichor/contracts/pkg/installerimage"
+	"github.com/maeshinshin/ichor/contracts/pkg/installerimage/imagetest"
 )
 
 // registries runs a test against a registry with the OCI referrers API and
 // one without it (signatures then live in the referrers tag schema).
-func registries(t *testing.T, test func(t *testing.T, w *world)) {
+func registries(t *testing.T, test func(t *testing.T, w *imagetest.World)) {
 	t.Helper()
 
 	for _, api := range []bool{true, false} {
@@ -31,18 +32,18 @@ func registries(t *testing.T, test func(t *testing.T, w *world)) {
 		}
 
 		t.Run(label, func(t *testing.T) {
-			test(t, newWorld(t, api))
+			test(t, imagetest.NewWorld(t, api))
 		})
 	}
 }
 
 func TestResolveReadsTheDigestTheVersionTagNames(t *testing.T) {
-	w := newWorld(t, true)
-	d1 := w.push("v0.1.0")
-	d2 := w.push("v0.2.0")
+	w := imagetest.NewWorld(t, true)
+	d1 := w.Push("v0.1.0")
+	d2 := w.Push("v0.2.0")
 
 	for version, want := range map[string]name.Digest{"v0.1.0": d1, "v0.2.0": d2, "v0.2.0+abc1234": d2} {
-		img, err := installerimage.Resolve(t.Context(), w.repo.Name(), version, "", w.registry())
+		img, err := installerimage.Resolve(t.Context(), w.Repo.Name(), version, "", w.Registry())
 		if err != nil {
 			t.Fatalf("Resolve(%s): %v", version, err)
 		}
@@ -58,11 +59,11 @@ func TestResolveReadsTheDigestTheVersionTagNames(t *testing.T) {
 }
 
 func TestResolveTakesThePinnedDigestInsteadOfTheTag(t *testing.T) {
-	w := newWorld(t, true)
-	pinned := w.push("v0.2.0")
-	w.push("v0.2.0") // the tag moves on; the pin does not
+	w := imagetest.NewWorld(t, true)
+	pinned := w.Push("v0.2.0")
+	w.Push("v0.2.0") // the tag moves on; the pin does not
 
-	img, err := installerimage.Resolve(t.Context(), w.repo.Name(), "v0.2.0", pinned.DigestStr(), w.registry())
+	img, err := installerimage.Resolve(t.Context(), w.Repo.Name(), "v0.2.0", pinned.DigestStr(), w.Registry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,8 +74,8 @@ func TestResolveTakesThePinnedDigestInsteadOfTheTag(t *testing.T) {
 }
 
 func TestResolveSaysWhatIsWrongAndWhatToDo(t *testing.T) {
-	w := newWorld(t, true)
-	w.push("v0.2.0")
+	w := imagetest.NewWorld(t, true)
+	w.Push("v0.2.0")
 
 	absent := "sha256:" + strings.Repeat("ab", 32)
 
@@ -82,13 +83,13 @@ func TestResolveSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 		name, repository, version, pinned string
 		want                              []string
 	}{
-		{"an unreleased version", w.repo.Name(), "v9.9.9", "", []string{w.repo.Name() + ":v9.9.9", "does not exist", "released"}},
-		{"a pin the repository lacks", w.repo.Name(), "v0.2.0", absent, []string{w.repo.Name() + "@" + absent, "does not exist", "spec.installerDigest"}},
-		{"a malformed pin", w.repo.Name(), "v0.2.0", "sha256:abc", []string{`"sha256:abc"`, "64 lowercase hex"}},
+		{"an unreleased version", w.Repo.Name(), "v9.9.9", "", []string{w.Repo.Name() + ":v9.9.9", "does not exist", "released"}},
+		{"a pin the repository lacks", w.Repo.Name(), "v0.2.0", absent, []string{w.Repo.Name() + "@" + absent, "does not exist", "spec.installerDigest"}},
+		{"a malformed pin", w.Repo.Name(), "v0.2.0", "sha256:abc", []string{`"sha256:abc"`, "64 lowercase hex"}},
 		{"a malformed repository", "Not/A/Repo", "v0.2.0", "", []string{`"Not/A/Repo"`, "not an image repository"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := installerimage.Resolve(t.Context(), tc.repository, tc.version, tc.pinned, w.registry())
+			_, err := installerimage.Resolve(t.Context(), tc.repository, tc.version, tc.pinned, w.Registry())
 			if err == nil {
 				t.Fatal("Resolve succeeded")
 			}
@@ -112,7 +113,7 @@ func TestResolveSaysWhenTheRegistryRefuses(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	repo := strings.TrimPrefix(srv.URL, "http://") + "/" + repoPath
+	repo := strings.TrimPrefix(srv.URL, "http://") + "/" + imagetest.RepoPath
 
 	_, err := installerimage.Resolve(t.Context(), repo, "v0.2.0", "", installerimage.Registry{})
 	if err == nil || !strings.Contains(err.Error(), "refused to show installer image "+repo+":v0.2.0") || !strings.Contains(err.Error(), "pull credentials") {
@@ -121,22 +122,22 @@ func TestResolveSaysWhenTheRegistryRefuses(t *testing.T) {
 }
 
 func TestVerifyAcceptsTheReleaseWorkflowsSignature(t *testing.T) {
-	registries(t, func(t *testing.T, w *world) {
-		w.push("v0.1.0")
-		d := w.push("v0.2.0")
-		w.attach(d, w.sign(d, releaseSubject, installerimage.GitHubActionsIssuer))
+	registries(t, func(t *testing.T, w *imagetest.World) {
+		w.Push("v0.1.0")
+		d := w.Push("v0.2.0")
+		w.Attach(d, w.Sign(d, imagetest.ReleaseSubject, installerimage.GitHubActionsIssuer))
 
-		img, err := installerimage.Resolve(t.Context(), w.repo.Name(), "v0.2.0", "", w.registry())
+		img, err := installerimage.Resolve(t.Context(), w.Repo.Name(), "v0.2.0", "", w.Registry())
 		if err != nil {
 			t.Fatal(err)
 		}
 
-		sig, err := installerimage.Verify(t.Context(), img.Reference(), w.policy(), w.registry())
+		sig, err := installerimage.Verify(t.Context(), img.Reference(), w.Policy(), w.Registry())
 		if err != nil {
 			t.Fatalf("Verify: %v", err)
 		}
 
-		if sig.Image != d.String() || sig.Subject != releaseSubject || sig.Issuer != installerimage.GitHubActionsIssuer || sig.SignedAt.IsZero() {
+		if sig.Image != d.String() || sig.Subject != imagetest.ReleaseSubject || sig.Issuer != installerimage.GitHubActionsIssuer || sig.SignedAt.IsZero() {
 			t.Errorf("Verify = %+v", sig)
 		}
 	})
@@ -146,33 +147,33 @@ func TestVerifyAcceptsTheReleaseWorkflowsSignature(t *testing.T) {
 // logged in a Rekor v2 log, which gives no integrated time, verifies on the
 // timestamp authority's signed time.
 func TestVerifyAcceptsARekorV2SignatureDatedByATimestampAuthority(t *testing.T) {
-	w := newWorld(t, true)
-	d := w.push("v0.2.0")
-	w.attach(d, w.signRekorV2(d, releaseSubject, installerimage.GitHubActionsIssuer))
+	w := imagetest.NewWorld(t, true)
+	d := w.Push("v0.2.0")
+	w.Attach(d, w.SignRekorV2(d, imagetest.ReleaseSubject, installerimage.GitHubActionsIssuer))
 
-	sig, err := installerimage.Verify(t.Context(), d.String(), w.policy(), w.registry())
+	sig, err := installerimage.Verify(t.Context(), d.String(), w.Policy(), w.Registry())
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
 
-	if sig.Subject != releaseSubject || sig.SignedAt.IsZero() {
+	if sig.Subject != imagetest.ReleaseSubject || sig.SignedAt.IsZero() {
 		t.Errorf("Verify = %+v", sig)
 	}
 
-	other := w.push("v0.2.1")
-	w.attach(other, w.signRekorV2(other, "https://github.com/someone/ichor/.github/workflows/release.yml@refs/tags/v0.2.1", installerimage.GitHubActionsIssuer))
+	other := w.Push("v0.2.1")
+	w.Attach(other, w.SignRekorV2(other, "https://github.com/someone/ichor/.github/workflows/release.yml@refs/tags/v0.2.1", installerimage.GitHubActionsIssuer))
 
-	_, err = installerimage.Verify(t.Context(), other.String(), w.policy(), w.registry())
+	_, err = installerimage.Verify(t.Context(), other.String(), w.Policy(), w.Registry())
 	expectRefusal(t, err, installerimage.WrongSigner, installerimage.ErrWrongSigner, "someone/ichor")
 }
 
 func TestVerifyRefusesAnUnsignedImage(t *testing.T) {
-	registries(t, func(t *testing.T, w *world) {
-		d1 := w.push("v0.1.0")
-		d2 := w.push("v0.2.0")
-		w.attach(d2, w.sign(d2, releaseSubject, installerimage.GitHubActionsIssuer)) // a signed neighbour changes nothing
+	registries(t, func(t *testing.T, w *imagetest.World) {
+		d1 := w.Push("v0.1.0")
+		d2 := w.Push("v0.2.0")
+		w.Attach(d2, w.Sign(d2, imagetest.ReleaseSubject, installerimage.GitHubActionsIssuer)) // a signed neighbour changes nothing
 
-		_, err := installerimage.Verify(t.Context(), d1.String(), w.policy(), w.registry())
+		_, err := installerimage.Verify(t.Context(), d1.String(), w.Policy(), w.Registry())
 		expectRefusal(t, err, installerimage.Unsigned, installerimage.ErrUnsigned, "is not signed", "spec.installerSignature: skip")
 	})
 }
@@ -180,16 +181,16 @@ func TestVerifyRefusesAnUnsignedImage(t *testing.T) {
 // TestVerifyRefusesATamperedImage: a signature that refers to the image but
 // was made for another digest, or altered after signing.
 func TestVerifyRefusesATamperedImage(t *testing.T) {
-	registries(t, func(t *testing.T, w *world) {
-		genuine := w.push("v0.2.0")
-		bundle := w.sign(genuine, releaseSubject, installerimage.GitHubActionsIssuer)
-		w.attach(genuine, bundle)
+	registries(t, func(t *testing.T, w *imagetest.World) {
+		genuine := w.Push("v0.2.0")
+		bundle := w.Sign(genuine, imagetest.ReleaseSubject, installerimage.GitHubActionsIssuer)
+		w.Attach(genuine, bundle)
 
 		t.Run("the tag moved to another image carrying the release's signature", func(t *testing.T) {
-			evil := w.push("v0.2.0")
-			w.attach(evil, bundle) // a signature is public: anyone can attach it
+			evil := w.Push("v0.2.0")
+			w.Attach(evil, bundle) // a signature is public: anyone can attach it
 
-			img, err := installerimage.Resolve(t.Context(), w.repo.Name(), "v0.2.0", "", w.registry())
+			img, err := installerimage.Resolve(t.Context(), w.Repo.Name(), "v0.2.0", "", w.Registry())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,15 +199,15 @@ func TestVerifyRefusesATamperedImage(t *testing.T) {
 				t.Fatalf("the tag names %s, want the moved-to %s", img.Reference(), evil)
 			}
 
-			_, err = installerimage.Verify(t.Context(), img.Reference(), w.policy(), w.registry())
+			_, err = installerimage.Verify(t.Context(), img.Reference(), w.Policy(), w.Registry())
 			expectRefusal(t, err, installerimage.Tampered, installerimage.ErrTampered, "does not verify for its digest", "do not run it")
 		})
 
 		t.Run("the signed statement rewritten to name another image", func(t *testing.T) {
-			evil := w.push("v0.2.1")
-			w.attach(evil, rewriteSubject(t, bundle, evil))
+			evil := w.Push("v0.2.1")
+			w.Attach(evil, rewriteSubject(t, bundle, evil))
 
-			_, err := installerimage.Verify(t.Context(), evil.String(), w.policy(), w.registry())
+			_, err := installerimage.Verify(t.Context(), evil.String(), w.Policy(), w.Registry())
 			expectRefusal(t, err, installerimage.Tampered, installerimage.ErrTampered, "does not verify for its digest")
 		})
 
@@ -216,34 +217,34 @@ func TestVerifyRefusesATamperedImage(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			d := w.push("v0.2.2")
-			w.attach(d, w.signWith(other, statement(installerimage.CosignSignPredicateType, d), releaseSubject, installerimage.GitHubActionsIssuer))
+			d := w.Push("v0.2.2")
+			w.Attach(d, w.SignWith(other, imagetest.Statement(installerimage.CosignSignPredicateType, d), imagetest.ReleaseSubject, installerimage.GitHubActionsIssuer))
 
-			_, err = installerimage.Verify(t.Context(), d.String(), w.policy(), w.registry())
+			_, err = installerimage.Verify(t.Context(), d.String(), w.Policy(), w.Registry())
 			expectRefusal(t, err, installerimage.Tampered, installerimage.ErrTampered, "another Sigstore")
 		})
 
 		// The genuine image still verifies after all this.
-		if _, err := installerimage.Verify(t.Context(), genuine.String(), w.policy(), w.registry()); err != nil {
+		if _, err := installerimage.Verify(t.Context(), genuine.String(), w.Policy(), w.Registry()); err != nil {
 			t.Errorf("the genuine image: %v", err)
 		}
 	})
 }
 
 func TestVerifyRefusesASignatureFromAnotherIdentity(t *testing.T) {
-	registries(t, func(t *testing.T, w *world) {
+	registries(t, func(t *testing.T, w *imagetest.World) {
 		for _, tc := range []struct{ name, subject, issuer string }{
 			{"another repository's release workflow", "https://github.com/someone/ichor/.github/workflows/release.yml@refs/tags/v0.2.0", installerimage.GitHubActionsIssuer},
 			{"another workflow of Ichor's repository", "https://github.com/maeshinshin/ichor/.github/workflows/ci.yml@refs/tags/v0.2.0", installerimage.GitHubActionsIssuer},
 			{"the release workflow run on a branch", "https://github.com/maeshinshin/ichor/.github/workflows/release.yml@refs/heads/main", installerimage.GitHubActionsIssuer},
 			{"a lookalike repository", "https://github.com/maeshinshin/ichor-fork/.github/workflows/release.yml@refs/tags/v0.2.0", installerimage.GitHubActionsIssuer},
-			{"the release workflow's subject from another issuer", releaseSubject, "https://accounts.example.com"},
+			{"the release workflow's subject from another issuer", imagetest.ReleaseSubject, "https://accounts.example.com"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				d := w.push("v0.2.0")
-				w.attach(d, w.sign(d, tc.subject, tc.issuer))
+				d := w.Push("v0.2.0")
+				w.Attach(d, w.Sign(d, tc.subject, tc.issuer))
 
-				_, err := installerimage.Verify(t.Context(), d.String(), w.policy(), w.registry())
+				_, err := installerimage.Verify(t.Context(), d.String(), w.Policy(), w.Registry())
 				expectRefusal(t, err, installerimage.WrongSigner, installerimage.ErrWrongSigner, "not signed by Ichor's release workflow", tc.subject, tc.issuer)
 			})
 		}
@@ -253,11 +254,11 @@ func TestVerifyRefusesASignatureFromAnotherIdentity(t *testing.T) {
 // TestVerifyCountsOnlyCosignSignatures: an attestation of the image by the
 // release workflow (build provenance, say) is not its signature.
 func TestVerifyCountsOnlyCosignSignatures(t *testing.T) {
-	w := newWorld(t, true)
-	d := w.push("v0.2.0")
-	w.attach(d, w.signWith(w.sigstore, statement("https://slsa.dev/provenance/v1", d), releaseSubject, installerimage.GitHubActionsIssuer))
+	w := imagetest.NewWorld(t, true)
+	d := w.Push("v0.2.0")
+	w.Attach(d, w.SignWith(w.Sigstore, imagetest.Statement("https://slsa.dev/provenance/v1", d), imagetest.ReleaseSubject, installerimage.GitHubActionsIssuer))
 
-	_, err := installerimage.Verify(t.Context(), d.String(), w.policy(), w.registry())
+	_, err := installerimage.Verify(t.Context(), d.String(), w.Policy(), w.Registry())
 	expectRefusal(t, err, installerimage.Unsigned, installerimage.ErrUnsigned, "1 other attachment")
 }
 
@@ -265,25 +266,25 @@ func TestVerifyCountsOnlyCosignSignatures(t *testing.T) {
 // form (an image tagged sha256-<hex>.sig) is unsigned for Ichor, and the
 // refusal says why.
 func TestVerifyNamesALegacySignature(t *testing.T) {
-	w := newWorld(t, false)
-	d := w.push("v0.2.0")
+	w := imagetest.NewWorld(t, false)
+	d := w.Push("v0.2.0")
 
 	legacy, err := random.Image(64, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	w.tag(strings.Replace(d.DigestStr(), ":", "-", 1)+".sig", legacy)
+	w.Tag(strings.Replace(d.DigestStr(), ":", "-", 1)+".sig", legacy)
 
-	_, err = installerimage.Verify(t.Context(), d.String(), w.policy(), w.registry())
+	_, err = installerimage.Verify(t.Context(), d.String(), w.Policy(), w.Registry())
 	expectRefusal(t, err, installerimage.Unsigned, installerimage.ErrUnsigned, "legacy format", "cosign v3")
 }
 
 func TestVerifyNeedsADigest(t *testing.T) {
-	w := newWorld(t, true)
-	w.push("v0.2.0")
+	w := imagetest.NewWorld(t, true)
+	w.Push("v0.2.0")
 
-	_, err := installerimage.Verify(t.Context(), w.repo.Tag("v0.2.0").String(), w.policy(), w.registry())
+	_, err := installerimage.Verify(t.Context(), w.Repo.Tag("v0.2.0").String(), w.Policy(), w.Registry())
 	if err == nil || errors.Is(err, installerimage.ErrUnsigned) || !strings.Contains(err.Error(), "resolve the image to its digest first") {
 		t.Errorf("Verify of a tag: %v", err)
 	}
@@ -293,22 +294,22 @@ func TestVerifyNeedsADigest(t *testing.T) {
 // root that names a CT log (as the public-good root does), a certificate
 // without a signed certificate timestamp does not verify.
 func TestVerifyWantsACertificateTimestampWhenTheRootNamesACTLog(t *testing.T) {
-	w := newWorld(t, true)
-	d := w.push("v0.2.0")
-	w.attach(d, w.sign(d, releaseSubject, installerimage.GitHubActionsIssuer))
+	w := imagetest.NewWorld(t, true)
+	d := w.Push("v0.2.0")
+	w.Attach(d, w.Sign(d, imagetest.ReleaseSubject, installerimage.GitHubActionsIssuer))
 
-	withCT, err := installerimage.TrustFromJSON(trustedRootJSON(t, w.sigstore, true))
+	withCT, err := installerimage.TrustFromJSON(imagetest.TrustedRootJSON(t, w.Sigstore, true))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	policy := w.policy()
+	policy := w.Policy()
 	policy.Trust = withCT
 
-	_, err = installerimage.Verify(t.Context(), d.String(), policy, w.registry())
+	_, err = installerimage.Verify(t.Context(), d.String(), policy, w.Registry())
 	expectRefusal(t, err, installerimage.Tampered, installerimage.ErrTampered, "certificate timestamp")
 
-	if _, err := installerimage.Verify(t.Context(), d.String(), w.policy(), w.registry()); err != nil {
+	if _, err := installerimage.Verify(t.Context(), d.String(), w.Policy(), w.Registry()); err != nil {
 		t.Errorf("without the CT log in the root: %v", err)
 	}
 }
@@ -321,11 +322,11 @@ func TestEmbeddedPublicGoodRootIsTheDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := newWorld(t, true)
-	d := w.push("v0.2.0")
-	w.attach(d, w.sign(d, releaseSubject, installerimage.GitHubActionsIssuer))
+	w := imagetest.NewWorld(t, true)
+	d := w.Push("v0.2.0")
+	w.Attach(d, w.Sign(d, imagetest.ReleaseSubject, installerimage.GitHubActionsIssuer))
 
-	_, err := installerimage.Verify(t.Context(), d.String(), installerimage.ReleasePolicy(), w.registry())
+	_, err := installerimage.Verify(t.Context(), d.String(), installerimage.ReleasePolicy(), w.Registry())
 	expectRefusal(t, err, installerimage.Tampered, installerimage.ErrTampered)
 }
 

@@ -47,7 +47,31 @@ func (v *operationValidator) ValidateCreate(ctx context.Context, op *ichorv1alph
 	if err != nil {
 		return w, err
 	}
+	if u := op.Spec.Ichor; op.Spec.Type == ichorv1alpha1.OperationIchor && u != nil && u.InstallerSignature == guard.SignatureSkip {
+		w = append(w, v.recordSignatureSkip(ctx, op))
+	}
 	return append(w, guard.OperationWarnings(op, facts, time.Now())...), nil
+}
+
+// recordSignatureSkip leaves a Warning Event on the cluster that names who
+// asked to run Ichor's installer image without its signature checked (not
+// for a dry run), and returns the same as an admission warning. The
+// controller records the image it runs so on the operation.
+func (v *operationValidator) recordSignatureSkip(ctx context.Context, op *ichorv1alpha1.TalosOperation) string {
+	user := "(unknown)"
+	req, err := admission.RequestFromContext(ctx)
+	if err == nil {
+		user = req.UserInfo.Username
+	}
+	msg := fmt.Sprintf("TalosOperation %s/%s: %s asked to run the installer image of Ichor %s without checking its signature (spec.ichor.installerSignature: skip)",
+		op.Namespace, op.Name, user, op.Spec.Ichor.Version)
+	if err != nil || (req.DryRun != nil && *req.DryRun) {
+		return msg
+	}
+	if cluster, err := guard.LoadCluster(ctx, v.reader, op.Namespace, op.Spec.ClusterName); err == nil && cluster != nil {
+		v.events.Eventf(cluster, nil, corev1.EventTypeWarning, ichorv1alpha1.SignatureCheckSkippedReason, "Admit", "%s", msg)
+	}
+	return msg
 }
 
 // decideRunnable decides as decide does, then refuses a type this release

@@ -49,7 +49,7 @@ const (
 // rollout covers.
 func (r *Reconciler) selectPhase(ctx context.Context, s *scope) (ctrl.Result, error) {
 	op := s.Object
-	if halted(op) || isRestore(op) || isCNI(op) || isKubeProxy(op) {
+	if halted(op) || isRestore(op) || isCNI(op) || isKubeProxy(op) || isIchor(op) {
 		return ctrl.Result{}, nil
 	}
 
@@ -75,7 +75,7 @@ func (r *Reconciler) selectPhase(ctx context.Context, s *scope) (ctrl.Result, er
 // ends the operation once none is left.
 func (r *Reconciler) rolloutPhase(ctx context.Context, s *scope) (ctrl.Result, error) {
 	op := s.Object
-	if halted(op) || isRestore(op) || isCNI(op) || isKubeProxy(op) {
+	if halted(op) || isRestore(op) || isCNI(op) || isKubeProxy(op) || isIchor(op) {
 		return ctrl.Result{}, nil
 	}
 

@@ -11,9 +11,10 @@
 // One reconcile runs at most one step of each machine it works on. The
 // reconciler runs on the reconcile skeleton (controller/internal/reconcile):
 // its phases are completed → refused type → resume → lock and pause →
-// etcd restore → machine selection → pre-checks (talos) → rollout, and every
-// Talos write (Apply, Upgrade, Reboot, Reset, EtcdRecover, Bootstrap) is
-// preceded by a strict status write that records it.
+// etcd restore → cni → kube-proxy → ichor → machine selection →
+// pre-checks (talos) → rollout, and every Talos write (Apply, Upgrade,
+// Reboot, Reset, EtcdRecover, Bootstrap) is preceded by a strict status
+// write that records it, as is the creation of an installer Job.
 //
 // This release runs operations of type config (the rollout of changes the
 // machine reconciler does not apply by itself, config.go), talos (Talos
@@ -21,23 +22,25 @@
 // reset of one machine, node.go), shutdown (the whole cluster, shutdown.go),
 // etcd-restore (a snapshot restored into the live cluster, restore.go, with
 // its progress also kept in a marker next to the backups), cni (a Cilium
-// chart upgrade through the ichor-cni Job, cni.go) and kube-proxy (the
+// chart upgrade through the ichor-cni Job, cni.go), kube-proxy (the
 // ordered switch between Talos's kube-proxy and Cilium's replacement,
-// kubeproxy.go); the other types are
-// refused with a message that says so, before they take the lock.
+// kubeproxy.go) and ichor (an upgrade of Ichor itself through the
+// installer Job of the target release, its image resolved to a digest and
+// its signature verified first, ichor.go); a type this release does not
+// run is refused with a message that says so, before it takes the lock.
 package operation
 
 import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -48,6 +51,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/installerimage"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
@@ -125,6 +129,23 @@ type Reconciler struct {
 	// TempDir holds an etcd restore's checked snapshot until it is uploaded;
 	// empty means the system's temporary directory.
 	TempDir string
+	// Namespace is Ichor's namespace, where an ichor operation's installer
+	// Job runs; empty means install.Namespace.
+	Namespace string
+	// Clientset reads a failed installer Job's pod log; nil means one made
+	// from the manager's configuration.
+	Clientset kubernetes.Interface
+	// Registry reaches the registry of installer images; the zero value
+	// reads anonymously over the default transport.
+	Registry installerimage.Registry
+	// TrustedRoot is the Sigstore an installer image's signature is checked
+	// against; nil means the public-good root embedded in this build. Tests
+	// give their own Sigstore's root; nothing turns the check off (only an
+	// operation's recorded spec.ichor.installerSignature: skip does).
+	TrustedRoot *installerimage.Trust
+	// SignerIdentity is who must have signed an installer image; the zero
+	// value means Ichor's release workflow (installerimage.ReleaseIdentity).
+	SignerIdentity installerimage.Identity
 
 	PollInterval     time.Duration
 	LockWait         time.Duration
@@ -179,6 +200,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 	if r.Storage == nil {
 		r.Storage = hook.None{}
+	}
+
+	if r.Clientset == nil {
+		cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("a clientset for the installer Job's log: %w", err)
+		}
+
+		r.Clientset = cs
 	}
 
 	def := func(d *time.Duration, v time.Duration) {
@@ -236,7 +266,7 @@ func (r *Reconciler) controller() *ichorreconcile.Controller[*ichorv1alpha1.Talo
 		},
 		Summarize: summarize,
 		Phases: []ichorreconcile.Phase[*ichorv1alpha1.TalosOperation]{
-			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.restorePhase, r.cniPhase, r.kubeProxyPhase, r.selectPhase, r.precheckPhase, r.rolloutPhase,
+			r.completedPhase, r.refusePhase, r.resumePhase, r.lockPhase, r.restorePhase, r.cniPhase, r.kubeProxyPhase, r.ichorPhase, r.selectPhase, r.precheckPhase, r.rolloutPhase,
 		},
 	}
 }
@@ -293,8 +323,8 @@ func (r *Reconciler) completedPhase(ctx context.Context, s *scope) (ctrl.Result,
 	return ctrl.Result{}, r.release(ctx, s.Object)
 }
 
-// refusePhase fails an operation of a type this release does not run,
-// before it takes the lock.
+// refusePhase fails an operation this release does not run (its type, or
+// a spec CheckRunnable refuses), before it takes the lock.
 func (r *Reconciler) refusePhase(ctx context.Context, s *scope) (ctrl.Result, error) {
 	op := s.Object
 	if halted(op) {
@@ -306,11 +336,11 @@ func (r *Reconciler) refusePhase(ctx context.Context, s *scope) (ctrl.Result, er
 		return ctrl.Result{}, nil
 	}
 
-	// The webhook refuses such a type at admission; this one got in before
-	// that rule existed (or with the webhook off).
+	// The webhook refuses such an operation at admission; this one got in
+	// before that rule existed (or with the webhook off).
 	return ctrl.Result{}, r.complete(ctx, s, ichorv1alpha1.OperationFailed, ichorv1alpha1.InvalidSpecReason, fmt.Sprintf(
-		"operations of type %q are not implemented by this release of Ichor (it runs %s); nothing was done and the cluster lock was not taken: "+
-			"delete this operation; %s", op.Spec.Type, strings.Join(guard.RunnableOperationTypes, ", "), refused.WayOut))
+		"this release of Ichor does not run this operation (%s: %s); nothing was done and the cluster lock was not taken: delete this operation",
+		refused.Field, refused.Message()))
 }
 
 // resumePhase acts on a new resume token; an operation still paused on a

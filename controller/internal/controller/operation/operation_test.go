@@ -98,14 +98,16 @@ func TestOperation_LockContention(t *testing.T) {
 	})
 }
 
-// TestOperation_UnsupportedTypeRefused: a type this release does not run
-// fails at once with a message saying so, and never takes the lock.
+// TestOperation_UnsupportedTypeRefused: an operation this release does not
+// run (here a key rotation of some control planes only, which the webhook
+// refuses at admission) fails at once with a message saying so, and never
+// takes the lock.
 func TestOperation_UnsupportedTypeRefused(t *testing.T) {
 	ctx := context.Background()
 
 	op := configOp("reboot-w2", func(op *ichorv1alpha1.TalosOperation) {
-		op.Spec.Type = ichorv1alpha1.OperationIchor
-		op.Spec.Ichor = &ichorv1alpha1.IchorUpgrade{Version: "v0.2.0"}
+		op.Spec.Type = ichorv1alpha1.OperationKeyRotation
+		op.Spec.MachineSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "w-2"}}
 	})
 	before := reboots(t, "w-2")
 	testenv.Must(t, k8s.Create(ctx, op))
@@ -113,8 +115,9 @@ func TestOperation_UnsupportedTypeRefused(t *testing.T) {
 	got := waitPhase(t, "reboot-w2", ichorv1alpha1.OperationFailed)
 
 	c := apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ReadyCondition)
-	if c == nil || !strings.Contains(c.Message, `"ichor" are not implemented`) || !strings.Contains(c.Message, "delete this operation") {
-		t.Errorf("Ready %+v does not say the type is not implemented and what to do", c)
+	if c == nil || !strings.Contains(c.Message, "does not run this operation (spec.machineSelector") || !strings.Contains(c.Message, "every control plane") ||
+		!strings.Contains(c.Message, "delete this operation") {
+		t.Errorf("Ready %+v does not say the operation is not run, why and what to do", c)
 	}
 
 	if apimeta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.LockAcquiredCondition) != nil || got.Status.StartedAt != nil {

@@ -1,4 +1,10 @@
-package installerimage_test
+// Package imagetest is the test world of installer images: a real OCI
+// registry on loopback (go-containerregistry's in-process registry behind
+// httptest) and a test Sigstore (sigstore-go's virtual Fulcio, Rekor and
+// timestamp authority) that signs images the way cosign v3 does. The tests of
+// installerimage and of the deliverables that run an Ichor upgrade (the
+// controller's ichor operation) share it; nothing outside tests imports it.
+package imagetest
 
 import (
 	"crypto/sha256"
@@ -34,33 +40,37 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/installerimage"
 )
 
-// The test world: a real OCI registry on loopback (go-containerregistry's
-// in-process registry behind httptest) holding installer images, and a test
-// Sigstore (sigstore-go's virtual Fulcio, Rekor and timestamp authority)
-// whose trusted root the tests hand to Verify as JSON, the way a test build
-// embeds it. Signatures are stored the way cosign v3 stores them (see the
-// comment on installerimage.BundleMediaType's block).
+// The world holds installer images in its registry and signs them with its
+// Sigstore, whose trusted root the tests hand to Verify as JSON, the way a
+// test build embeds it. Signatures are stored the way cosign v3 stores them
+// (see the comment on installerimage.BundleMediaType's block).
 
 const (
-	repoPath = "maeshinshin/ichor-installer"
-	// releaseSubject is the certificate subject of Ichor's release workflow
+	// RepoPath is the installer repository's path in the world's registry.
+	RepoPath = "maeshinshin/ichor-installer"
+	// ReleaseSubject is the certificate subject of Ichor's release workflow
 	// run for the tag v0.2.0.
-	releaseSubject = "https://github.com/maeshinshin/ichor/.github/workflows/release.yml@refs/tags/v0.2.0"
+	ReleaseSubject = "https://github.com/maeshinshin/ichor/.github/workflows/release.yml@refs/tags/v0.2.0"
 	// emptyMediaType is the OCI empty descriptor's media type, the config of
 	// cosign's referrer manifest.
 	emptyMediaType = "application/vnd.oci.empty.v1+json"
 )
 
-type world struct {
-	t        *testing.T
-	repo     name.Repository
-	sigstore *ca.VirtualSigstore
-	trust    *installerimage.Trust
+// World is a registry and a test Sigstore.
+type World struct {
+	t testing.TB
+	// Repo is the installer repository in the registry (127.0.0.1:PORT/RepoPath).
+	Repo name.Repository
+	// Sigstore is the test Sigstore that signs.
+	Sigstore *ca.VirtualSigstore
+	// Trust is its trusted root, as Verify takes it; TrustJSON the same as JSON.
+	Trust     *installerimage.Trust
+	TrustJSON []byte
 }
 
-// newWorld starts a registry, with the OCI referrers API or without it
+// NewWorld starts a registry, with the OCI referrers API or without it
 // (clients then keep the referrers tag schema), and a test Sigstore.
-func newWorld(t *testing.T, referrersAPI bool) *world {
+func NewWorld(t testing.TB, referrersAPI bool) *World {
 	t.Helper()
 
 	srv := httptest.NewServer(registry.New(
@@ -69,7 +79,7 @@ func newWorld(t *testing.T, referrersAPI bool) *world {
 	))
 	t.Cleanup(srv.Close)
 
-	repo, err := name.NewRepository(strings.TrimPrefix(srv.URL, "http://") + "/" + repoPath)
+	repo, err := name.NewRepository(strings.TrimPrefix(srv.URL, "http://") + "/" + RepoPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,19 +89,21 @@ func newWorld(t *testing.T, referrersAPI bool) *world {
 		t.Fatal(err)
 	}
 
-	trust, err := installerimage.TrustFromJSON(trustedRootJSON(t, vs, false))
+	rootJSON := TrustedRootJSON(t, vs, false)
+
+	trust, err := installerimage.TrustFromJSON(rootJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	return &world{t: t, repo: repo, sigstore: vs, trust: trust}
+	return &World{t: t, Repo: repo, Sigstore: vs, Trust: trust, TrustJSON: rootJSON}
 }
 
-// trustedRootJSON writes the test Sigstore's trusted root: its Fulcio, its
+// TrustedRootJSON writes the test Sigstore's trusted root: its Fulcio, its
 // Rekor log and its timestamp authority, and its CT log when withCTLog is
 // set. The virtual Fulcio embeds no signed certificate timestamps, so a root
 // that names the CT log refuses its certificates.
-func trustedRootJSON(t *testing.T, vs *ca.VirtualSigstore, withCTLog bool) []byte {
+func TrustedRootJSON(t testing.TB, vs *ca.VirtualSigstore, withCTLog bool) []byte {
 	t.Helper()
 
 	var ctlogs map[string]*root.TransparencyLog
@@ -115,7 +127,7 @@ func trustedRootJSON(t *testing.T, vs *ca.VirtualSigstore, withCTLog bool) []byt
 // rawLogIDs copies logs with their raw key IDs: the virtual Sigstore keeps
 // the hex of a log's key ID as its ID, where a trusted root carries the raw
 // bytes (and keys its map by their hex).
-func rawLogIDs(t *testing.T, logs map[string]*root.TransparencyLog) map[string]*root.TransparencyLog {
+func rawLogIDs(t testing.TB, logs map[string]*root.TransparencyLog) map[string]*root.TransparencyLog {
 	t.Helper()
 
 	out := map[string]*root.TransparencyLog{}
@@ -134,16 +146,19 @@ func rawLogIDs(t *testing.T, logs map[string]*root.TransparencyLog) map[string]*
 	return out
 }
 
-func (w *world) policy() installerimage.Policy {
-	return installerimage.Policy{Identity: installerimage.ReleaseIdentity(), Trust: w.trust}
+// Policy is the release policy against the world's Sigstore.
+func (w *World) Policy() installerimage.Policy {
+	return installerimage.Policy{Identity: installerimage.ReleaseIdentity(), Trust: w.Trust}
 }
 
-func (w *world) registry() installerimage.Registry {
+// Registry is how the world's registry is reached: plain HTTP on loopback,
+// which go-containerregistry uses for 127.0.0.1 by itself.
+func (w *World) Registry() installerimage.Registry {
 	return installerimage.Registry{}
 }
 
-// push pushes a small image of random layers under tag and returns its digest.
-func (w *world) push(tag string) name.Digest {
+// Push pushes a small image of random layers under tag and returns its digest.
+func (w *World) Push(tag string) name.Digest {
 	w.t.Helper()
 
 	img, err := random.Image(512, 2)
@@ -151,45 +166,45 @@ func (w *world) push(tag string) name.Digest {
 		w.t.Fatal(err)
 	}
 
-	w.tag(tag, img)
+	w.Tag(tag, img)
 
 	d, err := img.Digest()
 	if err != nil {
 		w.t.Fatal(err)
 	}
 
-	return w.repo.Digest(d.String())
+	return w.Repo.Digest(d.String())
 }
 
-// tag points tag at img (pushing it), as a re-push of a tag does.
-func (w *world) tag(tag string, img v1.Image) {
+// Tag points tag at img (pushing it), as a re-push of a tag does.
+func (w *World) Tag(tag string, img v1.Image) {
 	w.t.Helper()
 
-	if err := remote.Write(w.repo.Tag(tag), img); err != nil {
+	if err := remote.Write(w.Repo.Tag(tag), img); err != nil {
 		w.t.Fatal(err)
 	}
 }
 
-// statement is the in-toto statement `cosign sign` signs in the bundle
+// Statement is the in-toto statement `cosign sign` signs in the bundle
 // format: the image's manifest digest as subject, cosign's sign predicate.
-func statement(predicateType string, d name.Digest) []byte {
+func Statement(predicateType string, d name.Digest) []byte {
 	return fmt.Appendf(nil, `{"_type":"https://in-toto.io/Statement/v1","subject":[{"digest":{"sha256":%q}}],"predicateType":%q,"predicate":{}}`,
 		strings.TrimPrefix(d.DigestStr(), "sha256:"), predicateType)
 }
 
-// sign signs d as `cosign sign` does, by subject (the certificate's subject
+// Sign signs d as `cosign sign` does, by subject (the certificate's subject
 // alternative name) through issuer, and returns the Sigstore bundle.
-func (w *world) sign(d name.Digest, subject, issuer string) []byte {
+func (w *World) Sign(d name.Digest, subject, issuer string) []byte {
 	w.t.Helper()
 
-	return w.signWith(w.sigstore, statement(installerimage.CosignSignPredicateType, d), subject, issuer)
+	return w.SignWith(w.Sigstore, Statement(installerimage.CosignSignPredicateType, d), subject, issuer)
 }
 
-// signWith makes a v0.3 Sigstore bundle of the DSSE envelope of payload,
+// SignWith makes a v0.3 Sigstore bundle of the DSSE envelope of payload,
 // signed with a certificate of vs's Fulcio, logged in its Rekor (inclusion
 // proof and promise) and timestamped by its timestamp authority: what cosign
 // v3 writes against the public-good instance today.
-func (w *world) signWith(vs *ca.VirtualSigstore, payload []byte, subject, issuer string) []byte {
+func (w *World) SignWith(vs *ca.VirtualSigstore, payload []byte, subject, issuer string) []byte {
 	w.t.Helper()
 
 	// The leaf certificate is valid from now for ten minutes; the log's
@@ -202,23 +217,23 @@ func (w *world) signWith(vs *ca.VirtualSigstore, payload []byte, subject, issuer
 	return w.bundle(vs, entity, false)
 }
 
-// signRekorV2 signs d as signWith does, but logs the signature in a Rekor v2
+// SignRekorV2 signs d as SignWith does, but logs the signature in a Rekor v2
 // log (a hashedrekord v0.0.2 entry with a checkpoint, no integrated time),
 // so the signed timestamp alone dates it: what cosign writes once Sigstore's
 // signing configuration points it at a Rekor v2 shard.
-func (w *world) signRekorV2(d name.Digest, subject, issuer string) []byte {
+func (w *World) SignRekorV2(d name.Digest, subject, issuer string) []byte {
 	w.t.Helper()
 
-	entity, err := w.sigstore.AttestHashedRekordV2(subject, issuer, statement(installerimage.CosignSignPredicateType, d))
+	entity, err := w.Sigstore.AttestHashedRekordV2(subject, issuer, Statement(installerimage.CosignSignPredicateType, d))
 	if err != nil {
 		w.t.Fatal(err)
 	}
 
-	return w.bundle(w.sigstore, entity, true)
+	return w.bundle(w.Sigstore, entity, true)
 }
 
 // bundle writes a signed entity as a v0.3 Sigstore bundle.
-func (w *world) bundle(vs *ca.VirtualSigstore, entity *ca.TestEntity, rekorV2 bool) []byte {
+func (w *World) bundle(vs *ca.VirtualSigstore, entity *ca.TestEntity, rekorV2 bool) []byte {
 	w.t.Helper()
 
 	vc, err := entity.VerificationContent()
@@ -298,11 +313,11 @@ func (w *world) bundle(vs *ca.VirtualSigstore, entity *ca.TestEntity, rekorV2 bo
 	return b
 }
 
-// attach pushes b as an OCI 1.1 referrer of d, laid out as cosign's
+// Attach pushes b as an OCI 1.1 referrer of d, laid out as cosign's
 // WriteAttestationNewBundleFormat and WriteReferrer lay it out
 // (sigstore/cosign pkg/oci/remote/write.go): an empty config, the bundle as
 // the one layer, the bundle media type as artifactType, d as subject.
-func (w *world) attach(d name.Digest, b []byte) {
+func (w *World) Attach(d name.Digest, b []byte) {
 	w.t.Helper()
 
 	subject, err := remote.Head(d)
@@ -314,7 +329,7 @@ func (w *world) attach(d name.Digest, b []byte) {
 	layer := static.NewLayer(b, installerimage.BundleMediaType)
 
 	for _, l := range []v1.Layer{config, layer} {
-		if err := remote.WriteLayer(w.repo, l); err != nil {
+		if err := remote.WriteLayer(w.Repo, l); err != nil {
 			w.t.Fatal(err)
 		}
 	}
@@ -337,13 +352,13 @@ func (w *world) attach(d name.Digest, b []byte) {
 		w.t.Fatal(err)
 	}
 
-	ref := w.repo.Digest(fmt.Sprintf("sha256:%x", sha256.Sum256(raw)))
+	ref := w.Repo.Digest(fmt.Sprintf("sha256:%x", sha256.Sum256(raw)))
 	if err := remote.Put(ref, rawManifest(raw)); err != nil {
 		w.t.Fatal(err)
 	}
 }
 
-func descriptor(t *testing.T, l v1.Layer, artifactType string) v1.Descriptor {
+func descriptor(t testing.TB, l v1.Layer, artifactType string) v1.Descriptor {
 	t.Helper()
 
 	mt, err := l.MediaType()
