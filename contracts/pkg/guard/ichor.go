@@ -8,6 +8,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/version"
 )
 
 // fieldIchorVersion is the target of an Ichor upgrade.
@@ -60,7 +61,7 @@ func CheckIchorUpgrade(ii *ichorv1alpha1.IchorInstallation, target string) []Ref
 		return []Refusal{{Field: fieldIchorVersion, Rule: terr.Error(), WayOut: "name a release such as v0.3.0"}}
 	}
 
-	if ferr != nil || development(to) || development(from) {
+	if ferr != nil || development(target) || development(installed) {
 		return nil
 	}
 
@@ -99,7 +100,10 @@ func ichorRelease(v string) (semver.Version, error) {
 	return s, nil
 }
 
-// development: v0.0.0..., what a build without a release version reports.
-func development(v semver.Version) bool {
-	return v.Major == 0 && v.Minor == 0 && v.Patch == 0
+// development reports whether v is a development build (v0.0.0...), as
+// version.Release.Development says.
+func development(v string) bool {
+	r, err := version.Parse(v)
+
+	return err == nil && r.Development()
 }
