@@ -275,8 +275,8 @@ export interface Cluster {
   /**
    * Who installs and upgrades Ichor (IchorInstallation
    * spec.deployment.manager): ichor (its installer; the console's Versions
-   * card starts an upgrade) or helm (`helm upgrade` does); empty when
-   * ichor_installed_version is for want of the IchorInstallation.
+   * card starts an upgrade) or helm (`helm upgrade` does); empty when the
+   * user may not read the IchorInstallation or there is none.
    */
   ichorManager?: string;
   /** The Ichor version serving the API. */

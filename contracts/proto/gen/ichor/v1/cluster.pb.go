@@ -1667,8 +1667,8 @@ type Cluster struct {
 	IchorInstalledVersion string `protobuf:"bytes,22,opt,name=ichor_installed_version,json=ichorInstalledVersion,proto3" json:"ichor_installed_version,omitempty"`
 	// Who installs and upgrades Ichor (IchorInstallation
 	// spec.deployment.manager): ichor (its installer; the console's Versions
-	// card starts an upgrade) or helm (`helm upgrade` does); empty when
-	// ichor_installed_version is for want of the IchorInstallation.
+	// card starts an upgrade) or helm (`helm upgrade` does); empty when the
+	// user may not read the IchorInstallation or there is none.
 	IchorManager  string `protobuf:"bytes,23,opt,name=ichor_manager,json=ichorManager,proto3" json:"ichor_manager,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
