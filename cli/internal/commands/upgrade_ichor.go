@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v3"
@@ -19,8 +18,6 @@ const (
 	flagInstallerDigest    = "installer-digest"
 	flagSkipSignatureCheck = "skip-signature-check"
 )
-
-var installerDigest = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 
 // upgradeIchorCommand is `ichor upgrade ichor`.
 func upgradeIchorCommand() *cli.Command {
@@ -60,7 +57,7 @@ func upgradeIchor(ctx context.Context, cmd *cli.Command) error {
 		target = "v" + target
 	}
 	digest := cmd.String(flagInstallerDigest)
-	if digest != "" && !installerDigest.MatchString(digest) {
+	if len(guard.CheckInstallerDigest(digest)) > 0 {
 		return fmt.Errorf("--%s %q is not sha256:<64 lowercase hex digits>: copy the digest the release notes give, or leave the flag out to use VERSION's tag; nothing was changed",
 			flagInstallerDigest, digest)
 	}

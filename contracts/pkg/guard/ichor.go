@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/blang/semver/v4"
@@ -17,6 +18,27 @@ const fieldIchorVersion = "spec.ichor.version"
 // SignatureSkip is spec.ichor.installerSignature's value that runs the
 // installer image without checking its signature (recorded as a Warning Event).
 const SignatureSkip = "skip"
+
+// fieldInstallerDigest pins the installer image of an Ichor upgrade.
+const fieldInstallerDigest = "spec.ichor.installerDigest"
+
+// installerDigest is the form of spec.ichor.installerDigest (the CRD's pattern).
+var installerDigest = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+
+// CheckInstallerDigest refuses an installer digest that is not
+// sha256:<64 lowercase hex digits>, the form the CRD accepts, before a create
+// the API server would refuse; an empty digest (the tag's image) passes.
+func CheckInstallerDigest(digest string) []Refusal {
+	if digest == "" || installerDigest.MatchString(digest) {
+		return nil
+	}
+
+	return []Refusal{{
+		Field:  fieldInstallerDigest,
+		Rule:   fmt.Sprintf("%q is not sha256:<64 lowercase hex digits>; nothing was created", digest),
+		WayOut: "copy the digest the release notes give, or leave it out to run the image the version's tag names",
+	}}
+}
 
 // CheckIchorUpgrade checks an Ichor upgrade to target against the
 // IchorInstallation ii (nil when there is none): the installer Job upgrades

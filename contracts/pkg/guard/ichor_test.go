@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"strings"
 	"testing"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -46,6 +47,25 @@ func TestCheckIchorUpgrade(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			expect(t, CheckIchorUpgrade(tc.ii, tc.target), tc.want)
+		})
+	}
+}
+
+// Rule: a pinned installer digest is sha256:<64 lowercase hex digits> or
+// absent, as the CRD says.
+func TestCheckInstallerDigest(t *testing.T) {
+	for _, tc := range []struct {
+		digest string
+		want   map[string][]string
+	}{
+		{"", nil},
+		{"sha256:" + strings.Repeat("0a", 32), nil},
+		{"sha256:abc", map[string][]string{fieldInstallerDigest: {`"sha256:abc" is not sha256:<64 lowercase hex digits>`, "release notes"}}},
+		{"sha256:" + strings.Repeat("0A", 32), map[string][]string{fieldInstallerDigest: {"64 lowercase hex digits"}}},
+		{strings.Repeat("0a", 32), map[string][]string{fieldInstallerDigest: {"64 lowercase hex digits"}}},
+	} {
+		t.Run(tc.digest, func(t *testing.T) {
+			expect(t, CheckInstallerDigest(tc.digest), tc.want)
 		})
 	}
 }

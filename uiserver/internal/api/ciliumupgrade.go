@@ -70,9 +70,10 @@ func (s *OperationService) previewRefusals(ctx context.Context, op *ichorv1alpha
 	return refusals, nil
 }
 
-// ciliumFacts reads the facts of the cni checks for op as the signed-in user:
-// the cluster (NotFound when it is gone), its unfinished cni operations.
-func (s *OperationService) ciliumFacts(ctx context.Context, op *ichorv1alpha1.TalosOperation) (guard.OperationFacts, error) {
+// servedOperationFacts reads the facts of the checks for op as the signed-in
+// user (guard.LoadOperationFacts: the cluster, NotFound when it is gone; for
+// type cni its unfinished cni operations, for type ichor the IchorInstallation).
+func (s *OperationService) servedOperationFacts(ctx context.Context, op *ichorv1alpha1.TalosOperation) (guard.OperationFacts, error) {
 	facts, err := guard.LoadOperationFacts(ctx, s.Clients.User, op)
 	if err != nil {
 		return facts, err
@@ -111,7 +112,7 @@ func (s *OperationService) PreviewCiliumUpgrade(ctx context.Context, req *ichorv
 	what := "upgrading the Cilium of cluster " + s.ClusterName
 	asked := guard.CNIVersion(normalizeVersion(req.GetVersion()))
 	op := s.cniOperation(asked)
-	facts, err := s.ciliumFacts(ctx, op)
+	facts, err := s.servedOperationFacts(ctx, op)
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
@@ -164,7 +165,7 @@ func (s *OperationService) StartCiliumUpgrade(ctx context.Context, req *ichorv1.
 		return nil, apiError(ctx, err, what)
 	}
 	op := s.cniOperation(version)
-	facts, err := s.ciliumFacts(ctx, op)
+	facts, err := s.servedOperationFacts(ctx, op)
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}

@@ -17,6 +17,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/clusterreq"
 	"github.com/maeshinshin/ichor/contracts/pkg/cni"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/recovery"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	ichorv1 "github.com/maeshinshin/ichor/contracts/proto/gen/ichor/v1"
@@ -85,6 +86,7 @@ func (s *ClusterService) clusterProto(ctx context.Context, c *ichorv1alpha1.Talo
 			out.Ready, out.ReadyMessage = string(cond.Status), cond.Message
 		}
 	}
+	s.addInstallation(ctx, out)
 	if s.Clients.Authorize(ctx, "list", resMachines) == nil {
 		machines, err := s.clusterMachines(ctx)
 		if err != nil {
@@ -247,4 +249,18 @@ func (s *ClusterService) WhoAmI(ctx context.Context, _ *ichorv1.WhoAmIRequest) (
 		return nil, status.Error(codes.Unauthenticated, "sign in first")
 	}
 	return &ichorv1.WhoAmIResponse{Username: id.Username, Groups: id.Groups}, nil
+}
+
+// addInstallation adds what the IchorInstallation records (the installed
+// Ichor and who manages it), from the cache, when the user may get it; the
+// summary goes without them when there is none or the user may not.
+func (s *ClusterService) addInstallation(ctx context.Context, out *ichorv1.Cluster) {
+	if s.Clients.Authorize(ctx, "get", guard.ResourceIchorInstallations) != nil {
+		return
+	}
+	ii := &ichorv1alpha1.IchorInstallation{}
+	if err := s.Clients.Cache.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, ii); err != nil {
+		return
+	}
+	out.IchorInstalledVersion, out.IchorManager = ii.Status.InstalledVersion, ichorManager(ii)
 }

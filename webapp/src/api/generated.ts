@@ -264,6 +264,21 @@ export interface Cluster {
   discovery?: Discovery;
   /** The cluster's API endpoint. */
   endpoint?: string;
+  /**
+   * The Ichor release its installer last installed (IchorInstallation
+   * status.installedVersion); empty when the user may not read the
+   * IchorInstallation, there is none, or it has recorded no version yet.
+   * ichor_version is the release serving the API, which differs during an
+   * upgrade.
+   */
+  ichorInstalledVersion?: string;
+  /**
+   * Who installs and upgrades Ichor (IchorInstallation
+   * spec.deployment.manager): ichor (its installer; the console's Versions
+   * card starts an upgrade) or helm (`helm upgrade` does); empty when the
+   * user may not read the IchorInstallation or there is none.
+   */
+  ichorManager?: string;
   /** The Ichor version serving the API. */
   ichorVersion?: string;
   /** The Kubernetes version the cluster runs (spec). */
@@ -1358,6 +1373,43 @@ export interface PreviewConfigRolloutResponse {
   unfinished?: Operation;
 }
 
+/**
+ * PreviewIchorUpgradeResponse is the Versions card's Ichor line and the
+ * upgrade dialog's content.
+ */
+export interface PreviewIchorUpgradeResponse {
+  /** True when a version was given and nothing refuses it. */
+  allowed?: boolean;
+  /**
+   * The cluster the operation is recorded in (it holds the cluster's lock
+   * while the installer runs).
+   */
+  cluster?: string;
+  /**
+   * False when there is no IchorInstallation: this Ichor was not installed
+   * in the cluster by its installer, so nothing here upgrades it.
+   */
+  installation?: boolean;
+  /**
+   * The Ichor release the installer last installed
+   * (IchorInstallation status.installedVersion); empty until it records one,
+   * or when there is no IchorInstallation.
+   */
+  installed?: string;
+  /**
+   * Who installs and upgrades Ichor (spec.deployment.manager): ichor (its
+   * installer, which this upgrade runs) or helm (`helm upgrade` does).
+   */
+  manager?: string;
+  /**
+   * What refuses that version: the checks, then the verbs the user lacks
+   * (empty when no version was given, or it may be started).
+   */
+  refusals?: Refusal[];
+  /** The version checked, normalized (v prefixed); empty when none was given. */
+  version?: string;
+}
+
 /** PreviewKeyRotationResponse is the dialog's content. */
 export interface PreviewKeyRotationResponse {
   /** True when nothing refuses it. */
@@ -1800,6 +1852,30 @@ export interface StartConfigRolloutRequest {
 export interface StartConfigRolloutResponse {
   /** The plan it was started on. */
   machines?: RolloutMachine[];
+  /** The new operation. */
+  operation?: Operation;
+}
+
+/** StartIchorUpgradeRequest asks for an Ichor upgrade. */
+export interface StartIchorUpgradeRequest {
+  /**
+   * Run the installer image of this digest (sha256: and 64 lowercase hex
+   * digits) instead of the one the version's tag names now
+   * (spec.ichor.installerDigest); empty for the tag's.
+   */
+  installerDigest?: string;
+  /**
+   * Run the installer image without checking its signature, for a build
+   * nobody signs (spec.ichor.installerSignature: skip); the controller
+   * records it as a Warning Event naming the user.
+   */
+  skipSignatureCheck?: boolean;
+  /** The target Ichor release, for example v0.5.0 (spec.ichor.version). */
+  version: string;
+}
+
+/** StartIchorUpgradeResponse is the operation that was created. */
+export interface StartIchorUpgradeResponse {
   /** The new operation. */
   operation?: Operation;
 }
@@ -2249,6 +2325,16 @@ export interface Client {
    */
   previewConfigRollout(args?: { selector?: string }, options?: CallOptions): Promise<PreviewConfigRolloutResponse>;
   /**
+   * PreviewIchorUpgrade is what the console's Versions card and its upgrade
+   * dialog show: the Ichor the IchorInstallation records (its installed
+   * version and who manages it, ichor or helm), and, for a version typed,
+   * what refuses an upgrade to it now: the checks `ichor upgrade ichor
+   * VERSION` and the admission webhook make (guard.CheckIchorUpgrade: a
+   * Helm-managed install, a downgrade, a skipped minor), then `create` on
+   * talosoperations. It changes nothing.
+   */
+  previewIchorUpgrade(args?: { version?: string }, options?: CallOptions): Promise<PreviewIchorUpgradeResponse>;
+  /**
    * PreviewKeyRotation is what the key-rotation dialog shows: the stages
    * and what refuses a rotation now. It changes nothing.
    */
@@ -2352,6 +2438,15 @@ export interface Client {
    * typed cluster name confirms it.
    */
   startConfigRollout(args: { body: StartConfigRolloutRequest }, options?: CallOptions): Promise<StartConfigRolloutResponse>;
+  /**
+   * StartIchorUpgrade creates a TalosOperation of type ichor (the
+   * controller runs the installer Job of the version) as the signed-in user,
+   * after the same checks as `ichor upgrade ichor VERSION` and the admission
+   * webhook. A refused upgrade is FailedPrecondition (a missing permission
+   * PermissionDenied, a malformed request InvalidArgument) with
+   * RefusalDetails; nothing is created then.
+   */
+  startIchorUpgrade(args: { body: StartIchorUpgradeRequest }, options?: CallOptions): Promise<StartIchorUpgradeResponse>;
   /**
    * StartKeyRotation creates a TalosOperation of type key-rotation of the
    * served cluster as the signed-in user, after the same checks as `ichor
@@ -2565,6 +2660,9 @@ export function createClient(t: Transport): Client {
     previewConfigRollout(args, options) {
       return t.unary<PreviewConfigRolloutResponse>("GET", "/api/v1/operations:previewConfigRollout", { selector: args?.selector }, undefined, options);
     },
+    previewIchorUpgrade(args, options) {
+      return t.unary<PreviewIchorUpgradeResponse>("GET", "/api/v1/operations:previewIchorUpgrade", { version: args?.version }, undefined, options);
+    },
     previewKeyRotation(args, options) {
       return t.unary<PreviewKeyRotationResponse>("GET", "/api/v1/operations:previewKeyRotation", { serviceAccountOnly: args?.serviceAccountOnly, secretboxOnly: args?.secretboxOnly }, undefined, options);
     },
@@ -2618,6 +2716,9 @@ export function createClient(t: Transport): Client {
     },
     startConfigRollout(args, options) {
       return t.unary<StartConfigRolloutResponse>("POST", "/api/v1/operations:startConfigRollout", undefined, args.body, options);
+    },
+    startIchorUpgrade(args, options) {
+      return t.unary<StartIchorUpgradeResponse>("POST", "/api/v1/operations:startIchorUpgrade", undefined, args.body, options);
     },
     startKeyRotation(args, options) {
       return t.unary<StartKeyRotationResponse>("POST", "/api/v1/operations:startKeyRotation", undefined, args.body, options);
@@ -2709,6 +2810,7 @@ export const operationPaths = {
   previewCiliumValues: { method: "POST", path: "/api/v1/cluster/cilium-values:preview" },
   previewClusterShutdown: { method: "GET", path: "/api/v1/operations:previewClusterShutdown" },
   previewConfigRollout: { method: "GET", path: "/api/v1/operations:previewConfigRollout" },
+  previewIchorUpgrade: { method: "GET", path: "/api/v1/operations:previewIchorUpgrade" },
   previewKeyRotation: { method: "GET", path: "/api/v1/operations:previewKeyRotation" },
   previewKubeProxySwitch: { method: "GET", path: "/api/v1/operations:previewKubeProxySwitch" },
   previewKubernetesUpgrade: { method: "GET", path: "/api/v1/operations:previewKubernetesUpgrade" },
@@ -2727,6 +2829,7 @@ export const operationPaths = {
   startCiliumUpgrade: { method: "POST", path: "/api/v1/operations:startCiliumUpgrade" },
   startClusterShutdown: { method: "POST", path: "/api/v1/operations:startClusterShutdown" },
   startConfigRollout: { method: "POST", path: "/api/v1/operations:startConfigRollout" },
+  startIchorUpgrade: { method: "POST", path: "/api/v1/operations:startIchorUpgrade" },
   startKeyRotation: { method: "POST", path: "/api/v1/operations:startKeyRotation" },
   startKubeProxySwitch: { method: "POST", path: "/api/v1/operations:startKubeProxySwitch" },
   startKubernetesUpgrade: { method: "POST", path: "/api/v1/operations:startKubernetesUpgrade" },

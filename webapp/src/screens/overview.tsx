@@ -11,6 +11,7 @@ import { describe } from "../api/errors";
 import { waitsForRollout } from "../lib/rollout";
 import { ConfigRolloutDialog } from "./rollout";
 import { UpgradeDialog, type UpgradeKind } from "./talosupgrade";
+import { VersionsCard } from "./ichorupgrade";
 import * as api from "../api/v1alpha1";
 import { PauseControl, PausedNotice } from "./pause";
 import { ShutdownControl } from "./shutdown";
@@ -109,10 +110,9 @@ export function Overview() {
           <span data-testid="ready-message">{cluster.readyMessage}</span>
         </Alert>
       )}
-      <div class="grid grid-cols-1 gap-4 sm:grid-cols-2 lg:grid-cols-5">
+      <div class="grid grid-cols-1 gap-4 sm:grid-cols-2 lg:grid-cols-4">
         <Tile title="Nodes ready" testid="tile-nodes" value={synced ? `${ready.length} / ${approved.length}` : "…"} detail={`${cps} control plane${cps === 1 ? "" : "s"}, ${approved.length - cps} worker${approved.length - cps === 1 ? "" : "s"}`} href="/nodes" />
         <Tile title="Waiting for approval" testid="tile-pending" value={synced ? pending.length : "…"} detail={pending.length ? "Review them on Add node" : "No machine waits"} href="/add-node" />
-        <Tile title="Versions" testid="tile-versions" value={cluster?.talosVersion || "—"} detail={`Kubernetes ${cluster?.kubernetesVersion || "—"} · contract ${cluster?.versionContract || "—"}`} />
         <Tile
           title="Running operation"
           testid="tile-operation"
@@ -128,6 +128,7 @@ export function Overview() {
           href="/backups"
         />
       </div>
+      <VersionsCard client={client} cluster={cluster} canWrite={canWrite} />
       <Card aria-labelledby="attention-title">
         <CardHeader class="flex-row flex-wrap items-center justify-between">
           <CardTitle>

@@ -1658,7 +1658,18 @@ type Cluster struct {
 	// The CNI preset and what the controller last read from the cluster
 	// (status.cni.detected, with the Cilium agent's version), e.g.
 	// "cilium (detected: cilium v1.20.2)".
-	Cni           string `protobuf:"bytes,21,opt,name=cni,proto3" json:"cni,omitempty"`
+	Cni string `protobuf:"bytes,21,opt,name=cni,proto3" json:"cni,omitempty"`
+	// The Ichor release its installer last installed (IchorInstallation
+	// status.installedVersion); empty when the user may not read the
+	// IchorInstallation, there is none, or it has recorded no version yet.
+	// ichor_version is the release serving the API, which differs during an
+	// upgrade.
+	IchorInstalledVersion string `protobuf:"bytes,22,opt,name=ichor_installed_version,json=ichorInstalledVersion,proto3" json:"ichor_installed_version,omitempty"`
+	// Who installs and upgrades Ichor (IchorInstallation
+	// spec.deployment.manager): ichor (its installer; the console's Versions
+	// card starts an upgrade) or helm (`helm upgrade` does); empty when the
+	// user may not read the IchorInstallation or there is none.
+	IchorManager  string `protobuf:"bytes,23,opt,name=ichor_manager,json=ichorManager,proto3" json:"ichor_manager,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1836,6 +1847,20 @@ func (x *Cluster) GetAutoPatch() bool {
 func (x *Cluster) GetCni() string {
 	if x != nil {
 		return x.Cni
+	}
+	return ""
+}
+
+func (x *Cluster) GetIchorInstalledVersion() string {
+	if x != nil {
+		return x.IchorInstalledVersion
+	}
+	return ""
+}
+
+func (x *Cluster) GetIchorManager() string {
+	if x != nil {
+		return x.IchorManager
 	}
 	return ""
 }
@@ -2113,7 +2138,7 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\tprobed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bprobedAt\"\x13\n" +
 	"\x11GetClusterRequest\"A\n" +
 	"\x12GetClusterResponse\x12+\n" +
-	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\xbd\x06\n" +
+	"\acluster\x18\x01 \x01(\v2\x11.ichor.v1.ClusterR\acluster\"\x9a\a\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12#\n" +
@@ -2139,7 +2164,9 @@ const file_ichor_v1_cluster_proto_rawDesc = "" +
 	"\x0erecovery_holds\x18\x13 \x03(\v2\x16.ichor.v1.RecoveryHoldR\rrecoveryHolds\x12\x1d\n" +
 	"\n" +
 	"auto_patch\x18\x14 \x01(\bR\tautoPatch\x12\x10\n" +
-	"\x03cni\x18\x15 \x01(\tR\x03cni\"\xb7\x01\n" +
+	"\x03cni\x18\x15 \x01(\tR\x03cni\x126\n" +
+	"\x17ichor_installed_version\x18\x16 \x01(\tR\x15ichorInstalledVersion\x12#\n" +
+	"\richor_manager\x18\x17 \x01(\tR\fichorManager\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +

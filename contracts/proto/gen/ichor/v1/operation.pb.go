@@ -2459,6 +2459,273 @@ func (x *StartKubernetesUpgradeResponse) GetTo() string {
 	return ""
 }
 
+// PreviewIchorUpgradeRequest names the version to check; empty checks none.
+type PreviewIchorUpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target Ichor release, for example v0.5.0.
+	Version       string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewIchorUpgradeRequest) Reset() {
+	*x = PreviewIchorUpgradeRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewIchorUpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewIchorUpgradeRequest) ProtoMessage() {}
+
+func (x *PreviewIchorUpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewIchorUpgradeRequest.ProtoReflect.Descriptor instead.
+func (*PreviewIchorUpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *PreviewIchorUpgradeRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// PreviewIchorUpgradeResponse is the Versions card's Ichor line and the
+// upgrade dialog's content.
+type PreviewIchorUpgradeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster the operation is recorded in (it holds the cluster's lock
+	// while the installer runs).
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The Ichor release the installer last installed
+	// (IchorInstallation status.installedVersion); empty until it records one,
+	// or when there is no IchorInstallation.
+	Installed string `protobuf:"bytes,2,opt,name=installed,proto3" json:"installed,omitempty"`
+	// Who installs and upgrades Ichor (spec.deployment.manager): ichor (its
+	// installer, which this upgrade runs) or helm (`helm upgrade` does).
+	Manager string `protobuf:"bytes,3,opt,name=manager,proto3" json:"manager,omitempty"`
+	// False when there is no IchorInstallation: this Ichor was not installed
+	// in the cluster by its installer, so nothing here upgrades it.
+	Installation bool `protobuf:"varint,4,opt,name=installation,proto3" json:"installation,omitempty"`
+	// The version checked, normalized (v prefixed); empty when none was given.
+	Version string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	// What refuses that version: the checks, then the verbs the user lacks
+	// (empty when no version was given, or it may be started).
+	Refusals []*Refusal `protobuf:"bytes,6,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// True when a version was given and nothing refuses it.
+	Allowed       bool `protobuf:"varint,7,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewIchorUpgradeResponse) Reset() {
+	*x = PreviewIchorUpgradeResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewIchorUpgradeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewIchorUpgradeResponse) ProtoMessage() {}
+
+func (x *PreviewIchorUpgradeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewIchorUpgradeResponse.ProtoReflect.Descriptor instead.
+func (*PreviewIchorUpgradeResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PreviewIchorUpgradeResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *PreviewIchorUpgradeResponse) GetInstalled() string {
+	if x != nil {
+		return x.Installed
+	}
+	return ""
+}
+
+func (x *PreviewIchorUpgradeResponse) GetManager() string {
+	if x != nil {
+		return x.Manager
+	}
+	return ""
+}
+
+func (x *PreviewIchorUpgradeResponse) GetInstallation() bool {
+	if x != nil {
+		return x.Installation
+	}
+	return false
+}
+
+func (x *PreviewIchorUpgradeResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *PreviewIchorUpgradeResponse) GetRefusals() []*Refusal {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *PreviewIchorUpgradeResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+// StartIchorUpgradeRequest asks for an Ichor upgrade.
+type StartIchorUpgradeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target Ichor release, for example v0.5.0 (spec.ichor.version).
+	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Run the installer image of this digest (sha256: and 64 lowercase hex
+	// digits) instead of the one the version's tag names now
+	// (spec.ichor.installerDigest); empty for the tag's.
+	InstallerDigest string `protobuf:"bytes,2,opt,name=installer_digest,json=installerDigest,proto3" json:"installer_digest,omitempty"`
+	// Run the installer image without checking its signature, for a build
+	// nobody signs (spec.ichor.installerSignature: skip); the controller
+	// records it as a Warning Event naming the user.
+	SkipSignatureCheck bool `protobuf:"varint,3,opt,name=skip_signature_check,json=skipSignatureCheck,proto3" json:"skip_signature_check,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *StartIchorUpgradeRequest) Reset() {
+	*x = StartIchorUpgradeRequest{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartIchorUpgradeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartIchorUpgradeRequest) ProtoMessage() {}
+
+func (x *StartIchorUpgradeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartIchorUpgradeRequest.ProtoReflect.Descriptor instead.
+func (*StartIchorUpgradeRequest) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *StartIchorUpgradeRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StartIchorUpgradeRequest) GetInstallerDigest() string {
+	if x != nil {
+		return x.InstallerDigest
+	}
+	return ""
+}
+
+func (x *StartIchorUpgradeRequest) GetSkipSignatureCheck() bool {
+	if x != nil {
+		return x.SkipSignatureCheck
+	}
+	return false
+}
+
+// StartIchorUpgradeResponse is the operation that was created.
+type StartIchorUpgradeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartIchorUpgradeResponse) Reset() {
+	*x = StartIchorUpgradeResponse{}
+	mi := &file_ichor_v1_operation_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartIchorUpgradeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartIchorUpgradeResponse) ProtoMessage() {}
+
+func (x *StartIchorUpgradeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ichor_v1_operation_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartIchorUpgradeResponse.ProtoReflect.Descriptor instead.
+func (*StartIchorUpgradeResponse) Descriptor() ([]byte, []int) {
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *StartIchorUpgradeResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 // OperationStage is one stage of a kubernetes operation.
 type OperationStage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2474,7 +2741,7 @@ type OperationStage struct {
 
 func (x *OperationStage) Reset() {
 	*x = OperationStage{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[37]
+	mi := &file_ichor_v1_operation_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2753,7 @@ func (x *OperationStage) String() string {
 func (*OperationStage) ProtoMessage() {}
 
 func (x *OperationStage) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[37]
+	mi := &file_ichor_v1_operation_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2766,7 @@ func (x *OperationStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationStage.ProtoReflect.Descriptor instead.
 func (*OperationStage) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{37}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *OperationStage) GetName() string {
@@ -2538,7 +2805,7 @@ type RemovedAPI struct {
 
 func (x *RemovedAPI) Reset() {
 	*x = RemovedAPI{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[38]
+	mi := &file_ichor_v1_operation_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2817,7 @@ func (x *RemovedAPI) String() string {
 func (*RemovedAPI) ProtoMessage() {}
 
 func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[38]
+	mi := &file_ichor_v1_operation_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2830,7 @@ func (x *RemovedAPI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovedAPI.ProtoReflect.Descriptor instead.
 func (*RemovedAPI) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{38}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemovedAPI) GetApi() string {
@@ -2631,7 +2898,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[39]
+	mi := &file_ichor_v1_operation_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2910,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[39]
+	mi := &file_ichor_v1_operation_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2923,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{39}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Operation) GetName() string {
@@ -2797,7 +3064,7 @@ type OperationMachine struct {
 
 func (x *OperationMachine) Reset() {
 	*x = OperationMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[40]
+	mi := &file_ichor_v1_operation_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +3076,7 @@ func (x *OperationMachine) String() string {
 func (*OperationMachine) ProtoMessage() {}
 
 func (x *OperationMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[40]
+	mi := &file_ichor_v1_operation_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +3089,7 @@ func (x *OperationMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMachine.ProtoReflect.Descriptor instead.
 func (*OperationMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{40}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *OperationMachine) GetName() string {
@@ -2869,7 +3136,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[41]
+	mi := &file_ichor_v1_operation_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2881,7 +3148,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[41]
+	mi := &file_ichor_v1_operation_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2894,7 +3161,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{41}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{45}
 }
 
 // ListOperationsResponse is the operations, newest first.
@@ -2908,7 +3175,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[42]
+	mi := &file_ichor_v1_operation_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3187,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[42]
+	mi := &file_ichor_v1_operation_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3200,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{42}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -2954,7 +3221,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[43]
+	mi := &file_ichor_v1_operation_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3233,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[43]
+	mi := &file_ichor_v1_operation_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3246,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{43}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -3000,7 +3267,7 @@ type GetOperationResponse struct {
 
 func (x *GetOperationResponse) Reset() {
 	*x = GetOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[44]
+	mi := &file_ichor_v1_operation_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3012,7 +3279,7 @@ func (x *GetOperationResponse) String() string {
 func (*GetOperationResponse) ProtoMessage() {}
 
 func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[44]
+	mi := &file_ichor_v1_operation_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3025,7 +3292,7 @@ func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationResponse.ProtoReflect.Descriptor instead.
 func (*GetOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{44}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetOperationResponse) GetOperation() *Operation {
@@ -3046,7 +3313,7 @@ type PauseOperationRequest struct {
 
 func (x *PauseOperationRequest) Reset() {
 	*x = PauseOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[45]
+	mi := &file_ichor_v1_operation_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3325,7 @@ func (x *PauseOperationRequest) String() string {
 func (*PauseOperationRequest) ProtoMessage() {}
 
 func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[45]
+	mi := &file_ichor_v1_operation_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3338,7 @@ func (x *PauseOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationRequest.ProtoReflect.Descriptor instead.
 func (*PauseOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{45}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PauseOperationRequest) GetName() string {
@@ -3092,7 +3359,7 @@ type PauseOperationResponse struct {
 
 func (x *PauseOperationResponse) Reset() {
 	*x = PauseOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[46]
+	mi := &file_ichor_v1_operation_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3371,7 @@ func (x *PauseOperationResponse) String() string {
 func (*PauseOperationResponse) ProtoMessage() {}
 
 func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[46]
+	mi := &file_ichor_v1_operation_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3384,7 @@ func (x *PauseOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseOperationResponse.ProtoReflect.Descriptor instead.
 func (*PauseOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{46}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PauseOperationResponse) GetOperation() *Operation {
@@ -3141,7 +3408,7 @@ type ResumeOperationRequest struct {
 
 func (x *ResumeOperationRequest) Reset() {
 	*x = ResumeOperationRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[47]
+	mi := &file_ichor_v1_operation_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3420,7 @@ func (x *ResumeOperationRequest) String() string {
 func (*ResumeOperationRequest) ProtoMessage() {}
 
 func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[47]
+	mi := &file_ichor_v1_operation_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3433,7 @@ func (x *ResumeOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationRequest.ProtoReflect.Descriptor instead.
 func (*ResumeOperationRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{47}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ResumeOperationRequest) GetName() string {
@@ -3194,7 +3461,7 @@ type ResumeOperationResponse struct {
 
 func (x *ResumeOperationResponse) Reset() {
 	*x = ResumeOperationResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[48]
+	mi := &file_ichor_v1_operation_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3473,7 @@ func (x *ResumeOperationResponse) String() string {
 func (*ResumeOperationResponse) ProtoMessage() {}
 
 func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[48]
+	mi := &file_ichor_v1_operation_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3486,7 @@ func (x *ResumeOperationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeOperationResponse.ProtoReflect.Descriptor instead.
 func (*ResumeOperationResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{48}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ResumeOperationResponse) GetOperation() *Operation {
@@ -3250,7 +3517,7 @@ type RolloutMachine struct {
 
 func (x *RolloutMachine) Reset() {
 	*x = RolloutMachine{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[49]
+	mi := &file_ichor_v1_operation_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3529,7 @@ func (x *RolloutMachine) String() string {
 func (*RolloutMachine) ProtoMessage() {}
 
 func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[49]
+	mi := &file_ichor_v1_operation_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3542,7 @@ func (x *RolloutMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutMachine.ProtoReflect.Descriptor instead.
 func (*RolloutMachine) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{49}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RolloutMachine) GetName() string {
@@ -3332,7 +3599,7 @@ type PreviewConfigRolloutRequest struct {
 
 func (x *PreviewConfigRolloutRequest) Reset() {
 	*x = PreviewConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[50]
+	mi := &file_ichor_v1_operation_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3611,7 @@ func (x *PreviewConfigRolloutRequest) String() string {
 func (*PreviewConfigRolloutRequest) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[50]
+	mi := &file_ichor_v1_operation_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3624,7 @@ func (x *PreviewConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{50}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PreviewConfigRolloutRequest) GetSelector() string {
@@ -3392,7 +3659,7 @@ type PreviewConfigRolloutResponse struct {
 
 func (x *PreviewConfigRolloutResponse) Reset() {
 	*x = PreviewConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[51]
+	mi := &file_ichor_v1_operation_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3404,7 +3671,7 @@ func (x *PreviewConfigRolloutResponse) String() string {
 func (*PreviewConfigRolloutResponse) ProtoMessage() {}
 
 func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[51]
+	mi := &file_ichor_v1_operation_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3417,7 +3684,7 @@ func (x *PreviewConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*PreviewConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{51}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PreviewConfigRolloutResponse) GetCluster() string {
@@ -3475,7 +3742,7 @@ type PrivilegedPatch struct {
 
 func (x *PrivilegedPatch) Reset() {
 	*x = PrivilegedPatch{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[52]
+	mi := &file_ichor_v1_operation_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3754,7 @@ func (x *PrivilegedPatch) String() string {
 func (*PrivilegedPatch) ProtoMessage() {}
 
 func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[52]
+	mi := &file_ichor_v1_operation_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3767,7 @@ func (x *PrivilegedPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrivilegedPatch.ProtoReflect.Descriptor instead.
 func (*PrivilegedPatch) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{52}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PrivilegedPatch) GetName() string {
@@ -3531,7 +3798,7 @@ type StartConfigRolloutRequest struct {
 
 func (x *StartConfigRolloutRequest) Reset() {
 	*x = StartConfigRolloutRequest{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[53]
+	mi := &file_ichor_v1_operation_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3810,7 @@ func (x *StartConfigRolloutRequest) String() string {
 func (*StartConfigRolloutRequest) ProtoMessage() {}
 
 func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[53]
+	mi := &file_ichor_v1_operation_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3823,7 @@ func (x *StartConfigRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutRequest.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{53}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StartConfigRolloutRequest) GetSelector() string {
@@ -3586,7 +3853,7 @@ type StartConfigRolloutResponse struct {
 
 func (x *StartConfigRolloutResponse) Reset() {
 	*x = StartConfigRolloutResponse{}
-	mi := &file_ichor_v1_operation_proto_msgTypes[54]
+	mi := &file_ichor_v1_operation_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3598,7 +3865,7 @@ func (x *StartConfigRolloutResponse) String() string {
 func (*StartConfigRolloutResponse) ProtoMessage() {}
 
 func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ichor_v1_operation_proto_msgTypes[54]
+	mi := &file_ichor_v1_operation_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3611,7 +3878,7 @@ func (x *StartConfigRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartConfigRolloutResponse.ProtoReflect.Descriptor instead.
 func (*StartConfigRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{54}
+	return file_ichor_v1_operation_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StartConfigRolloutResponse) GetOperation() *Operation {
@@ -3814,7 +4081,23 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"D\n" +
 	"\x1eStartKubernetesUpgradeResponse\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\tR\x02to\"T\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\"6\n" +
+	"\x1aPreviewIchorUpgradeRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\"\xf6\x01\n" +
+	"\x1bPreviewIchorUpgradeResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
+	"\tinstalled\x18\x02 \x01(\tR\tinstalled\x12\x18\n" +
+	"\amanager\x18\x03 \x01(\tR\amanager\x12\"\n" +
+	"\finstallation\x18\x04 \x01(\bR\finstallation\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\tR\aversion\x12-\n" +
+	"\brefusals\x18\x06 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x18\n" +
+	"\aallowed\x18\a \x01(\bR\aallowed\"\x96\x01\n" +
+	"\x18StartIchorUpgradeRequest\x12\x1d\n" +
+	"\aversion\x18\x01 \x01(\tB\x03\xe0A\x02R\aversion\x12)\n" +
+	"\x10installer_digest\x18\x02 \x01(\tR\x0finstallerDigest\x120\n" +
+	"\x14skip_signature_check\x18\x03 \x01(\bR\x12skipSignatureCheck\"N\n" +
+	"\x19StartIchorUpgradeResponse\x121\n" +
+	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"T\n" +
 	"\x0eOperationStage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x18\n" +
@@ -3898,7 +4181,7 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x14confirm_cluster_name\x18\x02 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"\x85\x01\n" +
 	"\x1aStartConfigRolloutResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\x124\n" +
-	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xd9\x1a\n" +
+	"\bmachines\x18\x02 \x03(\v2\x18.ichor.v1.RolloutMachineR\bmachines2\xfe\x1c\n" +
 	"\x10OperationService\x12o\n" +
 	"\x0eListOperations\x12\x1f.ichor.v1.ListOperationsRequest\x1a .ichor.v1.ListOperationsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/api/v1/operations\x12p\n" +
 	"\fGetOperation\x12\x1d.ichor.v1.GetOperationRequest\x1a\x1e.ichor.v1.GetOperationResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/api/v1/operations/{name}\x12\x7f\n" +
@@ -3909,7 +4192,9 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\x13PreviewTalosUpgrade\x12$.ichor.v1.PreviewTalosUpgradeRequest\x1a%.ichor.v1.PreviewTalosUpgradeResponse\".\x82\xd3\xe4\x93\x02(\x12&/api/v1/operations:previewTalosUpgrade\x12\x8d\x01\n" +
 	"\x11StartTalosUpgrade\x12\".ichor.v1.StartTalosUpgradeRequest\x1a#.ichor.v1.StartTalosUpgradeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/api/v1/operations:startTalosUpgrade\x12\xa6\x01\n" +
 	"\x18PreviewKubernetesUpgrade\x12).ichor.v1.PreviewKubernetesUpgradeRequest\x1a*.ichor.v1.PreviewKubernetesUpgradeResponse\"3\x82\xd3\xe4\x93\x02-\x12+/api/v1/operations:previewKubernetesUpgrade\x12\xa1\x01\n" +
-	"\x16StartKubernetesUpgrade\x12'.ichor.v1.StartKubernetesUpgradeRequest\x1a(.ichor.v1.StartKubernetesUpgradeResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/api/v1/operations:startKubernetesUpgrade\x12\x96\x01\n" +
+	"\x16StartKubernetesUpgrade\x12'.ichor.v1.StartKubernetesUpgradeRequest\x1a(.ichor.v1.StartKubernetesUpgradeResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/api/v1/operations:startKubernetesUpgrade\x12\x92\x01\n" +
+	"\x13PreviewIchorUpgrade\x12$.ichor.v1.PreviewIchorUpgradeRequest\x1a%.ichor.v1.PreviewIchorUpgradeResponse\".\x82\xd3\xe4\x93\x02(\x12&/api/v1/operations:previewIchorUpgrade\x12\x8d\x01\n" +
+	"\x11StartIchorUpgrade\x12\".ichor.v1.StartIchorUpgradeRequest\x1a#.ichor.v1.StartIchorUpgradeResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/api/v1/operations:startIchorUpgrade\x12\x96\x01\n" +
 	"\x14PreviewNodeOperation\x12%.ichor.v1.PreviewNodeOperationRequest\x1a&.ichor.v1.PreviewNodeOperationResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/operations:previewNodeOperation\x12\x91\x01\n" +
 	"\x12StartNodeOperation\x12#.ichor.v1.StartNodeOperationRequest\x1a$.ichor.v1.StartNodeOperationResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/operations:startNodeOperation\x12\x96\x01\n" +
 	"\x14PreviewCiliumUpgrade\x12%.ichor.v1.PreviewCiliumUpgradeRequest\x1a&.ichor.v1.PreviewCiliumUpgradeResponse\"/\x82\xd3\xe4\x93\x02)\x12'/api/v1/operations:previewCiliumUpgrade\x12\x91\x01\n" +
@@ -3936,7 +4221,7 @@ func file_ichor_v1_operation_proto_rawDescGZIP() []byte {
 	return file_ichor_v1_operation_proto_rawDescData
 }
 
-var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_ichor_v1_operation_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_ichor_v1_operation_proto_goTypes = []any{
 	(*PreviewNodeOperationRequest)(nil),         // 0: ichor.v1.PreviewNodeOperationRequest
 	(*PreviewNodeOperationResponse)(nil),        // 1: ichor.v1.PreviewNodeOperationResponse
@@ -3975,121 +4260,131 @@ var file_ichor_v1_operation_proto_goTypes = []any{
 	(*PreviewKubernetesUpgradeResponse)(nil),    // 34: ichor.v1.PreviewKubernetesUpgradeResponse
 	(*StartKubernetesUpgradeRequest)(nil),       // 35: ichor.v1.StartKubernetesUpgradeRequest
 	(*StartKubernetesUpgradeResponse)(nil),      // 36: ichor.v1.StartKubernetesUpgradeResponse
-	(*OperationStage)(nil),                      // 37: ichor.v1.OperationStage
-	(*RemovedAPI)(nil),                          // 38: ichor.v1.RemovedAPI
-	(*Operation)(nil),                           // 39: ichor.v1.Operation
-	(*OperationMachine)(nil),                    // 40: ichor.v1.OperationMachine
-	(*ListOperationsRequest)(nil),               // 41: ichor.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),              // 42: ichor.v1.ListOperationsResponse
-	(*GetOperationRequest)(nil),                 // 43: ichor.v1.GetOperationRequest
-	(*GetOperationResponse)(nil),                // 44: ichor.v1.GetOperationResponse
-	(*PauseOperationRequest)(nil),               // 45: ichor.v1.PauseOperationRequest
-	(*PauseOperationResponse)(nil),              // 46: ichor.v1.PauseOperationResponse
-	(*ResumeOperationRequest)(nil),              // 47: ichor.v1.ResumeOperationRequest
-	(*ResumeOperationResponse)(nil),             // 48: ichor.v1.ResumeOperationResponse
-	(*RolloutMachine)(nil),                      // 49: ichor.v1.RolloutMachine
-	(*PreviewConfigRolloutRequest)(nil),         // 50: ichor.v1.PreviewConfigRolloutRequest
-	(*PreviewConfigRolloutResponse)(nil),        // 51: ichor.v1.PreviewConfigRolloutResponse
-	(*PrivilegedPatch)(nil),                     // 52: ichor.v1.PrivilegedPatch
-	(*StartConfigRolloutRequest)(nil),           // 53: ichor.v1.StartConfigRolloutRequest
-	(*StartConfigRolloutResponse)(nil),          // 54: ichor.v1.StartConfigRolloutResponse
-	(*Refusal)(nil),                             // 55: ichor.v1.Refusal
-	(*Condition)(nil),                           // 56: ichor.v1.Condition
-	(*timestamppb.Timestamp)(nil),               // 57: google.protobuf.Timestamp
+	(*PreviewIchorUpgradeRequest)(nil),          // 37: ichor.v1.PreviewIchorUpgradeRequest
+	(*PreviewIchorUpgradeResponse)(nil),         // 38: ichor.v1.PreviewIchorUpgradeResponse
+	(*StartIchorUpgradeRequest)(nil),            // 39: ichor.v1.StartIchorUpgradeRequest
+	(*StartIchorUpgradeResponse)(nil),           // 40: ichor.v1.StartIchorUpgradeResponse
+	(*OperationStage)(nil),                      // 41: ichor.v1.OperationStage
+	(*RemovedAPI)(nil),                          // 42: ichor.v1.RemovedAPI
+	(*Operation)(nil),                           // 43: ichor.v1.Operation
+	(*OperationMachine)(nil),                    // 44: ichor.v1.OperationMachine
+	(*ListOperationsRequest)(nil),               // 45: ichor.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),              // 46: ichor.v1.ListOperationsResponse
+	(*GetOperationRequest)(nil),                 // 47: ichor.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),                // 48: ichor.v1.GetOperationResponse
+	(*PauseOperationRequest)(nil),               // 49: ichor.v1.PauseOperationRequest
+	(*PauseOperationResponse)(nil),              // 50: ichor.v1.PauseOperationResponse
+	(*ResumeOperationRequest)(nil),              // 51: ichor.v1.ResumeOperationRequest
+	(*ResumeOperationResponse)(nil),             // 52: ichor.v1.ResumeOperationResponse
+	(*RolloutMachine)(nil),                      // 53: ichor.v1.RolloutMachine
+	(*PreviewConfigRolloutRequest)(nil),         // 54: ichor.v1.PreviewConfigRolloutRequest
+	(*PreviewConfigRolloutResponse)(nil),        // 55: ichor.v1.PreviewConfigRolloutResponse
+	(*PrivilegedPatch)(nil),                     // 56: ichor.v1.PrivilegedPatch
+	(*StartConfigRolloutRequest)(nil),           // 57: ichor.v1.StartConfigRolloutRequest
+	(*StartConfigRolloutResponse)(nil),          // 58: ichor.v1.StartConfigRolloutResponse
+	(*Refusal)(nil),                             // 59: ichor.v1.Refusal
+	(*Condition)(nil),                           // 60: ichor.v1.Condition
+	(*timestamppb.Timestamp)(nil),               // 61: google.protobuf.Timestamp
 }
 var file_ichor_v1_operation_proto_depIdxs = []int32{
-	55, // 0: ichor.v1.PreviewNodeOperationResponse.refusals:type_name -> ichor.v1.Refusal
-	39, // 1: ichor.v1.StartNodeOperationResponse.operation:type_name -> ichor.v1.Operation
-	55, // 2: ichor.v1.PreviewCiliumUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	56, // 3: ichor.v1.PreviewCiliumUpgradeResponse.handover:type_name -> ichor.v1.Condition
-	39, // 4: ichor.v1.StartCiliumUpgradeResponse.operation:type_name -> ichor.v1.Operation
+	59, // 0: ichor.v1.PreviewNodeOperationResponse.refusals:type_name -> ichor.v1.Refusal
+	43, // 1: ichor.v1.StartNodeOperationResponse.operation:type_name -> ichor.v1.Operation
+	59, // 2: ichor.v1.PreviewCiliumUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	60, // 3: ichor.v1.PreviewCiliumUpgradeResponse.handover:type_name -> ichor.v1.Condition
+	43, // 4: ichor.v1.StartCiliumUpgradeResponse.operation:type_name -> ichor.v1.Operation
 	10, // 5: ichor.v1.PreviewKubeProxySwitchResponse.steps:type_name -> ichor.v1.KubeProxyStep
-	55, // 6: ichor.v1.PreviewKubeProxySwitchResponse.refusals:type_name -> ichor.v1.Refusal
-	56, // 7: ichor.v1.PreviewKubeProxySwitchResponse.consistent:type_name -> ichor.v1.Condition
+	59, // 6: ichor.v1.PreviewKubeProxySwitchResponse.refusals:type_name -> ichor.v1.Refusal
+	60, // 7: ichor.v1.PreviewKubeProxySwitchResponse.consistent:type_name -> ichor.v1.Condition
 	11, // 8: ichor.v1.PreviewKubeProxySwitchResponse.unfinished:type_name -> ichor.v1.KubeProxySwitching
-	55, // 9: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
-	39, // 10: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
-	55, // 11: ichor.v1.PreviewCARotationResponse.refusals:type_name -> ichor.v1.Refusal
-	39, // 12: ichor.v1.StartCARotationResponse.operation:type_name -> ichor.v1.Operation
-	55, // 13: ichor.v1.PreviewKeyRotationResponse.refusals:type_name -> ichor.v1.Refusal
-	39, // 14: ichor.v1.StartKeyRotationResponse.operation:type_name -> ichor.v1.Operation
-	57, // 15: ichor.v1.DownloadRotationCredentialsResponse.expires_at:type_name -> google.protobuf.Timestamp
-	39, // 16: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
+	59, // 9: ichor.v1.PreviewClusterShutdownResponse.refusals:type_name -> ichor.v1.Refusal
+	43, // 10: ichor.v1.PreviewClusterShutdownResponse.unfinished:type_name -> ichor.v1.Operation
+	59, // 11: ichor.v1.PreviewCARotationResponse.refusals:type_name -> ichor.v1.Refusal
+	43, // 12: ichor.v1.StartCARotationResponse.operation:type_name -> ichor.v1.Operation
+	59, // 13: ichor.v1.PreviewKeyRotationResponse.refusals:type_name -> ichor.v1.Refusal
+	43, // 14: ichor.v1.StartKeyRotationResponse.operation:type_name -> ichor.v1.Operation
+	61, // 15: ichor.v1.DownloadRotationCredentialsResponse.expires_at:type_name -> google.protobuf.Timestamp
+	43, // 16: ichor.v1.StartClusterShutdownResponse.operation:type_name -> ichor.v1.Operation
 	28, // 17: ichor.v1.PreviewTalosUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	57, // 18: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	55, // 19: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	39, // 20: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	61, // 18: ichor.v1.PreviewTalosUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	59, // 19: ichor.v1.PreviewTalosUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	43, // 20: ichor.v1.PreviewTalosUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
 	28, // 21: ichor.v1.PreviewKubernetesUpgradeResponse.candidates:type_name -> ichor.v1.VersionCandidate
-	57, // 22: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
-	55, // 23: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
-	39, // 24: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
-	57, // 25: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	57, // 26: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
-	57, // 27: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	56, // 28: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
-	40, // 29: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
-	37, // 30: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
-	38, // 31: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
-	39, // 32: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
-	39, // 33: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
-	39, // 34: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
-	39, // 35: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
-	49, // 36: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	39, // 37: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
-	52, // 38: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
-	39, // 39: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
-	49, // 40: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
-	41, // 41: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
-	43, // 42: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
-	45, // 43: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
-	47, // 44: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
-	50, // 45: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
-	53, // 46: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
-	29, // 47: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
-	31, // 48: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
-	33, // 49: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
-	35, // 50: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
-	0,  // 51: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
-	2,  // 52: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
-	4,  // 53: ichor.v1.OperationService.PreviewCiliumUpgrade:input_type -> ichor.v1.PreviewCiliumUpgradeRequest
-	6,  // 54: ichor.v1.OperationService.StartCiliumUpgrade:input_type -> ichor.v1.StartCiliumUpgradeRequest
-	8,  // 55: ichor.v1.OperationService.PreviewKubeProxySwitch:input_type -> ichor.v1.PreviewKubeProxySwitchRequest
-	12, // 56: ichor.v1.OperationService.StartKubeProxySwitch:input_type -> ichor.v1.StartKubeProxySwitchRequest
-	14, // 57: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
-	16, // 58: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
-	17, // 59: ichor.v1.OperationService.PreviewCARotation:input_type -> ichor.v1.PreviewCARotationRequest
-	19, // 60: ichor.v1.OperationService.StartCARotation:input_type -> ichor.v1.StartCARotationRequest
-	21, // 61: ichor.v1.OperationService.PreviewKeyRotation:input_type -> ichor.v1.PreviewKeyRotationRequest
-	23, // 62: ichor.v1.OperationService.StartKeyRotation:input_type -> ichor.v1.StartKeyRotationRequest
-	25, // 63: ichor.v1.OperationService.DownloadRotationCredentials:input_type -> ichor.v1.DownloadRotationCredentialsRequest
-	42, // 64: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
-	44, // 65: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
-	46, // 66: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
-	48, // 67: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
-	51, // 68: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
-	54, // 69: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
-	30, // 70: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
-	32, // 71: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
-	34, // 72: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
-	36, // 73: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
-	1,  // 74: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
-	3,  // 75: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
-	5,  // 76: ichor.v1.OperationService.PreviewCiliumUpgrade:output_type -> ichor.v1.PreviewCiliumUpgradeResponse
-	7,  // 77: ichor.v1.OperationService.StartCiliumUpgrade:output_type -> ichor.v1.StartCiliumUpgradeResponse
-	9,  // 78: ichor.v1.OperationService.PreviewKubeProxySwitch:output_type -> ichor.v1.PreviewKubeProxySwitchResponse
-	13, // 79: ichor.v1.OperationService.StartKubeProxySwitch:output_type -> ichor.v1.StartKubeProxySwitchResponse
-	15, // 80: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
-	27, // 81: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
-	18, // 82: ichor.v1.OperationService.PreviewCARotation:output_type -> ichor.v1.PreviewCARotationResponse
-	20, // 83: ichor.v1.OperationService.StartCARotation:output_type -> ichor.v1.StartCARotationResponse
-	22, // 84: ichor.v1.OperationService.PreviewKeyRotation:output_type -> ichor.v1.PreviewKeyRotationResponse
-	24, // 85: ichor.v1.OperationService.StartKeyRotation:output_type -> ichor.v1.StartKeyRotationResponse
-	26, // 86: ichor.v1.OperationService.DownloadRotationCredentials:output_type -> ichor.v1.DownloadRotationCredentialsResponse
-	64, // [64:87] is the sub-list for method output_type
-	41, // [41:64] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	61, // 22: ichor.v1.PreviewKubernetesUpgradeResponse.checked_at:type_name -> google.protobuf.Timestamp
+	59, // 23: ichor.v1.PreviewKubernetesUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	43, // 24: ichor.v1.PreviewKubernetesUpgradeResponse.unfinished:type_name -> ichor.v1.Operation
+	59, // 25: ichor.v1.PreviewIchorUpgradeResponse.refusals:type_name -> ichor.v1.Refusal
+	43, // 26: ichor.v1.StartIchorUpgradeResponse.operation:type_name -> ichor.v1.Operation
+	61, // 27: ichor.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	61, // 28: ichor.v1.Operation.completed_at:type_name -> google.protobuf.Timestamp
+	61, // 29: ichor.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	60, // 30: ichor.v1.Operation.conditions:type_name -> ichor.v1.Condition
+	44, // 31: ichor.v1.Operation.machines:type_name -> ichor.v1.OperationMachine
+	41, // 32: ichor.v1.Operation.stages:type_name -> ichor.v1.OperationStage
+	42, // 33: ichor.v1.Operation.removed_apis:type_name -> ichor.v1.RemovedAPI
+	43, // 34: ichor.v1.ListOperationsResponse.operations:type_name -> ichor.v1.Operation
+	43, // 35: ichor.v1.GetOperationResponse.operation:type_name -> ichor.v1.Operation
+	43, // 36: ichor.v1.PauseOperationResponse.operation:type_name -> ichor.v1.Operation
+	43, // 37: ichor.v1.ResumeOperationResponse.operation:type_name -> ichor.v1.Operation
+	53, // 38: ichor.v1.PreviewConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	43, // 39: ichor.v1.PreviewConfigRolloutResponse.unfinished:type_name -> ichor.v1.Operation
+	56, // 40: ichor.v1.PreviewConfigRolloutResponse.privileged_patches:type_name -> ichor.v1.PrivilegedPatch
+	43, // 41: ichor.v1.StartConfigRolloutResponse.operation:type_name -> ichor.v1.Operation
+	53, // 42: ichor.v1.StartConfigRolloutResponse.machines:type_name -> ichor.v1.RolloutMachine
+	45, // 43: ichor.v1.OperationService.ListOperations:input_type -> ichor.v1.ListOperationsRequest
+	47, // 44: ichor.v1.OperationService.GetOperation:input_type -> ichor.v1.GetOperationRequest
+	49, // 45: ichor.v1.OperationService.PauseOperation:input_type -> ichor.v1.PauseOperationRequest
+	51, // 46: ichor.v1.OperationService.ResumeOperation:input_type -> ichor.v1.ResumeOperationRequest
+	54, // 47: ichor.v1.OperationService.PreviewConfigRollout:input_type -> ichor.v1.PreviewConfigRolloutRequest
+	57, // 48: ichor.v1.OperationService.StartConfigRollout:input_type -> ichor.v1.StartConfigRolloutRequest
+	29, // 49: ichor.v1.OperationService.PreviewTalosUpgrade:input_type -> ichor.v1.PreviewTalosUpgradeRequest
+	31, // 50: ichor.v1.OperationService.StartTalosUpgrade:input_type -> ichor.v1.StartTalosUpgradeRequest
+	33, // 51: ichor.v1.OperationService.PreviewKubernetesUpgrade:input_type -> ichor.v1.PreviewKubernetesUpgradeRequest
+	35, // 52: ichor.v1.OperationService.StartKubernetesUpgrade:input_type -> ichor.v1.StartKubernetesUpgradeRequest
+	37, // 53: ichor.v1.OperationService.PreviewIchorUpgrade:input_type -> ichor.v1.PreviewIchorUpgradeRequest
+	39, // 54: ichor.v1.OperationService.StartIchorUpgrade:input_type -> ichor.v1.StartIchorUpgradeRequest
+	0,  // 55: ichor.v1.OperationService.PreviewNodeOperation:input_type -> ichor.v1.PreviewNodeOperationRequest
+	2,  // 56: ichor.v1.OperationService.StartNodeOperation:input_type -> ichor.v1.StartNodeOperationRequest
+	4,  // 57: ichor.v1.OperationService.PreviewCiliumUpgrade:input_type -> ichor.v1.PreviewCiliumUpgradeRequest
+	6,  // 58: ichor.v1.OperationService.StartCiliumUpgrade:input_type -> ichor.v1.StartCiliumUpgradeRequest
+	8,  // 59: ichor.v1.OperationService.PreviewKubeProxySwitch:input_type -> ichor.v1.PreviewKubeProxySwitchRequest
+	12, // 60: ichor.v1.OperationService.StartKubeProxySwitch:input_type -> ichor.v1.StartKubeProxySwitchRequest
+	14, // 61: ichor.v1.OperationService.PreviewClusterShutdown:input_type -> ichor.v1.PreviewClusterShutdownRequest
+	16, // 62: ichor.v1.OperationService.StartClusterShutdown:input_type -> ichor.v1.StartClusterShutdownRequest
+	17, // 63: ichor.v1.OperationService.PreviewCARotation:input_type -> ichor.v1.PreviewCARotationRequest
+	19, // 64: ichor.v1.OperationService.StartCARotation:input_type -> ichor.v1.StartCARotationRequest
+	21, // 65: ichor.v1.OperationService.PreviewKeyRotation:input_type -> ichor.v1.PreviewKeyRotationRequest
+	23, // 66: ichor.v1.OperationService.StartKeyRotation:input_type -> ichor.v1.StartKeyRotationRequest
+	25, // 67: ichor.v1.OperationService.DownloadRotationCredentials:input_type -> ichor.v1.DownloadRotationCredentialsRequest
+	46, // 68: ichor.v1.OperationService.ListOperations:output_type -> ichor.v1.ListOperationsResponse
+	48, // 69: ichor.v1.OperationService.GetOperation:output_type -> ichor.v1.GetOperationResponse
+	50, // 70: ichor.v1.OperationService.PauseOperation:output_type -> ichor.v1.PauseOperationResponse
+	52, // 71: ichor.v1.OperationService.ResumeOperation:output_type -> ichor.v1.ResumeOperationResponse
+	55, // 72: ichor.v1.OperationService.PreviewConfigRollout:output_type -> ichor.v1.PreviewConfigRolloutResponse
+	58, // 73: ichor.v1.OperationService.StartConfigRollout:output_type -> ichor.v1.StartConfigRolloutResponse
+	30, // 74: ichor.v1.OperationService.PreviewTalosUpgrade:output_type -> ichor.v1.PreviewTalosUpgradeResponse
+	32, // 75: ichor.v1.OperationService.StartTalosUpgrade:output_type -> ichor.v1.StartTalosUpgradeResponse
+	34, // 76: ichor.v1.OperationService.PreviewKubernetesUpgrade:output_type -> ichor.v1.PreviewKubernetesUpgradeResponse
+	36, // 77: ichor.v1.OperationService.StartKubernetesUpgrade:output_type -> ichor.v1.StartKubernetesUpgradeResponse
+	38, // 78: ichor.v1.OperationService.PreviewIchorUpgrade:output_type -> ichor.v1.PreviewIchorUpgradeResponse
+	40, // 79: ichor.v1.OperationService.StartIchorUpgrade:output_type -> ichor.v1.StartIchorUpgradeResponse
+	1,  // 80: ichor.v1.OperationService.PreviewNodeOperation:output_type -> ichor.v1.PreviewNodeOperationResponse
+	3,  // 81: ichor.v1.OperationService.StartNodeOperation:output_type -> ichor.v1.StartNodeOperationResponse
+	5,  // 82: ichor.v1.OperationService.PreviewCiliumUpgrade:output_type -> ichor.v1.PreviewCiliumUpgradeResponse
+	7,  // 83: ichor.v1.OperationService.StartCiliumUpgrade:output_type -> ichor.v1.StartCiliumUpgradeResponse
+	9,  // 84: ichor.v1.OperationService.PreviewKubeProxySwitch:output_type -> ichor.v1.PreviewKubeProxySwitchResponse
+	13, // 85: ichor.v1.OperationService.StartKubeProxySwitch:output_type -> ichor.v1.StartKubeProxySwitchResponse
+	15, // 86: ichor.v1.OperationService.PreviewClusterShutdown:output_type -> ichor.v1.PreviewClusterShutdownResponse
+	27, // 87: ichor.v1.OperationService.StartClusterShutdown:output_type -> ichor.v1.StartClusterShutdownResponse
+	18, // 88: ichor.v1.OperationService.PreviewCARotation:output_type -> ichor.v1.PreviewCARotationResponse
+	20, // 89: ichor.v1.OperationService.StartCARotation:output_type -> ichor.v1.StartCARotationResponse
+	22, // 90: ichor.v1.OperationService.PreviewKeyRotation:output_type -> ichor.v1.PreviewKeyRotationResponse
+	24, // 91: ichor.v1.OperationService.StartKeyRotation:output_type -> ichor.v1.StartKeyRotationResponse
+	26, // 92: ichor.v1.OperationService.DownloadRotationCredentials:output_type -> ichor.v1.DownloadRotationCredentialsResponse
+	68, // [68:93] is the sub-list for method output_type
+	43, // [43:68] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_ichor_v1_operation_proto_init() }
@@ -4105,7 +4400,7 @@ func file_ichor_v1_operation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ichor_v1_operation_proto_rawDesc), len(file_ichor_v1_operation_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

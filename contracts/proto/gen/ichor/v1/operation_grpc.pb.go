@@ -29,6 +29,8 @@ const (
 	OperationService_StartTalosUpgrade_FullMethodName           = "/ichor.v1.OperationService/StartTalosUpgrade"
 	OperationService_PreviewKubernetesUpgrade_FullMethodName    = "/ichor.v1.OperationService/PreviewKubernetesUpgrade"
 	OperationService_StartKubernetesUpgrade_FullMethodName      = "/ichor.v1.OperationService/StartKubernetesUpgrade"
+	OperationService_PreviewIchorUpgrade_FullMethodName         = "/ichor.v1.OperationService/PreviewIchorUpgrade"
+	OperationService_StartIchorUpgrade_FullMethodName           = "/ichor.v1.OperationService/StartIchorUpgrade"
 	OperationService_PreviewNodeOperation_FullMethodName        = "/ichor.v1.OperationService/PreviewNodeOperation"
 	OperationService_StartNodeOperation_FullMethodName          = "/ichor.v1.OperationService/StartNodeOperation"
 	OperationService_PreviewCiliumUpgrade_FullMethodName        = "/ichor.v1.OperationService/PreviewCiliumUpgrade"
@@ -88,6 +90,21 @@ type OperationServiceClient interface {
 	// the signed-in user, after the same checks and the typed cluster name; the
 	// controller then starts the kubernetes operation.
 	StartKubernetesUpgrade(ctx context.Context, in *StartKubernetesUpgradeRequest, opts ...grpc.CallOption) (*StartKubernetesUpgradeResponse, error)
+	// PreviewIchorUpgrade is what the console's Versions card and its upgrade
+	// dialog show: the Ichor the IchorInstallation records (its installed
+	// version and who manages it, ichor or helm), and, for a version typed,
+	// what refuses an upgrade to it now: the checks `ichor upgrade ichor
+	// VERSION` and the admission webhook make (guard.CheckIchorUpgrade: a
+	// Helm-managed install, a downgrade, a skipped minor), then `create` on
+	// talosoperations. It changes nothing.
+	PreviewIchorUpgrade(ctx context.Context, in *PreviewIchorUpgradeRequest, opts ...grpc.CallOption) (*PreviewIchorUpgradeResponse, error)
+	// StartIchorUpgrade creates a TalosOperation of type ichor (the
+	// controller runs the installer Job of the version) as the signed-in user,
+	// after the same checks as `ichor upgrade ichor VERSION` and the admission
+	// webhook. A refused upgrade is FailedPrecondition (a missing permission
+	// PermissionDenied, a malformed request InvalidArgument) with
+	// RefusalDetails; nothing is created then.
+	StartIchorUpgrade(ctx context.Context, in *StartIchorUpgradeRequest, opts ...grpc.CallOption) (*StartIchorUpgradeResponse, error)
 	// PreviewNodeOperation is what the node action dialog shows: the steps of a
 	// reboot, shutdown or reset of one machine, as `ichor node ACTION
 	// --dry-run` prints them, and what refuses it now: the shared checks
@@ -260,6 +277,26 @@ func (c *operationServiceClient) StartKubernetesUpgrade(ctx context.Context, in 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StartKubernetesUpgradeResponse)
 	err := c.cc.Invoke(ctx, OperationService_StartKubernetesUpgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) PreviewIchorUpgrade(ctx context.Context, in *PreviewIchorUpgradeRequest, opts ...grpc.CallOption) (*PreviewIchorUpgradeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewIchorUpgradeResponse)
+	err := c.cc.Invoke(ctx, OperationService_PreviewIchorUpgrade_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) StartIchorUpgrade(ctx context.Context, in *StartIchorUpgradeRequest, opts ...grpc.CallOption) (*StartIchorUpgradeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartIchorUpgradeResponse)
+	err := c.cc.Invoke(ctx, OperationService_StartIchorUpgrade_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -440,6 +477,21 @@ type OperationServiceServer interface {
 	// the signed-in user, after the same checks and the typed cluster name; the
 	// controller then starts the kubernetes operation.
 	StartKubernetesUpgrade(context.Context, *StartKubernetesUpgradeRequest) (*StartKubernetesUpgradeResponse, error)
+	// PreviewIchorUpgrade is what the console's Versions card and its upgrade
+	// dialog show: the Ichor the IchorInstallation records (its installed
+	// version and who manages it, ichor or helm), and, for a version typed,
+	// what refuses an upgrade to it now: the checks `ichor upgrade ichor
+	// VERSION` and the admission webhook make (guard.CheckIchorUpgrade: a
+	// Helm-managed install, a downgrade, a skipped minor), then `create` on
+	// talosoperations. It changes nothing.
+	PreviewIchorUpgrade(context.Context, *PreviewIchorUpgradeRequest) (*PreviewIchorUpgradeResponse, error)
+	// StartIchorUpgrade creates a TalosOperation of type ichor (the
+	// controller runs the installer Job of the version) as the signed-in user,
+	// after the same checks as `ichor upgrade ichor VERSION` and the admission
+	// webhook. A refused upgrade is FailedPrecondition (a missing permission
+	// PermissionDenied, a malformed request InvalidArgument) with
+	// RefusalDetails; nothing is created then.
+	StartIchorUpgrade(context.Context, *StartIchorUpgradeRequest) (*StartIchorUpgradeResponse, error)
 	// PreviewNodeOperation is what the node action dialog shows: the steps of a
 	// reboot, shutdown or reset of one machine, as `ichor node ACTION
 	// --dry-run` prints them, and what refuses it now: the shared checks
@@ -547,6 +599,12 @@ func (UnimplementedOperationServiceServer) PreviewKubernetesUpgrade(context.Cont
 }
 func (UnimplementedOperationServiceServer) StartKubernetesUpgrade(context.Context, *StartKubernetesUpgradeRequest) (*StartKubernetesUpgradeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartKubernetesUpgrade not implemented")
+}
+func (UnimplementedOperationServiceServer) PreviewIchorUpgrade(context.Context, *PreviewIchorUpgradeRequest) (*PreviewIchorUpgradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewIchorUpgrade not implemented")
+}
+func (UnimplementedOperationServiceServer) StartIchorUpgrade(context.Context, *StartIchorUpgradeRequest) (*StartIchorUpgradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartIchorUpgrade not implemented")
 }
 func (UnimplementedOperationServiceServer) PreviewNodeOperation(context.Context, *PreviewNodeOperationRequest) (*PreviewNodeOperationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PreviewNodeOperation not implemented")
@@ -784,6 +842,42 @@ func _OperationService_StartKubernetesUpgrade_Handler(srv interface{}, ctx conte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(OperationServiceServer).StartKubernetesUpgrade(ctx, req.(*StartKubernetesUpgradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_PreviewIchorUpgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewIchorUpgradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).PreviewIchorUpgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_PreviewIchorUpgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).PreviewIchorUpgrade(ctx, req.(*PreviewIchorUpgradeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_StartIchorUpgrade_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartIchorUpgradeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).StartIchorUpgrade(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_StartIchorUpgrade_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).StartIchorUpgrade(ctx, req.(*StartIchorUpgradeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1068,6 +1162,14 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartKubernetesUpgrade",
 			Handler:    _OperationService_StartKubernetesUpgrade_Handler,
+		},
+		{
+			MethodName: "PreviewIchorUpgrade",
+			Handler:    _OperationService_PreviewIchorUpgrade_Handler,
+		},
+		{
+			MethodName: "StartIchorUpgrade",
+			Handler:    _OperationService_StartIchorUpgrade_Handler,
 		},
 		{
 			MethodName: "PreviewNodeOperation",
