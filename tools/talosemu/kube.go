@@ -724,7 +724,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 		flagProfiling:                      argFalse,
 		flagCertDir:                        filepath.Join(m.kubePKIDir(), "generated-cm"),
 		// kubelets are simulated: a powered-off machine's Node turns NotReady after this
-		"node-monitor-grace-period": "20s",
+		"node-monitor-grace-period": m.world.nodeMonitorGrace().String(),
 	}
 
 	if err := kc.start(bins[k8s.ControllerManagerID], k8s.ControllerManagerID, argsWithExtra(cm, cmExtra), logDir); err != nil {

@@ -21,12 +21,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Kubelet simulation: lease heartbeat 5 s (kube-controller-manager runs with a 20 s node
-// monitor grace period, so a powered-off machine's Node turns NotReady within ~20 s).
-const (
-	leaseRenew    = 5 * time.Second
-	nodeStatusGap = 10 * time.Second
-)
+// Kubelet simulation: lease heartbeat 5 s by default (Options.KubeletHeartbeat;
+// kube-controller-manager runs with a node monitor grace period of four heartbeats, at
+// least 20 s, so a powered-off machine's Node turns NotReady within ~20 s), the Node's
+// status posted every two heartbeats.
+const leaseRenew = 5 * time.Second
+
+// nodeMonitorGrace is kube-controller-manager's node-monitor-grace-period for the world's
+// heartbeat.
+func (w *World) nodeMonitorGrace() time.Duration {
+	return max(20*time.Second, 4*w.heartbeat)
+}
 
 // nodeName is the Kubernetes node name Talos derives from the hostname
 // (t:internal/app/machined/pkg/controllers/k8s/nodename.go: lower-cased hostname).
@@ -98,7 +103,7 @@ func (m *Machine) kubeletService(ctx context.Context) {
 		m.renewLease(ctx, c, name)
 
 		// a new kubelet image restarts the kubelet, which posts its status at once (kubeversions.go)
-		if v := m.kubeletVersion(); time.Since(lastStatus) >= nodeStatusGap || v != version {
+		if v := m.kubeletVersion(); time.Since(lastStatus) >= 2*m.world.heartbeat || v != version {
 			version = v
 
 			if err := m.updateNodeStatus(ctx, c, name); err == nil {
@@ -118,7 +123,7 @@ func (m *Machine) kubeletService(ctx context.Context) {
 			logOnce("mirror pods", err)
 		}
 
-		sleepCtx(ctx, leaseRenew)
+		sleepCtx(ctx, m.world.heartbeat)
 	}
 }
 
@@ -326,7 +331,7 @@ func (m *Machine) updateNodeStatus(ctx context.Context, c *kubernetes.Clientset,
 func (m *Machine) renewLease(ctx context.Context, c *kubernetes.Clientset, name string) {
 	leases := c.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	now := metav1.NowMicro()
-	dur := int32(40)
+	dur := int32(min(max(40*time.Second, 4*m.world.heartbeat), time.Hour) / time.Second)
 
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -31,6 +31,7 @@ type World struct {
 
 	kubernetes      bool
 	kubeAssets      string
+	heartbeat       time.Duration
 	singleAPIServer bool
 	apiRestartDelay time.Duration
 
@@ -79,6 +80,12 @@ type Options struct {
 	// PodEnv is added to the environment of every pod process ("NAME=value"; the pod's own
 	// env wins).
 	PodEnv []string
+	// KubeletHeartbeat is how often an emulated kubelet renews its Node's Lease (default 5 s;
+	// a real kubelet's is 10 s). The Node's status is posted at twice that, and the
+	// controller-manager's node-monitor-grace-period is four times that (at least 20 s). A
+	// world of thousands of machines on one host sets it longer: each heartbeat is four
+	// requests to the one API server.
+	KubeletHeartbeat time.Duration
 }
 
 // Start creates (or reopens) every machine of spec under dir, one subdirectory per machine,
@@ -113,6 +120,11 @@ func Start(ctx context.Context, spec *Spec, dir string, opts ...Options) (*World
 		kubeAssets:      opt.KubeAssets,
 		singleAPIServer: opt.SingleAPIServer,
 		apiRestartDelay: opt.APIServerRestartDelay,
+		heartbeat:       opt.KubeletHeartbeat,
+	}
+
+	if w.heartbeat <= 0 {
+		w.heartbeat = leaseRenew
 	}
 
 	w.byVersion = maps.Clone(opt.KubeAssetsByVersion)

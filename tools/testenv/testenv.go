@@ -198,6 +198,17 @@ func (e *Env) UserConfig(name string, groups ...string) (*rest.Config, error) {
 	return user.Config(), nil
 }
 
+// UserKubeconfig returns a kubeconfig file's contents that authenticate as
+// user name in groups (a client certificate), for a process the test starts:
+// the API server's audit log names that user.
+func (e *Env) UserKubeconfig(name string, groups ...string) ([]byte, error) {
+	user, err := e.env.ControlPlane.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return user.KubeConfig()
+}
+
 // ApplyDir creates every object of the YAML manifests (*.yaml, *.yml) in dir,
 // relative to the repository root, as the cluster administrator. A
 // kustomization.yaml is skipped: the directory is read as plain manifests.

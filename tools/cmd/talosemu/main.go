@@ -41,6 +41,7 @@ func run(args []string) error {
 	kubeAssets := fs.String("kube-assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, kube-controller-manager and kube-scheduler (default $KUBEBUILDER_ASSETS)")
 	apiRestart := fs.Duration("apiserver-restart-delay", 0, "with --kubernetes: how long the API server stays away when a change of its settings restarts it (15-45s on real hardware)")
 	singleAPIServer := fs.Bool("single-apiserver", false, "with --kubernetes: one control plane (apiserver, controller-manager, scheduler) per cluster instead of one per control plane, for large tests")
+	heartbeat := fs.Duration("kubelet-heartbeat", 0, "with --kubernetes: how often each emulated kubelet renews its Node's Lease (default 5s; a real kubelet's is 10s); longer for thousands of machines on one host")
 	podBinDir := fs.String("pod-bin-dir", "", "with --kubernetes: run the pods of Ichor's images (ichor-controller, ichor-ui, ichor-installer) as local processes of the binaries in this directory (bin/ of `go tool task build`); empty: kwok simulates every pod")
 	podSubnet := fs.String("pod-subnet", "", "with --pod-bin-dir: loopback range the pods' processes listen on (default 127.244.0.0/16)")
 
@@ -82,7 +83,7 @@ func run(args []string) error {
 	override(&spec.Durations.Apply, *apply)
 
 	opts := talosemu.Options{
-		Kubernetes: *kube, KubeAssets: *kubeAssets, SingleAPIServer: *singleAPIServer, APIServerRestartDelay: *apiRestart,
+		Kubernetes: *kube, KubeAssets: *kubeAssets, SingleAPIServer: *singleAPIServer, APIServerRestartDelay: *apiRestart, KubeletHeartbeat: *heartbeat,
 		PodBinDir: *podBinDir, PodSubnet: *podSubnet,
 	}
 	if *verbose {
