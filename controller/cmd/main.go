@@ -71,6 +71,7 @@ func main() {
 		metricsAddr    string
 		metricsCertDir string
 		probeAddr      string
+		pprofAddr      string
 		leaderElection bool
 		showVersion    bool
 		webhookPort    int
@@ -91,6 +92,8 @@ func main() {
 	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "",
 		"Directory holding tls.crt and tls.key of the metrics endpoint; empty (or no files there) serves a self-signed certificate made at start.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probe endpoint binds to.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "",
+		"Address Go's pprof endpoints (/debug/pprof/, plain HTTP, no authentication) bind to, for profiling; empty (the default) serves none. Bind it to loopback only.")
 	flag.BoolVar(&leaderElection, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks.")
@@ -170,6 +173,7 @@ func main() {
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lock.DefaultNamespace: {}}},
 		}},
 		HealthProbeBindAddress: probeAddr,
+		PprofBindAddress:       pprofAddr,
 		LeaderElection:         leaderElection,
 		LeaderElectionID:       leaderElectionID,
 		// The Lease lives in Ichor's namespace; outside a cluster (a local

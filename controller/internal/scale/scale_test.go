@@ -10,7 +10,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,6 +196,8 @@ func BenchmarkScale(b *testing.B) {
 	}
 
 	idleEnd, cpuEnd := time.Now(), ctrlProc.cpu(b)
+
+	ctrlProc.profiles(b)
 	mem := ctrlProc.memory(b)
 	idleRPC := rpcTotal(world) - emRPC
 	writes := countWrites(b, auditLog, idleStart, idleEnd)
@@ -274,6 +279,38 @@ func newCluster(b *testing.B, k client.Client, world *talosemu.World) *secrets.B
 type process struct {
 	cmd *exec.Cmd
 	log string
+	// pprof is the address of its pprof endpoints, when ICHOR_SCALE_PROFILES
+	// asks for profiles.
+	pprof string
+}
+
+// profiles writes the controller's heap profile and a 30-second CPU
+// profile, both idle, into $ICHOR_SCALE_PROFILES (`go tool pprof FILE`).
+func (p *process) profiles(b *testing.B) {
+	b.Helper()
+
+	dir := os.Getenv("ICHOR_SCALE_PROFILES")
+	if dir == "" {
+		return
+	}
+
+	testenv.Must(b, os.MkdirAll(dir, 0o750))
+
+	for file, path := range map[string]string{"heap.pprof": "/debug/pprof/heap", "cpu.pprof": "/debug/pprof/profile?seconds=30"} {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+p.pprof+path, nil)
+		testenv.Must(b, err)
+
+		resp, err := http.DefaultClient.Do(req)
+		testenv.Must(b, err)
+
+		data, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+
+		testenv.Must(b, err)
+		testenv.Must(b, os.WriteFile(filepath.Join(dir, file), data, 0o600))
+	}
+
+	b.Logf("profiles in %s", dir)
 }
 
 // buildController builds ichor-controller from this tree into dir/bin.
@@ -310,9 +347,22 @@ func startController(b *testing.B, env *testenv.Env, dir, bin string) *process {
 	logf, err := os.Create(p.log)
 	testenv.Must(b, err)
 
-	p.cmd = exec.CommandContext(context.Background(), bin, "--kubeconfig", kubeconfig, //nolint:gosec // our own binary
-		"--enable-webhooks=false", "--leader-elect=true", "--namespace", lock.DefaultNamespace,
-		"--metrics-bind-address=0", "--health-probe-bind-address=0")
+	args := []string{
+		"--kubeconfig", kubeconfig, "--enable-webhooks=false", "--leader-elect=true", "--namespace", lock.DefaultNamespace,
+		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+	}
+
+	if os.Getenv("ICHOR_SCALE_PROFILES") != "" {
+		lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+		testenv.Must(b, err)
+
+		p.pprof = lis.Addr().String()
+		_ = lis.Close()
+
+		args = append(args, "--pprof-bind-address", p.pprof)
+	}
+
+	p.cmd = exec.CommandContext(context.Background(), bin, args...) //nolint:gosec // our own binary
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 
 	testenv.Must(b, p.cmd.Start())
