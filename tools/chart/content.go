@@ -174,7 +174,7 @@ const preflightCNI = `{{- if .Values.preflight.cni }}
 {{- end }}
 {{- end }}
 {{- if and $noNetwork (not $ready) }}
-{{- fail (printf "preflight.cni: this cluster has no pod network: no node is Ready, and the kubelet says its network plugin is not ready (%s). Ichor's pods cannot start without one, and this chart never ships a CNI. Install a CNI (Cilium, for Ichor) and run the install again, or set preflight.cni=false to install Ichor anyway; nothing was installed or changed" $noNetwork) }}
+{{- fail (printf "preflight.cni: this cluster has no pod network: no node is Ready, and the kubelet says its network plugin is not ready (%s). Ichor's pods cannot start without one, and this chart never ships a CNI. Install a CNI (Cilium, for Ichor) and run the install again, or set preflight.cni=false to install Ichor anyway. No release was installed or upgraded (a first install has already applied the chart's CRDs: Helm applies crds/ before it renders the templates)" $noNetwork) }}
 {{- end }}
 {{- end }}
 `
