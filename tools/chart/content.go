@@ -31,7 +31,8 @@ preflight:
   # its network plugin is not ready (a Talos cluster made with cni: none and
   # no CNI installed yet). Ichor's pods could not start there, and this chart
   # never ships a CNI: install one (Cilium, for Ichor) first, or set false to
-  # install anyway. The check reads the Nodes with Helm's lookup, which finds
+  # install anyway. The check lists the Nodes with Helm's lookup (whoever runs
+  # helm needs list on nodes, as a cluster administrator has), which finds
   # nothing under ` + "`helm template`" + ` and a client-side --dry-run: there it passes.
   cni: true
 
