@@ -13,7 +13,6 @@ package helminstall
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -21,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,8 +63,9 @@ type Recorder struct {
 	Version string
 	// Events records what was done on the IchorInstallation.
 	Events events.EventRecorder
-	// Backoff spaces the attempts; zero means 1 s doubling up to 1 min.
-	Backoff wait.Backoff
+	// Retry is the wait after the first failed attempt, doubled after each
+	// failure up to RetryCap; zero means 1 s and 1 min.
+	Retry, RetryCap time.Duration
 }
 
 // SetupWithManager checks the version and adds the recorder to mgr.
@@ -102,8 +101,9 @@ func (r *Recorder) check() error {
 // NeedLeaderElection is true: one replica writes.
 func (r *Recorder) NeedLeaderElection() bool { return true }
 
-// Start records the install, retrying until it is written or ctx ends; it
-// never stops the manager.
+// Start records the install, retrying until it is written or ctx ends. It
+// stops the manager only for a version that cannot be recorded, which
+// SetupWithManager refuses first.
 func (r *Recorder) Start(ctx context.Context) error {
 	if err := r.check(); err != nil {
 		return err
@@ -112,25 +112,31 @@ func (r *Recorder) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName(Name)
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	b := r.Backoff
-	if b.Duration <= 0 {
-		b = wait.Backoff{Duration: time.Second, Factor: 2, Cap: time.Minute, Steps: 1 << 30}
+	delay, ceiling := r.Retry, r.RetryCap
+	if delay <= 0 {
+		delay = time.Second
 	}
 
-	err := wait.ExponentialBackoffWithContext(ctx, b, func(ctx context.Context) (bool, error) {
-		if err := r.Record(ctx); err != nil {
-			log.Error(err, "recording the Helm install in the IchorInstallation; retrying")
+	if ceiling <= 0 {
+		ceiling = time.Minute
+	}
 
-			return false, nil
+	for {
+		err := r.Record(ctx)
+		if err == nil {
+			return nil
 		}
 
-		return true, nil
-	})
-	if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-		log.Error(err, "gave up recording the Helm install in the IchorInstallation")
-	}
+		log.Error(err, "recording the Helm install in the IchorInstallation; retrying", "after", delay)
 
-	return nil
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+
+		delay = min(2*delay, ceiling)
+	}
 }
 
 // Record does it once: it creates the IchorInstallation (manager helm, this

@@ -1,17 +1,19 @@
 package helminstall_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,12 +30,33 @@ import (
 var (
 	k8s client.Client
 	mgr ctrl.Manager
+	// logs is what the controllers logged.
+	logs lockedBuffer
 )
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	return l.b.String()
+}
 
 const timeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.SuiteOptions{}, func(ctx context.Context, s *testenv.Suite) (func(), error) {
+	os.Exit(testenv.Main(m, testenv.SuiteOptions{LogTo: &logs}, func(ctx context.Context, s *testenv.Suite) (func(), error) {
 		k8s = s.Env.Client
 
 		var err error
@@ -48,8 +71,8 @@ func TestMain(m *testing.M) {
 func recorder(v string) *helminstall.Recorder {
 	return &helminstall.Recorder{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Version: v,
-		Events:  mgr.GetEventRecorder(helminstall.Name),
-		Backoff: wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: time.Second, Steps: 20},
+		Events: mgr.GetEventRecorder(helminstall.Name),
+		Retry:  100 * time.Millisecond, RetryCap: time.Second,
 	}
 }
 
@@ -201,5 +224,75 @@ func TestRefusesAVersionThatIsNotARelease(t *testing.T) {
 	ii := &ichorv1alpha1.IchorInstallation{}
 	if err := k8s.Get(t.Context(), client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, ii); !apierrors.IsNotFound(err) {
 		t.Fatalf("after the refusal the IchorInstallation: %v", err)
+	}
+}
+
+// While the API server refuses the create (here a ValidatingAdmissionPolicy;
+// in a cluster, the controller's own webhook before it serves), the
+// recorder keeps trying well past its retry cap, and creates the
+// installation once the refusal is lifted.
+func TestRetriesUntilWritten(t *testing.T) {
+	deleteAtEnd(t)
+
+	ctx := t.Context()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-ichorinstallation"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{ichorv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+						Resources: []string{"ichorinstallations"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "the test refuses IchorInstallations"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-ichorinstallation"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	testenv.Must(t, k8s.Create(ctx, policy))
+	testenv.Must(t, k8s.Create(ctx, binding))
+
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), policy) })
+
+	probe := &ichorv1alpha1.IchorInstallation{
+		ObjectMeta: metav1.ObjectMeta{Name: ichorv1alpha1.IchorInstallationName},
+		Spec:       ichorv1alpha1.IchorInstallationSpec{Version: ichorv1alpha1.IchorVersionSpec{Version: "v0.1.0"}},
+	}
+
+	testenv.Eventually(t, timeout, "the policy refusing a create", func() error {
+		err := k8s.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), "the test refuses IchorInstallations") {
+			return nil
+		}
+
+		return fmt.Errorf("a dry-run create: %w", err)
+	})
+
+	before := strings.Count(logs.String(), "recording the Helm install in the IchorInstallation; retrying")
+	done := make(chan error, 1)
+	r := recorder("v0.4.2")
+	r.Retry, r.RetryCap = 10*time.Millisecond, 40*time.Millisecond
+
+	go func() { done <- r.Start(ctx) }()
+
+	// Ten refusals: at a 40 ms cap, well past where a bounded backoff stops.
+	testenv.Eventually(t, timeout, "ten refused attempts", func() error {
+		if n := strings.Count(logs.String(), "recording the Helm install in the IchorInstallation; retrying") - before; n < 10 {
+			return fmt.Errorf("%d so far", n)
+		}
+
+		return nil
+	})
+
+	testenv.Must(t, k8s.Delete(ctx, binding))
+	testenv.Must(t, <-done)
+
+	if ii := get(t); ii.Spec.Deployment.Manager != ichorv1alpha1.ManagerHelm || ii.Status.InstalledVersion != "v0.4.2" {
+		t.Fatalf("after the refusals: manager %q, installedVersion %q", ii.Spec.Deployment.Manager, ii.Status.InstalledVersion)
 	}
 }
