@@ -270,6 +270,17 @@ func helmManagedUpgradeRefused(t *testing.T) {
 
 	t.Logf("helm install done in %s", time.Since(start).Round(time.Second))
 
+	// A failure from here on shows what the Helm-installed controller logged.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+
+		pods, _ := w.kubectl(context.Background(), "get", "pods", "-n", icNamespace, "-o", "wide")
+		logs, err := w.kubectl(context.Background(), "logs", "-n", icNamespace, "deploy/ichor-controller", "--tail=120")
+		t.Logf("pods:\n%s\nthe controller's log (%v):\n%s", pods, err, logs)
+	})
+
 	var ii installation
 
 	testenv.EventuallyEvery(t, 3*time.Minute, 2*time.Second, "the IchorInstallation with manager helm and its version", func() (bool, string) {
