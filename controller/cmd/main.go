@@ -34,6 +34,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/credentialrequest"
 	"github.com/maeshinshin/ichor/controller/internal/controller/discovery"
 	"github.com/maeshinshin/ichor/controller/internal/controller/etcdbackup"
+	"github.com/maeshinshin/ichor/controller/internal/controller/helminstall"
 	"github.com/maeshinshin/ichor/controller/internal/controller/impersonation"
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubeletcsr"
 	"github.com/maeshinshin/ichor/controller/internal/controller/kubernetesupgrade"
@@ -86,6 +87,7 @@ func main() {
 		selfTrustFile  string
 		certOpts       certs.Options
 		impersonate    stringList
+		deployManager  string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the HTTPS metrics endpoint binds to (bearer token and get on /metrics required: the ClusterRole ichor-metrics-reader); \"0\" disables it.")
@@ -121,6 +123,9 @@ func main() {
 		"MutatingWebhookConfiguration whose caBundle is kept.")
 	flag.Var(&impersonate, "impersonate-user",
 		"A user name beyond the IchorUsers that ichor-ui may impersonate, ichor:<name> or oidc:<name> (repeatable; the chart's ichorUI.impersonation.users).")
+	flag.StringVar(&deployManager, "deployment-manager", "",
+		"helm: this controller was installed by the Helm chart, so it creates the IchorInstallation (spec.deployment.manager helm) when there is none "+
+			"and keeps its version at this release; empty: the installer or `ichor init` records the installation.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -128,6 +133,10 @@ func main() {
 	if showVersion {
 		fmt.Println(version.Get())
 		return
+	}
+	if deployManager != "" && deployManager != ichorv1alpha1.ManagerHelm {
+		fmt.Fprintf(os.Stderr, "--deployment-manager %q: the only value is %s (the Helm chart passes it), or leave the flag out\n", deployManager, ichorv1alpha1.ManagerHelm)
+		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
@@ -253,6 +262,13 @@ func main() {
 	} {
 		if err := r.setup.SetupWithManager(mgr); err != nil {
 			log.Error(err, "registering "+r.what)
+			os.Exit(1)
+		}
+	}
+	if deployManager == ichorv1alpha1.ManagerHelm {
+		// A Helm install's IchorInstallation (architecture, "Deployment"): Helm owns upgrades.
+		if err := (&helminstall.Recorder{Version: version.Get().Version}).SetupWithManager(mgr); err != nil {
+			log.Error(err, "registering the Helm install's IchorInstallation recorder")
 			os.Exit(1)
 		}
 	}

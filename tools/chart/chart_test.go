@@ -114,6 +114,18 @@ func TestRendersWithDefaults(t *testing.T) {
 	if objs["PodDisruptionBudget/ichor-controller"] == nil {
 		t.Error("two replicas need a PodDisruptionBudget")
 	}
+	// The chart's controller records the install as Helm's; the install
+	// manifest's (the installer's and `ichor init`'s) does not.
+	if args := strs(container["args"]); !slices.Contains(args, "--deployment-manager=helm") {
+		t.Errorf("the chart's controller runs without --deployment-manager=helm: %v", args)
+	}
+	install, err := InstallManifest(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(install), "--deployment-manager") {
+		t.Error("the install manifest's controller has --deployment-manager: the installer records its own installs")
+	}
 	if objs["CiliumNetworkPolicy/ichor-default-deny"] != nil {
 		t.Error("network policies are off by default")
 	}

@@ -25,6 +25,17 @@ controller:
     tag: ""
     pullPolicy: IfNotPresent
 
+preflight:
+  # cni refuses to install or upgrade Ichor onto a cluster with no pod
+  # network: it has nodes, none of them is Ready, and a kubelet reports that
+  # its network plugin is not ready (a Talos cluster made with cni: none and
+  # no CNI installed yet). Ichor's pods could not start there, and this chart
+  # never ships a CNI: install one (Cilium, for Ichor) first, or set false to
+  # install anyway. The check lists the Nodes with Helm's lookup (whoever runs
+  # helm needs list on nodes, as a cluster administrator has), which finds
+  # nothing under ` + "`helm template`" + ` and a client-side --dry-run: there it passes.
+  cni: true
+
 networkPolicy:
   cilium:
     # enabled renders Ichor's CiliumNetworkPolicies (default deny plus one allow
@@ -129,8 +140,42 @@ ichor-ui, CRDs and RBAC), not a cluster:
 
     helm install ichor charts/ichor --namespace ichor-system --create-namespace
 
-The chart never ships Cilium. Values: ` + "`controller.replicas`" + `,
+The chart never ships Cilium, and refuses a cluster with no pod network
+(` + "`preflight.cni`" + `). The controller it runs records the install as Helm's (the
+IchorInstallation ` + "`ichor`" + ` with ` + "`spec.deployment.manager: helm`" + `): upgrade it
+with ` + "`helm upgrade`" + `; ` + "`ichor upgrade ichor`" + ` refuses. Values: ` + "`controller.replicas`" + `,
 ` + "`controller.image.*`" + `, ` + "`networkPolicy.cilium.*`" + `, ` + "`ichorUI.*`" + `,
 ` + "`monitoring.*`" + ` (ServiceMonitors, alert rules and Grafana dashboards, all off
 by default).
+`
+
+// preflightCNIFile renders nothing: it fails the install or upgrade when the
+// cluster has no pod network (values.yaml, preflight.cni).
+const preflightCNIFile = "templates/preflight-cni.yaml"
+
+// preflightCNI fails when the cluster has nodes, none is Ready, and one's
+// Ready condition says the network plugin is not ready, as a kubelet reports
+// it ("container runtime network not ready: NetworkReady=false
+// reason:NetworkPluginNotReady message:... cni plugin not initialized").
+// lookup returns an empty map without a cluster (helm template, a
+// client-side dry run): no nodes, so it passes.
+const preflightCNI = `{{- if .Values.preflight.cni }}
+{{- $ready := false }}
+{{- $noNetwork := "" }}
+{{- range (dig "items" (list) (lookup "v1" "Node" "" "")) }}
+{{- $node := dig "metadata" "name" "" . }}
+{{- range (dig "status" "conditions" (list) .) }}
+{{- if eq (dig "type" "" .) "Ready" }}
+{{- if eq (dig "status" "" .) "True" }}
+{{- $ready = true }}
+{{- else if and (not $noNetwork) (regexMatch "(?i)NetworkPluginNotReady|NetworkReady=false|network plugin|cni plugin" (dig "message" "" .)) }}
+{{- $noNetwork = printf "node %s: %s" $node (dig "message" "" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $noNetwork (not $ready) }}
+{{- fail (printf "preflight.cni: this cluster has no pod network: no node is Ready, and the kubelet says its network plugin is not ready (%s). Ichor's pods cannot start without one, and this chart never ships a CNI. Install a CNI (Cilium, for Ichor) and run the install again, or set preflight.cni=false to install Ichor anyway. No release was installed or upgraded (a first install has already applied the chart's CRDs: Helm applies crds/ before it renders the templates)" $noNetwork) }}
+{{- end }}
+{{- end }}
 `

@@ -152,6 +152,7 @@ func Generate(root string) (map[string][]byte, error) {
 		}
 		files[templateName(kind, name)] = []byte(header + text)
 	}
+	files[preflightCNIFile] = []byte(header + preflightCNI)
 	monitoring, err := build(filepath.Join(root, monitoringDir))
 	if err != nil {
 		return nil, err
@@ -386,10 +387,15 @@ func replaceKey(text, key, open, end string) string {
 	return strings.Join(lines, "\n")
 }
 
-// The controller's flags from the values: the user names beyond the
-// IchorUsers that ichor-ui may impersonate (external OIDC users, oidc:<name>),
-// which the controller writes into the ClusterRole ichor-ui-impersonate-users.
-const controllerArgs = `{{- range .Values.ichorUI.impersonation.users }}
+// The controller's flags in the chart: --deployment-manager=helm, so that it
+// records the install as Helm's (an IchorInstallation with
+// spec.deployment.manager helm, which `ichor upgrade ichor` refuses; the
+// install manifest's controller has no such flag, the installer records its
+// own); then, from the values, the user names beyond the IchorUsers that
+// ichor-ui may impersonate (external OIDC users, oidc:<name>), which the
+// controller writes into the ClusterRole ichor-ui-impersonate-users.
+const controllerArgs = `- --deployment-manager=helm
+{{- range .Values.ichorUI.impersonation.users }}
 - {{ printf "--impersonate-user=%s" . | quote }}
 {{- end }}`
 
