@@ -14,6 +14,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // servePprof
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,6 +176,7 @@ func BenchmarkScale(b *testing.B) {
 
 	// The controller as its own process.
 	ctrlProc := startController(b, env, dir, bin)
+	servePprof(b, ctrlProc)
 
 	// Provisioning: every machine created as discovery and approval leave
 	// it, then provisioned by the controller.
@@ -282,6 +284,29 @@ type process struct {
 	// pprof is the address of its pprof endpoints, when ICHOR_SCALE_PROFILES
 	// asks for profiles.
 	pprof string
+}
+
+// servePprof serves this process's pprof endpoints (the emulator's) on
+// loopback when ICHOR_SCALE_PROFILES asks for profiles, and says on stderr,
+// at once, where both processes' endpoints are, to look while it runs.
+func servePprof(b *testing.B, ctrl *process) {
+	b.Helper()
+
+	if os.Getenv("ICHOR_SCALE_PROFILES") == "" {
+		return
+	}
+
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	testenv.Must(b, err)
+
+	srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+
+	go func() { _ = srv.Serve(lis) }()
+
+	b.Cleanup(func() { _ = srv.Close() })
+
+	fmt.Fprintf(os.Stderr, "scale: pprof of the emulator and this test at http://%s/debug/pprof/, of the controller at http://%s/debug/pprof/\n",
+		lis.Addr(), ctrl.pprof)
 }
 
 // profiles writes the controller's heap profile and a 30-second CPU
