@@ -14,7 +14,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	_ "net/http/pprof" // servePprof
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -299,7 +299,16 @@ func servePprof(b *testing.B, ctrl *process) {
 	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	testenv.Must(b, err)
 
-	srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+	// The handlers on a mux of their own: importing net/http/pprof for its
+	// side effect would put them on the default mux of every server.
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	go func() { _ = srv.Serve(lis) }()
 
