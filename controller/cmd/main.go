@@ -88,6 +88,7 @@ func main() {
 		certOpts       certs.Options
 		impersonate    stringList
 		deployManager  string
+		machineWorkers int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the HTTPS metrics endpoint binds to (bearer token and get on /metrics required: the ClusterRole ichor-metrics-reader); \"0\" disables it.")
@@ -96,6 +97,8 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probe endpoint binds to.")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "",
 		"Address Go's pprof endpoints (/debug/pprof/, plain HTTP, no authentication) bind to, for profiling; empty (the default) serves none. Bind it to loopback only.")
+	flag.IntVar(&machineWorkers, "machine-workers", machinestate.DefaultWorkers,
+		"How many machines the configuration and lifecycle reconcilers each work on at once (their steps wait on the nodes, not the CPU).")
 	flag.BoolVar(&leaderElection, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks.")
@@ -223,8 +226,8 @@ func main() {
 		what  string
 		setup interface{ SetupWithManager(ctrl.Manager) error }
 	}{
-		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{}},
-		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook}},
+		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{Workers: machineWorkers}},
+		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook, Workers: machineWorkers}},
 		// An ichor operation runs the installer Job in Ichor's namespace, its image checked against the embedded Sigstore root.
 		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook, OwnNode: ownNode, SelfTrust: selfTrust, Namespace: namespace}},
 		{"the kubelet serving certificate approver", &kubeletcsr.Reconciler{}},

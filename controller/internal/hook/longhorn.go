@@ -172,7 +172,7 @@ func (l *Longhorn) reach(ctx context.Context, m *ichorv1alpha1.TalosMachine) (*t
 			return nil, err
 		}
 
-		n, err := workload.NodeByAddress(ctx, k, m.Spec.Address)
+		n, err := workload.NodeAt(ctx, k, m.Status.NodeName, m.Spec.Address)
 		if err != nil {
 			return nil, err
 		}

@@ -29,7 +29,8 @@ const ClusterIndex = "spec.clusterName"
 type State struct {
 	Cluster *ichorv1alpha1.TalosCluster
 	Bundle  *secrets.Bundle
-	Result  *render.Result
+	// Result is the render; nil from LoadTrusted.
+	Result *render.Result
 	// Storages are the namespace's TalosStorages the render read.
 	Storages []ichorv1alpha1.TalosStorage
 }
@@ -83,6 +84,29 @@ func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *icho
 	}
 
 	return &State{Cluster: in.Cluster, Bundle: b, Result: res, Storages: in.Storages}, nil
+}
+
+// LoadTrusted reads the machine's cluster and its secrets bundle (with the
+// CAs accepted beside it), and renders nothing: State.Result is nil. It is
+// what a step that only talks to the node needs; rendering costs
+// milliseconds, which a look at a thousand machines every half minute turns
+// into a tenth of a core.
+func LoadTrusted(ctx context.Context, c client.Reader, apiReader client.Reader, m *ichorv1alpha1.TalosMachine) (*State, error) {
+	cl := &ichorv1alpha1.TalosCluster{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, cl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &StalledError{fmt.Sprintf("TalosCluster %q not found", m.Spec.ClusterName)}
+		}
+
+		return nil, fmt.Errorf("reading TalosCluster %s/%s: %w", m.Namespace, m.Spec.ClusterName, err)
+	}
+
+	trust, err := loadTrust(ctx, apiReader, cl)
+	if err != nil {
+		return nil, err
+	}
+
+	return &State{Cluster: cl, Bundle: trust.Bundle}, nil
 }
 
 // LoadBundle reads and parses the cluster's secrets bundle (LoadTrust).

@@ -8,14 +8,18 @@ package workload
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -85,24 +89,47 @@ func Client(ctx context.Context, nodes *talos.Dialer, cluster string, cps []icho
 	return kubernetes.NewForConfig(cfg)
 }
 
-// NodeByAddress finds the Node whose InternalIP is address; nil when none has it.
-func NodeByAddress(ctx context.Context, k kubernetes.Interface, address string) (*corev1.Node, error) {
+// NodeAt finds the Node whose InternalIP is address; nil when none has it.
+// name, when known (the machine's recorded Node, or the hostname its node
+// reports), is read first: a Node of that name with that address is the
+// answer without listing every Node of the cluster, which for a thousand
+// machines each polled while they join would be a thousand lists of a
+// thousand Nodes. Any other case lists.
+func NodeAt(ctx context.Context, k kubernetes.Interface, name, address string) (*corev1.Node, error) {
+	want := net.ParseIP(address)
+
+	if name != "" {
+		n, err := k.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil && hasInternalIP(n, want):
+			return n, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("get Node %s: %w", name, err)
+		}
+	}
+
 	nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list Nodes: %w", err)
 	}
 
-	want := net.ParseIP(address)
-
 	for i := range nodes.Items {
-		for _, a := range nodes.Items[i].Status.Addresses {
-			if a.Type == corev1.NodeInternalIP && net.ParseIP(a.Address).Equal(want) {
-				return &nodes.Items[i], nil
-			}
+		if hasInternalIP(&nodes.Items[i], want) {
+			return &nodes.Items[i], nil
 		}
 	}
 
 	return nil, nil
+}
+
+func hasInternalIP(n *corev1.Node, ip net.IP) bool {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP && net.ParseIP(a.Address).Equal(ip) {
+			return true
+		}
+	}
+
+	return false
 }
 
 // NodeReady reports the Node's Ready condition.
@@ -180,4 +207,63 @@ func APIServerReady(ctx context.Context, cfg *rest.Config, address string) error
 	}
 
 	return nil
+}
+
+// CacheTTL is how long Cache keeps a cluster's client.
+const CacheTTL = time.Minute
+
+// Cache keeps one client per cluster and Kubernetes CA for CacheTTL, so that
+// a reconciler polling many machines of a cluster does not fetch an admin
+// kubeconfig from a control plane (a certificate issued by Talos) and open a
+// new connection to the API server for each machine at each look. The
+// kubeconfig stays in memory. The zero Cache is ready.
+type Cache struct {
+	mu      sync.Mutex
+	entries map[string]cached
+}
+
+type cached struct {
+	k  kubernetes.Interface
+	at time.Time
+}
+
+// Client returns the cluster's client kept for c's cluster and b's
+// Kubernetes CA when it is younger than CacheTTL at now, else the one build
+// returns, which is kept.
+func (c *Cache) Client(cl *ichorv1alpha1.TalosCluster, b *secrets.Bundle, now time.Time, build func() (kubernetes.Interface, error)) (kubernetes.Interface, error) {
+	key := string(cl.UID) + "/" + cl.Namespace + "/" + cl.Name
+	if b.Certs != nil && b.Certs.K8s != nil {
+		sum := sha256.Sum256(b.Certs.K8s.Crt)
+		key += "/" + hex.EncodeToString(sum[:])
+	}
+
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+
+	if ok && now.Sub(e.at) < CacheTTL && now.Sub(e.at) >= 0 {
+		return e.k, nil
+	}
+
+	k, err := build()
+	if err != nil {
+		return nil, err
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	if c.entries == nil {
+		c.entries = map[string]cached{}
+	}
+
+	for key, e := range c.entries {
+		if now.Sub(e.at) >= CacheTTL {
+			delete(c.entries, key)
+		}
+	}
+
+	c.entries[key] = cached{k: k, at: now}
+
+	return k, nil
 }

@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -29,6 +30,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/hook"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichorreconcile "github.com/maeshinshin/ichor/controller/internal/reconcile"
+	"github.com/maeshinshin/ichor/controller/internal/workload"
 )
 
 // +kubebuilder:rbac:groups=ichor.maesh.dev,resources=talosmachines,verbs=get;list;watch;update;patch
@@ -82,6 +84,11 @@ type Reconciler struct {
 	MonitorInterval time.Duration
 	DrainTimeout    time.Duration
 	ResetGrace      time.Duration
+	// Workers is how many machines are reconciled at once; zero means
+	// machinestate.DefaultWorkers.
+	Workers int
+
+	workloads workload.Cache
 }
 
 // SetupWithManager registers the reconciler.
@@ -90,6 +97,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: machinestate.Workers(r.Workers)}).
 		// Spec, annotation (trust, hold, reboot) and deletion changes wake it;
 		// status writes do not: the reconciler polls at its own intervals.
 		For(&ichorv1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
@@ -226,13 +234,25 @@ func (r *Reconciler) lifecycle(ctx context.Context, s *scope) (ctrl.Result, erro
 	return r.provision(ctx, s)
 }
 
-// load reads the cluster and bundle and renders, once per reconcile.
-func (r *Reconciler) load(ctx context.Context, s *scope) error {
-	if s.state != nil {
+// load reads the cluster and bundle, once per reconcile, and renders when
+// withRender says the step sends the configuration (only the first send
+// does: the other steps talk to the node with the bundle's credentials).
+func (r *Reconciler) load(ctx context.Context, s *scope, withRender bool) error {
+	if s.state != nil && (!withRender || s.state.Result != nil) {
 		return nil
 	}
 
-	st, err := machinestate.Load(ctx, r.Client, r.APIReader, s.machine)
+	var (
+		st  *machinestate.State
+		err error
+	)
+
+	if withRender {
+		st, err = machinestate.Load(ctx, r.Client, r.APIReader, s.machine)
+	} else {
+		st, err = machinestate.LoadTrusted(ctx, r.Client, r.APIReader, s.machine)
+	}
+
 	if err != nil {
 		return err
 	}

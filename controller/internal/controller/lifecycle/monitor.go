@@ -21,7 +21,7 @@ import (
 func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error) {
 	m := s.machine
 
-	if res, err, done := r.loadOrStall(ctx, s); done {
+	if res, err, done := r.loadOrStall(ctx, s, false); done {
 		return res, err
 	}
 

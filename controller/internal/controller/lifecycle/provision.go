@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -31,7 +32,7 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 		return ctrl.Result{}, nil
 	}
 
-	if res, err, done := r.loadOrStall(ctx, s); done {
+	if res, err, done := r.loadOrStall(ctx, s, m.Status.ConfigSentAt == nil); done {
 		return res, err
 	}
 
@@ -48,10 +49,11 @@ func (r *Reconciler) provision(ctx context.Context, s *scope) (ctrl.Result, erro
 	return r.follow(ctx, s)
 }
 
-// loadOrStall loads the desired state; a state a person must fix is reported
-// on Ready and retried at the monitor interval.
-func (r *Reconciler) loadOrStall(ctx context.Context, s *scope) (ctrl.Result, error, bool) {
-	err := r.load(ctx, s)
+// loadOrStall loads the cluster and bundle, and the render withRender; a
+// state a person must fix is reported on Ready and retried at the monitor
+// interval.
+func (r *Reconciler) loadOrStall(ctx context.Context, s *scope, withRender bool) (ctrl.Result, error, bool) {
+	err := r.load(ctx, s, withRender)
 	if err == nil {
 		return ctrl.Result{}, nil, false
 	}
@@ -334,7 +336,7 @@ func (r *Reconciler) follow(ctx context.Context, s *scope) (ctrl.Result, error) 
 	wctx, cancel := context.WithTimeout(ctx, workload.Timeout)
 	defer cancel()
 
-	node, err := workload.NodeByAddress(wctx, k, m.Spec.Address)
+	node, err := workload.NodeAt(wctx, k, cmp.Or(v.Identity().NodeName, m.Status.NodeName), m.Spec.Address)
 	if err != nil || node == nil || !workload.NodeReady(node) {
 		progress(m, ichorv1alpha1.JoiningReason, note+"the node runs; waiting for its Kubernetes Node to be Ready")
 

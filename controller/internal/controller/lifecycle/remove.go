@@ -63,7 +63,7 @@ func (r *Reconciler) remove(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ichorreconcile.NextStep(), nil
 	}
 
-	if res, err, done := r.loadOrStall(ctx, s); done {
+	if res, err, done := r.loadOrStall(ctx, s, false); done {
 		m.Status.Removal.Message = "the removal waits: " + progressMessage(m) + "; or set spec.forceRemove to remove the machine without drain and reset"
 
 		return res, err
@@ -183,7 +183,7 @@ func (r *Reconciler) drain(ctx context.Context, s *scope) (string, ctrl.Result, 
 			"; the removal waits (set spec.forceRemove to skip drain and reset)")
 	}
 
-	node, err := workload.NodeByAddress(ctx, k, m.Spec.Address)
+	node, err := workload.NodeAt(ctx, k, m.Status.NodeName, m.Spec.Address)
 	if err != nil {
 		return r.pause(m, ichorv1alpha1.DrainPausedReason, err.Error())
 	}
@@ -413,7 +413,7 @@ func (r *Reconciler) deleteNode(ctx context.Context, s *scope) (string, ctrl.Res
 		return r.pause(m, ichorv1alpha1.RemovingReason, "cannot reach the cluster's Kubernetes API to delete the Node: "+err.Error())
 	}
 
-	node, err := workload.NodeByAddress(ctx, k, m.Spec.Address)
+	node, err := workload.NodeAt(ctx, k, m.Status.NodeName, m.Spec.Address)
 	if err != nil {
 		return r.pause(m, ichorv1alpha1.RemovingReason, err.Error())
 	}

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"k8s.io/client-go/kubernetes"
@@ -16,17 +17,21 @@ type WorkloadFunc = workload.Func
 
 // workloadFromControlPlane fetches the admin kubeconfig from a control plane
 // that answers (Talos's Kubeconfig RPC) and builds a client from it.
+// The client is kept for a while (workload.Cache): machines joining poll it
+// every few seconds each.
 func (r *Reconciler) workloadFromControlPlane(ctx context.Context, c *ichorv1alpha1.TalosCluster, b *secrets.Bundle) (kubernetes.Interface, error) {
-	cps, err := r.machines(ctx, c.Namespace, c.Name, func(m *ichorv1alpha1.TalosMachine) bool {
-		// The first control plane is not provisioned until its Node is Ready,
-		// which is read through its own API server.
-		return m.Spec.Role == ichorv1alpha1.RoleControlPlane && m.Spec.Address != "" && (provisioned(m) || m.Status.ConfigSentAt != nil)
-	})
-	if err != nil {
-		return nil, err
-	}
+	return r.workloads.Client(c, b, time.Now(), func() (kubernetes.Interface, error) {
+		cps, err := r.machines(ctx, c.Namespace, c.Name, func(m *ichorv1alpha1.TalosMachine) bool {
+			// The first control plane is not provisioned until its Node is Ready,
+			// which is read through its own API server.
+			return m.Spec.Role == ichorv1alpha1.RoleControlPlane && m.Spec.Address != "" && (provisioned(m) || m.Status.ConfigSentAt != nil)
+		})
+		if err != nil {
+			return nil, err
+		}
 
-	return workload.Client(ctx, r.Nodes, c.Name, cps, b)
+		return workload.Client(ctx, r.Nodes, c.Name, cps, b)
+	})
 }
 
 // controlPlanes lists the provisioned control planes of a cluster, except the

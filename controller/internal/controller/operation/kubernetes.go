@@ -373,7 +373,7 @@ func (r *Reconciler) nodesReady(ctx context.Context, op *ichorv1alpha1.TalosOper
 			continue
 		}
 
-		node, nerr := workload.NodeByAddress(ctx, k, m.Spec.Address)
+		node, nerr := workload.NodeAt(ctx, k, m.Status.NodeName, m.Spec.Address)
 
 		switch {
 		case nerr != nil:

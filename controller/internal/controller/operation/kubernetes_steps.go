@@ -168,7 +168,7 @@ func (w *work) recordVersionBefore(ctx context.Context, n *talos.Verified) {
 		}
 	case ichorv1alpha1.KubernetesStageKubelet:
 		if k, err := w.r.workload(ctx, w.op, w.st.Bundle); err == nil {
-			if node, err := workload.NodeByAddress(ctx, k, w.m.Spec.Address); err == nil && node != nil {
+			if node, err := workload.NodeAt(ctx, k, w.m.Status.NodeName, w.m.Spec.Address); err == nil && node != nil {
 				w.mp.Version = node.Status.NodeInfo.KubeletVersion
 			}
 		}
@@ -361,7 +361,7 @@ func (w *work) kubeletWait(ctx context.Context) (ctrl.Result, error) {
 		return w.poll(), nil //nolint:nilerr // waited for, not an error
 	}
 
-	node, err := workload.NodeByAddress(ctx, k, w.m.Spec.Address)
+	node, err := workload.NodeAt(ctx, k, w.m.Status.NodeName, w.m.Spec.Address)
 	if err != nil || node == nil {
 		w.mp.Message = "waiting for the machine's Node"
 

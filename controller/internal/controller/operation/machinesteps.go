@@ -100,7 +100,7 @@ func (w *work) drain(ctx context.Context) (ctrl.Result, error) {
 		return w.fail("cannot reach the cluster's Kubernetes API to drain the node: " + err.Error())
 	}
 
-	node, err := workload.NodeByAddress(ctx, k, w.m.Spec.Address)
+	node, err := workload.NodeAt(ctx, k, w.m.Status.NodeName, w.m.Spec.Address)
 	if err != nil {
 		return w.fail(err.Error())
 	}
@@ -331,7 +331,7 @@ func (w *work) uncordon(ctx context.Context) (ctrl.Result, error) {
 		return w.poll(), nil //nolint:nilerr // a node or API not back yet is waited for, not an error
 	}
 
-	node, err := workload.NodeByAddress(ctx, k, w.m.Spec.Address)
+	node, err := workload.NodeAt(ctx, k, w.m.Status.NodeName, w.m.Spec.Address)
 	if err != nil {
 		w.mp.Message = err.Error()
 

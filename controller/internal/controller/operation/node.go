@@ -278,7 +278,7 @@ func (w *work) waitReset(ctx context.Context) (ctrl.Result, error) {
 		return w.poll(), nil //nolint:nilerr // waited for, not an error
 	}
 
-	node, err := workload.NodeByAddress(ctx, k, w.m.Spec.Address)
+	node, err := workload.NodeAt(ctx, k, w.m.Status.NodeName, w.m.Spec.Address)
 	if err != nil {
 		w.mp.Message = err.Error()
 

@@ -219,7 +219,7 @@ func (r *Reconciler) precheck(ctx context.Context, s *scope) (problems []string,
 				continue
 			}
 
-			node, nerr := workload.NodeByAddress(ctx, k, m.Spec.Address)
+			node, nerr := workload.NodeAt(ctx, k, m.Status.NodeName, m.Spec.Address)
 
 			switch {
 			case nerr != nil:

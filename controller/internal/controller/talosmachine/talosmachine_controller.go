@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -58,6 +59,9 @@ type Reconciler struct {
 	Nodes *talos.Dialer
 	// Clock is the controller's clock; nil means the real one.
 	Clock clock.PassiveClock
+	// Workers is how many machines are reconciled at once; zero means
+	// machinestate.DefaultWorkers.
+	Workers int
 }
 
 // SetupWithManager registers the reconciler. Only spec, label and
@@ -82,6 +86,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: machinestate.Workers(r.Workers)}).
 		For(&ichorv1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, provisioningChanged{}, reconcileRequested{}, holdChanged{}))).
 		Watches(&ichorv1alpha1.TalosConfigPatch{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
