@@ -89,6 +89,7 @@ func main() {
 		impersonate    stringList
 		deployManager  string
 		machineWorkers int
+		lookRate       float64
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the HTTPS metrics endpoint binds to (bearer token and get on /metrics required: the ClusterRole ichor-metrics-reader); \"0\" disables it.")
@@ -99,6 +100,9 @@ func main() {
 		"Address Go's pprof endpoints (/debug/pprof/, plain HTTP, no authentication) bind to, for profiling; empty (the default) serves none. Bind it to loopback only.")
 	flag.IntVar(&machineWorkers, "machine-workers", machinestate.DefaultWorkers,
 		"How many machines the configuration and lifecycle reconcilers each work on at once (their steps wait on the nodes, not the CPU).")
+	flag.Float64Var(&lookRate, "machine-look-rate", machinestate.DefaultLookRate,
+		"How many idle looks at machines (a Talos dial each: health, drift) the lifecycle and configuration reconcilers each make per second, all machines together; "+
+			"a machine is looked at every 30 s (health) and 5 min (drift), or less often when the fleet is too large for that at this rate.")
 	flag.BoolVar(&leaderElection, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks.")
@@ -226,8 +230,8 @@ func main() {
 		what  string
 		setup interface{ SetupWithManager(ctrl.Manager) error }
 	}{
-		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{Workers: machineWorkers}},
-		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook, Workers: machineWorkers}},
+		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{Workers: machineWorkers, LookRate: lookRate}},
+		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook, Workers: machineWorkers, LookRate: lookRate}},
 		// An ichor operation runs the installer Job in Ichor's namespace, its image checked against the embedded Sigstore root.
 		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook, OwnNode: ownNode, SelfTrust: selfTrust, Namespace: namespace}},
 		{"the kubelet serving certificate approver", &kubeletcsr.Reconciler{}},

@@ -87,8 +87,13 @@ type Reconciler struct {
 	// Workers is how many machines are reconciled at once; zero means
 	// machinestate.DefaultWorkers.
 	Workers int
+	// LookRate bounds the idle looks at provisioned machines per second, all
+	// machines together (machinestate.Pace); zero means
+	// machinestate.DefaultLookRate.
+	LookRate float64
 
 	workloads workload.Cache
+	pace      machinestate.Pace
 }
 
 // SetupWithManager registers the reconciler.
@@ -121,6 +126,7 @@ func (r *Reconciler) defaults(mgr ctrl.Manager) {
 	}
 
 	r.fill()
+	r.pace.Reader, r.pace.Rate = r.Client, r.LookRate
 }
 
 func (r *Reconciler) fill() {

@@ -39,7 +39,8 @@ func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error)
 				nodeHealthy(m)
 			}
 
-			return ctrl.Result{RequeueAfter: r.MonitorInterval}, errors.Join(verr, r.holdWhileEven(ctx, m))
+			// Healthy: the next idle look is paced with the fleet's size.
+			return ctrl.Result{RequeueAfter: r.pace.Every(ctx, r.MonitorInterval)}, errors.Join(verr, r.holdWhileEven(ctx, m))
 		}
 
 		n.Close()

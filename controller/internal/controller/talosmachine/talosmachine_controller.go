@@ -7,7 +7,6 @@ package talosmachine
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -62,6 +61,11 @@ type Reconciler struct {
 	// Workers is how many machines are reconciled at once; zero means
 	// machinestate.DefaultWorkers.
 	Workers int
+	// LookRate bounds the drift looks per second, all machines together
+	// (machinestate.Pace); zero means machinestate.DefaultLookRate.
+	LookRate float64
+
+	pace machinestate.Pace
 }
 
 // SetupWithManager registers the reconciler. Only spec, label and
@@ -83,6 +87,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Nodes == nil {
 		r.Nodes = &talos.Dialer{}
 	}
+
+	r.pace.Reader, r.pace.Rate = r.Client, r.LookRate
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
@@ -353,14 +359,16 @@ func (r *Reconciler) reconcileConfig(ctx context.Context, sk *ichorreconcile.Sco
 	return ctrl.Result{RequeueAfter: r.driftInterval()}, nil
 }
 
-// driftInterval is the polling period with up to 20% jitter, so machines do not poll in step.
+// driftInterval is the polling period with up to 20% jitter, so machines do
+// not poll in step, stretched past DriftInterval by the pace of looks
+// (machinestate.Pace) in a large fleet.
 func (r *Reconciler) driftInterval() time.Duration {
 	d := r.DriftInterval
 	if d <= 0 {
 		d = DefaultDriftInterval
 	}
 
-	return d + time.Duration(rand.Int64N(int64(d)/5+1)) //nolint:gosec // jitter, not a secret
+	return r.pace.Every(context.Background(), d)
 }
 
 // reconcileRender loads the cluster, its bundle and the patches, renders,
