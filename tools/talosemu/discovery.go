@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 )
 
@@ -132,7 +133,7 @@ func (w *World) discoveryChanged(m *Machine) {
 		touched[key] = true
 	}
 
-	w.rewriteDiscoveredLocked(m, touched)
+	w.rewriteDiscoveredLocked(m, touched, nodeID)
 }
 
 // discoveryDown stops m refreshing its affiliate: it expires after the TTL.
@@ -163,11 +164,19 @@ func (w *World) expireLocked(key, nodeID string, a *publishedAffiliate) {
 		}
 
 		delete(w.published[key], nodeID)
-		w.rewriteDiscoveredLocked(nil, map[string]bool{key: true})
+		w.rewriteDiscoveredLocked(nil, map[string]bool{key: true}, nodeID)
 	})
 }
 
-func (w *World) rewriteDiscoveredLocked(m *Machine, touched map[string]bool) {
+// rewriteDiscoveredLocked brings the Affiliates and Members of the machines
+// of the touched clusters up to date after the affiliate changed (a node ID)
+// changed: m's own are rewritten whole (its cluster may be another one now),
+// the others' only for that affiliate. Rewriting every machine's whole list
+// at every change made a cluster of a thousand machines cost a billion
+// resource writes to provision.
+func (w *World) rewriteDiscoveredLocked(m *Machine, touched map[string]bool, changed string) {
+	specs := map[string]map[string]cluster.AffiliateSpec{}
+
 	for _, o := range w.machines {
 		k := o.discoveryKey()
 
@@ -175,24 +184,39 @@ func (w *World) rewriteDiscoveredLocked(m *Machine, touched map[string]bool) {
 			continue
 		}
 
-		specs := map[string]cluster.AffiliateSpec{}
-		for id, a := range w.published[k] {
-			specs[id] = a.spec
+		s, ok := specs[k]
+		if !ok {
+			s = map[string]cluster.AffiliateSpec{}
+			for id, a := range w.published[k] {
+				s[id] = a.spec
+			}
+
+			specs[k] = s
 		}
 
-		if err := o.writeDiscovered(specs); err != nil {
+		only := changed
+		if o == m {
+			only = ""
+		}
+
+		if err := o.writeDiscovered(s, only); err != nil {
 			w.logf("machine %s: discovery: %v", o.Name(), err)
 		}
 	}
 }
 
 // writeDiscovered sets the machine's Affiliates and Members to the cluster's published
-// affiliates (none when the machine does not publish).
-func (m *Machine) writeDiscovered(affiliates map[string]cluster.AffiliateSpec) error {
+// affiliates (none when the machine does not publish); with only set, just that
+// affiliate's (and its Member's).
+func (m *Machine) writeDiscovered(affiliates map[string]cluster.AffiliateSpec, only string) error {
 	ctx := context.Background()
 
 	if m.discoveryKey() == "" {
 		affiliates = nil
+	}
+
+	if only != "" {
+		return m.writeAffiliate(ctx, affiliates, only)
 	}
 
 	members := map[string]cluster.MemberSpec{}
@@ -202,10 +226,7 @@ func (m *Machine) writeDiscovered(affiliates map[string]cluster.AffiliateSpec) e
 			continue
 		}
 
-		members[a.Nodename] = cluster.MemberSpec{
-			NodeID: a.NodeID, Addresses: a.Addresses, Hostname: a.Hostname, MachineType: a.MachineType,
-			OperatingSystem: a.OperatingSystem, ControlPlane: a.ControlPlane,
-		}
+		members[a.Nodename] = memberOf(a)
 	}
 
 	oldA, err := safe.StateListAll[*cluster.Affiliate](ctx, m.st)
@@ -247,4 +268,45 @@ func (m *Machine) writeDiscovered(affiliates map[string]cluster.AffiliateSpec) e
 	}
 
 	return nil
+}
+
+// writeAffiliate brings one affiliate of the machine, and its Member, to what
+// affiliates says of it: written, or removed when it is not there.
+func (m *Machine) writeAffiliate(ctx context.Context, affiliates map[string]cluster.AffiliateSpec, id string) error {
+	a, publishes := affiliates[id]
+
+	old, err := safe.StateGetByID[*cluster.Affiliate](ctx, m.st, id)
+	if err != nil && !state.IsNotFoundError(err) {
+		return err
+	}
+
+	if err == nil {
+		if was := old.TypedSpec().Nodename; was != "" && (!publishes || was != a.Nodename) {
+			if err := destroyIfExists(ctx, m.st, cluster.NewMember(cluster.NamespaceName, was).Metadata()); err != nil {
+				return err
+			}
+		}
+	}
+
+	if !publishes {
+		return destroyIfExists(ctx, m.st, cluster.NewAffiliate(cluster.NamespaceName, id).Metadata())
+	}
+
+	if err := put(ctx, m.st, cluster.NewAffiliate(cluster.NamespaceName, id), func(r *cluster.Affiliate) { *r.TypedSpec() = a }); err != nil {
+		return err
+	}
+
+	if a.Nodename == "" {
+		return nil
+	}
+
+	return put(ctx, m.st, cluster.NewMember(cluster.NamespaceName, a.Nodename), func(r *cluster.Member) { *r.TypedSpec() = memberOf(a) })
+}
+
+// memberOf is the Member an affiliate with a node name makes.
+func memberOf(a cluster.AffiliateSpec) cluster.MemberSpec {
+	return cluster.MemberSpec{
+		NodeID: a.NodeID, Addresses: a.Addresses, Hostname: a.Hostname, MachineType: a.MachineType,
+		OperatingSystem: a.OperatingSystem, ControlPlane: a.ControlPlane,
+	}
 }

@@ -18,10 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -180,10 +182,21 @@ func (s *scope) now() metav1.Time { return metav1.NewTime(s.sk.Now) }
 // at most one step that is not idempotent and its status is written before
 // the next one runs, so a controller killed between two steps resumes at the
 // recorded one.
+//
+// A poll (a requeue while waiting on a node) goes back in the queue at low
+// priority: controller-runtime's priority queue puts a change (a machine
+// created, approved or edited) before it, so that a thousand machines
+// installing at once, polled every few seconds each, cannot starve a machine
+// that has not started, such as the first control plane the others wait for.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.fill()
 
-	return r.controller().Reconcile(ctx, req)
+	res, err := r.controller().Reconcile(ctx, req)
+	if err == nil && res.RequeueAfter > 0 {
+		res.Priority = ptr.To(handler.LowPriority)
+	}
+
+	return res, err
 }
 
 // controller is the reconciler on the skeleton. It owns the lifecycle's
