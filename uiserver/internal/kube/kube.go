@@ -84,6 +84,21 @@ type Options struct {
 	ReviewTTL time.Duration
 }
 
+// unlimitUsers lifts client-go's default client-side limit (5/s, a burst of
+// 10) from the impersonating client when cfg sets none, as ctrl.GetConfig
+// does for ichor-ui in a cluster (QPS -1). The one client acts for every
+// user: under the default, 200 users signing in together queued their first
+// access reviews for seconds behind each other ("client-side throttling" in
+// the load test, whose envtest configuration sets no limit). The API server's
+// priority and fairness sees the impersonated user (impersonation is
+// resolved before it classifies a request), so each user gets a fair share
+// there instead. A limit the configuration sets is kept.
+func unlimitUsers(cfg *rest.Config) {
+	if cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil {
+		cfg.QPS = -1
+	}
+}
+
 // Clients are the backend's reads and the user's writes.
 type Clients struct {
 	// Cache reads Ichor's objects of the namespace under the backend's identity.
@@ -126,6 +141,7 @@ func New(o Options) (*Clients, error) {
 	if err != nil {
 		return nil, err
 	}
+	unlimitUsers(ucfg)
 	uhttp, err := rest.HTTPClientFor(ucfg)
 	if err != nil {
 		return nil, err
