@@ -28,7 +28,7 @@ const (
 var loadOnce sync.Once
 
 // loadFleet makes the test cluster hold at least loadMachines machines.
-func loadFleet(b *testing.B) {
+func loadFleet(b testing.TB) {
 	loadOnce.Do(func() {
 		ctx := context.Background()
 		sem := make(chan struct{}, 8)
