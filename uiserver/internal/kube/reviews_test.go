@@ -28,20 +28,26 @@ func testCache(ttl time.Duration) (*reviewCache, *clock) {
 	return c, clk
 }
 
-// answers is the API server's answer for the test: it counts the reviews.
+// answers is the API server's answer for the test: it counts the reviews
+// and, with gate set, answers only once gate is closed.
 type answers struct {
 	allowed atomic.Bool
 	asked   atomic.Int32
+	gate    chan struct{}
 }
 
 func (a *answers) ask(context.Context) (reviewEntry, error) {
 	a.asked.Add(1)
+	if a.gate != nil {
+		<-a.gate
+	}
 	return reviewEntry{allowed: a.allowed.Load()}, nil
 }
 
-func decide(t *testing.T, c *reviewCache, key string, a *answers) bool {
+// decide asks c for the key "k".
+func decide(t *testing.T, c *reviewCache, a *answers) bool {
 	t.Helper()
-	e, err := c.decide(context.Background(), key, a.ask)
+	e, err := c.decide(context.Background(), "k", a.ask)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,26 +61,26 @@ func TestReviewCacheKeepsAnswersForTheirTTL(t *testing.T) {
 	c, clk := testCache(5 * time.Second)
 	a := &answers{}
 	a.allowed.Store(true)
-	if !decide(t, c, "k", a) {
+	if !decide(t, c, a) {
 		t.Fatal("refused an allowed user")
 	}
 	a.allowed.Store(false) // the role is revoked
 	clk.add(3 * time.Second)
-	if !decide(t, c, "k", a) || a.asked.Load() != 1 {
+	if !decide(t, c, a) || a.asked.Load() != 1 {
 		t.Fatalf("within the TTL: want the kept answer and one review, asked %d", a.asked.Load())
 	}
 	clk.add(2*time.Second + time.Millisecond)
-	if decide(t, c, "k", a) {
+	if decide(t, c, a) {
 		t.Fatal("after the TTL the revoked user is still allowed")
 	}
 	// The refusal is kept a fifth of the TTL (1 s), then asked again.
 	a.allowed.Store(true) // the role is granted again
 	clk.add(time.Second)
-	if decide(t, c, "k", a) {
+	if decide(t, c, a) {
 		t.Fatal("within a fifth of the TTL the refusal was not kept")
 	}
 	clk.add(time.Millisecond)
-	if !decide(t, c, "k", a) {
+	if !decide(t, c, a) {
 		t.Fatal("a fifth of the TTL after the refusal the grant has no effect")
 	}
 }
@@ -86,10 +92,10 @@ func TestReviewCacheRefreshesAheadOfExpiry(t *testing.T) {
 	c, clk := testCache(4 * time.Second)
 	a := &answers{}
 	a.allowed.Store(true)
-	decide(t, c, "k", a)
+	decide(t, c, a)
 	a.allowed.Store(false)
 	clk.add(3*time.Second + time.Millisecond) // into the last quarter
-	if !decide(t, c, "k", a) {
+	if !decide(t, c, a) {
 		t.Fatal("an answer within its TTL was not used")
 	}
 	// The background refresh ends with the refusal kept.
@@ -103,7 +109,7 @@ func TestReviewCacheRefreshesAheadOfExpiry(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if decide(t, c, "k", a) {
+	if decide(t, c, a) {
 		t.Fatal("the refreshed refusal was not used")
 	}
 }
@@ -112,19 +118,14 @@ func TestReviewCacheRefreshesAheadOfExpiry(t *testing.T) {
 // wait for one review; a failed review is not kept.
 func TestReviewCacheSharesOneReview(t *testing.T) {
 	c, _ := testCache(5 * time.Second)
-	release := make(chan struct{})
-	var asked atomic.Int32
-	ask := func(context.Context) (reviewEntry, error) {
-		asked.Add(1)
-		<-release
-		return reviewEntry{allowed: true}, nil
-	}
+	a := &answers{gate: make(chan struct{})}
+	a.allowed.Store(true)
 	const clients = 50
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	for range clients {
 		wg.Go(func() {
-			e, err := c.decide(context.Background(), "k", ask)
+			e, err := c.decide(context.Background(), "k", a.ask)
 			if err == nil && !e.allowed {
 				err = errors.New("refused")
 			}
@@ -132,10 +133,10 @@ func TestReviewCacheSharesOneReview(t *testing.T) {
 		})
 	}
 	// Wait until the one review is under way, then let it answer.
-	for asked.Load() == 0 {
+	for a.asked.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	close(release)
+	close(a.gate)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -143,7 +144,7 @@ func TestReviewCacheSharesOneReview(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := asked.Load(); n != 1 {
+	if n := a.asked.Load(); n != 1 {
 		t.Fatalf("%d reviews for %d concurrent requests, want 1", n, clients)
 	}
 
