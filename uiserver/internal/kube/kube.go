@@ -11,9 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
-	"strings"
-	"sync"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -81,8 +78,25 @@ type Options struct {
 	Namespace string
 	// Policy says whom the backend may impersonate.
 	Policy identity.Policy
-	// ReviewTTL is how long an access review's answer is reused; zero means 5 s.
+	// ReviewTTL is how long an allowed access review answer is reused (a
+	// refusal is reused for a fifth of it); zero means 5 s. A role revoked
+	// takes effect within ReviewTTL, a role granted within ReviewTTL/5.
 	ReviewTTL time.Duration
+}
+
+// unlimitUsers lifts client-go's default client-side limit (5/s, a burst of
+// 10) from the impersonating client when cfg sets none, as ctrl.GetConfig
+// does for ichor-ui in a cluster (QPS -1). The one client acts for every
+// user: under the default, 200 users signing in together queued their first
+// access reviews for seconds behind each other ("client-side throttling" in
+// the load test, whose envtest configuration sets no limit). The API server's
+// priority and fairness sees the impersonated user (impersonation is
+// resolved before it classifies a request), so each user gets a fair share
+// there instead. A limit the configuration sets is kept.
+func unlimitUsers(cfg *rest.Config) {
+	if cfg.QPS == 0 && cfg.Burst == 0 && cfg.RateLimiter == nil {
+		cfg.QPS = -1
+	}
 }
 
 // Clients are the backend's reads and the user's writes.
@@ -127,6 +141,7 @@ func New(o Options) (*Clients, error) {
 	if err != nil {
 		return nil, err
 	}
+	unlimitUsers(ucfg)
 	uhttp, err := rest.HTTPClientFor(ucfg)
 	if err != nil {
 		return nil, err
@@ -139,7 +154,7 @@ func New(o Options) (*Clients, error) {
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	return &Clients{Cache: c, User: user, Namespace: o.Namespace, reviews: &reviewCache{ttl: ttl, entries: map[string]reviewEntry{}}}, nil
+	return &Clients{Cache: c, User: user, Namespace: o.Namespace, reviews: newReviewCache(ttl)}, nil
 }
 
 // Forbidden is a read the signed-in user may not make.
@@ -170,68 +185,29 @@ func (c *Clients) Authorize(ctx context.Context, verb, resource string) error {
 	if !ok {
 		return ErrNoIdentity
 	}
-	key := reviewKey(id, verb, resource, c.Namespace)
-	if e, ok := c.reviews.get(key); ok {
-		if e.allowed {
-			return nil
+	return c.authorize(ctx, id, &authorizationv1.ResourceAttributes{
+		Namespace: c.Namespace, Verb: verb, Group: ichorv1alpha1.GroupVersion.Group, Resource: resource,
+	}, resource)
+}
+
+// authorize answers whether id may do attrs, from the review cache or by a
+// SelfSubjectAccessReview sent as id; shown names the resource in a refusal.
+func (c *Clients) authorize(ctx context.Context, id identity.Identity, attrs *authorizationv1.ResourceAttributes, shown string) error {
+	key := reviewKey(id, attrs.Verb, shown, attrs.Namespace)
+	e, err := c.reviews.decide(ctx, key, func(ctx context.Context) (reviewEntry, error) {
+		r := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}}
+		if err := c.User.Create(ctx, r); err != nil {
+			return reviewEntry{}, err
 		}
-		return &Forbidden{Username: id.Username, Verb: verb, Resource: resource, Namespace: c.Namespace, Reason: e.reason}
+		return reviewEntry{allowed: r.Status.Allowed, reason: r.Status.Reason}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("checking whether %s may %s %s: %w", id.Username, attrs.Verb, shown, err)
 	}
-	r := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: c.Namespace, Verb: verb, Group: ichorv1alpha1.GroupVersion.Group, Resource: resource,
-		},
-	}}
-	if err := c.User.Create(ctx, r); err != nil {
-		return fmt.Errorf("checking whether %s may %s %s: %w", id.Username, verb, resource, err)
-	}
-	c.reviews.put(key, reviewEntry{allowed: r.Status.Allowed, reason: r.Status.Reason})
-	if !r.Status.Allowed {
-		return &Forbidden{Username: id.Username, Verb: verb, Resource: resource, Namespace: c.Namespace, Reason: r.Status.Reason}
+	if !e.allowed {
+		return &Forbidden{Username: id.Username, Verb: attrs.Verb, Resource: shown, Namespace: attrs.Namespace, Reason: e.reason}
 	}
 	return nil
-}
-
-func reviewKey(id identity.Identity, verb, resource, ns string) string {
-	g := append([]string(nil), id.Groups...)
-	sort.Strings(g)
-	return strings.Join([]string{id.Username, strings.Join(g, ","), verb, resource, ns}, "\x00")
-}
-
-type reviewEntry struct {
-	allowed bool
-	reason  string
-	at      time.Time
-}
-
-// reviewCache keeps access review answers for a short time; it is bounded
-// by dropping everything when it grows past maxReviews.
-type reviewCache struct {
-	ttl     time.Duration
-	mu      sync.Mutex
-	entries map[string]reviewEntry
-}
-
-const maxReviews = 4096
-
-func (c *reviewCache) get(k string) (reviewEntry, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[k]
-	if !ok || time.Since(e.at) > c.ttl {
-		return reviewEntry{}, false
-	}
-	return e, true
-}
-
-func (c *reviewCache) put(k string, e reviewEntry) {
-	e.at = time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.entries) >= maxReviews {
-		clear(c.entries)
-	}
-	c.entries[k] = e
 }
 
 // LastSyncResourceVersion returns the resourceVersion the cache's informer
