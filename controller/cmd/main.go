@@ -185,9 +185,17 @@ func main() {
 		Metrics: ichormetrics.ServerOptions(metricsAddr, metricsCertDir),
 		// The lock Leases are read from the cache, in Ichor's namespace only,
 		// where the controller's Role lets it list and watch them.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lock.DefaultNamespace: {}}},
-		}},
+		Cache: cache.Options{
+			ByObject: map[client.Object]cache.ByObject{
+				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{lock.DefaultNamespace: {}}},
+			},
+			// Nothing reads who wrote which field: the cache keeps objects
+			// without their managed fields, a large share of each object's
+			// memory and of every copy made from the cache. Writes are
+			// unaffected (a patch or an update never sends them back empty:
+			// the API server ignores an update's missing managedFields).
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 		HealthProbeBindAddress: probeAddr,
 		PprofBindAddress:       pprofAddr,
 		LeaderElection:         leaderElection,

@@ -48,6 +48,11 @@ func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error)
 
 	// The cluster's API does not answer: is the node back in maintenance mode?
 	mn, err := r.maintenance(ctx, s)
+	if errors.Is(err, errRunsOurConfig) {
+		// It answered with the cluster's credentials after all: the next look decides.
+		return ctrl.Result{RequeueAfter: r.MonitorInterval}, nil
+	}
+
 	if err != nil || mn == nil {
 		if err != nil {
 			m.Status.Stage = ichorv1alpha1.StageUnreachable

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -96,6 +97,15 @@ func (r *Reconciler) maintenance(ctx context.Context, s *scope) (*talos.Maintena
 		mn.Close()
 
 		if want != "" && seen != "" && seen != want {
+			// A node that took the configuration, though the answer to the
+			// send was lost (the connection closes as the node leaves
+			// maintenance mode), now presents its cluster certificate: that
+			// is not a changed maintenance certificate, and the install is
+			// followed (which checks who the node is before any step).
+			if r.runsOurConfig(ctx, s) {
+				return nil, errRunsOurConfig
+			}
+
 			r.fingerprintChanged(m, want, seen)
 
 			return nil, nil
@@ -199,8 +209,9 @@ func (r *Reconciler) sendConfig(ctx context.Context, s *scope) (ctrl.Result, err
 	mn, err := r.maintenance(ctx, s)
 	if err != nil {
 		// Not in maintenance: a node that already runs this render (sent by a
-		// controller that stopped before recording it) is followed, not sent to again.
-		if r.runsOurConfig(ctx, s) {
+		// controller that stopped before recording it, or whose answer was
+		// lost) is followed, not sent to again.
+		if errors.Is(err, errRunsOurConfig) || r.runsOurConfig(ctx, s) {
 			r.markSent(m, s.now())
 
 			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
@@ -257,6 +268,10 @@ func reinstallNote(m *ichorv1alpha1.TalosMachine) string {
 
 	return ""
 }
+
+// errRunsOurConfig is maintenance's answer for a node that no longer answers
+// in maintenance mode because it runs the cluster's configuration.
+var errRunsOurConfig = errors.New("the node runs the cluster's configuration")
 
 // runsOurConfig reports whether the node answers the cluster's API (so it
 // has this cluster's configuration).
