@@ -2,7 +2,6 @@ package adopt
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
@@ -14,20 +13,20 @@ func Read(ctx context.Context, n *talos.Node, address string) (Machine, error) {
 
 	run, err := n.Running(ctx)
 	if err != nil {
-		return m, fmt.Errorf("%s: %w", address, err)
+		return m, err
 	}
 
 	m.TalosVersion = run.Version
 
 	id, err := n.Identity(ctx)
 	if err != nil {
-		return m, fmt.Errorf("%s: %w", address, err)
+		return m, err
 	}
 
 	m.UUID, m.Hostname = id.UUID, id.Hostname
 
 	if m.Config, _, err = n.Config(ctx); err != nil {
-		return m, fmt.Errorf("%s: %w", address, err)
+		return m, err
 	}
 
 	return m, nil
