@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +23,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/adopt"
 	"github.com/maeshinshin/ichor/tools/talosemu"
+	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
 // The loopback subnets of the adopt tests (no other test uses them).
@@ -34,6 +39,7 @@ var readOnlyRPCs = []string{
 	"/cosi.resource.State/Get",
 	"/cosi.resource.State/List",
 	"/machine.MachineService/Version",
+	"/machine.MachineService/EtcdMemberList",
 }
 
 // adoptWorld starts emulated machines in maintenance mode with fast stages.
@@ -225,7 +231,7 @@ func TestAdoptPlanWritesNothing(t *testing.T) {
 // TestAdoptRefusals (plan time): what adoption never takes is refused with
 // the nodes and what they run, and nothing is written: Talos older than
 // v1.12, mixed versions, two CNIs (Talos's flannel beside an inline Cilium),
-// a cluster-pool Cilium, flannel without --cni-unmanaged.
+// a cluster-pool Cilium, a control plane left out of the nodes given.
 func TestAdoptRefusals(t *testing.T) {
 	w := adoptWorld(t, adoptRefusalSubnet,
 		talosemu.MachineSpec{Name: "old-cp", Role: talosemu.RoleHintControlPlane, TalosVersion: "v1.11.5"},
@@ -233,6 +239,8 @@ func TestAdoptRefusals(t *testing.T) {
 		talosemu.MachineSpec{Name: "mixed-w", Role: talosemu.RoleHintWorker, TalosVersion: "v1.13.4"},
 		talosemu.MachineSpec{Name: "two-cp", Role: talosemu.RoleHintControlPlane},
 		talosemu.MachineSpec{Name: "pool-cp", Role: talosemu.RoleHintControlPlane},
+		talosemu.MachineSpec{Name: "left-cp1", Role: talosemu.RoleHintControlPlane},
+		talosemu.MachineSpec{Name: "left-cp2", Role: talosemu.RoleHintControlPlane},
 	)
 	m := func(name string) *talosemu.Machine {
 		em, err := w.Machine(name)
@@ -250,8 +258,10 @@ func TestAdoptRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		cluster talosemu.TalosctlCluster
-		extra   []string
-		want    []string
+		// given, when set, are the machines named with --node (default: the cluster's)
+		given []*talosemu.Machine
+		extra []string
+		want  []string
 	}{
 		{
 			name:    "older than v1.12",
@@ -283,6 +293,14 @@ func TestAdoptRefusals(t *testing.T) {
 			},
 			want: []string{`Cilium runs with IPAM "cluster-pool"`, "kubernetes IPAM mode first"},
 		},
+		{
+			name: "a control plane left out",
+			cluster: talosemu.TalosctlCluster{
+				Name: "left", ControlPlanes: []*talosemu.Machine{m("left-cp1"), m("left-cp2")}, CNI: talosemu.TalosctlCNINone, InlineManifests: cilium,
+			},
+			given: []*talosemu.Machine{m("left-cp1")},
+			want:  []string{"etcd has members that are not among the nodes given", "every control plane", "--node"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.cluster.Name == "" {
@@ -301,6 +319,11 @@ func TestAdoptRefusals(t *testing.T) {
 			}
 
 			ms := append(append([]*talosemu.Machine{}, tc.cluster.ControlPlanes...), tc.cluster.Workers...)
+			if tc.given != nil {
+				waitEtcdMembers(t, talosconfig, tc.cluster.ControlPlanes[0], len(tc.cluster.ControlPlanes))
+
+				ms = tc.given
+			}
 			args := []string{"adopt", "--plan", "--talosconfig", talosconfig, "--secrets-bundle", secretsFile}
 
 			for _, em := range ms {
@@ -318,6 +341,38 @@ func TestAdoptRefusals(t *testing.T) {
 	if after := kubeState(t); !slices.Equal(before, after) {
 		t.Errorf("the refused plans changed the API server:\nbefore %v\nafter  %v", before, after)
 	}
+}
+
+// waitEtcdMembers waits until etcd, read through cp with the talosconfig,
+// lists n members (a control plane joins after the bootstrap).
+func waitEtcdMembers(t *testing.T, talosconfig string, cp *talosemu.Machine, n int) {
+	t.Helper()
+
+	cfg, err := clientconfig.Open(talosconfig)
+	must(t, err)
+
+	testenv.EventuallyOK(t, 2*time.Minute, fmt.Sprintf("%d etcd members", n), func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+
+		c, err := talosclient.New(ctx, talosclient.WithConfig(cfg), talosclient.WithEndpoints(cp.IP()))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer c.Close() //nolint:errcheck // a read
+
+		resp, err := c.EtcdMemberList(ctx, &machineapi.EtcdMemberListRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+
+		got := 0
+		for _, msg := range resp.GetMessages() {
+			got += len(msg.GetMembers())
+		}
+
+		return got == n, fmt.Sprintf("%d members", got)
+	})
 }
 
 // metaItems are a list's objects.

@@ -106,17 +106,20 @@ func adoptAction(ctx context.Context, cmd *cli.Command) error {
 	}
 
 	machines := make([]adopt.Machine, 0, len(nodes))
+	o := adopt.Options{VersionContract: cmd.String("version-contract"), CNIUnmanaged: cmd.Bool("cni-unmanaged")}
 
 	for _, addr := range nodes {
-		m, err := readForAdoption(ctx, addr, cmd.Int(flagTalosPort), talosconfig)
+		m, members, err := readForAdoption(ctx, addr, cmd.Int(flagTalosPort), talosconfig, o.EtcdMembers == nil)
 		if err != nil {
 			return err
 		}
 
 		machines = append(machines, m)
-	}
 
-	o := adopt.Options{VersionContract: cmd.String("version-contract"), CNIUnmanaged: cmd.Bool("cni-unmanaged")}
+		if members != nil {
+			o.EtcdMembers = members
+		}
+	}
 
 	if o.Bundle, err = adoptionBundle(machines, bundleFile, recoverFrom); err != nil {
 		return err
@@ -138,20 +141,40 @@ func adoptAction(ctx context.Context, cmd *cli.Command) error {
 	return refusalError("adopting cluster "+p.Cluster.Name, p.Refusals)
 }
 
-// readForAdoption reads one node with the operator's talosconfig.
-func readForAdoption(ctx context.Context, addr string, port int, talosconfig []byte) (adopt.Machine, error) {
+// readForAdoption reads one node with the operator's talosconfig and, when
+// asked and the node is a control plane, the etcd members it lists.
+func readForAdoption(ctx context.Context, addr string, port int, talosconfig []byte, wantMembers bool) (adopt.Machine, []string, error) {
 	n, err := talos.DialTalosconfigNode(ctx, addr, port, talosconfig)
 	if err != nil {
-		return adopt.Machine{}, err
+		return adopt.Machine{}, nil, err
 	}
 	defer n.Close()
 
 	m, err := adopt.Read(ctx, n, addr)
 	if err != nil {
-		return adopt.Machine{}, fmt.Errorf("reading %s with the talosconfig: %s; is it a configured machine of this cluster, and the talosconfig this cluster's (os:admin)?", addr, talos.Message(err))
+		return adopt.Machine{}, nil, fmt.Errorf("reading %s with the talosconfig: %s; is it a configured machine of this cluster, and the talosconfig this cluster's (os:admin)?", addr, talos.Message(err))
 	}
 
-	return m, nil
+	if !wantMembers {
+		return m, nil, nil
+	}
+
+	cfg, err := adopt.ParseConfig(m.Config)
+	if err != nil || !cfg.Machine().Type().IsControlPlane() {
+		return m, nil, nil //nolint:nilerr // Build reports a configuration that does not load
+	}
+
+	list, err := n.EtcdMembers(ctx)
+	if err != nil {
+		return adopt.Machine{}, nil, fmt.Errorf("listing the etcd members through %s: %s; adoption needs a healthy etcd", addr, talos.Message(err))
+	}
+
+	members := make([]string, 0, len(list))
+	for _, mem := range list {
+		members = append(members, mem.Hostname)
+	}
+
+	return m, members, nil
 }
 
 // adoptionBundle is the secrets bundle: the file's, or one rebuilt from a

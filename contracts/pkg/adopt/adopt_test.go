@@ -333,3 +333,38 @@ func TestContractCandidates(t *testing.T) {
 		t.Errorf("v1.13.2: %v %v", got, err)
 	}
 }
+
+func TestCheckMembers(t *testing.T) {
+	if r := adopt.CheckMembers([]string{"cp-1", "CP-2.example.com"}, []string{"cp-1", "cp-2"}); r != nil {
+		t.Errorf("every member given: %v", r)
+	}
+
+	r := adopt.CheckMembers([]string{"cp-1"}, []string{"cp-3", "cp-1", "cp-2"})
+	if len(r) != 1 || !strings.Contains(r[0].Rule, "cp-2, cp-3") || !strings.Contains(r[0].WayOut, "--node") {
+		t.Errorf("two members left out: %v", r)
+	}
+}
+
+// TestPlanMemberLeftOut: a control plane etcd lists but the plan was not
+// given is refused; without the member list the plan warns.
+func TestPlanMemberLeftOut(t *testing.T) {
+	c := gen(t, cniNone, ciliumEntry("kubernetes"))
+
+	p, err := adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: c.bundle, EtcdMembers: []string{"cp-1", "cp-2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if !p.Refused() || !strings.Contains(fmt.Sprint(p.Refusals), "cp-2") {
+		t.Errorf("refusals %v", p.Refusals)
+	}
+
+	p, err = adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: c.bundle})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if p.Refused() || !strings.Contains(fmt.Sprint(p.Warnings), "etcd members were not read") {
+		t.Errorf("without the member list: refusals %v, warnings %v", p.Refusals, p.Warnings)
+	}
+}

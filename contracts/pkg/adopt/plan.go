@@ -27,6 +27,9 @@ type Options struct {
 	VersionContract string
 	// CNIUnmanaged keeps a CNI other than Cilium (--cni-unmanaged).
 	CNIUnmanaged bool
+	// EtcdMembers are the etcd members' hostnames as a control plane lists
+	// them; nil when they were not read (the plan then warns).
+	EtcdMembers []string
 }
 
 // ContractScore is one probed version contract.
@@ -182,6 +185,20 @@ func Build(machines []Machine, o Options) (*Plan, error) {
 
 	p.Refusals = append(p.Refusals, CheckVersions(running)...)
 	p.Refusals = append(p.Refusals, checkSameCluster(machines, facts)...)
+
+	if o.EtcdMembers == nil {
+		p.Warnings = append(p.Warnings, "the etcd members were not read: make sure every control plane of the cluster is given")
+	} else {
+		var cpNames []string
+
+		for i, f := range facts {
+			if f.Role == ichorv1alpha1.RoleControlPlane {
+				cpNames = append(cpNames, machines[i].Hostname)
+			}
+		}
+
+		p.Refusals = append(p.Refusals, CheckMembers(cpNames, o.EtcdMembers)...)
+	}
 
 	preset, refusals := CheckCNI(cnis, o.CNIUnmanaged)
 	p.Refusals = append(p.Refusals, refusals...)
@@ -455,4 +472,41 @@ func CheckCNI(cnis []CNI, unmanaged bool) (string, []guard.Refusal) {
 	}
 
 	return ichorv1alpha1.CNIPresetUnmanaged, nil
+}
+
+// CheckMembers refuses a plan that leaves out a control plane: every etcd
+// member (by hostname, as etcd lists it) must be one of the control planes
+// given. Adoption takes a cluster whole: a control plane Ichor does not know
+// would be counted in no quorum check.
+func CheckMembers(controlPlanes, etcdMembers []string) []guard.Refusal {
+	short := func(h string) string {
+		h, _, _ = strings.Cut(strings.ToLower(h), ".")
+
+		return h
+	}
+
+	given := map[string]bool{}
+	for _, h := range controlPlanes {
+		given[short(h)] = true
+	}
+
+	var missing []string
+
+	for _, m := range etcdMembers {
+		if !given[short(m)] {
+			missing = append(missing, m)
+		}
+	}
+
+	if len(missing) == 0 {
+		return nil
+	}
+
+	slices.Sort(missing)
+
+	return []guard.Refusal{{
+		Field:  "nodes",
+		Rule:   fmt.Sprintf("etcd has members that are not among the nodes given: %s; adoption takes every control plane of the cluster", strings.Join(missing, ", ")),
+		WayOut: "give their addresses with --node too",
+	}}
 }
