@@ -21,6 +21,9 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
+// flagTalosconfig names the operator's own talosconfig file.
+const flagTalosconfig = "talosconfig"
+
 // errAdoptWriteUnavailable is the refusal of `ichor adopt` without --plan:
 // this release plans an adoption and writes none.
 var errAdoptWriteUnavailable = errors.New("writing an adoption is not available in this release: nothing was read or written. " +
@@ -43,7 +46,7 @@ func adoptCommand() *cli.Command {
 			"to a node, and stores nothing locally. Writing the adoption is not available in this release.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "plan", Usage: "show what adoption would do and stop: read-only (required in this release)"},
-			&cli.StringFlag{Name: "talosconfig", Usage: "your talosconfig `FILE` for the cluster (its current context's credentials; read here, sent nowhere)", TakesFile: true},
+			&cli.StringFlag{Name: flagTalosconfig, Usage: "your talosconfig `FILE` for the cluster (its current context's credentials; read here, sent nowhere)", TakesFile: true},
 			&cli.StringSliceFlag{Name: flagNode, Usage: "`ADDRESS` of a machine of the cluster, control planes and workers (repeat it for each)"},
 			&cli.IntFlag{Name: flagTalosPort, Usage: usageTalosPort},
 			&cli.StringFlag{Name: "secrets-bundle", Usage: "the cluster's secrets bundle `FILE` (what `talosctl gen secrets` wrote)", TakesFile: true},
@@ -70,7 +73,7 @@ func adoptAction(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	file := cmd.String("talosconfig")
+	file := cmd.String(flagTalosconfig)
 	if file == "" {
 		return errors.New("--talosconfig is required: your talosconfig for the cluster (for example the file `talosctl gen config` wrote); it is read here and sent nowhere")
 	}
@@ -161,7 +164,7 @@ func readForAdoption(ctx context.Context, addr string, port int, talosconfig []b
 
 	cfg, err := adopt.ParseConfig(m.Config)
 	if err != nil || !cfg.Machine().Type().IsControlPlane() {
-		return m, nil, nil //nolint:nilerr // Build reports a configuration that does not load
+		return m, nil, nil // Build reports a configuration that does not load
 	}
 
 	list, err := n.EtcdMembers(ctx)

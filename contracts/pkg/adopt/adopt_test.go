@@ -98,10 +98,10 @@ func gen(t *testing.T, cni string, inline ...v1alpha1.ClusterInlineManifest) tal
 	return out
 }
 
-func (c talosctlCluster) machines(version string) []adopt.Machine {
+func (c talosctlCluster) machines() []adopt.Machine {
 	return []adopt.Machine{
-		{Address: "10.5.0.2", Hostname: "cp-1", UUID: "u-1", TalosVersion: version, Config: c.cp},
-		{Address: "10.5.0.3", Hostname: "w-1", UUID: "u-2", TalosVersion: version, Config: c.w},
+		{Address: "10.5.0.2", Hostname: "cp-1", UUID: "u-1", TalosVersion: "v1.14.1", Config: c.cp},
+		{Address: "10.5.0.3", Hostname: "w-1", UUID: "u-2", TalosVersion: "v1.14.1", Config: c.w},
 	}
 }
 
@@ -117,6 +117,7 @@ func classes(m adopt.MachinePlan, c adopt.Class) []string {
 	return out
 }
 
+//nolint:staticcheck // the v1alpha1 inline manifests are what generated configs carry
 func ciliumEntry(ipam string) v1alpha1.ClusterInlineManifest {
 	return v1alpha1.ClusterInlineManifest{InlineManifestName: "cilium", InlineManifestContents: ciliumManifest(ipam)}
 }
@@ -128,7 +129,7 @@ func ciliumEntry(ipam string) v1alpha1.ClusterInlineManifest {
 func TestPlanInlineCilium(t *testing.T) {
 	c := gen(t, cniNone, ciliumEntry("kubernetes"))
 
-	p, err := adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: c.bundle})
+	p, err := adopt.Build(c.machines(), adopt.Options{Bundle: c.bundle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestPlanRefusals(t *testing.T) {
 		{name: "no CNI with --cni-unmanaged", c: gen(t, cniNone), unmanaged: true, want: []string{"runs none", "without --cni-unmanaged"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ms := tc.c.machines("v1.14.1")
+			ms := tc.c.machines()
 			if tc.versions[0] != "" {
 				ms[0].TalosVersion, ms[1].TalosVersion = tc.versions[0], tc.versions[1]
 			}
@@ -231,7 +232,7 @@ func TestPlanRefusals(t *testing.T) {
 func TestPlanFlannelUnmanaged(t *testing.T) {
 	c := gen(t, cniFlannel)
 
-	p, err := adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: c.bundle, CNIUnmanaged: true})
+	p, err := adopt.Build(c.machines(), adopt.Options{Bundle: c.bundle, CNIUnmanaged: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func TestPlanWrongBundle(t *testing.T) {
 	c := gen(t, cniNone, ciliumEntry("kubernetes"))
 	other := gen(t, cniNone)
 
-	p, err := adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: other.bundle})
+	p, err := adopt.Build(c.machines(), adopt.Options{Bundle: other.bundle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,11 +287,11 @@ func TestPlanWrongBundle(t *testing.T) {
 // TestPlanOtherInlineManifest: an inline manifest other than Cilium's blocks
 // the control plane (class C); the worker, which carries none, is not blocked.
 func TestPlanOtherInlineManifest(t *testing.T) {
-	c := gen(t, cniNone, ciliumEntry("kubernetes"), v1alpha1.ClusterInlineManifest{
+	c := gen(t, cniNone, ciliumEntry("kubernetes"), v1alpha1.ClusterInlineManifest{ //nolint:staticcheck // see gen
 		InlineManifestName: "extra", InlineManifestContents: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: extra\n",
 	})
 
-	p, err := adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: c.bundle})
+	p, err := adopt.Build(c.machines(), adopt.Options{Bundle: c.bundle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +314,7 @@ func TestPlanOtherInlineManifest(t *testing.T) {
 func TestPlanVersionContractFlag(t *testing.T) {
 	c := gen(t, cniNone)
 
-	p, err := adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: c.bundle, VersionContract: "v1.13"})
+	p, err := adopt.Build(c.machines(), adopt.Options{Bundle: c.bundle, VersionContract: "v1.13"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +323,7 @@ func TestPlanVersionContractFlag(t *testing.T) {
 		t.Errorf("contract %s (%s) %+v", p.Cluster.VersionContract, p.Cluster.ContractSource, p.Cluster.Probe)
 	}
 
-	if _, err := adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: c.bundle, VersionContract: "v1.11"}); err == nil || !strings.Contains(err.Error(), "v1.14, v1.13, v1.12") {
+	if _, err := adopt.Build(c.machines(), adopt.Options{Bundle: c.bundle, VersionContract: "v1.11"}); err == nil || !strings.Contains(err.Error(), "v1.14, v1.13, v1.12") {
 		t.Errorf("--version-contract v1.11: %v", err)
 	}
 }
@@ -350,7 +351,7 @@ func TestCheckMembers(t *testing.T) {
 func TestPlanMemberLeftOut(t *testing.T) {
 	c := gen(t, cniNone, ciliumEntry("kubernetes"))
 
-	p, err := adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: c.bundle, EtcdMembers: []string{"cp-1", "cp-2"}})
+	p, err := adopt.Build(c.machines(), adopt.Options{Bundle: c.bundle, EtcdMembers: []string{"cp-1", "cp-2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +360,7 @@ func TestPlanMemberLeftOut(t *testing.T) {
 		t.Errorf("refusals %v", p.Refusals)
 	}
 
-	p, err = adopt.Build(c.machines("v1.14.1"), adopt.Options{Bundle: c.bundle})
+	p, err = adopt.Build(c.machines(), adopt.Options{Bundle: c.bundle})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,9 @@ const (
 	SourceInlineManifest = "inline-manifest"
 )
 
+// kindDaemonSet is the kind a CNI runs its agent as.
+const kindDaemonSet = "DaemonSet"
+
 // CiliumIPAMKubernetes is the only Cilium IPAM mode adoption takes over.
 const CiliumIPAMKubernetes = "kubernetes"
 
@@ -106,11 +109,11 @@ func ReadManifest(contents string) (ManifestContents, error) {
 		out.Objects = append(out.Objects, kind+" "+id)
 
 		switch {
-		case kind == "DaemonSet" && name == "cilium":
+		case kind == kindDaemonSet && name == "cilium":
 			out.CNI = cni.DetectedCilium
-		case kind == "DaemonSet" && (name == "kube-flannel" || name == "kube-flannel-ds"):
+		case kind == kindDaemonSet && (name == "kube-flannel" || name == "kube-flannel-ds"):
 			out.CNI = cni.DetectedFlannel
-		case kind == "DaemonSet" && name == "calico-node":
+		case kind == kindDaemonSet && name == "calico-node":
 			out.CNI = cni.DetectedCalico
 		case kind == "ConfigMap" && name == "cilium-config":
 			sawCiliumConfig = true

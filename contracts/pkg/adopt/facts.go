@@ -151,8 +151,9 @@ func ReadFacts(cfg coreconfig.Provider) (Facts, error) {
 	f.TalosCNI = TalosCNINone
 	if cfg.K8sFlannelCNIConfig() != nil {
 		f.TalosCNI = TalosCNIFlannel
-	} else if raw := cfg.RawV1Alpha1(); raw != nil && raw.ClusterConfig != nil && raw.ClusterConfig.ClusterNetwork != nil && raw.ClusterConfig.ClusterNetwork.CNI != nil {
-		if c := raw.ClusterConfig.ClusterNetwork.CNI; c.CNIName == TalosCNICustom {
+	} else if raw := cfg.RawV1Alpha1(); raw != nil && raw.ClusterConfig != nil &&
+		raw.ClusterConfig.ClusterNetwork != nil && raw.ClusterConfig.ClusterNetwork.CNI != nil { //nolint:staticcheck // a custom CNI is only in the legacy field
+		if c := raw.ClusterConfig.ClusterNetwork.CNI; c.CNIName == TalosCNICustom { //nolint:staticcheck // see above
 			f.TalosCNI = TalosCNICustom
 			f.CustomCNIURLs = append(f.CustomCNIURLs, c.CNIUrls...)
 		}
