@@ -162,7 +162,7 @@ func TestAdoptPlanWritesNothing(t *testing.T) {
 	checkNoCredential(t, r.all(), tc)
 
 	for _, want := range []string{
-		"Adoption plan for cluster theirs (read-only: nothing was written, nothing was sent to a node)",
+		"Adoption plan for cluster theirs (read-only: nothing was written, no change was sent to a node)",
 		"https://" + cp.IP() + ":6443",
 		"Talos:", "v1.14.1", "Kubernetes:", "1.37.2",
 		"v1.14 (probed; v1.14: 0 unrepresentable, v1.13:", "v1.12:",

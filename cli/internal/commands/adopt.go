@@ -235,7 +235,7 @@ func adoptionBundle(machines []adopt.Machine, file, recoverFrom string) (*secret
 func (r *run) printAdoptionPlan(p *adopt.Plan) error {
 	c := p.Cluster
 
-	r.printf("Adoption plan for cluster %s (read-only: nothing was written, nothing was sent to a node)\n\n", orDash(c.Name))
+	r.printf("Adoption plan for cluster %s (read-only: nothing was written, no change was sent to a node)\n\n", orDash(c.Name))
 
 	var b output.Block
 	b.Add("endpoint", c.Endpoint)
