@@ -106,6 +106,7 @@ func New() *cli.Command {
 		Commands: []*cli.Command{
 			versionCommand(),
 			initCommand(),
+			adoptCommand(),
 			clusterCommand(),
 			machineCommand(),
 			nodeCommand(),

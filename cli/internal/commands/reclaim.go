@@ -28,7 +28,7 @@ func reclaimCommand() *cli.Command {
 		Usage:     "reset a machine another cluster configured (STATE and EPHEMERAL), so that it can be discovered and approved",
 		ArgsUsage: argAddress,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "talosconfig", Usage: "the foreign cluster's talosconfig `FILE` (its current context's credentials; its endpoints are ignored)"},
+			&cli.StringFlag{Name: flagTalosconfig, Usage: "the foreign cluster's talosconfig `FILE` (its current context's credentials; its endpoints are ignored)"},
 			&cli.StringFlag{Name: "confirm-uuid", Usage: "the machine's SMBIOS `UUID`, typed as consent (asked for on a terminal when omitted)"},
 			&cli.BoolFlag{Name: "force", Usage: "reset a control plane even if that breaks its cluster's etcd quorum or it is the last one"},
 			&cli.BoolFlag{Name: "force-ungraceful", Usage: "skip the machine's own shutdown sequence (a dead foreign cluster)"},
@@ -48,7 +48,7 @@ func machineReclaim(ctx context.Context, cmd *cli.Command) error {
 		return fmt.Errorf("%q is not an IP address; give the address the machine answers on", address)
 	}
 
-	file := cmd.String("talosconfig")
+	file := cmd.String(flagTalosconfig)
 	if file == "" {
 		return errors.New("--talosconfig is required: the foreign cluster's talosconfig (for example the file `talosctl config` wrote); it is read here and sent nowhere")
 	}

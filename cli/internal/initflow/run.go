@@ -283,7 +283,7 @@ func (s *state) firstNode(ctx context.Context) error {
 			"Check the fingerprint on the node's console; if another machine answers on this address, fix the address", s.o.Node, mn.Fingerprint(), s.o.Fingerprint)
 	case mn.Configured(err):
 		return fmt.Errorf("%w (%s): init never reconfigures a running node; boot it into maintenance mode (or reset it) first, "+
-			"this release cannot adopt a running cluster", ErrConfiguredElsewhere, s.o.Node)
+			"this release cannot adopt a running cluster (`ichor adopt --plan` shows what adopting it would take)", ErrConfiguredElsewhere, s.o.Node)
 	default:
 		return fmt.Errorf("reading the node at %s in maintenance mode: %w; is it booted from Talos media and reachable on port %d?",
 			s.o.Node, err, portOr(s.o.TalosPort))

@@ -14,8 +14,9 @@ const (
 	// machines are left as they are. Setting it needs `reset-node` on
 	// talosoperations, the verb of a node reset (ichor-admin).
 	TeardownResetMachinesAnnotation = "ichor.maesh.dev/teardown-reset-machines"
-	// AdoptedAnnotation marks a TalosCluster written by `ichor adopt`. Only such a
-	// cluster may use the `unmanaged` CNI preset.
+	// AdoptedAnnotation marks a TalosCluster an adoption wrote. Only such a
+	// cluster may use the `unmanaged` CNI preset. (This release plans an
+	// adoption, `ichor adopt --plan`, and writes none.)
 	AdoptedAnnotation = "ichor.maesh.dev/adopted"
 	// KubeProxySwitchAnnotation must name the new mode on the write that
 	// changes spec.cni.kubeProxy (`ichor cni kube-proxy` and ichor-ui set it

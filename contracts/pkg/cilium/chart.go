@@ -1,8 +1,9 @@
 // Package cilium renders the Cilium Helm charts pinned in the binary, offline,
 // with Helm's Go SDK: the same bytes every run, no network and no cluster
 // (architecture "Bootstrap" step 3 and "Cilium"). `ichor init` puts the
-// result in the first control plane's inline manifest; the ichor-cni Job and
-// `ichor adopt` render the same chart with the same values.
+// result in the first control plane's inline manifest; the ichor-cni Job
+// renders the same chart with the same values (as an adoption's Cilium
+// takeover will; this release's `ichor adopt --plan` renders no chart).
 //
 // The charts are data taken from the Go module github.com/cilium/cilium at the
 // pinned versions by tools/cmd/ciliumchart (see charts/README.md); the values

@@ -119,3 +119,15 @@ func DialTalosconfig(ctx context.Context, address string, port int, talosconfig 
 
 	return DialWithCertificate(ctx, address, port, pair, roots)
 }
+
+// DialTalosconfigNode is DialTalosconfig as a Node, for the reads Node
+// offers (version, configuration, identity) with the operator's own
+// credentials: `ichor adopt` reads a cluster Ichor has no bundle of yet.
+func DialTalosconfigNode(ctx context.Context, address string, port int, talosconfig []byte) (*Node, error) {
+	c, err := DialTalosconfig(ctx, address, port, talosconfig)
+	if err != nil {
+		return nil, err
+	}
+
+	return &Node{c: c, address: address}, nil
+}

@@ -1,0 +1,33 @@
+package adopt
+
+import (
+	"context"
+
+	"github.com/maeshinshin/ichor/contracts/pkg/talos"
+)
+
+// Read reads one configured node for the plan, read-only: its running Talos
+// version, its identity and its active configuration.
+func Read(ctx context.Context, n *talos.Node, address string) (Machine, error) {
+	m := Machine{Address: address}
+
+	run, err := n.Running(ctx)
+	if err != nil {
+		return m, err
+	}
+
+	m.TalosVersion = run.Version
+
+	id, err := n.Identity(ctx)
+	if err != nil {
+		return m, err
+	}
+
+	m.UUID, m.Hostname = id.UUID, id.Hostname
+
+	if m.Config, _, err = n.Config(ctx); err != nil {
+		return m, err
+	}
+
+	return m, nil
+}
