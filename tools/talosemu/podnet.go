@@ -300,14 +300,24 @@ func (w *World) podLoopback(ip string) string {
 	return w.loopbackOf[ip]
 }
 
+// errPodIPTaken is allocLoopback's answer when another pod of this world has the pod address.
+var errPodIPTaken = errors.New("the pod address is another pod's")
+
 // allocLoopback takes a free address of the pod subnet for the pod with address podIP and
 // records the mapping: not given to another pod of this world, not a machine's, and with no
-// listening socket on it (another world, another program).
+// listening socket on it (another world, another program). The pod address is checked and
+// taken under the same lock, so two pods set up at once never get the same one (they did:
+// both were given the top of the podCIDR, and the egress proxy sent the first pod's traffic
+// to the second).
 func (w *World) allocLoopback(podIP string) (string, error) {
 	listening := listeningAddrs()
 
 	w.netMu.Lock()
 	defer w.netMu.Unlock()
+
+	if _, taken := w.loopbackOf[podIP]; taken {
+		return "", errPodIPTaken
+	}
 
 	machines := map[string]bool{}
 	for _, m := range w.machines {

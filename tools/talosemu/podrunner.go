@@ -316,11 +316,15 @@ func (r *podRunner) allocPodIP(ctx context.Context, pod *corev1.Pod) (podIP, loo
 
 	for _, a := range candidates {
 		s := a.String()
-		if used[s] || r.m.world.podLoopback(s) != "" {
+		if used[s] {
 			continue
 		}
 
 		l, err := r.m.world.allocLoopback(s)
+		if errors.Is(err, errPodIPTaken) {
+			continue
+		}
+
 		if err != nil {
 			return "", "", err
 		}

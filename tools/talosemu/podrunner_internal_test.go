@@ -322,6 +322,16 @@ func TestEgressProxy(t *testing.T) {
 
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
 
+	// the pod address is checked and taken at once: a second pod set up with the same
+	// one is refused, and the first pod's mapping stays
+	if other, err := w.allocLoopback("10.244.1.254"); !errors.Is(err, errPodIPTaken) {
+		t.Fatalf("a second pod with the pod address 10.244.1.254 was given %q (%v)", other, err)
+	}
+
+	if got := w.podLoopback("10.244.1.254"); got != loop {
+		t.Fatalf("10.244.1.254 maps to %q after the refused second pod; want %q", got, loop)
+	}
+
 	// a second pod gets another address; the listening one is skipped
 	if other, err := w.allocLoopback("10.244.1.253"); err != nil || other == loop {
 		t.Fatalf("second pod: %s, %v", other, err)
