@@ -62,6 +62,9 @@ type Machine struct {
 	closed        bool
 
 	applyMu sync.Mutex
+	// loseApplyAnswer makes the next ApplyConfiguration take effect and its answer be lost
+	// (LoseNextApplyAnswer)
+	loseApplyAnswer atomic.Bool
 
 	// etcd member and Kubernetes control plane (etcd.go, kube.go, svc.go)
 	etcdStartMu sync.Mutex
@@ -851,6 +854,12 @@ func (m *Machine) ReplaceMaintenanceCert() (string, error) {
 
 	return fingerprint(cert), nil
 }
+
+// LoseNextApplyAnswer makes the next ApplyConfiguration take effect as usual and then fail
+// as a caller sees a connection that closed before the answer came: on a real node in
+// maintenance mode the maintenance API stops as the node takes its configuration, and the
+// answer to the send may never arrive. Not persisted: it is a fault of one call.
+func (m *Machine) LoseNextApplyAnswer() { m.loseApplyAnswer.Store(true) }
 
 // FailNextUpgrade makes the next boot into an upgraded slot fail and fall back.
 func (m *Machine) FailNextUpgrade(fail bool) error {

@@ -212,6 +212,10 @@ func (s *apiServer) ApplyConfiguration(ctx context.Context, in *machine.ApplyCon
 		m.leaveMaintenance()
 	}
 
+	if m.loseApplyAnswer.CompareAndSwap(true, false) {
+		return nil, status.Error(codes.Unavailable, "error reading from server: EOF")
+	}
+
 	return &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{
 		Mode:        in.Mode,
 		Warnings:    warnings,

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -52,6 +53,7 @@ func TestLifecycle(t *testing.T) {
 		{"ForcedRemovalWithoutWipe", forcedRemoval},
 		{"ChaosOneResetPerRemoval", chaosRemoval},
 		{"FirstProbeRecordsFingerprintSendsLater", firstProbeRecords},
+		{"LostApplyAnswerFollowedNotFingerprintChanged", lostApplyAnswer},
 	}
 
 	for _, s := range steps {
@@ -482,4 +484,63 @@ func workload(t *testing.T) kubernetes.Interface {
 	testenv.Must(t, err)
 
 	return k
+}
+
+// lostApplyAnswer: the answer to the configuration's send is lost (on a
+// real node the connection may close as the node leaves maintenance mode).
+// The node then presents its cluster certificate, not the pinned
+// maintenance one: that is the install it is, and is followed; it is never
+// reported as a changed maintenance certificate (which waits for a person),
+// and the configuration is not sent again. Each reconcile runs in a fresh
+// controller, so nothing carries over but what the API holds.
+func lostApplyAnswer(t *testing.T) {
+	em := emu(t, "w-1")
+	was := getMachine(t, "w-1").Status.Reinstalls
+	before := rpcs(t, "w-1", "ApplyConfiguration")
+	count := func(reason string) int {
+		return len(slices.DeleteFunc(events(t, "w-1"), func(e string) bool { return !strings.HasPrefix(e, reason+":") }))
+	}
+	changedEvents, refusedEvents := count(ichorv1alpha1.FingerprintChangedReason), count(ichorv1alpha1.ApplyFailedReason)
+
+	// The disk is wiped: the node comes back in maintenance mode and is
+	// re-installed, and the answer to that send is lost.
+	testenv.Must(t, em.WipeSystemDisk())
+	testenv.Must(t, em.PowerOff())
+	em.LoseNextApplyAnswer()
+	testenv.Must(t, em.PowerOn())
+
+	// Every poll on the way goes back at low priority (Reconcile), so that
+	// with a thousand machines installing a change is not queued behind them.
+	poll := func() ctrl.Result {
+		res := reconcileOnceInFreshController(t, "w-1")
+		if res.RequeueAfter > 0 && (res.Priority == nil || *res.Priority != handler.LowPriority) {
+			t.Fatalf("a poll (requeue after %s) goes back at priority %v, want handler.LowPriority", res.RequeueAfter, res.Priority)
+		}
+
+		return res
+	}
+
+	testworld.RunChaos(t, waitTimeout, poll, func() testworld.ChaosStep {
+		m := getMachine(t, "w-1")
+		if c := cond(m, ichorv1alpha1.FingerprintTrustedCondition); c != nil && c.Reason == ichorv1alpha1.FingerprintChangedReason {
+			t.Fatalf("the node whose answer was lost was reported as presenting another certificate: %s", c.Message)
+		}
+
+		c := cond(m, ichorv1alpha1.ProvisionedCondition)
+
+		return testworld.ChaosStep{At: map[string]string{"w-1": m.Status.Stage}, Done: m.Status.Reinstalls > was && c != nil && c.Status == metav1.ConditionTrue}
+	})
+
+	if sent := rpcs(t, "w-1", "ApplyConfiguration") - before; sent != 1 {
+		t.Errorf("w-1 got %d ApplyConfiguration calls for one re-install whose answer was lost, want exactly 1", sent)
+	}
+
+	if n := count(ichorv1alpha1.FingerprintChangedReason); n != changedEvents {
+		t.Errorf("%d FingerprintChanged Events for the node whose answer was lost", n-changedEvents)
+	}
+
+	// A lost answer is not the node refusing the configuration.
+	if n := count(ichorv1alpha1.ApplyFailedReason); n != refusedEvents {
+		t.Errorf("%d ApplyFailed Events (\"the node refused the configuration\") for an answer that was lost", n-refusedEvents)
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -234,6 +236,19 @@ func (r *Reconciler) sendConfig(ctx context.Context, s *scope) (ctrl.Result, err
 	defer mn.Close()
 
 	if err := mn.Apply(ctx, s.state.Result.Bytes); err != nil {
+		if status.Code(err) == codes.Unavailable {
+			// The connection broke before the answer: the node may well
+			// have taken the configuration (its maintenance API stops as it
+			// leaves maintenance mode). Not a refusal: the next look finds
+			// either the node in maintenance mode or running this
+			// configuration (maintenance, runsOurConfig), and nothing is sent
+			// before it has looked.
+			progress(m, ichorv1alpha1.ProvisioningReason, fmt.Sprintf("the answer to the configuration sent to %s was lost (%s): the next look checks whether the node took it",
+				m.Spec.Address, talos.Message(err)))
+
+			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+		}
+
 		progress(m, ichorv1alpha1.ApplyFailedReason, err.Error())
 		warnf(r, m, ichorv1alpha1.ApplyFailedReason, "Provision", "the node refused the configuration: %v", err)
 
