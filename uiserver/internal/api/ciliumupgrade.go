@@ -172,15 +172,8 @@ func (s *OperationService) StartCiliumUpgrade(ctx context.Context, req *ichorv1.
 	if err := unmanagedCNI(facts.Cluster, what); err != nil {
 		return nil, err
 	}
-	d, err := s.decideOperation(ctx, op, facts)
-	if err != nil {
-		return nil, apiError(ctx, err, what)
-	}
-	if len(d.refusals) > 0 {
-		return nil, refused(d.code, what, d.refusals)
-	}
-	if err := s.Clients.User.Create(ctx, op); err != nil {
-		return nil, apiError(ctx, err, what)
+	if err := s.createDecided(ctx, op, facts, what, nil); err != nil {
+		return nil, err
 	}
 	return &ichorv1.StartCiliumUpgradeResponse{Operation: operationToProto(op)}, nil
 }

@@ -71,7 +71,8 @@ func (s *OperationService) PreviewIchorUpgrade(ctx context.Context, req *ichorv1
 	return out, nil
 }
 
-// StartIchorUpgrade implements OperationService: after `create` on
+// StartIchorUpgrade implements OperationService: after the typed cluster
+// name (as `ichor upgrade ichor` asks for it), `create` on
 // talosoperations and the shared checks (decideOperation, on the cluster
 // and the IchorInstallation fresh from the API server, as the user), it
 // creates the ichor operation as the signed-in user, with the fields `ichor
@@ -83,6 +84,9 @@ func (s *OperationService) StartIchorUpgrade(ctx context.Context, req *ichorv1.S
 		return nil, invalid("version is required: the Ichor release to upgrade to, for example v0.5.0 (one minor at a time, never down); nothing was created")
 	}
 	what := "upgrading Ichor to " + version
+	if err := confirmedCluster(what, s.ClusterName, req.GetConfirmClusterName(), "created"); err != nil {
+		return nil, err
+	}
 	digest := strings.TrimSpace(req.GetInstallerDigest())
 	if rs := guard.CheckInstallerDigest(digest); len(rs) > 0 {
 		return nil, refused(codes.InvalidArgument, what, rs)
@@ -95,15 +99,8 @@ func (s *OperationService) StartIchorUpgrade(ctx context.Context, req *ichorv1.S
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
-	d, err := s.decideOperation(ctx, op, facts)
-	if err != nil {
-		return nil, apiError(ctx, err, what)
-	}
-	if len(d.refusals) > 0 {
-		return nil, refused(d.code, what, d.refusals)
-	}
-	if err := s.Clients.User.Create(ctx, op); err != nil {
-		return nil, apiError(ctx, err, what)
+	if err := s.createDecided(ctx, op, facts, what, nil); err != nil {
+		return nil, err
 	}
 	return &ichorv1.StartIchorUpgradeResponse{Operation: operationToProto(op)}, nil
 }

@@ -82,6 +82,29 @@ func (s *OperationService) decideOperation(ctx context.Context, op *ichorv1alpha
 	return decision{}, nil
 }
 
+// createDecided creates op as the signed-in user once the shared checks
+// (decideOperation) refuse nothing; ready, when not nil, runs between the
+// decision and the create (a consent the decision asks for). Its errors are
+// the API's answers, naming what was asked.
+func (s *OperationService) createDecided(ctx context.Context, op *ichorv1alpha1.TalosOperation, facts guard.OperationFacts, what string, ready func() error) error {
+	d, err := s.decideOperation(ctx, op, facts)
+	if err != nil {
+		return apiError(ctx, err, what)
+	}
+	if len(d.refusals) > 0 {
+		return refused(d.code, what, d.refusals)
+	}
+	if ready != nil {
+		if err := ready(); err != nil {
+			return err
+		}
+	}
+	if err := s.Clients.User.Create(ctx, op); err != nil {
+		return apiError(ctx, err, what)
+	}
+	return nil
+}
+
 // holds asks the API server whether the signed-in user holds p in the
 // served namespace; false (no error) when the answer is no.
 func (s *OperationService) holds(ctx context.Context, p guard.Permission) (bool, error) {
@@ -204,23 +227,19 @@ func (s *OperationService) StartNodeOperation(ctx context.Context, req *ichorv1.
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
-	d, err := s.decideOperation(ctx, op, facts)
-	if err != nil {
-		return nil, apiError(ctx, err, what)
-	}
-	if len(d.refusals) > 0 {
-		return nil, refused(d.code, what, d.refusals)
-	}
 	// The only node of the cluster: the typed name is the consent to the
 	// downtime the dialog showed, recorded on the write the webhook checks.
-	if downtime := guard.OperationDowntime(op, facts.Approved); downtime != "" {
-		if err := confirmed(); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "%s (%s)", err.Error(), downtime)
+	consent := func() error {
+		if downtime := guard.OperationDowntime(op, facts.Approved); downtime != "" {
+			if err := confirmed(); err != nil {
+				return status.Errorf(codes.InvalidArgument, "%s (%s)", err.Error(), downtime)
+			}
+			guard.AcceptDowntime(op, "true")
 		}
-		guard.AcceptDowntime(op, "true")
+		return nil
 	}
-	if err := s.Clients.User.Create(ctx, op); err != nil {
-		return nil, apiError(ctx, err, what)
+	if err := s.createDecided(ctx, op, facts, what, consent); err != nil {
+		return nil, err
 	}
 	return &ichorv1.StartNodeOperationResponse{Operation: operationToProto(op)}, nil
 }
@@ -271,15 +290,8 @@ func (s *OperationService) StartClusterShutdown(ctx context.Context, req *ichorv
 	if err != nil {
 		return nil, apiError(ctx, err, what)
 	}
-	d, err := s.decideOperation(ctx, op, facts)
-	if err != nil {
-		return nil, apiError(ctx, err, what)
-	}
-	if len(d.refusals) > 0 {
-		return nil, refused(d.code, what, d.refusals)
-	}
-	if err := s.Clients.User.Create(ctx, op); err != nil {
-		return nil, apiError(ctx, err, what)
+	if err := s.createDecided(ctx, op, facts, what, nil); err != nil {
+		return nil, err
 	}
 	return &ichorv1.StartClusterShutdownResponse{Operation: operationToProto(op)}, nil
 }

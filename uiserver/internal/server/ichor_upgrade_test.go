@@ -66,8 +66,9 @@ func ichorOperations(t testing.TB) []ichorv1alpha1.TalosOperation {
 // The Versions card's upgrade of Ichor itself: the preview says what the
 // IchorInstallation records and what refuses a version for the signed-in
 // user (guard.CheckIchorUpgrade, then `create` on talosoperations); the
-// start creates nothing for an Ichor Helm manages, a downgrade, a skipped
-// minor, a malformed digest or a user who may not create operations, and
+// start creates nothing without the typed cluster name, for an Ichor Helm
+// manages, a downgrade, a skipped minor, a malformed digest or a user who
+// may not create operations, and
 // otherwise creates exactly the ichor operation `ichor upgrade ichor`
 // creates, as the signed-in user.
 func TestIchorUpgradeAPI(t *testing.T) {
@@ -90,9 +91,9 @@ func TestIchorUpgradeAPI(t *testing.T) {
 		!strings.Contains(p.GetRefusals()[0].GetRule(), "installed with Helm") || !strings.Contains(p.GetRefusals()[0].GetWayOut(), "`helm upgrade`") {
 		t.Fatalf("the preview of a Helm-managed Ichor: %v %v", p, err)
 	}
-	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0"}, codes.FailedPrecondition,
+	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0", ConfirmClusterName: testCluster}, codes.FailedPrecondition,
 		"upgrading Ichor to v0.5.0 is refused; nothing was changed", "installed with Helm", "`helm upgrade`")
-	_, err = asAdmin.StartIchorUpgrade(ctx, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0"})
+	_, err = asAdmin.StartIchorUpgrade(ctx, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0", ConfirmClusterName: testCluster})
 	if rs := refusalDetails(err); len(rs) != 1 || !strings.Contains(rs[0].GetWayOut(), "`helm upgrade`") {
 		t.Fatalf("the refusal's details: %v", rs)
 	}
@@ -129,14 +130,18 @@ func TestIchorUpgradeAPI(t *testing.T) {
 	}
 
 	// Refused: nothing is created, the message names the rule and the way out.
-	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: " "}, codes.InvalidArgument, "version is required", "nothing was created")
-	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.3.9"}, codes.FailedPrecondition,
+	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0"}, codes.InvalidArgument,
+		"confirm_cluster_name is required", "type the cluster's name, \""+testCluster+"\"", "nothing was created")
+	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0", ConfirmClusterName: "other"}, codes.InvalidArgument,
+		"the confirmation \"other\" is not the cluster's name", "nothing was created")
+	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: " ", ConfirmClusterName: testCluster}, codes.InvalidArgument, "version is required", "nothing was created")
+	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.3.9", ConfirmClusterName: testCluster}, codes.FailedPrecondition,
 		"spec.ichor.version", "v0.3.9 is older than the installed Ichor v0.4.0", "never downgrades", "choose v0.4.0 or a newer release")
-	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.6.0"}, codes.FailedPrecondition,
+	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.6.0", ConfirmClusterName: testCluster}, codes.FailedPrecondition,
 		"skips a minor release", "upgrade to the newest v0.5.x first")
-	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0", InstallerDigest: "sha256:abc"}, codes.InvalidArgument,
+	refusedStart(asAdmin, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0", InstallerDigest: "sha256:abc", ConfirmClusterName: testCluster}, codes.InvalidArgument,
 		"spec.ichor.installerDigest", "64 lowercase hex digits", "nothing was changed")
-	refusedStart(asViewer, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0"}, codes.PermissionDenied, "ichor:vera", "create")
+	refusedStart(asViewer, &ichorv1.StartIchorUpgradeRequest{Version: "v0.5.0", ConfirmClusterName: testCluster}, codes.PermissionDenied, "ichor:vera", "create")
 
 	// ichor-ui's own identity may not create TalosOperations: an operation
 	// that exists was created as the signed-in user.
@@ -152,7 +157,7 @@ func TestIchorUpgradeAPI(t *testing.T) {
 	}
 
 	// The allowed start, as an operator: exactly the operation the CLI creates.
-	resp, err := asOperator.StartIchorUpgrade(ctx, &ichorv1.StartIchorUpgradeRequest{Version: "0.5.0"})
+	resp, err := asOperator.StartIchorUpgrade(ctx, &ichorv1.StartIchorUpgradeRequest{Version: "0.5.0", ConfirmClusterName: testCluster})
 	if err != nil {
 		t.Fatalf("an operator's start: %v", err)
 	}
@@ -174,7 +179,7 @@ func TestIchorUpgradeAPI(t *testing.T) {
 	// console sends it: recorded as spec.ichor.installerSignature: skip.
 	digest := "sha256:" + strings.Repeat("0a", 32)
 	code, body = rest(t, httpClient(), http.MethodPost, "/api/v1/operations:startIchorUpgrade", adminTok(t),
-		`{"version":"v0.5.1","installerDigest":"`+digest+`","skipSignatureCheck":true}`)
+		`{"version":"v0.5.1","installerDigest":"`+digest+`","skipSignatureCheck":true,"confirmClusterName":"`+testCluster+`"}`)
 	op, _ := body["operation"].(map[string]any)
 	if code != http.StatusOK || op == nil {
 		t.Fatalf("the start with the signature check skipped: %d %v", code, body)

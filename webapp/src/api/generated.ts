@@ -1859,6 +1859,11 @@ export interface StartConfigRolloutResponse {
 /** StartIchorUpgradeRequest asks for an Ichor upgrade. */
 export interface StartIchorUpgradeRequest {
   /**
+   * The cluster's name, typed by the person as `ichor upgrade ichor` asks
+   * for it: the controller and ichor-ui restart.
+   */
+  confirmClusterName: string;
+  /**
    * Run the installer image of this digest (sha256: and 64 lowercase hex
    * digits) instead of the one the version's tag names now
    * (spec.ichor.installerDigest); empty for the tag's.

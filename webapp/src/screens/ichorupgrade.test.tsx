@@ -112,11 +112,20 @@ describe("The Versions card's Ichor upgrade", () => {
     await settleUntil(() => !!q("[data-testid=ichor-upgrade-checked]"), "the check of v0.5.0");
     expect(q("[data-testid=ichor-upgrade-skip-warning]")?.textContent).toContain("Warning Event with your name");
     expect(q("[data-testid=ichor-upgrade-refusals]")).toBeNull();
+    // The checks pass; the cluster's name is still to be typed, as the CLI asks for it.
+    expect(startButton().disabled).toBe(true);
+    await submit();
+    expect(starts).toEqual([]);
+    await type(root(), "#ichor-upgrade-confirm", "pro");
+    expect(startButton().disabled).toBe(true);
+    await type(root(), "#ichor-upgrade-confirm", "prod");
     expect(startButton().disabled).toBe(false);
     expect(startButton().textContent).toBe("Upgrade to v0.5.0");
     await submit();
     await settleUntil(() => location.pathname !== "/", "the operation's page");
-    expect(starts).toEqual([{ version: "v0.5.0", installerDigest: `sha256:${"0a".repeat(32)}`, skipSignatureCheck: true } satisfies StartIchorUpgradeRequest]);
+    expect(starts).toEqual([
+      { version: "v0.5.0", confirmClusterName: "prod", installerDigest: `sha256:${"0a".repeat(32)}`, skipSignatureCheck: true } satisfies StartIchorUpgradeRequest,
+    ]);
     expect(location.pathname).toBe("/operations/ichor-v0-5-0-x7k2p");
   });
 
@@ -124,9 +133,11 @@ describe("The Versions card's Ichor upgrade", () => {
     const { c, starts } = client();
     await openDialog(c);
     await type(root(), "#ichor-upgrade-version", "v0.5.0");
+    await settleUntil(() => !!q("#ichor-upgrade-confirm"), "the checks pass");
+    await type(root(), "#ichor-upgrade-confirm", "prod");
     await settleUntil(() => !startButton().disabled, "the start allowed");
     await submit();
     await settleUntil(() => starts.length > 0, "the start");
-    expect(starts).toEqual([{ version: "v0.5.0" }]);
+    expect(starts).toEqual([{ version: "v0.5.0", confirmClusterName: "prod" }]);
   });
 });

@@ -74,7 +74,7 @@ export function VersionsCard({ client, cluster, canWrite }: { client: Client; cl
           </div>
         </dl>
       </CardContent>
-      {open && <IchorUpgradeDialog client={client} open={open} onClose={() => setOpen(false)} />}
+      {open && cluster?.name && <IchorUpgradeDialog client={client} cluster={cluster.name} open={open} onClose={() => setOpen(false)} />}
     </Card>
   );
 }
@@ -84,11 +84,12 @@ export function VersionsCard({ client, cluster, canWrite }: { client: Client; cl
  * [--installer-digest D] [--skip-signature-check]` does: the version typed is
  * checked by the server (PreviewIchorUpgrade: guard.CheckIchorUpgrade, then
  * `create` on talosoperations) and what refuses it is shown; the start
- * (StartIchorUpgrade) creates the ichor operation as the signed-in user and
- * opens its page.
+ * (StartIchorUpgrade), once the cluster's name is typed as the CLI asks for
+ * it, creates the ichor operation as the signed-in user and opens its page.
  */
-export function IchorUpgradeDialog({ client, open, onClose }: { client: Client; open: boolean; onClose: () => void }) {
+export function IchorUpgradeDialog({ client, cluster, open, onClose }: { client: Client; cluster: string; open: boolean; onClose: () => void }) {
   const [version, setVersion] = useState("");
+  const [typed, setTyped] = useState("");
   const [digest, setDigest] = useState("");
   const [skip, setSkip] = useState(false);
   const [check, setCheck] = useState<PreviewIchorUpgradeResponse | null>(null);
@@ -121,13 +122,15 @@ export function IchorUpgradeDialog({ client, open, onClose }: { client: Client; 
   }, [open, client, version]);
 
   function close() {
+    setTyped("");
     setError(null);
     onClose();
   }
 
   const wanted = normalizeVersion(version);
   const checked = !!wanted && check?.version === wanted;
-  const ready = checked && check?.allowed === true && !busy;
+  const allowed = checked && check?.allowed === true;
+  const ready = allowed && typed.trim() === cluster && !busy;
   const installed = check?.installed || "the installed release";
 
   async function submit(e: Event) {
@@ -136,7 +139,7 @@ export function IchorUpgradeDialog({ client, open, onClose }: { client: Client; 
     setBusy(true);
     setError(null);
     try {
-      const body: StartIchorUpgradeRequest = { version: wanted };
+      const body: StartIchorUpgradeRequest = { version: wanted, confirmClusterName: typed.trim() };
       if (digest.trim()) body.installerDigest = digest.trim();
       if (skip) body.skipSignatureCheck = true;
       const res = await client.startIchorUpgrade({ body });
@@ -183,10 +186,15 @@ export function IchorUpgradeDialog({ client, open, onClose }: { client: Client; 
         <ErrorAlert error={checkError} what="Checking the Ichor upgrade" />
         <Loading when={!!wanted && !checked && !checkError} />
         {checked && <RefusalList refusals={check?.refusals ?? []} title={`Upgrading Ichor to ${wanted} is refused; nothing can be started`} testid="ichor-upgrade-refusals" />}
-        {ready && (
-          <p data-testid="ichor-upgrade-checked">
-            {check?.installed || "(not recorded)"} → {wanted}: the checks pass. The controller resolves the installer image to its digest and, unless skipped, verifies its signature before the Job runs it.
-          </p>
+        {allowed && (
+          <>
+            <p data-testid="ichor-upgrade-checked">
+              {check?.installed || "(not recorded)"} → {wanted}: the checks pass. The controller resolves the installer image to its digest and, unless skipped, verifies its signature before the Job runs it.
+            </p>
+            <Field id="ichor-upgrade-confirm" label={`Type ${cluster} to confirm`}>
+              <Input id="ichor-upgrade-confirm" value={typed} onInput={(e) => setTyped(e.currentTarget.value)} autoComplete="off" spellcheck={false} />
+            </Field>
+          </>
         )}
         <ErrorAlert error={error} what={`Upgrading Ichor to ${wanted}`} />
         <div class="flex justify-end gap-2">

@@ -2625,6 +2625,9 @@ type StartIchorUpgradeRequest struct {
 	// nobody signs (spec.ichor.installerSignature: skip); the controller
 	// records it as a Warning Event naming the user.
 	SkipSignatureCheck bool `protobuf:"varint,3,opt,name=skip_signature_check,json=skipSignatureCheck,proto3" json:"skip_signature_check,omitempty"`
+	// The cluster's name, typed by the person as `ichor upgrade ichor` asks
+	// for it: the controller and ichor-ui restart.
+	ConfirmClusterName string `protobuf:"bytes,4,opt,name=confirm_cluster_name,json=confirmClusterName,proto3" json:"confirm_cluster_name,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -2678,6 +2681,13 @@ func (x *StartIchorUpgradeRequest) GetSkipSignatureCheck() bool {
 		return x.SkipSignatureCheck
 	}
 	return false
+}
+
+func (x *StartIchorUpgradeRequest) GetConfirmClusterName() string {
+	if x != nil {
+		return x.ConfirmClusterName
+	}
+	return ""
 }
 
 // StartIchorUpgradeResponse is the operation that was created.
@@ -4091,11 +4101,12 @@ const file_ichor_v1_operation_proto_rawDesc = "" +
 	"\finstallation\x18\x04 \x01(\bR\finstallation\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12-\n" +
 	"\brefusals\x18\x06 \x03(\v2\x11.ichor.v1.RefusalR\brefusals\x12\x18\n" +
-	"\aallowed\x18\a \x01(\bR\aallowed\"\x96\x01\n" +
+	"\aallowed\x18\a \x01(\bR\aallowed\"\xcd\x01\n" +
 	"\x18StartIchorUpgradeRequest\x12\x1d\n" +
 	"\aversion\x18\x01 \x01(\tB\x03\xe0A\x02R\aversion\x12)\n" +
 	"\x10installer_digest\x18\x02 \x01(\tR\x0finstallerDigest\x120\n" +
-	"\x14skip_signature_check\x18\x03 \x01(\bR\x12skipSignatureCheck\"N\n" +
+	"\x14skip_signature_check\x18\x03 \x01(\bR\x12skipSignatureCheck\x125\n" +
+	"\x14confirm_cluster_name\x18\x04 \x01(\tB\x03\xe0A\x02R\x12confirmClusterName\"N\n" +
 	"\x19StartIchorUpgradeResponse\x121\n" +
 	"\toperation\x18\x01 \x01(\v2\x13.ichor.v1.OperationR\toperation\"T\n" +
 	"\x0eOperationStage\x12\x12\n" +
