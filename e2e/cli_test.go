@@ -239,18 +239,14 @@ func (w *world) mustIchor(t *testing.T, ctx context.Context, args ...string) str
 
 // startController starts ichor-controller against the emulated cluster with
 // webhooks off (a local process cannot serve the cluster's webhooks).
-func (w *world) startController(flags ...string) error {
+func (w *world) startController() error {
 	logf, err := os.OpenFile(w.ctrlLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 
-	if len(flags) == 0 {
-		flags = []string{"--enable-webhooks=false", "--leader-elect=false"}
-	}
-
 	c := exec.CommandContext(context.Background(), filepath.Join(w.bin, "ichor-controller"), //nolint:gosec // our own binary
-		append(flags, "--metrics-bind-address=0", "--health-probe-bind-address=0")...)
+		"--enable-webhooks=false", "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0")
 	c.Env, c.Stdout, c.Stderr = w.env, logf, logf
 
 	if err := c.Start(); err != nil {
