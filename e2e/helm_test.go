@@ -285,9 +285,18 @@ func helmManagedUpgradeRefused(t *testing.T) {
 			return
 		}
 
-		pods, _ := w.kubectl(context.Background(), "get", "pods", "-n", icNamespace, "-o", "wide")
-		logs, err := w.kubectl(context.Background(), "logs", "-n", icNamespace, "deploy/ichor-controller", "--tail=120")
+		bg := context.Background()
+		pods, _ := w.kubectl(bg, "get", "pods", "-n", icNamespace, "-o", "wide")
+		logs, err := w.kubectl(bg, "logs", "-n", icNamespace, "deploy/ichor-controller", "--tail=120")
 		t.Logf("pods:\n%s\nthe controller's log (%v):\n%s", pods, err, logs)
+
+		// what the API server resolves the webhook Service with, and what
+		// kube-controller-manager said of it
+		conds, _ := w.kubectl(bg, "get", "pods", "-n", icNamespace, "-o",
+			`jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.status.conditions}{"\n"}{end}`)
+		slices, _ := w.kubectl(bg, "get", "endpointslices", "-n", icNamespace, "-o", "yaml")
+		t.Logf("pod conditions:\n%s\nEndpointSlices:\n%s\nkube-controller-manager on %s:\n%s",
+			conds, slices, icNamespace, grepLogs(filepath.Join(w.dir, "machines"), "kube-controller-manager.log", icNamespace, 60))
 	})
 
 	var ii installation
@@ -365,4 +374,31 @@ spec:
 	}
 
 	t.Logf("done in %s", time.Since(start).Round(time.Second))
+}
+
+// grepLogs returns the last max lines that mention what, of the files named
+// name under dir.
+func grepLogs(dir, name, what string, maxLines int) string {
+	var lines []string
+
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != name {
+			return nil //nolint:nilerr // a directory that cannot be read has no log to show
+		}
+
+		b, err := os.ReadFile(p) //nolint:gosec // the test world's own log
+		if err != nil {
+			return nil //nolint:nilerr // as above
+		}
+
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if strings.Contains(l, what) {
+				lines = append(lines, p+": "+l)
+			}
+		}
+
+		return nil
+	})
+
+	return strings.Join(lines[max(0, len(lines)-maxLines):], "\n")
 }
