@@ -100,7 +100,31 @@ func Encode(b *secrets.Bundle) ([]byte, error) {
 // Decode reads a bundle written by Encode or by talosctl gen secrets, and
 // validates it against the version contract (machinery's Bundle.Validate). The
 // error never quotes the input.
+//
+// The controller decodes the same bundle at every look at a machine: a
+// validated bundle is kept (decoded, by the SHA-256 of its bytes and the
+// contract, a few at most) and each call gets a copy of its own, so a
+// caller that replaces a part (a rotation's new CA) changes nothing another
+// caller holds. Validation reads the bytes alone (no clock), so the answer
+// for the same bytes never changes.
 func Decode(data []byte, versionContract string) (*secrets.Bundle, error) {
+	key := decodedKey(data, versionContract)
+	if b := decoded.get(key); b != nil {
+		return copyBundle(b), nil
+	}
+
+	b, err := decode(data, versionContract)
+	if err != nil {
+		return nil, err
+	}
+
+	decoded.put(key, b)
+
+	return copyBundle(b), nil
+}
+
+// decode is Decode without the kept bundles.
+func decode(data []byte, versionContract string) (*secrets.Bundle, error) {
 	vc, err := Contract(versionContract)
 	if err != nil {
 		return nil, err
