@@ -259,6 +259,41 @@ func (w *world) startController() error {
 	return nil
 }
 
+// initLocal makes a cluster of node with `ichor init --install none` and
+// starts the local controller (startController) as soon as init has written
+// the cluster's resources, for init waits for a controller to take the
+// first control plane over; it returns once init is done.
+func (w *world) initLocal(t *testing.T, ctx context.Context, clusterName, node, timeout string) {
+	t.Helper()
+
+	initErr := make(chan error, 1)
+
+	go func() {
+		_, err := w.ichor(ctx, "init", "--cluster", clusterName, "--preset", "standard", "--node", node,
+			"--install", "none", "--write-kubeconfig", w.kubeconfig, "--timeout", timeout)
+		initErr <- err
+	}()
+
+	testenv.EventuallyEvery(t, 5*time.Minute, time.Second, "the cluster's resources from init", func() (bool, string) {
+		select {
+		case err := <-initErr:
+			t.Fatalf("init ended before the cluster's resources existed: %v", err)
+		default:
+		}
+
+		if _, err := os.Stat(w.kubeconfig); err != nil {
+			return false, "no kubeconfig yet"
+		}
+
+		_, err := w.ichor(ctx, "cluster", "get", clusterName)
+
+		return err == nil, fmt.Sprint(err)
+	})
+
+	testenv.Must(t, w.startController())
+	testenv.Must(t, <-initErr)
+}
+
 // machine is the part of a TalosMachine the test reads from `-o json`.
 type machine struct {
 	Metadata struct {

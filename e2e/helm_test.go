@@ -215,35 +215,7 @@ func helmManagedUpgradeRefused(t *testing.T) {
 	})
 	t.Logf("world started in %s", time.Since(start).Round(time.Second))
 
-	initErr := make(chan error, 1)
-
-	go func() {
-		_, err := w.ichor(ctx, "init", "--cluster", helmCluster, "--preset", "standard", "--node", w.machines[0].ip(),
-			"--install", "none", "--write-kubeconfig", w.kubeconfig, "--timeout", "6m")
-		initErr <- err
-	}()
-
-	testenv.EventuallyEvery(t, 5*time.Minute, time.Second, "the cluster's resources from init", func() (bool, string) {
-		select {
-		case err := <-initErr:
-			t.Fatalf("init ended before the cluster's resources existed: %v", err)
-		default:
-		}
-
-		if _, err := os.Stat(w.kubeconfig); err != nil {
-			return false, "no kubeconfig yet"
-		}
-
-		_, err := w.ichor(ctx, "cluster", "get", helmCluster)
-
-		return err == nil, fmt.Sprint(err)
-	})
-
-	testenv.Must(t, w.startController())
-
-	if err := <-initErr; err != nil {
-		t.Fatal(err)
-	}
+	w.initLocal(t, ctx, helmCluster, w.machines[0].ip(), "6m")
 
 	stopProcess(w.ctrl)
 	w.ctrl = nil

@@ -188,37 +188,7 @@ func fullLossRecovery(t *testing.T) {
 
 	// --- a cluster: init on the first machine, the controller, a second control plane and a worker.
 	cp1, cp2, wk := w.machines[0], w.machines[1], w.machines[2]
-	initErr := make(chan error, 1)
-
-	go func() {
-		_, err := w.ichor(ctx, "init", "--cluster", recoverCluster, "--preset", "standard", "--node", cp1.ip(),
-			"--install", "none", "--write-kubeconfig", w.kubeconfig, "--timeout", "4m")
-		initErr <- err
-	}()
-
-	testenv.EventuallyEvery(t, 5*time.Minute, time.Second, "the cluster's resources from init", func() (bool, string) {
-		select {
-		case err := <-initErr:
-			t.Fatalf("init ended before the cluster's resources existed: %v", err)
-		default:
-		}
-
-		if _, err := os.Stat(w.kubeconfig); err != nil {
-			return false, "no kubeconfig yet"
-		}
-
-		_, err := w.ichor(ctx, "cluster", "get", recoverCluster)
-
-		return err == nil, fmt.Sprint(err)
-	})
-
-	if err := w.startController(); err != nil {
-		t.Fatal(err)
-	}
-
-	if err := <-initErr; err != nil {
-		t.Fatal(err)
-	}
+	w.initLocal(t, ctx, recoverCluster, cp1.ip(), "4m")
 
 	w.mustIchor(t, ctx, "cluster", "discovery", "add", cp2.ip(), wk.ip())
 

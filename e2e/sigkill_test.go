@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -177,32 +176,7 @@ func TestChaosSIGKILL(t *testing.T) {
 	})
 
 	cp1, wk1, wk2 := w.machines[0], w.machines[1], w.machines[2]
-	initErr := make(chan error, 1)
-
-	go func() {
-		_, err := w.ichor(ctx, "init", "--cluster", sigkillCluster, "--preset", "standard", "--node", cp1.ip(),
-			"--install", "none", "--write-kubeconfig", w.kubeconfig, "--timeout", "6m")
-		initErr <- err
-	}()
-
-	testenv.EventuallyEvery(t, 5*time.Minute, time.Second, "the cluster's resources from init", func() (bool, string) {
-		select {
-		case err := <-initErr:
-			t.Fatalf("init ended before the cluster's resources existed: %v", err)
-		default:
-		}
-
-		if _, err := os.Stat(w.kubeconfig); err != nil {
-			return false, "no kubeconfig yet"
-		}
-
-		_, err := w.ichor(ctx, "cluster", "get", sigkillCluster)
-
-		return err == nil, fmt.Sprint(err)
-	})
-
-	testenv.Must(t, w.startController())
-	testenv.Must(t, <-initErr)
+	w.initLocal(t, ctx, sigkillCluster, cp1.ip(), "6m")
 
 	t.Logf("cluster made in %s", time.Since(start).Round(time.Second))
 
