@@ -294,6 +294,56 @@ func (w *world) initLocal(t *testing.T, ctx context.Context, clusterName, node, 
 	testenv.Must(t, <-initErr)
 }
 
+// discover adds the addresses to the cluster's discovery (`ichor cluster
+// discovery add`) and waits for a pending machine at each; it returns their
+// names by address.
+func (w *world) discover(t *testing.T, ctx context.Context, timeout time.Duration, addrs ...string) map[string]string {
+	t.Helper()
+
+	w.mustIchor(t, ctx, append([]string{"cluster", "discovery", "add"}, addrs...)...)
+
+	pending := map[string]string{}
+
+	testenv.EventuallyEvery(t, timeout, 2*time.Second, fmt.Sprintf("%d pending machines", len(addrs)), func() (bool, string) {
+		ms, err := w.list(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		for _, m := range ms {
+			if m.Spec.Approval.State == "pending" && slices.Contains(addrs, m.Spec.Address) {
+				pending[m.Spec.Address] = m.Metadata.Name
+			}
+		}
+
+		return len(pending) == len(addrs), describe(ms)
+	})
+
+	return pending
+}
+
+// waitAllReady waits until the cluster has n machines, every one Ready.
+func (w *world) waitAllReady(t *testing.T, ctx context.Context, n int, timeout time.Duration, what string) {
+	t.Helper()
+
+	testenv.EventuallyEvery(t, timeout, 2*time.Second, what, func() (bool, string) {
+		ms, err := w.list(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		ready := 0
+
+		for _, m := range ms {
+			if m.ready() {
+				ready++
+			}
+		}
+
+		return ready == n && len(ms) == n, describe(ms)
+	})
+}
+
 // machine is the part of a TalosMachine the test reads from `-o json`.
 type machine struct {
 	Metadata struct {

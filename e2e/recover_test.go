@@ -190,46 +190,12 @@ func fullLossRecovery(t *testing.T) {
 	cp1, cp2, wk := w.machines[0], w.machines[1], w.machines[2]
 	w.initLocal(t, ctx, recoverCluster, cp1.ip(), "4m")
 
-	w.mustIchor(t, ctx, "cluster", "discovery", "add", cp2.ip(), wk.ip())
-
-	pending := map[string]string{}
-
-	testenv.EventuallyEvery(t, 3*time.Minute, 2*time.Second, "2 pending machines", func() (bool, string) {
-		ms, err := w.list(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-
-		for _, m := range ms {
-			if m.Spec.Approval.State == "pending" {
-				pending[m.Spec.Address] = m.Metadata.Name
-			}
-		}
-
-		return len(pending) == 2, describe(ms)
-	})
+	pending := w.discover(t, ctx, 3*time.Minute, cp2.ip(), wk.ip())
 
 	w.mustIchor(t, ctx, "machine", "approve", pending[cp2.ip()], "--role", "controlplane")
 	w.mustIchor(t, ctx, "machine", "approve", pending[wk.ip()], "--role", "worker")
 
-	allReady := func(what string) {
-		testenv.EventuallyEvery(t, 6*time.Minute, 2*time.Second, what, func() (bool, string) {
-			ms, err := w.list(ctx)
-			if err != nil {
-				return false, err.Error()
-			}
-
-			ready := 0
-
-			for _, m := range ms {
-				if m.ready() {
-					ready++
-				}
-			}
-
-			return ready == 3 && len(ms) == 3, describe(ms)
-		})
-	}
+	allReady := func(what string) { w.waitAllReady(t, ctx, 3, 6*time.Minute, what) }
 
 	allReady("3 Ready machines")
 

@@ -198,44 +198,12 @@ func TestChaosSIGKILL(t *testing.T) {
 		}
 	}()
 
-	w.mustIchor(t, ctx, "cluster", "discovery", "add", wk1.ip(), wk2.ip())
-
-	pending := map[string]string{}
-
-	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "2 pending machines", func() (bool, string) {
-		ms, err := w.list(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-
-		for _, m := range ms {
-			if m.Spec.Approval.State == "pending" {
-				pending[m.Spec.Address] = m.Metadata.Name
-			}
-		}
-
-		return len(pending) == 2, describe(ms)
-	})
+	pending := w.discover(t, ctx, 5*time.Minute, wk1.ip(), wk2.ip())
 
 	w.mustIchor(t, ctx, "machine", "approve", pending[wk1.ip()], "--role", "worker")
 	w.mustIchor(t, ctx, "machine", "approve", pending[wk2.ip()], "--role", "worker")
 
-	testenv.EventuallyEvery(t, 8*time.Minute, 2*time.Second, "3 Ready machines", func() (bool, string) {
-		ms, err := w.list(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-
-		ready := 0
-
-		for _, m := range ms {
-			if m.ready() {
-				ready++
-			}
-		}
-
-		return ready == 3 && len(ms) == 3, describe(ms)
-	})
+	w.waitAllReady(t, ctx, 3, 8*time.Minute, "3 Ready machines")
 
 	t.Logf("workers provisioned at %s", time.Since(start).Round(time.Second))
 
