@@ -32,6 +32,7 @@
 package plan
 
 import (
+	"bytes"
 	"reflect"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -181,7 +182,15 @@ func New(desired, current render.Values, role string) Plan {
 
 // FromBytes plans from configuration bytes (the render's, the node's),
 // loaded with machinery's configloader.
+//
+// The same bytes are the same configuration: no change, and nothing is
+// decoded (a machine in sync, at every look, since the node keeps the bytes
+// it was sent; talos.Node.Config).
 func FromBytes(desired, current []byte, role string) (Plan, error) {
+	if bytes.Equal(desired, current) {
+		return Decide(nil, role), nil
+	}
+
 	d, err := render.ConfigValues(desired)
 	if err != nil {
 		return Plan{}, err

@@ -1,11 +1,14 @@
 package plan_test
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 	"time"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -125,13 +128,14 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// TestFromRenders plans between two real renders.
-func TestFromRenders(t *testing.T) {
-	t.Parallel()
+// renders is a control plane of a one-node cluster and a render of it
+// with patch documents.
+func renders(tb testing.TB) (*ichorv1alpha1.TalosMachine, func(*ichorv1alpha1.TalosMachine, ...mirror.PatchDocument) []byte) {
+	tb.Helper()
 
 	b, err := bundle.Generate(secrets.NewFixedClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)), "v1.14")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 
 	c := &ichorv1alpha1.TalosCluster{
@@ -148,8 +152,8 @@ func TestFromRenders(t *testing.T) {
 		Spec:       ichorv1alpha1.TalosMachineSpec{ClusterName: "prod", Role: ichorv1alpha1.RoleControlPlane},
 	}
 
-	doRender := func(m *ichorv1alpha1.TalosMachine, docs ...mirror.PatchDocument) []byte {
-		t.Helper()
+	return m, func(m *ichorv1alpha1.TalosMachine, docs ...mirror.PatchDocument) []byte {
+		tb.Helper()
 
 		in := render.Input{Cluster: c, Machine: m, Bundle: b}
 		if len(docs) > 0 {
@@ -161,12 +165,40 @@ func TestFromRenders(t *testing.T) {
 
 		r, err := render.Render(in)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 
 		return r.Bytes
 	}
+}
 
+// reencoded is the configuration of cfg in other bytes: with machinery's
+// documentation comments, as a node keeps what `talosctl gen config` wrote.
+func reencoded(tb testing.TB, cfg []byte) []byte {
+	tb.Helper()
+
+	c, err := configloader.NewFromBytes(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+
+	out, err := c.EncodeBytes(encoder.WithComments(encoder.CommentsAll))
+	if err != nil {
+		tb.Fatal(err)
+	}
+
+	if bytes.Equal(out, cfg) {
+		tb.Fatal("re-encoding with comments gave the same bytes")
+	}
+
+	return out
+}
+
+// TestFromRenders plans between two real renders.
+func TestFromRenders(t *testing.T) {
+	t.Parallel()
+
+	m, doRender := renders(t)
 	base := doRender(m)
 
 	withDisk := m.DeepCopy()
@@ -180,6 +212,7 @@ func TestFromRenders(t *testing.T) {
 		paths   []string
 	}{
 		{"same", base, plan.ActionNone, machineapi.ApplyConfigurationRequest_NO_REBOOT, nil},
+		{"same, other bytes", reencoded(t, base), plan.ActionNone, machineapi.ApplyConfigurationRequest_NO_REBOOT, nil},
 		{
 			"sysctl", doRender(m, mirror.PatchDocument{SysctlConfig: &mirror.SysctlConfig{Params: map[string]string{"vm.swappiness": "10"}}}),
 			plan.ActionApply, machineapi.ApplyConfigurationRequest_NO_REBOOT, []string{`SysctlConfig:params["vm.swappiness"]`},
@@ -201,5 +234,29 @@ func TestFromRenders(t *testing.T) {
 		if p.Action != tc.action || p.Mode != tc.mode || !slices.Equal(p.AllPaths(), tc.paths) {
 			t.Errorf("%s: %s %s %v, want %s %s %v", tc.name, p.Action, p.Mode, p.AllPaths(), tc.action, tc.mode, tc.paths)
 		}
+	}
+}
+
+// BenchmarkFromBytes plans a machine in sync: the node keeps the bytes it
+// was sent (nothing decoded), or the same configuration in other bytes
+// (both decoded and compared).
+func BenchmarkFromBytes(b *testing.B) {
+	m, doRender := renders(b)
+	base := doRender(m)
+
+	for _, bc := range []struct {
+		name    string
+		current []byte
+	}{{"same bytes", bytes.Clone(base)}, {"other bytes", reencoded(b, base)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+
+			for b.Loop() {
+				p, err := plan.FromBytes(base, bc.current, ichorv1alpha1.RoleControlPlane)
+				if err != nil || p.Action != plan.ActionNone {
+					b.Fatalf("%s %v", p.Action, err)
+				}
+			}
+		})
 	}
 }

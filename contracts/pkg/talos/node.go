@@ -12,22 +12,27 @@ package talos
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	stdx509 "crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/protobuf"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	configpb "github.com/siderolabs/talos/pkg/machinery/api/resource/config"
 	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
-	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+	"google.golang.org/protobuf/proto"
 )
 
 // DefaultCertTTL is the lifetime of the admin client certificate Dialer
@@ -38,10 +43,24 @@ const DefaultCertTTL = 10 * time.Minute
 // issued from the cluster's bundle. Port zero means Talos's apid port.
 type Dialer struct {
 	Port int
-	// CertTTL is the lifetime of the certificate issued for each connection;
-	// zero means DefaultCertTTL.
+	// CertTTL is the lifetime of the client certificate Dial issues; zero
+	// means DefaultCertTTL. A certificate is used for the first half of its
+	// life, then a new one is issued.
 	CertTTL time.Duration
+
+	mu    sync.Mutex
+	certs map[[sha256.Size]byte]issuedCert
 }
+
+// issuedCert is a client certificate Dialer issued and the time it stops
+// handing it out.
+type issuedCert struct {
+	cert  tls.Certificate
+	until time.Time
+}
+
+// maxIssuedCerts bounds the certificates a Dialer keeps (one per OS CA).
+const maxIssuedCerts = 64
 
 // Node is a connection to one node's Talos API.
 type Node struct {
@@ -55,19 +74,9 @@ func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*
 		return nil, errors.New("the secrets bundle has no OS CA")
 	}
 
-	ttl := d.CertTTL
-	if ttl == 0 {
-		ttl = DefaultCertTTL
-	}
-
-	pem, err := b.GenerateTalosAPIClientCertificateWithTTL(role.MakeSet(role.Admin), ttl)
+	cert, err := d.clientCert(b)
 	if err != nil {
-		return nil, fmt.Errorf("issue a Talos API client certificate: %w", err)
-	}
-
-	cert, err := tls.X509KeyPair(pem.Crt, pem.Key)
-	if err != nil {
-		return nil, fmt.Errorf("load the Talos API client certificate: %w", err)
+		return nil, err
 	}
 
 	roots := stdx509.NewCertPool()
@@ -89,6 +98,59 @@ func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*
 	return &Node{c: c, address: address}, nil
 }
 
+// clientCert is an os:admin client certificate of the bundle's OS CA: the
+// one issued before while it is in the first half of its life, else a new
+// one. Issuing and loading a certificate at every dial was a tenth of what a
+// look at an idle machine cost the controller.
+func (d *Dialer) clientCert(b *secrets.Bundle) (tls.Certificate, error) {
+	ttl := d.CertTTL
+	if ttl == 0 {
+		ttl = DefaultCertTTL
+	}
+
+	ca := osCAKey(b)
+	now := time.Now()
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	if c, ok := d.certs[ca]; ok && now.Before(c.until) {
+		return c.cert, nil
+	}
+
+	pem, err := b.GenerateTalosAPIClientCertificateWithTTL(role.MakeSet(role.Admin), ttl)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("issue a Talos API client certificate: %w", err)
+	}
+
+	cert, err := tls.X509KeyPair(pem.Crt, pem.Key)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("load the Talos API client certificate: %w", err)
+	}
+
+	if d.certs == nil || len(d.certs) >= maxIssuedCerts {
+		d.certs = map[[sha256.Size]byte]issuedCert{}
+	}
+
+	d.certs[ca] = issuedCert{cert: cert, until: now.Add(ttl / 2)}
+
+	return cert, nil
+}
+
+// osCAKey names a bundle's OS CA (certificate and key) in Dialer's certificates.
+func osCAKey(b *secrets.Bundle) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write(b.Certs.OS.Crt)
+	h.Write([]byte{0})
+	h.Write(b.Certs.OS.Key)
+
+	var ca [sha256.Size]byte
+
+	h.Sum(ca[:0])
+
+	return ca
+}
+
 // Client is the machinery client of the connection, for reads. A call that
 // changes the node goes through VerifyIdentity's Verified, never through this.
 func (n *Node) Client() *talosclient.Client { return n.c }
@@ -101,9 +163,19 @@ func (n *Node) Close() {
 // Config reads the node's active and persistent configurations over COSI
 // (MachineConfig v1alpha1 and persistent). The persistent one is ahead of the
 // active one after a STAGED apply; it is nil when the node has none.
+//
+// The bytes are the configuration as the node keeps it, not decoded here:
+// MachineConfig's spec carries the bytes the node loaded, byte for byte
+// (MachineConfigSpec.yaml_marshalled, the readonly container's Bytes,
+// t:pkg/machinery/resources/config/machine_config.go MarshalProto and
+// t:pkg/machinery/config/container/container.go Bytes). A caller comparing
+// them with a render pays for no decode when they are the same bytes
+// (plan.FromBytes), which is every look at a machine in sync.
 func (n *Node) Config(ctx context.Context) (active, persistent []byte, err error) {
 	read := func(id string) ([]byte, error) {
-		mc, err := safe.StateGetByID[*config.MachineConfig](ctx, n.c.COSI, id)
+		md := resource.NewMetadata(config.NamespaceName, config.MachineConfigType, id, resource.VersionUndefined)
+
+		r, err := n.c.COSI.Get(ctx, md, state.WithGetUnmarshalOptions(state.WithSkipProtobufUnmarshal()))
 		if err != nil {
 			if state.IsNotFoundError(err) {
 				return nil, nil
@@ -112,7 +184,7 @@ func (n *Node) Config(ctx context.Context) (active, persistent []byte, err error
 			return nil, fmt.Errorf("read MachineConfig %s: %w", id, err)
 		}
 
-		return mc.Provider().EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+		return machineConfigBytes(r)
 	}
 
 	if active, err = read(config.ActiveID); err != nil {
@@ -128,6 +200,31 @@ func (n *Node) Config(ctx context.Context) (active, persistent []byte, err error
 	}
 
 	return active, persistent, nil
+}
+
+// machineConfigBytes takes the configuration out of a MachineConfig read
+// without unmarshaling its spec.
+func machineConfigBytes(r resource.Resource) ([]byte, error) {
+	pr, ok := r.(*protobuf.Resource)
+	if !ok {
+		return nil, fmt.Errorf("MachineConfig %s came back as %T, not as its protobuf form", r.Metadata().ID(), r)
+	}
+
+	raw, err := pr.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("MachineConfig %s: %w", r.Metadata().ID(), err)
+	}
+
+	var spec configpb.MachineConfigSpec
+	if err := proto.Unmarshal(raw.GetSpec().GetProtoSpec(), &spec); err != nil {
+		return nil, fmt.Errorf("MachineConfig %s: its spec does not decode: %w", r.Metadata().ID(), err)
+	}
+
+	if len(spec.GetYamlMarshalled()) == 0 {
+		return nil, fmt.Errorf("MachineConfig %s carries no configuration", r.Metadata().ID())
+	}
+
+	return spec.GetYamlMarshalled(), nil
 }
 
 // Stage reads MachineStatus: the node's stage in Ichor's words, and whether

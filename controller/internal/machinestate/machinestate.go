@@ -5,6 +5,7 @@ package machinestate
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -57,6 +58,10 @@ func IsStalled(err error) bool {
 // adjust, when given, changes the input before the render: the kubernetes
 // operation sets the pins from its own, newer, status (Input.Kubernetes).
 func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *ichorv1alpha1.TalosMachine, adjust ...func(*render.Input)) (*State, error) {
+	return load(ctx, c, apiReader, m, nil, adjust...)
+}
+
+func load(ctx context.Context, c client.Reader, apiReader client.Reader, m *ichorv1alpha1.TalosMachine, kept *Renders, adjust ...func(*render.Input)) (*State, error) {
 	in, err := render.LoadInput(ctx, c, m)
 	if err != nil {
 		if errors.Is(err, render.ErrClusterNotFound) {
@@ -70,7 +75,7 @@ func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *icho
 		f(&in)
 	}
 
-	trust, err := loadTrust(ctx, apiReader, in.Cluster)
+	trust, secret, err := loadTrustOf(ctx, apiReader, in.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -78,12 +83,28 @@ func Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *icho
 	b := trust.Bundle
 	in.Bundle, in.Accepted, in.Keys = b, trust.Accepted, trust.Keys
 
-	res, err := render.Render(in)
-	if err != nil {
+	st := &State{Cluster: in.Cluster, Bundle: b, Storages: in.Storages}
+
+	var key [sha256.Size]byte
+	if kept != nil {
+		if key, err = inputKey(in, secret); err != nil {
+			return nil, err
+		}
+
+		if st.Result = kept.get(m.UID, key); st.Result != nil {
+			return st, nil
+		}
+	}
+
+	if st.Result, err = render.Render(in); err != nil {
 		return nil, &StalledError{err.Error()}
 	}
 
-	return &State{Cluster: in.Cluster, Bundle: b, Result: res, Storages: in.Storages}, nil
+	if kept != nil {
+		kept.put(m.UID, key, st.Result)
+	}
+
+	return st, nil
 }
 
 // LoadTrusted reads the machine's cluster and its secrets bundle (with the
@@ -128,24 +149,32 @@ func LoadTrust(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.T
 
 // loadTrust is LoadTrust with a key rotation's keys (bundle.KeysKey).
 func loadTrust(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.TalosCluster) (bundle.Trust, error) {
+	t, _, err := loadTrustOf(ctx, apiReader, cl)
+
+	return t, err
+}
+
+// loadTrustOf is loadTrust, and which version of the bundle Secret it read
+// (its UID and resourceVersion).
+func loadTrustOf(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.TalosCluster) (bundle.Trust, string, error) {
 	sec := &corev1.Secret{}
 	if err := apiReader.Get(ctx, types.NamespacedName{Namespace: cl.Namespace, Name: cl.Spec.SecretsBundleRef.Name}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return bundle.Trust{}, &StalledError{fmt.Sprintf("secrets bundle Secret %q not found", cl.Spec.SecretsBundleRef.Name)}
+			return bundle.Trust{}, "", &StalledError{fmt.Sprintf("secrets bundle Secret %q not found", cl.Spec.SecretsBundleRef.Name)}
 		}
 
-		return bundle.Trust{}, err
+		return bundle.Trust{}, "", err
 	}
 
 	t, err := bundle.LoadTrust(sec, cl)
 	if err != nil {
 		// bundle's errors name the Secret and key, never its content.
-		return bundle.Trust{}, &StalledError{err.Error()}
+		return bundle.Trust{}, "", &StalledError{err.Error()}
 	}
 
 	talos.Accept(t.Bundle.Certs.OS.Crt, t.Accepted.Talos)
 
-	return t, nil
+	return t, string(sec.UID) + "/" + sec.ResourceVersion, nil
 }
 
 // Machines lists the TalosMachines of a cluster (through the ClusterIndex)

@@ -1,6 +1,7 @@
 package talosmachine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -210,5 +213,53 @@ func TestTalosMachineReconciler_RenderVersionChangeIsNotDrift(t *testing.T) {
 
 	if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.DriftedCondition) || len(m.Status.DriftPaths) > 0 {
 		t.Errorf("the renderer's change is reported as drift: %v", m.Status.DriftPaths)
+	}
+}
+
+// TestNodeConfigIsTheBytesTheNodeKeeps: talos.Node.Config hands back the
+// configuration as the node keeps it, byte for byte (the render Ichor
+// applied; after an apply of the same configuration with machinery's
+// comments, as `talosctl gen config` writes it, those bytes), and the same
+// configuration in other bytes is no drift.
+func TestNodeConfigIsTheBytesTheNodeKeeps(t *testing.T) {
+	const name = driftMachine
+
+	ctx := context.Background()
+	applied := inSync(t, name).Status.AppliedConfigHash
+	n := adminNode(t, name)
+
+	active, _, err := n.Config(ctx)
+	testenv.Must(t, err)
+
+	if got := render.Hash(active); got != applied {
+		t.Fatalf("the node's configuration hashes to %s, Ichor applied %s", got, applied)
+	}
+
+	cfg, err := configloader.NewFromBytes(active)
+	testenv.Must(t, err)
+
+	commented, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsAll))
+	testenv.Must(t, err)
+
+	apply := func(b []byte) {
+		_, err := n.Client().ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: b, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
+		testenv.Must(t, err)
+	}
+
+	apply(commented)
+	t.Cleanup(func() { apply(active) })
+
+	got, _, err := n.Config(ctx)
+	testenv.Must(t, err)
+
+	if !bytes.Equal(got, commented) {
+		t.Fatalf("Node.Config gave %d bytes, not the %d the node was sent (with comments)", len(got), len(commented))
+	}
+
+	pollsPass(t, name)
+
+	m := getMachine(t, name)
+	if apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.DriftedCondition) || !apimeta.IsStatusConditionTrue(m.Status.Conditions, ichorv1alpha1.ReadyCondition) {
+		t.Fatalf("the same configuration in other bytes: %+v", m.Status.Conditions)
 	}
 }

@@ -66,6 +66,9 @@ type Reconciler struct {
 	LookRate float64
 
 	pace machinestate.Pace
+	// renders keeps each machine's render until its inputs change: a drift
+	// look at a machine at rest renders nothing.
+	renders machinestate.Renders
 }
 
 // SetupWithManager registers the reconciler. Only spec, label and
@@ -376,7 +379,7 @@ func (r *Reconciler) driftInterval() time.Duration {
 func (r *Reconciler) reconcileRender(ctx context.Context, s *scope) (ctrl.Result, error) {
 	m := s.machine
 
-	st, err := machinestate.Load(ctx, r.Client, r.APIReader, m)
+	st, err := r.renders.Load(ctx, r.Client, r.APIReader, m)
 	if err != nil {
 		if machinestate.IsStalled(err) {
 			markStalled(m, err.Error())
