@@ -664,7 +664,7 @@ func (r *Reconciler) caRestartClients(ctx context.Context, s *scope) (ctrl.Resul
 	var restarted []string
 
 	for _, c := range caClients {
-		done, err := restartWorkload(ctx, k, c.namespace, c.kind, c.name, "ichor-ca-rotation-"+op.Name)
+		done, progress, err := restartWorkload(ctx, k, c.namespace, c.kind, c.name, "ichor-ca-rotation-"+op.Name)
 		if err != nil {
 			st.Message = fmt.Sprintf("restarting %s %s/%s: %v", c.kind, c.namespace, c.name, err)
 
@@ -672,7 +672,7 @@ func (r *Reconciler) caRestartClients(ctx context.Context, s *scope) (ctrl.Resul
 		}
 
 		if !done {
-			st.Message = fmt.Sprintf("waiting for %s %s/%s to roll out with the new Kubernetes CA", c.kind, c.namespace, c.name)
+			st.Message = fmt.Sprintf("waiting for %s %s/%s to roll out with the new Kubernetes CA (%s)", c.kind, c.namespace, c.name, progress)
 
 			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 		}
@@ -690,12 +690,13 @@ func (r *Reconciler) caRestartClients(ctx context.Context, s *scope) (ctrl.Resul
 
 // restartWorkload stamps the pod template of a Deployment or DaemonSet with
 // restartedAt (once, as `kubectl rollout restart` does) and reports whether
-// it is rolled out with it: its controller saw the new template and every
+// it is rolled out with it, and how far (its status counts, for the stage's
+// message): its controller saw the new template and every
 // replica is updated, and, for a workload whose replicas were all available
 // when it was stamped, available again. One that was not available before
 // is not waited for to become so (the stamp records which: "/unavailable").
 // A workload the cluster does not run counts as done.
-func restartWorkload(ctx context.Context, k kubernetes.Interface, namespace, kind, name, stamp string) (bool, error) {
+func restartWorkload(ctx context.Context, k kubernetes.Interface, namespace, kind, name, stamp string) (done bool, progress string, err error) {
 	const key = "kubectl.kubernetes.io/restartedAt"
 
 	unavailable := stamp + "/unavailable"
@@ -707,11 +708,11 @@ func restartWorkload(ctx context.Context, k kubernetes.Interface, namespace, kin
 	case kindDeployment:
 		d, err := k.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return true, nil
+			return true, "", nil
 		}
 
 		if err != nil {
-			return false, err
+			return false, "", err
 		}
 
 		want := int32(1)
@@ -728,20 +729,23 @@ func restartWorkload(ctx context.Context, k kubernetes.Interface, namespace, kin
 
 			_, err := k.AppsV1().Deployments(namespace).Patch(ctx, name, types.StrategicMergePatchType, patch(value), metav1.PatchOptions{FieldManager: ControllerName})
 
-			return false, err
+			return false, "stamped the pod template", err
 		}
 
 		updated := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want && d.Status.Replicas == want
 
-		return updated && (got == unavailable || d.Status.AvailableReplicas >= want), nil
+		progress = fmt.Sprintf("%d of %d replicas updated, %d in all, %d available; controller at generation %d of %d",
+			d.Status.UpdatedReplicas, want, d.Status.Replicas, d.Status.AvailableReplicas, d.Status.ObservedGeneration, d.Generation)
+
+		return updated && (got == unavailable || d.Status.AvailableReplicas >= want), progress, nil
 	default:
 		ds, err := k.AppsV1().DaemonSets(namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return true, nil
+			return true, "", nil
 		}
 
 		if err != nil {
-			return false, err
+			return false, "", err
 		}
 
 		got := ds.Spec.Template.Annotations[key]
@@ -753,11 +757,14 @@ func restartWorkload(ctx context.Context, k kubernetes.Interface, namespace, kin
 
 			_, err := k.AppsV1().DaemonSets(namespace).Patch(ctx, name, types.StrategicMergePatchType, patch(value), metav1.PatchOptions{FieldManager: ControllerName})
 
-			return false, err
+			return false, "stamped the pod template", err
 		}
 
 		updated := ds.Status.ObservedGeneration >= ds.Generation && ds.Status.UpdatedNumberScheduled == ds.Status.DesiredNumberScheduled
 
-		return updated && (got == unavailable || ds.Status.NumberAvailable >= ds.Status.DesiredNumberScheduled), nil
+		progress = fmt.Sprintf("%d of %d pods updated, %d available; controller at generation %d of %d",
+			ds.Status.UpdatedNumberScheduled, ds.Status.DesiredNumberScheduled, ds.Status.NumberAvailable, ds.Status.ObservedGeneration, ds.Generation)
+
+		return updated && (got == unavailable || ds.Status.NumberAvailable >= ds.Status.DesiredNumberScheduled), progress, nil
 	}
 }
