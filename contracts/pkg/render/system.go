@@ -254,6 +254,25 @@ func cniDocs(c *ichorv1alpha1.TalosCluster, vc *coreconfig.VersionContract) ([]d
 	return []doc{legacy(doc{keyCluster: doc{keyNetwork: doc{"cni": doc{keyName: "none"}}}})}, nil
 }
 
+// ClusterInput is the part of a TalosCluster that Render reads: its
+// metadata's names, labels and annotations, its spec, and of its status the
+// kube-proxy mode recorded (TalosKubeProxy). LoadInput reads more of the
+// status (the Kubernetes upgrade's version, the CNI hand-over), and what it
+// reads goes into Input.Kubernetes and Input.InlineManifests. A key of a
+// render's input hashes this rather than the whole cluster, whose status
+// moves with every discovery scan and machine count;
+// TestRenderReadsNoOtherClusterField breaks when Render starts reading
+// another field.
+func ClusterInput(c *ichorv1alpha1.TalosCluster) any {
+	return struct {
+		Namespace, Name string
+		Labels          map[string]string
+		Annotations     map[string]string
+		Spec            ichorv1alpha1.TalosClusterSpec
+		KubeProxy       string
+	}{c.Namespace, c.Name, c.Labels, c.Annotations, c.Spec, c.Status.CNI.KubeProxy}
+}
+
 // TalosKubeProxy is the kube-proxy mode Talos's side is rendered with:
 // status.cni.kubeProxy once the controller has recorded it, spec.cni.kubeProxy
 // before that. A switch moves the record at its Talos step, after Cilium's

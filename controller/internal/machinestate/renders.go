@@ -38,7 +38,8 @@ type keptRender struct {
 }
 
 // Load is machinestate.Load with the render kept: rendered again only when
-// the machine, its cluster, the namespace's patches or storages, the bundle
+// the machine, its cluster (as render.ClusterInput has it), the namespace's
+// patches or storages, the bundle
 // Secret, ichor-ui's issuer, the Kubernetes pins, the inline manifests or
 // the renderer's version changed.
 func (r *Renders) Load(ctx context.Context, c client.Reader, apiReader client.Reader, m *ichorv1alpha1.TalosMachine) (*State, error) {
@@ -70,14 +71,16 @@ func (r *Renders) put(uid types.UID, key [sha256.Size]byte, res *render.Result) 
 	r.kept[uid] = keptRender{key: key, result: render.Result{Bytes: res.Bytes, Hash: res.Hash, MachineType: res.MachineType}}
 }
 
-// inputKey hashes a render's input: every object whole (a change anywhere
-// in one, status included, is a new key; at rest nothing changes), the
-// bundle Secret by its version, and render.Version.
+// inputKey hashes a render's input: the cluster as far as the render reads
+// it (render.ClusterInput: not its status, which moves with every discovery
+// scan), every other object whole (a change anywhere in one, status
+// included, is a new key; at rest nothing changes), the bundle Secret by its
+// version, and render.Version.
 func inputKey(in render.Input, secret string) ([sha256.Size]byte, error) {
 	h := sha256.New()
 	enc := json.NewEncoder(h)
 
-	for _, v := range []any{render.Version, secret, in.Cluster, in.Machine, in.Patches, in.Storages, in.Issuer, in.Kubernetes, in.InlineManifests} {
+	for _, v := range []any{render.Version, secret, render.ClusterInput(in.Cluster), in.Machine, in.Patches, in.Storages, in.Issuer, in.Kubernetes, in.InlineManifests} {
 		if err := enc.Encode(v); err != nil {
 			return [sha256.Size]byte{}, fmt.Errorf("hashing the render's input: %w", err)
 		}

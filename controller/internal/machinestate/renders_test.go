@@ -17,8 +17,9 @@ import (
 )
 
 // TestRendersRenderAgainOnlyOnChange: a machine whose inputs did not change
-// gets its kept render (bytes and hash, no Config); a new patch, a change of
-// the machine, of the cluster or of the bundle Secret renders again, and a
+// gets its kept render (bytes and hash, no Config), so does one whose
+// cluster's status moved; a new patch, a change of the machine, of the
+// cluster's spec or of the bundle Secret renders again, and a
 // render Load makes fresh agrees with the kept one byte for byte.
 func TestRendersRenderAgainOnlyOnChange(t *testing.T) {
 	ctx := context.Background()
@@ -114,6 +115,12 @@ func TestRendersRenderAgainOnlyOnChange(t *testing.T) {
 	testenv.Must(t, env.Client.Update(ctx, m))
 	expect("the machine's hostname", true)
 	expect("nothing changed after the hostname", false)
+
+	now := metav1.Now()
+	cl.Status.Discovery.LastScanTime = &now
+	cl.Status.Workers.Ready = 1
+	testenv.Must(t, env.Client.Status().Update(ctx, cl))
+	expect("the cluster's status (a discovery scan, a machine count)", false)
 
 	cl.Spec.KubernetesVersion = "1.37.3"
 	testenv.Must(t, env.Client.Update(ctx, cl))
