@@ -7,6 +7,7 @@ package scale
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -190,7 +191,7 @@ func BenchmarkScale(b *testing.B) {
 	time.Sleep(time.Minute)
 
 	idleStart, cpuStart := time.Now(), ctrlProc.cpu(b)
-	emRPC := rpcTotal(world)
+	emRPC, emByMethod := rpcTotal(world), rpcByMethod(world)
 	var rssMax uint64
 
 	for deadline := idleStart.Add(s.idle); time.Now().Before(deadline); time.Sleep(10 * time.Second) {
@@ -210,6 +211,7 @@ func BenchmarkScale(b *testing.B) {
 	b.Logf("idle %s: RSS %d MiB (max %d, peak %d), CPU %.2f%% of a core, %d writes (%s): %.3f per machine per hour, %.3f without the leader election's; %d Talos calls (%.2f per machine per minute)",
 		window.Round(time.Second), mem.rss>>20, rssMax>>20, mem.peak>>20, 100*cpuShare, writes.total(), writes,
 		perHour(writes.total()), perHour(writes.perMachine()), idleRPC, float64(idleRPC)/window.Minutes()/float64(s.machines))
+	b.Logf("idle Talos calls by method: %s", rpcDelta(emByMethod, rpcByMethod(world)))
 
 	// A cluster-wide change that needs no reboot.
 	before := appliedHashes(b, k)
@@ -565,6 +567,44 @@ func rpcTotal(world *talosemu.World) int {
 	}
 
 	return n
+}
+
+// rpcByMethod is rpcTotal by method.
+func rpcByMethod(world *talosemu.World) map[string]int {
+	out := map[string]int{}
+
+	for _, m := range world.Machines() {
+		for method, c := range m.RPCCounts() {
+			out[method] += c
+		}
+	}
+
+	return out
+}
+
+// rpcDelta lists the calls made between two rpcByMethod counts, most first.
+func rpcDelta(before, after map[string]int) string {
+	type count struct {
+		method string
+		n      int
+	}
+
+	var out []count
+
+	for method, n := range after {
+		if d := n - before[method]; d > 0 {
+			out = append(out, count{method, d})
+		}
+	}
+
+	slices.SortFunc(out, func(a, b count) int { return cmp.Or(b.n-a.n, strings.Compare(a.method, b.method)) })
+
+	parts := make([]string, len(out))
+	for i, c := range out {
+		parts[i] = fmt.Sprintf("%s %d", c.method, c.n)
+	}
+
+	return strings.Join(parts, ", ")
 }
 
 func rpcCount(world *talosemu.World, method string) int {
