@@ -129,7 +129,8 @@ func kubeState(t *testing.T) []string {
 // as JSON, with the bundle file and with a bundle rebuilt from the control
 // plane. Nothing is written: no Ichor resource or Secret appears or changes
 // in the API server, no call but reads reaches a node, nothing is stored
-// under the home directory. Without --plan, adopt refuses before it reads.
+// under the home directory. Without --plan, adopt refuses to write an
+// adoption that takes Cilium over, after the same reads.
 func TestAdoptPlanWritesNothing(t *testing.T) {
 	w := adoptWorld(t, adoptSubnet,
 		talosemu.MachineSpec{Name: "their-cp", Role: talosemu.RoleHintControlPlane},
@@ -148,13 +149,13 @@ func TestAdoptPlanWritesNothing(t *testing.T) {
 	cp.ResetRPCCounts()
 	wk.ResetRPCCounts()
 
-	r := mustFail(t, ichorWith(t, inv, "adopt", "--talosconfig", tc, "--node", cp.IP(), "--node", wk.IP(), "--secrets-bundle", sec),
-		"writing an adoption is not available in this release", "`ichor adopt --plan` shows what adoption would do")
+	// Writing it would take Cilium over, which this release cannot do: the
+	// write is refused after the read-only plan, before anything is written.
+	r := mustFail(t, ichorWith(t, inv, "adopt", "--talosconfig", tc, "--node", cp.IP(), "--node", wk.IP(), "--secrets-bundle", sec, "--yes"),
+		"taking over a running Cilium, or installing Ichor's Cilium into a cluster with no CNI, is not available yet; nothing was written",
+		"Add --cni-unmanaged")
 	checkNoCredential(t, r.all(), tc)
-
-	if n := len(cp.RPCCounts()) + len(wk.RPCCounts()); n != 0 {
-		t.Errorf("adopt without --plan called the nodes: %v %v", cp.RPCCounts(), wk.RPCCounts())
-	}
+	checkOnlyReads(t, cp, wk)
 
 	args := []string{"adopt", "--plan", "--talosconfig", tc, "--node", cp.IP(), "--node", wk.IP()}
 
@@ -173,7 +174,7 @@ func TestAdoptPlanWritesNothing(t *testing.T) {
 		"inline manifest:", "cilium: ServiceAccount kube-system/cilium, ConfigMap kube-system/cilium-config, DaemonSet kube-system/cilium",
 		cp.IP(), wk.IP(), "controlplane", "worker", "adoptable",
 		"B  removed  v1alpha1:cluster.inlineManifests: the Cilium inline manifest",
-		"Writing the adoption is not available in this release; nothing was written.",
+		"Nothing was written. Writing this adoption takes Cilium over (or installs it), which this release cannot do: add --cni-unmanaged",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("the plan does not say %q:\n%s", want, r.stdout)
@@ -394,4 +395,20 @@ func metaItems(list client.ObjectList) ([]metav1.Object, error) {
 	}
 
 	return out, nil
+}
+
+// TestAdoptFlagMisuse: flags that belong to another phase are refused by
+// name before anything is read or written.
+func TestAdoptFlagMisuse(t *testing.T) {
+	before := kubeState(t)
+
+	mustFail(t, ichor(t, "adopt", "--release"), "--release needs --cluster NAME")
+	mustFail(t, ichor(t, "adopt", "--plan", "--cluster", "x", "--talosconfig", "tc", "--node", "127.0.0.1"),
+		"--cluster names the cluster --release releases")
+	mustFail(t, ichor(t, "adopt", "--release", "--cluster", "x", "--node", "127.0.0.1"), "--node belongs to the plan and the write, not to --release")
+	mustFail(t, ichor(t, "adopt", "--release", "--cluster", "absent", "-n", "default"), "absent")
+
+	if after := kubeState(t); !slices.Equal(before, after) {
+		t.Errorf("the refusals changed the API server:\nbefore %v\nafter  %v", before, after)
+	}
 }

@@ -9,14 +9,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/urfave/cli/v3"
 
+	"github.com/maeshinshin/ichor/cli/internal/initflow"
 	"github.com/maeshinshin/ichor/cli/internal/output"
+	"github.com/maeshinshin/ichor/cli/internal/secretstore"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/adopt"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/install"
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
@@ -24,36 +28,55 @@ import (
 // flagTalosconfig names the operator's own talosconfig file.
 const flagTalosconfig = "talosconfig"
 
-// errAdoptWriteUnavailable is the refusal of `ichor adopt` without --plan:
-// this release plans an adoption and writes none.
-var errAdoptWriteUnavailable = errors.New("writing an adoption is not available in this release: nothing was read or written. " +
-	"`ichor adopt --plan` shows what adoption would do (versions, CNI, drift of each machine) and writes nothing")
+// errCiliumTakeoverUnavailable refuses writing an adoption that would take
+// Cilium over or install it: this release does neither.
+var errCiliumTakeoverUnavailable = errors.New("this release adopts a cluster only with its CNI left as it runs (--cni-unmanaged): " +
+	"taking over a running Cilium, or installing Ichor's Cilium into a cluster with no CNI, is not available yet; nothing was written. " +
+	"Add --cni-unmanaged to adopt the cluster with its CNI as it is (spec.cni.preset: unmanaged), or use `ichor adopt --plan` to see the rest")
 
-// adoptCommand is `ichor adopt --plan`: the read-only first phase of an
-// adoption (architecture, "ichor adopt"), with the operator's own
-// talosconfig. The decisions are contracts/pkg/adopt's.
+// adoptCommand is `ichor adopt`: the read-only plan (--plan), the write
+// phase, and the release of the hold (--release), with the operator's own
+// talosconfig. The decisions are contracts/pkg/adopt's, the steps
+// cli/internal/adoptflow's.
 func adoptCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "adopt",
-		Usage: "plan bringing a running Talos cluster Ichor did not create under management (this release: --plan only, read-only)",
+		Usage: "bring a running Talos cluster Ichor did not create under management: --plan, then write (every machine held), then --release",
 		Description: "adopt --plan reads every node given with --node over the Talos API with your own talosconfig (its credentials only; its\n" +
 			"endpoints are ignored): the Talos and Kubernetes versions, the CNI and where it came from, kube-proxy, KubePrism, the inline\n" +
 			"manifests and each machine's live configuration. It picks the version contract (probed from the running version down to\n" +
 			"v1.12, the one with the fewest unrepresentable paths; --version-contract overrides it), renders each machine as Ichor would\n" +
 			"and sorts every difference: A (representable: stored as patches or spec fields), B (Ichor-owned: changed by the first render,\n" +
 			"needs consent) and C (blocks the machine). It refuses Talos older than v1.12 or mixed versions, an unknown version, two\n" +
-			"CNIs, a Cilium whose IPAM is not kubernetes, and another CNI without --cni-unmanaged. It writes nothing, to Kubernetes or\n" +
-			"to a node, and stores nothing locally. Writing the adoption is not available in this release.",
+			"CNIs, a Cilium whose IPAM is not kubernetes, and another CNI without --cni-unmanaged. --plan writes nothing, to Kubernetes or\n" +
+			"to a node, and stores nothing locally.\n\n" +
+			"Without --plan, adopt shows the same plan, asks you to type the cluster's name (your consent to the B differences; --yes in\n" +
+			"scripts), stores the secrets bundle in ~/.ichor/clusters/NAME, reads the admin kubeconfig from a control plane, installs Ichor\n" +
+			"(--install) and writes the bundle Secret, the TalosCluster (annotation " + ichorv1alpha1.AdoptedAnnotation + "), a TalosConfigPatch per\n" +
+			"machine with class A documents and the TalosMachines, each held (" + ichorv1alpha1.HoldApplyAnnotation + "=" + adopt.HoldValue + "): the\n" +
+			"controller reports drift and applies nothing. A blocked worker is left out; a blocked control plane stops the write. Nothing\n" +
+			"is sent to a node. This release writes an adoption only with --cni-unmanaged (Cilium takeover is not available yet).\n\n" +
+			"adopt --release --cluster NAME lifts the holds one machine at a time, control planes first: each node is checked to be the\n" +
+			"machine, its live configuration compared with its render (anything but a B difference keeps it, and the machines after it,\n" +
+			"held), then the controller applies the render and the release waits for the machine to be Ready.",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "plan", Usage: "show what adoption would do and stop: read-only (required in this release)"},
+			&cli.BoolFlag{Name: "plan", Usage: "show what adoption would do and stop: read-only"},
+			&cli.BoolFlag{Name: "release", Usage: "release the adoption's holds of --cluster NAME, one machine at a time"},
+			&cli.StringFlag{Name: flagCluster, Usage: "the adopted cluster's `NAME` (with --release)"},
 			&cli.StringFlag{Name: flagTalosconfig, Usage: "your talosconfig `FILE` for the cluster (its current context's credentials; read here, sent nowhere)", TakesFile: true},
 			&cli.StringSliceFlag{Name: flagNode, Usage: "`ADDRESS` of a machine of the cluster, control planes and workers (repeat it for each)"},
 			&cli.IntFlag{Name: flagTalosPort, Usage: usageTalosPort},
 			&cli.StringFlag{Name: "secrets-bundle", Usage: "the cluster's secrets bundle `FILE` (what `talosctl gen secrets` wrote)", TakesFile: true},
-			&cli.BoolFlag{Name: "recover-secrets", Usage: "rebuild the secrets bundle from a control plane's configuration, read-only (kept in memory by --plan)"},
+			&cli.BoolFlag{Name: "recover-secrets", Usage: "rebuild the secrets bundle from a control plane's configuration, read-only (stored encrypted by the write)"},
 			&cli.StringFlag{Name: "recover-from", Usage: "the control plane `ADDRESS` --recover-secrets reads (default: the first control plane given)"},
 			&cli.StringFlag{Name: "version-contract", Usage: "render with this version `CONTRACT` (v1.12 up to the running version) instead of the probe's choice"},
 			&cli.BoolFlag{Name: "cni-unmanaged", Usage: "keep a CNI other than Cilium as it is (spec.cni.preset: unmanaged)"},
+			&cli.StringFlag{Name: flagInstall, Value: initflow.InstallManifest, Usage: "`MODE`: manifest (the installer Job installs Ichor in the cluster) or none (only its CRDs; the controller runs elsewhere)"},
+			&cli.StringFlag{Name: flagInstallerImage, Usage: "the installer Job's `IMAGE` (default: this release's, " + install.InstallerRepository + ":<version>)"},
+			&cli.StringFlag{Name: flagWriteKubeconfig, Usage: "also write the admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
+			&cli.StringFlag{Name: flagPassphraseFile, Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
+			&cli.BoolFlag{Name: flagGeneratePassphrase, Usage: "generate the passphrase of a new secrets store and show it once"},
+			&cli.DurationFlag{Name: flagTimeout, Value: 15 * time.Minute, Usage: "with --release, how long to wait for each machine to be Ready"},
 		},
 		Action: adoptAction,
 	}
@@ -64,8 +87,12 @@ func adoptAction(ctx context.Context, cmd *cli.Command) error {
 		return fmt.Errorf("`%s` takes no arguments (the machines are --node ADDRESS); run `%s --help`", cmd.FullName(), cmd.FullName())
 	}
 
-	if !cmd.Bool("plan") {
-		return errAdoptWriteUnavailable
+	if cmd.Bool("release") {
+		return adoptRelease(ctx, cmd)
+	}
+
+	if cmd.IsSet(flagCluster) {
+		return errors.New("--cluster names the cluster --release releases; the plan and the write take the cluster's name from its configuration")
 	}
 
 	r, err := newRun(cmd)
@@ -137,11 +164,15 @@ func adoptAction(ctx context.Context, cmd *cli.Command) error {
 		if err := output.Object(r.out, r.format, p); err != nil {
 			return err
 		}
-	} else if err := r.printAdoptionPlan(p); err != nil {
+	} else if err := r.printAdoptionPlan(p, cmd.Bool("plan")); err != nil {
 		return err
 	}
 
-	return refusalError("adopting cluster "+p.Cluster.Name, p.Refusals)
+	if err := refusalError("adopting cluster "+p.Cluster.Name, p.Refusals); err != nil || cmd.Bool("plan") {
+		return err
+	}
+
+	return r.adoptWrite(ctx, cmd, p, o.Bundle, talosconfig)
 }
 
 // readForAdoption reads one node with the operator's talosconfig and, when
@@ -232,7 +263,7 @@ func adoptionBundle(machines []adopt.Machine, file, recoverFrom string) (*secret
 }
 
 // printAdoptionPlan prints the plan for people.
-func (r *run) printAdoptionPlan(p *adopt.Plan) error {
+func (r *run) printAdoptionPlan(p *adopt.Plan, planOnly bool) error {
 	c := p.Cluster
 
 	r.printf("Adoption plan for cluster %s (read-only: nothing was written, no change was sent to a node)\n\n", orDash(c.Name))
@@ -332,8 +363,13 @@ func (r *run) printAdoptionPlan(p *adopt.Plan) error {
 		r.warnf("%s", w)
 	}
 
-	if !p.Refused() {
-		r.printf("Writing the adoption is not available in this release; nothing was written.\n")
+	switch {
+	case p.Refused() || !planOnly:
+	case c.CNIPreset == ichorv1alpha1.CNIPresetCilium:
+		r.printf("Nothing was written. Writing this adoption takes Cilium over (or installs it), which this release cannot do: " +
+			"add --cni-unmanaged to adopt the cluster with its CNI as it runs.\n")
+	default:
+		r.printf("Nothing was written. To write the adoption (every machine held until `ichor adopt --release`), run the same command without --plan.\n")
 	}
 
 	return nil

@@ -45,13 +45,13 @@ func initCommand() *cli.Command {
 			&cli.StringFlag{Name: "kubernetes-version", Usage: "Kubernetes `VERSION` (default: this release's)"},
 			&cli.StringFlag{Name: "cilium-version", Usage: "Cilium chart `VERSION` to boot, one this Ichor embeds (" + strings.Join(release.CiliumVersions(), ", ") +
 				"; default " + release.DefaultCiliumVersion + "); `ichor cni upgrade` moves it later"},
-			&cli.StringFlag{Name: "install", Value: initflow.InstallManifest, Usage: "`MODE`: manifest (the installer Job installs Ichor in the cluster) or none (only its CRDs; the controller runs elsewhere)"},
-			&cli.StringFlag{Name: "installer-image", Usage: "the installer Job's `IMAGE` (default: this release's, " + install.InstallerRepository + ":<version>)"},
+			&cli.StringFlag{Name: flagInstall, Value: initflow.InstallManifest, Usage: "`MODE`: manifest (the installer Job installs Ichor in the cluster) or none (only its CRDs; the controller runs elsewhere)"},
+			&cli.StringFlag{Name: flagInstallerImage, Usage: "the installer Job's `IMAGE` (default: this release's, " + install.InstallerRepository + ":<version>)"},
 			&cli.BoolFlag{Name: "wait", Value: true, Usage: "wait for the controller to take over the first control plane"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 15 * time.Minute, Usage: "how long each wait lasts"},
-			&cli.StringFlag{Name: "write-kubeconfig", Usage: "also write the admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
-			&cli.StringFlag{Name: "passphrase-file", Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
-			&cli.BoolFlag{Name: "generate-passphrase", Usage: "generate the passphrase of a new secrets store and show it once"},
+			&cli.StringFlag{Name: flagWriteKubeconfig, Usage: "also write the admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
+			&cli.StringFlag{Name: flagPassphraseFile, Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
+			&cli.BoolFlag{Name: flagGeneratePassphrase, Usage: "generate the passphrase of a new secrets store and show it once"},
 			&cli.BoolFlag{Name: "interactive", Usage: "ask for the settings the flags leave out (the default on a terminal when --preset or --node is missing)"},
 		},
 		Action: initAction,
@@ -84,11 +84,11 @@ func initAction(ctx context.Context, cmd *cli.Command) error {
 		TalosVersion:      cmd.String("talos-version"),
 		KubernetesVersion: cmd.String("kubernetes-version"),
 		CiliumVersion:     cmd.String("cilium-version"),
-		Install:           cmd.String("install"),
-		InstallerImage:    cmd.String("installer-image"),
+		Install:           cmd.String(flagInstall),
+		InstallerImage:    cmd.String(flagInstallerImage),
 		Wait:              cmd.Bool("wait"),
 		Timeout:           cmd.Duration(flagTimeout),
-		WriteKubeconfig:   cmd.String("write-kubeconfig"),
+		WriteKubeconfig:   cmd.String(flagWriteKubeconfig),
 	}
 
 	if d := cmd.String("install-disk"); d != "" {
@@ -132,7 +132,7 @@ func initAction(ctx context.Context, cmd *cli.Command) error {
 
 	env := initflow.Env{
 		Store:         store,
-		Passphrase:    secretstore.PromptPassphrase(cmd.String("passphrase-file"), os.Stdin, r.errOut),
+		Passphrase:    secretstore.PromptPassphrase(cmd.String(flagPassphraseFile), os.Stdin, r.errOut),
 		NewPassphrase: func() (string, bool, error) { return r.newPassphrase(cmd, true) },
 		Progress:      initflow.NewProgress(r.errOut, tty),
 		Out:           r.out,

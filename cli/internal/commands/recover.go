@@ -37,6 +37,14 @@ const (
 	envAWSSecret   = "AWS_SECRET_ACCESS_KEY" //nolint:gosec // the name of a variable, not a credential
 	// flagPassphraseFile reads the secrets store's passphrase from a file.
 	flagPassphraseFile = "passphrase-file"
+	// flagGeneratePassphrase generates a new store's passphrase and shows it once.
+	flagGeneratePassphrase = "generate-passphrase"
+	// flagInstall, flagInstallerImage and flagWriteKubeconfig: how init,
+	// the recovery and adopt install Ichor, and where they also write the
+	// admin kubeconfig.
+	flagInstall         = "install"
+	flagInstallerImage  = "installer-image"
+	flagWriteKubeconfig = "write-kubeconfig"
 )
 
 func restoreCommand() *cli.Command {
@@ -60,10 +68,10 @@ func restoreCommand() *cli.Command {
 			&cli.StringFlag{Name: flagFromStore, Usage: "the backup store: `URL` http(s)://HOST[:PORT]/BUCKET[/PREFIX], the TalosEtcdBackup's spec.s3 endpoint, bucket and prefix"},
 			&cli.StringFlag{Name: "region", Usage: "the store's S3 `REGION` (spec.s3.region)"},
 			&cli.StringFlag{Name: flagIdentity, Usage: "a `FILE` holding an age identity (AGE-SECRET-KEY-1…) of one of the backup's recipients", TakesFile: true},
-			&cli.StringFlag{Name: "install", Value: initflow.InstallManifest, Usage: "`MODE`: manifest (the installer Job installs Ichor, as `ichor init` does) or none (only its CRDs; the controller runs elsewhere)"},
-			&cli.StringFlag{Name: "installer-image", Usage: "the installer Job's `IMAGE` (default: this release's)"},
+			&cli.StringFlag{Name: flagInstall, Value: initflow.InstallManifest, Usage: "`MODE`: manifest (the installer Job installs Ichor, as `ichor init` does) or none (only its CRDs; the controller runs elsewhere)"},
+			&cli.StringFlag{Name: flagInstallerImage, Usage: "the installer Job's `IMAGE` (default: this release's)"},
 			&cli.IntFlag{Name: flagTalosPort, Usage: usageTalosPort},
-			&cli.StringFlag{Name: "write-kubeconfig", Usage: "also write the recovered cluster's admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
+			&cli.StringFlag{Name: flagWriteKubeconfig, Usage: "also write the recovered cluster's admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
 			&cli.StringFlag{Name: flagPassphraseFile, Usage: "read the secrets store's passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true},
 			&cli.BoolFlag{Name: flagDryRun, Usage: "check everything and print the plan (or the held machines), and change nothing"},
 			&cli.DurationFlag{Name: flagTimeout, Value: 15 * time.Minute, Usage: "how long each wait lasts"},
@@ -144,10 +152,10 @@ func recoverCluster(ctx context.Context, cmd *cli.Command, cluster string) error
 		problems = append(problems, fmt.Errorf("--%s is missing: give a file holding an age identity (AGE-SECRET-KEY-1…) of one of the backup's recipients", flagIdentity))
 	}
 
-	switch cmd.String("install") {
+	switch cmd.String(flagInstall) {
 	case initflow.InstallManifest, initflow.InstallNone:
 	default:
-		problems = append(problems, fmt.Errorf("--install %q: use manifest or none", cmd.String("install")))
+		problems = append(problems, fmt.Errorf("--install %q: use manifest or none", cmd.String(flagInstall)))
 	}
 
 	if len(problems) > 0 {
@@ -176,8 +184,8 @@ func recoverCluster(ctx context.Context, cmd *cli.Command, cluster string) error
 
 	o := recoverflow.Options{
 		Cluster: cluster, Namespace: cmd.String(flagNamespace), Snapshot: cmd.String(flagSnapshot), Store: dest, Identities: ids,
-		TalosPort: cmd.Int(flagTalosPort), Install: cmd.String("install"), InstallerImage: cmd.String("installer-image"),
-		WriteKubeconfig: cmd.String("write-kubeconfig"), DryRun: cmd.Bool(flagDryRun), Timeout: cmd.Duration(flagTimeout),
+		TalosPort: cmd.Int(flagTalosPort), Install: cmd.String(flagInstall), InstallerImage: cmd.String(flagInstallerImage),
+		WriteKubeconfig: cmd.String(flagWriteKubeconfig), DryRun: cmd.Bool(flagDryRun), Timeout: cmd.Duration(flagTimeout),
 	}
 
 	env := recoverflow.Env{

@@ -18,7 +18,7 @@ import (
 
 func secretsCommand() *cli.Command {
 	clusterFlag := &cli.StringFlag{Name: flagCluster, Usage: "cluster `NAME` (the directory ~/.ichor/clusters/NAME)", Required: true}
-	passFlag := &cli.StringFlag{Name: "passphrase-file", Usage: "read the passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true}
+	passFlag := &cli.StringFlag{Name: flagPassphraseFile, Usage: "read the passphrase from `FILE` (else $" + secretstore.PassphraseEnv + ", else a prompt)", TakesFile: true}
 	return &cli.Command{
 		Name:   "secrets",
 		Usage:  "the secrets kept on this machine: bundle, admin kubeconfig and os:admin talosconfig (~/.ichor/clusters/NAME)",
@@ -45,7 +45,7 @@ func secretsCommand() *cli.Command {
 				Usage: "encrypt plaintext files left by an earlier version with age, under a passphrase; the plaintext is removed",
 				Flags: []cli.Flag{
 					clusterFlag, passFlag,
-					&cli.BoolFlag{Name: "generate-passphrase", Usage: "generate the passphrase and show it once"},
+					&cli.BoolFlag{Name: flagGeneratePassphrase, Usage: "generate the passphrase and show it once"},
 				},
 				Action: secretsEncrypt,
 			},
@@ -141,14 +141,14 @@ func secretsEncrypt(_ context.Context, cmd *cli.Command) error {
 // $ICHOR_PASSPHRASE, --generate-passphrase, or a terminal prompt (asked twice
 // when it is new; an empty answer generates one).
 func (r *run) newPassphrase(cmd *cli.Command, isNew bool) (pass string, generated bool, err error) {
-	if f := cmd.String("passphrase-file"); f != "" {
+	if f := cmd.String(flagPassphraseFile); f != "" {
 		p, err := secretstore.ReadPassphraseFile(f)
 		return p, false, err
 	}
 	if p := os.Getenv(secretstore.PassphraseEnv); p != "" {
 		return p, false, nil
 	}
-	if cmd.Bool("generate-passphrase") {
+	if cmd.Bool(flagGeneratePassphrase) {
 		if !isNew {
 			return "", false, errors.New("the store already holds encrypted files: give their passphrase instead of generating one")
 		}
@@ -211,7 +211,7 @@ func secretsExport(_ context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	data, err := s.Read(name, secretstore.PromptPassphrase(cmd.String("passphrase-file"), os.Stdin, r.errOut))
+	data, err := s.Read(name, secretstore.PromptPassphrase(cmd.String(flagPassphraseFile), os.Stdin, r.errOut))
 	if err != nil {
 		return err
 	}

@@ -774,3 +774,22 @@ func servesCNP(cfg *rest.Config) (bool, error) {
 
 	return false, nil
 }
+
+// Connect builds a client from the admin kubeconfig and waits (5 minutes at
+// most) for the API server to answer, as init's first Kubernetes step does.
+func Connect(ctx context.Context, kubeconfig []byte, namespace string, p *Progress) (*kube.Conn, error) {
+	k := &kubeSteps{s: &state{o: Options{Namespace: namespace}, p: p, kubeconfig: kubeconfig}}
+	if err := k.connect(ctx); err != nil {
+		return nil, err
+	}
+
+	return k.conn, nil
+}
+
+// Retry runs f again while its error is transient (Transient), for init's
+// write retry.
+func Retry(ctx context.Context, conn *kube.Conn, p *Progress, f func(context.Context) error) error {
+	k := &kubeSteps{s: &state{p: p}, conn: conn}
+
+	return k.retry(ctx, f)
+}

@@ -18,6 +18,9 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
+// DefaultNamespace holds Ichor and the cluster's resources unless told otherwise.
+const DefaultNamespace = "ichor-system"
+
 // Presets of the cluster's shape.
 const (
 	PresetSingle    = "single"
@@ -122,7 +125,7 @@ func (o *Options) Validate() error {
 	var errs []error
 
 	if o.Namespace == "" {
-		o.Namespace = "ichor-system"
+		o.Namespace = DefaultNamespace
 	}
 
 	if _, err := PresetTopology(o.Preset); err != nil {

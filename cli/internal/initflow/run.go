@@ -283,7 +283,7 @@ func (s *state) firstNode(ctx context.Context) error {
 			"Check the fingerprint on the node's console; if another machine answers on this address, fix the address", s.o.Node, mn.Fingerprint(), s.o.Fingerprint)
 	case mn.Configured(err):
 		return fmt.Errorf("%w (%s): init never reconfigures a running node; boot it into maintenance mode (or reset it) first, "+
-			"this release cannot adopt a running cluster (`ichor adopt --plan` shows what adopting it would take)", ErrConfiguredElsewhere, s.o.Node)
+			"or bring the running cluster it belongs to under Ichor with `ichor adopt` (`ichor adopt --plan` shows what that would take)", ErrConfiguredElsewhere, s.o.Node)
 	default:
 		return fmt.Errorf("reading the node at %s in maintenance mode: %w; is it booted from Talos media and reachable on port %d?",
 			s.o.Node, err, portOr(s.o.TalosPort))
@@ -726,4 +726,12 @@ func (s *state) summary() {
 		"  ichor --kubeconfig %[1]s cluster discovery add ADDRESS|CIDR   # where the other machines are\n"+
 		"  ichor --kubeconfig %[1]s machine list                         # the machines found, pending approval\n"+
 		"  ichor --kubeconfig %[1]s machine approve MACHINE --role controlplane|worker\n", kubeconfig)
+}
+
+// WritePrivate writes data to path with mode 0600, through a temporary file.
+func WritePrivate(path string, data []byte) error { return writePrivate(path, data) }
+
+// Poll calls f every second until it is done, fails, or timeout passes.
+func Poll(ctx context.Context, timeout time.Duration, f func(context.Context) (bool, error)) error {
+	return poll(ctx, timeout, f)
 }

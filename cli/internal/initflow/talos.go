@@ -61,3 +61,9 @@ func talosconfig(cluster, address string, b *secrets.Bundle) ([]byte, error) {
 
 	return cfg.Bytes()
 }
+
+// Talosconfig is the os:admin talosconfig of cluster for the store, its
+// endpoint and node address, its client certificate issued from b.
+func Talosconfig(cluster, address string, b *secrets.Bundle) ([]byte, error) {
+	return talosconfig(cluster, address, b)
+}

@@ -15,8 +15,8 @@ const (
 	// talosoperations, the verb of a node reset (ichor-admin).
 	TeardownResetMachinesAnnotation = "ichor.maesh.dev/teardown-reset-machines"
 	// AdoptedAnnotation marks a TalosCluster an adoption wrote. Only such a
-	// cluster may use the `unmanaged` CNI preset. (This release plans an
-	// adoption, `ichor adopt --plan`, and writes none.)
+	// cluster may use the `unmanaged` CNI preset (`ichor adopt --cni-unmanaged`
+	// writes one).
 	AdoptedAnnotation = "ichor.maesh.dev/adopted"
 	// KubeProxySwitchAnnotation must name the new mode on the write that
 	// changes spec.cni.kubeProxy (`ichor cni kube-proxy` and ichor-ui set it

@@ -32,6 +32,9 @@ type Drift struct {
 	Class Class `json:"class"`
 	// Why says why the path is in its class.
 	Why string `json:"why"`
+
+	// kind and name are the document the path is in.
+	kind, name string
 }
 
 // Reasons of the classification.
@@ -143,7 +146,7 @@ func Classify(res *render.Result, live []byte, cilium map[string]bool, inline []
 
 	for _, ch := range changes {
 		c, why := classify(ch, origins[ch.Path], cilium, inline)
-		out = append(out, Drift{Path: ch.Path.String(), Op: ch.Op, Class: c, Why: why})
+		out = append(out, Drift{Path: ch.Path.String(), Op: ch.Op, Class: c, Why: why, kind: ch.Path.Kind, name: ch.Path.Name})
 	}
 
 	return out, nil

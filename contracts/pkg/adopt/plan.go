@@ -100,6 +100,9 @@ type Plan struct {
 	Machines []MachinePlan   `json:"machines"`
 	Warnings []string        `json:"warnings,omitempty"`
 	Refusals []guard.Refusal `json:"refusals,omitempty"`
+
+	// facts are each machine's facts, in the order of Machines.
+	facts []Facts
 }
 
 // Refused reports whether adoption is refused.
@@ -261,6 +264,8 @@ func Build(machines []Machine, o Options) (*Plan, error) {
 			p.Machines[i].Hint = hintBlocked
 		}
 	}
+
+	p.facts = facts
 
 	return p, nil
 }

@@ -1,0 +1,279 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/maeshinshin/ichor/tools/testenv"
+)
+
+// adoptSubnet is the loopback subnet of the adoption's world.
+const adoptSubnet = "127.0.207.0/24"
+
+// heldMachine is what the adoption test reads of a TalosMachine.
+type heldMachine struct {
+	Metadata struct {
+		Name        string            `json:"name"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		Role     string `json:"role"`
+		Address  string `json:"address"`
+		Identity struct {
+			UUID string `json:"uuid"`
+		} `json:"identity"`
+	} `json:"spec"`
+	Status struct {
+		AppliedConfigHash string   `json:"appliedConfigHash"`
+		DriftPaths        []string `json:"driftPaths"`
+		Conditions        []struct {
+			Type, Status, Reason, Message string
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+func (m heldMachine) condition(t string) (status, reason string) {
+	for _, c := range m.Status.Conditions {
+		if c.Type == t {
+			return c.Status, c.Reason
+		}
+	}
+
+	return "", ""
+}
+
+func (w *world) heldMachines(ctx context.Context) ([]heldMachine, error) {
+	var l struct {
+		Items []heldMachine `json:"items"`
+	}
+
+	err := w.kubeJSON(ctx, &l, "get", "talosmachines", "-n", "ichor-system")
+
+	return l.Items, err
+}
+
+// TestAdoptTalosctlFlannel: a cluster made with the real talosctl (gen
+// secrets, gen config, apply-config --insecure, bootstrap; Talos's own
+// flannel, no Ichor involved), one control plane and one worker, is adopted
+// with its CNI left as it runs: the write stores the bundle, writes the
+// cluster's resources with every machine held and sends no configuration; the
+// controller confirms each node and reports it held; the release lifts the
+// holds one at a time after the live check, the controller applies each
+// render and every machine is Ready; then a patch rolls out to both. From
+// the controller's start to the end of the release the controller is killed
+// with SIGKILL at random moments: no configuration reaches a held node all
+// the same, and the release completes. Writing
+// an adoption that would take Cilium over is refused before anything is
+// written, and a second write run continues without a change.
+func TestAdoptTalosctlFlannel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+
+	w, err := startWorldIn(adoptSubnet, 2, 1, "")
+	testenv.Must(t, err)
+
+	cp, wk := w.machines[0], w.machines[1]
+	dir := t.TempDir()
+	secretsFile, tc := filepath.Join(dir, "secrets.yaml"), filepath.Join(dir, "talosconfig")
+
+	// The cluster, as a person makes it with talosctl.
+	mustTalosctl(ctx, t, "", "gen", "secrets", "-o", secretsFile)
+	mustTalosctl(ctx, t, "", "gen", "config", "theirs", "https://"+cp.ip()+":6443", "--with-secrets", secretsFile,
+		"--install-disk", "/dev/nvme0n1", "--kubernetes-version", "1.37.2", "-o", dir)
+
+	for _, m := range []struct {
+		node emuMachine
+		file string
+	}{{cp, "controlplane.yaml"}, {wk, "worker.yaml"}} {
+		mustTalosctl(ctx, t, "", "apply-config", "--insecure", "--nodes", m.node.ip(), "--file", filepath.Join(dir, m.file))
+	}
+
+	testenv.EventuallyEvery(t, 3*time.Minute, time.Second, "talosctl bootstrap", func() (bool, string) {
+		out, err := talosctl(ctx, t, tc, "--endpoints", cp.ip(), "--nodes", cp.ip(), "bootstrap")
+
+		return err == nil, out
+	})
+
+	before := map[string]int{}
+
+	for _, m := range w.machines {
+		c, err := w.rpcs(ctx, m.Name)
+		testenv.Must(t, err)
+		before[m.Name] = c[applyRPC]
+	}
+
+	flags := []string{"--talosconfig", tc, "--node", cp.ip(), "--node", wk.ip(), "--secrets-bundle", secretsFile}
+
+	// Without --cni-unmanaged the flannel cluster is refused, with the way out.
+	if out, err := w.ichor(ctx, slices.Concat([]string{"adopt", "--plan"}, flags)...); err == nil || !strings.Contains(out, "add --cni-unmanaged") {
+		t.Fatalf("the plan of a flannel cluster without --cni-unmanaged: %v\n%s", err, out)
+	}
+
+	out := w.mustIchor(t, ctx, slices.Concat([]string{"adopt", "--plan", "--cni-unmanaged"}, flags)...)
+	for _, want := range []string{"Adoption plan for cluster theirs", "left as it is (spec.cni.preset: unmanaged)", "adoptable", "run the same command without --plan"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the plan does not say %q:\n%s", want, out)
+		}
+	}
+
+	if _, err := os.Stat(w.kubeconfig); err == nil {
+		t.Fatal("the plan wrote the kubeconfig")
+	}
+
+	write := slices.Concat([]string{"adopt", "--cni-unmanaged", "--install", "none", "--write-kubeconfig", w.kubeconfig, "--yes"}, flags)
+
+	out = w.mustIchor(t, ctx, write...)
+	for _, want := range []string{"Cluster theirs is adopted and held", "ichor adopt --release --cluster theirs", "ichor cluster rotate-ca theirs"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the write does not say %q:\n%s", want, out)
+		}
+	}
+
+	// A second run continues: everything exists and is the adoption's.
+	w.mustIchor(t, ctx, write...)
+
+	if _, err := os.Stat(filepath.Join(w.dir, "home", "clusters", "theirs", "secrets.yaml.age")); err != nil {
+		t.Errorf("the bundle is not in the store: %v", err)
+	}
+
+	if out, err := w.kubectl(ctx, "get", "taloscluster", "theirs", "-n", "ichor-system",
+		"-o", `jsonpath={.metadata.annotations.ichor\.maesh\.dev/adopted} {.spec.cni.preset} {.status.conditions[?(@.type=="CARotationAdvised")].status}`); err != nil ||
+		strings.TrimSpace(out) != "true unmanaged True" {
+		t.Errorf("the TalosCluster (adopted annotation, preset, CARotationAdvised): %q %v", out, err)
+	}
+
+	testenv.Must(t, w.startController())
+
+	// From here to the end of the release, the controller is killed with
+	// SIGKILL at random moments and started again (sigkill_test.go's killer).
+	k := startKiller(w)
+
+	// The controller follows each node as its own and reports it held.
+	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "both machines provisioned and held", func() (bool, string) {
+		ms, err := w.heldMachines(ctx)
+		if err != nil || len(ms) != 2 {
+			return false, fmt.Sprintf("%d machines: %v", len(ms), err)
+		}
+
+		var states []string
+
+		ok := true
+
+		for _, m := range ms {
+			prov, _ := m.condition("Provisioned")
+			held, _ := m.condition("AdoptionHeld")
+			ok = ok && prov == "True" && held == "True" && m.Metadata.Annotations["ichor.maesh.dev/hold-apply"] == "ichor-adopt"
+			states = append(states, fmt.Sprintf("%s provisioned=%s held=%s drift=%v", m.Metadata.Name, prov, held, m.Status.DriftPaths))
+		}
+
+		return ok, strings.Join(states, "; ")
+	})
+
+	for _, m := range w.machines {
+		c, err := w.rpcs(ctx, m.Name)
+		testenv.Must(t, err)
+
+		if c[applyRPC] != before[m.Name] {
+			t.Errorf("%s received %d configuration(s) while held", m.Name, c[applyRPC]-before[m.Name])
+		}
+	}
+
+	// Someone changes the worker behind the adoption's back: a document no
+	// patch of the adoption carries. The release takes the control plane, and
+	// the live check keeps the worker held, naming the path.
+	hostDoc := filepath.Join(dir, "host.yaml")
+	testenv.Must(t, os.WriteFile(hostDoc, []byte("apiVersion: v1alpha1\nkind: StaticHostConfig\nname: 10.5.0.9\nhostnames:\n  - registry.lan\n"), 0o600))
+	mustTalosctl(ctx, t, tc, "--endpoints", wk.ip(), "--nodes", wk.ip(), "patch", "machineconfig", "--patch", "@"+hostDoc)
+
+	out, err = w.ichor(ctx, "adopt", "--release", "--cluster", "theirs", "--timeout", "5m")
+	if err == nil || !strings.Contains(out, "Release 1/2") || !strings.Contains(out, "StaticHostConfig/10.5.0.9:") ||
+		!strings.Contains(out, "stays held") || strings.Index(out, "(controlplane, "+cp.ip()+")") > strings.Index(out, "(worker, "+wk.ip()+")") {
+		t.Errorf("the release with a changed worker: %v\n%s", err, out)
+	}
+
+	// The change undone, the release continues with the worker.
+	testenv.Must(t, os.WriteFile(hostDoc, []byte("apiVersion: v1alpha1\nkind: StaticHostConfig\nname: 10.5.0.9\n$patch: delete\n"), 0o600))
+	mustTalosctl(ctx, t, tc, "--endpoints", wk.ip(), "--nodes", wk.ip(), "patch", "machineconfig", "--patch", "@"+hostDoc)
+
+	out = w.mustIchor(t, ctx, "adopt", "--release", "--cluster", "theirs", "--timeout", "5m")
+	if !strings.Contains(out, "Every machine of cluster theirs is released") || !strings.Contains(out, "Release 1/1") || !strings.Contains(out, "(worker, "+wk.ip()+")") {
+		t.Errorf("the release after the change was undone:\n%s", out)
+	}
+
+	kills, err := k.halt()
+	testenv.Must(t, err)
+
+	if kills < 1 {
+		t.Errorf("the controller was not killed during the hold and the release")
+	}
+
+	ms, err := w.heldMachines(ctx)
+	testenv.Must(t, err)
+
+	hashes := map[string]string{}
+
+	for _, m := range ms {
+		ready, reason := m.condition("Ready")
+		if ready != "True" || m.Metadata.Annotations["ichor.maesh.dev/hold-apply"] != "" || m.Status.AppliedConfigHash == "" {
+			t.Errorf("%s after the release: Ready %s (%s), annotations %v, applied %q", m.Metadata.Name, ready, reason, m.Metadata.Annotations, m.Status.AppliedConfigHash)
+		}
+
+		hashes[m.Metadata.Name] = m.Status.AppliedConfigHash
+	}
+
+	if out := w.mustIchor(t, ctx, "adopt", "--release", "--cluster", "theirs"); !strings.Contains(out, "nothing to release") {
+		t.Errorf("a second release:\n%s", out)
+	}
+
+	// A config rollout works on the adopted cluster.
+	w.mustIchor(t, ctx, "patch", "create", "tuning", "--cluster", "theirs", "--sysctl", "net.core.somaxconn=65535", "--yes")
+
+	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "the patch applied to both machines", func() (bool, string) {
+		ms, err := w.heldMachines(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		var states []string
+
+		ok := true
+
+		for _, m := range ms {
+			ready, reason := m.condition("Ready")
+			ok = ok && ready == "True" && m.Status.AppliedConfigHash != hashes[m.Metadata.Name]
+			states = append(states, fmt.Sprintf("%s ready=%s(%s)", m.Metadata.Name, ready, reason))
+		}
+
+		return ok, strings.Join(states, "; ")
+	})
+}
+
+// mustTalosctl runs the real talosctl with talosconfig tc ("" for none:
+// the gen commands take no talosconfig).
+func mustTalosctl(ctx context.Context, t *testing.T, tc string, args ...string) {
+	t.Helper()
+
+	var (
+		out string
+		err error
+	)
+
+	if tc != "" {
+		out, err = talosctl(ctx, t, tc, args...)
+	} else {
+		var b []byte
+		b, err = exec.CommandContext(ctx, os.Getenv("TALOSCTL"), args...).CombinedOutput() //nolint:gosec // the test's own talosctl
+		out = string(b)
+	}
+
+	if err != nil {
+		t.Fatalf("talosctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
