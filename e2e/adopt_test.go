@@ -66,7 +66,10 @@ func (w *world) heldMachines(ctx context.Context) ([]heldMachine, error) {
 // cluster's resources with every machine held and sends no configuration; the
 // controller confirms each node and reports it held; the release lifts the
 // holds one at a time after the live check, the controller applies each
-// render and every machine is Ready; then a patch rolls out to both. From
+// render and every machine is Ready. A third machine, which joined with
+// talosctl and was left out of the adoption, is registered with
+// --add-machine, held, and released the same way; then a patch rolls out to
+// the three. From
 // the controller's start to the end of the release the controller is killed
 // with SIGKILL at random moments: no configuration reaches a held node all
 // the same, and the release completes. Writing
@@ -76,10 +79,12 @@ func TestAdoptTalosctlFlannel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 
-	w, err := startWorldIn(adoptSubnet, 2, 1, "")
+	w, err := startWorldIn(adoptSubnet, 3, 1, "")
 	testenv.Must(t, err)
 
-	cp, wk := w.machines[0], w.machines[1]
+	// late joins the cluster with talosctl like the others, and is left out
+	// of the adoption: --add-machine registers it afterwards.
+	cp, wk, late := w.machines[0], w.machines[1], w.machines[2]
 	dir := t.TempDir()
 	secretsFile, tc := filepath.Join(dir, "secrets.yaml"), filepath.Join(dir, "talosconfig")
 
@@ -91,7 +96,7 @@ func TestAdoptTalosctlFlannel(t *testing.T) {
 	for _, m := range []struct {
 		node emuMachine
 		file string
-	}{{cp, "controlplane.yaml"}, {wk, "worker.yaml"}} {
+	}{{cp, "controlplane.yaml"}, {wk, "worker.yaml"}, {late, "worker.yaml"}} {
 		mustTalosctl(ctx, t, "", "apply-config", "--insecure", "--nodes", m.node.ip(), "--file", filepath.Join(dir, m.file))
 	}
 
@@ -232,10 +237,61 @@ func TestAdoptTalosctlFlannel(t *testing.T) {
 		t.Errorf("a second release:\n%s", out)
 	}
 
+	// The machine left out is registered with --add-machine, held, then
+	// released; a machine Ichor knows already is refused.
+	if out, err := w.ichor(ctx, "adopt", "--cluster", "theirs", "--add-machine", wk.ip(), "--yes"); err == nil || !strings.Contains(out, "is TalosMachine ichor-system/") {
+		t.Errorf("--add-machine of a known machine: %v\n%s", err, out)
+	}
+
+	out = w.mustIchor(t, ctx, "adopt", "--cluster", "theirs", "--add-machine", late.ip(), "--yes")
+	if !strings.Contains(out, "adoptable") || !strings.Contains(out, "ichor adopt --release --cluster theirs") {
+		t.Errorf("--add-machine:\n%s", out)
+	}
+
+	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "the added machine provisioned and held", func() (bool, string) {
+		ms, err := w.heldMachines(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+
+		for _, m := range ms {
+			if m.Spec.Address == late.ip() {
+				prov, _ := m.condition("Provisioned")
+				held, _ := m.condition("AdoptionHeld")
+
+				return prov == "True" && held == "True", fmt.Sprintf("provisioned=%s held=%s", prov, held)
+			}
+		}
+
+		return false, "no TalosMachine at " + late.ip()
+	})
+
+	if c, err := w.rpcs(ctx, late.Name); err != nil || c[applyRPC] != before[late.Name] {
+		t.Errorf("the added machine received a configuration while held: %v %v", c, err)
+	}
+
+	out = w.mustIchor(t, ctx, "adopt", "--release", "--cluster", "theirs", "--timeout", "5m")
+	if !strings.Contains(out, "Release 1/1") || !strings.Contains(out, "(worker, "+late.ip()+")") {
+		t.Errorf("the release of the added machine:\n%s", out)
+	}
+
+	ms, err = w.heldMachines(ctx)
+	testenv.Must(t, err)
+
+	for _, m := range ms {
+		if m.Spec.Address == late.ip() {
+			hashes[m.Metadata.Name] = m.Status.AppliedConfigHash
+		}
+	}
+
+	if len(ms) != 3 || len(hashes) != 3 {
+		t.Fatalf("%d machines after --add-machine, %d applied", len(ms), len(hashes))
+	}
+
 	// A config rollout works on the adopted cluster.
 	w.mustIchor(t, ctx, "patch", "create", "tuning", "--cluster", "theirs", "--sysctl", "net.core.somaxconn=65535", "--yes")
 
-	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "the patch applied to both machines", func() (bool, string) {
+	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "the patch applied to the three machines", func() (bool, string) {
 		ms, err := w.heldMachines(ctx)
 		if err != nil {
 			return false, err.Error()

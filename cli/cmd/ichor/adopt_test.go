@@ -404,8 +404,11 @@ func TestAdoptFlagMisuse(t *testing.T) {
 
 	mustFail(t, ichor(t, "adopt", "--release"), "--release needs --cluster NAME")
 	mustFail(t, ichor(t, "adopt", "--plan", "--cluster", "x", "--talosconfig", "tc", "--node", "127.0.0.1"),
-		"--cluster names the cluster --release releases")
-	mustFail(t, ichor(t, "adopt", "--release", "--cluster", "x", "--node", "127.0.0.1"), "--node belongs to the plan and the write, not to --release")
+		"--cluster names the cluster of --release or --add-machine")
+	mustFail(t, ichor(t, "adopt", "--release", "--cluster", "x", "--node", "127.0.0.1"), "--node is not a flag of --release")
+	mustFail(t, ichor(t, "adopt", "--add-machine", "127.0.0.1"), "--add-machine needs --cluster NAME")
+	mustFail(t, ichor(t, "adopt", "--cluster", "x", "--add-machine", "127.0.0.1", "--talosconfig", "tc"), "--talosconfig belongs to the adoption of a whole cluster")
+	mustFail(t, ichor(t, "adopt", "--cluster", "x", "--add-machine", "node-1"), `--add-machine "node-1" is not an IP address`)
 	mustFail(t, ichor(t, "adopt", "--release", "--cluster", "absent", "-n", "default"), "absent")
 
 	if after := kubeState(t); !slices.Equal(before, after) {

@@ -398,9 +398,26 @@ func (s *state) resources(ctx context.Context) error {
 		return err
 	}
 
-	for _, p := range s.objs.Patches {
+	return s.writeMachines(ctx, s.objs.Patches, s.objs.Machines, s.talosVersion)
+}
+
+// talosVersion is the version the plan read on m's node.
+func (s *state) talosVersion(m *ichorv1alpha1.TalosMachine) string {
+	for _, mp := range s.plan.Machines {
+		if mp.Address == m.Spec.Address {
+			return mp.TalosVersion
+		}
+	}
+
+	return ""
+}
+
+// writeMachines creates each machine's patch and the machine, held, with
+// its status.
+func (s *state) writeMachines(ctx context.Context, patches []*ichorv1alpha1.TalosConfigPatch, machines []*ichorv1alpha1.TalosMachine, version func(*ichorv1alpha1.TalosMachine) string) error {
+	for _, p := range patches {
 		if err := s.create(ctx, p.DeepCopy(), adopted("TalosConfigPatch", func(o client.Object) bool {
-			return o.GetLabels()[ichorv1alpha1.ClusterLabel] == c.Name && strings.HasPrefix(o.GetName(), adopt.PatchPrefix)
+			return o.GetLabels()[ichorv1alpha1.ClusterLabel] == p.Spec.ClusterName && strings.HasPrefix(o.GetName(), adopt.PatchPrefix)
 		})); err != nil {
 			return err
 		}
@@ -413,19 +430,19 @@ func (s *state) resources(ctx context.Context) error {
 
 	now := metav1.Now()
 
-	for _, m := range s.objs.Machines {
+	for _, m := range machines {
 		m = m.DeepCopy()
 		m.Spec.Approval.DecidedBy, m.Spec.Approval.DecidedAt = who, &now
 
 		if err := s.create(ctx, m, adopted("TalosMachine", func(o client.Object) bool {
 			tm := o.(*ichorv1alpha1.TalosMachine)
 
-			return tm.Spec.Identity.UUID == m.Spec.Identity.UUID && tm.Spec.ClusterName == c.Name
+			return tm.Spec.Identity.UUID == m.Spec.Identity.UUID && tm.Spec.ClusterName == m.Spec.ClusterName
 		})); err != nil {
 			return err
 		}
 
-		if err := s.machineStatus(ctx, m); err != nil {
+		if err := s.machineStatus(ctx, m, version(m)); err != nil {
 			return err
 		}
 	}
@@ -462,15 +479,29 @@ func (s *state) advise(ctx context.Context) error {
 // machineStatus records that the node runs its configuration already (it
 // was configured before Ichor): the controller follows it to Provisioned
 // instead of sending a configuration, and applies nothing while it is held.
-func (s *state) machineStatus(ctx context.Context, m *ichorv1alpha1.TalosMachine) error {
-	var talosVersion string
-
-	for _, mp := range s.plan.Machines {
-		if mp.Address == m.Spec.Address {
-			talosVersion = mp.TalosVersion
-		}
+// A controller that runs already may have seen the machine before its
+// status said so (and, held, waits for no event a status write makes), so
+// the reconcile-requested annotation is set afterwards.
+func (s *state) machineStatus(ctx context.Context, m *ichorv1alpha1.TalosMachine, talosVersion string) error {
+	if err := s.writeStatus(ctx, m, talosVersion); err != nil {
+		return err
 	}
 
+	return s.retry(ctx, func(ctx context.Context) error {
+		cur := &ichorv1alpha1.TalosMachine{}
+		if err := s.conn.Client.Get(ctx, client.ObjectKeyFromObject(m), cur); err != nil {
+			return err
+		}
+
+		before := cur.DeepCopy()
+		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, ichorv1alpha1.ReconcileRequestedAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
+
+		return s.conn.Client.Patch(ctx, cur, client.MergeFrom(before), client.FieldOwner(FieldOwner))
+	})
+}
+
+// writeStatus writes the status of a machine that runs its configuration.
+func (s *state) writeStatus(ctx context.Context, m *ichorv1alpha1.TalosMachine, talosVersion string) error {
 	return s.retry(ctx, func(ctx context.Context) error {
 		cur := &ichorv1alpha1.TalosMachine{}
 		if err := s.conn.Client.Get(ctx, client.ObjectKeyFromObject(m), cur); err != nil {

@@ -58,11 +58,16 @@ func adoptCommand() *cli.Command {
 			"is sent to a node. This release writes an adoption only with --cni-unmanaged (Cilium takeover is not available yet).\n\n" +
 			"adopt --release --cluster NAME lifts the holds one machine at a time, control planes first: each node is checked to be the\n" +
 			"machine, its live configuration compared with its render (anything but a B difference keeps it, and the machines after it,\n" +
-			"held), then the controller applies the render and the release waits for the machine to be Ready.",
+			"held), then the controller applies the render and the release waits for the machine to be Ready.\n\n" +
+			"adopt --cluster NAME --add-machine ADDRESS registers a configured machine of cluster NAME that no TalosMachine stands for\n" +
+			"(it joined with your own tooling after the adoption, or its TalosMachine was deleted): it is read with the cluster's\n" +
+			"credentials, must name the cluster's ID and Talos API CA, is compared with its render like an adopted machine and is\n" +
+			"written held; `adopt --release` releases it.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "plan", Usage: "show what adoption would do and stop: read-only"},
 			&cli.BoolFlag{Name: "release", Usage: "release the adoption's holds of --cluster NAME, one machine at a time"},
-			&cli.StringFlag{Name: flagCluster, Usage: "the adopted cluster's `NAME` (with --release)"},
+			&cli.StringFlag{Name: flagCluster, Usage: "the cluster's `NAME` (with --release or --add-machine)"},
+			&cli.StringSliceFlag{Name: flagAddMachine, Usage: "register the configured machine at `ADDRESS` with --cluster NAME, held (repeat it for each)"},
 			&cli.StringFlag{Name: flagTalosconfig, Usage: "your talosconfig `FILE` for the cluster (its current context's credentials; read here, sent nowhere)", TakesFile: true},
 			&cli.StringSliceFlag{Name: flagNode, Usage: "`ADDRESS` of a machine of the cluster, control planes and workers (repeat it for each)"},
 			&cli.IntFlag{Name: flagTalosPort, Usage: usageTalosPort},
@@ -91,8 +96,12 @@ func adoptAction(ctx context.Context, cmd *cli.Command) error {
 		return adoptRelease(ctx, cmd)
 	}
 
+	if cmd.IsSet(flagAddMachine) {
+		return adoptAddMachine(ctx, cmd)
+	}
+
 	if cmd.IsSet(flagCluster) {
-		return errors.New("--cluster names the cluster --release releases; the plan and the write take the cluster's name from its configuration")
+		return errors.New("--cluster names the cluster of --release or --add-machine; the plan and the write take the cluster's name from its configuration")
 	}
 
 	r, err := newRun(cmd)
@@ -320,7 +329,7 @@ func (r *run) printAdoptionPlan(p *adopt.Plan, planOnly bool) error {
 
 	r.printf("\n")
 
-	t := output.Rows{Header: []string{colAddress, "HOSTNAME", colRole, "TALOS", "KUBERNETES", "A", "B", "C", colStatus}}
+	t := output.Rows{Header: []string{colAddress, "HOSTNAME", colRole, colTalos, "KUBERNETES", "A", "B", "C", colStatus}}
 	for _, m := range p.Machines {
 		st := "adoptable"
 
@@ -341,19 +350,7 @@ func (r *run) printAdoptionPlan(p *adopt.Plan, planOnly bool) error {
 	}
 
 	for _, m := range p.Machines {
-		if len(m.Drift) == 0 {
-			continue
-		}
-
-		r.printf("\n%s (%s): differences from what Ichor would render\n", m.Address, m.Role)
-
-		for _, d := range m.Drift {
-			r.printf("  %s  %-7s  %s: %s\n", d.Class, d.Op, d.Path, d.Why)
-		}
-
-		if m.Hint != "" {
-			r.printf("  blocked: %s\n", m.Hint)
-		}
+		r.printMachineDrift(m)
 	}
 
 	r.printf("\nA: representable (stored as patches or spec fields); B: Ichor-owned (the first render changes it; needs consent, does not block); " +
@@ -373,6 +370,24 @@ func (r *run) printAdoptionPlan(p *adopt.Plan, planOnly bool) error {
 	}
 
 	return nil
+}
+
+// printMachineDrift lists m's differences from its render, with the hint of
+// a blocked machine.
+func (r *run) printMachineDrift(m adopt.MachinePlan) {
+	if len(m.Drift) == 0 {
+		return
+	}
+
+	r.printf("\n%s (%s): differences from what Ichor would render\n", m.Address, m.Role)
+
+	for _, d := range m.Drift {
+		r.printf("  %s  %-7s  %s: %s\n", d.Class, d.Op, d.Path, d.Why)
+	}
+
+	if m.Hint != "" {
+		r.printf("  blocked: %s\n", m.Hint)
+	}
 }
 
 // adoptionCNI is the CNI line: what runs and what adoption makes of it.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"strconv"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/urfave/cli/v3"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/maeshinshin/ichor/cli/internal/adoptflow"
 	"github.com/maeshinshin/ichor/cli/internal/initflow"
+	"github.com/maeshinshin/ichor/cli/internal/output"
 	"github.com/maeshinshin/ichor/cli/internal/secretstore"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/adopt"
@@ -101,9 +104,9 @@ func adoptRelease(ctx context.Context, cmd *cli.Command) error {
 		return errors.New("--release needs --cluster NAME: the adopted TalosCluster whose machines to release")
 	}
 
-	for _, f := range []string{"plan", flagTalosconfig, flagNode, "secrets-bundle", "recover-secrets", "version-contract", "cni-unmanaged"} {
+	for _, f := range append([]string{flagAddMachine}, planOnlyFlags...) {
 		if cmd.IsSet(f) {
-			return fmt.Errorf("--%s belongs to the plan and the write, not to --release (which reads the cluster's resources and its nodes with the bundle)", f)
+			return fmt.Errorf("--%s is not a flag of --release (which reads the cluster's resources, and its nodes with the cluster's bundle)", f)
 		}
 	}
 
@@ -115,4 +118,81 @@ func adoptRelease(ctx context.Context, cmd *cli.Command) error {
 	return adoptflow.Release(ctx, r.conn, adoptflow.ReleaseOptions{
 		Cluster: name, TalosPort: cmd.Int(flagTalosPort), Timeout: cmd.Duration(flagTimeout),
 	}, r.progress(), r.out)
+}
+
+// flagAddMachine is `ichor adopt --add-machine ADDRESS`.
+const flagAddMachine = "add-machine"
+
+// planOnlyFlags belong to the plan and the write of a whole cluster.
+var planOnlyFlags = []string{"plan", flagTalosconfig, flagNode, "secrets-bundle", "recover-secrets", "recover-from", "version-contract", "cni-unmanaged",
+	flagInstall, flagInstallerImage, flagWriteKubeconfig, flagGeneratePassphrase}
+
+// adoptAddMachine is `ichor adopt --cluster NAME --add-machine ADDRESS`:
+// the read-only plan of each machine, the consent, the held TalosMachines.
+func adoptAddMachine(ctx context.Context, cmd *cli.Command) error {
+	name := cmd.String(flagCluster)
+	if name == "" {
+		return errors.New("--add-machine needs --cluster NAME: the TalosCluster the machine belongs to")
+	}
+
+	for _, f := range planOnlyFlags {
+		if cmd.IsSet(f) {
+			return fmt.Errorf("--%s belongs to the adoption of a whole cluster, not to --add-machine (which reads the machine with the cluster's own credentials)", f)
+		}
+	}
+
+	addrs := cmd.StringSlice(flagAddMachine)
+	for _, a := range addrs {
+		if _, err := netip.ParseAddr(a); err != nil {
+			return fmt.Errorf("--add-machine %q is not an IP address; give the address the machine's Talos API answers on", a)
+		}
+	}
+
+	r, err := connected(cmd)
+	if err != nil {
+		return err
+	}
+
+	add, err := adoptflow.PlanAdditions(ctx, r.conn, adoptflow.AddOptions{Cluster: name, Addresses: addrs, TalosPort: cmd.Int(flagTalosPort)})
+	if err != nil {
+		return err
+	}
+
+	r.printf("Machines to register with cluster %s (read with the cluster's credentials; nothing was written)\n\n", name)
+
+	t := output.Rows{Header: []string{colAddress, "HOSTNAME", colRole, colTalos, "A", "B", "C", colStatus}}
+	for _, a := range add.Additions {
+		st := "adoptable"
+		if a.Blocked {
+			st = "blocked"
+		}
+
+		t.Add(a.Address, a.Hostname, a.Role, a.TalosVersion, strconv.Itoa(adopt.Count(a.Drift, adopt.ClassRepresentable)),
+			strconv.Itoa(adopt.Count(a.Drift, adopt.ClassIchorOwned)), strconv.Itoa(adopt.Count(a.Drift, adopt.ClassBlocking)), st)
+	}
+
+	if err := t.Write(r.out); err != nil {
+		return err
+	}
+
+	for _, a := range add.Additions {
+		r.printMachineDrift(a.MachinePlan)
+	}
+
+	if blocked := add.Blocked(); len(blocked) > 0 {
+		return fmt.Errorf("%v blocked by class C drift: nothing was written; make each match what Ichor renders (the paths above), then run the command again", blocked)
+	}
+
+	if err := r.confirm(fmt.Sprintf("\nRegistering %d machine(s) with cluster %s writes their TalosMachines, held; nothing is sent to a node until `ichor adopt --release`.",
+		len(add.Additions), name), name); err != nil {
+		return err
+	}
+
+	if err := adoptflow.WriteAdditions(ctx, r.conn, add, r.progress()); err != nil {
+		return err
+	}
+
+	r.printf("\nRegistered and held. Release them, one at a time, with\n  ichor adopt --release --cluster %s\n", name)
+
+	return nil
 }

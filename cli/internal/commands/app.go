@@ -62,6 +62,8 @@ const (
 	colReason  = "REASON"
 	colStatus  = "STATUS"
 	colMessage = "MESSAGE"
+	// colTalos heads the Talos version columns.
+	colTalos = "TALOS"
 	// wordYes is how a table shows a true flag.
 	wordYes = "yes"
 	// colAddress heads the address columns; argAddress is the address argument.

@@ -182,7 +182,7 @@ func clusterGet(ctx context.Context, cmd *cli.Command) error {
 		r.printf("No clusters in namespace %s.\n", r.ns())
 		return nil
 	}
-	t := &output.Rows{Header: []string{colName, "TALOS", "KUBERNETES", "CONTROL PLANES", "WORKERS", "PENDING", "ENDPOINT", "READY", colAge}}
+	t := &output.Rows{Header: []string{colName, colTalos, "KUBERNETES", "CONTROL PLANES", "WORKERS", "PENDING", "ENDPOINT", "READY", colAge}}
 	now := time.Now()
 	for i := range all {
 		c := &all[i]

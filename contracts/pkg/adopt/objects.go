@@ -1,11 +1,13 @@
 package adopt
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
 
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -75,10 +77,7 @@ func (p *Plan) Objects(namespace string) (*Objects, error) {
 			continue
 		}
 
-		tm := desiredMachine(c, mp.Machine, p.facts[i])
-		tm.Namespace = namespace
-		tm.Labels = map[string]string{ichorv1alpha1.ClusterLabel: c.Name}
-		tm.Annotations = map[string]string{ichorv1alpha1.HoldApplyAnnotation: HoldValue}
+		tm := heldMachine(c, mp.Machine, p.facts[i])
 
 		docs, err := representable(mp)
 		if err != nil {
@@ -86,22 +85,38 @@ func (p *Plan) Objects(namespace string) (*Objects, error) {
 		}
 
 		if len(docs) > 0 {
-			out.Patches = append(out.Patches, &ichorv1alpha1.TalosConfigPatch{
-				ObjectMeta: metav1.ObjectMeta{
-					Namespace: namespace, Name: PatchPrefix + tm.Name,
-					Labels: map[string]string{ichorv1alpha1.ClusterLabel: c.Name},
-				},
-				Spec: ichorv1alpha1.TalosConfigPatchSpec{
-					ClusterName: c.Name, Layer: ichorv1alpha1.LayerMachine,
-					Target: ichorv1alpha1.PatchTarget{MachineName: tm.Name}, Documents: docs,
-				},
-			})
+			out.Patches = append(out.Patches, machinePatch(tm, docs))
 		}
 
 		out.Machines = append(out.Machines, tm)
 	}
 
 	return out, nil
+}
+
+// heldMachine is the TalosMachine the adoption writes for m, in c's
+// namespace, held.
+func heldMachine(c *ichorv1alpha1.TalosCluster, m Machine, f Facts) *ichorv1alpha1.TalosMachine {
+	tm := desiredMachine(c, m, f)
+	tm.Namespace = c.Namespace
+	tm.Labels = map[string]string{ichorv1alpha1.ClusterLabel: c.Name}
+	tm.Annotations = map[string]string{ichorv1alpha1.HoldApplyAnnotation: HoldValue}
+
+	return tm
+}
+
+// machinePatch is the machine-layer patch that carries tm's class A documents.
+func machinePatch(tm *ichorv1alpha1.TalosMachine, docs []mirror.PatchDocument) *ichorv1alpha1.TalosConfigPatch {
+	return &ichorv1alpha1.TalosConfigPatch{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: tm.Namespace, Name: PatchPrefix + tm.Name,
+			Labels: map[string]string{ichorv1alpha1.ClusterLabel: tm.Spec.ClusterName},
+		},
+		Spec: ichorv1alpha1.TalosConfigPatchSpec{
+			ClusterName: tm.Spec.ClusterName, Layer: ichorv1alpha1.LayerMachine,
+			Target: ichorv1alpha1.PatchTarget{MachineName: tm.Name}, Documents: docs,
+		},
+	}
 }
 
 // representable are the live documents behind m's class A drift that a
@@ -195,4 +210,84 @@ func Unsettled(ds []Drift) []Drift {
 	}
 
 	return out
+}
+
+// Addition is the plan of one configured machine of a cluster Ichor manages
+// that no TalosMachine stands for (it joined with the operator's own tooling
+// after an adoption, or its TalosMachine was deleted): `ichor adopt
+// --add-machine` (architecture, "Machines", reclaim).
+type Addition struct {
+	MachinePlan
+	// Objects holds the held TalosMachine and, with class A documents, its
+	// patch; nil while the machine is blocked.
+	Objects *Objects `json:"-"`
+}
+
+// PlanAddition compares m, read from the node with the cluster's bundle b,
+// with the TalosMachine an adoption would write for it into cluster c.
+// load gathers the render's input for that machine (render.LoadInput in the
+// CLI). It refuses a machine whose own configuration names another cluster
+// (its cluster ID or Talos API CA is not c's): it belongs elsewhere.
+func PlanAddition(c *ichorv1alpha1.TalosCluster, b *secrets.Bundle, m Machine, load func(*ichorv1alpha1.TalosMachine) (render.Input, error)) (*Addition, error) {
+	cfg, err := ParseConfig(m.Config)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.Address, err)
+	}
+
+	f, err := ReadFacts(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.Address, err)
+	}
+
+	var ca []byte
+	if sec := cfg.Machine().Security(); sec != nil && sec.IssuingCA() != nil {
+		ca = sec.IssuingCA().Crt
+	}
+
+	if f.ClusterID != b.Cluster.ID || b.Certs == nil || b.Certs.OS == nil || !bytes.Equal(ca, b.Certs.OS.Crt) {
+		return nil, fmt.Errorf("the machine at %s is configured for another cluster than %s (its cluster ID or Talos API CA is not this cluster's): "+
+			"it is not added; give the address of a machine of cluster %s", m.Address, c.Name, c.Name)
+	}
+
+	tm := heldMachine(c, m, f)
+
+	in, err := load(tm)
+	if err != nil {
+		return nil, err
+	}
+
+	in.Machine, in.Bundle = tm, b
+
+	res, err := render.Render(in)
+	if err != nil {
+		return nil, fmt.Errorf("rendering %s: %w", m.Address, err)
+	}
+
+	drift, err := CheckLive(res, m.Config)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.Address, err)
+	}
+
+	a := &Addition{MachinePlan: MachinePlan{
+		Machine: m, Role: f.Role, KubernetesVersion: f.KubernetesVersion, InstallDisk: f.InstallDisk, Drift: drift,
+	}}
+
+	if Count(drift, ClassBlocking) > 0 {
+		a.Blocked, a.Hint = true, hintBlocked
+
+		return a, nil
+	}
+
+	docs, err := representable(a.MachinePlan)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.Address, err)
+	}
+
+	a.Objects = &Objects{Machines: []*ichorv1alpha1.TalosMachine{tm}}
+
+	if len(docs) > 0 {
+		a.Objects.Patches = []*ichorv1alpha1.TalosConfigPatch{machinePatch(tm, docs)}
+	}
+
+	return a, nil
 }

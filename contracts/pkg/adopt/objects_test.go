@@ -127,3 +127,53 @@ func TestObjectsBlocked(t *testing.T) {
 		t.Errorf("a refused plan: %v", err)
 	}
 }
+
+// TestPlanAddition: a configured worker of an adopted cluster that no
+// TalosMachine stands for is planned held, its own document as its patch; a
+// machine configured for another cluster is refused by name.
+func TestPlanAddition(t *testing.T) {
+	c := gen(t, cniFlannel)
+
+	p, err := adopt.Build(c.machines(), adopt.Options{Bundle: c.bundle, CNIUnmanaged: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	objs, err := p.Objects("ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cl := objs.Cluster
+	load := func(tm *ichorv1alpha1.TalosMachine) (render.Input, error) {
+		if tm.Namespace != "ns" || tm.Spec.ClusterName != cl.Name {
+			t.Errorf("load of %s/%s of cluster %s", tm.Namespace, tm.Name, tm.Spec.ClusterName)
+		}
+
+		return render.Input{Cluster: cl}, nil
+	}
+
+	late := adopt.Machine{Address: "10.5.0.4", Hostname: "w-2", UUID: "u-3", TalosVersion: "v1.14.1", Config: append(append([]byte{}, c.w...), staticHost...)}
+
+	a, err := adopt.PlanAddition(cl, c.bundle, late, load)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if a.Blocked || a.Objects == nil || len(a.Objects.Machines) != 1 || len(a.Objects.Patches) != 1 {
+		t.Fatalf("addition: blocked %t, drift %+v", a.Blocked, a.Drift)
+	}
+
+	m := a.Objects.Machines[0]
+	if m.Name != "w-2" || m.Spec.Identity.UUID != "u-3" || m.Spec.Role != ichorv1alpha1.RoleWorker ||
+		m.Annotations[ichorv1alpha1.HoldApplyAnnotation] != adopt.HoldValue || a.Objects.Patches[0].Spec.Target.MachineName != "w-2" {
+		t.Errorf("machine %+v %+v, patch %+v", m.ObjectMeta, m.Spec, a.Objects.Patches[0].Spec)
+	}
+
+	other := gen(t, cniFlannel)
+	late.Config = other.w
+
+	if _, err := adopt.PlanAddition(cl, c.bundle, late, load); err == nil || !strings.Contains(err.Error(), "configured for another cluster than theirs") {
+		t.Errorf("a machine of another cluster: %v", err)
+	}
+}

@@ -68,8 +68,9 @@ func Decide(in *Inspection, facts Facts) []guard.Refusal {
 			Field: fieldAddress,
 			Rule: fmt.Sprintf("the machine %s already belongs to Ichor cluster %s/%s (same %s): a reclaim would wipe a machine of a managed cluster",
 				machineName(in), mc.Namespace, mc.Name, what),
-			WayOut: fmt.Sprintf("nothing to reclaim: cluster %s manages it already; to take it out of that cluster, remove its TalosMachine there "+
-				"(`ichor node remove NAME -n %s`), which resets it", mc.Name, mc.Namespace),
+			WayOut: fmt.Sprintf("nothing to reclaim: it is a machine of cluster %s. If no TalosMachine of that cluster stands for it, register it "+
+				"with `ichor adopt --cluster %s -n %s --add-machine ADDRESS`; to take it out of that cluster, remove its TalosMachine there "+
+				"(`ichor node remove NAME -n %s`), which resets it", mc.Name, mc.Name, mc.Namespace, mc.Namespace),
 		})
 	}
 

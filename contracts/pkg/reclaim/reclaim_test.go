@@ -91,7 +91,7 @@ func TestDecide(t *testing.T) {
 	}{
 		{name: "foreign worker", in: inspection()},
 		{name: "same Talos API CA", in: inspection(func(in *Inspection) { in.OSCAFingerprint = Fingerprint(ours.Certs.OS.Crt) }),
-			want: map[string][]string{"spec.address": {"Ichor cluster ns/prod", "same Talos API CA", "ichor node remove NAME -n ns"}}},
+			want: map[string][]string{"spec.address": {"Ichor cluster ns/prod", "same Talos API CA", "ichor node remove NAME -n ns", "ichor adopt --cluster prod -n ns --add-machine ADDRESS"}}},
 		{name: "same cluster ID", in: inspection(func(in *Inspection) { in.ClusterID = ours.Cluster.ID }),
 			want: map[string][]string{"spec.address": {"same cluster ID"}}},
 		{name: "Ichor machine forced", in: inspection(func(in *Inspection) { in.ClusterID = ours.Cluster.ID }), force: true,
