@@ -14,8 +14,49 @@ import (
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
-// adoptSubnet is the loopback subnet of the adoption's world.
-const adoptSubnet = "127.0.207.0/24"
+// The loopback subnets of the adoption's worlds (no other test uses them).
+const (
+	adoptSubnet          = "127.0.207.0/24"
+	adoptInstallSubnet   = "127.0.208.0/24"
+	adoptInstallPodRange = "127.208.0.0/24"
+)
+
+// stop stops the world's controller and emulator, so that a finished test
+// leaves no load behind for the package's next ones.
+func (w *world) stop() {
+	if w.ctrl != nil {
+		stopProcess(w.ctrl)
+	}
+
+	stopProcess(w.emu)
+}
+
+// makeTalosctlCluster makes a cluster of cp and the workers with the real
+// talosctl (gen secrets, gen config, apply-config --insecure, bootstrap),
+// as a person does, and returns the talosconfig and the secrets file.
+func makeTalosctlCluster(ctx context.Context, t *testing.T, name string, cp emuMachine, workers ...emuMachine) (tc, secretsFile string) {
+	t.Helper()
+
+	dir := t.TempDir()
+	secretsFile, tc = filepath.Join(dir, "secrets.yaml"), filepath.Join(dir, "talosconfig")
+
+	mustTalosctl(ctx, t, "", "gen", "secrets", "-o", secretsFile)
+	mustTalosctl(ctx, t, "", "gen", "config", name, "https://"+cp.ip()+":6443", "--with-secrets", secretsFile,
+		"--install-disk", "/dev/nvme0n1", "--kubernetes-version", "1.37.2", "-o", dir)
+	mustTalosctl(ctx, t, "", "apply-config", "--insecure", "--nodes", cp.ip(), "--file", filepath.Join(dir, "controlplane.yaml"))
+
+	for _, m := range workers {
+		mustTalosctl(ctx, t, "", "apply-config", "--insecure", "--nodes", m.ip(), "--file", filepath.Join(dir, "worker.yaml"))
+	}
+
+	testenv.EventuallyEvery(t, 3*time.Minute, time.Second, "talosctl bootstrap", func() (bool, string) {
+		out, err := talosctl(ctx, t, tc, "--endpoints", cp.ip(), "--nodes", cp.ip(), "bootstrap")
+
+		return err == nil, out
+	})
+
+	return tc, secretsFile
+}
 
 // heldMachine is what the adoption test reads of a TalosMachine.
 type heldMachine struct {
@@ -47,6 +88,16 @@ func (m heldMachine) condition(t string) (status, reason string) {
 	}
 
 	return "", ""
+}
+
+func (m heldMachine) message(t string) string {
+	for _, c := range m.Status.Conditions {
+		if c.Type == t {
+			return c.Message
+		}
+	}
+
+	return ""
 }
 
 func (w *world) heldMachines(ctx context.Context) ([]heldMachine, error) {
@@ -81,30 +132,14 @@ func TestAdoptTalosctlFlannel(t *testing.T) {
 
 	w, err := startWorldIn(adoptSubnet, 3, 1, "")
 	testenv.Must(t, err)
+	t.Cleanup(w.stop)
 
 	// late joins the cluster with talosctl like the others, and is left out
 	// of the adoption: --add-machine registers it afterwards.
 	cp, wk, late := w.machines[0], w.machines[1], w.machines[2]
-	dir := t.TempDir()
-	secretsFile, tc := filepath.Join(dir, "secrets.yaml"), filepath.Join(dir, "talosconfig")
-
 	// The cluster, as a person makes it with talosctl.
-	mustTalosctl(ctx, t, "", "gen", "secrets", "-o", secretsFile)
-	mustTalosctl(ctx, t, "", "gen", "config", "theirs", "https://"+cp.ip()+":6443", "--with-secrets", secretsFile,
-		"--install-disk", "/dev/nvme0n1", "--kubernetes-version", "1.37.2", "-o", dir)
-
-	for _, m := range []struct {
-		node emuMachine
-		file string
-	}{{cp, "controlplane.yaml"}, {wk, "worker.yaml"}, {late, "worker.yaml"}} {
-		mustTalosctl(ctx, t, "", "apply-config", "--insecure", "--nodes", m.node.ip(), "--file", filepath.Join(dir, m.file))
-	}
-
-	testenv.EventuallyEvery(t, 3*time.Minute, time.Second, "talosctl bootstrap", func() (bool, string) {
-		out, err := talosctl(ctx, t, tc, "--endpoints", cp.ip(), "--nodes", cp.ip(), "bootstrap")
-
-		return err == nil, out
-	})
+	tc, secretsFile := makeTalosctlCluster(ctx, t, "theirs", cp, wk, late)
+	dir := filepath.Dir(tc)
 
 	before := map[string]int{}
 
@@ -174,7 +209,8 @@ func TestAdoptTalosctlFlannel(t *testing.T) {
 		for _, m := range ms {
 			prov, _ := m.condition("Provisioned")
 			held, _ := m.condition("AdoptionHeld")
-			ok = ok && prov == "True" && held == "True" && m.Metadata.Annotations["ichor.maesh.dev/hold-apply"] == "ichor-adopt"
+			ok = ok && prov == "True" && held == "True" && m.Metadata.Annotations["ichor.maesh.dev/hold-apply"] == "ichor-adopt" &&
+				strings.Contains(m.message("AdoptionHeld"), "ichor adopt --release --cluster theirs")
 			states = append(states, fmt.Sprintf("%s provisioned=%s held=%s drift=%v", m.Metadata.Name, prov, held, m.Status.DriftPaths))
 		}
 
@@ -331,5 +367,65 @@ func mustTalosctl(ctx context.Context, t *testing.T, tc string, args ...string) 
 
 	if err != nil {
 		t.Fatalf("talosctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestAdoptInstallsIchor: the write's default install (--install manifest):
+// a talosctl cluster of one control plane and one worker, adopted with its
+// CNI kept, gets Ichor from the installer Job (its pods run by the pod
+// runner, admission webhooks on), and the in-cluster controller confirms
+// both machines and reports them held; the release then hands both over and
+// they are Ready.
+func TestAdoptInstallsIchor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	w, err := startWorldIn(adoptInstallSubnet, 2, 1, adoptInstallPodRange)
+	testenv.Must(t, err)
+	t.Cleanup(w.stop)
+
+	cp, wk := w.machines[0], w.machines[1]
+	tc, secretsFile := makeTalosctlCluster(ctx, t, "installed", cp, wk)
+
+	out := w.mustIchor(t, ctx, "adopt", "--cni-unmanaged", "--talosconfig", tc, "--node", cp.ip(), "--node", wk.ip(),
+		"--secrets-bundle", secretsFile, "--write-kubeconfig", w.kubeconfig, "--yes")
+	if !strings.Contains(out, "Ichor installed by the installer Job") || !strings.Contains(out, "Cluster installed is adopted and held") {
+		t.Errorf("the write with the default install:\n%s", out)
+	}
+
+	w.waitAvailable(t, ctx, "ichor-controller", 1, 5*time.Minute)
+
+	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "both machines provisioned and held by the in-cluster controller", func() (bool, string) {
+		ms, err := w.heldMachines(ctx)
+		if err != nil || len(ms) != 2 {
+			return false, fmt.Sprintf("%d machines: %v", len(ms), err)
+		}
+
+		var states []string
+
+		ok := true
+
+		for _, m := range ms {
+			prov, _ := m.condition("Provisioned")
+			held, _ := m.condition("AdoptionHeld")
+			ok = ok && prov == "True" && held == "True"
+			states = append(states, fmt.Sprintf("%s provisioned=%s held=%s", m.Metadata.Name, prov, held))
+		}
+
+		return ok, strings.Join(states, "; ")
+	})
+
+	out = w.mustIchor(t, ctx, "adopt", "--release", "--cluster", "installed", "--timeout", "5m")
+	if !strings.Contains(out, "Every machine of cluster installed is released") {
+		t.Errorf("the release:\n%s", out)
+	}
+
+	ms, err := w.heldMachines(ctx)
+	testenv.Must(t, err)
+
+	for _, m := range ms {
+		if ready, reason := m.condition("Ready"); ready != "True" || m.Status.AppliedConfigHash == "" {
+			t.Errorf("%s after the release: Ready %s (%s), applied %q", m.Metadata.Name, ready, reason, m.Status.AppliedConfigHash)
+		}
 	}
 }

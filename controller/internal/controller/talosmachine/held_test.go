@@ -49,7 +49,8 @@ func TestHeldMachineReportsAndNeverApplies(t *testing.T) {
 
 	testenv.Eventually(t, waitTimeout, name+" AdoptionHeld", func() error {
 		c := apimeta.FindStatusCondition(getMachine(t, name).Status.Conditions, ichorv1alpha1.AdoptionHeldCondition)
-		if c == nil || c.Status != "True" || c.Reason != ichorv1alpha1.HeldReason || !strings.Contains(c.Message, "ichor-restore") {
+		if c == nil || c.Status != "True" || c.Reason != ichorv1alpha1.HeldReason || !strings.Contains(c.Message, "ichor-restore") ||
+			!strings.Contains(c.Message, "ichor restore --confirm") {
 			return fmt.Errorf("AdoptionHeld %+v", c)
 		}
 

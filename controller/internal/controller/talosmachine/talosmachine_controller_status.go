@@ -8,7 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/adopt"
 	"github.com/maeshinshin/ichor/contracts/pkg/plan"
+	"github.com/maeshinshin/ichor/contracts/pkg/recovery"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
@@ -137,7 +139,18 @@ func markHeld(m *ichorv1alpha1.TalosMachine) {
 		return
 	}
 
+	v := m.Annotations[ichorv1alpha1.HoldApplyAnnotation]
+
+	way := "remove the annotation to let the controller apply"
+
+	switch v {
+	case adopt.HoldValue:
+		way = fmt.Sprintf("`ichor adopt --release --cluster %s` checks the node against its render and lifts the hold", m.Spec.ClusterName)
+	case recovery.HoldValue:
+		way = fmt.Sprintf("once the machines look right, `ichor restore --confirm %s` lifts the recovery's holds", m.Spec.ClusterName)
+	}
+
 	set(m, ichorv1alpha1.AdoptionHeldCondition, metav1.ConditionTrue, ichorv1alpha1.HeldReason, fmt.Sprintf(
-		"the annotation %s=%s stops every apply to this machine; its drift is reported. Remove the annotation (after a recovery: `ichor restore --confirm CLUSTER`) to let the controller apply",
-		ichorv1alpha1.HoldApplyAnnotation, m.Annotations[ichorv1alpha1.HoldApplyAnnotation]))
+		"the annotation %s=%s stops every apply to this machine; its drift is reported. %s",
+		ichorv1alpha1.HoldApplyAnnotation, v, way))
 }
