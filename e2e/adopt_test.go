@@ -100,6 +100,34 @@ func (m heldMachine) message(t string) string {
 	return ""
 }
 
+// waitHeld waits until the cluster's n machines are confirmed by the
+// controller (Provisioned) and held by the adoption (AdoptionHeld, naming
+// the release).
+func (w *world) waitHeld(t *testing.T, cluster string, n int) {
+	t.Helper()
+
+	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, fmt.Sprintf("%d machines provisioned and held", n), func() (bool, string) {
+		ms, err := w.heldMachines(context.Background())
+		if err != nil || len(ms) != n {
+			return false, fmt.Sprintf("%d machines: %v", len(ms), err)
+		}
+
+		var states []string
+
+		ok := true
+
+		for _, m := range ms {
+			prov, _ := m.condition("Provisioned")
+			held, _ := m.condition("AdoptionHeld")
+			ok = ok && prov == "True" && held == "True" && m.Metadata.Annotations["ichor.maesh.dev/hold-apply"] == "ichor-adopt" &&
+				strings.Contains(m.message("AdoptionHeld"), "ichor adopt --release --cluster "+cluster)
+			states = append(states, fmt.Sprintf("%s provisioned=%s held=%s drift=%v", m.Metadata.Name, prov, held, m.Status.DriftPaths))
+		}
+
+		return ok, strings.Join(states, "; ")
+	})
+}
+
 func (w *world) heldMachines(ctx context.Context) ([]heldMachine, error) {
 	var l struct {
 		Items []heldMachine `json:"items"`
@@ -196,26 +224,7 @@ func TestAdoptTalosctlFlannel(t *testing.T) {
 	k := startKiller(w)
 
 	// The controller follows each node as its own and reports it held.
-	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "both machines provisioned and held", func() (bool, string) {
-		ms, err := w.heldMachines(ctx)
-		if err != nil || len(ms) != 2 {
-			return false, fmt.Sprintf("%d machines: %v", len(ms), err)
-		}
-
-		var states []string
-
-		ok := true
-
-		for _, m := range ms {
-			prov, _ := m.condition("Provisioned")
-			held, _ := m.condition("AdoptionHeld")
-			ok = ok && prov == "True" && held == "True" && m.Metadata.Annotations["ichor.maesh.dev/hold-apply"] == "ichor-adopt" &&
-				strings.Contains(m.message("AdoptionHeld"), "ichor adopt --release --cluster theirs")
-			states = append(states, fmt.Sprintf("%s provisioned=%s held=%s drift=%v", m.Metadata.Name, prov, held, m.Status.DriftPaths))
-		}
-
-		return ok, strings.Join(states, "; ")
-	})
+	w.waitHeld(t, "theirs", 2)
 
 	for _, m := range w.machines {
 		c, err := w.rpcs(ctx, m.Name)
@@ -395,25 +404,7 @@ func TestAdoptInstallsIchor(t *testing.T) {
 
 	w.waitAvailable(t, ctx, "ichor-controller", 1, 5*time.Minute)
 
-	testenv.EventuallyEvery(t, 5*time.Minute, 2*time.Second, "both machines provisioned and held by the in-cluster controller", func() (bool, string) {
-		ms, err := w.heldMachines(ctx)
-		if err != nil || len(ms) != 2 {
-			return false, fmt.Sprintf("%d machines: %v", len(ms), err)
-		}
-
-		var states []string
-
-		ok := true
-
-		for _, m := range ms {
-			prov, _ := m.condition("Provisioned")
-			held, _ := m.condition("AdoptionHeld")
-			ok = ok && prov == "True" && held == "True"
-			states = append(states, fmt.Sprintf("%s provisioned=%s held=%s", m.Metadata.Name, prov, held))
-		}
-
-		return ok, strings.Join(states, "; ")
-	})
+	w.waitHeld(t, "installed", 2)
 
 	out = w.mustIchor(t, ctx, "adopt", "--release", "--cluster", "installed", "--timeout", "5m")
 	if !strings.Contains(out, "Every machine of cluster installed is released") {
