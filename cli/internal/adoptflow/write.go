@@ -302,7 +302,28 @@ func (s *state) connect(ctx context.Context) error {
 	return nil
 }
 
+// install installs Ichor, unless Helm manages the Ichor that runs there
+// (architecture, "ichor adopt": a Helm-installed Ichor is registered with,
+// not installed over, and must be this CLI's version).
 func (s *state) install(ctx context.Context) error {
+	inst := &ichorv1alpha1.IchorInstallation{}
+
+	switch err := s.conn.Client.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, inst); {
+	case err == nil:
+		skip, err := helmManaged(inst, s.env.Version)
+		if err != nil {
+			return err
+		}
+
+		if skip {
+			s.p.Detailf("Ichor %s runs, installed with Helm: the install step is skipped (Helm upgrades it)", inst.Status.InstalledVersion)
+
+			return nil
+		}
+	case !apierrors.IsNotFound(err) && !apimeta.IsNoMatchError(err):
+		return s.conn.Explain(err, "reading the IchorInstallation (a Helm-installed Ichor is not installed over)")
+	}
+
 	return initflow.InstallInto(ctx, s.kubeconfig,
 		initflow.Options{Namespace: s.o.Namespace, Install: s.o.Install, InstallerImage: s.o.InstallerImage},
 		initflow.Env{Store: s.env.Store, Progress: s.p, Out: s.env.Out, Version: s.env.Version})
@@ -542,4 +563,30 @@ func (s *state) summary() {
 
 	_, _ = fmt.Fprintf(w, "The previous administrators' client certificates stay valid: rotate the CAs when you can (ichor cluster rotate-ca %s).\n"+
 		"Once the controller runs, release the hold, one machine at a time, control planes first:\n  ichor adopt --release --cluster %s\n", c.Name, c.Name)
+}
+
+// helmManaged says whether the install step is skipped for inst: Helm
+// manages that Ichor. Its version must be this CLI's (without build
+// metadata), or the adoption stops before it writes a resource.
+func helmManaged(inst *ichorv1alpha1.IchorInstallation, cliVersion string) (bool, error) {
+	if inst.Spec.Deployment.Manager != ichorv1alpha1.ManagerHelm {
+		return false, nil
+	}
+
+	want, _, _ := strings.Cut(cliVersion, "+")
+	if have := inst.Status.InstalledVersion; have != want {
+		return false, fmt.Errorf("the Ichor in the cluster is %s, installed with Helm, and this ichor is %s: the versions must be equal. "+
+			"Upgrade the release with `helm upgrade` to %s (Helm manages that Ichor), or run the adoption with ichor %s; nothing was written to the cluster",
+			orUnknown(have), want, want, orUnknown(have))
+	}
+
+	return true, nil
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "(version not recorded yet)"
+	}
+
+	return v
 }
