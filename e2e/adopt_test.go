@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 
@@ -379,7 +381,9 @@ func mustTalosctl(ctx context.Context, t *testing.T, tc string, args ...string) 
 	}
 }
 
-// TestAdoptInstallsIchor: the write's default install (--install manifest):
+// TestAdoptInstallsIchor: the write's default install (--install manifest)
+// and a bundle rebuilt from a control plane (--recover-secrets, stored
+// encrypted, mode 0600, holding talosctl's CAs):
 // a talosctl cluster of one control plane and one worker, adopted with its
 // CNI kept, gets Ichor from the installer Job (its pods run by the pod
 // runner, admission webhooks on), and the in-cluster controller confirms
@@ -396,10 +400,25 @@ func TestAdoptInstallsIchor(t *testing.T) {
 	cp, wk := w.machines[0], w.machines[1]
 	tc, secretsFile := makeTalosctlCluster(ctx, t, "installed", cp, wk)
 
+	// The bundle is rebuilt from the control plane's configuration
+	// (--recover-secrets), not read from the file talosctl wrote.
 	out := w.mustIchor(t, ctx, "adopt", "--cni-unmanaged", "--talosconfig", tc, "--node", cp.ip(), "--node", wk.ip(),
-		"--secrets-bundle", secretsFile, "--write-kubeconfig", w.kubeconfig, "--yes")
+		"--recover-secrets", "--write-kubeconfig", w.kubeconfig, "--yes")
 	if !strings.Contains(out, "Ichor installed by the installer Job") || !strings.Contains(out, "Cluster installed is adopted and held") {
 		t.Errorf("the write with the default install:\n%s", out)
+	}
+
+	// The store holds it, encrypted and private; it is the cluster's bundle.
+	stored := filepath.Join(w.dir, "home", "clusters", "installed", "secrets.yaml.age")
+	if st, err := os.Stat(stored); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the recovered bundle in the store: %v %v", st, err)
+	}
+
+	exported := filepath.Join(t.TempDir(), "bundle.yaml")
+	w.mustIchor(t, ctx, "secrets", "export", "secrets.yaml", "--cluster", "installed", "--out", exported)
+
+	if want, got := bundleCAs(t, secretsFile), bundleCAs(t, exported); want != got {
+		t.Errorf("the stored bundle's CAs are not talosctl's: %q, want %q", got, want)
 	}
 
 	w.waitAvailable(t, ctx, "ichor-controller", 1, 5*time.Minute)
@@ -419,4 +438,29 @@ func TestAdoptInstallsIchor(t *testing.T) {
 			t.Errorf("%s after the release: Ready %s (%s), applied %q", m.Metadata.Name, ready, reason, m.Status.AppliedConfigHash)
 		}
 	}
+}
+
+// bundleCAs is the certificates of the Talos API and Kubernetes CAs of a
+// secrets bundle file (public material: the test compares no key).
+func bundleCAs(t *testing.T, file string) string {
+	t.Helper()
+
+	data, err := os.ReadFile(file)
+	testenv.Must(t, err)
+
+	var b struct {
+		Certs struct {
+			K8s, OS struct {
+				Crt string `json:"crt"`
+			}
+		} `json:"certs"`
+	}
+
+	testenv.Must(t, yaml.Unmarshal(data, &b))
+
+	if b.Certs.OS.Crt == "" || b.Certs.K8s.Crt == "" {
+		t.Fatalf("%s has no CA certificates", file)
+	}
+
+	return b.Certs.OS.Crt + "/" + b.Certs.K8s.Crt
 }

@@ -52,7 +52,8 @@ const (
 	DefaultMonitorInterval = 30 * time.Second
 	DefaultDrainTimeout    = 5 * time.Minute
 	// DefaultResetGrace is how long a requested reset may take to start
-	// before the machine says so (it is never sent twice).
+	// before it is requested again (awaitReset: a node still running its
+	// configuration then never received it).
 	DefaultResetGrace = 3 * time.Minute
 	// lockWait is how often a machine waiting for the cluster lock looks again.
 	lockWait = 5 * time.Second

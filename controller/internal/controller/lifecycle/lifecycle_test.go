@@ -23,6 +23,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/lock"
+	"github.com/maeshinshin/ichor/controller/internal/controller/lifecycle"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	"github.com/maeshinshin/ichor/controller/internal/testworld"
 	"github.com/maeshinshin/ichor/tools/testenv"
@@ -54,6 +55,7 @@ func TestLifecycle(t *testing.T) {
 		{"ChaosOneResetPerRemoval", chaosRemoval},
 		{"FirstProbeRecordsFingerprintSendsLater", firstProbeRecords},
 		{"LostApplyAnswerFollowedNotFingerprintChanged", lostApplyAnswer},
+		{"ResetRecordedNeverSentIsSentAgain", lostResetRequest},
 	}
 
 	for _, s := range steps {
@@ -542,5 +544,56 @@ func lostApplyAnswer(t *testing.T) {
 	// A lost answer is not the node refusing the configuration.
 	if n := count(ichorv1alpha1.ApplyFailedReason); n != refusedEvents {
 		t.Errorf("%d ApplyFailed Events (\"the node refused the configuration\") for an answer that was lost", n-refusedEvents)
+	}
+}
+
+// lostResetRequest: a controller killed between recording a Reset
+// (status.resetRequestedAt) and sending it leaves a removal that waits for a
+// reset the node never received. Once the grace has passed and the node
+// still runs its configuration, the reset is recorded again and sent: the
+// removal ends, with exactly one Reset on the node.
+func lostResetRequest(t *testing.T) {
+	before := rpcs(t, "w-1", "Reset")
+
+	remove(t, "w-1", map[string]string{ichorv1alpha1.RemoveRebootAnnotation: "true"}, false)
+
+	// Fresh controllers take the removal up to its reset phase, not into it.
+	testworld.RunChaos(t, waitTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, "w-1") }, func() testworld.ChaosStep {
+		m := getMachine(t, "w-1")
+
+		return testworld.ChaosStep{Done: m.Status.Removal != nil && m.Status.Removal.Phase == ichorv1alpha1.RemovalResetting}
+	})
+
+	// What the killed controller wrote before its Reset call: the record,
+	// older than the grace.
+	testenv.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m := getMachine(t, "w-1")
+		if m.Status.ResetRequestedAt != nil {
+			t.Fatal("the reset was recorded before the test could stand in for the killed controller")
+		}
+
+		at := metav1.NewTime(time.Now().Add(-lifecycle.DefaultResetGrace - time.Minute))
+		m.Status.ResetRequestedAt = &at
+
+		return k8s.Status().Update(context.Background(), m)
+	}))
+
+	testworld.RunChaos(t, waitTimeout, func() ctrl.Result { return reconcileOnceInFreshController(t, "w-1") }, func() testworld.ChaosStep {
+		m := &ichorv1alpha1.TalosMachine{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "w-1"}, m); err != nil {
+			testenv.Must(t, client.IgnoreNotFound(err))
+
+			return testworld.ChaosStep{Done: true}
+		}
+
+		return testworld.ChaosStep{}
+	})
+
+	if n := rpcs(t, "w-1", "Reset") - before; n != 1 {
+		t.Errorf("w-1 got %d Reset calls for a reset recorded and never sent, want exactly 1", n)
+	}
+
+	if !slices.ContainsFunc(events(t, "w-1"), func(e string) bool { return strings.HasPrefix(e, "ResetNotStarted") }) {
+		t.Error("no ResetNotStarted Event")
 	}
 }

@@ -366,7 +366,14 @@ func definite(err error) bool {
 
 // awaitReset waits for a requested reset to take the node out of its
 // configuration (it answers only in maintenance mode, or not at all once it
-// powered off). It never sends the reset again.
+// powered off). A reset that never started is asked for again: when the
+// grace has passed and the node still answers with the cluster's
+// credentials in the running stage, the request never reached it (a
+// controller killed between recording it and sending it), for Talos enters
+// the resetting stage as soon as a reset sequence starts
+// (t:internal/app/machined/pkg/controllers/runtime/machine_status.go:
+// SequenceReset's start event sets MachineStageResetting). The record is
+// dropped and reset() checks the identity, records and sends again.
 func (r *Reconciler) awaitReset(ctx context.Context, s *scope) (string, ctrl.Result, error) {
 	m := s.machine
 
@@ -375,8 +382,13 @@ func (r *Reconciler) awaitReset(ctx context.Context, s *scope) (string, ctrl.Res
 		n.Close()
 
 		if m.Status.Stage == ichorv1alpha1.StageRunning && s.now().Sub(m.Status.ResetRequestedAt.Time) > r.ResetGrace {
-			m.Status.Removal.Message = fmt.Sprintf("the reset requested at %s has not started: the node still runs its configuration. "+
-				"It is not sent twice; check the node, or set spec.forceRemove", m.Status.ResetRequestedAt.UTC().Format(time.RFC3339))
+			at := m.Status.ResetRequestedAt.UTC().Format(time.RFC3339)
+			m.Status.ResetRequestedAt = nil
+			m.Status.Removal.Message = fmt.Sprintf("the reset requested at %s never started (the node still runs its configuration): it is requested again", at)
+			r.eventf(m, corev1.EventTypeWarning, "ResetNotStarted", "Remove",
+				"the reset of %s requested at %s never started: the node still runs its configuration after %s; requesting it again", m.Name, at, r.ResetGrace)
+
+			return "", ichorreconcile.NextStep(), nil
 		}
 
 		return "", ctrl.Result{RequeueAfter: r.PollInterval}, nil
