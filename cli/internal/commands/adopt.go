@@ -57,8 +57,8 @@ func adoptCommand() *cli.Command {
 			"controller reports drift and applies nothing. A blocked worker is left out; a blocked control plane stops the write. Nothing\n" +
 			"is sent to a node. This release writes an adoption only with --cni-unmanaged (Cilium takeover is not available yet).\n\n" +
 			"adopt --release --cluster NAME lifts the holds one machine at a time, control planes first: each node is checked to be the\n" +
-			"machine, its live configuration compared with its render (anything but a B difference keeps it, and the machines after it,\n" +
-			"held), then the controller applies the render and the release waits for the machine to be Ready.\n\n" +
+			"machine, its live configuration compared with its render (anything but a B difference or the install target keeps it, and\n" +
+			"the machines after it, held), then the controller applies the render and the release waits for the machine to be Ready.\n\n" +
 			"adopt --cluster NAME --add-machine ADDRESS registers a configured machine of cluster NAME that no TalosMachine stands for\n" +
 			"(it joined with your own tooling after the adoption, or its TalosMachine was deleted): it is read with the cluster's\n" +
 			"credentials, must name the cluster's ID and Talos API CA, is compared with its render like an adopted machine and is\n" +
