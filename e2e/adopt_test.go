@@ -39,13 +39,26 @@ func (w *world) stop() {
 func makeTalosctlCluster(ctx context.Context, t *testing.T, name string, cp emuMachine, workers ...emuMachine) (tc, secretsFile string) {
 	t.Helper()
 
+	return makeTalosctlClusterWith(ctx, t, name, []emuMachine{cp}, workers)
+}
+
+// makeTalosctlClusterWith makes a cluster of the control planes cps (the
+// first is the endpoint and is bootstrapped) and the workers, with genArgs
+// added to `talosctl gen config` (config patches).
+func makeTalosctlClusterWith(ctx context.Context, t *testing.T, name string, cps, workers []emuMachine, genArgs ...string) (tc, secretsFile string) {
+	t.Helper()
+
+	cp := cps[0]
 	dir := t.TempDir()
 	secretsFile, tc = filepath.Join(dir, "secrets.yaml"), filepath.Join(dir, "talosconfig")
 
 	mustTalosctl(ctx, t, "", "gen", "secrets", "-o", secretsFile)
-	mustTalosctl(ctx, t, "", "gen", "config", name, "https://"+cp.ip()+":6443", "--with-secrets", secretsFile,
-		"--install-disk", "/dev/nvme0n1", "--kubernetes-version", "1.37.2", "-o", dir)
-	mustTalosctl(ctx, t, "", "apply-config", "--insecure", "--nodes", cp.ip(), "--file", filepath.Join(dir, "controlplane.yaml"))
+	mustTalosctl(ctx, t, "", slices.Concat([]string{"gen", "config", name, "https://" + cp.ip() + ":6443", "--with-secrets", secretsFile,
+		"--install-disk", "/dev/nvme0n1", "--kubernetes-version", "1.37.2", "-o", dir}, genArgs)...)
+
+	for _, m := range cps {
+		mustTalosctl(ctx, t, "", "apply-config", "--insecure", "--nodes", m.ip(), "--file", filepath.Join(dir, "controlplane.yaml"))
+	}
 
 	for _, m := range workers {
 		mustTalosctl(ctx, t, "", "apply-config", "--insecure", "--nodes", m.ip(), "--file", filepath.Join(dir, "worker.yaml"))

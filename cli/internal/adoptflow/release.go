@@ -12,6 +12,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/initflow"
@@ -19,6 +20,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/adopt"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
 	"github.com/maeshinshin/ichor/contracts/pkg/render"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
@@ -66,6 +68,19 @@ func Release(ctx context.Context, conn *kube.Conn, o ReleaseOptions, p *initflow
 	b, err := readBundle(ctx, conn, c)
 	if err != nil {
 		return err
+	}
+
+	// The first render of a control plane drops the foreign Cilium entry:
+	// not before Ichor's release runs that Cilium (architecture, "Cilium",
+	// "Takeover": removed only after CNIHandover is true).
+	if cilium.TakesOver(c) {
+		p.Step("Cilium taken over as Ichor's Helm release (CNIHandover)")
+
+		if err := waitHandover(ctx, conn, c, o.Timeout, p); err != nil {
+			p.Fail()
+
+			return err
+		}
 	}
 
 	d := &talos.Dialer{Port: o.TalosPort, CertTTL: 30 * time.Minute}
@@ -208,6 +223,43 @@ func releaseOne(ctx context.Context, conn *kube.Conn, d *talos.Dialer, b *secret
 	p.Detailf("hold lifted; waiting for the controller to apply the render and for %s to be Ready", m.Name)
 
 	return waitApplied(ctx, conn, m, timeout, p)
+}
+
+// waitHandover waits until the controller has made the running Cilium
+// Ichor's Helm release (CNIHandover=True), showing its progress.
+func waitHandover(ctx context.Context, conn *kube.Conn, c *ichorv1alpha1.TalosCluster, timeout time.Duration, p *initflow.Progress) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	last := "the controller has not reported on it yet"
+
+	for {
+		cur := &ichorv1alpha1.TalosCluster{}
+		if err := conn.Client.Get(ctx, client.ObjectKeyFromObject(c), cur); err == nil {
+			cond := apimeta.FindStatusCondition(cur.Status.Conditions, ichorv1alpha1.CNIHandoverCondition)
+			if cond != nil && cond.Status == metav1.ConditionTrue {
+				p.Detailf("%s", cond.Message)
+
+				return nil
+			}
+
+			if cond != nil && cond.Message != last {
+				last = cond.Message
+				p.Detailf("%s: %s", cond.Reason, last)
+			}
+		}
+
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("the running Cilium is not Ichor's Helm release within %s (last: %s); no hold was lifted. "+
+					"Follow it with `ichor cluster get %s` (condition CNIHandover), then run `ichor adopt --release --cluster %s` again", timeout, last, c.Name, c.Name)
+			}
+
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // waitApplied waits until the controller recorded an applied render and the

@@ -225,40 +225,8 @@ func sameBundle(a, b []byte, contract string) bool {
 func (s *state) credentials(ctx context.Context) error {
 	addr := s.firstControlPlane()
 
-	var (
-		kc   []byte
-		last error
-	)
-
-	// A cluster just bootstrapped serves its kubeconfig once its API server
-	// certificates exist: asked again for a few minutes.
-	err := initflow.Poll(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
-		n, err := talos.DialTalosconfigNode(ctx, addr, s.o.TalosPort, s.o.Talosconfig)
-		if err != nil {
-			last = err
-
-			return false, nil
-		}
-		defer n.Close()
-
-		kc, last = n.Kubeconfig(ctx)
-
-		return last == nil, nil
-	})
+	kc, err := AdminKubeconfig(ctx, addr, s.o.TalosPort, s.o.Talosconfig, s.o.Namespace, 5*time.Minute)
 	if err != nil {
-		return fmt.Errorf("reading the admin kubeconfig from %s with your talosconfig: %s; run the same command again to continue", addr, talos.Message(errors.Join(last, err)))
-	}
-
-	cfg, err := clientcmd.Load(kc)
-	if err != nil {
-		return errors.New("the node's admin kubeconfig does not parse")
-	}
-
-	for _, c := range cfg.Contexts {
-		c.Namespace = s.o.Namespace
-	}
-
-	if kc, err = clientcmd.Write(*cfg); err != nil {
 		return err
 	}
 
@@ -289,6 +257,45 @@ func (s *state) credentials(ctx context.Context) error {
 	}
 
 	return nil
+}
+
+// AdminKubeconfig reads the admin kubeconfig from the control plane at addr
+// with the operator's talosconfig, as `talosctl kubeconfig` does (a read),
+// its contexts set to namespace. A cluster just bootstrapped serves it once
+// its API server certificates exist: it is asked again for up to wait.
+func AdminKubeconfig(ctx context.Context, addr string, port int, talosconfig []byte, namespace string, wait time.Duration) ([]byte, error) {
+	var (
+		kc   []byte
+		last error
+	)
+
+	err := initflow.Poll(ctx, wait, func(ctx context.Context) (bool, error) {
+		n, err := talos.DialTalosconfigNode(ctx, addr, port, talosconfig)
+		if err != nil {
+			last = err
+
+			return false, nil
+		}
+		defer n.Close()
+
+		kc, last = n.Kubeconfig(ctx)
+
+		return last == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the admin kubeconfig from %s with your talosconfig: %s; run the same command again to continue", addr, talos.Message(errors.Join(last, err)))
+	}
+
+	cfg, err := clientcmd.Load(kc)
+	if err != nil {
+		return nil, errors.New("the node's admin kubeconfig does not parse")
+	}
+
+	for _, c := range cfg.Contexts {
+		c.Namespace = namespace
+	}
+
+	return clientcmd.Write(*cfg)
 }
 
 func (s *state) connect(ctx context.Context) error {
@@ -471,8 +478,9 @@ func (s *state) writeMachines(ctx context.Context, patches []*ichorv1alpha1.Talo
 	return nil
 }
 
-// advise sets CARotationAdvised on the TalosCluster: the previous
-// administrators' client certificates stay valid.
+// advise sets CARotationAdvised on the TalosCluster (the previous
+// administrators' client certificates stay valid) and records the inline
+// manifest entry of a Cilium taken over.
 func (s *state) advise(ctx context.Context) error {
 	c := s.objs.Cluster
 
@@ -482,11 +490,14 @@ func (s *state) advise(ctx context.Context) error {
 			return err
 		}
 
-		if apimeta.FindStatusCondition(cur.Status.Conditions, ichorv1alpha1.CARotationAdvisedCondition) != nil {
+		if apimeta.FindStatusCondition(cur.Status.Conditions, ichorv1alpha1.CARotationAdvisedCondition) != nil &&
+			cur.Status.CNI.TakenOverInlineManifest == c.Status.CNI.TakenOverInlineManifest {
 			return nil
 		}
 
 		before := cur.DeepCopy()
+		// The foreign inline entry the takeover replaces, found by content.
+		cur.Status.CNI.TakenOverInlineManifest = c.Status.CNI.TakenOverInlineManifest
 		apimeta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{
 			Type: ichorv1alpha1.CARotationAdvisedCondition, Status: metav1.ConditionTrue, Reason: "Adopted", ObservedGeneration: cur.Generation,
 			Message: "the cluster was adopted: the client certificates its previous administrators hold stay valid until the CAs are rotated " +

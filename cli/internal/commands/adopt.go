@@ -14,6 +14,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/urfave/cli/v3"
 
+	"github.com/maeshinshin/ichor/cli/internal/adoptflow"
 	"github.com/maeshinshin/ichor/cli/internal/initflow"
 	"github.com/maeshinshin/ichor/cli/internal/output"
 	"github.com/maeshinshin/ichor/cli/internal/secretstore"
@@ -28,11 +29,11 @@ import (
 // flagTalosconfig names the operator's own talosconfig file.
 const flagTalosconfig = "talosconfig"
 
-// errCiliumTakeoverUnavailable refuses writing an adoption that would take
-// Cilium over or install it: this release does neither.
-var errCiliumTakeoverUnavailable = errors.New("this release adopts a cluster only with its CNI left as it runs (--cni-unmanaged): " +
-	"taking over a running Cilium, or installing Ichor's Cilium into a cluster with no CNI, is not available yet; nothing was written. " +
-	"Add --cni-unmanaged to adopt the cluster with its CNI as it is (spec.cni.preset: unmanaged), or use `ichor adopt --plan` to see the rest")
+// The Cilium takeover's consents.
+const (
+	flagAcceptCiliumDiff    = "accept-cilium-diff"
+	flagAcceptCiliumChanges = "accept-cilium-changes"
+)
 
 // adoptCommand is `ichor adopt`: the read-only plan (--plan), the write
 // phase, and the release of the hold (--release), with the operator's own
@@ -55,7 +56,14 @@ func adoptCommand() *cli.Command {
 			"(--install) and writes the bundle Secret, the TalosCluster (annotation " + ichorv1alpha1.AdoptedAnnotation + "), a TalosConfigPatch per\n" +
 			"machine with class A documents and the TalosMachines, each held (" + ichorv1alpha1.HoldApplyAnnotation + "=" + adopt.HoldValue + "): the\n" +
 			"controller reports drift and applies nothing. A blocked worker is left out; a blocked control plane stops the write. Nothing\n" +
-			"is sent to a node. This release writes an adoption only with --cni-unmanaged (Cilium takeover is not available yet).\n\n" +
+			"is sent to a node.\n\n" +
+			"A Cilium that runs (a Talos inline manifest or an applied `helm template`) is taken over as Ichor's Helm release unless\n" +
+			"--cni-unmanaged keeps it as it is: the plan reads it over the cluster's Kubernetes API (the admin kubeconfig read from a\n" +
+			"control plane) and refuses a minor other than the pinned chart's or the one below, an IPAM other than kubernetes, native\n" +
+			"routing, an agent not ready on every Node and KubePrism off port 7445; it renders the chart with Ichor's values and lists\n" +
+			"every field the takeover would change. Any difference needs --accept-cilium-diff, a change Ichor-owned values decide\n" +
+			"--accept-cilium-changes too. After the write the controller's ichor-cni Job installs the release over the running objects\n" +
+			"(CNIHandover); the release waits for it. A Cilium installed with Helm, and a cluster with no CNI, are refused in this release.\n\n" +
 			"adopt --release --cluster NAME lifts the holds one machine at a time, control planes first: each node is checked to be the\n" +
 			"machine, its live configuration compared with its render (anything but a B difference or the install target keeps it, and\n" +
 			"the machines after it, held), then the controller applies the render and the release waits for the machine to be Ready.\n\n" +
@@ -75,7 +83,9 @@ func adoptCommand() *cli.Command {
 			&cli.BoolFlag{Name: "recover-secrets", Usage: "rebuild the secrets bundle from a control plane's configuration, read-only (stored encrypted by the write)"},
 			&cli.StringFlag{Name: "recover-from", Usage: "the control plane `ADDRESS` --recover-secrets reads (default: the first control plane given)"},
 			&cli.StringFlag{Name: "version-contract", Usage: "render with this version `CONTRACT` (v1.12 up to the running version) instead of the probe's choice"},
-			&cli.BoolFlag{Name: "cni-unmanaged", Usage: "keep a CNI other than Cilium as it is (spec.cni.preset: unmanaged)"},
+			&cli.BoolFlag{Name: "cni-unmanaged", Usage: "keep the CNI as it is, Cilium included (spec.cni.preset: unmanaged)"},
+			&cli.BoolFlag{Name: flagAcceptCiliumDiff, Usage: "take Cilium over although Ichor's render of it differs from the running objects (the plan lists the fields)"},
+			&cli.BoolFlag{Name: flagAcceptCiliumChanges, Usage: "with --accept-cilium-diff, also accept the changes Ichor-owned values make to the running data plane"},
 			&cli.StringFlag{Name: flagInstall, Value: initflow.InstallManifest, Usage: "`MODE`: manifest (the installer Job installs Ichor in the cluster) or none (only its CRDs; the controller runs elsewhere)"},
 			&cli.StringFlag{Name: flagInstallerImage, Usage: "the installer Job's `IMAGE` (default: this release's, " + install.InstallerRepository + ":<version>)"},
 			&cli.StringFlag{Name: flagWriteKubeconfig, Usage: "also write the admin kubeconfig to `FILE` (mode 0600)", TakesFile: true},
@@ -167,6 +177,15 @@ func adoptAction(ctx context.Context, cmd *cli.Command) error {
 	p, err := adopt.Build(machines, o)
 	if err != nil {
 		return err
+	}
+
+	if !cmd.Bool("cni-unmanaged") {
+		if err := adoptflow.CheckTakeover(ctx, p, adoptflow.TakeoverOptions{
+			Talosconfig: talosconfig, TalosPort: cmd.Int(flagTalosPort),
+			AcceptDiff: cmd.Bool(flagAcceptCiliumDiff), AcceptChanges: cmd.Bool(flagAcceptCiliumChanges),
+		}); err != nil {
+			return err
+		}
 	}
 
 	if r.format != output.Table {
@@ -360,16 +379,67 @@ func (r *run) printAdoptionPlan(p *adopt.Plan, planOnly bool) error {
 		r.warnf("%s", w)
 	}
 
+	r.printTakeover(p.CiliumTakeover)
+
 	switch {
 	case p.Refused() || !planOnly:
-	case c.CNIPreset == ichorv1alpha1.CNIPresetCilium:
-		r.printf("Nothing was written. Writing this adoption takes Cilium over (or installs it), which this release cannot do: " +
-			"add --cni-unmanaged to adopt the cluster with its CNI as it runs.\n")
 	default:
 		r.printf("Nothing was written. To write the adoption (every machine held until `ichor adopt --release`), run the same command without --plan.\n")
 	}
 
 	return nil
+}
+
+// printTakeover shows the Cilium takeover check: what runs, and each object
+// Ichor's release would create or change (the fields, never their values).
+func (r *run) printTakeover(t *adopt.Takeover) {
+	if t == nil {
+		return
+	}
+
+	r.printf("\nCilium takeover: Cilium %s runs", orDash(t.Running))
+
+	if t.Chart != "" {
+		r.printf(", taken over with the chart %s", t.Chart)
+	}
+
+	r.printf("; IPAM %s, tunnel %s, agent ready on %d of %d Nodes", orDash(t.IPAM), orDash(t.Tunnel), t.Ready, t.Nodes)
+
+	if t.InlineManifest != "" {
+		r.printf("; the inline manifest %s is removed from the control planes by the first render after the hand-over", t.InlineManifest)
+	}
+
+	r.printf("\n")
+
+	for _, d := range t.Differences {
+		if d.Missing {
+			r.printf("  create  %s (not in the cluster)\n", d.Object)
+
+			continue
+		}
+
+		owned := map[string]bool{}
+		for _, o := range d.Owned {
+			owned[o] = true
+		}
+
+		for _, path := range d.Paths {
+			mark := ""
+			if owned[path] {
+				mark = "  (owned: decided by an Ichor-owned value)"
+			}
+
+			r.printf("  change  %s: %s%s\n", d.Object, path, mark)
+		}
+	}
+
+	for _, o := range t.LeftOver {
+		r.printf("  keep    %s (in the inline manifest, not in Ichor's chart: left as it is, not part of the release)\n", o)
+	}
+
+	if len(t.Differences) == 0 && len(t.Refusals) == 0 {
+		r.printf("  Ichor's render matches every running object: the takeover changes nothing and restarts no pod.\n")
+	}
 }
 
 // printMachineDrift lists m's differences from its render, with the hint of

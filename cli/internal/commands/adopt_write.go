@@ -24,8 +24,8 @@ import (
 // adoptWrite is phase 2 of `ichor adopt`, after the plan printed: the
 // person's consent (the cluster's name typed, or --yes), then adoptflow.Write.
 func (r *run) adoptWrite(ctx context.Context, cmd *cli.Command, p *adopt.Plan, b *secrets.Bundle, talosconfig []byte) error {
-	if p.Cluster.CNIPreset != ichorv1alpha1.CNIPresetUnmanaged {
-		return errCiliumTakeoverUnavailable
+	if p.Cluster.CNIPreset == ichorv1alpha1.CNIPresetCilium && p.CiliumTakeover == nil {
+		return errors.New("the plan has no check of the running Cilium: nothing was written; run `ichor adopt --plan` to see why")
 	}
 
 	switch m := cmd.String(flagInstall); m {
@@ -125,6 +125,7 @@ const flagAddMachine = "add-machine"
 
 // planOnlyFlags belong to the plan and the write of a whole cluster.
 var planOnlyFlags = []string{"plan", flagTalosconfig, flagNode, "secrets-bundle", "recover-secrets", "recover-from", "version-contract", "cni-unmanaged",
+	flagAcceptCiliumDiff, flagAcceptCiliumChanges,
 	flagInstall, flagInstallerImage, flagWriteKubeconfig, flagGeneratePassphrase}
 
 // adoptAddMachine is `ichor adopt --cluster NAME --add-machine ADDRESS`:

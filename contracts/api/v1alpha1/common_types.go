@@ -177,6 +177,13 @@ const (
 	CNIBootstrapAnnotation = "ichor.maesh.dev/cni-bootstrap"
 	// CNIBootstrapInline is CNIBootstrapAnnotation's value for the inline manifest.
 	CNIBootstrapInline = "inline-manifest"
+	// CNIBootstrapTakeover is CNIBootstrapAnnotation's value on a cluster
+	// `ichor adopt` took over with its Cilium running: that Cilium (a foreign
+	// inline manifest or an applied `helm template`) is handed over to Ichor's
+	// Helm release like a bootstrapped one, and the render carries no inline
+	// entry of Ichor's (the foreign one goes with the first render, after
+	// the hand-over, since the adoption's release waits for CNIHandover).
+	CNIBootstrapTakeover = "adopt-takeover"
 	// CNIBootstrapChartAnnotation on a TalosCluster is the Cilium chart
 	// `ichor init` booted from the inline manifest (`--cilium-version`, one
 	// this Ichor embeds): the control planes' render keeps that chart's

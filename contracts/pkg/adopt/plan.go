@@ -100,6 +100,9 @@ type Plan struct {
 	Machines []MachinePlan   `json:"machines"`
 	Warnings []string        `json:"warnings,omitempty"`
 	Refusals []guard.Refusal `json:"refusals,omitempty"`
+	// CiliumTakeover is the check of the running Cilium the adoption takes
+	// over (AddTakeover); nil when none was made.
+	CiliumTakeover *Takeover `json:"ciliumTakeover,omitempty"`
 
 	// facts are each machine's facts, in the order of Machines.
 	facts []Facts
@@ -270,6 +273,42 @@ func Build(machines []Machine, o Options) (*Plan, error) {
 	return p, nil
 }
 
+// AddTakeover records the check of the running Cilium the adoption takes
+// over; its refusals are the plan's.
+func (p *Plan) AddTakeover(t *Takeover) {
+	p.CiliumTakeover = t
+	p.Refusals = append(p.Refusals, t.Refusals...)
+}
+
+// CiliumInline is the inline manifest entry that installs Cilium and its
+// objects ("Kind namespace/name"); "" when none does.
+func (p *Plan) CiliumInline() (string, []string) {
+	for _, c := range p.Cluster.CNIs {
+		if c.Name != cni.DetectedCilium || c.Source != SourceInlineManifest {
+			continue
+		}
+
+		for _, m := range p.Cluster.InlineManifests {
+			if m.Name == c.InlineManifest {
+				return m.Name, m.Objects
+			}
+		}
+	}
+
+	return "", nil
+}
+
+// KubePrismPorts is each machine's KubePrism port by address (zero: off).
+func (p *Plan) KubePrismPorts() map[string]int {
+	out := map[string]int{}
+
+	for i, f := range p.facts {
+		out[p.Machines[i].Address] = f.KubePrismPort
+	}
+
+	return out
+}
+
 // probe renders every machine under contract vc and classifies its drift.
 func (p *Plan) probe(machines []Machine, facts []Facts, vc string, b *secrets.Bundle) ([][]Drift, ContractScore) {
 	score := ContractScore{Contract: vc}
@@ -346,6 +385,12 @@ func (p *Plan) desiredCluster(facts []Facts, vc string) *ichorv1alpha1.TalosClus
 		c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetUnmanaged, Unmanaged: &ichorv1alpha1.UnmanagedCNISpec{TalosCNI: talosCNI}}
 	default:
 		c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: kubeProxy}
+
+		if t := p.CiliumTakeover; t != nil {
+			c.Spec.CNI.Tunnel = t.Tunnel
+			c.Annotations[ichorv1alpha1.CNIBootstrapAnnotation] = ichorv1alpha1.CNIBootstrapTakeover
+			c.Status.CNI.TakenOverInlineManifest = t.InlineManifest
+		}
 	}
 
 	return c

@@ -2,6 +2,9 @@ package cilium
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -9,6 +12,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
+	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
 // InlineManifestName is the name of the Talos inline manifest that carries
@@ -36,6 +40,66 @@ func BootstrapOptions(c *ichorv1alpha1.TalosCluster) Options {
 func BootstrappedInline(c *ichorv1alpha1.TalosCluster) bool {
 	return c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetCilium &&
 		c.Annotations[ichorv1alpha1.CNIBootstrapAnnotation] == ichorv1alpha1.CNIBootstrapInline
+}
+
+// TakesOver says whether a cluster's Cilium was running before Ichor, and
+// `ichor adopt` wrote the cluster to take it over (CNIBootstrapTakeover).
+func TakesOver(c *ichorv1alpha1.TalosCluster) bool {
+	return c.Spec.CNI.Preset == ichorv1alpha1.CNIPresetCilium &&
+		c.Annotations[ichorv1alpha1.CNIBootstrapAnnotation] == ichorv1alpha1.CNIBootstrapTakeover
+}
+
+// HandsOver says whether the hand-over controller makes a cluster's running
+// Cilium Ichor's Helm release: one `ichor init` booted, or one adopted.
+func HandsOver(c *ichorv1alpha1.TalosCluster) bool {
+	return BootstrappedInline(c) || TakesOver(c)
+}
+
+// TakeoverChart is the embedded chart a running Cilium of version running is
+// taken over with: the same version when Ichor embeds it, else the embedded
+// chart of the same minor, which must be the pinned chart's minor or the one
+// below it (architecture, "Cilium", "Takeover").
+func TakeoverChart(running string) (string, error) {
+	embedded := Versions()
+	if slices.Contains(embedded, running) {
+		return running, nil
+	}
+
+	minor := func(v string) (int, int, bool) {
+		parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+		if len(parts) < 2 {
+			return 0, 0, false
+		}
+
+		maj, err1 := strconv.Atoi(parts[0])
+		mn, err2 := strconv.Atoi(parts[1])
+
+		return maj, mn, err1 == nil && err2 == nil
+	}
+
+	rMaj, rMin, ok := minor(running)
+	pMaj, pMin, _ := minor(release.DefaultCiliumVersion)
+
+	if !ok || rMaj != pMaj || (rMin != pMin && rMin != pMin-1) {
+		return "", fmt.Errorf("the Cilium that runs is %s: Ichor takes over Cilium %d.%d or %d.%d (the pinned chart %s's minor or the one below); "+
+			"upgrade or downgrade Cilium to one of them first", orUnknown(running), pMaj, pMin, pMaj, pMin-1, release.DefaultCiliumVersion)
+	}
+
+	for i := len(embedded) - 1; i >= 0; i-- {
+		if m, n, _ := minor(embedded[i]); m == rMaj && n == rMin {
+			return embedded[i], nil
+		}
+	}
+
+	return "", fmt.Errorf("the Cilium that runs is %s and this Ichor embeds no chart of its minor (it has %s)", running, strings.Join(embedded, ", "))
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "of an unknown version (the agent image's tag is not a version)"
+	}
+
+	return v
 }
 
 // NeedsBootstrapManifest says whether a cluster's control planes still carry

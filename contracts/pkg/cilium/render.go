@@ -61,6 +61,27 @@ func Render(ctx context.Context, opts Options) (*Rendered, error) {
 		return nil, err
 	}
 
+	return renderInputs(ctx, in)
+}
+
+// RenderWithoutOwned renders the chart of opts with Ichor's defaults and the
+// user's layer but none of the Ichor-owned keys, which keep the chart's own
+// defaults. Compared with Render's manifest, it shows which parts of each
+// object the Ichor-owned keys decide (the adoption's takeover check).
+func RenderWithoutOwned(ctx context.Context, opts Options) (*Rendered, error) {
+	in, err := prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+
+	if in.values, err = ciliumvalues.WithoutOwned(opts.UserValues, opts.Choices); err != nil {
+		return nil, err
+	}
+
+	return renderInputs(ctx, in)
+}
+
+func renderInputs(ctx context.Context, in *inputs) (*Rendered, error) {
 	// ClientOnly with DryRun is `helm template`: Helm swaps in a printing
 	// client and in-memory release storage and renders with default
 	// capabilities at KubeVersion (helm.sh/helm/v3 pkg/action/install.go,

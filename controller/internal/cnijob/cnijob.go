@@ -54,6 +54,18 @@ func Request(c *ichorv1alpha1.TalosCluster, ds *appsv1.DaemonSet, deployed *cili
 		}
 	}
 
+	// An adopted Cilium of a version Ichor does not embed is taken over with
+	// the embedded chart of its minor: the person accepted that difference
+	// (`ichor adopt --accept-cilium-diff`) before the cluster was written.
+	if deployed == nil && cilium.TakesOver(c) {
+		chart, err := cilium.TakeoverChart(v)
+		if err != nil {
+			return cilium.Request{}, err
+		}
+
+		v = chart
+	}
+
 	if embedded := cilium.Versions(); !slices.Contains(embedded, v) {
 		return cilium.Request{}, fmt.Errorf("the Cilium that runs is %s, a chart this build of Ichor does not embed (it has %s): "+
 			"Ichor takes Cilium over only with the chart that runs, so that nothing restarts; run an Ichor whose charts include %s",

@@ -64,3 +64,28 @@ func TestRequestKeepsTheChartThatRuns(t *testing.T) {
 		t.Fatalf("a Cilium without an embedded chart: %v", err)
 	}
 }
+
+// TestRequestTakesOverAnAdoptedMinor: an adopted Cilium (annotation
+// adopt-takeover) whose exact version Ichor does not embed is taken over with
+// the embedded chart of its minor, which the person accepted at adoption; a
+// Cilium `ichor init` booted is not (nothing may restart in its hand-over),
+// and an adopted minor Ichor does not take is refused.
+func TestRequestTakesOverAnAdoptedMinor(t *testing.T) {
+	c := &ichorv1alpha1.TalosCluster{}
+	c.Annotations = map[string]string{ichorv1alpha1.CNIBootstrapAnnotation: ichorv1alpha1.CNIBootstrapTakeover}
+	c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium}
+
+	req, err := Request(c, agent("quay.io/cilium/cilium:v1.19.1"), nil, 3)
+	if err != nil || req.Version != "v1.19.3" {
+		t.Fatalf("an adopted v1.19.1: %+v, %v; want the embedded v1.19.3", req, err)
+	}
+
+	if _, err := Request(c, agent("quay.io/cilium/cilium:v1.17.0"), nil, 3); err == nil || !strings.Contains(err.Error(), "v1.17.0") {
+		t.Fatalf("an adopted v1.17.0: %v", err)
+	}
+
+	c.Annotations[ichorv1alpha1.CNIBootstrapAnnotation] = ichorv1alpha1.CNIBootstrapInline
+	if _, err := Request(c, agent("quay.io/cilium/cilium:v1.19.1"), nil, 3); err == nil {
+		t.Fatal("init's bootstrapped v1.19.1 was given another chart")
+	}
+}

@@ -26,6 +26,7 @@ export const CARotationAdvisedCondition = "CARotationAdvised";
 export const CNIBootstrapAnnotation = "ichor.maesh.dev/cni-bootstrap";
 export const CNIBootstrapChartAnnotation = "ichor.maesh.dev/cni-bootstrap-chart";
 export const CNIBootstrapInline = "inline-manifest";
+export const CNIBootstrapTakeover = "adopt-takeover";
 export const CNIHandoverCondition = "CNIHandover";
 export const CNIHandoverDoneReason = "HandoverDone";
 export const CNIHandoverFailedReason = "HandoverFailed";

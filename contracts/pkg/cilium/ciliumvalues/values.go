@@ -308,6 +308,17 @@ func Effective(user map[string]any, c Choices) (map[string]any, error) {
 	return out, nil
 }
 
+// WithoutOwned layers Ichor's defaults and the user's layer, leaving every
+// Ichor-owned key at the chart's default: Effective without its last layer.
+func WithoutOwned(user map[string]any, c Choices) (map[string]any, error) {
+	if err := Validate(user); err != nil {
+		return nil, err
+	}
+	out := Defaults(c)
+	merge(out, deepCopy(user))
+	return out, nil
+}
+
 // merge writes src over dst: maps merge key by key, anything else replaces.
 func merge(dst, src map[string]any) {
 	for k, v := range src {

@@ -204,9 +204,10 @@ func (r *Reconciler) waitingf(c *ichorv1alpha1.TalosCluster, format string, args
 
 func (r *Reconciler) reconcile(ctx context.Context, s *reconcile.Scope[*ichorv1alpha1.TalosCluster]) (ctrl.Result, error) {
 	c := s.Object
-	// Only the Cilium `ichor init` booted is handed over; a cluster made
-	// otherwise has no bootstrap Cilium to take over.
-	if !cilium.BootstrappedInline(c) {
+	// Only the Cilium `ichor init` booted, or the one `ichor adopt` found
+	// running and wrote the cluster to take over, is handed over; a cluster
+	// made otherwise has no Cilium of Ichor's to take over.
+	if !cilium.HandsOver(c) {
 		apimeta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.CNIHandoverCondition)
 
 		return ctrl.Result{}, nil

@@ -1,0 +1,616 @@
+package adopt
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
+	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
+	"github.com/maeshinshin/ichor/contracts/pkg/cni"
+	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+)
+
+// The keys of cilium-config the takeover reads (the chart's
+// cilium-configmap.yaml).
+const (
+	configIPAM           = "ipam"
+	configRoutingMode    = "routing-mode"
+	configTunnelProtocol = "tunnel-protocol"
+	routingTunnel        = "tunnel"
+)
+
+// cniField is the field the takeover's refusals name.
+const cniField = "cni"
+
+// neverAccepted are the cilium-config keys whose change on a running data
+// plane no flag accepts (architecture, "Cilium", "Takeover").
+var neverAccepted = []string{configIPAM, configRoutingMode, configTunnelProtocol}
+
+// TakeoverInput is what the Cilium takeover check needs from the plan and
+// the person.
+type TakeoverInput struct {
+	// KubernetesVersion is the cluster's; KubeProxy the plan's mode (enabled
+	// or replaced), from Talos's kube-proxy setting.
+	KubernetesVersion string
+	KubeProxy         string
+	// InlineManifest names the foreign inline manifest entry that installed
+	// Cilium ("" for a Cilium applied otherwise), and Foreign lists its
+	// objects ("Kind namespace/name").
+	InlineManifest string
+	Foreign        []string
+	// KubePrism is each machine's KubePrism port by address (zero: off).
+	KubePrism map[string]int
+	// AcceptDiff and AcceptChanges are --accept-cilium-diff and
+	// --accept-cilium-changes.
+	AcceptDiff, AcceptChanges bool
+}
+
+// CiliumLive is what runs: read from the cluster's Kubernetes API.
+type CiliumLive struct {
+	// DaemonSet is kube-system/cilium; nil when it does not exist.
+	DaemonSet *appsv1.DaemonSet
+	// Config is cilium-config's data (nil when it does not exist).
+	Config map[string]string
+	// Nodes is how many Nodes the cluster has.
+	Nodes int
+	// HelmRecords are Helm's release records of a release named cilium in
+	// kube-system (the Secrets driver's Secrets).
+	HelmRecords []string
+}
+
+// ObjectDiff is how one object of the takeover's render differs from the
+// live one; the values are never shown (a Secret's may be secret).
+type ObjectDiff struct {
+	// Object is "Kind namespace/name".
+	Object string `json:"object"`
+	// Missing is true when the object does not exist: the takeover creates it.
+	Missing bool `json:"missing,omitempty"`
+	// Paths are the fields whose live value the takeover changes.
+	Paths []string `json:"paths,omitempty"`
+	// Owned are those of Paths that Ichor-owned values decide.
+	Owned []string `json:"owned,omitempty"`
+}
+
+// Takeover is the verdict of the Cilium takeover check.
+type Takeover struct {
+	// Running is the agent's version; Chart the embedded chart the takeover
+	// installs (the same version when Ichor embeds it).
+	Running string `json:"running"`
+	Chart   string `json:"chart,omitempty"`
+	// IPAM and Tunnel are read from cilium-config; the tunnel is carried
+	// over into spec.cni.tunnel.
+	IPAM   string `json:"ipam,omitempty"`
+	Tunnel string `json:"tunnel,omitempty"`
+	// Ready and Nodes: the agent is ready on Ready of the Nodes.
+	Ready int `json:"ready"`
+	Nodes int `json:"nodes"`
+	// InlineManifest is the foreign entry the first render removes.
+	InlineManifest string `json:"inlineManifest,omitempty"`
+	// Differences are the objects the takeover changes or creates.
+	Differences []ObjectDiff `json:"differences,omitempty"`
+	// LeftOver are objects of the foreign manifest the chart does not
+	// render: Helm does not take them, and they stay as they are.
+	LeftOver []string `json:"leftOver,omitempty"`
+	// Refusals stop the adoption.
+	Refusals []guard.Refusal `json:"refusals,omitempty"`
+}
+
+// Changes counts the changed fields, and those Ichor-owned values decide.
+func (t *Takeover) Changes() (paths, owned, missing int) {
+	for _, d := range t.Differences {
+		paths += len(d.Paths)
+		owned += len(d.Owned)
+
+		if d.Missing {
+			missing++
+		}
+	}
+
+	return paths, owned, missing
+}
+
+// ReadCiliumLive reads the running Cilium: its DaemonSet, cilium-config,
+// the Node count and Helm's records of a release named cilium.
+func ReadCiliumLive(ctx context.Context, r client.Reader) (*CiliumLive, error) {
+	live := &CiliumLive{}
+
+	ds := &appsv1.DaemonSet{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: "cilium"}, ds); {
+	case err == nil:
+		live.DaemonSet = ds
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading DaemonSet %s/cilium: %w", cilium.Namespace, err)
+	}
+
+	cm := &corev1.ConfigMap{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: cni.CiliumConfigMap}, cm); {
+	case err == nil:
+		live.Config = cm.Data
+		if live.Config == nil {
+			live.Config = map[string]string{}
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", cilium.Namespace, cni.CiliumConfigMap, err)
+	}
+
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("listing the Nodes: %w", err)
+	}
+
+	live.Nodes = len(nodes.Items)
+
+	// Helm's Secrets driver labels each record owner=helm, name=<release>
+	// (helm.sh/helm/v3 pkg/storage/driver/secrets.go).
+	var recs corev1.SecretList
+	if err := r.List(ctx, &recs, client.InNamespace(cilium.Namespace), client.MatchingLabels{"owner": "helm", "name": cilium.ReleaseName}); err != nil {
+		return nil, fmt.Errorf("listing Helm's release records in %s: %w", cilium.Namespace, err)
+	}
+
+	for _, s := range recs.Items {
+		live.HelmRecords = append(live.HelmRecords, s.Name)
+	}
+
+	slices.Sort(live.HelmRecords)
+
+	return live, nil
+}
+
+// CheckCiliumTakeover is the check before anything is written (architecture,
+// "Cilium", "Takeover"): the live minor is the pinned chart's or the one
+// below, ipam.mode is kubernetes, the tunnel protocol is carried over,
+// Cilium runs on every Node and KubePrism is on port 7445 on every machine;
+// then the chart is rendered with Ichor's values (no user layer: there is no
+// Helm record to read one from) and every object is compared with the live
+// one. A difference needs AcceptDiff; a change Ichor-owned values decide
+// needs AcceptChanges; a change of IPAM or the tunnel is never accepted.
+// A Cilium installed with Helm (or the Cilium CLI, which records a Helm
+// release) is refused: this release does not take one over. get reads the
+// live object of a rendered one (nil, nil when it does not exist).
+func CheckCiliumTakeover(ctx context.Context, live *CiliumLive, in TakeoverInput,
+	get func(context.Context, *unstructured.Unstructured) (*unstructured.Unstructured, error),
+) (*Takeover, error) {
+	t := &Takeover{InlineManifest: in.InlineManifest, Nodes: live.Nodes}
+
+	refuse := func(rule, wayOut string) {
+		t.Refusals = append(t.Refusals, guard.Refusal{Field: cniField, Rule: rule, WayOut: wayOut})
+	}
+
+	again := "then run `ichor adopt --plan` again"
+
+	if live.DaemonSet == nil || live.Config == nil {
+		refuse(fmt.Sprintf("the cluster's configuration installs Cilium, but DaemonSet %s/cilium or ConfigMap %s/%s is not in the cluster",
+			cilium.Namespace, cilium.Namespace, cni.CiliumConfigMap),
+			"wait until Talos has applied the inline manifest (talosctl get manifests), "+again)
+
+		return t, nil
+	}
+
+	if len(live.HelmRecords) > 0 {
+		refuse(fmt.Sprintf("Cilium runs as a Helm release (records %s in %s): this release of Ichor takes over a Cilium installed from a Talos inline manifest or an applied `helm template`, not a Helm release",
+			strings.Join(live.HelmRecords, ", "), cilium.Namespace),
+			"adopt the cluster with its Cilium left as it runs (--cni-unmanaged)")
+
+		return t, nil
+	}
+
+	t.Running = cni.Detect([]appsv1.DaemonSet{*live.DaemonSet}).CiliumVersion
+
+	chart, err := cilium.TakeoverChart(t.Running)
+	if err != nil {
+		refuse(err.Error(), again)
+	}
+
+	t.Chart = chart
+
+	t.IPAM = live.Config[configIPAM]
+	if t.IPAM != CiliumIPAMKubernetes {
+		refuse(fmt.Sprintf("cilium-config says ipam %q: Ichor takes over only a Cilium with ipam.mode %q and never changes the IPAM of a running data plane",
+			t.IPAM, CiliumIPAMKubernetes), "move the cluster to Cilium's kubernetes IPAM mode first, "+again)
+	}
+
+	routing, tunnel := live.Config[configRoutingMode], live.Config[configTunnelProtocol]
+	if routing == "" {
+		routing = routingTunnel
+	}
+
+	if tunnel == "" {
+		tunnel = ciliumvalues.TunnelVXLAN
+	}
+
+	switch {
+	case routing != routingTunnel:
+		refuse(fmt.Sprintf("Cilium routes in %q mode: Ichor runs Cilium in tunnel mode (vxlan or geneve) and never changes the routing of a running data plane", routing),
+			"move Cilium to tunnel routing first, "+again)
+	case tunnel != ciliumvalues.TunnelVXLAN && tunnel != ciliumvalues.TunnelGeneve:
+		refuse(fmt.Sprintf("Cilium's tunnel protocol is %q: Ichor offers %s and %s", tunnel, ciliumvalues.TunnelVXLAN, ciliumvalues.TunnelGeneve),
+			"move Cilium to one of them first, "+again)
+	default:
+		t.Tunnel = tunnel
+	}
+
+	ds := live.DaemonSet.Status
+	t.Ready = int(ds.NumberReady)
+
+	if int(ds.DesiredNumberScheduled) != live.Nodes || ds.NumberReady != ds.DesiredNumberScheduled || ds.UpdatedNumberScheduled != ds.DesiredNumberScheduled {
+		refuse(fmt.Sprintf("Cilium is not healthy on every Node: the agent is scheduled on %d, ready on %d and up to date on %d of %d Nodes",
+			ds.DesiredNumberScheduled, ds.NumberReady, ds.UpdatedNumberScheduled, live.Nodes),
+			"wait until `kubectl -n kube-system rollout status ds/cilium` succeeds, "+again)
+	}
+
+	var noPrism []string
+
+	for addr, port := range in.KubePrism {
+		if port != ciliumvalues.KubePrismPort {
+			noPrism = append(noPrism, fmt.Sprintf("%s (%s)", addr, portText(port)))
+		}
+	}
+
+	if len(noPrism) > 0 {
+		slices.Sort(noPrism)
+		refuse(fmt.Sprintf("KubePrism is not on port %d on %s: Ichor's Cilium reaches the API server through it", ciliumvalues.KubePrismPort, strings.Join(noPrism, ", ")),
+			fmt.Sprintf("turn KubePrism on at port %d (machine.features.kubePrism) with talosctl patch machineconfig, %s", ciliumvalues.KubePrismPort, again))
+	}
+
+	if len(t.Refusals) > 0 {
+		return t, nil
+	}
+
+	if err := t.diff(ctx, in, get); err != nil {
+		return nil, err
+	}
+
+	t.checkDiff(in)
+
+	return t, nil
+}
+
+func portText(p int) string {
+	if p == 0 {
+		return "off"
+	}
+
+	return "port " + strconv.Itoa(p)
+}
+
+// diff renders the chart with Ichor's values and with the chart's own
+// defaults in place of the Ichor-owned ones, and compares each rendered
+// object with the live one.
+func (t *Takeover) diff(ctx context.Context, in TakeoverInput, get func(context.Context, *unstructured.Unstructured) (*unstructured.Unstructured, error)) error {
+	opts := cilium.Options{
+		Version: t.Chart, KubernetesVersion: strings.TrimPrefix(in.KubernetesVersion, "v"),
+		Choices: ciliumvalues.Choices{Tunnel: t.Tunnel, KubeProxy: in.KubeProxy, Nodes: t.Nodes},
+	}
+
+	want, err := cilium.Render(ctx, opts)
+	if err != nil {
+		return err
+	}
+
+	// The parts the Ichor-owned values decide: those that change when the
+	// owned keys are left to the chart's defaults, or when the choices they
+	// follow (tunnel, kube-proxy mode) are the other ones.
+	bare, err := cilium.RenderWithoutOwned(ctx, opts)
+	if err != nil {
+		return err
+	}
+
+	flipped := opts
+	flipped.Choices.Tunnel, flipped.Choices.KubeProxy = ciliumvalues.TunnelGeneve, ichorv1alpha1.KubeProxyReplaced
+
+	if t.Tunnel == ciliumvalues.TunnelGeneve {
+		flipped.Choices.Tunnel = ciliumvalues.TunnelVXLAN
+	}
+
+	if in.KubeProxy == ichorv1alpha1.KubeProxyReplaced {
+		flipped.Choices.KubeProxy = ichorv1alpha1.KubeProxyEnabled
+	}
+
+	alt, err := cilium.Render(ctx, flipped)
+	if err != nil {
+		return err
+	}
+
+	wantObjs, err := decodeObjects(want.Manifest)
+	if err != nil {
+		return err
+	}
+
+	others := map[string][]*unstructured.Unstructured{}
+
+	for _, m := range []string{bare.Manifest, alt.Manifest} {
+		objs, err := decodeObjects(m)
+		if err != nil {
+			return err
+		}
+
+		for _, o := range objs {
+			others[objectID(o)] = append(others[objectID(o)], o)
+		}
+	}
+
+	rendered := map[string]bool{}
+
+	for _, o := range wantObjs {
+		id := objectID(o)
+		rendered[id] = true
+
+		cur, err := get(ctx, o)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", id, err)
+		}
+
+		if cur == nil {
+			t.Differences = append(t.Differences, ObjectDiff{Object: id, Missing: true})
+
+			continue
+		}
+
+		paths := DiffObject(o.Object, cur.Object)
+		if len(paths) == 0 {
+			continue
+		}
+
+		d := ObjectDiff{Object: id, Paths: paths}
+
+		ownedPaths := map[string]bool{}
+		for _, b := range others[id] {
+			for _, p := range DiffObject(o.Object, b.Object) {
+				ownedPaths[p] = true
+			}
+		}
+
+		for _, p := range paths {
+			if ownedPaths[p] {
+				d.Owned = append(d.Owned, p)
+			}
+		}
+
+		t.Differences = append(t.Differences, d)
+	}
+
+	for _, f := range in.Foreign {
+		if !rendered[f] && !strings.HasPrefix(f, "Namespace ") {
+			t.LeftOver = append(t.LeftOver, f)
+		}
+	}
+
+	return nil
+}
+
+// checkDiff refuses the differences the person has not accepted.
+func (t *Takeover) checkDiff(in TakeoverInput) {
+	paths, owned, missing := t.Changes()
+
+	for _, d := range t.Differences {
+		if d.Object != "ConfigMap "+cilium.Namespace+"/"+cni.CiliumConfigMap {
+			continue
+		}
+
+		for _, p := range d.Paths {
+			for _, k := range neverAccepted {
+				if p == "data."+k {
+					t.Refusals = append(t.Refusals, guard.Refusal{
+						Field: cniField, Rule: fmt.Sprintf("the takeover would change cilium-config's %s on the running data plane, which no flag accepts", k),
+						WayOut: "bring Cilium to Ichor's setting of it first (`ichor adopt --plan` lists the differences), then run `ichor adopt --plan` again",
+					})
+				}
+			}
+		}
+	}
+
+	if (paths > 0 || missing > 0) && !in.AcceptDiff {
+		t.Refusals = append(t.Refusals, guard.Refusal{
+			Field: cniField,
+			Rule: fmt.Sprintf("Ichor's render of Cilium %s differs from the running Cilium: %d object(s) to create and %d field(s) to change (listed above)",
+				t.Chart, missing, paths),
+			WayOut: "add --accept-cilium-diff to take Cilium over with these differences applied by the takeover",
+		})
+	}
+
+	if owned > 0 && !in.AcceptChanges {
+		t.Refusals = append(t.Refusals, guard.Refusal{
+			Field:  cniField,
+			Rule:   fmt.Sprintf("%d of the changed field(s) are decided by Ichor-owned values (marked owned above): they change how the running data plane works", owned),
+			WayOut: "add --accept-cilium-changes (with --accept-cilium-diff) to accept them",
+		})
+	}
+}
+
+// objectID is "Kind namespace/name" (a Namespace, or a cluster-scoped
+// object, has no namespace part).
+func objectID(o *unstructured.Unstructured) string {
+	id := o.GetName()
+	if ns := o.GetNamespace(); ns != "" {
+		id = ns + "/" + id
+	}
+
+	return o.GetKind() + " " + id
+}
+
+// decodeObjects reads a multi-document manifest.
+func decodeObjects(manifest string) ([]*unstructured.Unstructured, error) {
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewBufferString(manifest), 4096)
+
+	var out []*unstructured.Unstructured
+
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+
+			return nil, fmt.Errorf("the rendered Cilium manifest does not parse: %w", err)
+		}
+
+		if len(obj) == 0 {
+			continue
+		}
+
+		out = append(out, &unstructured.Unstructured{Object: obj})
+	}
+}
+
+// DiffObject lists the fields of want whose value cur does not have: every
+// leaf of want (a list is compared element by element when the lengths
+// agree, whole otherwise) outside metadata, and metadata's labels and
+// annotations. Fields only cur has (defaults the API server filled, status)
+// are not differences. A Secret's stringData is compared as its data.
+func DiffObject(want, cur map[string]any) []string {
+	w, c := normalize(want), normalize(cur)
+
+	var out []string
+
+	for k, v := range w {
+		switch k {
+		case "status", "apiVersion", "kind":
+			continue
+		case "metadata":
+			wm, _ := v.(map[string]any)
+			cm, _ := c[k].(map[string]any)
+
+			for _, sub := range []string{"labels", "annotations"} {
+				if wv, ok := wm[sub]; ok {
+					out = diffValue("metadata."+sub, wv, cm[sub], out)
+				}
+			}
+
+			continue
+		}
+
+		out = diffValue(k, v, c[k], out)
+	}
+
+	slices.Sort(out)
+
+	return out
+}
+
+func diffValue(path string, want, cur any, out []string) []string {
+	switch w := want.(type) {
+	case nil:
+		return out
+	case map[string]any:
+		cm, _ := cur.(map[string]any)
+		if len(w) == 0 {
+			return out
+		}
+
+		for k, v := range w {
+			out = diffValue(path+"."+k, v, cm[k], out)
+		}
+
+		return out
+	case []any:
+		cl, _ := cur.([]any)
+		if len(cl) != len(w) {
+			return append(out, path)
+		}
+
+		for i := range w {
+			out = diffValue(path+"["+strconv.Itoa(i)+"]", w[i], cl[i], out)
+		}
+
+		return out
+	}
+
+	if cur == nil || !equalJSON(want, cur) {
+		return append(out, path)
+	}
+
+	return out
+}
+
+func equalJSON(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// normalize gives both sides one spelling: a JSON round trip (numbers as
+// float64), and a Secret's stringData moved into data, base64-encoded as the
+// API server stores it.
+func normalize(obj map[string]any) map[string]any {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return obj
+	}
+
+	var out map[string]any
+	if err := json.Unmarshal(data, &out); err != nil {
+		return obj
+	}
+
+	if sd, ok := out["stringData"].(map[string]any); ok {
+		d, _ := out["data"].(map[string]any)
+		if d == nil {
+			d = map[string]any{}
+		}
+
+		for k, v := range sd {
+			if s, ok := v.(string); ok {
+				d[k] = base64.StdEncoding.EncodeToString([]byte(s))
+			}
+		}
+
+		out["data"] = d
+		delete(out, "stringData")
+	}
+
+	return out
+}
+
+// GetLive is CheckCiliumTakeover's reader over a client: the live object of
+// a rendered one, a namespaced one without a namespace read in kube-system
+// (where the release goes).
+func GetLive(c client.Client) func(context.Context, *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	return func(ctx context.Context, o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		ns := o.GetNamespace()
+		if ns == "" {
+			namespaced, err := c.IsObjectNamespaced(o)
+			if err != nil {
+				return nil, err
+			}
+
+			if namespaced {
+				ns = cilium.Namespace
+			}
+		}
+
+		cur := &unstructured.Unstructured{}
+		cur.SetGroupVersionKind(o.GroupVersionKind())
+
+		switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.GetName()}, cur); {
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		}
+
+		return cur, nil
+	}
+}
+
+// TakeoverAnnotations are the annotations of a cluster whose Cilium the
+// adoption takes over.
+func TakeoverAnnotations() map[string]string {
+	return map[string]string{ichorv1alpha1.CNIBootstrapAnnotation: ichorv1alpha1.CNIBootstrapTakeover}
+}
