@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
@@ -21,6 +23,10 @@ import (
 const (
 	adoptCiliumSubnet   = "127.0.209.0/24"
 	adoptCiliumPodRange = "127.209.0.0/24"
+	adoptHelmSubnet     = "127.0.210.0/24"
+	adoptHelmPodRange   = "127.210.0.0/24"
+	adoptNoCNISubnet    = "127.0.211.0/24"
+	adoptNoCNIPodRange  = "127.211.0.0/24"
 )
 
 // TestAdoptTalosctlCluster: a cluster of three control planes and two
@@ -62,9 +68,7 @@ func TestAdoptTalosctlCluster(t *testing.T) {
 	dir := t.TempDir()
 	inline, cniOff := filepath.Join(dir, "inline.yaml"), filepath.Join(dir, "cni.yaml")
 	writeYAML(t, inline, map[string]any{"cluster": map[string]any{"inlineManifests": []any{map[string]any{"name": "cilium", "contents": r.Manifest}}}})
-	// The documented patch for a CNI of one's own under Talos v1.14's
-	// multi-document configuration: the KubeFlannelCNIConfig document deleted.
-	testenv.Must(t, os.WriteFile(cniOff, []byte("apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\n$patch: delete\n"), 0o600))
+	testenv.Must(t, os.WriteFile(cniOff, []byte(flannelOff), 0o600))
 
 	tc, secretsFile := makeTalosctlClusterWith(ctx, t, name, cps, workers, "--config-patch", "@"+cniOff, "--config-patch-control-plane", "@"+inline)
 
@@ -106,6 +110,14 @@ func TestAdoptTalosctlCluster(t *testing.T) {
 
 	if strings.Contains(out, "(owned: ") {
 		t.Errorf("the plan lists Ichor-owned changes for a Cilium made with Ichor's own values:\n%s", out)
+	}
+
+	// Nothing else differs: the objects the API server holds compare equal
+	// to their render (zero values it drops, quantities it rewrites).
+	for _, line := range strings.Split(out, "\n") {
+		if (strings.HasPrefix(line, "  change  ") || strings.HasPrefix(line, "  create  ")) && !strings.Contains(line, "cilium-operator") {
+			t.Errorf("the plan lists a difference the one-Node render does not make: %q", line)
+		}
 	}
 
 	write := slices.Concat([]string{"adopt", "--accept-cilium-diff", "--install", "none", "--write-kubeconfig", w.kubeconfig, "--yes"}, flags)
@@ -227,10 +239,222 @@ func TestAdoptTalosctlCluster(t *testing.T) {
 	})
 }
 
+// flannelOff is the documented patch for a CNI of one's own under Talos
+// v1.14's multi-document configuration: the KubeFlannelCNIConfig document
+// deleted.
+const flannelOff = "apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\n$patch: delete\n"
+
+// bareTalosctlCluster starts a world of one control plane and one worker
+// (the pod runner on) and makes a cluster of them with the real talosctl,
+// Talos's CNI off and nothing else: no CNI runs. It returns the world, the
+// talosconfig and adopt's flags for the two machines.
+func bareTalosctlCluster(ctx context.Context, t *testing.T, name, subnet, pods string) (*world, string, []string) {
+	t.Helper()
+
+	w, err := startWorldIn(subnet, 2, 1, pods)
+	testenv.Must(t, err)
+	t.Cleanup(w.stop)
+
+	cp, wk := w.machines[0], w.machines[1]
+
+	cniOff := filepath.Join(t.TempDir(), "cni.yaml")
+	testenv.Must(t, os.WriteFile(cniOff, []byte(flannelOff), 0o600))
+
+	tc, secretsFile := makeTalosctlClusterWith(ctx, t, name, []emuMachine{cp}, []emuMachine{wk}, "--config-patch", "@"+cniOff)
+
+	return w, tc, []string{"--talosconfig", tc, "--secrets-bundle", secretsFile, "--node", cp.ip(), "--node", wk.ip()}
+}
+
 func writeYAML(t *testing.T, file string, v any) {
 	t.Helper()
 
 	data, err := yaml.Marshal(v)
 	testenv.Must(t, err)
 	testenv.Must(t, os.WriteFile(file, data, 0o600))
+}
+
+// TestAdoptHelmCilium: a talosctl cluster (one control plane, one worker,
+// Talos's CNI off) whose Cilium someone installed with Helm as release
+// kube-system/cilium, with a value of their own, is adopted with Cilium taken
+// over: the plan names the release's records and carries its values (without
+// the Ichor-owned keys) into spec.cni.cilium.values; the write copies each
+// record into ichor-cilium-prior-release, byte for byte, and deletes it; the
+// controller's ichor-cni Job installs Ichor's release over the running
+// objects (a first install, deployed, the DaemonSet never changed); the
+// release then hands both machines over.
+func TestAdoptHelmCilium(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	const name = "theirs-helm"
+
+	w, tc, flags := bareTalosctlCluster(ctx, t, name, adoptHelmSubnet, adoptHelmPodRange)
+	cp := w.machines[0]
+	dir := t.TempDir()
+
+	// Their Helm install, with the Helm SDK, as `helm install cilium` does.
+	kc := filepath.Join(dir, "kubeconfig")
+
+	testenv.EventuallyEvery(t, 3*time.Minute, 2*time.Second, "talosctl kubeconfig", func() (bool, string) {
+		out, err := talosctl(ctx, t, tc, "--endpoints", cp.ip(), "--nodes", cp.ip(), "kubeconfig", kc, "--force")
+
+		return err == nil, out
+	})
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	testenv.Must(t, err)
+
+	var helmLog strings.Builder
+
+	testenv.EventuallyEvery(t, 5*time.Minute, 5*time.Second, "their Helm install of Cilium", func() (bool, string) {
+		_, err := cilium.Apply(ctx, cfg, cilium.Request{
+			Version: bootCilium, KubernetesVersion: "1.37.2", Choices: ciliumvalues.Choices{Nodes: 2},
+			UserValues: map[string]any{"debug": map[string]any{"enabled": true}},
+		}, 3*time.Minute, &helmLog)
+
+		return err == nil, fmt.Sprintf("%v\n%s", err, helmLog.String())
+	})
+
+	theirs := w.ciliumRecords(t, ctx, kc)
+	if len(theirs) != 1 {
+		t.Fatalf("their release's records: %v", theirs)
+	}
+
+	var out string
+
+	testenv.EventuallyEvery(t, 5*time.Minute, 3*time.Second, "a plan that checked the running Cilium on two Nodes", func() (bool, string) {
+		out, _ = w.ichor(ctx, slices.Concat([]string{"adopt", "--plan"}, flags)...)
+
+		return strings.Contains(out, "agent ready on 2 of 2 Nodes"), out
+	})
+
+	for _, want := range []string{
+		"Helm release kube-system/cilium (records sh.helm.release.v1.cilium.v1): kept in ichor-cilium-prior-release",
+		"its newest record's values become spec.cni.cilium.values, without the Ichor-owned keys",
+		"Ichor's render matches every running object",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the plan does not say %q:\n%s", want, out)
+		}
+	}
+
+	out = w.mustIchor(t, ctx, slices.Concat([]string{"adopt", "--install", "none", "--write-kubeconfig", w.kubeconfig, "--yes"}, flags)...)
+	if !strings.Contains(out, "sh.helm.release.v1.cilium.v1 kept in ichor-system/ichor-cilium-prior-release, then deleted") {
+		t.Errorf("the write:\n%s", out)
+	}
+
+	// Their record, kept byte for byte, and gone from kube-system.
+	kept, err := w.kubectl(ctx, "get", "secret", "-n", "ichor-system", "ichor-cilium-prior-release", "-o", `jsonpath={.data.sh\.helm\.release\.v1\.cilium\.v1}`)
+	testenv.Must(t, err)
+
+	if strings.TrimSpace(kept) != theirs["sh.helm.release.v1.cilium.v1"] {
+		t.Errorf("the kept record is not theirs (%d bytes kept, %d theirs)", len(kept), len(theirs["sh.helm.release.v1.cilium.v1"]))
+	}
+
+	if left := w.ciliumRecords(t, ctx, kc); len(left) != 0 {
+		t.Errorf("their records are still in kube-system: %v", slices.Collect(maps.Keys(left)))
+	}
+
+	if out, err := w.kubectl(ctx, "get", "taloscluster", name, "-n", "ichor-system", "-o", `jsonpath={.spec.cni.cilium.values}`); err != nil ||
+		!strings.Contains(out, `"debug":{"enabled":true}`) || strings.Contains(out, "k8sServiceHost") {
+		t.Errorf("spec.cni.cilium.values: %q %v", out, err)
+	}
+
+	testenv.Must(t, w.startController())
+	w.waitHeld(t, name, 2)
+
+	out = w.mustIchor(t, ctx, "adopt", "--release", "--cluster", name, "--timeout", "8m")
+	if !strings.Contains(out, "Every machine of cluster "+name+" is released") {
+		t.Errorf("the release:\n%s", out)
+	}
+
+	// Ichor's release: a first install over the running objects, deployed;
+	// the DaemonSet was never changed.
+	if revs := w.ciliumRevisions(t, ctx); len(revs) != 1 || revs[0] != "deployed" {
+		t.Errorf("Ichor's records of release cilium: %v, want one deployed", revs)
+	}
+
+	var ds struct {
+		Metadata struct {
+			Generation int `json:"generation"`
+		} `json:"metadata"`
+	}
+
+	testenv.Must(t, w.kubeJSON(ctx, &ds, "get", "daemonset", "-n", "kube-system", "cilium"))
+
+	if ds.Metadata.Generation != 1 {
+		t.Errorf("DaemonSet cilium changed in the takeover (generation %d): its pods were replaced", ds.Metadata.Generation)
+	}
+}
+
+// ciliumRecords are Helm's records of release cilium in kube-system, read
+// with the kubeconfig kc: their release data by name.
+func (w *world) ciliumRecords(t *testing.T, ctx context.Context, kc string) map[string]string {
+	t.Helper()
+
+	out, err := w.kubectlAs(ctx, kc, "get", "secret", "-n", "kube-system", "-l", "owner=helm,name=cilium",
+		"-o", `jsonpath={range .items[*]}{.metadata.name}={.data.release}{"\n"}{end}`)
+	testenv.Must(t, err)
+
+	recs := map[string]string{}
+
+	for _, line := range strings.Fields(out) {
+		n, data, _ := strings.Cut(line, "=")
+		recs[n] = data
+	}
+
+	return recs
+}
+
+// TestAdoptNoCNI: a talosctl cluster (one control plane, one worker)
+// without a CNI (Talos's flannel deleted, nothing else) is adopted with
+// Ichor's pinned Cilium installed in process: the plan says so, the write
+// installs it as Ichor's own Helm release and waits for the Nodes before it
+// writes the resources, the controller finds the release applied
+// (CNIHandover), and the release hands both machines over.
+func TestAdoptNoCNI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	const name = "theirs-bare"
+
+	w, _, flags := bareTalosctlCluster(ctx, t, name, adoptNoCNISubnet, adoptNoCNIPodRange)
+
+	// --cni-unmanaged keeps a CNI that runs, and none does.
+	if out, err := w.ichor(ctx, slices.Concat([]string{"adopt", "--plan", "--cni-unmanaged"}, flags)...); err == nil || !strings.Contains(out, "this one runs none") {
+		t.Errorf("--cni-unmanaged on a cluster without a CNI: %v\n%s", err, out)
+	}
+
+	testenv.EventuallyEvery(t, 5*time.Minute, 3*time.Second, "the plan of the install on two Nodes", func() (bool, string) {
+		out, err := w.ichor(ctx, slices.Concat([]string{"adopt", "--plan"}, flags)...)
+
+		return err == nil && strings.Contains(out, "Cilium install: the cluster runs no CNI; the write installs Ichor's pinned Cilium") &&
+			strings.Contains(out, "(for 2 Node(s))"), out
+	})
+
+	out := w.mustIchor(t, ctx, slices.Concat([]string{"adopt", "--install", "none", "--write-kubeconfig", w.kubeconfig, "--yes"}, flags)...)
+	if !strings.Contains(out, "installed in process as Helm release kube-system/cilium") || !strings.Contains(out, "2 Node(s) Ready") {
+		t.Errorf("the write:\n%s", out)
+	}
+
+	if revs := w.ciliumRevisions(t, ctx); len(revs) != 1 || revs[0] != "deployed" {
+		t.Errorf("the installed release's records: %v, want one deployed", revs)
+	}
+
+	testenv.Must(t, w.startController())
+	w.waitHeld(t, name, 2)
+
+	out = w.mustIchor(t, ctx, "adopt", "--release", "--cluster", name, "--timeout", "8m")
+	if !strings.Contains(out, "Every machine of cluster "+name+" is released") {
+		t.Errorf("the release:\n%s", out)
+	}
+
+	if out, err := w.kubectl(ctx, "get", "taloscluster", name, "-n", "ichor-system", "-o",
+		`jsonpath={.spec.cni.preset} {.status.conditions[?(@.type=="CNIHandover")].status}`); err != nil || strings.TrimSpace(out) != "cilium True" {
+		t.Errorf("the TalosCluster (preset, CNIHandover): %q %v", out, err)
+	}
+
+	if revs := w.ciliumRevisions(t, ctx); len(revs) != 1 {
+		t.Errorf("the controller changed the installed release: records %v", revs)
+	}
 }

@@ -48,7 +48,7 @@ suite() {
 
 # go test's default 10-minute limit per package binary is too short for the
 # emulator suites on a busy 2-core machine.
-gotest() { echo "cd $1 && go test -timeout 30m ./..."; }
+gotest() { echo "cd $1 && go test -timeout 45m ./..."; }
 
 # lane NAME MODULE...: the modules' suites one after another, each line
 # prefixed with [NAME].

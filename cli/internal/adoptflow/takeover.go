@@ -31,8 +31,8 @@ type TakeoverOptions struct {
 // CheckTakeover runs the Cilium takeover check of a plan that would write
 // the cilium preset (architecture, "Cilium", "Takeover"), read-only, over
 // the cluster's Kubernetes API, and records it in the plan: the check's
-// refusals become the plan's. A cluster with no CNI at all is refused: this
-// release does not install Ichor's Cilium into one.
+// refusals become the plan's. A cluster with no CNI at all gets the plan of
+// installing Ichor's pinned Cilium instead (adopt.CheckCiliumInstall).
 func CheckTakeover(ctx context.Context, p *adopt.Plan, o TakeoverOptions) error {
 	if p.Refused() || p.Cluster.CNIPreset != ichorv1alpha1.CNIPresetCilium {
 		return nil
@@ -80,13 +80,8 @@ func CheckTakeover(ctx context.Context, p *adopt.Plan, o TakeoverOptions) error 
 
 	name, objects := p.CiliumInline()
 	if name == "" && live.DaemonSet == nil {
-		p.Refusals = append(p.Refusals, guard.Refusal{
-			Field: "cni",
-			Rule: "the cluster runs no CNI (no CNI in the machine configuration, no DaemonSet kube-system/cilium): " +
-				"installing Ichor's Cilium into a cluster without a CNI is not available in this release",
-			WayOut: "install Cilium with ipam.mode kubernetes in tunnel mode (as a Talos inline manifest or with `helm template | kubectl apply`), " +
-				"then run `ichor adopt --plan` again to take it over",
-		})
+		// No CNI at all: the write installs Ichor's Cilium first.
+		p.AddInstall(adopt.CheckCiliumInstall(live, p.KubePrismPorts()))
 
 		return nil
 	}

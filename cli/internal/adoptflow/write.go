@@ -36,6 +36,7 @@ import (
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/adopt"
 	"github.com/maeshinshin/ichor/contracts/pkg/bundle"
+	"github.com/maeshinshin/ichor/contracts/pkg/cilium"
 	"github.com/maeshinshin/ichor/contracts/pkg/talos"
 )
 
@@ -87,6 +88,12 @@ type state struct {
 	conn       *kube.Conn
 }
 
+// step is one step of the write.
+type step struct {
+	title string
+	do    func(context.Context) error
+}
+
 // Write runs phase 2 of the plan p, whose objects are objs.
 func Write(ctx context.Context, p *adopt.Plan, objs *adopt.Objects, o Options, env Env) error {
 	s := &state{o: o, env: env, p: env.Progress, plan: p, objs: objs}
@@ -98,18 +105,27 @@ func Write(ctx context.Context, p *adopt.Plan, objs *adopt.Objects, o Options, e
 
 	s.bundleYAML = data
 
-	steps := []struct {
-		title string
-		do    func(context.Context) error
-	}{
+	steps := []step{
 		{"Secrets bundle in " + env.Store.Dir, s.storeBundle},
 		{"Admin kubeconfig from " + s.firstControlPlane(), s.credentials},
 		{"Kubernetes API", s.connect},
-		{initflow.InstallTitle(initflow.Options{Namespace: o.Namespace, Install: o.Install, InstallerImage: o.InstallerImage},
-			initflow.Env{Version: env.Version}), s.install},
-		{fmt.Sprintf("Bundle Secret, TalosCluster, %d TalosConfigPatch(es), %d TalosMachine(s) held (%s=%s)",
-			len(objs.Patches), len(objs.Machines), ichorv1alpha1.HoldApplyAnnotation, adopt.HoldValue), s.resources},
 	}
+
+	// No CNI: Cilium first, or Ichor's pods could not start.
+	if ci := p.CiliumInstall; ci != nil {
+		steps = append(steps, step{ciliumInstallTitle(objs.Cluster, ci.Chart), s.installCilium})
+	}
+
+	steps = append(steps, step{initflow.InstallTitle(initflow.Options{Namespace: o.Namespace, Install: o.Install, InstallerImage: o.InstallerImage},
+		initflow.Env{Version: env.Version}), s.install})
+
+	if t := p.CiliumTakeover; t != nil && len(t.PriorRelease) > 0 {
+		steps = append(steps, step{fmt.Sprintf("Helm's records of release %s/%s kept in %s/%s, then deleted", cilium.Namespace, cilium.ReleaseName, o.Namespace, adopt.PriorReleaseSecret),
+			s.keepPriorRelease})
+	}
+
+	steps = append(steps, step{fmt.Sprintf("Bundle Secret, TalosCluster, %d TalosConfigPatch(es), %d TalosMachine(s) held (%s=%s)",
+		len(objs.Patches), len(objs.Machines), ichorv1alpha1.HoldApplyAnnotation, adopt.HoldValue), s.resources})
 
 	for _, st := range steps {
 		s.p.Step(st.title)

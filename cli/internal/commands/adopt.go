@@ -381,6 +381,11 @@ func (r *run) printAdoptionPlan(p *adopt.Plan, planOnly bool) error {
 
 	r.printTakeover(p.CiliumTakeover)
 
+	if ci := p.CiliumInstall; ci != nil {
+		r.printf("\nCilium install: the cluster runs no CNI; the write installs Ichor's pinned Cilium %s in process as Helm release kube-system/cilium "+
+			"(for %d Node(s)), waits for every Node to be Ready, and only then installs Ichor and writes the resources\n", ci.Chart, ci.Nodes)
+	}
+
 	switch {
 	case p.Refused() || !planOnly:
 	default:
@@ -410,6 +415,23 @@ func (r *run) printTakeover(t *adopt.Takeover) {
 	}
 
 	r.printf("\n")
+
+	if len(t.PriorRelease) > 0 {
+		r.printf("  Helm release kube-system/cilium (records %s): kept in %s in the adoption's namespace and deleted from kube-system before the hand-over (never uninstalled)\n",
+			strings.Join(t.PriorRelease, ", "), adopt.PriorReleaseSecret)
+
+		if len(t.UserValues) > 0 {
+			r.printf("  its newest record's values become spec.cni.cilium.values")
+		} else {
+			r.printf("  its newest record has no values of the user's")
+		}
+
+		if len(t.DroppedOwned) > 0 {
+			r.printf(", without the Ichor-owned keys %s (Ichor sets them)", strings.Join(t.DroppedOwned, ", "))
+		}
+
+		r.printf("\n")
+	}
 
 	for _, d := range t.Differences {
 		if d.Missing {

@@ -24,7 +24,7 @@ import (
 // adoptWrite is phase 2 of `ichor adopt`, after the plan printed: the
 // person's consent (the cluster's name typed, or --yes), then adoptflow.Write.
 func (r *run) adoptWrite(ctx context.Context, cmd *cli.Command, p *adopt.Plan, b *secrets.Bundle, talosconfig []byte) error {
-	if p.Cluster.CNIPreset == ichorv1alpha1.CNIPresetCilium && p.CiliumTakeover == nil {
+	if p.Cluster.CNIPreset == ichorv1alpha1.CNIPresetCilium && p.CiliumTakeover == nil && p.CiliumInstall == nil {
 		return errors.New("the plan has no check of the running Cilium: nothing was written; run `ichor adopt --plan` to see why")
 	}
 

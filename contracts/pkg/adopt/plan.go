@@ -1,6 +1,7 @@
 package adopt
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/cni"
@@ -103,6 +105,9 @@ type Plan struct {
 	// CiliumTakeover is the check of the running Cilium the adoption takes
 	// over (AddTakeover); nil when none was made.
 	CiliumTakeover *Takeover `json:"ciliumTakeover,omitempty"`
+	// CiliumInstall is the install of Ichor's Cilium into a cluster with no
+	// CNI (AddInstall); nil when the cluster runs one.
+	CiliumInstall *CiliumInstall `json:"ciliumInstall,omitempty"`
 
 	// facts are each machine's facts, in the order of Machines.
 	facts []Facts
@@ -280,6 +285,13 @@ func (p *Plan) AddTakeover(t *Takeover) {
 	p.Refusals = append(p.Refusals, t.Refusals...)
 }
 
+// AddInstall records the install of Ichor's Cilium into a cluster with no
+// CNI; its refusals are the plan's.
+func (p *Plan) AddInstall(ci *CiliumInstall) {
+	p.CiliumInstall = ci
+	p.Refusals = append(p.Refusals, ci.Refusals...)
+}
+
 // CiliumInline is the inline manifest entry that installs Cilium and its
 // objects ("Kind namespace/name"); "" when none does.
 func (p *Plan) CiliumInline() (string, []string) {
@@ -386,10 +398,22 @@ func (p *Plan) desiredCluster(facts []Facts, vc string) *ichorv1alpha1.TalosClus
 	default:
 		c.Spec.CNI = ichorv1alpha1.CNISpec{Preset: ichorv1alpha1.CNIPresetCilium, KubeProxy: kubeProxy}
 
+		// The Cilium adoption installs is Ichor's release from the start:
+		// the hand-over controller finds it applied and keeps its values.
+		if p.CiliumInstall != nil {
+			c.Annotations[ichorv1alpha1.CNIBootstrapAnnotation] = ichorv1alpha1.CNIBootstrapTakeover
+		}
+
 		if t := p.CiliumTakeover; t != nil {
 			c.Spec.CNI.Tunnel = t.Tunnel
 			c.Annotations[ichorv1alpha1.CNIBootstrapAnnotation] = ichorv1alpha1.CNIBootstrapTakeover
 			c.Status.CNI.TakenOverInlineManifest = t.InlineManifest
+
+			if len(t.UserValues) > 0 {
+				if raw, err := json.Marshal(t.UserValues); err == nil {
+					c.Spec.CNI.Cilium = &ichorv1alpha1.CiliumSpec{Values: &runtime.RawExtension{Raw: raw}}
+				}
+			}
 		}
 	}
 

@@ -2,6 +2,7 @@ package adopt
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -12,9 +13,11 @@ import (
 	"strconv"
 	"strings"
 
+	helmrelease "helm.sh/helm/v3/pkg/release"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +27,7 @@ import (
 	"github.com/maeshinshin/ichor/contracts/pkg/cilium/ciliumvalues"
 	"github.com/maeshinshin/ichor/contracts/pkg/cni"
 	"github.com/maeshinshin/ichor/contracts/pkg/guard"
+	"github.com/maeshinshin/ichor/contracts/pkg/release"
 )
 
 // The keys of cilium-config the takeover reads (the chart's
@@ -67,11 +71,23 @@ type CiliumLive struct {
 	DaemonSet *appsv1.DaemonSet
 	// Config is cilium-config's data (nil when it does not exist).
 	Config map[string]string
-	// Nodes is how many Nodes the cluster has.
-	Nodes int
+	// Nodes is how many Nodes the cluster has; NoPodCIDR names those
+	// without a pod CIDR (spec.podCIDR).
+	Nodes     int
+	NoPodCIDR []string
 	// HelmRecords are Helm's release records of a release named cilium in
-	// kube-system (the Secrets driver's Secrets).
-	HelmRecords []string
+	// kube-system (the Secrets driver's Secrets), by name.
+	HelmRecords []corev1.Secret
+}
+
+// helmRecordNames are the records' names.
+func (l *CiliumLive) helmRecordNames() []string {
+	out := make([]string, 0, len(l.HelmRecords))
+	for _, s := range l.HelmRecords {
+		out = append(out, s.Name)
+	}
+
+	return out
 }
 
 // ObjectDiff is how one object of the takeover's render differs from the
@@ -102,6 +118,13 @@ type Takeover struct {
 	Nodes int `json:"nodes"`
 	// InlineManifest is the foreign entry the first render removes.
 	InlineManifest string `json:"inlineManifest,omitempty"`
+	// PriorRelease are the foreign Helm release's records, which the write
+	// copies into the Secret PriorReleaseSecret, reads back and only then
+	// deletes; UserValues are the values of its newest record without the
+	// Ichor-owned keys (DroppedOwned), which become spec.cni.cilium.values.
+	PriorRelease []string       `json:"priorRelease,omitempty"`
+	UserValues   map[string]any `json:"userValues,omitempty"`
+	DroppedOwned []string       `json:"droppedOwned,omitempty"`
 	// Differences are the objects the takeover changes or creates.
 	Differences []ObjectDiff `json:"differences,omitempty"`
 	// LeftOver are objects of the foreign manifest the chart does not
@@ -156,6 +179,14 @@ func ReadCiliumLive(ctx context.Context, r client.Reader) (*CiliumLive, error) {
 
 	live.Nodes = len(nodes.Items)
 
+	for _, n := range nodes.Items {
+		if n.Spec.PodCIDR == "" {
+			live.NoPodCIDR = append(live.NoPodCIDR, n.Name)
+		}
+	}
+
+	slices.Sort(live.NoPodCIDR)
+
 	// Helm's Secrets driver labels each record owner=helm, name=<release>
 	// (helm.sh/helm/v3 pkg/storage/driver/secrets.go).
 	var recs corev1.SecretList
@@ -163,11 +194,8 @@ func ReadCiliumLive(ctx context.Context, r client.Reader) (*CiliumLive, error) {
 		return nil, fmt.Errorf("listing Helm's release records in %s: %w", cilium.Namespace, err)
 	}
 
-	for _, s := range recs.Items {
-		live.HelmRecords = append(live.HelmRecords, s.Name)
-	}
-
-	slices.Sort(live.HelmRecords)
+	live.HelmRecords = recs.Items
+	slices.SortFunc(live.HelmRecords, func(a, b corev1.Secret) int { return strings.Compare(a.Name, b.Name) })
 
 	return live, nil
 }
@@ -176,13 +204,14 @@ func ReadCiliumLive(ctx context.Context, r client.Reader) (*CiliumLive, error) {
 // "Cilium", "Takeover"): the live minor is the pinned chart's or the one
 // below, ipam.mode is kubernetes, the tunnel protocol is carried over,
 // Cilium runs on every Node and KubePrism is on port 7445 on every machine;
-// then the chart is rendered with Ichor's values (no user layer: there is no
-// Helm record to read one from) and every object is compared with the live
-// one. A difference needs AcceptDiff; a change Ichor-owned values decide
+// then the chart is rendered with Ichor's values (and the user's layer of a
+// Helm release) and every object is compared with the live one. A difference needs AcceptDiff; a change Ichor-owned values decide
 // needs AcceptChanges; a change of IPAM or the tunnel is never accepted.
 // A Cilium installed with Helm (or the Cilium CLI, which records a Helm
-// release) is refused: this release does not take one over. get reads the
-// live object of a rendered one (nil, nil when it does not exist).
+// release) as release cilium in kube-system keeps the values of its newest
+// record, which must be deployed, without the Ichor-owned keys; a release
+// of another name is refused. get reads the live object of a rendered one
+// (nil, nil when it does not exist).
 func CheckCiliumTakeover(ctx context.Context, live *CiliumLive, in TakeoverInput,
 	get func(context.Context, *unstructured.Unstructured) (*unstructured.Unstructured, error),
 ) (*Takeover, error) {
@@ -202,12 +231,20 @@ func CheckCiliumTakeover(ctx context.Context, live *CiliumLive, in TakeoverInput
 		return t, nil
 	}
 
-	if len(live.HelmRecords) > 0 {
-		refuse(fmt.Sprintf("Cilium runs as a Helm release (records %s in %s): this release of Ichor takes over a Cilium installed from a Talos inline manifest or an applied `helm template`, not a Helm release",
-			strings.Join(live.HelmRecords, ", "), cilium.Namespace),
+	if rel := live.DaemonSet.Annotations["meta.helm.sh/release-name"]; rel != "" && (rel != cilium.ReleaseName || live.DaemonSet.Annotations["meta.helm.sh/release-namespace"] != cilium.Namespace) {
+		refuse(fmt.Sprintf("Cilium runs as Helm release %s/%s: Ichor takes over a release named %s in %s (the name Cilium's guides and the Cilium CLI use)",
+			live.DaemonSet.Annotations["meta.helm.sh/release-namespace"], rel, cilium.ReleaseName, cilium.Namespace),
 			"adopt the cluster with its Cilium left as it runs (--cni-unmanaged)")
 
 		return t, nil
+	}
+
+	if len(live.HelmRecords) > 0 {
+		if err := t.priorRelease(live); err != nil {
+			refuse(err.Error(), "run `helm -n kube-system history cilium` and bring the release to a deployed revision, "+again)
+
+			return t, nil
+		}
 	}
 
 	t.Running = cni.Detect([]appsv1.DaemonSet{*live.DaemonSet}).CiliumVersion
@@ -254,19 +291,7 @@ func CheckCiliumTakeover(ctx context.Context, live *CiliumLive, in TakeoverInput
 			"wait until `kubectl -n kube-system rollout status ds/cilium` succeeds, "+again)
 	}
 
-	var noPrism []string
-
-	for addr, port := range in.KubePrism {
-		if port != ciliumvalues.KubePrismPort {
-			noPrism = append(noPrism, fmt.Sprintf("%s (%s)", addr, portText(port)))
-		}
-	}
-
-	if len(noPrism) > 0 {
-		slices.Sort(noPrism)
-		refuse(fmt.Sprintf("KubePrism is not on port %d on %s: Ichor's Cilium reaches the API server through it", ciliumvalues.KubePrismPort, strings.Join(noPrism, ", ")),
-			fmt.Sprintf("turn KubePrism on at port %d (machine.features.kubePrism) with talosctl patch machineconfig, %s", ciliumvalues.KubePrismPort, again))
-	}
+	t.Refusals = append(t.Refusals, checkKubePrism(in.KubePrism)...)
 
 	if len(t.Refusals) > 0 {
 		return t, nil
@@ -279,6 +304,66 @@ func CheckCiliumTakeover(ctx context.Context, live *CiliumLive, in TakeoverInput
 	t.checkDiff(in)
 
 	return t, nil
+}
+
+// checkKubePrism refuses a machine whose KubePrism is not on port 7445:
+// Ichor's Cilium reaches the API server through it.
+func checkKubePrism(ports map[string]int) []guard.Refusal {
+	var noPrism []string
+
+	for addr, port := range ports {
+		if port != ciliumvalues.KubePrismPort {
+			noPrism = append(noPrism, fmt.Sprintf("%s (%s)", addr, portText(port)))
+		}
+	}
+
+	if len(noPrism) == 0 {
+		return nil
+	}
+
+	slices.Sort(noPrism)
+
+	return []guard.Refusal{{
+		Field: cniField,
+		Rule:  fmt.Sprintf("KubePrism is not on port %d on %s: Ichor's Cilium reaches the API server through it", ciliumvalues.KubePrismPort, strings.Join(noPrism, ", ")),
+		WayOut: fmt.Sprintf("turn KubePrism on at port %d (machine.features.kubePrism) with talosctl patch machineconfig, then run `ichor adopt --plan` again",
+			ciliumvalues.KubePrismPort),
+	}}
+}
+
+// CiliumInstall is the plan of installing Ichor's pinned Cilium into a
+// cluster that runs no CNI (architecture, "ichor adopt", phase 3): in
+// process, as Ichor's own Helm release, before Ichor and the resources.
+type CiliumInstall struct {
+	// Chart is the pinned chart; Nodes the Node count it is rendered for.
+	Chart string `json:"chart"`
+	Nodes int    `json:"nodes"`
+	// Refusals stop the adoption.
+	Refusals []guard.Refusal `json:"refusals,omitempty"`
+}
+
+// CheckCiliumInstall checks a cluster with no CNI for Ichor's Cilium:
+// KubePrism on port 7445 on every machine and a pod CIDR on every Node
+// (Cilium's kubernetes IPAM takes each Node's).
+func CheckCiliumInstall(live *CiliumLive, kubePrism map[string]int) *CiliumInstall {
+	ci := &CiliumInstall{Chart: release.DefaultCiliumVersion, Nodes: live.Nodes, Refusals: checkKubePrism(kubePrism)}
+
+	if live.Nodes == 0 {
+		ci.Refusals = append(ci.Refusals, guard.Refusal{
+			Field: cniField, Rule: "the cluster has no Node yet", WayOut: "wait until the machines have joined (kubectl get nodes), then run `ichor adopt --plan` again",
+		})
+	}
+
+	if len(live.NoPodCIDR) > 0 {
+		ci.Refusals = append(ci.Refusals, guard.Refusal{
+			Field: cniField,
+			Rule:  fmt.Sprintf("Node(s) %s have no pod CIDR (spec.podCIDR): Ichor's Cilium allocates pod addresses from each Node's (ipam.mode kubernetes)", strings.Join(live.NoPodCIDR, ", ")),
+			WayOut: "let the controller manager allocate Node CIDRs (Talos's default, cluster.controllerManager allocate-node-cidrs), " +
+				"then run `ichor adopt --plan` again",
+		})
+	}
+
+	return ci
 }
 
 func portText(p int) string {
@@ -295,7 +380,8 @@ func portText(p int) string {
 func (t *Takeover) diff(ctx context.Context, in TakeoverInput, get func(context.Context, *unstructured.Unstructured) (*unstructured.Unstructured, error)) error {
 	opts := cilium.Options{
 		Version: t.Chart, KubernetesVersion: strings.TrimPrefix(in.KubernetesVersion, "v"),
-		Choices: ciliumvalues.Choices{Tunnel: t.Tunnel, KubeProxy: in.KubeProxy, Nodes: t.Nodes},
+		Choices:    ciliumvalues.Choices{Tunnel: t.Tunnel, KubeProxy: in.KubeProxy, Nodes: t.Nodes},
+		UserValues: t.UserValues,
 	}
 
 	want, err := cilium.Render(ctx, opts)
@@ -392,6 +478,75 @@ func (t *Takeover) diff(ctx context.Context, in TakeoverInput, get func(context.
 	}
 
 	return nil
+}
+
+// PriorReleaseSecret is the Secret, in the adoption's namespace, that keeps
+// the foreign Helm release's records after the takeover (architecture,
+// "Cilium", "Takeover"): a key per record holding its release data as Helm
+// stored it, and one with its labels.
+const PriorReleaseSecret = "ichor-cilium-prior-release" //nolint:gosec // a Secret's name, not a credential
+
+// priorRelease reads the newest of the foreign release's records: it must
+// be deployed, and its values, without the Ichor-owned keys, are the user's
+// layer the takeover keeps.
+func (t *Takeover) priorRelease(live *CiliumLive) error {
+	var (
+		newest  *corev1.Secret
+		version int
+	)
+
+	for i := range live.HelmRecords {
+		r := &live.HelmRecords[i]
+		if v, _ := strconv.Atoi(r.Labels["version"]); newest == nil || v > version {
+			newest, version = r, v
+		}
+	}
+
+	if st := newest.Labels["status"]; st != "deployed" {
+		return fmt.Errorf("the newest record of Helm release %s/%s (%s) is %q, not deployed: Ichor takes over a release at rest", cilium.Namespace, cilium.ReleaseName, newest.Name, st)
+	}
+
+	rel, err := DecodeHelmRecord(newest.Data["release"])
+	if err != nil {
+		return fmt.Errorf("the record %s of Helm release %s/%s does not decode: %w", newest.Name, cilium.Namespace, cilium.ReleaseName, err)
+	}
+
+	t.PriorRelease = live.helmRecordNames()
+	t.UserValues, t.DroppedOwned = ciliumvalues.StripOwned(rel.Config)
+
+	if len(t.UserValues) == 0 {
+		t.UserValues = nil
+	}
+
+	return nil
+}
+
+// DecodeHelmRecord reads a record of Helm's Secrets driver: the release as
+// JSON, gzipped, base64-encoded (helm.sh/helm/v3 pkg/storage/driver/util.go,
+// encodeRelease and decodeRelease).
+func DecodeHelmRecord(data []byte) (*helmrelease.Release, error) {
+	b, err := base64.StdEncoding.DecodeString(string(data))
+	if err != nil {
+		return nil, err
+	}
+
+	if len(b) > 2 && b[0] == 0x1f && b[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, err
+		}
+
+		if b, err = io.ReadAll(zr); err != nil {
+			return nil, err
+		}
+	}
+
+	rel := &helmrelease.Release{}
+	if err := json.Unmarshal(b, rel); err != nil {
+		return nil, err
+	}
+
+	return rel, nil
 }
 
 // checkDiff refuses the differences the person has not accepted.
@@ -531,11 +686,62 @@ func diffValue(path string, want, cur any, out []string) []string {
 		return out
 	}
 
-	if cur == nil || !equalJSON(want, cur) {
+	if cur == nil && zeroValue(want) {
+		// The API server drops a field at its zero value (omitempty): the
+		// object holds what the render asks for.
+		return out
+	}
+
+	if cur == nil || (!equalJSON(want, cur) && !sameQuantity(path, want, cur)) {
 		return append(out, path)
 	}
 
 	return out
+}
+
+func zeroValue(v any) bool {
+	switch x := v.(type) {
+	case bool:
+		return !x
+	case float64:
+		return x == 0
+	case string:
+		return x == ""
+	}
+
+	return false
+}
+
+// sameQuantity compares resource quantities by value ("1" is "1000m"): the
+// API server stores a quantity in its canonical form.
+func sameQuantity(path string, want, cur any) bool {
+	if !strings.Contains(path, ".limits.") && !strings.Contains(path, ".requests.") {
+		return false
+	}
+
+	// A chart may write a quantity as a YAML number (cpu: 1).
+	text := func(v any) (string, bool) {
+		switch x := v.(type) {
+		case string:
+			return x, true
+		case float64:
+			return strconv.FormatFloat(x, 'f', -1, 64), true
+		}
+
+		return "", false
+	}
+
+	ws, ok1 := text(want)
+	cs, ok2 := text(cur)
+
+	if !ok1 || !ok2 {
+		return false
+	}
+
+	wq, err1 := resource.ParseQuantity(ws)
+	cq, err2 := resource.ParseQuantity(cs)
+
+	return err1 == nil && err2 == nil && wq.Cmp(cq) == 0
 }
 
 func equalJSON(a, b any) bool {

@@ -1,13 +1,20 @@
 package adopt_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	helmrelease "helm.sh/helm/v3/pkg/release"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -199,9 +206,12 @@ func TestCiliumTakeoverRefusals(t *testing.T) {
 		{"native routing", func(r *running, _ *adopt.TakeoverInput) { r.live.Config["routing-mode"] = "native" }, `routes in "native" mode`},
 		{"not ready everywhere", func(r *running, _ *adopt.TakeoverInput) { r.live.DaemonSet.Status.NumberReady = 1 }, "not healthy on every Node"},
 		{"KubePrism off", func(_ *running, in *adopt.TakeoverInput) { in.KubePrism = prism(0) }, "KubePrism is not on port 7445 on 10.5.0.2 (off)"},
-		{"a Helm release", func(r *running, _ *adopt.TakeoverInput) {
-			r.live.HelmRecords = []string{"sh.helm.release.v1.cilium.v1"}
-		}, "runs as a Helm release"},
+		{"a Helm release of another name", func(r *running, _ *adopt.TakeoverInput) {
+			r.live.DaemonSet.Annotations = map[string]string{"meta.helm.sh/release-name": "cni", "meta.helm.sh/release-namespace": "kube-system"}
+		}, "runs as Helm release kube-system/cni"},
+		{"a Helm release not at rest", func(r *running, _ *adopt.TakeoverInput) {
+			r.live.HelmRecords = []corev1.Secret{helmRecord(t, 1, "deployed", nil), helmRecord(t, 2, "pending-upgrade", nil)}
+		}, `(sh.helm.release.v1.cilium.v2) is "pending-upgrade", not deployed`},
 		{"an old minor", func(r *running, _ *adopt.TakeoverInput) {
 			r.live.DaemonSet.Spec.Template.Spec.Containers[0].Image = "quay.io/cilium/cilium:v1.17.4"
 		}, "the Cilium that runs is v1.17.4"},
@@ -272,8 +282,107 @@ func TestDiffObject(t *testing.T) {
 		t.Errorf("a shorter list: %v", d)
 	}
 
+	// The API server drops zero values and writes quantities canonically.
+	zero := map[string]any{"kind": "Pod", "spec": map[string]any{"hostNetwork": false, "delay": 0, "limits": map[string]any{"cpu": "1000m", "memory": 1}}}
+	if d := adopt.DiffObject(zero, map[string]any{"kind": "Pod", "spec": map[string]any{"limits": map[string]any{"cpu": "1", "memory": "1"}}}); len(d) != 0 {
+		t.Errorf("zero values and quantities: %v", d)
+	}
+
+	if d := adopt.DiffObject(zero, map[string]any{"kind": "Pod", "spec": map[string]any{"hostNetwork": true, "limits": map[string]any{"cpu": "2", "memory": "1"}}}); len(d) != 2 {
+		t.Errorf("a changed boolean and quantity: %v", d)
+	}
+
 	secret := map[string]any{"kind": "Secret", "stringData": map[string]any{"k": "v"}}
 	if d := adopt.DiffObject(secret, map[string]any{"kind": "Secret", "data": map[string]any{"k": "dg=="}}); len(d) != 0 {
 		t.Errorf("stringData against data: %v", d)
+	}
+}
+
+// helmRecord is a record of release cilium as Helm's Secrets driver stores
+// it: the release as JSON, gzipped, base64-encoded, labelled.
+func helmRecord(t *testing.T, version int, status string, values map[string]any) corev1.Secret {
+	t.Helper()
+
+	data, err := json.Marshal(&helmrelease.Release{Name: "cilium", Namespace: "kube-system", Version: version, Config: values})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var gz bytes.Buffer
+
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(data)
+	_ = zw.Close()
+
+	s := corev1.Secret{Data: map[string][]byte{"release": []byte(base64.StdEncoding.EncodeToString(gz.Bytes()))}}
+	s.Name = fmt.Sprintf("sh.helm.release.v1.cilium.v%d", version)
+	s.Labels = map[string]string{"owner": "helm", "name": "cilium", "version": strconv.Itoa(version), "status": status}
+
+	return s
+}
+
+// TestCiliumTakeoverHelmRelease: a Cilium installed as Helm release cilium
+// keeps the values of its newest record (the older ones are not read)
+// without the Ichor-owned keys, which are listed; every record is named for
+// the copy the write makes.
+func TestCiliumTakeoverHelmRelease(t *testing.T) {
+	r := runCilium(t, ciliumvalues.Choices{Nodes: 2}, 2)
+	r.live.HelmRecords = []corev1.Secret{
+		helmRecord(t, 1, "superseded", map[string]any{"debug": map[string]any{"enabled": false}}),
+		helmRecord(t, 2, "deployed", map[string]any{
+			"debug": map[string]any{"enabled": true}, "ipam": map[string]any{"mode": "kubernetes"}, "k8sServiceHost": "localhost",
+		}),
+	}
+
+	tk, err := adopt.CheckCiliumTakeover(context.Background(), r.live,
+		adopt.TakeoverInput{KubeProxy: ichorv1alpha1.KubeProxyEnabled, KubePrism: prism(7445), AcceptDiff: true}, r.get)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(tk.Refusals) > 0 {
+		t.Fatalf("refusals: %s", rules(tk))
+	}
+
+	if dbg, _ := tk.UserValues["debug"].(map[string]any); dbg["enabled"] != true || len(tk.UserValues) != 1 {
+		t.Errorf("the user's layer from the newest record: %v", tk.UserValues)
+	}
+
+	if !slices.Equal(tk.DroppedOwned, []string{"ipam.mode", "k8sServiceHost"}) {
+		t.Errorf("the owned keys dropped: %v", tk.DroppedOwned)
+	}
+
+	if !slices.Equal(tk.PriorRelease, []string{"sh.helm.release.v1.cilium.v1", "sh.helm.release.v1.cilium.v2"}) {
+		t.Errorf("the records to keep: %v", tk.PriorRelease)
+	}
+
+	var debug bool
+
+	for _, d := range tk.Differences {
+		debug = debug || (d.Object == "ConfigMap kube-system/cilium-config" && slices.Contains(d.Paths, "data.debug"))
+	}
+
+	if !debug {
+		t.Errorf("the user's debug value is not rendered: %+v", tk.Differences)
+	}
+}
+
+// TestCheckCiliumInstall: a cluster with no CNI gets the pinned chart for
+// its Node count, unless a machine's KubePrism is off 7445 or a Node has no
+// pod CIDR, each refused with the way out.
+func TestCheckCiliumInstall(t *testing.T) {
+	live := &adopt.CiliumLive{Nodes: 2}
+
+	ci := adopt.CheckCiliumInstall(live, prism(7445))
+	if len(ci.Refusals) > 0 || ci.Chart != release.DefaultCiliumVersion || ci.Nodes != 2 {
+		t.Fatalf("a ready cluster: %+v", ci)
+	}
+
+	live.NoPodCIDR = []string{"w-1"}
+
+	ci = adopt.CheckCiliumInstall(live, map[string]int{"10.5.0.2": 7445, "10.5.0.3": 7000})
+	if len(ci.Refusals) != 2 || !strings.Contains(ci.Refusals[0].Rule, "10.5.0.3 (port 7000)") ||
+		!strings.Contains(ci.Refusals[1].Rule, "w-1 have no pod CIDR") || ci.Refusals[1].WayOut == "" {
+		t.Fatalf("KubePrism elsewhere and a Node without a pod CIDR: %+v", ci.Refusals)
 	}
 }

@@ -308,6 +308,36 @@ func Effective(user map[string]any, c Choices) (map[string]any, error) {
 	return out, nil
 }
 
+// StripOwned is user without the Ichor-owned keys (a copy), and the paths it
+// dropped, sorted: the user's layer of a Cilium installed by someone else,
+// whose owned keys Ichor sets itself.
+func StripOwned(user map[string]any) (map[string]any, []string) {
+	var dropped []string
+	out := stripOwned("", deepCopy(user), &dropped)
+	slices.Sort(dropped)
+	return out, dropped
+}
+
+func stripOwned(prefix string, m map[string]any, dropped *[]string) map[string]any {
+	for k, v := range m {
+		p := k
+		if prefix != "" {
+			p = prefix + "." + k
+		}
+		if ownedPath(p) {
+			*dropped = append(*dropped, p)
+			delete(m, k)
+			continue
+		}
+		if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+			if left := stripOwned(p, sub, dropped); len(left) == 0 {
+				delete(m, k)
+			}
+		}
+	}
+	return m
+}
+
 // WithoutOwned layers Ichor's defaults and the user's layer, leaving every
 // Ichor-owned key at the chart's default: Effective without its last layer.
 func WithoutOwned(user map[string]any, c Choices) (map[string]any, error) {
