@@ -2,12 +2,16 @@ package talosemu
 
 import (
 	"context"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -84,6 +88,7 @@ func (m *Machine) kubeletService(ctx context.Context) {
 
 	m.kubeletUp.Store(true)
 	m.world.pokeKwok()
+	m.setKubePrismStatus(true)
 
 	// the kubelet API and the pods of Ichor's images (podrunner.go)
 	stopPods := m.startPodRunner(ctx, c)
@@ -92,6 +97,7 @@ func (m *Machine) kubeletService(ctx context.Context) {
 		stopPods()
 		m.kubeletUp.Store(false)
 		m.world.pokeKwok()
+		m.setKubePrismStatus(false)
 	}()
 
 	name := m.nodeName()
@@ -463,4 +469,33 @@ func (s *apiServer) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer[
 	}
 
 	return srv.Send(&common.Data{Bytes: b})
+}
+
+// setKubePrismStatus writes KubePrism's health (KubePrismStatuses
+// "k8s-loadbalancer" in the k8s namespace, host localhost:<port>; m:resources/k8s/kubeprism.go)
+// when the configuration turns KubePrism on: healthy while the kubelet reaches the API
+// server (Talos reports whether an upstream API server answers through it), and
+// removed when KubePrism is off.
+func (m *Machine) setKubePrismStatus(healthy bool) {
+	ctx := context.Background()
+	id := k8s.KubePrismStatusesID
+
+	cfg := m.activeConfig()
+
+	var kp talosconfig.K8sKubePrismConfig
+	if cfg != nil {
+		kp = cfg.K8sKubePrismConfig()
+	}
+
+	if kp == nil {
+		_ = m.st.Destroy(ctx, k8s.NewKubePrismStatuses(k8s.NamespaceName, id).Metadata())
+
+		return
+	}
+
+	host := net.JoinHostPort("localhost", strconv.Itoa(kp.Port()))
+
+	_ = put(ctx, m.st, k8s.NewKubePrismStatuses(k8s.NamespaceName, id), func(r *k8s.KubePrismStatuses) {
+		r.TypedSpec().Host, r.TypedSpec().Healthy = host, healthy
+	})
 }

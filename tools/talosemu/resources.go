@@ -44,7 +44,7 @@ var resourceTypes = []meta.ResourceDefinitionProvider{
 	&cluster.Identity{},
 	// talosres.go, discovery.go, staticpods.go
 	&cluster.Config{}, &cluster.Affiliate{}, &cluster.Member{},
-	&k8s.KubeletConfig{}, &k8s.StaticPodStatus{},
+	&k8s.KubeletConfig{}, &k8s.StaticPodStatus{}, &k8s.KubePrismStatuses{},
 	&k8s.APIServerConfig{}, &k8s.ControllerManagerConfig{}, &k8s.SchedulerConfig{},
 	&k8s.BootstrapManifestsConfig{}, &k8s.Manifest{},
 	&network.RouteStatus{}, &block.VolumeStatus{}, &runtime.Diagnostic{},

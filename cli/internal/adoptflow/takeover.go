@@ -81,14 +81,14 @@ func CheckTakeover(ctx context.Context, p *adopt.Plan, o TakeoverOptions) error 
 	name, objects := p.CiliumInline()
 	if name == "" && live.DaemonSet == nil {
 		// No CNI at all: the write installs Ichor's Cilium first.
-		p.AddInstall(adopt.CheckCiliumInstall(live, p.KubePrismPorts()))
+		p.AddInstall(adopt.CheckCiliumInstall(live, p.KubePrisms()))
 
 		return nil
 	}
 
 	t, err := adopt.CheckCiliumTakeover(ctx, live, adopt.TakeoverInput{
 		KubernetesVersion: p.Cluster.KubernetesVersion, KubeProxy: kubeProxyMode(p),
-		InlineManifest: name, Foreign: objects, KubePrism: p.KubePrismPorts(),
+		InlineManifest: name, Foreign: objects, KubePrism: p.KubePrisms(),
 		AcceptDiff: o.AcceptDiff, AcceptChanges: o.AcceptChanges,
 	}, adopt.GetLive(c))
 	if err != nil {

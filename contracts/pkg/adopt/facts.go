@@ -26,6 +26,9 @@ type Machine struct {
 	TalosVersion string `json:"talosVersion"`
 	// Config is the node's active machine configuration.
 	Config []byte `json:"-"`
+	// KubePrismHealthy is KubePrism's health as the node reports it (false
+	// when it reports none).
+	KubePrismHealthy bool `json:"kubePrismHealthy"`
 }
 
 // InlineManifest is one inline manifest of a live configuration.

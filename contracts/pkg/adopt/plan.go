@@ -310,12 +310,13 @@ func (p *Plan) CiliumInline() (string, []string) {
 	return "", nil
 }
 
-// KubePrismPorts is each machine's KubePrism port by address (zero: off).
-func (p *Plan) KubePrismPorts() map[string]int {
-	out := map[string]int{}
+// KubePrisms is each machine's KubePrism by address: its port (zero: off)
+// and its health as the node reports it.
+func (p *Plan) KubePrisms() map[string]KubePrism {
+	out := map[string]KubePrism{}
 
 	for i, f := range p.facts {
-		out[p.Machines[i].Address] = f.KubePrismPort
+		out[p.Machines[i].Address] = KubePrism{Port: f.KubePrismPort, Healthy: p.Machines[i].KubePrismHealthy}
 	}
 
 	return out

@@ -7,7 +7,7 @@ import (
 )
 
 // Read reads one configured node for the plan, read-only: its running Talos
-// version, its identity and its active configuration.
+// version, its identity, its active configuration and KubePrism's health.
 func Read(ctx context.Context, n *talos.Node, address string) (Machine, error) {
 	m := Machine{Address: address}
 
@@ -28,6 +28,13 @@ func Read(ctx context.Context, n *talos.Node, address string) (Machine, error) {
 	if m.Config, _, err = n.Config(ctx); err != nil {
 		return m, err
 	}
+
+	kp, err := n.KubePrismStatus(ctx)
+	if err != nil {
+		return m, err
+	}
+
+	m.KubePrismHealthy = kp.Found && kp.Healthy
 
 	return m, nil
 }

@@ -58,8 +58,8 @@ type TakeoverInput struct {
 	// objects ("Kind namespace/name").
 	InlineManifest string
 	Foreign        []string
-	// KubePrism is each machine's KubePrism port by address (zero: off).
-	KubePrism map[string]int
+	// KubePrism is each machine's KubePrism by address.
+	KubePrism map[string]KubePrism
 	// AcceptDiff and AcceptChanges are --accept-cilium-diff and
 	// --accept-cilium-changes.
 	AcceptDiff, AcceptChanges bool
@@ -203,7 +203,8 @@ func ReadCiliumLive(ctx context.Context, r client.Reader) (*CiliumLive, error) {
 // CheckCiliumTakeover is the check before anything is written (architecture,
 // "Cilium", "Takeover"): the live minor is the pinned chart's or the one
 // below, ipam.mode is kubernetes, the tunnel protocol is carried over,
-// Cilium runs on every Node and KubePrism is on port 7445 on every machine;
+// Cilium runs on every Node and KubePrism is on port 7445 and healthy on
+// every machine;
 // then the chart is rendered with Ichor's values (and the user's layer of a
 // Helm release) and every object is compared with the live one. A difference needs AcceptDiff; a change Ichor-owned values decide
 // needs AcceptChanges; a change of IPAM or the tunnel is never accepted.
@@ -306,29 +307,50 @@ func CheckCiliumTakeover(ctx context.Context, live *CiliumLive, in TakeoverInput
 	return t, nil
 }
 
-// checkKubePrism refuses a machine whose KubePrism is not on port 7445:
-// Ichor's Cilium reaches the API server through it.
-func checkKubePrism(ports map[string]int) []guard.Refusal {
-	var noPrism []string
+// KubePrism is one machine's KubePrism: its configured port (zero: off) and
+// its health as the node reports it (KubePrismStatuses).
+type KubePrism struct {
+	Port    int
+	Healthy bool
+}
 
-	for addr, port := range ports {
-		if port != ciliumvalues.KubePrismPort {
-			noPrism = append(noPrism, fmt.Sprintf("%s (%s)", addr, portText(port)))
+// checkKubePrism refuses a machine whose KubePrism is not on port 7445, or
+// not healthy: Ichor's Cilium reaches the API server through it.
+func checkKubePrism(prisms map[string]KubePrism) []guard.Refusal {
+	var noPrism, unhealthy []string
+
+	for addr, kp := range prisms {
+		switch {
+		case kp.Port != ciliumvalues.KubePrismPort:
+			noPrism = append(noPrism, fmt.Sprintf("%s (%s)", addr, portText(kp.Port)))
+		case !kp.Healthy:
+			unhealthy = append(unhealthy, addr)
 		}
 	}
 
-	if len(noPrism) == 0 {
-		return nil
+	slices.Sort(noPrism)
+	slices.Sort(unhealthy)
+
+	var out []guard.Refusal
+
+	if len(noPrism) > 0 {
+		out = append(out, guard.Refusal{
+			Field: cniField,
+			Rule:  fmt.Sprintf("KubePrism is not on port %d on %s: Ichor's Cilium reaches the API server through it", ciliumvalues.KubePrismPort, strings.Join(noPrism, ", ")),
+			WayOut: fmt.Sprintf("turn KubePrism on at port %d (machine.features.kubePrism) with talosctl patch machineconfig, then run `ichor adopt --plan` again",
+				ciliumvalues.KubePrismPort),
+		})
 	}
 
-	slices.Sort(noPrism)
+	if len(unhealthy) > 0 {
+		out = append(out, guard.Refusal{
+			Field:  cniField,
+			Rule:   fmt.Sprintf("KubePrism is not healthy on %s (talosctl get kubeprismstatuses): Ichor's Cilium reaches the API server through it", strings.Join(unhealthy, ", ")),
+			WayOut: "make the API server reachable from those machines, then run `ichor adopt --plan` again",
+		})
+	}
 
-	return []guard.Refusal{{
-		Field: cniField,
-		Rule:  fmt.Sprintf("KubePrism is not on port %d on %s: Ichor's Cilium reaches the API server through it", ciliumvalues.KubePrismPort, strings.Join(noPrism, ", ")),
-		WayOut: fmt.Sprintf("turn KubePrism on at port %d (machine.features.kubePrism) with talosctl patch machineconfig, then run `ichor adopt --plan` again",
-			ciliumvalues.KubePrismPort),
-	}}
+	return out
 }
 
 // CiliumInstall is the plan of installing Ichor's pinned Cilium into a
@@ -343,9 +365,9 @@ type CiliumInstall struct {
 }
 
 // CheckCiliumInstall checks a cluster with no CNI for Ichor's Cilium:
-// KubePrism on port 7445 on every machine and a pod CIDR on every Node
+// KubePrism on port 7445 and healthy on every machine and a pod CIDR on every Node
 // (Cilium's kubernetes IPAM takes each Node's).
-func CheckCiliumInstall(live *CiliumLive, kubePrism map[string]int) *CiliumInstall {
+func CheckCiliumInstall(live *CiliumLive, kubePrism map[string]KubePrism) *CiliumInstall {
 	ci := &CiliumInstall{Chart: release.DefaultCiliumVersion, Nodes: live.Nodes, Refusals: checkKubePrism(kubePrism)}
 
 	if live.Nodes == 0 {

@@ -95,8 +95,8 @@ func (r *running) get(_ context.Context, o *unstructured.Unstructured) (*unstruc
 	return r.objects[o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName()], nil
 }
 
-func prism(port int) map[string]int {
-	return map[string]int{"10.5.0.2": port, "10.5.0.3": port}
+func prism(port int) map[string]adopt.KubePrism {
+	return map[string]adopt.KubePrism{"10.5.0.2": {Port: port, Healthy: port != 0}, "10.5.0.3": {Port: port, Healthy: port != 0}}
 }
 
 func rules(t *adopt.Takeover) string {
@@ -206,6 +206,9 @@ func TestCiliumTakeoverRefusals(t *testing.T) {
 		{"native routing", func(r *running, _ *adopt.TakeoverInput) { r.live.Config["routing-mode"] = "native" }, `routes in "native" mode`},
 		{"not ready everywhere", func(r *running, _ *adopt.TakeoverInput) { r.live.DaemonSet.Status.NumberReady = 1 }, "not healthy on every Node"},
 		{"KubePrism off", func(_ *running, in *adopt.TakeoverInput) { in.KubePrism = prism(0) }, "KubePrism is not on port 7445 on 10.5.0.2 (off)"},
+		{"KubePrism unhealthy", func(_ *running, in *adopt.TakeoverInput) {
+			in.KubePrism = map[string]adopt.KubePrism{"10.5.0.2": {Port: 7445, Healthy: true}, "10.5.0.3": {Port: 7445}}
+		}, "KubePrism is not healthy on 10.5.0.3"},
 		{"a Helm release of another name", func(r *running, _ *adopt.TakeoverInput) {
 			r.live.DaemonSet.Annotations = map[string]string{"meta.helm.sh/release-name": "cni", "meta.helm.sh/release-namespace": "kube-system"}
 		}, "runs as Helm release kube-system/cni"},
@@ -380,7 +383,7 @@ func TestCheckCiliumInstall(t *testing.T) {
 
 	live.NoPodCIDR = []string{"w-1"}
 
-	ci = adopt.CheckCiliumInstall(live, map[string]int{"10.5.0.2": 7445, "10.5.0.3": 7000})
+	ci = adopt.CheckCiliumInstall(live, map[string]adopt.KubePrism{"10.5.0.2": {Port: 7445, Healthy: true}, "10.5.0.3": {Port: 7000, Healthy: true}})
 	if len(ci.Refusals) != 2 || !strings.Contains(ci.Refusals[0].Rule, "10.5.0.3 (port 7000)") ||
 		!strings.Contains(ci.Refusals[1].Rule, "w-1 have no pod CIDR") || ci.Refusals[1].WayOut == "" {
 		t.Fatalf("KubePrism elsewhere and a Node without a pod CIDR: %+v", ci.Refusals)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
@@ -162,4 +163,28 @@ func (n *Node) Manifests(ctx context.Context) ([]Manifest, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 
 	return out, nil
+}
+
+// KubePrism is KubePrism's health as the node reports it (KubePrismStatuses
+// "k8s-loadbalancer" in the k8s namespace, m:resources/k8s/kubeprism.go):
+// Found is false when the node has no such resource (KubePrism off, or not
+// started yet).
+type KubePrism struct {
+	Found   bool
+	Host    string
+	Healthy bool
+}
+
+// KubePrismStatus reads KubePrism's health.
+func (n *Node) KubePrismStatus(ctx context.Context) (KubePrism, error) {
+	r, err := safe.StateGetByID[*k8s.KubePrismStatuses](ctx, n.c.COSI, k8s.KubePrismStatusesID)
+	if state.IsNotFoundError(err) {
+		return KubePrism{}, nil
+	}
+
+	if err != nil {
+		return KubePrism{}, fmt.Errorf("read KubePrismStatuses: %w", err)
+	}
+
+	return KubePrism{Found: true, Host: r.TypedSpec().Host, Healthy: r.TypedSpec().Healthy}, nil
 }
