@@ -320,7 +320,7 @@ func (r *run) printAdoptionPlan(p *adopt.Plan, planOnly bool) error {
 		b.Add("version contract", fmt.Sprintf("%s (%s; %s)", c.VersionContract, how, strings.Join(scores, ", ")))
 	}
 
-	b.Add("CNI", adoptionCNI(c))
+	b.Add("CNI", adoptionCNI(p))
 	b.Add("Talos CNI setting", c.TalosCNI)
 	b.Add("kube-proxy", map[bool]string{true: "enabled (Talos deploys it)", false: "disabled"}[c.KubeProxy])
 
@@ -483,8 +483,19 @@ func (r *run) printMachineDrift(m adopt.MachinePlan) {
 }
 
 // adoptionCNI is the CNI line: what runs and what adoption makes of it.
-func adoptionCNI(c adopt.ClusterPlan) string {
-	found := "none in the machine configuration (a CNI installed with Helm or kubectl is not read by this plan)"
+func adoptionCNI(p *adopt.Plan) string {
+	c := p.Cluster
+	found := "none in the machine configuration"
+
+	switch t := p.CiliumTakeover; {
+	case len(c.CNIs) > 0:
+	case t != nil && len(t.PriorRelease) > 0:
+		return "cilium, installed with Helm (release kube-system/cilium); taken over as Ichor's Cilium (spec.cni.preset: cilium)"
+	case t != nil:
+		return "cilium, applied without a Helm release (an applied `helm template`); taken over as Ichor's Cilium (spec.cni.preset: cilium)"
+	case p.CiliumInstall != nil:
+		return "none (none in the machine configuration, no CNI DaemonSet in the cluster); adoption installs Ichor's Cilium (spec.cni.preset: cilium)"
+	}
 
 	if len(c.CNIs) > 0 {
 		parts := make([]string, len(c.CNIs))

@@ -75,6 +75,9 @@ type CiliumLive struct {
 	// without a pod CIDR (spec.podCIDR).
 	Nodes     int
 	NoPodCIDR []string
+	// OtherCNIs are CNIs other than Cilium that run as DaemonSets
+	// ("calico (kube-system/calico-node)"), whatever installed them.
+	OtherCNIs []string
 	// HelmRecords are Helm's release records of a release named cilium in
 	// kube-system (the Secrets driver's Secrets), by name.
 	HelmRecords []corev1.Secret
@@ -160,6 +163,25 @@ func ReadCiliumLive(ctx context.Context, r client.Reader) (*CiliumLive, error) {
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading DaemonSet %s/cilium: %w", cilium.Namespace, err)
 	}
+
+	var dss appsv1.DaemonSetList
+	if err := r.List(ctx, &dss); err != nil {
+		return nil, fmt.Errorf("listing the DaemonSets: %w", err)
+	}
+
+	for i := range dss.Items {
+		// Cilium's own other DaemonSets (cilium-envoy, cilium-node-init) are Cilium.
+		if strings.HasPrefix(dss.Items[i].Name, "cilium") {
+			continue
+		}
+
+		d := cni.Detect(dss.Items[i : i+1])
+		if d.Detected != cni.DetectedCilium && d.Detected != cni.DetectedNone && d.Detected != "" {
+			live.OtherCNIs = append(live.OtherCNIs, fmt.Sprintf("%s (%s)", d.Detected, d.Via))
+		}
+	}
+
+	slices.Sort(live.OtherCNIs)
 
 	cm := &corev1.ConfigMap{}
 	switch err := r.Get(ctx, client.ObjectKey{Namespace: cilium.Namespace, Name: cni.CiliumConfigMap}, cm); {
@@ -293,6 +315,7 @@ func CheckCiliumTakeover(ctx context.Context, live *CiliumLive, in TakeoverInput
 	}
 
 	t.Refusals = append(t.Refusals, checkKubePrism(in.KubePrism)...)
+	t.Refusals = append(t.Refusals, checkOtherCNIs(live)...)
 
 	if len(t.Refusals) > 0 {
 		return t, nil
@@ -312,6 +335,22 @@ func CheckCiliumTakeover(ctx context.Context, live *CiliumLive, in TakeoverInput
 type KubePrism struct {
 	Port    int
 	Healthy bool
+}
+
+// checkOtherCNIs refuses a cluster that runs a CNI other than Cilium: Ichor
+// never runs Cilium beside another CNI.
+func checkOtherCNIs(live *CiliumLive) []guard.Refusal {
+	if len(live.OtherCNIs) == 0 {
+		return nil
+	}
+
+	return []guard.Refusal{{
+		Field: cniField,
+		Rule: fmt.Sprintf("the cluster runs %s, installed outside the machine configuration: Ichor manages only Cilium, never runs it beside another CNI and never migrates one",
+			strings.Join(live.OtherCNIs, " and ")),
+		WayOut: "this release adopts a cluster with a CNI other than Cilium only when the machine configuration installs it (--cni-unmanaged); " +
+			"remove that CNI's DaemonSet first if it is a leftover, then run `ichor adopt --plan` again",
+	}}
 }
 
 // checkKubePrism refuses a machine whose KubePrism is not on port 7445, or
@@ -368,7 +407,8 @@ type CiliumInstall struct {
 // KubePrism on port 7445 and healthy on every machine and a pod CIDR on every Node
 // (Cilium's kubernetes IPAM takes each Node's).
 func CheckCiliumInstall(live *CiliumLive, kubePrism map[string]KubePrism) *CiliumInstall {
-	ci := &CiliumInstall{Chart: release.DefaultCiliumVersion, Nodes: live.Nodes, Refusals: checkKubePrism(kubePrism)}
+	ci := &CiliumInstall{Chart: release.DefaultCiliumVersion, Nodes: live.Nodes, Refusals: checkOtherCNIs(live)}
+	ci.Refusals = append(ci.Refusals, checkKubePrism(kubePrism)...)
 
 	if live.Nodes == 0 {
 		ci.Refusals = append(ci.Refusals, guard.Refusal{

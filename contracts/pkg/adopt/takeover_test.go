@@ -219,6 +219,9 @@ func TestCiliumTakeoverRefusals(t *testing.T) {
 			r.live.DaemonSet.Spec.Template.Spec.Containers[0].Image = "quay.io/cilium/cilium:v1.17.4"
 		}, "the Cilium that runs is v1.17.4"},
 		{"no DaemonSet", func(r *running, _ *adopt.TakeoverInput) { r.live.DaemonSet = nil }, "is not in the cluster"},
+		{"another CNI beside it", func(r *running, _ *adopt.TakeoverInput) {
+			r.live.OtherCNIs = []string{"flannel (kube-system/kube-flannel)"}
+		}, "runs flannel (kube-system/kube-flannel), installed outside the machine configuration"},
 	}
 
 	for _, c := range cases {
@@ -371,8 +374,9 @@ func TestCiliumTakeoverHelmRelease(t *testing.T) {
 }
 
 // TestCheckCiliumInstall: a cluster with no CNI gets the pinned chart for
-// its Node count, unless a machine's KubePrism is off 7445 or a Node has no
-// pod CIDR, each refused with the way out.
+// its Node count, unless another CNI runs as a DaemonSet (installed outside
+// the machine configuration), a machine's KubePrism is off 7445 or a Node
+// has no pod CIDR, each refused with the way out.
 func TestCheckCiliumInstall(t *testing.T) {
 	live := &adopt.CiliumLive{Nodes: 2}
 
@@ -381,6 +385,12 @@ func TestCheckCiliumInstall(t *testing.T) {
 		t.Fatalf("a ready cluster: %+v", ci)
 	}
 
+	live.OtherCNIs = []string{"calico (kube-system/calico-node)"}
+	if ci = adopt.CheckCiliumInstall(live, prism(7445)); len(ci.Refusals) != 1 || !strings.Contains(ci.Refusals[0].Rule, "runs calico") {
+		t.Fatalf("a Calico applied with kubectl: %+v", ci.Refusals)
+	}
+
+	live.OtherCNIs = nil
 	live.NoPodCIDR = []string{"w-1"}
 
 	ci = adopt.CheckCiliumInstall(live, map[string]adopt.KubePrism{"10.5.0.2": {Port: 7445, Healthy: true}, "10.5.0.3": {Port: 7000, Healthy: true}})
