@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -51,6 +52,30 @@ func ichorBinary(image string) string {
 	}
 
 	return ""
+}
+
+// digestPattern is an image digest as a registry names a manifest: sha256 and 64 hex digits.
+var digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+
+// imageBinary is the file a container of an Ichor image runs, and what is wrong with the
+// image's name when it cannot run. An image named by tag runs PodBinDir/<binary>: the build
+// of this tree. An image named by digest (repository@sha256:HEX) runs
+// PodBinDir/sha256/HEX/<binary>: the build of that very image, which a world holding images
+// of several Ichor versions in a registry writes there per digest (the digest is the image,
+// so no other build may stand in for it); a digest of another form cannot run.
+func (w *World) imageBinary(image, binary string) (string, error) {
+	_, digest, ok := strings.Cut(image, "@")
+	if !ok {
+		return filepath.Join(w.podBinDir, binary), nil
+	}
+
+	if !digestPattern.MatchString(digest) {
+		return "", fmt.Errorf("talosemu: image %q names a digest that is not sha256:<64 lowercase hex digits>", image)
+	}
+
+	algorithm, hex, _ := strings.Cut(digest, ":")
+
+	return filepath.Join(w.podBinDir, algorithm, hex, binary), nil
 }
 
 // runsLocally is true for a pod with a container or init container of an Ichor image.

@@ -135,9 +135,21 @@ func (c *runCtr) start(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 
-	bin := filepath.Join(c.p.r.m.world.podBinDir, c.binary)
+	bin, err := c.p.r.m.world.imageBinary(c.spec.Image, c.binary)
+	if err != nil {
+		c.wait("InvalidImageName", err.Error(), 10*time.Second)
+		c.p.r.event(pod, corev1.EventTypeWarning, "InspectFailed", c.fieldPath(), err.Error())
+
+		return
+	}
+
 	if st, err := os.Stat(bin); err != nil || st.IsDir() {
-		c.wait("ErrImagePull", fmt.Sprintf("talosemu: image %q runs %s, which is not there (build it: `go tool task build`)", c.spec.Image, bin), 10*time.Second)
+		fix := "build it: `go tool task build`"
+		if strings.Contains(c.spec.Image, "@") {
+			fix = "no build of this digest was written there: a digest runs only the build of its own image"
+		}
+
+		c.wait("ErrImagePull", fmt.Sprintf("talosemu: image %q runs %s, which is not there (%s)", c.spec.Image, bin, fix), 10*time.Second)
 		c.p.r.event(pod, corev1.EventTypeWarning, "Failed", c.fieldPath(), "Failed to pull image "+strconv.Quote(c.spec.Image)+": no binary "+bin)
 
 		return

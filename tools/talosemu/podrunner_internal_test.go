@@ -38,6 +38,36 @@ func TestIchorBinary(t *testing.T) {
 	}
 }
 
+// TestImageBinary: a tag runs the tree's build, a digest only the build written for that
+// digest, and a digest of another form (or a path in disguise) runs nothing.
+func TestImageBinary(t *testing.T) {
+	w := &World{}
+	w.podBinDir = "/bins"
+	hex := strings.Repeat("ab", 32)
+
+	for image, want := range map[string]string{
+		"ghcr.io/maeshinshin/ichor-controller:latest":                  "/bins/ichor-controller",
+		"127.0.0.1:5000/maeshinshin/ichor-controller@sha256:" + hex:    "/bins/sha256/" + hex + "/ichor-controller",
+		"127.0.0.1:5000/maeshinshin/ichor-controller:v1@sha256:" + hex: "/bins/sha256/" + hex + "/ichor-controller",
+		"127.0.0.1:5000/maeshinshin/ichor-controller@sha256:abcd":      "",
+		"127.0.0.1:5000/maeshinshin/ichor-controller@sha512:" + hex:    "",
+		"127.0.0.1:5000/maeshinshin/ichor-controller@sha256:../../x":   "",
+	} {
+		got, err := w.imageBinary(image, "ichor-controller")
+		if want == "" {
+			if err == nil {
+				t.Errorf("imageBinary(%q) = %q, want an error", image, got)
+			}
+
+			continue
+		}
+
+		if err != nil || got != want {
+			t.Errorf("imageBinary(%q) = %q, %v; want %q", image, got, err, want)
+		}
+	}
+}
+
 // TestKwokStagesSkipRunnerPods evaluates kwok's own stage matching (the JQ selector runs in
 // kwok's lifecycle package): with the pod runner on, no pod stage takes a pod of an Ichor
 // image, in a container or an init container; other pods still match; with it off every pod
