@@ -65,8 +65,10 @@ func TestMain(m *testing.M) {
 
 // world is the emulated machines, the binaries and what the CLI printed.
 type world struct {
-	dir        string
-	bin        string
+	dir string
+	bin string
+	// cli is the ichor binary the world runs; "" is bin's (this tree's build).
+	cli        string
 	kubeconfig string
 	env        []string
 	machines   []emuMachine
@@ -208,7 +210,12 @@ func stopProcess(c *exec.Cmd) {
 
 // ichor runs the CLI and records what it printed.
 func (w *world) ichor(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(w.bin, "ichor"), args...) //nolint:gosec // our own binary
+	cli := w.cli
+	if cli == "" {
+		cli = filepath.Join(w.bin, "ichor")
+	}
+
+	cmd := exec.CommandContext(ctx, cli, args...) //nolint:gosec // our own binary
 	cmd.Env = w.env
 
 	var out bytes.Buffer

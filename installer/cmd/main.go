@@ -3,7 +3,7 @@
 // changes are additive, snapshots what runs, applies the CRDs, the
 // controller and ichor-ui, waits for each, runs post-checks, rolls back from
 // the snapshot on failure, and writes the IchorInstallation's status
-// (installer/internal/installer). Its log is what a person reads; it exits
+// (contracts/pkg/installer, shared with `ichor upgrade ichor --local`). Its log is what a person reads; it exits
 // non-zero when the install failed, so the Job fails.
 //
 //	ichor-installer                                 # in a Job: the pod's ServiceAccount
@@ -31,9 +31,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/installer"
 	"github.com/maeshinshin/ichor/contracts/pkg/version"
 	"github.com/maeshinshin/ichor/installer/internal/cni"
-	"github.com/maeshinshin/ichor/installer/internal/installer"
 )
 
 func main() {

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
+	"github.com/maeshinshin/ichor/contracts/pkg/installerimage/imagetest"
 )
 
 // `ichor upgrade talos --list` prints the candidates the controller recorded,
@@ -242,6 +243,37 @@ func TestUpgradeIchor(t *testing.T) {
 		if len(got) != 2 || got["v0.4.0"] != (ichorv1alpha1.IchorUpgrade{Version: "v0.4.0"}) ||
 			got["v0.4.1"] != (ichorv1alpha1.IchorUpgrade{Version: "v0.4.1", InstallerDigest: digest, InstallerSignature: "skip"}) {
 			t.Fatalf("the ichor operations: %+v", got)
+		}
+	})
+
+	// --local checks what the operation checks, here, before anything is
+	// applied: an unsigned image is refused, an image that carries no install
+	// manifest too (even with the signature check skipped), and --wait does
+	// not apply; nothing is changed and no operation is created. (e2e
+	// TestSelfUpgradeRollback runs a --local upgrade to its end.)
+	t.Run("local", func(t *testing.T) {
+		ctx := context.Background()
+		installation(t, ichorv1alpha1.ManagerIchor, "v0.3.2")
+
+		reg := imagetest.NewWorld(t, true)
+		reg.Push("v0.4.0")
+
+		inst := &ichorv1alpha1.IchorInstallation{}
+		must(t, k8s.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, inst))
+		inst.Spec.Version.InstallerRepository = reg.Repo.Name()
+		must(t, k8s.Update(ctx, inst))
+
+		ops := len(ichorOperations(t, ns))
+
+		mustFail(t, ichor(t, "upgrade", "ichor", "v0.4.0", "--local", "--wait", "-n", ns, "-y"), "--local and --wait do not go together", "nothing was changed")
+		mustFail(t, ichor(t, "upgrade", "ichor", "v0.4.0", "--local", "-n", ns, "-y"), "is not signed", "nothing was changed")
+		mustFail(t, ichor(t, "upgrade", "ichor", "v0.4.0", "--local", "--skip-signature-check", "-n", ns, "-y"),
+			"carries no install manifest at /var/run/ko/install.yaml", "nothing was changed")
+
+		must(t, k8s.Get(ctx, client.ObjectKey{Name: ichorv1alpha1.IchorInstallationName}, inst))
+		if inst.Status.InstalledVersion != "v0.3.2" || len(ichorOperations(t, ns)) != ops {
+			t.Fatalf("a refused --local upgrade changed something: installed %s, %d ichor operations (had %d)",
+				inst.Status.InstalledVersion, len(ichorOperations(t, ns)), ops)
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 const (
 	flagInstallerDigest    = "installer-digest"
 	flagSkipSignatureCheck = "skip-signature-check"
+	flagLocal              = "local"
 )
 
 // upgradeIchorCommand is `ichor upgrade ichor`.
@@ -32,6 +33,9 @@ func upgradeIchorCommand() *cli.Command {
 			&cli.BoolFlag{Name: flagSkipSignatureCheck, Usage: "run the installer image without checking its signature, for a build nobody signs; " +
 				"recorded as a Warning Event (spec.ichor.installerSignature: skip)"},
 			&cli.BoolFlag{Name: flagWait, Usage: usageWaitOperation},
+			&cli.BoolFlag{Name: flagLocal, Usage: "run the installer here, with your credentials, instead of as a Job the controller starts: " +
+				"the way out when the in-cluster upgrade cannot run (the controller is down); the same checks, the signature verified here, " +
+				"the install manifest read from the installer image, the same snapshot and rollback; no operation is created"},
 		},
 		Action: upgradeIchor,
 	}
@@ -80,6 +84,12 @@ func upgradeIchor(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Bool(flagSkipSignatureCheck) {
 		up.InstallerSignature = guard.SignatureSkip
 		r.warnf("the installer image will run WITHOUT its signature checked (--%s); this is recorded as a Warning Event with your name", flagSkipSignatureCheck)
+	}
+	if cmd.Bool(flagLocal) {
+		if cmd.Bool(flagWait) {
+			return fmt.Errorf("--%s and --%s do not go together: --%s runs the installer here and returns when it ends; nothing was changed", flagLocal, flagWait, flagLocal)
+		}
+		return r.upgradeIchorLocal(ctx, c, ii, up)
 	}
 	if err := r.confirm(upgradeIchorText(ii, up), c.Name); err != nil {
 		return err

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
+	"github.com/maeshinshin/ichor/contracts/pkg/installer"
 	"github.com/maeshinshin/ichor/contracts/pkg/netpol"
-	"github.com/maeshinshin/ichor/installer/internal/installer"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )
 

@@ -32,7 +32,7 @@ import (
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
 	"github.com/maeshinshin/ichor/contracts/pkg/install"
-	"github.com/maeshinshin/ichor/installer/internal/installer"
+	"github.com/maeshinshin/ichor/contracts/pkg/installer"
 	"github.com/maeshinshin/ichor/tools/talosemu"
 	"github.com/maeshinshin/ichor/tools/testenv"
 )

@@ -25,6 +25,9 @@
 //     webhook refuses a dry-run object it must refuse;
 //  9. write the IchorInstallation's status: installedVersion, Installed.
 //
+// A wait for a Deployment ends at its timeout, or earlier when a pod of the
+// Deployment's new template crash-loops (wait.go, crashLoop).
+//
 // A failure after the snapshot rolls back: the snapshot is applied again,
 // what this run created is deleted (never a CRD: CRDs are never
 // downgraded), and the previous Deployments are waited for; the reason goes

@@ -67,6 +67,10 @@ func (in *Installer) waitDeployment(ctx context.Context, name string, timeout ti
 			}
 
 			last = why
+
+			if loop := in.crashLoop(ctx, d); loop != "" {
+				return fmt.Errorf("the Deployment %s will not become available: %s", name, loop)
+			}
 		}
 
 		if time.Now().After(deadline) {
@@ -183,6 +187,9 @@ func (in *Installer) waitDeploymentStarted(ctx context.Context, name string, tim
 			dep = d
 
 			ok, why := deploymentProgress(d)
+			if loop := in.crashLoop(ctx, d); !ok && loop != "" {
+				return false, fmt.Errorf("the Deployment %s will not roll out: %s", name, loop)
+			}
 
 			switch {
 			case ok:
@@ -223,6 +230,85 @@ func (in *Installer) waitDeploymentStarted(ctx context.Context, name string, tim
 	}
 
 	return false, errors.New(msg)
+}
+
+// crashLoopRestarts is how often a container of the Deployment's current
+// template must have restarted, and be backing off, before a wait gives up
+// on it: a release whose controller exits at start is rolled back in about
+// half a minute (the kubelet's back-off: 0, 10, 20 s) rather than at the
+// wait's timeout, while a container that fails once or twice as it starts
+// (the API server briefly away) is still waited for.
+const crashLoopRestarts = 3
+
+// revisionAnnotation is the Deployment controller's revision number, on a
+// Deployment and on the ReplicaSet of each of its templates.
+const revisionAnnotation = "deployment.kubernetes.io/revision"
+
+// crashLoop describes a pod of the Deployment's current template (its
+// newest ReplicaSet, by the Deployment controller's revision) whose
+// container is in CrashLoopBackOff after crashLoopRestarts restarts; ""
+// when there is none, or the current template's ReplicaSet is not known yet.
+// Pods of the previous template are not looked at: they are what runs.
+func (in *Installer) crashLoop(ctx context.Context, d *appsv1.Deployment) string {
+	rev := d.Annotations[revisionAnnotation]
+	if rev == "" || d.Status.ObservedGeneration < d.Generation {
+		return ""
+	}
+
+	sets := &appsv1.ReplicaSetList{}
+	if err := in.c.List(ctx, sets, client.InNamespace(d.Namespace)); err != nil {
+		return ""
+	}
+
+	hash := ""
+
+	for i := range sets.Items {
+		rs := &sets.Items[i]
+		if metav1.IsControlledBy(rs, d) && rs.Annotations[revisionAnnotation] == rev {
+			hash = rs.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
+		}
+	}
+
+	if hash == "" {
+		return ""
+	}
+
+	pods := &corev1.PodList{}
+	if err := in.c.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabels{appsv1.DefaultDeploymentUniqueLabelKey: hash}); err != nil {
+		return ""
+	}
+
+	for i := range pods.Items {
+		if why := podCrashLoop(&pods.Items[i]); why != "" {
+			return why
+		}
+	}
+
+	return ""
+}
+
+// podCrashLoop describes p's first container in CrashLoopBackOff after
+// crashLoopRestarts restarts; "" when there is none or p is going away.
+func podCrashLoop(p *corev1.Pod) string {
+	if p.DeletionTimestamp != nil {
+		return ""
+	}
+
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" || cs.RestartCount < crashLoopRestarts {
+			continue
+		}
+
+		last := ""
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			last = fmt.Sprintf(", last exit code %d (%s)", t.ExitCode, t.Reason)
+		}
+
+		return fmt.Sprintf("pod %s of its new template crash-loops: container %s restarted %d times%s; `kubectl logs -n %s %s -c %s --previous` shows why",
+			p.Name, cs.Name, cs.RestartCount, last, p.Namespace, p.Name, cs.Name)
+	}
+
+	return ""
 }
 
 // podsRunning says whether as many of the Deployment's pods as it has
