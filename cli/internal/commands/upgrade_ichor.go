@@ -35,7 +35,7 @@ func upgradeIchorCommand() *cli.Command {
 			&cli.BoolFlag{Name: flagWait, Usage: usageWaitOperation},
 			&cli.BoolFlag{Name: flagLocal, Usage: "run the installer here, with your credentials, instead of as a Job the controller starts: " +
 				"the way out when the in-cluster upgrade cannot run (the controller is down); the same checks, the signature verified here, " +
-				"the install manifest read from the installer image, the same snapshot and rollback; no operation is created"},
+				"the install manifest read from the installer image, the same snapshot and rollback; no operation is created, and the signature check is never skipped"},
 		},
 		Action: upgradeIchor,
 	}
@@ -88,6 +88,13 @@ func upgradeIchor(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Bool(flagLocal) {
 		if cmd.Bool(flagWait) {
 			return fmt.Errorf("--%s and --%s do not go together: --%s runs the installer here and returns when it ends; nothing was changed", flagLocal, flagWait, flagLocal)
+		}
+		// The only bypass of the signature check is the one an operation
+		// records (spec.ichor.installerSignature: skip, a Warning Event);
+		// a local run would leave no record.
+		if up.InstallerSignature == guard.SignatureSkip {
+			return fmt.Errorf("--%s never skips the signature check (a skip is recorded only on an operation): drop --%s, or run `%s` without --%s "+
+				"so the skip is recorded; nothing was changed", flagLocal, flagSkipSignatureCheck, cmd.FullName(), flagLocal)
 		}
 		return r.upgradeIchorLocal(ctx, c, ii, up)
 	}

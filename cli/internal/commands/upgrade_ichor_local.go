@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
-	"github.com/maeshinshin/ichor/contracts/pkg/guard"
 	"github.com/maeshinshin/ichor/contracts/pkg/installer"
 	"github.com/maeshinshin/ichor/contracts/pkg/installerimage"
 )
@@ -33,21 +32,18 @@ func (r *run) upgradeIchorLocal(ctx context.Context, c *ichorv1alpha1.TalosClust
 	ref := img.Reference()
 	r.printf("Installer image: %s\n", ref)
 
-	if up.InstallerSignature == guard.SignatureSkip {
-		r.warnf("the signature of %s is NOT checked (--%s)", ref, flagSkipSignatureCheck)
-	} else {
-		sig, err := installerimage.Verify(ctx, ref, installerimage.ReleasePolicy(), reg)
-		if err != nil {
-			var refusal *installerimage.Refusal
-			if errors.As(err, &refusal) {
-				return fmt.Errorf("%w; nothing was changed", err)
-			}
-
-			return fmt.Errorf("verifying the signature of %s: %w; nothing was changed", ref, err)
+	// upgradeIchor refuses --local with --skip-signature-check: the check always runs here.
+	sig, err := installerimage.Verify(ctx, ref, installerimage.ReleasePolicy(), reg)
+	if err != nil {
+		var refusal *installerimage.Refusal
+		if errors.As(err, &refusal) {
+			return fmt.Errorf("%w; nothing was changed", err)
 		}
 
-		r.printf("Signature: verified, signed by %s (issuer %s)\n", sig.Subject, sig.Issuer)
+		return fmt.Errorf("verifying the signature of %s: %w; nothing was changed", ref, err)
 	}
+
+	r.printf("Signature: verified, signed by %s (issuer %s)\n", sig.Subject, sig.Issuer)
 
 	manifest, err := installerimage.Manifest(ctx, ref, reg)
 	if err != nil {
