@@ -1,6 +1,7 @@
 package talosemu
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"slices"
@@ -104,8 +105,21 @@ func (m *Machine) kubeletService(ctx context.Context) {
 	lastStatus := time.Now()
 	applied := false
 	version := m.kubeletVersion()
+	issuer := kubeCACert(m.activeConfig())
 
 	for ctx.Err() == nil {
+		// A new issuing Kubernetes CA (a CA rotation's stage, applied live):
+		// Talos gives the kubelet a client certificate of that CA, which it
+		// keeps through the stage that drops the old one, so its Lease and
+		// status go on; the pods it runs keep their client.
+		if now := kubeCACert(m.activeConfig()); !bytes.Equal(now, issuer) {
+			if nc, err := m.kubeletClient(); err != nil {
+				logOnce("kubelet client of the new Kubernetes CA", err)
+			} else {
+				c, issuer = nc, now
+			}
+		}
+
 		m.renewLease(ctx, c, name)
 
 		// a new kubelet image restarts the kubelet, which posts its status at once (kubeversions.go)
