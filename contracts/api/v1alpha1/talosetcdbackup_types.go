@@ -33,6 +33,10 @@ const (
 	SnapshotCorruptReason = "SnapshotCorrupt"
 	// UploadFailedReason: storing the encrypted snapshot failed.
 	UploadFailedReason = "UploadFailed"
+	// SnapshotInterruptedReason (a Warning Event): the last attempt was
+	// recorded but never ended, as when the controller stopped during it;
+	// it is made again at once.
+	SnapshotInterruptedReason = "SnapshotInterrupted"
 	// InvalidScheduleReason: spec.schedule is not a cron expression.
 	InvalidScheduleReason = "InvalidSchedule"
 	// StoreInClusterReason: the store is a Service or an address of the cluster's pod or service range.

@@ -240,6 +240,7 @@ export const SigningFailedReason = "SigningFailed";
 export const SingleNodeReason = "SingleNode";
 export const SnapshotCorruptReason = "SnapshotCorrupt";
 export const SnapshotFailedReason = "SnapshotFailed";
+export const SnapshotInterruptedReason = "SnapshotInterrupted";
 export const SnapshotOverdueReason = "SnapshotOverdue";
 export const SnapshotRecentReason = "SnapshotRecent";
 export const SnapshotStoredReason = "SnapshotStored";

@@ -14,8 +14,10 @@ package etcdbackup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -78,6 +80,9 @@ type Reconciler struct {
 	Transport http.RoundTripper
 
 	skeleton *reconcile.Controller[*ichorv1alpha1.TalosEtcdBackup]
+	// killPoint is the chaos test's hook (nil elsewhere): asked at every
+	// step boundary of an attempt (killedAt), true kills the controller there.
+	killPoint atomic.Pointer[func(backup, step string) bool]
 }
 
 // SetupWithManager registers the reconciler.
@@ -130,8 +135,50 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.skeleton = r.controller()
 	}
 
+	if r.killPoint.Load() != nil {
+		// A kill cancels this context: nothing after it is written, as
+		// when the process dies there.
+		var cancel context.CancelFunc
+
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+
+		ctx = context.WithValue(ctx, killKey{}, cancel)
+	}
+
 	return r.skeleton.Reconcile(ctx, req)
 }
+
+// The step boundaries of an attempt, the chaos test's kill points.
+const (
+	stepRecorded     = "attempt recorded"
+	stepStoreChecked = "store checked"
+	stepSnapshotRead = "snapshot read"
+	stepVerified     = "snapshot verified"
+	stepEncrypted    = "snapshot encrypted"
+	stepUploaded     = "snapshot uploaded"
+)
+
+// killedAt is a step boundary of an attempt: it reports whether the chaos
+// test killed the controller there, and then cancels the reconcile's
+// context, so the reconcile ends writing nothing more.
+func (r *Reconciler) killedAt(ctx context.Context, b *ichorv1alpha1.TalosEtcdBackup, step string) bool {
+	k := r.killPoint.Load()
+	if k == nil || !(*k)(b.Name, step) {
+		return false
+	}
+
+	if cancel, ok := ctx.Value(killKey{}).(context.CancelFunc); ok {
+		cancel()
+	}
+
+	return true
+}
+
+type killKey struct{}
+
+// errKilled ends a reconcile the chaos test killed.
+var errKilled = errors.New("killed by the chaos test")
 
 func (r *Reconciler) retryAfter() time.Duration {
 	if r.RetryAfter > 0 {
@@ -165,7 +212,11 @@ func (r *Reconciler) reconcileStoreLocation(_ context.Context, s *reconcile.Scop
 
 // failure is an attempt or a check that failed: the reason is a condition
 // reason, the message names what to fix and never a secret.
-type failure struct{ reason, msg string }
+type failure struct {
+	reason, msg string
+	// killed: the chaos test killed the controller during the attempt.
+	killed bool
+}
 
 func (f *failure) Error() string { return f.msg }
 
@@ -211,6 +262,11 @@ func (r *Reconciler) reconcileSnapshots(ctx context.Context, s *reconcile.Scope[
 
 	st, f := r.openStore(ctx, b)
 
+	var interruptedAt time.Time
+	if b.Status.LastScheduleTime != nil {
+		interruptedAt = b.Status.LastScheduleTime.Time
+	}
+
 	if kind := r.due(b, sched, now); kind != "" {
 		if f == nil && s.Cluster == nil {
 			f = fail(ichorv1alpha1.UnknownClusterReason, "TalosCluster %q does not exist in namespace %q; name an existing cluster in spec.clusterName",
@@ -226,8 +282,23 @@ func (r *Reconciler) reconcileSnapshots(ctx context.Context, s *reconcile.Scope[
 			return ctrl.Result{}, err
 		}
 
+		if kind == kindInterrupted {
+			// Only after the strict write: a reconcile that read a stale
+			// copy of the backup (its attempt's end not cached yet) fails it.
+			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, ichorv1alpha1.SnapshotInterruptedReason, "Snapshot",
+				"the attempt recorded at %s never ended (the controller stopped during it); trying again", interruptedAt.UTC().Format(time.RFC3339))
+		}
+
+		if r.killedAt(ctx, b, stepRecorded) {
+			return ctrl.Result{}, errKilled
+		}
+
 		if f == nil {
 			f = r.attempt(ctx, b, s.Cluster, st, now)
+		}
+
+		if f != nil && f.killed {
+			return ctrl.Result{}, errKilled
 		}
 
 		r.finishAttempt(ctx, b, kind, f)
@@ -283,9 +354,10 @@ func failedLast(b *ichorv1alpha1.TalosEtcdBackup) bool {
 
 // Kinds of attempt.
 const (
-	kindRequested = "requested"
-	kindScheduled = "scheduled"
-	kindRetry     = "retry"
+	kindRequested   = "requested"
+	kindScheduled   = "scheduled"
+	kindRetry       = "retry"
+	kindInterrupted = "interrupted"
 )
 
 // due says why a snapshot is due now ("" when none is): a new request
@@ -299,6 +371,10 @@ func (r *Reconciler) due(b *ichorv1alpha1.TalosEtcdBackup, sched cron.Schedule, 
 		return ""
 	}
 
+	if interrupted(b) {
+		return kindInterrupted
+	}
+
 	if !now.Before(r.nextRun(b, sched)) {
 		return kindScheduled
 	}
@@ -308,6 +384,23 @@ func (r *Reconciler) due(b *ichorv1alpha1.TalosEtcdBackup, sched cron.Schedule, 
 	}
 
 	return ""
+}
+
+// interrupted reports whether the last attempt was recorded (it is, before
+// it starts) but never ended: neither a success nor a failure is as recent.
+// The controller stopped during it; without this the schedule would wait
+// for its next run, and the one this attempt stood for would be lost.
+// (A reconcile that read a stale copy fails its strict record of the new
+// attempt, so a cache behind the attempt's end starts none.)
+func interrupted(b *ichorv1alpha1.TalosEtcdBackup) bool {
+	st := b.Status
+	if st.LastScheduleTime == nil {
+		return false
+	}
+
+	after := func(t *metav1.Time) bool { return t == nil || st.LastScheduleTime.After(t.Time) }
+
+	return after(st.LastSuccessfulTime) && after(st.LastFailureTime)
 }
 
 func (r *Reconciler) nextRun(b *ichorv1alpha1.TalosEtcdBackup, sched cron.Schedule) time.Time {

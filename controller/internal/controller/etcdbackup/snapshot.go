@@ -39,6 +39,10 @@ func (r *Reconciler) attempt(ctx context.Context, b *ichorv1alpha1.TalosEtcdBack
 		return fail(ichorv1alpha1.StoreUnavailableReason, "%v", err)
 	}
 
+	if r.killedAt(ctx, b, stepStoreChecked) {
+		return &failure{killed: true}
+	}
+
 	recipients, f := r.recipients(ctx, b)
 	if f != nil {
 		return f
@@ -68,9 +72,17 @@ func (r *Reconciler) attempt(ctx context.Context, b *ichorv1alpha1.TalosEtcdBack
 		return f
 	}
 
+	if r.killedAt(ctx, b, stepSnapshotRead) {
+		return &failure{killed: true}
+	}
+
 	v, err := verify.Snapshot(plain)
 	if err != nil {
 		return fail(ichorv1alpha1.SnapshotCorruptReason, "the snapshot from %s failed its check: %v", src.name, err)
+	}
+
+	if r.killedAt(ctx, b, stepVerified) {
+		return &failure{killed: true}
 	}
 
 	enc := filepath.Join(dir, "snapshot.db.age")
@@ -78,6 +90,10 @@ func (r *Reconciler) attempt(ctx context.Context, b *ichorv1alpha1.TalosEtcdBack
 	encSize, encSHA, err := encryptFile(plain, enc, recipients)
 	if err != nil {
 		return fail(ichorv1alpha1.SnapshotFailedReason, "encrypting the snapshot: %v", err)
+	}
+
+	if r.killedAt(ctx, b, stepEncrypted) {
+		return &failure{killed: true}
 	}
 
 	talosVersion, err := src.node.TalosVersion(ctx)
@@ -95,6 +111,10 @@ func (r *Reconciler) attempt(ctx context.Context, b *ichorv1alpha1.TalosEtcdBack
 
 	if f := upload(ctx, st, key, enc, encSize, meta); f != nil {
 		return f
+	}
+
+	if r.killedAt(ctx, b, stepUploaded) {
+		return &failure{killed: true}
 	}
 
 	labels := []string{b.Namespace, b.Name, b.Spec.ClusterName}
