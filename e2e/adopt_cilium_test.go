@@ -237,10 +237,10 @@ const flannelOff = "apiVersion: v1alpha1\nkind: KubeFlannelCNIConfig\n$patch: de
 // (the pod runner on) and makes a cluster of them with the real talosctl,
 // Talos's CNI off and nothing else: no CNI runs. It returns the world, the
 // talosconfig and adopt's flags for the two machines.
-func bareTalosctlCluster(ctx context.Context, t *testing.T, name, subnet, pods string) (*world, string, []string) {
+func bareTalosctlCluster(ctx context.Context, t *testing.T, name, subnet, pods string, emuArgs ...string) (*world, string, []string) {
 	t.Helper()
 
-	w, err := startWorldIn(subnet, 2, 1, pods)
+	w, err := startWorldWith(subnet, 2, 1, pods, emuArgs...)
 	testenv.Must(t, err)
 	t.Cleanup(w.stop)
 

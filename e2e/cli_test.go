@@ -122,6 +122,11 @@ func startWorld() (*world, error) { return startWorldIn(subnet, 5, 3, podSubnet)
 // control planes, on another loopback subnet; pods "" means no pod runs
 // (every pod is kwok's).
 func startWorldIn(subnet string, n, cps int, pods string) (*world, error) {
+	return startWorldWith(subnet, n, cps, pods)
+}
+
+// startWorldWith is startWorldIn with more talosemu flags.
+func startWorldWith(subnet string, n, cps int, pods string, emuArgs ...string) (*world, error) {
 	assets := os.Getenv(assetsEnv)
 	if assets == "" {
 		return nil, fmt.Errorf("%s is not set: run the e2e tests through `go tool task test`, or export %s=$(go tool task assets:dir)", assetsEnv, assetsEnv)
@@ -147,6 +152,8 @@ func startWorldIn(subnet string, n, cps int, pods string) (*world, error) {
 	if pods != "" {
 		args = append(args, "--pod-bin-dir", w.bin, "--pod-subnet", pods)
 	}
+
+	args = append(args, emuArgs...)
 
 	emu := exec.CommandContext(context.Background(), filepath.Join(w.bin, "talosemu"), args...) //nolint:gosec // our own binary
 	emu.Stderr, _ = os.Create(filepath.Join(dir, "talosemu.log"))

@@ -30,8 +30,8 @@ preflight:
   # network: it has nodes, none of them is Ready, and a kubelet reports that
   # its network plugin is not ready (a Talos cluster made with cni: none and
   # no CNI installed yet). Ichor's pods could not start there, and this chart
-  # never ships a CNI: install one (Cilium, for Ichor) first, or set false to
-  # install anyway. The check lists the Nodes with Helm's lookup (whoever runs
+  # never ships a CNI: install one first (ichor cni bootstrap installs Ichor's
+  # Cilium), or set false to install anyway. The check lists the Nodes with Helm's lookup (whoever runs
   # helm needs list on nodes, as a cluster administrator has), which finds
   # nothing under ` + "`helm template`" + ` and a client-side --dry-run: there it passes.
   cni: true
@@ -175,7 +175,7 @@ const preflightCNI = `{{- if .Values.preflight.cni }}
 {{- end }}
 {{- end }}
 {{- if and $noNetwork (not $ready) }}
-{{- fail (printf "preflight.cni: this cluster has no pod network: no node is Ready, and the kubelet says its network plugin is not ready (%s). Ichor's pods cannot start without one, and this chart never ships a CNI. Install a CNI (Cilium, for Ichor) and run the install again, or set preflight.cni=false to install Ichor anyway. No release was installed or upgraded (a first install has already applied the chart's CRDs: Helm applies crds/ before it renders the templates)" $noNetwork) }}
+{{- fail (printf "preflight.cni: this cluster has no pod network: no node is Ready, and the kubelet says its network plugin is not ready (%s). Ichor's pods cannot start without one, and this chart never ships a CNI. Install Ichor's Cilium with ` + "`ichor cni bootstrap --talosconfig FILE --node CONTROL-PLANE-ADDRESS`" + ` (or a CNI of your own) and run the install again, or set preflight.cni=false to install Ichor anyway. No release was installed or upgraded (a first install has already applied the chart's CRDs: Helm applies crds/ before it renders the templates)" $noNetwork) }}
 {{- end }}
 {{- end }}
 `

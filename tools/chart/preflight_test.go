@@ -74,7 +74,7 @@ func TestPreflightCNI(t *testing.T) {
 
 	node("cp-1", notReadyCNI)
 	err = renderAgainst(cfg, nil)
-	for _, want := range []string{"preflight.cni", "no pod network", "node cp-1", "cni plugin not initialized", "Install a CNI", "preflight.cni=false", "No release was installed or upgraded"} {
+	for _, want := range []string{"preflight.cni", "no pod network", "node cp-1", "cni plugin not initialized", "`ichor cni bootstrap --talosconfig FILE --node CONTROL-PLANE-ADDRESS`", "preflight.cni=false", "No release was installed or upgraded"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("a cluster whose only node has no network plugin: %v; want %q", err, want)
 		}

@@ -323,6 +323,17 @@ func (m *Machine) updateNodeStatus(ctx context.Context, c *kubernetes.Clientset,
 		Message: "kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
 	}
 
+	if m.world.networkNeedsCNI {
+		has, err := cniRunsOn(ctx, c, name)
+		if err != nil {
+			return err
+		}
+
+		if !has {
+			ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", networkNotReady
+		}
+	}
+
 	conds := []corev1.NodeCondition{ready}
 
 	for t, reason := range map[corev1.NodeConditionType]string{
@@ -346,6 +357,39 @@ func (m *Machine) updateNodeStatus(ctx context.Context, c *kubernetes.Clientset,
 	_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 
 	return err
+}
+
+// networkNotReady is the Ready condition's message of a kubelet whose container runtime has
+// no CNI configuration (containerd's CRI status, as kubelet posts it).
+const networkNotReady = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady " +
+	"message:Network plugin returns error: cni plugin not initialized"
+
+// cniPodLabels select the agent pods of the CNIs a Talos cluster runs: Cilium's, flannel's
+// (Talos's own, and the upstream manifest's) and Calico's. A Ready one on the Node stands for
+// the CNI configuration it writes to the host, which is what a real kubelet waits for.
+var cniPodLabels = []string{"k8s-app=cilium", "k8s-app=flannel", "app=flannel", "k8s-app=calico-node"}
+
+// cniRunsOn reports whether a Ready CNI agent pod runs on the Node (the kubelet's node
+// authorizer lets it list pods by spec.nodeName).
+func cniRunsOn(ctx context.Context, c *kubernetes.Clientset, node string) (bool, error) {
+	for _, sel := range cniPodLabels {
+		pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+			LabelSelector: sel, FieldSelector: "spec.nodeName=" + node,
+		})
+		if err != nil {
+			return false, err
+		}
+
+		for _, p := range pods.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					return true, nil
+				}
+			}
+		}
+	}
+
+	return false, nil
 }
 
 func (m *Machine) renewLease(ctx context.Context, c *kubernetes.Clientset, name string) {

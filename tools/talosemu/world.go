@@ -32,6 +32,7 @@ type World struct {
 	kubernetes      bool
 	kubeAssets      string
 	heartbeat       time.Duration
+	networkNeedsCNI bool
 	singleAPIServer bool
 	apiRestartDelay time.Duration
 
@@ -86,6 +87,11 @@ type Options struct {
 	// world of thousands of machines on one host sets it longer: each heartbeat is four
 	// requests to the one API server.
 	KubeletHeartbeat time.Duration
+	// NetworkNeedsCNI makes each kubelet report its Node NotReady, as a real kubelet on a
+	// cluster without a CNI does (containerd's "cni plugin not initialized"), until a Ready
+	// pod of a CNI's DaemonSet (cniPodLabels) runs on the Node. Off, every Node is Ready while
+	// its machine runs, whatever the cluster's network.
+	NetworkNeedsCNI bool
 }
 
 // Start creates (or reopens) every machine of spec under dir, one subdirectory per machine,
@@ -121,6 +127,7 @@ func Start(ctx context.Context, spec *Spec, dir string, opts ...Options) (*World
 		singleAPIServer: opt.SingleAPIServer,
 		apiRestartDelay: opt.APIServerRestartDelay,
 		heartbeat:       opt.KubeletHeartbeat,
+		networkNeedsCNI: opt.NetworkNeedsCNI,
 	}
 
 	if w.heartbeat <= 0 {

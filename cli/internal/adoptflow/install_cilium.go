@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/maeshinshin/ichor/cli/internal/initflow"
 	ichorv1alpha1 "github.com/maeshinshin/ichor/contracts/api/v1alpha1"
@@ -37,23 +39,33 @@ func (s *state) installCilium(ctx context.Context) error {
 		Choices: ciliumvalues.Choices{Tunnel: c.Spec.CNI.Tunnel, KubeProxy: c.Spec.CNI.KubeProxy, Nodes: len(nodes.Items)},
 	}
 
-	applied, err := cilium.Apply(ctx, s.conn.Config, req, ciliumInstallTimeout, progressWriter{s})
+	if err := applyCilium(ctx, s.conn.Config, req, s.p); err != nil {
+		return err
+	}
+
+	return waitNodesReady(ctx, s.conn.Client, s.p)
+}
+
+// applyCilium installs or upgrades Ichor's Cilium release as req asks,
+// showing Helm's step lines.
+func applyCilium(ctx context.Context, cfg *rest.Config, req cilium.Request, p *initflow.Progress) error {
+	applied, err := cilium.Apply(ctx, cfg, req, ciliumInstallTimeout, progressWriter{p})
 	if err != nil {
 		return fmt.Errorf("installing Cilium %s: %w; run the same command again to continue", req.Version, err)
 	}
 
-	s.p.Detailf("Helm release %s/%s %s: chart %s, revision %d", cilium.Namespace, cilium.ReleaseName, applied.Action, applied.Version, applied.Revision)
+	p.Detailf("Helm release %s/%s %s: chart %s, revision %d", cilium.Namespace, cilium.ReleaseName, applied.Action, applied.Version, applied.Revision)
 
-	return s.waitNodesReady(ctx)
+	return nil
 }
 
 // waitNodesReady waits until every Node is Ready.
-func (s *state) waitNodesReady(ctx context.Context) error {
+func waitNodesReady(ctx context.Context, c client.Reader, p *initflow.Progress) error {
 	last := ""
 
 	err := initflow.Poll(ctx, ciliumInstallTimeout, func(ctx context.Context) (bool, error) {
 		var nodes corev1.NodeList
-		if err := s.conn.Client.List(ctx, &nodes); err != nil {
+		if err := c.List(ctx, &nodes); err != nil {
 			last = err.Error()
 
 			return false, nil //nolint:nilerr // asked again until the timeout
@@ -70,13 +82,13 @@ func (s *state) waitNodesReady(ctx context.Context) error {
 		if len(notReady) > 0 {
 			if msg := "not Ready yet: " + strings.Join(notReady, ", "); msg != last {
 				last = msg
-				s.p.Detailf("%s", msg)
+				p.Detailf("%s", msg)
 			}
 
 			return false, nil
 		}
 
-		s.p.Detailf("%d Node(s) Ready", len(nodes.Items))
+		p.Detailf("%d Node(s) Ready", len(nodes.Items))
 
 		return len(nodes.Items) > 0, nil
 	})
@@ -99,12 +111,12 @@ func nodeReady(n *corev1.Node) bool {
 }
 
 // progressWriter shows Helm's step lines (never values) as details.
-type progressWriter struct{ s *state }
+type progressWriter struct{ p *initflow.Progress }
 
 func (w progressWriter) Write(b []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		if line != "" {
-			w.s.p.Detailf("%s", line)
+			w.p.Detailf("%s", line)
 		}
 	}
 

@@ -63,7 +63,9 @@ func adoptCommand() *cli.Command {
 			"routing, an agent not ready on every Node and KubePrism off port 7445; it renders the chart with Ichor's values and lists\n" +
 			"every field the takeover would change. Any difference needs --accept-cilium-diff, a change Ichor-owned values decide\n" +
 			"--accept-cilium-changes too. After the write the controller's ichor-cni Job installs the release over the running objects\n" +
-			"(CNIHandover); the release waits for it. A Cilium installed with Helm, and a cluster with no CNI, are refused in this release.\n\n" +
+			"(CNIHandover); the release waits for it. A Cilium installed with Helm as release kube-system/cilium is taken over with its\n" +
+			"values (its records kept in ichor-cilium-prior-release); into a cluster with no CNI the write installs Ichor's pinned Cilium\n" +
+			"first, as `ichor cni bootstrap` does.\n\n" +
 			"adopt --release --cluster NAME lifts the holds one machine at a time, control planes first: each node is checked to be the\n" +
 			"machine, its live configuration compared with its render (anything but a B difference or the install target keeps it, and\n" +
 			"the machines after it, held), then the controller applies the render and the release waits for the machine to be Ready.\n\n" +
@@ -72,7 +74,7 @@ func adoptCommand() *cli.Command {
 			"credentials, must name the cluster's ID and Talos API CA, is compared with its render like an adopted machine and is\n" +
 			"written held; `adopt --release` releases it.",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "plan", Usage: "show what adoption would do and stop: read-only"},
+			&cli.BoolFlag{Name: flagPlan, Usage: "show what adoption would do and stop: read-only"},
 			&cli.BoolFlag{Name: "release", Usage: "release the adoption's holds of --cluster NAME, one machine at a time"},
 			&cli.StringFlag{Name: flagCluster, Usage: "the cluster's `NAME` (with --release or --add-machine)"},
 			&cli.StringSliceFlag{Name: flagAddMachine, Usage: "register the configured machine at `ADDRESS` with --cluster NAME, held (repeat it for each)"},
@@ -192,11 +194,11 @@ func adoptAction(ctx context.Context, cmd *cli.Command) error {
 		if err := output.Object(r.out, r.format, p); err != nil {
 			return err
 		}
-	} else if err := r.printAdoptionPlan(p, cmd.Bool("plan")); err != nil {
+	} else if err := r.printAdoptionPlan(p, cmd.Bool(flagPlan)); err != nil {
 		return err
 	}
 
-	if err := refusalError("adopting cluster "+p.Cluster.Name, p.Refusals); err != nil || cmd.Bool("plan") {
+	if err := refusalError("adopting cluster "+p.Cluster.Name, p.Refusals); err != nil || cmd.Bool(flagPlan) {
 		return err
 	}
 
@@ -324,7 +326,7 @@ func (r *run) printAdoptionPlan(p *adopt.Plan, planOnly bool) error {
 	b.Add("Talos CNI setting", c.TalosCNI)
 	b.Add("kube-proxy", map[bool]string{true: "enabled (Talos deploys it)", false: "disabled"}[c.KubeProxy])
 
-	prism := "off"
+	prism := textOff
 	if c.KubePrismPort != 0 {
 		prism = "port " + strconv.Itoa(c.KubePrismPort)
 	}

@@ -124,7 +124,7 @@ func adoptRelease(ctx context.Context, cmd *cli.Command) error {
 const flagAddMachine = "add-machine"
 
 // planOnlyFlags belong to the plan and the write of a whole cluster.
-var planOnlyFlags = []string{"plan", flagTalosconfig, flagNode, "secrets-bundle", "recover-secrets", "recover-from", "version-contract", "cni-unmanaged",
+var planOnlyFlags = []string{flagPlan, flagTalosconfig, flagNode, "secrets-bundle", "recover-secrets", "recover-from", "version-contract", "cni-unmanaged",
 	flagAcceptCiliumDiff, flagAcceptCiliumChanges,
 	flagInstall, flagInstallerImage, flagWriteKubeconfig, flagGeneratePassphrase}
 

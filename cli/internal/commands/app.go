@@ -30,6 +30,8 @@ const (
 	flagNamespace  = "namespace"
 	flagOutput     = "output"
 	flagYes        = "yes"
+	// flagPlan asks adopt and cni bootstrap for their read-only plan.
+	flagPlan = "plan"
 )
 
 // Shared names.
@@ -264,3 +266,6 @@ func requireOneArg(cmd *cli.Command, usage string) error {
 	}
 	return nil
 }
+
+// textOff shows a setting that is off.
+const textOff = "off"

@@ -305,7 +305,7 @@ func (r *run) printAttention(items []attention.Item, incomplete []string, now ti
 // autoPatchText says whether automatic patch upgrades (spec.autoPatch) are on.
 func autoPatchText(c *ichorv1alpha1.TalosCluster) string {
 	if !c.Spec.AutoPatch.Enabled {
-		return "off"
+		return textOff
 	}
 	return "on: newer patches of the running minors (this Ichor's release set), written as " + guard.AutoPatchServiceAccount
 }

@@ -82,7 +82,7 @@ func cniCommand() *cli.Command {
 			ArgsUsage: argsKubeProxyMode,
 			Flags:     []cli.Flag{clusterFlag, &cli.BoolFlag{Name: flagWait, Usage: usageWaitOperation}},
 			Action:    cniKubeProxy,
-		}},
+		}, cniBootstrapCommand()},
 	}
 }
 

@@ -314,8 +314,8 @@ func CheckCiliumTakeover(ctx context.Context, live *CiliumLive, in TakeoverInput
 			"wait until `kubectl -n kube-system rollout status ds/cilium` succeeds, "+again)
 	}
 
-	t.Refusals = append(t.Refusals, checkKubePrism(in.KubePrism)...)
-	t.Refusals = append(t.Refusals, checkOtherCNIs(live)...)
+	t.Refusals = append(t.Refusals, checkKubePrism(in.KubePrism, againAdopt)...)
+	t.Refusals = append(t.Refusals, checkOtherCNIs(live, otherCNIAdopt)...)
 
 	if len(t.Refusals) > 0 {
 		return t, nil
@@ -337,9 +337,17 @@ type KubePrism struct {
 	Healthy bool
 }
 
+// The ways out that name the command to run again: the adoption's plan, or
+// `ichor cni bootstrap`'s (CiliumInstallFor).
+const (
+	againAdopt    = "`ichor adopt --plan`"
+	otherCNIAdopt = "this release adopts a cluster with a CNI other than Cilium only when the machine configuration installs it (--cni-unmanaged); " +
+		"remove that CNI's DaemonSet first if it is a leftover, then run `ichor adopt --plan` again"
+)
+
 // checkOtherCNIs refuses a cluster that runs a CNI other than Cilium: Ichor
 // never runs Cilium beside another CNI.
-func checkOtherCNIs(live *CiliumLive) []guard.Refusal {
+func checkOtherCNIs(live *CiliumLive, wayOut string) []guard.Refusal {
 	if len(live.OtherCNIs) == 0 {
 		return nil
 	}
@@ -348,14 +356,14 @@ func checkOtherCNIs(live *CiliumLive) []guard.Refusal {
 		Field: cniField,
 		Rule: fmt.Sprintf("the cluster runs %s, installed outside the machine configuration: Ichor manages only Cilium, never runs it beside another CNI and never migrates one",
 			strings.Join(live.OtherCNIs, " and ")),
-		WayOut: "this release adopts a cluster with a CNI other than Cilium only when the machine configuration installs it (--cni-unmanaged); " +
-			"remove that CNI's DaemonSet first if it is a leftover, then run `ichor adopt --plan` again",
+		WayOut: wayOut,
 	}}
 }
 
 // checkKubePrism refuses a machine whose KubePrism is not on port 7445, or
 // not healthy: Ichor's Cilium reaches the API server through it.
-func checkKubePrism(prisms map[string]KubePrism) []guard.Refusal {
+// again is the command to run again once it is fixed.
+func checkKubePrism(prisms map[string]KubePrism, again string) []guard.Refusal {
 	var noPrism, unhealthy []string
 
 	for addr, kp := range prisms {
@@ -376,8 +384,8 @@ func checkKubePrism(prisms map[string]KubePrism) []guard.Refusal {
 		out = append(out, guard.Refusal{
 			Field: cniField,
 			Rule:  fmt.Sprintf("KubePrism is not on port %d on %s: Ichor's Cilium reaches the API server through it", ciliumvalues.KubePrismPort, strings.Join(noPrism, ", ")),
-			WayOut: fmt.Sprintf("turn KubePrism on at port %d (machine.features.kubePrism) with talosctl patch machineconfig, then run `ichor adopt --plan` again",
-				ciliumvalues.KubePrismPort),
+			WayOut: fmt.Sprintf("turn KubePrism on at port %d (machine.features.kubePrism) with talosctl patch machineconfig, then run %s again",
+				ciliumvalues.KubePrismPort, again),
 		})
 	}
 
@@ -385,7 +393,7 @@ func checkKubePrism(prisms map[string]KubePrism) []guard.Refusal {
 		out = append(out, guard.Refusal{
 			Field:  cniField,
 			Rule:   fmt.Sprintf("KubePrism is not healthy on %s (talosctl get kubeprismstatuses): Ichor's Cilium reaches the API server through it", strings.Join(unhealthy, ", ")),
-			WayOut: "make the API server reachable from those machines, then run `ichor adopt --plan` again",
+			WayOut: "make the API server reachable from those machines, then run " + again + " again",
 		})
 	}
 
@@ -403,16 +411,31 @@ type CiliumInstall struct {
 	Refusals []guard.Refusal `json:"refusals,omitempty"`
 }
 
-// CheckCiliumInstall checks a cluster with no CNI for Ichor's Cilium:
-// KubePrism on port 7445 and healthy on every machine and a pod CIDR on every Node
-// (Cilium's kubernetes IPAM takes each Node's).
+// CheckCiliumInstall checks a cluster with no CNI for Ichor's Cilium, for
+// the adoption's plan: KubePrism on port 7445 and healthy on every machine
+// and a pod CIDR on every Node (Cilium's kubernetes IPAM takes each Node's).
 func CheckCiliumInstall(live *CiliumLive, kubePrism map[string]KubePrism) *CiliumInstall {
-	ci := &CiliumInstall{Chart: release.DefaultCiliumVersion, Nodes: live.Nodes, Refusals: checkOtherCNIs(live)}
-	ci.Refusals = append(ci.Refusals, checkKubePrism(kubePrism)...)
+	return checkCiliumInstall(live, kubePrism, againAdopt, otherCNIAdopt)
+}
+
+// CheckCiliumBootstrap is the same check for `ichor cni bootstrap` (a
+// cluster with no pod network, before `helm install` of Ichor), whose ways
+// out name that command.
+func CheckCiliumBootstrap(live *CiliumLive, kubePrism map[string]KubePrism) *CiliumInstall {
+	const again = "`ichor cni bootstrap --plan`"
+
+	return checkCiliumInstall(live, kubePrism, again,
+		"that CNI gives the cluster a pod network already: install Ichor without `ichor cni bootstrap` "+
+			"(Ichor never runs Cilium beside another CNI); remove its DaemonSet first if it is a leftover, then run "+again+" again")
+}
+
+func checkCiliumInstall(live *CiliumLive, kubePrism map[string]KubePrism, again, otherCNI string) *CiliumInstall {
+	ci := &CiliumInstall{Chart: release.DefaultCiliumVersion, Nodes: live.Nodes, Refusals: checkOtherCNIs(live, otherCNI)}
+	ci.Refusals = append(ci.Refusals, checkKubePrism(kubePrism, again)...)
 
 	if live.Nodes == 0 {
 		ci.Refusals = append(ci.Refusals, guard.Refusal{
-			Field: cniField, Rule: "the cluster has no Node yet", WayOut: "wait until the machines have joined (kubectl get nodes), then run `ichor adopt --plan` again",
+			Field: cniField, Rule: "the cluster has no Node yet", WayOut: "wait until the machines have joined (kubectl get nodes), then run " + again + " again",
 		})
 	}
 
@@ -421,7 +444,7 @@ func CheckCiliumInstall(live *CiliumLive, kubePrism map[string]KubePrism) *Ciliu
 			Field: cniField,
 			Rule:  fmt.Sprintf("Node(s) %s have no pod CIDR (spec.podCIDR): Ichor's Cilium allocates pod addresses from each Node's (ipam.mode kubernetes)", strings.Join(live.NoPodCIDR, ", ")),
 			WayOut: "let the controller manager allocate Node CIDRs (Talos's default, cluster.controllerManager allocate-node-cidrs), " +
-				"then run `ichor adopt --plan` again",
+				"then run " + again + " again",
 		})
 	}
 

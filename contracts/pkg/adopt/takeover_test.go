@@ -398,4 +398,37 @@ func TestCheckCiliumInstall(t *testing.T) {
 		!strings.Contains(ci.Refusals[1].Rule, "w-1 have no pod CIDR") || ci.Refusals[1].WayOut == "" {
 		t.Fatalf("KubePrism elsewhere and a Node without a pod CIDR: %+v", ci.Refusals)
 	}
+
+	for _, rf := range ci.Refusals {
+		if !strings.Contains(rf.WayOut, "`ichor adopt --plan`") {
+			t.Errorf("the adoption's way out does not name its plan: %q", rf.WayOut)
+		}
+	}
+}
+
+// TestCheckCiliumBootstrap: `ichor cni bootstrap` checks what the adoption
+// checks for a cluster with no CNI, and each way out names its own plan;
+// another CNI is refused as a pod network that exists already.
+func TestCheckCiliumBootstrap(t *testing.T) {
+	live := &adopt.CiliumLive{Nodes: 2}
+
+	if ci := adopt.CheckCiliumBootstrap(live, prism(7445)); len(ci.Refusals) > 0 || ci.Chart != release.DefaultCiliumVersion || ci.Nodes != 2 {
+		t.Fatalf("a cluster with no CNI: %+v", ci)
+	}
+
+	live.OtherCNIs = []string{"calico (kube-system/calico-node)"}
+	live.NoPodCIDR = []string{"w-1"}
+
+	ci := adopt.CheckCiliumBootstrap(live, map[string]adopt.KubePrism{"10.5.0.2": {Port: 7445}, "10.5.0.3": {Port: 0, Healthy: true}})
+	if len(ci.Refusals) != 4 || !strings.Contains(ci.Refusals[0].WayOut, "gives the cluster a pod network already") ||
+		!strings.Contains(ci.Refusals[1].Rule, "10.5.0.3 (off)") || !strings.Contains(ci.Refusals[2].Rule, "not healthy on 10.5.0.2") ||
+		!strings.Contains(ci.Refusals[3].Rule, "w-1 have no pod CIDR") {
+		t.Fatalf("another CNI, KubePrism off and unhealthy, no pod CIDR: %+v", ci.Refusals)
+	}
+
+	for _, rf := range ci.Refusals {
+		if !strings.Contains(rf.WayOut, "`ichor cni bootstrap --plan`") || strings.Contains(rf.WayOut, "adopt") {
+			t.Errorf("the bootstrap's way out names another command: %q", rf.WayOut)
+		}
+	}
 }

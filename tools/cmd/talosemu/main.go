@@ -43,6 +43,7 @@ func run(args []string) error {
 	singleAPIServer := fs.Bool("single-apiserver", false, "with --kubernetes: one control plane (apiserver, controller-manager, scheduler) per cluster instead of one per control plane, for large tests")
 	heartbeat := fs.Duration("kubelet-heartbeat", 0, "with --kubernetes: how often each emulated kubelet renews its Node's Lease (default 5s; a real kubelet's is 10s); longer for thousands of machines on one host")
 	podBinDir := fs.String("pod-bin-dir", "", "with --kubernetes: run the pods of Ichor's images (ichor-controller, ichor-ui, ichor-installer) as local processes of the binaries in this directory (bin/ of `go tool task build`); empty: kwok simulates every pod")
+	networkNeedsCNI := fs.Bool("network-needs-cni", false, "with --kubernetes: report each Node NotReady (network plugin not ready) until a Ready pod of a CNI DaemonSet (cilium, flannel, calico) runs on it, as a real kubelet does; default: Nodes are Ready without a CNI")
 	podSubnet := fs.String("pod-subnet", "", "with --pod-bin-dir: loopback range the pods' processes listen on (default 127.244.0.0/16)")
 
 	if err := fs.Parse(args); err != nil {
@@ -84,7 +85,7 @@ func run(args []string) error {
 
 	opts := talosemu.Options{
 		Kubernetes: *kube, KubeAssets: *kubeAssets, SingleAPIServer: *singleAPIServer, APIServerRestartDelay: *apiRestart, KubeletHeartbeat: *heartbeat,
-		PodBinDir: *podBinDir, PodSubnet: *podSubnet,
+		PodBinDir: *podBinDir, PodSubnet: *podSubnet, NetworkNeedsCNI: *networkNeedsCNI,
 	}
 	if *verbose {
 		opts.Logger = log.New(os.Stderr, "talosemu: ", log.LstdFlags)
