@@ -90,6 +90,7 @@ func main() {
 		deployManager  string
 		machineWorkers int
 		lookRate       float64
+		talosReuse     time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the HTTPS metrics endpoint binds to (bearer token and get on /metrics required: the ClusterRole ichor-metrics-reader); \"0\" disables it.")
@@ -103,6 +104,9 @@ func main() {
 	flag.Float64Var(&lookRate, "machine-look-rate", machinestate.DefaultLookRate,
 		"How many idle looks at machines (a Talos dial each: health, drift) the lifecycle and configuration reconcilers each make per second, all machines together; "+
 			"a machine is looked at every 30 s (health) and 5 min (drift), or less often when the fleet is too large for that at this rate.")
+	flag.DurationVar(&talosReuse, "talos-connection-reuse", 30*time.Minute,
+		"How long the lifecycle and configuration reconcilers keep a connection to a node's Talos API for their next looks (one TLS handshake per machine per period "+
+			"instead of one per look); a connection whose call failed unavailable or timed out is dropped at once. Its client certificates live twice as long. 0: a connection per look.")
 	flag.BoolVar(&leaderElection, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	flag.BoolVar(&enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks.")
@@ -232,14 +236,20 @@ func main() {
 	// reboot-requiring rollouts, upgrades, node operations): Longhorn's, for
 	// the machines a longhorn TalosStorage selects; the others go at once.
 	storageHook := &hook.Longhorn{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
+	// The Talos connections of the two per-machine reconcilers, which look at
+	// every machine again and again: one kept connection per machine, shared
+	// (talos.Dialer's Reuse). A client certificate lives twice as long as a
+	// connection is handed out, so none is used past its certificate.
+	lookNodes := &talos.Dialer{Reuse: talosReuse, CertTTL: max(talos.DefaultCertTTL, 2*talosReuse)}
+
 	// Every reconciler, in one table (STYLE.md, habit 10): what it owns and
 	// what it is called in the logs.
 	for _, r := range []struct {
 		what  string
 		setup interface{ SetupWithManager(ctrl.Manager) error }
 	}{
-		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{Workers: machineWorkers, LookRate: lookRate}},
-		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Storage: storageHook, Workers: machineWorkers, LookRate: lookRate}},
+		{"the TalosMachine configuration reconciler", &talosmachine.Reconciler{Nodes: lookNodes, Workers: machineWorkers, LookRate: lookRate}},
+		{"the machine lifecycle reconciler", &lifecycle.Reconciler{Nodes: lookNodes, Storage: storageHook, Workers: machineWorkers, LookRate: lookRate}},
 		// An ichor operation runs the installer Job in Ichor's namespace, its image checked against the embedded Sigstore root.
 		{"the TalosOperation reconciler", &operation.Reconciler{Storage: storageHook, OwnNode: ownNode, SelfTrust: selfTrust, Namespace: namespace}},
 		{"the kubelet serving certificate approver", &kubeletcsr.Reconciler{}},
@@ -308,7 +318,10 @@ func main() {
 	}
 
 	log.Info("starting ichor-controller", "version", version.Get().Version)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	err = mgr.Start(ctrl.SetupSignalHandler())
+	lookNodes.Close()
+
+	if err != nil {
 		log.Error(err, "running the manager")
 		os.Exit(1)
 	}

@@ -30,14 +30,22 @@ func endpoint(address string, port int) string {
 // is the certificate's. TLS 1.3 is the floor, as apid's own (siderolabs/crypto
 // tls/tls.go defaultConfig).
 func DialWithCertificate(ctx context.Context, address string, port int, cert tls.Certificate, roots *stdx509.CertPool) (*talosclient.Client, error) {
-	c, err := talosclient.New(ctx, append([]talosclient.OptionFunc{
+	return dialTLS(ctx, address, port, &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      roots,
+		MinVersion:   tls.VersionTLS13,
+	})
+}
+
+// dialTLS is the machinery client of the node at address with tlsConfig, the
+// installed interceptors (SetInterceptors) and extra's options.
+func dialTLS(ctx context.Context, address string, port int, tlsConfig *tls.Config, extra ...talosclient.OptionFunc) (*talosclient.Client, error) {
+	opts := append([]talosclient.OptionFunc{
 		talosclient.WithEndpoints(endpoint(address, port)),
-		talosclient.WithTLSConfig(&tls.Config{
-			Certificates: []tls.Certificate{cert},
-			RootCAs:      roots,
-			MinVersion:   tls.VersionTLS13,
-		}),
-	}, dialOptions()...)...)
+		talosclient.WithTLSConfig(tlsConfig),
+	}, dialOptions()...)
+
+	c, err := talosclient.New(ctx, append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", address, err)
 	}

@@ -47,9 +47,16 @@ type Dialer struct {
 	// means DefaultCertTTL. A certificate is used for the first half of its
 	// life, then a new one is issued.
 	CertTTL time.Duration
+	// Reuse, when set, keeps each connection Dial makes and hands it to the
+	// Dials of the same node with the same trust for up to this long (see
+	// pool.go); Close then closes the kept ones. Zero: every Dial makes its
+	// own connection, which its Node's Close closes.
+	Reuse time.Duration
 
 	mu    sync.Mutex
 	certs map[[sha256.Size]byte]issuedCert
+	conns map[connKey]*pooledConn
+	swept time.Time
 }
 
 // issuedCert is a client certificate Dialer issued and the time it stops
@@ -66,17 +73,15 @@ const maxIssuedCerts = 64
 type Node struct {
 	c       *talosclient.Client
 	address string
+	// release, on a Dialer's kept connection, is Close: the connection
+	// stays for the next Dial.
+	release func()
 }
 
 // Dial connects to the node at address with the bundle's OS CA.
 func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*Node, error) {
 	if b.Certs == nil || b.Certs.OS == nil {
-		return nil, errors.New("the secrets bundle has no OS CA")
-	}
-
-	cert, err := d.clientCert(b)
-	if err != nil {
-		return nil, err
+		return nil, errNoOSCA
 	}
 
 	roots := stdx509.NewCertPool()
@@ -86,8 +91,18 @@ func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*
 
 	// While a CA rotation runs, a node may still present a certificate of the
 	// CA the bundle is rotating from (or to): the accepted ones are trusted too.
-	for _, c := range acceptedBeside(b.Certs.OS.Crt) {
+	accepted := acceptedBeside(b.Certs.OS.Crt)
+	for _, c := range accepted {
 		roots.AppendCertsFromPEM(c)
+	}
+
+	if d.Reuse > 0 {
+		return d.dialKept(ctx, address, b, roots, accepted)
+	}
+
+	cert, err := d.clientCert(b)
+	if err != nil {
+		return nil, err
 	}
 
 	c, err := DialWithCertificate(ctx, address, d.Port, cert, roots)
@@ -103,10 +118,7 @@ func (d *Dialer) Dial(ctx context.Context, address string, b *secrets.Bundle) (*
 // one. Issuing and loading a certificate at every dial was a tenth of what a
 // look at an idle machine cost the controller.
 func (d *Dialer) clientCert(b *secrets.Bundle) (tls.Certificate, error) {
-	ttl := d.CertTTL
-	if ttl == 0 {
-		ttl = DefaultCertTTL
-	}
+	ttl := d.certTTL()
 
 	ca := osCAKey(b)
 	now := time.Now()
@@ -137,6 +149,15 @@ func (d *Dialer) clientCert(b *secrets.Bundle) (tls.Certificate, error) {
 	return cert, nil
 }
 
+// certTTL is CertTTL, DefaultCertTTL when zero.
+func (d *Dialer) certTTL() time.Duration {
+	if d.CertTTL == 0 {
+		return DefaultCertTTL
+	}
+
+	return d.CertTTL
+}
+
 // osCAKey names a bundle's OS CA (certificate and key) in Dialer's certificates.
 func osCAKey(b *secrets.Bundle) [sha256.Size]byte {
 	h := sha256.New()
@@ -155,8 +176,15 @@ func osCAKey(b *secrets.Bundle) [sha256.Size]byte {
 // changes the node goes through VerifyIdentity's Verified, never through this.
 func (n *Node) Client() *talosclient.Client { return n.c }
 
-// Close closes the connection.
+// Close closes the connection, or, on a connection a Dialer keeps (Reuse),
+// gives it back.
 func (n *Node) Close() {
+	if n.release != nil {
+		n.release()
+
+		return
+	}
+
 	_ = n.c.Close()
 }
 
