@@ -65,6 +65,8 @@ type Machine struct {
 	// loseApplyAnswer makes the next ApplyConfiguration take effect and its answer be lost
 	// (LoseNextApplyAnswer)
 	loseApplyAnswer atomic.Bool
+	// ignoreReboot makes the next Reboot be answered and not acted on.
+	ignoreReboot atomic.Bool
 
 	// etcd member and Kubernetes control plane (etcd.go, kube.go, svc.go)
 	etcdStartMu sync.Mutex
@@ -860,6 +862,12 @@ func (m *Machine) ReplaceMaintenanceCert() (string, error) {
 // maintenance mode the maintenance API stops as the node takes its configuration, and the
 // answer to the send may never arrive. Not persisted: it is a fault of one call.
 func (m *Machine) LoseNextApplyAnswer() { m.loseApplyAnswer.Store(true) }
+
+// IgnoreNextReboot makes the next Reboot be answered and not acted on: the
+// machine runs on, on its boot. It is what a controller that recorded a
+// Reboot and died before sending it finds once it is back: a node that never
+// went down (the call is counted, the reboot never starts).
+func (m *Machine) IgnoreNextReboot() { m.ignoreReboot.Store(true) }
 
 // FailNextUpgrade makes the next boot into an upgraded slot fail and fall back.
 func (m *Machine) FailNextUpgrade(fail bool) error {

@@ -227,6 +227,10 @@ func (s *apiServer) ApplyConfiguration(ctx context.Context, in *machine.ApplyCon
 func (s *apiServer) Reboot(context.Context, *machine.RebootRequest) (*machine.RebootResponse, error) {
 	actor := uuid.New().String()
 
+	if s.m.ignoreReboot.CompareAndSwap(true, false) {
+		return &machine.RebootResponse{Messages: []*machine.Reboot{{ActorId: actor}}}, nil
+	}
+
 	s.m.setActor(actor)
 	s.m.publishSequence("reboot", machine.SequenceEvent_START, actor)
 	s.m.sequence(s.m.rebootSeq(talosruntime.MachineStageRebooting, nil))

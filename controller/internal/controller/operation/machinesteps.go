@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	corev1 "k8s.io/api/core/v1"
@@ -282,6 +283,14 @@ func (w *work) waitBoot(ctx context.Context) (ctrl.Result, error) {
 	if w.mp.BootID != "" {
 		// A node operation's reboot recorded the boot it left.
 		if boot, err := n.BootID(ctx); err != nil || boot == w.mp.BootID {
+			if err == nil && w.rebootNeverStarted(ctx, n) {
+				at := w.mp.StepStartedAt.UTC().Format(time.RFC3339)
+				w.r.Recorder.Eventf(w.op, w.m, corev1.EventTypeWarning, "RebootNotStarted", "Reboot",
+					"the reboot of %s requested at %s never started: the node still runs on its old boot after %s; requesting it again", w.m.Name, at, w.r.RebootGrace)
+
+				return w.next(stepNodeReboot, fmt.Sprintf("the reboot requested at %s never started (the node still runs on its old boot): it is requested again", at))
+			}
+
 			w.mp.Message = "rebooting: the node has not gone down yet"
 
 			return w.poll(), nil
@@ -307,6 +316,24 @@ func (w *work) waitBoot(ctx context.Context) (ctrl.Result, error) {
 	}
 
 	return w.next(stepUncordon, "the node runs the rendered configuration")
+}
+
+// rebootNeverStarted says whether a node operation's recorded Reboot never
+// reached the node (a controller killed between recording it and sending
+// it): RebootGrace has passed and the node still answers on the boot it left
+// in the running stage, for Talos enters the rebooting stage as soon as a
+// reboot sequence starts (t:internal/app/machined/pkg/controllers/runtime/machine_status.go:
+// SequenceReboot's start event sets MachineStageRebooting). A Reboot the node
+// took (its answer said so) never gets here. The node operation's reboot step
+// then checks the identity, records and sends again.
+func (w *work) rebootNeverStarted(ctx context.Context, n *talos.Verified) bool {
+	if !isNode(w.op) || w.elapsed() <= w.r.RebootGrace {
+		return false
+	}
+
+	stage, _, err := n.Stage(ctx)
+
+	return err == nil && stage == ichorv1alpha1.StageRunning
 }
 
 func orUnknown(s string) string {

@@ -85,6 +85,39 @@ func TestNodeReboot(t *testing.T) {
 	}
 }
 
+// TestNodeRebootNeverStartedIsSentAgain: a node operation's Reboot that is
+// recorded but never reaches the node (the controller killed between the
+// record and the call; here the emulator answers and does nothing, which is
+// what the controller sees then: a node that never went down) is requested
+// again once RebootGrace has passed and the node still runs on its old boot,
+// with a RebootNotStarted Warning Event; the operation succeeds. Without the
+// re-request it waits out RebootTimeout and fails.
+func TestNodeRebootNeverStartedIsSentAgain(t *testing.T) {
+	ctx := context.Background()
+	waitNodeBack(t, "w-2")
+
+	before := rpcs(t, "w-2", "Reboot")
+
+	emu(t, "w-2").IgnoreNextReboot()
+	testenv.Must(t, k8s.Create(ctx, nodeOp("reboot-lost-w-2", "w-2", ichorv1alpha1.NodeActionReboot)))
+	op := waitPhase(t, "reboot-lost-w-2", ichorv1alpha1.OperationSucceeded)
+
+	if p := progress(op, "w-2"); p.Message != "rebooted" {
+		t.Errorf("w-2: %+v", p)
+	}
+
+	// The lost one and the one requested again: no third.
+	if n := rpcs(t, "w-2", "Reboot"); n != before+2 {
+		t.Errorf("w-2 got %d Reboot calls, want 2 (the lost one, then one more)", n-before)
+	}
+
+	if err := hasEvent(t, "reboot-lost-w-2", "RebootNotStarted", "never started"); err != nil {
+		t.Error(err)
+	}
+
+	waitNodeBack(t, "w-2")
+}
+
 // TestNodeShutdown: a node operation powers one worker off (one Shutdown
 // call); power-on brings it back.
 func TestNodeShutdown(t *testing.T) {

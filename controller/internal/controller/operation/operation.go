@@ -79,6 +79,10 @@ const (
 	// DefaultRebootTimeout bounds a node's reboot, from the Reboot call to
 	// the node running the rendered configuration and its Node Ready.
 	DefaultRebootTimeout = 15 * time.Minute
+	// DefaultRebootGrace is how long a node operation's recorded Reboot may
+	// leave the node running on its old boot before it is taken as never
+	// sent and requested again (rebootNeverStarted).
+	DefaultRebootGrace = 3 * time.Minute
 	// DefaultAPIServerSettle is how long a kube-apiserver that never seemed
 	// to go away must stay ready after an apply before the next control
 	// plane goes (on real hardware its restart takes 15–45 s).
@@ -151,6 +155,7 @@ type Reconciler struct {
 	LockWait         time.Duration
 	DrainTimeout     time.Duration
 	RebootTimeout    time.Duration
+	RebootGrace      time.Duration
 	APIServerSettle  time.Duration
 	APIServerTimeout time.Duration
 	HeldWait         time.Duration
@@ -220,6 +225,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	def(&r.LockWait, DefaultLockWait)
 	def(&r.DrainTimeout, DefaultDrainTimeout)
 	def(&r.RebootTimeout, DefaultRebootTimeout)
+	def(&r.RebootGrace, DefaultRebootGrace)
 	def(&r.APIServerSettle, DefaultAPIServerSettle)
 	def(&r.APIServerTimeout, DefaultAPIServerTimeout)
 	def(&r.HeldWait, DefaultHeldWait)

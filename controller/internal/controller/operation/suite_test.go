@@ -137,7 +137,7 @@ func setup(ctx context.Context, s *testenv.Suite) error {
 
 	if err := (&operation.Reconciler{
 		PollInterval: 300 * time.Millisecond, LockWait: 300 * time.Millisecond, DrainTimeout: 60 * time.Second,
-		RebootTimeout: 2 * time.Minute, APIServerSettle: apiServerSettle, APIServerTimeout: 2 * time.Minute,
+		RebootTimeout: 2 * time.Minute, RebootGrace: 20 * time.Second, APIServerSettle: apiServerSettle, APIServerTimeout: 2 * time.Minute,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
