@@ -4,8 +4,8 @@
 #
 # The modules run in two lanes side by side, about as long as each other
 # (most of their time is spent waiting on emulated reboots and restarts):
-# the controller, CLI, installer, contracts and tools modules in one, the
-# e2e and ichor-ui modules in the other, each line of output prefixed with
+# the controller, CLI, installer and contracts modules in one, the e2e,
+# ichor-ui and tools modules in the other, each line of output prefixed with
 # its lane; the chart's and the monitoring objects' tests run after them.
 # The emulated worlds of the suites use distinct loopback subnets, so they
 # do not meet. Every
@@ -15,8 +15,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # The modules the Taskfile names (MODULES): each must have a place below.
-first="controller cli installer contracts tools"
-second="e2e uiserver"
+first="controller cli installer contracts"
+second="e2e uiserver tools"
 for m in "$@"; do
 	case " $first $second " in
 	*" $m "*) ;;
