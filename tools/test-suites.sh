@@ -55,7 +55,7 @@ gotest() { echo "cd $1 && go test -timeout 45m ./..."; }
 lane() {
 	local name=$1
 	shift
-	for m in "$@"; do suite "$m" "$(gotest "$m")"; done 2>&1 | sed -u "s/^/[$name] /"
+	for m in "$@"; do suite "$m" "$(gotest "$m")"; done 2>&1 | sed -u "s/^/[$name] /" | tee "$results/lane-$name.log"
 }
 
 suite webapp 'go tool task test:webapp'
@@ -74,6 +74,10 @@ sed 's/^/  /' "$results/times"
 if [ -s "$results/failed" ]; then
 	echo "test: these suites failed:" >&2
 	sed 's/^/  /' "$results/failed" >&2
+	# The failed tests and packages again, last, where a truncated log's
+	# tail still shows them.
+	echo "test: the failed tests and packages:" >&2
+	cat "$results"/lane-*.log 2>/dev/null | grep -a -E -e '--- FAIL|^\[[a-z]+\] (FAIL|panic:)' | sed 's/^/  /' >&2
 	exit 1
 fi
 echo "test: every suite passed"
