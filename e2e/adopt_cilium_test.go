@@ -149,6 +149,9 @@ func TestAdoptTalosctlCluster(t *testing.T) {
 		}
 	}
 
+	// At least one kill falls in the hold, whatever the machine's pace.
+	k.waitKilled(ctx, t, 1)
+
 	out = w.mustIchor(t, ctx, "adopt", "--release", "--cluster", name, "--timeout", "8m")
 	if !strings.Contains(out, "Cilium taken over as Ichor's Helm release") || !strings.Contains(out, "Every machine of cluster "+name+" is released") ||
 		!strings.Contains(out, "Release 5/5") {
@@ -167,12 +170,8 @@ func TestAdoptTalosctlCluster(t *testing.T) {
 		}
 	}
 
-	kills, err := k.halt()
+	_, err = k.halt()
 	testenv.Must(t, err)
-
-	if kills < 1 {
-		t.Errorf("the controller was not killed during the hand-over and the release")
-	}
 
 	// Helm's own record says the release is deployed; the DaemonSet is the
 	// release's and was never changed (its pods were not replaced).

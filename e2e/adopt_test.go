@@ -246,6 +246,9 @@ func TestAdoptTalosctlFlannel(t *testing.T) {
 		}
 	}
 
+	// At least one kill falls in the hold, whatever the machine's pace.
+	k.waitKilled(ctx, t, 1)
+
 	// Someone changes the worker behind the adoption's back: a document no
 	// patch of the adoption carries. The release takes the control plane, and
 	// the live check keeps the worker held, naming the path.
@@ -268,12 +271,8 @@ func TestAdoptTalosctlFlannel(t *testing.T) {
 		t.Errorf("the release after the change was undone:\n%s", out)
 	}
 
-	kills, err := k.halt()
+	_, err = k.halt()
 	testenv.Must(t, err)
-
-	if kills < 1 {
-		t.Errorf("the controller was not killed during the hold and the release")
-	}
 
 	ms, err := w.heldMachines(ctx)
 	testenv.Must(t, err)

@@ -132,6 +132,35 @@ func (k *killer) waitWorking(from int64) bool {
 	return true
 }
 
+// waitKilled waits until the controller has been killed at least n times
+// (a test's kill points must not depend on how long its steps happen to
+// take: on a quiet machine an adoption's hold can be over before the first
+// kill). It fails t if the killer stopped on an error or ctx ends first.
+func (k *killer) waitKilled(ctx context.Context, t *testing.T, n int) {
+	t.Helper()
+
+	for {
+		k.mu.Lock()
+		kills, err := k.kills, k.err
+		k.mu.Unlock()
+
+		switch {
+		case err != nil:
+			t.Fatalf("the killer stopped: %v", err)
+		case kills >= n:
+			return
+		}
+
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the controller was killed %d time(s), not %d: %v", kills, n, ctx.Err())
+		case <-k.done:
+			t.Fatalf("the killer ended after %d kill(s), before %d", kills, n)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // halt stops the killing; the controller running then goes on.
 func (k *killer) halt() (int, error) {
 	close(k.stop)
