@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -157,8 +156,8 @@ func loadTrust(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.T
 // loadTrustOf is loadTrust, and which version of the bundle Secret it read
 // (its UID and resourceVersion).
 func loadTrustOf(ctx context.Context, apiReader client.Reader, cl *ichorv1alpha1.TalosCluster) (bundle.Trust, string, error) {
-	sec := &corev1.Secret{}
-	if err := apiReader.Get(ctx, types.NamespacedName{Namespace: cl.Namespace, Name: cl.Spec.SecretsBundleRef.Name}, sec); err != nil {
+	sec, err := readBundleSecret(ctx, apiReader, types.NamespacedName{Namespace: cl.Namespace, Name: cl.Spec.SecretsBundleRef.Name})
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return bundle.Trust{}, "", &StalledError{fmt.Sprintf("secrets bundle Secret %q not found", cl.Spec.SecretsBundleRef.Name)}
 		}
