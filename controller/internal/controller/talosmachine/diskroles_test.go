@@ -40,6 +40,16 @@ func diskRoles(t *testing.T, want metav1.ConditionStatus) *metav1.Condition {
 	return c
 }
 
+// cosiLists is how many COSI Lists name's node has answered.
+func cosiLists(t *testing.T, name string) int {
+	t.Helper()
+
+	em, err := world.Machine(name)
+	testenv.Must(t, err)
+
+	return em.RPCCounts()["/cosi.resource.State/List"]
+}
+
 // nodeVolume waits until the node reports volume id on disk parent.
 func nodeVolume(t *testing.T, name, id, parent string) {
 	t.Helper()
@@ -72,6 +82,16 @@ func TestTalosMachineReconciler_DiskRolesEffective(t *testing.T) {
 
 	diskRoles(t, metav1.ConditionTrue)
 
+	// Without a disk role the render places no volume: the drift checks do
+	// not read the node's volumes (no COSI List at all).
+	lists := cosiLists(t, name)
+
+	pollsPass(t, name)
+
+	if n := cosiLists(t, name) - lists; n != 0 {
+		t.Errorf("%d COSI Lists in four drift checks of a machine without disk roles, want 0", n)
+	}
+
 	role := func(serial, maxSize string) []ichorv1alpha1.DiskRole {
 		return []ichorv1alpha1.DiskRole{{
 			Disk: ichorv1alpha1.DiskSelector{Serial: serial}, Role: ichorv1alpha1.DiskRoleUserVolume, VolumeName: "data", MaxSize: maxSize,
@@ -86,6 +106,16 @@ func TestTalosMachineReconciler_DiskRolesEffective(t *testing.T) {
 
 	setDisks(t, name, role("DATA-A", "20GiB"))
 	nodeVolume(t, name, "u-data", "/dev/sda")
+
+	// With one, every drift check reads them (VolumeStatuses, Disks and
+	// DiscoveredVolumes).
+	lists = cosiLists(t, name)
+
+	pollsPass(t, name)
+
+	if n := cosiLists(t, name) - lists; n < 4*3 {
+		t.Errorf("%d COSI Lists in four drift checks of a machine with a disk role, want at least 12", n)
+	}
 
 	if c := diskRoles(t, metav1.ConditionTrue); c.Reason != storage.DiskRolesInEffectReason {
 		t.Fatalf("provisioned as asked: %+v", c)

@@ -242,18 +242,27 @@ func (r *Reconciler) reconcileDiskRoles(ctx context.Context, s *scope) (ctrl.Res
 		return ctrl.Result{}, nil
 	}
 
-	vols, disks, err := s.node.Volumes(ctx)
-	if err != nil {
-		set(m, ichorv1alpha1.DiskRolesEffectiveCondition, metav1.ConditionUnknown, storage.VolumesUnreadableReason,
-			"cannot read the node's volumes: "+talos.Message(err))
-
-		return ctrl.Result{}, nil
-	}
-
 	intents, err := render.VolumeIntents(m, s.storages)
 	if err != nil {
 		// The render already refused this input; nothing more to say here.
 		return ctrl.Result{}, nil //nolint:nilerr // reported by the render (Stalled)
+	}
+
+	// A machine whose render places no volume (the dedicated system disk,
+	// no disk role, no storage preset) has nothing to judge: its volumes are
+	// not read, three COSI lists saved on every drift check of most machines.
+	var (
+		vols  []talos.VolumeStatus
+		disks []ichorv1alpha1.DiscoveredDisk
+	)
+
+	if len(intents) > 0 {
+		if vols, disks, err = s.node.Volumes(ctx); err != nil {
+			set(m, ichorv1alpha1.DiskRolesEffectiveCondition, metav1.ConditionUnknown, storage.VolumesUnreadableReason,
+				"cannot read the node's volumes: "+talos.Message(err))
+
+			return ctrl.Result{}, nil
+		}
 	}
 
 	rep := storage.CheckDiskRoles(intents, StorageVolumes(vols), disks)
