@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,7 +61,7 @@ func TestBundleSecretReadOnceFreshAlways(t *testing.T) {
 	read := func(step, want string, wantFull int) *corev1.Secret {
 		t.Helper()
 
-		sec, err := readBundleSecret(ctx, r, key)
+		sec, err := readBundleSecret(ctx, r, key, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
@@ -76,7 +77,7 @@ func TestBundleSecretReadOnceFreshAlways(t *testing.T) {
 		return sec
 	}
 
-	if _, err := readBundleSecret(ctx, r, key); !apierrors.IsNotFound(err) {
+	if _, err := readBundleSecret(ctx, r, key, 0); !apierrors.IsNotFound(err) {
 		t.Fatalf("a missing Secret: %v, want NotFound", err)
 	}
 
@@ -105,4 +106,49 @@ func TestBundleSecretReadOnceFreshAlways(t *testing.T) {
 	if got := read("made again", "two", 3); got.UID == first.UID {
 		t.Errorf("the Secret made again was read as the first one (UID %s)", got.UID)
 	}
+}
+
+// TestBundleSecretLookReusesARecentRead: a look (maxAge) takes the Secret
+// the API server confirmed less than maxAge ago without asking again, only
+// through the reader that read it; past maxAge it asks, and a read without
+// maxAge always asks and sees a change at once.
+func TestBundleSecretLookReusesARecentRead(t *testing.T) {
+	ctx := context.Background()
+	const ns = "bundle-secret-look"
+
+	testenv.Must(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+
+	key := types.NamespacedName{Namespace: ns, Name: "prod-bundle"}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}, Data: map[string][]byte{"bundle": []byte("one")}}
+	testenv.Must(t, env.Client.Create(ctx, sec))
+
+	r, other := &countingReader{Reader: env.Client}, &countingReader{Reader: env.Client}
+
+	read := func(step string, via *countingReader, maxAge time.Duration, want string, wantAsked int) {
+		t.Helper()
+
+		got, err := readBundleSecret(ctx, via, key, maxAge)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+
+		if string(got.Data["bundle"]) != want {
+			t.Errorf("%s: read %q, want %q", step, got.Data["bundle"], want)
+		}
+
+		if full, meta := via.counts(); full+meta != wantAsked {
+			t.Errorf("%s: the API server was asked %d time(s) through this reader, want %d", step, full+meta, wantAsked)
+		}
+	}
+
+	read("first look", r, time.Hour, "one", 2)
+	read("a look within the hour", r, time.Hour, "one", 2)
+
+	sec.Data["bundle"] = []byte("two")
+	testenv.Must(t, env.Client.Update(ctx, sec))
+
+	read("a look within the hour after a change", r, time.Hour, "one", 2)
+	read("a read that does not look", r, 0, "two", 4)
+	read("a look past its age", r, time.Nanosecond, "two", 5)
+	read("a look through another reader", other, time.Hour, "two", 1)
 }

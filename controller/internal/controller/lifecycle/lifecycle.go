@@ -168,6 +168,18 @@ type scope struct {
 	before *ichorv1alpha1.TalosMachine
 	state  *machinestate.State
 	sk     *ichorreconcile.Scope[*ichorv1alpha1.TalosMachine]
+	// look says the state is loaded for the monitor's look, which only
+	// dials (machinestate.LoadTrustedForLook); a step that sends the node
+	// something loads again, fresh (fresh).
+	look bool
+}
+
+// fresh drops a state loaded for a look, so that the next load reads the
+// bundle Secret from the API server.
+func (s *scope) fresh() {
+	if s.look {
+		s.state, s.look = nil, false
+	}
 }
 
 // persist writes the status now, strictly (a stale read fails instead of
@@ -267,9 +279,12 @@ func (r *Reconciler) load(ctx context.Context, s *scope, withRender bool) error 
 		err error
 	)
 
-	if withRender {
+	switch {
+	case withRender:
 		st, err = machinestate.Load(ctx, r.Client, r.APIReader, s.machine)
-	} else {
+	case s.look:
+		st, err = machinestate.LoadTrustedForLook(ctx, r.Client, r.APIReader, s.machine)
+	default:
 		st, err = machinestate.LoadTrusted(ctx, r.Client, r.APIReader, s.machine)
 	}
 

@@ -21,6 +21,9 @@ import (
 func (r *Reconciler) monitor(ctx context.Context, s *scope) (ctrl.Result, error) {
 	m := s.machine
 
+	// The look dials and reads; it may reuse a bundle Secret read a moment
+	// ago. The steps below that send the node something load it fresh.
+	s.look = true
 	if res, err, done := r.loadOrStall(ctx, s, false); done {
 		return res, err
 	}
@@ -138,6 +141,13 @@ func (r *Reconciler) dropStaleMember(ctx context.Context, s *scope) (ctrl.Result
 	ok, err := r.takeLock(ctx, m, "re-installing control plane "+m.Name)
 	if err != nil || !ok {
 		return ctrl.Result{RequeueAfter: lockWait}, err, true
+	}
+
+	// A member removal is sent with the bundle as the API server has it now.
+	s.fresh()
+
+	if res, err, done := r.loadOrStall(ctx, s, false); done {
+		return res, err, true
 	}
 
 	sv, err := r.survivor(ctx, m, s.state.Bundle)

@@ -40,11 +40,11 @@ func diskRoles(t *testing.T, want metav1.ConditionStatus) *metav1.Condition {
 	return c
 }
 
-// cosiLists is how many COSI Lists name's node has answered.
-func cosiLists(t *testing.T, name string) int {
+// cosiLists is how many COSI Lists diskMachine's node has answered.
+func cosiLists(t *testing.T) int {
 	t.Helper()
 
-	em, err := world.Machine(name)
+	em, err := world.Machine(diskMachine)
 	testenv.Must(t, err)
 
 	return em.RPCCounts()["/cosi.resource.State/List"]
@@ -84,11 +84,11 @@ func TestTalosMachineReconciler_DiskRolesEffective(t *testing.T) {
 
 	// Without a disk role the render places no volume: the drift checks do
 	// not read the node's volumes (no COSI List at all).
-	lists := cosiLists(t, name)
+	lists := cosiLists(t)
 
 	pollsPass(t, name)
 
-	if n := cosiLists(t, name) - lists; n != 0 {
+	if n := cosiLists(t) - lists; n != 0 {
 		t.Errorf("%d COSI Lists in four drift checks of a machine without disk roles, want 0", n)
 	}
 
@@ -109,11 +109,11 @@ func TestTalosMachineReconciler_DiskRolesEffective(t *testing.T) {
 
 	// With one, every drift check reads them (VolumeStatuses, Disks and
 	// DiscoveredVolumes).
-	lists = cosiLists(t, name)
+	lists = cosiLists(t)
 
 	pollsPass(t, name)
 
-	if n := cosiLists(t, name) - lists; n < 4*3 {
+	if n := cosiLists(t) - lists; n < 4*3 {
 		t.Errorf("%d COSI Lists in four drift checks of a machine with a disk role, want at least 12", n)
 	}
 
