@@ -140,6 +140,10 @@ func TestAdoptTalosctlCluster(t *testing.T) {
 
 	w.waitHeld(t, name, 5)
 
+	// At least one kill falls in the hold, whatever the machine's pace, and
+	// the check below covers the controllers killed in it.
+	k.waitKilled(ctx, t, 1)
+
 	for _, m := range w.machines {
 		c, err := w.rpcs(ctx, m.Name)
 		testenv.Must(t, err)
@@ -148,9 +152,6 @@ func TestAdoptTalosctlCluster(t *testing.T) {
 			t.Errorf("%s received %d configuration(s) while held", m.Name, c[applyRPC]-before[m.Name])
 		}
 	}
-
-	// At least one kill falls in the hold, whatever the machine's pace.
-	k.waitKilled(ctx, t, 1)
 
 	out = w.mustIchor(t, ctx, "adopt", "--release", "--cluster", name, "--timeout", "8m")
 	if !strings.Contains(out, "Cilium taken over as Ichor's Helm release") || !strings.Contains(out, "Every machine of cluster "+name+" is released") ||
