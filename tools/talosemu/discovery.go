@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
@@ -33,6 +34,12 @@ type discoveryState struct {
 	discoMu sync.Mutex
 	// published: cluster ID → node ID → affiliate
 	published map[string]map[string]*publishedAffiliate
+	// read: the machines whose Affiliates or Members someone has read (over
+	// COSI, or the health check). Only these hold them, kept exact from then
+	// on; another machine's are written whole at its first read. Keeping every
+	// machine's copy of every other one made a world of N publishing machines
+	// hold 2·N² resources: at 5,000 machines, gigabytes, with nobody reading.
+	read map[*Machine]struct{}
 }
 
 // discoveryTTL is how long the discovery service keeps an affiliate its node no longer
@@ -168,16 +175,16 @@ func (w *World) expireLocked(key, nodeID string, a *publishedAffiliate) {
 	})
 }
 
-// rewriteDiscoveredLocked brings the Affiliates and Members of the machines
-// of the touched clusters up to date after the affiliate changed (a node ID)
-// changed: m's own are rewritten whole (its cluster may be another one now),
-// the others' only for that affiliate. Rewriting every machine's whole list
-// at every change made a cluster of a thousand machines cost a billion
-// resource writes to provision.
+// rewriteDiscoveredLocked brings the Affiliates and Members of the read
+// machines of the touched clusters up to date after the affiliate changed (a
+// node ID) changed: m's own are rewritten whole (its cluster may be another
+// one now), the others' only for that affiliate. Rewriting every machine's
+// whole list at every change made a cluster of a thousand machines cost a
+// billion resource writes to provision.
 func (w *World) rewriteDiscoveredLocked(m *Machine, touched map[string]bool, changed string) {
 	specs := map[string]map[string]cluster.AffiliateSpec{}
 
-	for _, o := range w.machines {
+	for o := range w.read {
 		k := o.discoveryKey()
 
 		if o != m && !touched[k] {
@@ -186,11 +193,7 @@ func (w *World) rewriteDiscoveredLocked(m *Machine, touched map[string]bool, cha
 
 		s, ok := specs[k]
 		if !ok {
-			s = map[string]cluster.AffiliateSpec{}
-			for id, a := range w.published[k] {
-				s[id] = a.spec
-			}
-
+			s = w.publishedSpecsLocked(k)
 			specs[k] = s
 		}
 
@@ -203,6 +206,81 @@ func (w *World) rewriteDiscoveredLocked(m *Machine, touched map[string]bool, cha
 			w.logf("machine %s: discovery: %v", o.Name(), err)
 		}
 	}
+}
+
+// publishedSpecsLocked copies the affiliates published under a cluster ID.
+func (w *World) publishedSpecsLocked(key string) map[string]cluster.AffiliateSpec {
+	s := make(map[string]cluster.AffiliateSpec, len(w.published[key]))
+	for id, a := range w.published[key] {
+		s[id] = a.spec
+	}
+
+	return s
+}
+
+// discoveryRead is called before anything reads m's Affiliates or Members: at
+// the first such read they are written whole, and kept exact from then on.
+func (w *World) discoveryRead(m *Machine) {
+	w.discoMu.Lock()
+	defer w.discoMu.Unlock()
+
+	if _, ok := w.read[m]; ok {
+		return
+	}
+
+	if w.read == nil {
+		w.read = map[*Machine]struct{}{}
+	}
+
+	w.read[m] = struct{}{}
+
+	if err := m.writeDiscovered(w.publishedSpecsLocked(m.discoveryKey()), ""); err != nil {
+		w.logf("machine %s: discovery: %v", m.Name(), err)
+	}
+}
+
+// discoveryReads is a machine's COSI state as its API serves it: a read of
+// its Affiliates or Members first makes them exact (World.discoveryRead).
+type discoveryReads struct {
+	state.CoreState
+
+	m *Machine
+}
+
+func (d discoveryReads) before(ns resource.Namespace, typ resource.Type) {
+	if ns == cluster.NamespaceName && (typ == cluster.AffiliateType || typ == cluster.MemberType) {
+		d.m.world.discoveryRead(d.m)
+	}
+}
+
+func (d discoveryReads) Get(ctx context.Context, ptr resource.Pointer, opts ...state.GetOption) (resource.Resource, error) {
+	d.before(ptr.Namespace(), ptr.Type())
+
+	return d.CoreState.Get(ctx, ptr, opts...)
+}
+
+func (d discoveryReads) List(ctx context.Context, kind resource.Kind, opts ...state.ListOption) (resource.List, error) {
+	d.before(kind.Namespace(), kind.Type())
+
+	return d.CoreState.List(ctx, kind, opts...)
+}
+
+func (d discoveryReads) Watch(ctx context.Context, ptr resource.Pointer, ch chan<- state.Event, opts ...state.WatchOption) error {
+	d.before(ptr.Namespace(), ptr.Type())
+
+	return d.CoreState.Watch(ctx, ptr, ch, opts...)
+}
+
+func (d discoveryReads) WatchKind(ctx context.Context, kind resource.Kind, ch chan<- state.Event, opts ...state.WatchKindOption) error {
+	d.before(kind.Namespace(), kind.Type())
+
+	return d.CoreState.WatchKind(ctx, kind, ch, opts...)
+}
+
+func (d discoveryReads) WatchKindAggregated(ctx context.Context, kind resource.Kind, ch chan<- []state.Event, opts ...state.WatchKindOption) error {
+	d.before(kind.Namespace(), kind.Type())
+
+	return d.CoreState.WatchKindAggregated(ctx, kind, ch, opts...)
 }
 
 // writeDiscovered sets the machine's Affiliates and Members to the cluster's published
@@ -309,4 +387,29 @@ func memberOf(a cluster.AffiliateSpec) cluster.MemberSpec {
 		NodeID: a.NodeID, Addresses: a.Addresses, Hostname: a.Hostname, MachineType: a.MachineType,
 		OperatingSystem: a.OperatingSystem, ControlPlane: a.ControlPlane,
 	}
+}
+
+// DiscoveredResources counts the Affiliates and Members the world's machines
+// hold: only the machines whose discovery resources have been read hold any.
+func (w *World) DiscoveredResources() (int, error) {
+	w.discoMu.Lock()
+	defer w.discoMu.Unlock()
+
+	n := 0
+
+	for _, m := range w.machines {
+		a, err := safe.StateListAll[*cluster.Affiliate](context.Background(), m.st)
+		if err != nil {
+			return 0, err
+		}
+
+		mem, err := safe.StateListAll[*cluster.Member](context.Background(), m.st)
+		if err != nil {
+			return 0, err
+		}
+
+		n += a.Len() + mem.Len()
+	}
+
+	return n, nil
 }

@@ -65,7 +65,8 @@ func waitMembers(t *testing.T, c *cluster, m *talosemu.Machine, want []string) {
 // TestDiscoveryMembers: every configured machine of a cluster with discovery enabled is a
 // Member (id = nodename) and an Affiliate (id = node ID) on every other one; a powered-off
 // machine stays a member (the discovery service keeps it for its TTL); a machine whose config
-// disables cluster.discovery publishes nothing and sees no members.
+// disables cluster.discovery publishes nothing and sees no members. A machine holds its
+// Affiliates and Members only once they are read.
 func TestDiscoveryMembers(t *testing.T) {
 	c := getCluster(t)
 	w := startWorld(t, testSpec(3), "")
@@ -75,10 +76,25 @@ func TestDiscoveryMembers(t *testing.T) {
 	provision(t, c, w1, c.worker)
 	provision(t, c, w2, c.worker)
 
+	// nobody has read a machine's discovery resources yet: no machine holds any (each holding
+	// every other one's made a world of N machines hold 2·N² resources)
+	discovered := func(want int) {
+		t.Helper()
+
+		if n, err := w.DiscoveredResources(); err != nil || n != want {
+			t.Fatalf("the machines hold %d Affiliates and Members (%v), want %d", n, err, want)
+		}
+	}
+
+	discovered(0)
+
 	all := []string{cp.IP() + "=controlplane", w1.IP() + "=worker", w2.IP() + "=worker"}
 	for _, m := range w.Machines() {
 		waitMembers(t, c, m, all)
 	}
+
+	// read once, each holds the three affiliates and the three members, and keeps them exact
+	discovered(3 * (3 + 3))
 
 	// ids as Talos names them: members by nodename, affiliates by node ID
 	a := c.admin(t, cp.IP())

@@ -197,6 +197,8 @@ func (r *healthRun) clusterInfo(ctx context.Context, in *clusterapi.ClusterInfo)
 
 	info := &healthInfo{byType: map[machine.Type][]healthNode{}}
 
+	r.m.world.discoveryRead(r.m)
+
 	members, err := safe.StateListAll[*cluster.Member](ctx, r.m.st)
 	if err == nil && members.Len() > 0 {
 		for mem := range members.All() {

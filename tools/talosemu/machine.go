@@ -399,7 +399,7 @@ func (m *Machine) startAPILocked() error {
 	machine.RegisterImageServiceServer(srv, &imageServer{m: m})
 	storage.RegisterStorageServiceServer(srv, &storageServer{m: m})
 	clusterapi.RegisterClusterServiceServer(srv, &clusterServer{m: m})
-	cosiv1alpha1.RegisterStateServer(srv, server.NewState(state.Filter(m.st, accessPolicy(m.st))))
+	cosiv1alpha1.RegisterStateServer(srv, server.NewState(state.Filter(discoveryReads{CoreState: m.st, m: m}, accessPolicy(m.st))))
 
 	m.srv = srv
 
