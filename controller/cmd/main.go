@@ -49,6 +49,7 @@ import (
 	"github.com/maeshinshin/ichor/controller/internal/controller/talosupgrade"
 	"github.com/maeshinshin/ichor/controller/internal/controller/teardown"
 	"github.com/maeshinshin/ichor/controller/internal/hook"
+	"github.com/maeshinshin/ichor/controller/internal/leader"
 	"github.com/maeshinshin/ichor/controller/internal/machinestate"
 	ichormetrics "github.com/maeshinshin/ichor/controller/internal/metrics"
 	"github.com/maeshinshin/ichor/controller/internal/selftrust"
@@ -184,7 +185,7 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:  scheme,
 		Metrics: ichormetrics.ServerOptions(metricsAddr, metricsCertDir),
 		// The lock Leases are read from the cache, in Ichor's namespace only,
@@ -208,7 +209,10 @@ func main() {
 		// process, the e2e tests) there is no service account file to read it from.
 		LeaderElectionNamespace: namespace,
 		WebhookServer:           ctrlwebhook.NewServer(ctrlwebhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir}),
-	})
+	}
+	// The Lease is renewed every 5 s, not every 2 s (internal/leader).
+	leader.Apply(&mgrOpts)
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		log.Error(err, "creating the manager")
 		os.Exit(1)
