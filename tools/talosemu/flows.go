@@ -340,6 +340,13 @@ func (w *World) attribute(client, server net.Addr) {
 
 	ca, sa = netip.AddrPortFrom(ca.Addr().Unmap(), ca.Port()), netip.AddrPortFrom(sa.Addr().Unmap(), sa.Port())
 
+	// no pod process runs: nobody to attribute it to, and no need to read
+	// every socket of the host at each accepted connection
+	procs := w.podProcs()
+	if len(procs) == 0 {
+		return
+	}
+
 	socks, err := readTCPTables()
 	if err != nil {
 		return
@@ -359,7 +366,7 @@ func (w *World) attribute(client, server net.Addr) {
 		return
 	}
 
-	for _, pr := range w.podProcs() {
+	for _, pr := range procs {
 		if socketInodes(pr.pid)[inode] {
 			f := pr.p.flowEnd()
 			f.Port, f.Peer = int(sa.Port()), sa.Addr().String()

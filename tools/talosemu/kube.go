@@ -678,6 +678,7 @@ func (m *Machine) startKube(ctx context.Context) error {
 
 	m.etcdMu.Lock()
 	m.kube = kc
+	m.world.apiServerRuns(m, true)
 	m.etcdMu.Unlock()
 
 	if err := kc.start(bins[k8s.APIServerID], k8s.APIServerID, argsWithExtra(api, apiExtra, additiveAPIServerArgs...), logDir, m.world.serviceProxyEnv(podCIDRs)...); err != nil {
@@ -813,6 +814,7 @@ func (m *Machine) stopKube() {
 	m.etcdMu.Lock()
 	kc := m.kube
 	m.kube = nil
+	m.world.apiServerRuns(m, false)
 	m.etcdMu.Unlock()
 
 	if kc != nil {
@@ -938,23 +940,58 @@ const (
 // kubeletClient returns a client with this machine's kubelet identity: the Node authorizer and
 // NodeRestriction let it change only its own Node, Lease and the pods bound to it.
 func (m *Machine) kubeletClient() (*kubernetes.Clientset, error) {
+	k, err := m.kubeletClients()
+	if err != nil {
+		return nil, err
+	}
+
+	return k.requests, nil
+}
+
+// kubelets are the kubelet's clients: one for requests, with a timeout, and
+// one for watches, without; both over the same connection to the API server
+// (one transport), as a kubelet has one.
+type kubelets struct {
+	requests, watches *kubernetes.Clientset
+}
+
+func (m *Machine) kubeletClients() (*kubelets, error) {
 	rc, err := m.clusterRESTConfig(kubeletUserPrefix+m.nodeName(), []string{groupNodes})
 	if err != nil {
 		return nil, err
 	}
 
-	return kubernetes.NewForConfig(rc)
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, err
+	}
+
+	requests, err := kubernetes.NewForConfigAndClient(rc, hc)
+	if err != nil {
+		return nil, err
+	}
+
+	wrc := rest.CopyConfig(rc)
+	wrc.Timeout = 0
+
+	watches, err := kubernetes.NewForConfigAndClient(wrc, &http.Client{Transport: hc.Transport})
+	if err != nil {
+		return nil, err
+	}
+
+	return &kubelets{requests: requests, watches: watches}, nil
 }
 
 // nodeApplyClient is the client machined's NodeApplyController uses for the Node's labels,
 // taints and cordon: the temporary admin client on control planes, the kubelet's on workers
-// (t:internal/app/machined/pkg/controllers/k8s/node_apply.go getK8sClient).
-func (m *Machine) nodeApplyClient() (*kubernetes.Clientset, error) {
+// (t:internal/app/machined/pkg/controllers/k8s/node_apply.go getK8sClient); kubelet is the
+// kubelet's client.
+func (m *Machine) nodeApplyClient(kubelet *kubernetes.Clientset) (*kubernetes.Clientset, error) {
 	if m.isControlPlane() {
 		return m.adminClient()
 	}
 
-	return m.kubeletClient()
+	return kubelet, nil
 }
 
 // clusterRESTConfig is a client config for the machine's cluster endpoint with the given
@@ -1097,22 +1134,59 @@ func (w *World) apiDialer(cluster string) func(ctx context.Context, network, add
 	}
 }
 
+// apiServerState knows the machines whose API server runs, so that the
+// KubePrism fallback looks at those only: going through every machine of the
+// world at each failed dial made a world of N kubelets cost N² config reads.
+type apiServerState struct {
+	apiMu      sync.Mutex
+	apiServers map[*Machine]struct{}
+}
+
+// apiServerRuns records that m's API server runs (or no longer does); the
+// caller holds m.etcdMu, as it sets m.kube.
+func (w *World) apiServerRuns(m *Machine, runs bool) {
+	w.apiMu.Lock()
+	defer w.apiMu.Unlock()
+
+	if !runs {
+		delete(w.apiServers, m)
+
+		return
+	}
+
+	if w.apiServers == nil {
+		w.apiServers = map[*Machine]struct{}{}
+	}
+
+	w.apiServers[m] = struct{}{}
+}
+
 // apiServerAddrs lists host:port of the API servers running for the cluster
-// named by kubeClusterKey.
+// named by kubeClusterKey, by machine name.
 func (w *World) apiServerAddrs(cluster string) []string {
+	w.apiMu.Lock()
+	running := make([]*Machine, 0, len(w.apiServers))
+
+	for o := range w.apiServers {
+		running = append(running, o)
+	}
+	w.apiMu.Unlock()
+
+	slices.SortFunc(running, func(a, b *Machine) int { return strings.Compare(a.Name(), b.Name()) })
+
 	var out []string
 
-	for _, o := range w.machines {
+	for _, o := range running {
 		cfg := o.activeConfig()
 		if kubeClusterKey(cfg) != cluster {
 			continue
 		}
 
 		o.etcdMu.Lock()
-		running := o.kube != nil
+		runs := o.kube != nil
 		o.etcdMu.Unlock()
 
-		if running {
+		if runs {
 			out = append(out, net.JoinHostPort(o.IP(), strconv.Itoa(apiPort(cfg))))
 		}
 	}

@@ -57,7 +57,7 @@ func (m *Machine) kubeletService(ctx context.Context) {
 	}
 
 	var (
-		c       *kubernetes.Clientset
+		k       *kubelets
 		err     error
 		lastErr string
 	)
@@ -70,9 +70,9 @@ func (m *Machine) kubeletService(ctx context.Context) {
 	}
 
 	for ctx.Err() == nil {
-		c, err = m.kubeletClient()
+		k, err = m.kubeletClients()
 		if err == nil {
-			err = m.registerNode(ctx, c)
+			err = m.registerNode(ctx, k.requests)
 		}
 
 		if err == nil {
@@ -92,7 +92,8 @@ func (m *Machine) kubeletService(ctx context.Context) {
 	m.setKubePrismStatus(true)
 
 	// the kubelet API and the pods of Ichor's images (podrunner.go)
-	stopPods := m.startPodRunner(ctx, c)
+	stopPods := m.startPodRunner(ctx, k)
+	c := k.requests
 
 	defer func() {
 		stopPods()
@@ -132,7 +133,7 @@ func (m *Machine) kubeletService(ctx context.Context) {
 		}
 
 		if !applied {
-			if err := m.applyNode(ctx); err != nil {
+			if err := m.applyNode(ctx, c); err != nil {
 				logOnce("node labels and taints", err)
 			} else {
 				applied = true
@@ -233,8 +234,8 @@ func (m *Machine) registerNode(ctx context.Context, c *kubernetes.Clientset) err
 // t:internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer_tasks.go UncordonNode). On
 // a worker NodeRestriction refuses labels in the kubernetes.io domains and any taint change,
 // as it does on Talos.
-func (m *Machine) applyNode(ctx context.Context) error {
-	c, err := m.nodeApplyClient()
+func (m *Machine) applyNode(ctx context.Context, kubelet *kubernetes.Clientset) error {
+	c, err := m.nodeApplyClient(kubelet)
 	if err != nil {
 		return err
 	}
@@ -428,12 +429,12 @@ func (m *Machine) cordonAndDrain(ctx context.Context) {
 		return
 	}
 
-	nc, err := m.nodeApplyClient()
+	c, err := m.kubeletClient()
 	if err != nil {
 		return
 	}
 
-	c, err := m.kubeletClient()
+	nc, err := m.nodeApplyClient(c)
 	if err != nil {
 		return
 	}

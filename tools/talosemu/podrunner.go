@@ -108,9 +108,17 @@ func excludeRunnerPods(st *internalversion.Stage) {
 type podRunner struct {
 	m      *Machine
 	c      *kubernetes.Clientset // the kubelet's identity
+	watch  *kubernetes.Clientset // the same, without a request timeout, for the pod watch
 	node   string
 	dir    string
 	lister listersv1.PodLister
+
+	// apiWanted is closed when the runner takes its first pod: the kubelet
+	// API serves the logs and port-forwards of the pods it runs, so it
+	// listens from then on (a socket per node that runs none made a world
+	// of 5,000 nodes run out of file descriptors).
+	apiWanted chan struct{}
+	wantAPI   sync.Once
 
 	mu   sync.Mutex
 	pods map[types.UID]*runPod
@@ -119,13 +127,16 @@ type podRunner struct {
 	ctx  context.Context //nolint:containedctx // the runner's lifetime, for the workers it starts
 }
 
-// startPodRunner starts the kubelet API (kubeletserver.go) and, with Options.PodBinDir, the
-// pod runner; the returned function stops both and the pods' processes (the machine goes
-// down).
-func (m *Machine) startPodRunner(ctx context.Context, c *kubernetes.Clientset) func() {
+// startPodRunner starts, with Options.PodBinDir, the pod runner, and the kubelet API
+// (kubeletserver.go) once the runner takes its first pod; the returned function stops both
+// and the pods' processes (the machine goes down).
+func (m *Machine) startPodRunner(ctx context.Context, c *kubelets) func() {
 	ctx, cancel := context.WithCancel(ctx)
 
-	r := &podRunner{m: m, c: c, node: m.nodeName(), dir: filepath.Join(m.dir, "pods"), pods: map[types.UID]*runPod{}, done: map[types.UID]bool{}, ctx: ctx}
+	r := &podRunner{
+		m: m, c: c.requests, watch: c.watches, node: m.nodeName(), dir: filepath.Join(m.dir, "pods"), apiWanted: make(chan struct{}),
+		pods: map[types.UID]*runPod{}, done: map[types.UID]bool{}, ctx: ctx,
+	}
 
 	m.world.netMu.Lock()
 	m.world.runners[m] = r
@@ -138,7 +149,11 @@ func (m *Machine) startPodRunner(ctx context.Context, c *kubernetes.Clientset) f
 	go func() {
 		defer wg.Done()
 
-		r.serveKubeletAPI(ctx)
+		select {
+		case <-r.apiWanted:
+			r.serveKubeletAPI(ctx)
+		case <-ctx.Done():
+		}
 	}()
 
 	if m.world.podBinDir != "" {
@@ -169,26 +184,14 @@ func (m *Machine) startPodRunner(ctx context.Context, c *kubernetes.Clientset) f
 // selector spec.nodeName) and keeps one worker per pod it runs until ctx ends; then every
 // worker stops its processes.
 func (r *podRunner) run(ctx context.Context) error {
-	rc, err := r.m.clusterRESTConfig(kubeletUserPrefix+r.node, []string{groupNodes})
-	if err != nil {
-		return err
-	}
-
-	rc.Timeout = 0 // watches
-
-	wc, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-
-	f := informers.NewSharedInformerFactoryWithOptions(wc, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	f := informers.NewSharedInformerFactoryWithOptions(r.watch, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = "spec.nodeName=" + r.node
 	}))
 
 	inf := f.Core().V1().Pods()
 	r.lister = inf.Lister()
 
-	_, err = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.observe(obj, false) },
 		UpdateFunc: func(_, obj any) { r.observe(obj, false) },
 		DeleteFunc: func(obj any) {
@@ -232,6 +235,8 @@ func (r *podRunner) observe(obj any, gone bool) {
 		if gone {
 			return
 		}
+
+		r.wantAPI.Do(func() { close(r.apiWanted) })
 
 		p = newRunPod(r, pod)
 		r.pods[pod.UID] = p

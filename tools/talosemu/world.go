@@ -45,6 +45,7 @@ type World struct {
 	kubeVersionState // kubeversions.go: the Kubernetes versions and their binaries
 	discoveryState   // discovery.go: the discovery service
 	podNetState      // podnet.go: the pod runner's addresses and the API server's egress proxy
+	apiServerState   // kube.go: the machines whose API server runs
 }
 
 // Options tune Start.
