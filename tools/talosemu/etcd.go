@@ -25,6 +25,7 @@ import (
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // etcd ports, as Talos (m:constants EtcdClientPort, EtcdPeerPort).
@@ -183,7 +184,7 @@ func (m *Machine) etcdEmbedConfig(ca *x509.PEMEncodedCertificateAndKey, hostname
 	cfg := embed.NewConfig()
 	cfg.Name = hostname
 	cfg.Dir = m.etcdDataDir()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(m.Name()))
 
 	peer, _ := url.Parse(m.etcdPeerURL())
 	client, _ := url.Parse(m.etcdClientURL())
@@ -657,4 +658,14 @@ func (m *Machine) restoreEtcd(skipHashCheck bool) error {
 	}
 
 	return os.Remove(m.etcdSnapshotPath())
+}
+
+// etcdLogger is an embedded etcd member's logger: silent but for what ends
+// the process. zap's Fatal exits whatever the core, so with zap.NewNop() an
+// etcd member that could not go on (out of file descriptors, say) ended the
+// whole emulator with exit status 1 and no word.
+func etcdLogger(machine string) *zap.Logger {
+	enc := zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
+
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(os.Stderr), zapcore.DPanicLevel)).With(zap.String("talosemu-etcd", machine))
 }

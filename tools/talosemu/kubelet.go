@@ -70,8 +70,14 @@ func (m *Machine) kubeletService(ctx context.Context) {
 	}
 
 	for ctx.Err() == nil {
-		k, err = m.kubeletClients()
-		if err == nil {
+		// one client for every try: a new one per try left a connection
+		// behind each time (until its transport's idle timeout), thousands
+		// while an API server under load let registrations time out
+		if k == nil {
+			k, err = m.kubeletClients()
+		}
+
+		if k != nil {
 			err = m.registerNode(ctx, k.requests)
 		}
 

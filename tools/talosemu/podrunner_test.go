@@ -109,6 +109,15 @@ func TestPodRunner(t *testing.T) {
 	kube := kubeClient(t, kc)
 	waitNodes(t, kube, 2, nodeReady, "2 Ready nodes")
 
+	// no pod of Ichor's images on the worker yet: its kubelet API does not listen (a socket
+	// per node that runs none made a world of 5,000 nodes run out of file descriptors);
+	// KubectlLogs below reaches it once the runner runs a pod there
+	if conn, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(t.Context(), "tcp", net.JoinHostPort(ms[1].IP(), "10250")); err == nil {
+		_ = conn.Close()
+
+		t.Fatal("the worker's kubelet API listens before the runner takes a pod")
+	}
+
 	worker := strings.ToLower(hostnameOf(t, c.admin(t, ms[1].IP())))
 	ctx := t.Context()
 	pods := kube.CoreV1().Pods("default")
