@@ -10,8 +10,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -22,17 +20,11 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	var err error
-	env, err = testenv.Start(testenv.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test API server: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	os.Exit(testenv.Main(m, testenv.SuiteOptions{}, func(_ context.Context, s *testenv.Suite) (func(), error) {
+		env = s.Env
+
+		return func() {}, nil
+	}))
 }
 
 // TestLeaseRenewedEveryRetryPeriod: a manager with these timings takes the
