@@ -58,6 +58,7 @@ func (m *Machine) kubeletService(ctx context.Context) {
 
 	var (
 		k       *kubelets
+		kIssuer []byte
 		err     error
 		lastErr string
 	)
@@ -70,10 +71,16 @@ func (m *Machine) kubeletService(ctx context.Context) {
 	}
 
 	for ctx.Err() == nil {
-		// one client for every try: a new one per try left a connection
-		// behind each time (until its transport's idle timeout), thousands
-		// while an API server under load let registrations time out
+		// one client for every try, while the issuing Kubernetes CA holds: a
+		// new one per try left a connection behind each time (until its
+		// transport's idle timeout), thousands while an API server under load
+		// let registrations time out
+		if now := kubeCACert(m.activeConfig()); k != nil && !bytes.Equal(now, kIssuer) {
+			k = nil
+		}
+
 		if k == nil {
+			kIssuer = kubeCACert(m.activeConfig())
 			k, err = m.kubeletClients()
 		}
 
