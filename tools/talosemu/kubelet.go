@@ -73,8 +73,8 @@ func (m *Machine) kubeletService(ctx context.Context) {
 	for ctx.Err() == nil {
 		// one client for every try, while the issuing Kubernetes CA holds: a
 		// new one per try left a connection behind each time (until its
-		// transport's idle timeout), thousands while an API server under load
-		// let registrations time out
+		// transport's idle timeout), many while an API server under load let
+		// registrations time out
 		if now := kubeCACert(m.activeConfig()); k != nil && !bytes.Equal(now, kIssuer) {
 			k = nil
 		}
